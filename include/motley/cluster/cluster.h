@@ -1,0 +1,111 @@
+// ClusterSpec: nodes of devices, the links inside each node and the fabric between nodes, as a
+// user writes them in YAML, plus Topology, which resolves the path (latency, bottleneck
+// bandwidth and the shared links it crosses) between any two devices. No timing model beyond
+// latency + bytes / bandwidth: contention is the simulator's job. Thread-compatible;
+// a built Topology is immutable and safe to share.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "motley/cluster/device_catalog.h"
+#include "motley/core/json.h"
+#include "motley/core/status.h"
+#include "motley/core/units.h"
+
+namespace motley {
+
+struct LinkSpec {
+  LinkKind kind = LinkKind::kPcie;
+  BytesPerSecond bandwidth;  // per direction
+  Seconds latency;
+};
+
+// One group of identical devices inside a node.
+struct NodeDevices {
+  std::string type;  // canonical DeviceType name
+  int64_t count = 0;
+};
+
+struct NodeSpec {
+  std::string name;  // after expansion of `count: N`: "<name>-0", "<name>-1", ... (or as given when N = 1)
+  std::vector<NodeDevices> devices;  // usually one entry; several for a mixed-vendor workstation
+  LinkSpec interconnect;    // device to device inside the node (NVLink, xGMI, PCIe, ...)
+  LinkSpec pcie;            // device to host
+  int64_t devices_per_pcie_switch = 0;  // 0: all devices behind one switch/root
+  LinkSpec nic;             // one NIC's bandwidth and latency
+  int64_t nic_count = 1;    // NICs per node; device i uses NIC (i mod nic_count)
+  double price_per_hour = 0.0;  // USD for the whole node
+  bool spot = false;
+};
+
+struct ClusterSpec {
+  std::string name;
+  std::vector<NodeSpec> nodes;  // expanded: one entry per physical node
+  LinkSpec network;             // the fabric between NICs (its latency adds to the NICs')
+};
+
+// A device with its global id (dense, in node order, then in the node's device order).
+struct Device {
+  int id = 0;
+  std::string type;
+  int node = 0;
+  int local_index = 0;
+};
+
+std::vector<Device> cluster_devices(const ClusterSpec& cluster);
+
+// A shared transmission resource: a device's NVLink port in one direction, an xGMI pair link,
+// a PCIe switch uplink, a node's NIC, the host staging copy. Transfers that cross the same
+// Link share its bandwidth.
+struct Link {
+  int id = 0;
+  std::string name;  // e.g. "node0/gpu3 nvlink tx", "node1 nic0 rx"
+  LinkKind kind = LinkKind::kPcie;
+  BytesPerSecond bandwidth;
+};
+
+struct Path {
+  Seconds latency;
+  BytesPerSecond bandwidth;  // the bottleneck of the links crossed
+  std::vector<int> links;    // Link ids crossed, in order; empty for a device to itself
+  bool host_staged = false;  // crosses host memory (different vendors)
+  bool crosses_nodes = false;
+};
+
+class Topology {
+ public:
+  explicit Topology(const ClusterSpec& cluster);
+
+  const std::vector<Device>& devices() const { return devices_; }
+  const std::vector<Link>& links() const { return links_; }
+  // REQUIRES: 0 <= src, dst < devices().size().
+  const Path& path(int src, int dst) const { return paths_[src * devices_.size() + dst]; }
+  const DeviceType& device_type(int device) const { return *types_[device]; }
+  const NodeSpec& node_of(int device) const;
+
+ private:
+  std::vector<NodeSpec> nodes_;
+  std::vector<Device> devices_;
+  std::vector<const DeviceType*> types_;
+  std::vector<Link> links_;
+  std::vector<Path> paths_;  // devices_.size()^2, row-major by source
+};
+
+// Cluster YAML (see docs/cluster-format.md). Errors name the file and field.
+Result<ClusterSpec> cluster_from_json(const Json& doc, const std::string& source);
+Result<ClusterSpec> load_cluster_yaml(const std::string& path);
+// Writes every field explicitly (after expansion), so that load(dump(c)) == c.
+std::string cluster_to_yaml(const ClusterSpec& cluster);
+bool operator==(const LinkSpec& a, const LinkSpec& b);
+bool operator==(const NodeDevices& a, const NodeDevices& b);
+bool operator==(const NodeSpec& a, const NodeSpec& b);
+bool operator==(const ClusterSpec& a, const ClusterSpec& b);
+
+std::vector<std::string> cluster_preset_names();
+Result<ClusterSpec> cluster_preset(std::string_view name);
+// A preset name or the path of a YAML file.
+Result<ClusterSpec> load_cluster(const std::string& name_or_path);
+
+}  // namespace motley

@@ -1,0 +1,87 @@
+// CostModel: the times and bytes every planning decision is priced with — compute time of
+// F/B/W/recompute for a range of layers on a device group, memory of a stage, point-to-point
+// and collective transfer times. AnalyticCostModel (analytic_cost_model.h) derives them from
+// formulas; a measured implementation can replace it behind the same interface.
+// Implementations are immutable after construction and safe to call from several threads.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "motley/core/units.h"
+#include "motley/model/model.h"
+
+namespace motley {
+
+// Layers [begin, end) of ModelSpec::layers.
+struct LayerRange {
+  int begin = 0;
+  int end = 0;
+  int size() const { return end - begin; }
+};
+
+// The devices running one pipeline stage together: one device, or a tensor-parallel group.
+// REQUIRES (checked by callers that build groups): all devices in one node, of one type.
+struct DeviceGroup {
+  std::vector<int> devices;  // global device ids
+  int tp() const { return static_cast<int>(devices.size()); }
+};
+
+struct ComputeTimes {
+  Seconds forward;
+  Seconds backward_input;   // B
+  Seconds backward_weight;  // W
+  Seconds recompute;        // the extra forward work before B under the recompute policy
+  Seconds backward() const { return backward_input + backward_weight; }
+};
+
+struct MemoryOptions {
+  RecomputePolicy recompute = RecomputePolicy::kNone;
+  int64_t in_flight_micro_batches = 1;  // activations held at the peak of the schedule
+  int64_t data_parallel = 1;            // replicas the optimizer state may be sharded across
+  bool zero1 = false;                   // shard optimizer state across data_parallel replicas
+};
+
+struct StageMemory {
+  Bytes weights;
+  Bytes gradients;
+  Bytes optimizer_state;
+  Bytes activations_per_micro_batch;
+  Bytes activations;  // activations_per_micro_batch * in_flight_micro_batches
+  Bytes communication_buffers;
+  Bytes total() const {
+    return weights + gradients + optimizer_state + activations + communication_buffers;
+  }
+};
+
+enum class Collective { kAllReduce, kReduceScatter, kAllGather, kAllToAll };
+const char* collective_name(Collective collective);
+
+enum class CollectiveAlgorithm {
+  kRing,          // one ring over all participants
+  kHierarchical,  // reduce-scatter inside nodes, across nodes, all-gather inside nodes
+  kAuto,          // the faster of the two
+};
+
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+
+  // Per micro-batch, on every device of `group` (tensor-parallel work split t ways, with the
+  // TP collectives included in the times).
+  virtual ComputeTimes compute(LayerRange layers, const DeviceGroup& group,
+                               RecomputePolicy recompute) const = 0;
+  // Per device of `group`.
+  virtual StageMemory stage_memory(LayerRange layers, const DeviceGroup& group,
+                                   const MemoryOptions& options) const = 0;
+  // Bytes of the activation leaving layer `layer` (and of its gradient coming back), per
+  // micro-batch: what crosses a stage boundary placed after that layer.
+  virtual Bytes boundary_bytes(int layer) const = 0;
+  // latency + bytes / bandwidth on the path between two devices; 0 for src == dst.
+  virtual Seconds p2p_time(int src, int dst, Bytes bytes) const = 0;
+  // `bytes` is the per-participant buffer size (as nccl-tests' "size").
+  virtual Seconds collective_time(Collective collective, const std::vector<int>& devices,
+                                  Bytes bytes, CollectiveAlgorithm algorithm) const = 0;
+};
+
+}  // namespace motley

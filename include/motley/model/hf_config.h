@@ -1,0 +1,22 @@
+// Import of Hugging Face `config.json` files into a ModelSpec, one rule set per model family
+// (model_type), with transformers' defaults where a key is absent. Does not read weights.
+// Thread-safe.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "motley/core/json.h"
+#include "motley/core/status.h"
+#include "motley/model/model.h"
+
+namespace motley {
+
+// The model_type values this importer understands.
+std::vector<std::string> supported_hf_model_types();
+
+// `source` names the file in error messages. An unsupported model_type is an error listing
+// supported_hf_model_types().
+Result<ModelSpec> import_hf_config(const Json& config, const std::string& source);
+
+}  // namespace motley

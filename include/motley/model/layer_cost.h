@@ -1,0 +1,60 @@
+// Analytic per-layer figures: parameter counts, FLOPs of the forward, input-gradient and
+// weight-gradient passes, activation bytes kept under each recompute policy, and the bytes
+// passed to the next layer. Formulas and their sources are in docs/cost-model.md.
+// Deliberately device-free: times come from the cost module. Pure functions; thread-safe.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "motley/core/units.h"
+#include "motley/model/model.h"
+
+namespace motley {
+
+// The shape of one micro-batch.
+struct Workload {
+  int64_t seq_len = 4096;
+  int64_t micro_batch_size = 1;
+  DType dtype = DType::kBFloat16;
+};
+
+struct LayerCost {
+  int64_t params = 0;         // counted once in the model's total
+  int64_t stored_params = 0;  // held by the stage owning the layer (a tied head stores V*h more)
+  int64_t active_params = 0;  // used by one token: MoE counts router, shared and top-k experts
+  Flops forward;
+  Flops backward_input;   // gradient with respect to the layer input (B)
+  Flops backward_weight;  // gradient with respect to the weights (W)
+  // Bytes read and written from device memory by each pass, for the memory roofline.
+  Bytes forward_memory;
+  Bytes backward_input_memory;
+  Bytes backward_weight_memory;
+  // Activation bytes kept from F until backward, per micro-batch, indexed by RecomputePolicy.
+  std::array<Bytes, 3> activation_bytes;
+  Bytes output_bytes;  // the tensor handed to the next layer, per micro-batch
+  // Tensor-parallel all-reduces of output_bytes per forward pass (the same number in backward)
+  // under Megatron's column/row split; 0 for layers that need none.
+  int tp_allreduces = 0;
+};
+
+// Parameter counts need no workload.
+int64_t layer_params(const Layer& layer);
+int64_t layer_stored_params(const Layer& layer);
+int64_t layer_active_params(const Layer& layer);
+
+LayerCost layer_cost(const Layer& layer, const Workload& workload);
+
+struct ModelTotals {
+  int64_t total_params = 0;   // sum over ModelSpec::layers
+  int64_t active_params = 0;  // per token
+  int64_t extra_params = 0;   // ModelSpec::extra_layers, not in total_params
+  Flops forward;
+  Flops backward_input;
+  Flops backward_weight;
+  std::array<Bytes, 3> activation_bytes;  // all layers, per micro-batch
+};
+
+ModelTotals model_totals(const ModelSpec& model, const Workload& workload);
+
+}  // namespace motley

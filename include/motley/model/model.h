@@ -1,0 +1,179 @@
+// ModelSpec: a model as the ordered list of layers that partitioning moves between pipeline
+// stages, with each layer's kind and shape. Pure data: no formulas here (see layer_cost.h),
+// no file formats (see presets.h, hf_import.h, profile.h, model_json.h). Thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "motley/core/dtype.h"
+#include "motley/core/units.h"
+
+namespace motley {
+
+// Feed-forward activation. Gated variants (SwiGLU, GeGLU) have three projections, others two.
+enum class Activation { kGelu, kRelu, kRelu2, kSilu, kSwiGlu, kGeGlu };
+bool is_gated(Activation activation);
+const char* activation_name(Activation activation);
+
+// What activation memory a layer keeps for its backward pass (Korthikanti et al. 2022):
+// none keeps everything, selective recomputes the attention core (the s^2 terms), full keeps
+// only the layer input and recomputes the forward pass before the backward pass.
+enum class RecomputePolicy { kNone = 0, kSelective = 1, kFull = 2 };
+const char* recompute_policy_name(RecomputePolicy policy);
+
+struct AttentionShape {
+  int64_t hidden = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;  // == num_heads: multi-head; < num_heads: grouped-query; 1: multi-query
+  int64_t head_dim = 0;      // query/key head size (and value, unless v_head_dim is set)
+  int64_t v_head_dim = 0;    // 0: same as head_dim
+  bool qkv_bias = false;
+  bool output_bias = false;
+  int64_t sliding_window = 0;  // 0: full attention; else each query sees this many keys at most
+  bool causal = true;          // false for vision encoders (bidirectional)
+  bool qk_norm = false;        // per-head RMSNorm on queries and keys (Qwen3, Gemma 3)
+  bool sinks = false;          // one learned sink logit per head (gpt-oss)
+  // Multi-head latent attention (DeepSeek-V2/V3): queries through an optional low-rank
+  // bottleneck, keys and values through a shared compressed latent of kv_lora_rank.
+  bool mla = false;
+  int64_t q_lora_rank = 0;  // 0: queries projected directly from the hidden state
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+};
+
+struct FeedForwardShape {
+  int64_t hidden = 0;
+  int64_t ffn_size = 0;  // intermediate size
+  Activation activation = Activation::kSwiGlu;
+  bool bias = false;
+};
+
+struct MoeShape {
+  int64_t hidden = 0;
+  int64_t num_experts = 0;      // routed experts
+  int64_t top_k = 0;            // routed experts per token
+  int64_t expert_ffn_size = 0;  // intermediate size of one routed expert
+  int64_t num_shared_experts = 0;
+  int64_t shared_ffn_size = 0;  // intermediate size of one shared expert
+  Activation activation = Activation::kSwiGlu;
+  bool expert_bias = false;         // biases inside expert projections (gpt-oss)
+  bool router_bias = false;         // a bias per expert on the router (gpt-oss, DeepSeek-V3)
+  bool shared_expert_gate = false;  // a sigmoid gate hidden -> 1 on the shared expert (Qwen2-MoE)
+};
+
+// Mamba-2 mixer (Dao & Gu 2024) as implemented by Hugging Face Mamba2 / NemotronH.
+struct MambaShape {
+  int64_t hidden = 0;
+  int64_t d_inner = 0;  // n_heads * head_dim (expand * hidden)
+  int64_t d_state = 0;  // N
+  int64_t n_groups = 1;
+  int64_t n_heads = 0;
+  int64_t head_dim = 0;
+  int64_t conv_kernel = 4;
+  int64_t chunk_size = 256;
+  bool conv_bias = true;
+  bool proj_bias = false;
+  bool gated_norm = true;  // RMSNorm of d_inner before out_proj
+};
+
+struct EmbeddingShape {
+  int64_t vocab = 0;
+  int64_t hidden = 0;
+  int64_t learned_positions = 0;  // rows of a learned position table, 0 for rotary models
+};
+
+// Final norm, LM head and cross-entropy loss.
+struct HeadShape {
+  int64_t vocab = 0;
+  int64_t hidden = 0;
+  bool tied = false;  // the LM head reuses the embedding matrix (counted once in the total)
+};
+
+// ViT patch embedding: a convolution of patch_size^2 * channels -> hidden per patch, plus a
+// learned position table; produces `tokens_per_sample` tokens per image.
+struct PatchEmbeddingShape {
+  int64_t channels = 3;
+  int64_t patch_size = 14;
+  int64_t hidden = 0;
+  int64_t num_positions = 0;
+};
+
+// Vision-to-language projector: an MLP from the vision width to the decoder width.
+struct ProjectorShape {
+  int64_t in_hidden = 0;
+  int64_t out_hidden = 0;
+  int64_t ffn_size = 0;  // 0: a single linear layer; else linear, GELU, linear
+};
+
+// Times measured by the user (profile JSON) for one layer, used instead of formulas.
+struct MeasuredTimes {
+  std::optional<Seconds> forward;
+  std::optional<Seconds> backward_input;
+  std::optional<Seconds> backward_weight;
+};
+
+struct MeasuredLayer {
+  std::string measured_on;  // device type name of `times`
+  MeasuredTimes times;      // all three present
+  std::map<std::string, MeasuredTimes> times_by_device;  // overrides per device type name
+  int64_t seq_len = 0;           // shape the times were measured at
+  int64_t micro_batch_size = 0;
+  Bytes param_bytes;
+  Bytes activation_bytes;  // kept for backward per micro-batch, no recompute
+  Bytes output_bytes;      // passed to the next layer per micro-batch
+};
+
+enum class LayerKind {
+  kEmbedding,       // token embedding (+ learned positions)
+  kAttention,       // split form: pre-norm + attention sub-layer
+  kFeedForward,     // split form: pre-norm + dense feed-forward sub-layer
+  kMoe,             // split form: pre-norm + mixture-of-experts sub-layer
+  kMamba,           // pre-norm + Mamba-2 mixer
+  kDecoderBlock,    // attention + (dense feed-forward or MoE), each with its norms
+  kPatchEmbedding,  // vision: patches -> tokens
+  kVisionBlock,     // vision encoder block: bidirectional attention + GELU MLP, LayerNorms
+  kProjector,       // vision -> decoder projector
+  kHead,            // final norm + LM head + cross-entropy
+  kMeasured,        // a layer known only by its profile
+};
+const char* layer_kind_name(LayerKind kind);
+
+struct Layer {
+  std::string name;  // unique within the model, e.g. "decoder.7", "head"
+  LayerKind kind = LayerKind::kDecoderBlock;
+  std::optional<AttentionShape> attention;  // kAttention, kDecoderBlock, kVisionBlock
+  std::optional<FeedForwardShape> ffn;      // kFeedForward, dense kDecoderBlock, kVisionBlock
+  std::optional<MoeShape> moe;              // kMoe, MoE kDecoderBlock
+  std::optional<MambaShape> mamba;          // kMamba
+  std::optional<EmbeddingShape> embedding;  // kEmbedding
+  std::optional<HeadShape> head;            // kHead
+  std::optional<PatchEmbeddingShape> patch_embedding;  // kPatchEmbedding
+  std::optional<ProjectorShape> projector;             // kProjector
+  std::optional<MeasuredLayer> measured;               // kMeasured
+  // Hidden-size normalization layers in this layer (pre-norms, post-norms, the final norm of
+  // kHead); each has `hidden` weights, and as many biases when norm_bias (LayerNorm).
+  int64_t num_norms = 0;
+  bool norm_bias = false;
+  // Tokens this layer processes per sample: 0 means the model's sequence length; vision layers
+  // process a fixed number of patches per image.
+  int64_t tokens_per_sample = 0;
+};
+
+struct ModelSpec {
+  std::string name;
+  std::string family;  // "llama", "deepseek_v3", "preset", "profile", ...
+  std::vector<Layer> layers;  // the trained model, in pipeline order
+  // Parts that are not the trained model proper (e.g. DeepSeek-V3's multi-token-prediction
+  // module): reported separately and excluded from totals and from partitioning.
+  std::vector<Layer> extra_layers;
+  int64_t default_seq_len = 4096;
+  DType dtype = DType::kBFloat16;
+  bool dropout = false;  // dropout masks kept for backward (Korthikanti's 34sbh assumes them)
+};
+
+}  // namespace motley

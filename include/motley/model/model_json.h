@@ -1,0 +1,27 @@
+// motley's own model format ("motley.model/1"): a ModelSpec written out layer by layer, so a
+// model built from a preset or an HF config can be saved, edited and loaded again exactly.
+// Also the single entry point that resolves what a user passes as --model. Thread-safe.
+#pragma once
+
+#include <string>
+
+#include "motley/core/json.h"
+#include "motley/core/status.h"
+#include "motley/model/model.h"
+
+namespace motley {
+
+inline constexpr const char* kModelFormat = "motley.model/1";
+
+Json model_to_json(const ModelSpec& model);
+Result<ModelSpec> model_from_json(const Json& json, const std::string& source);
+
+// A preset name, or the path of a Hugging Face config.json, a motley profile or a motley model
+// file (recognized by content: "format" or "model_type"). Errors name the file and field.
+Result<ModelSpec> load_model(const std::string& name_or_path);
+
+// Checks shapes for consistency (positive sizes, heads dividing, top_k <= experts, unique
+// layer names); importers and loaders call it before returning a model.
+Status validate_model(const ModelSpec& model, const std::string& source);
+
+}  // namespace motley

@@ -1,0 +1,50 @@
+#include "motley/core/status.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace motley {
+
+namespace internal {
+void check_failed(const char* condition, const char* file, int line, const std::string& message) {
+  std::fprintf(stderr, "motley: internal error: check failed: %s at %s:%d: %s\n", condition, file,
+               line, message.c_str());
+  std::abort();
+}
+}  // namespace internal
+
+Status Status::with_context(const std::string& context) const {
+  if (is_ok()) return *this;
+  return Status(code_, context + ": " + message_);
+}
+
+std::string Status::to_string() const { return is_ok() ? std::string("ok") : message_; }
+
+Status invalid_argument(std::string message) {
+  return Status(StatusCode::kInvalidArgument, std::move(message));
+}
+Status not_found(std::string message) { return Status(StatusCode::kNotFound, std::move(message)); }
+Status infeasible(std::string message) {
+  return Status(StatusCode::kInfeasible, std::move(message));
+}
+Status io_error(std::string message) { return Status(StatusCode::kIoError, std::move(message)); }
+Status internal_error(std::string message) {
+  return Status(StatusCode::kInternal, std::move(message));
+}
+
+int exit_code_for(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kOk:
+      return 0;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kNotFound:
+    case StatusCode::kInfeasible:
+      return 2;
+    case StatusCode::kIoError:
+    case StatusCode::kInternal:
+      return 1;
+  }
+  return 1;
+}
+
+}  // namespace motley
