@@ -1,1 +1,443 @@
-// placeholder
+// Cluster files: YAML (or JSON) into ClusterSpec with the catalog's defaults, and back. The
+// format and every default are documented in docs/cluster-format.md; keep the two in step.
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "motley/cluster/cluster.h"
+
+namespace motley {
+namespace {
+
+// Defaults for values a file leaves out (docs/cluster-format.md, "Format").
+Seconds default_link_latency(LinkKind kind) {
+  switch (kind) {
+    case LinkKind::kNvlink:
+      return microseconds(2.0);
+    case LinkKind::kXgmi:
+    case LinkKind::kGaudiRoce:
+    case LinkKind::kPcie:
+      return microseconds(3.0);
+    case LinkKind::kInfiniband:
+      return microseconds(2.0);
+    case LinkKind::kEthernet:
+      return microseconds(10.0);
+    case LinkKind::kHostStaged:
+      return kHostStagingLatency;
+    case LinkKind::kLocal:
+      return Seconds(0.0);
+  }
+  return Seconds(0.0);
+}
+
+Seconds default_nic_latency(LinkKind network_kind) {
+  return network_kind == LinkKind::kEthernet ? microseconds(5.0) : microseconds(1.0);
+}
+
+BytesPerSecond default_network_bandwidth(LinkKind network_kind) {
+  // NDR InfiniBand (400 Gb/s) and 100 GbE ports.
+  return network_kind == LinkKind::kEthernet ? gigabytes_per_second(12.5)
+                                             : gigabytes_per_second(50.0);
+}
+
+const std::vector<LinkKind> kIntraNodeKinds = {LinkKind::kNvlink, LinkKind::kXgmi,
+                                               LinkKind::kGaudiRoce, LinkKind::kPcie};
+const std::vector<LinkKind> kNetworkKinds = {LinkKind::kInfiniband, LinkKind::kEthernet};
+
+std::string kind_names(const std::vector<LinkKind>& kinds) {
+  std::vector<std::string> names;
+  for (LinkKind k : kinds) names.push_back(link_kind_name(k));
+  return join_alternatives(names);
+}
+
+Result<LinkKind> get_kind(const JsonField& parent, const std::vector<LinkKind>& allowed) {
+  MOTLEY_ASSIGN_OR_RETURN(JsonField f, parent.get("kind"));
+  MOTLEY_ASSIGN_OR_RETURN(std::string s, f.as_string());
+  std::optional<LinkKind> kind = parse_link_kind(s);
+  if (kind && std::find(allowed.begin(), allowed.end(), *kind) != allowed.end()) return *kind;
+  return f.error("expected " + kind_names(allowed) + ", got '" + s + "'");
+}
+
+Result<BytesPerSecond> get_bandwidth_or(const JsonField& f, BytesPerSecond fallback) {
+  if (!f.has("bandwidth_GBps")) return fallback;
+  MOTLEY_ASSIGN_OR_RETURN(double v, f.get_positive_double("bandwidth_GBps"));
+  return gigabytes_per_second(v);
+}
+
+Result<Seconds> get_latency_or(const JsonField& f, Seconds fallback) {
+  if (!f.has("latency_us")) return fallback;
+  MOTLEY_ASSIGN_OR_RETURN(double v, f.get_nonnegative_double("latency_us"));
+  return microseconds(v);
+}
+
+// A JsonField over an empty object, for optional sections that are absent.
+const Json& empty_object() {
+  static const Json empty = Json::object();
+  return empty;
+}
+
+JsonField section_or_empty(const JsonField& parent, std::string_view key) {
+  std::optional<JsonField> f = parent.find(key);
+  if (f) return *f;
+  return JsonField(
+      empty_object(), parent.source(),
+      parent.path().empty() ? std::string(key) : parent.path() + "." + std::string(key));
+}
+
+Result<LinkSpec> parse_network(const JsonField& root) {
+  LinkSpec net;
+  std::optional<JsonField> f = root.find("network");
+  if (!f) {
+    net.kind = LinkKind::kInfiniband;
+    net.bandwidth = default_network_bandwidth(net.kind);
+    net.latency = default_link_latency(net.kind);
+    return net;
+  }
+  MOTLEY_RETURN_IF_ERROR(f->check_keys({"kind", "bandwidth_GBps", "latency_us"}));
+  // Without a kind the fabric is InfiniBand, as when the whole `network` entry is absent.
+  net.kind = LinkKind::kInfiniband;
+  if (f->has("kind")) {
+    MOTLEY_ASSIGN_OR_RETURN(net.kind, get_kind(*f, kNetworkKinds));
+  }
+  MOTLEY_ASSIGN_OR_RETURN(net.bandwidth, get_bandwidth_or(*f, default_network_bandwidth(net.kind)));
+  MOTLEY_ASSIGN_OR_RETURN(net.latency, get_latency_or(*f, default_link_latency(net.kind)));
+  return net;
+}
+
+struct ParsedDevices {
+  std::vector<NodeDevices> groups;
+  std::vector<const DeviceType*> types;  // one per group
+};
+
+Result<ParsedDevices> parse_devices(const JsonField& node) {
+  MOTLEY_ASSIGN_OR_RETURN(JsonField f, node.get("devices"));
+  std::vector<JsonField> entries;
+  if (f.is_object()) {
+    entries.push_back(f);
+  } else if (f.is_array()) {
+    MOTLEY_ASSIGN_OR_RETURN(entries, f.items());
+    if (entries.empty()) return f.error("expected at least one {type, count} entry");
+  } else {
+    return f.error("expected {type, count} or a list of them, got " +
+                   describe_json_value(f.json()));
+  }
+  ParsedDevices out;
+  for (const JsonField& e : entries) {
+    MOTLEY_RETURN_IF_ERROR(e.check_keys({"type", "count"}));
+    MOTLEY_ASSIGN_OR_RETURN(JsonField type_field, e.get("type"));
+    // YAML reads `type: 4090` as a number; it still names a device.
+    std::string type_name;
+    if (type_field.json().is_number_integer()) {
+      type_name = type_field.json().dump();
+    } else {
+      MOTLEY_ASSIGN_OR_RETURN(type_name, type_field.as_string());
+    }
+    auto type = find_device_type(type_name);
+    if (!type.is_ok()) return type_field.error(type.status().message());
+    for (const DeviceType* seen : out.types) {
+      if (seen == type.value()) {
+        return type_field.error("device type " + seen->name +
+                                " is listed twice in this node; give one entry with the total "
+                                "count");
+      }
+    }
+    MOTLEY_ASSIGN_OR_RETURN(int64_t count, e.get_positive_int("count"));
+    out.groups.push_back(NodeDevices{type.value()->name, count});
+    out.types.push_back(type.value());
+  }
+  return out;
+}
+
+Vendor vendor_of_kind(LinkKind kind) {
+  switch (kind) {
+    case LinkKind::kXgmi:
+      return Vendor::kAmd;
+    case LinkKind::kGaudiRoce:
+      return Vendor::kIntel;
+    default:
+      return Vendor::kNvidia;
+  }
+}
+
+LinkKind own_link(Vendor vendor) {
+  switch (vendor) {
+    case Vendor::kAmd:
+      return LinkKind::kXgmi;
+    case Vendor::kIntel:
+      return LinkKind::kGaudiRoce;
+    case Vendor::kNvidia:
+      return LinkKind::kNvlink;
+  }
+  return LinkKind::kNvlink;
+}
+
+Result<LinkSpec> parse_interconnect(const JsonField& node, const ParsedDevices& devices,
+                                    const LinkSpec& pcie) {
+  const JsonField f = section_or_empty(node, "interconnect");
+  MOTLEY_RETURN_IF_ERROR(f.check_keys({"kind", "bandwidth_GBps", "latency_us"}));
+  bool one_vendor = true;
+  for (const DeviceType* t : devices.types) one_vendor &= t->vendor == devices.types[0]->vendor;
+
+  LinkSpec ic;
+  if (f.has("kind")) {
+    MOTLEY_ASSIGN_OR_RETURN(ic.kind, get_kind(f, kIntraNodeKinds));
+  } else {
+    // Different models never share NVLink or xGMI: they meet over PCIe.
+    ic.kind = devices.types.size() == 1 ? devices.types[0]->intra_node_link : LinkKind::kPcie;
+  }
+  if (ic.kind != LinkKind::kPcie) {
+    const std::string kind = link_kind_name(ic.kind);
+    if (!one_vendor) {
+      return f.child_error("kind", "this node mixes " +
+                                       std::string(vendor_name(devices.types[0]->vendor)) +
+                                       " and other vendors' devices, which meet through host "
+                                       "memory; expected pcie, got " +
+                                       kind);
+    }
+    const Vendor vendor = devices.types[0]->vendor;
+    if (vendor_of_kind(ic.kind) != vendor) {
+      return f.child_error("kind", kind + " connects " + vendor_name(vendor_of_kind(ic.kind)) +
+                                       " devices only, but this node has " +
+                                       devices.types[0]->name + " (" + vendor_name(vendor) +
+                                       "); expected pcie or " + link_kind_name(own_link(vendor)) +
+                                       ", got " + kind);
+    }
+  }
+  if (ic.kind == LinkKind::kPcie) {
+    for (std::string_view key : {"bandwidth_GBps", "latency_us"}) {
+      if (f.has(key)) {
+        return f.child_error(key,
+                             "with kind pcie, devices talk over the node's PCIe links; set "
+                             "bandwidth_GBps and latency_us under 'pcie' instead");
+      }
+    }
+    ic.bandwidth = pcie.bandwidth;
+    ic.latency = pcie.latency;
+    return ic;
+  }
+  if (f.has("bandwidth_GBps")) {
+    MOTLEY_ASSIGN_OR_RETURN(ic.bandwidth, get_bandwidth_or(f, BytesPerSecond(0.0)));
+  } else {
+    double bandwidth = std::numeric_limits<double>::infinity();
+    for (const DeviceType* t : devices.types) {
+      if (t->intra_node_link != ic.kind) {
+        return f.child_error("bandwidth_GBps", "is missing, and the catalog gives " + t->name +
+                                                   " no " + link_kind_name(ic.kind) +
+                                                   " rate; set it");
+      }
+      bandwidth = std::min(bandwidth, t->intra_node_bandwidth.value());
+    }
+    ic.bandwidth = BytesPerSecond(bandwidth);
+  }
+  MOTLEY_ASSIGN_OR_RETURN(ic.latency, get_latency_or(f, default_link_latency(ic.kind)));
+  return ic;
+}
+
+Result<std::vector<NodeSpec>> parse_node(const JsonField& f, const LinkSpec& network) {
+  MOTLEY_RETURN_IF_ERROR(
+      f.check_keys({"name", "count", "devices", "interconnect", "pcie", "devices_per_pcie_switch",
+                    "nic", "price_per_hour", "spot"}));
+  NodeSpec node;
+  MOTLEY_ASSIGN_OR_RETURN(node.name, f.get_string("name"));
+  if (node.name.empty()) return f.child_error("name", "expected a non-empty name");
+  MOTLEY_ASSIGN_OR_RETURN(int64_t count, f.get_positive_int_or("count", 1));
+  MOTLEY_ASSIGN_OR_RETURN(ParsedDevices devices, parse_devices(f));
+  node.devices = devices.groups;
+
+  const JsonField pcie = section_or_empty(f, "pcie");
+  MOTLEY_RETURN_IF_ERROR(pcie.check_keys({"bandwidth_GBps", "latency_us"}));
+  node.pcie.kind = LinkKind::kPcie;
+  double pcie_default = std::numeric_limits<double>::infinity();
+  for (const DeviceType* t : devices.types) {
+    pcie_default = std::min(pcie_default, t->pcie_bandwidth.value());
+  }
+  MOTLEY_ASSIGN_OR_RETURN(node.pcie.bandwidth,
+                          get_bandwidth_or(pcie, BytesPerSecond(pcie_default)));
+  MOTLEY_ASSIGN_OR_RETURN(node.pcie.latency,
+                          get_latency_or(pcie, default_link_latency(LinkKind::kPcie)));
+
+  MOTLEY_ASSIGN_OR_RETURN(node.interconnect, parse_interconnect(f, devices, node.pcie));
+  MOTLEY_ASSIGN_OR_RETURN(node.devices_per_pcie_switch,
+                          f.get_nonnegative_int_or("devices_per_pcie_switch", 0));
+
+  const JsonField nic = section_or_empty(f, "nic");
+  MOTLEY_RETURN_IF_ERROR(nic.check_keys({"bandwidth_GBps", "latency_us", "count"}));
+  node.nic.kind = network.kind;
+  MOTLEY_ASSIGN_OR_RETURN(node.nic.bandwidth, get_bandwidth_or(nic, network.bandwidth));
+  MOTLEY_ASSIGN_OR_RETURN(node.nic.latency, get_latency_or(nic, default_nic_latency(network.kind)));
+  MOTLEY_ASSIGN_OR_RETURN(node.nic_count, nic.get_positive_int_or("count", 1));
+
+  MOTLEY_ASSIGN_OR_RETURN(node.spot, f.get_bool_or("spot", false));
+  double price = 0.0;
+  for (size_t i = 0; i < devices.types.size(); ++i) {
+    const DeviceType& t = *devices.types[i];
+    price += static_cast<double>(devices.groups[i].count) *
+             (node.spot ? t.price_spot_per_hour : t.price_on_demand_per_hour);
+  }
+  MOTLEY_ASSIGN_OR_RETURN(node.price_per_hour,
+                          f.get_nonnegative_double_or("price_per_hour", price));
+
+  std::vector<NodeSpec> out;
+  if (count == 1) {
+    out.push_back(node);
+    return out;
+  }
+  for (int64_t k = 0; k < count; ++k) {
+    NodeSpec copy = node;
+    copy.name = node.name + "-" + std::to_string(k);
+    out.push_back(std::move(copy));
+  }
+  return out;
+}
+
+// The shortest decimal that reads back as exactly `v`.
+std::string number(double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  MOTLEY_CHECK(ec == std::errc(), "to_chars failed");
+  return std::string(buf, end);
+}
+
+// The shortest decimal c that the loader's conversion `to_si` turns back into exactly x, so
+// that 1e-05 s is written as 10 us and reads back bit for bit. `guess` is x in file units.
+template <class ToSi>
+std::string in_file_units(double x, double guess, ToSi to_si) {
+  char buf[64];
+  for (int digits = 1; digits <= 17; ++digits) {
+    auto [end, ec] =
+        std::to_chars(buf, buf + sizeof(buf), guess, std::chars_format::general, digits);
+    MOTLEY_CHECK(ec == std::errc(), "to_chars failed");
+    double c = 0.0;
+    std::from_chars(buf, end, c);
+    if (to_si(c) == x) return number(c);
+  }
+  // The guess can be off by a unit in the last place; look at its neighbours.
+  double lo = guess;
+  double hi = guess;
+  for (int i = 0; i < 16; ++i) {
+    lo = std::nextafter(lo, -std::numeric_limits<double>::infinity());
+    if (to_si(lo) == x) return number(lo);
+    hi = std::nextafter(hi, std::numeric_limits<double>::infinity());
+    if (to_si(hi) == x) return number(hi);
+  }
+  return number(guess);
+}
+
+std::string gbps(BytesPerSecond b) {
+  return in_file_units(b.value(), b.value() / kGiga,
+                       [](double c) { return gigabytes_per_second(c).value(); });
+}
+
+std::string us(Seconds s) {
+  return in_file_units(s.value(), s.value() * 1e6,
+                       [](double c) { return microseconds(c).value(); });
+}
+
+std::string quoted(const std::string& s) { return Json(s).dump(); }
+
+}  // namespace
+
+Result<ClusterSpec> cluster_from_json(const Json& doc, const std::string& source) {
+  JsonField root(doc, source);
+  if (!root.is_object()) {
+    return root.error("expected a mapping with 'name', 'nodes' and 'network', got " +
+                      describe_json_value(doc));
+  }
+  MOTLEY_RETURN_IF_ERROR(root.check_keys({"name", "nodes", "network"}));
+  ClusterSpec cluster;
+  std::string stem = std::filesystem::path(source).stem().string();
+  MOTLEY_ASSIGN_OR_RETURN(cluster.name,
+                          root.get_string_or("name", stem.empty() ? "cluster" : stem));
+  if (cluster.name.empty()) return root.child_error("name", "expected a non-empty name");
+  MOTLEY_ASSIGN_OR_RETURN(cluster.network, parse_network(root));
+
+  MOTLEY_ASSIGN_OR_RETURN(JsonField nodes_field, root.get("nodes"));
+  MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> nodes, nodes_field.items());
+  if (nodes.empty()) return nodes_field.error("expected at least one node");
+  std::map<std::string, std::string> seen;  // node name -> the entry that made it
+  for (const JsonField& n : nodes) {
+    MOTLEY_ASSIGN_OR_RETURN(std::vector<NodeSpec> expanded, parse_node(n, cluster.network));
+    for (NodeSpec& node : expanded) {
+      auto [it, inserted] = seen.emplace(node.name, n.path());
+      if (!inserted) {
+        return n.child_error("name", "duplicate node name '" + node.name + "' (also made by " +
+                                         it->second +
+                                         "); names must be unique after 'count' expansion");
+      }
+      cluster.nodes.push_back(std::move(node));
+    }
+  }
+  if (!root.has("network") && cluster.nodes.size() > 1) {
+    return root.child_error("network",
+                            "is missing, and a cluster of " + std::to_string(cluster.nodes.size()) +
+                                " nodes needs the fabric between them, e.g. network: {kind: "
+                                "infiniband, bandwidth_GBps: 50, latency_us: 2}");
+  }
+  return cluster;
+}
+
+Result<ClusterSpec> load_cluster_yaml(const std::string& path) {
+  MOTLEY_ASSIGN_OR_RETURN(Json doc, read_yaml_file(path));
+  return cluster_from_json(doc, path);
+}
+
+std::string cluster_to_yaml(const ClusterSpec& cluster) {
+  std::ostringstream out;
+  out << "# motley cluster (docs/cluster-format.md)\n";
+  out << "name: " << quoted(cluster.name) << "\n";
+  out << "network: {kind: " << link_kind_name(cluster.network.kind)
+      << ", bandwidth_GBps: " << gbps(cluster.network.bandwidth)
+      << ", latency_us: " << us(cluster.network.latency) << "}\n";
+  out << "nodes:\n";
+  for (const NodeSpec& node : cluster.nodes) {
+    out << "  - name: " << quoted(node.name) << "\n";
+    auto group = [](const NodeDevices& g) {
+      return "{type: " + quoted(g.type) + ", count: " + std::to_string(g.count) + "}";
+    };
+    if (node.devices.size() == 1) {
+      out << "    devices: " << group(node.devices[0]) << "\n";
+    } else {
+      out << "    devices:\n";
+      for (const NodeDevices& g : node.devices) out << "      - " << group(g) << "\n";
+    }
+    out << "    interconnect: {kind: " << link_kind_name(node.interconnect.kind);
+    if (node.interconnect.kind != LinkKind::kPcie) {
+      out << ", bandwidth_GBps: " << gbps(node.interconnect.bandwidth)
+          << ", latency_us: " << us(node.interconnect.latency);
+    }
+    out << "}\n";
+    out << "    pcie: {bandwidth_GBps: " << gbps(node.pcie.bandwidth)
+        << ", latency_us: " << us(node.pcie.latency) << "}\n";
+    out << "    devices_per_pcie_switch: " << node.devices_per_pcie_switch << "\n";
+    out << "    nic: {bandwidth_GBps: " << gbps(node.nic.bandwidth)
+        << ", latency_us: " << us(node.nic.latency) << ", count: " << node.nic_count << "}\n";
+    out << "    price_per_hour: " << number(node.price_per_hour) << "\n";
+    out << "    spot: " << (node.spot ? "true" : "false") << "\n";
+  }
+  return out.str();
+}
+
+bool operator==(const LinkSpec& a, const LinkSpec& b) {
+  return a.kind == b.kind && a.bandwidth == b.bandwidth && a.latency == b.latency;
+}
+
+bool operator==(const NodeDevices& a, const NodeDevices& b) {
+  return a.type == b.type && a.count == b.count;
+}
+
+bool operator==(const NodeSpec& a, const NodeSpec& b) {
+  return a.name == b.name && a.devices == b.devices && a.interconnect == b.interconnect &&
+         a.pcie == b.pcie && a.devices_per_pcie_switch == b.devices_per_pcie_switch &&
+         a.nic == b.nic && a.nic_count == b.nic_count && a.price_per_hour == b.price_per_hour &&
+         a.spot == b.spot;
+}
+
+bool operator==(const ClusterSpec& a, const ClusterSpec& b) {
+  return a.name == b.name && a.nodes == b.nodes && a.network == b.network;
+}
+
+}  // namespace motley

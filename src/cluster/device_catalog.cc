@@ -1,1 +1,194 @@
-// placeholder
+#include "motley/cluster/device_catalog.h"
+
+#include <algorithm>
+#include <cctype>
+#include <string>
+
+#include "motley/core/json.h"
+
+namespace motley {
+namespace {
+
+// PCIe host-link rates as achieved by large pinned copies, not the signalling rate
+// (docs/devices.md).
+constexpr double kPcieGen3GBps = 12.0;
+constexpr double kPcieGen4GBps = 24.0;
+constexpr double kPcieGen5GBps = 49.0;
+
+// Spot capacity is priced at half the on-demand rate: the middle of the 30-70% discount
+// range clouds commonly give.
+constexpr double kSpotFraction = 0.5;
+
+struct Row {
+  const char* name;
+  std::vector<std::string> aliases;
+  Vendor vendor;
+  double bf16_tflops;
+  double fp16_tflops;
+  double fp32_tflops;
+  double memory_gib;
+  double memory_tbps;
+  LinkKind link;
+  double link_gbps;
+  double pcie_gbps;
+  double matmul_efficiency;
+  double on_demand_usd;
+};
+
+DeviceType make(const Row& r) {
+  DeviceType d;
+  d.name = r.name;
+  d.aliases = r.aliases;
+  d.vendor = r.vendor;
+  d.peak_bf16 = teraflops(r.bf16_tflops);
+  d.peak_fp16 = teraflops(r.fp16_tflops);
+  d.peak_fp32 = teraflops(r.fp32_tflops);
+  d.memory = Bytes(r.memory_gib * kGiB);
+  d.memory_bandwidth = BytesPerSecond(r.memory_tbps * kTera);
+  d.intra_node_link = r.link;
+  d.intra_node_bandwidth = gigabytes_per_second(r.link_gbps);
+  d.pcie_bandwidth = gigabytes_per_second(r.pcie_gbps);
+  d.matmul_efficiency = r.matmul_efficiency;
+  d.price_on_demand_per_hour = r.on_demand_usd;
+  d.price_spot_per_hour = r.on_demand_usd * kSpotFraction;
+  return d;
+}
+
+// Every number here is listed with its source in docs/devices.md; keep the two in step.
+std::vector<DeviceType> build_catalog() {
+  // Columns: name, aliases, vendor, dense BF16 / FP16 / FP32 TFLOP/s, memory GiB, memory TB/s,
+  // intra-node link, its GB/s per direction, achieved PCIe GB/s, best matmul efficiency,
+  // on-demand USD per device-hour.
+  // clang-format off
+  const std::vector<Row> rows = {
+      {"H100-SXM", {"H100", "H100-80GB", "H100-SXM5", "H100-SXM5-80GB"}, Vendor::kNvidia,
+       989.4, 989.4, 66.9, 80, 3.35, LinkKind::kNvlink, 450, kPcieGen5GBps, 0.80, 3.00},
+      {"H200", {"H200-SXM", "H200-141GB"}, Vendor::kNvidia,
+       989.4, 989.4, 66.9, 141, 4.8, LinkKind::kNvlink, 450, kPcieGen5GBps, 0.80, 3.80},
+      {"A100-80GB", {"A100", "A100-SXM4-80GB", "A100-SXM-80GB"}, Vendor::kNvidia,
+       312, 312, 19.5, 80, 2.039, LinkKind::kNvlink, 300, kPcieGen4GBps, 0.87, 1.80},
+      {"A100-40GB", {"A100-SXM4-40GB", "A100-SXM-40GB"}, Vendor::kNvidia,
+       312, 312, 19.5, 40, 1.555, LinkKind::kNvlink, 300, kPcieGen4GBps, 0.87, 1.30},
+      // No BF16 tensor cores: BF16 runs at the FP32 rate.
+      {"V100-32GB", {"V100", "V100-SXM2-32GB"}, Vendor::kNvidia,
+       15.7, 125, 15.7, 32, 0.9, LinkKind::kNvlink, 150, kPcieGen3GBps, 0.75, 0.90},
+      {"L40S", {"L40S-48GB"}, Vendor::kNvidia,
+       362.05, 362.05, 91.6, 48, 0.864, LinkKind::kPcie, kPcieGen4GBps, kPcieGen4GBps, 0.70, 1.10},
+      {"RTX-4090", {"4090", "RTX4090", "GeForce-RTX-4090"}, Vendor::kNvidia,
+       165.2, 165.2, 82.6, 24, 1.008, LinkKind::kPcie, kPcieGen4GBps, kPcieGen4GBps, 0.75, 0.40},
+      {"A10", {"A10-24GB"}, Vendor::kNvidia,
+       125, 125, 31.2, 24, 0.6, LinkKind::kPcie, kPcieGen4GBps, kPcieGen4GBps, 0.70, 0.75},
+      // No BF16 tensor cores: BF16 runs at the FP32 rate.
+      {"T4", {"T4-16GB", "Tesla-T4"}, Vendor::kNvidia,
+       8.1, 65, 8.1, 16, 0.32, LinkKind::kPcie, kPcieGen3GBps, kPcieGen3GBps, 0.60, 0.35},
+      {"MI300X", {"Instinct-MI300X"}, Vendor::kAmd,
+       1307.4, 1307.4, 163.4, 192, 5.3, LinkKind::kXgmi, 64, kPcieGen5GBps, 0.51, 2.50},
+      // One package of two GCDs, as the datasheet counts it.
+      {"MI250X", {"Instinct-MI250X"}, Vendor::kAmd,
+       383, 383, 47.9, 128, 3.2768, LinkKind::kXgmi, 50, kPcieGen4GBps, 0.77, 1.60},
+      {"MI210", {"Instinct-MI210"}, Vendor::kAmd,
+       181, 181, 22.6, 64, 1.6384, LinkKind::kPcie, kPcieGen4GBps, kPcieGen4GBps, 0.75, 1.00},
+      {"Gaudi2", {"Gaudi-2", "HL-225"}, Vendor::kIntel,
+       432, 432, 54, 96, 2.46, LinkKind::kGaudiRoce, 262.5, kPcieGen4GBps, 0.99, 1.30},
+      {"Gaudi3", {"Gaudi-3", "HL-325L"}, Vendor::kIntel,
+       1835, 459, 229, 128, 3.67, LinkKind::kGaudiRoce, 525, kPcieGen5GBps, 0.70, 2.20},
+  };
+  // clang-format on
+  std::vector<DeviceType> out;
+  out.reserve(rows.size());
+  for (const Row& r : rows) out.push_back(make(r));
+  return out;
+}
+
+// Lower case, with spaces and underscores read as '-', so "H100 SXM" and "h100_sxm" match.
+std::string normalize(std::string_view name) {
+  std::string s(name);
+  for (char& c : s) {
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (c == ' ' || c == '_') c = '-';
+  }
+  return s;
+}
+
+}  // namespace
+
+const char* vendor_name(Vendor vendor) {
+  switch (vendor) {
+    case Vendor::kNvidia:
+      return "NVIDIA";
+    case Vendor::kAmd:
+      return "AMD";
+    case Vendor::kIntel:
+      return "Intel";
+  }
+  return "?";
+}
+
+const char* link_kind_name(LinkKind kind) {
+  switch (kind) {
+    case LinkKind::kNvlink:
+      return "nvlink";
+    case LinkKind::kXgmi:
+      return "xgmi";
+    case LinkKind::kGaudiRoce:
+      return "gaudi-roce";
+    case LinkKind::kPcie:
+      return "pcie";
+    case LinkKind::kInfiniband:
+      return "infiniband";
+    case LinkKind::kEthernet:
+      return "ethernet";
+    case LinkKind::kHostStaged:
+      return "host-staged";
+    case LinkKind::kLocal:
+      return "local";
+  }
+  return "?";
+}
+
+std::optional<LinkKind> parse_link_kind(std::string_view name) {
+  const std::string s = normalize(name);
+  for (LinkKind k :
+       {LinkKind::kNvlink, LinkKind::kXgmi, LinkKind::kGaudiRoce, LinkKind::kPcie,
+        LinkKind::kInfiniband, LinkKind::kEthernet, LinkKind::kHostStaged, LinkKind::kLocal}) {
+    if (s == link_kind_name(k)) return k;
+  }
+  return std::nullopt;
+}
+
+FlopsPerSecond DeviceType::peak(DType dtype) const {
+  switch (dtype) {
+    case DType::kBFloat16:
+      return peak_bf16;
+    case DType::kFloat16:
+      return peak_fp16;
+    case DType::kFloat32:
+      return peak_fp32;
+  }
+  return peak_fp32;
+}
+
+const std::vector<DeviceType>& device_catalog() {
+  static const std::vector<DeviceType> catalog = build_catalog();
+  return catalog;
+}
+
+std::vector<std::string> device_type_names() {
+  std::vector<std::string> names;
+  for (const DeviceType& d : device_catalog()) names.push_back(d.name);
+  return names;
+}
+
+Result<const DeviceType*> find_device_type(std::string_view name) {
+  const std::string key = normalize(name);
+  for (const DeviceType& d : device_catalog()) {
+    if (normalize(d.name) == key) return &d;
+    for (const std::string& alias : d.aliases) {
+      if (normalize(alias) == key) return &d;
+    }
+  }
+  return not_found("unknown device type '" + std::string(name) +
+                   "'; known device types: " + join_alternatives(device_type_names()));
+}
+
+}  // namespace motley

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <cerrno>
 #include <cmath>
@@ -11,8 +12,6 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
-
-#include <yaml-cpp/yaml.h>
 
 namespace motley {
 namespace {
@@ -63,7 +62,8 @@ void restore_special_numbers(Json& j) {
     double v = j.get<double>();
     double a = std::fabs(v);
     if (a == std::stod(std::string(kInfPlaceholder))) {
-      j = v > 0 ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
+      j = v > 0 ? std::numeric_limits<double>::infinity()
+                : -std::numeric_limits<double>::infinity();
     } else if (a == std::stod(std::string(kNanPlaceholder))) {
       j = std::numeric_limits<double>::quiet_NaN();
     }
@@ -414,7 +414,8 @@ Status JsonField::check_keys(const std::vector<std::string_view>& allowed) const
     for (auto a : allowed) known = known || a == it.key();
     if (!known) {
       std::vector<std::string> names(allowed.begin(), allowed.end());
-      return child_error(it.key(), "unknown field; allowed fields here: " + join_alternatives(names));
+      return child_error(it.key(),
+                         "unknown field; allowed fields here: " + join_alternatives(names));
     }
   }
   return Status::ok();

@@ -1,1 +1,503 @@
-// placeholder
+#include "motley/model/layer_cost.h"
+
+#include <algorithm>
+#include <optional>
+#include <string>
+
+#include "motley/core/check.h"
+
+// Every formula below is written out, with its source, in docs/cost-model.md. All counts are
+// doubles: they stay far below 2^53 for real models, so integer shapes give exact results.
+
+namespace motley {
+namespace {
+
+// One layer's costs as they accumulate, sub-layer by sub-layer.
+class CostBuilder {
+ public:
+  CostBuilder(double dtype_bytes, bool dropout) : d_(dtype_bytes), dropout_(dropout) {}
+
+  double d() const { return d_; }
+  bool dropout() const { return dropout_; }
+
+  // A matmul with weights: `rows` x `in` times `in` x `out`. Forward, input gradient and weight
+  // gradient each cost 2*rows*in*out and each move the input, the weight and the output once.
+  // `weight_copies` distinct weight matrices are touched (MoE experts); `input_grad` is false
+  // for the first layer of a model, whose input needs no gradient.
+  void linear(double rows, double in, double out, double weight_copies = 1.0,
+              bool input_grad = true) {
+    const double flops = 2.0 * rows * in * out;
+    const double bytes = d_ * (rows * in + weight_copies * in * out + rows * out);
+    forward_ += flops;
+    forward_memory_ += bytes;
+    if (input_grad) {
+      backward_input_ += flops;
+      backward_input_memory_ += bytes;
+    }
+    backward_weight_ += flops;
+    backward_weight_memory_ += bytes;
+  }
+
+  // Work without weights (attention core, SSM scan): its whole backward is input gradient.
+  void weightless(double forward_flops, double backward_factor) {
+    forward_ += forward_flops;
+    backward_input_ += backward_factor * forward_flops;
+  }
+
+  // A memory-bound operation reading `in` bytes and writing `out` bytes in the forward pass;
+  // its backward reads the output gradient and the saved input and writes the input gradient.
+  void elementwise(double in, double out) {
+    forward_memory_ += in + out;
+    backward_input_memory_ += out + 2.0 * in;
+  }
+
+  // Traffic of a fused attention kernel: forward reads q, k, v and writes o; backward reads
+  // q, k, v, o and do and writes dq, dk, dv.
+  void fused_attention_traffic(double q, double k, double v, double o) {
+    forward_memory_ += q + k + v + o;
+    backward_input_memory_ += 2.0 * (q + k + v) + 2.0 * o;
+  }
+
+  void backward_weight_traffic(double bytes) { backward_weight_memory_ += bytes; }
+  void forward_traffic(double bytes) { forward_memory_ += bytes; }
+
+  // Activations kept for backward: `kept` survives selective recompute, `scores` (the s^2
+  // terms of the attention core) does not.
+  void keep(double bytes) { kept_ += bytes; }
+  void keep_scores(double bytes) { scores_ += bytes; }
+
+  // `count` hidden-size norms on `rows` tokens: each keeps its input and is memory-bound.
+  void norms(int64_t count, double rows, double hidden) {
+    for (int64_t i = 0; i < count; ++i) {
+      keep(d_ * rows * hidden);
+      elementwise(d_ * rows * hidden, d_ * rows * hidden);
+    }
+  }
+
+  // The 1-byte mask of a dropout on a sub-layer's output, when dropout is on.
+  void output_dropout(double rows, double hidden) {
+    if (dropout_) keep(rows * hidden);
+  }
+
+  LayerCost finish(double full_recompute_bytes, double output_bytes, int tp_allreduces) const {
+    LayerCost cost;
+    cost.forward = Flops(forward_);
+    cost.backward_input = Flops(backward_input_);
+    cost.backward_weight = Flops(backward_weight_);
+    cost.forward_memory = Bytes(forward_memory_);
+    cost.backward_input_memory = Bytes(backward_input_memory_);
+    cost.backward_weight_memory = Bytes(backward_weight_memory_);
+    cost.activation_bytes[static_cast<int>(RecomputePolicy::kNone)] = Bytes(kept_ + scores_);
+    cost.activation_bytes[static_cast<int>(RecomputePolicy::kSelective)] = Bytes(kept_);
+    cost.activation_bytes[static_cast<int>(RecomputePolicy::kFull)] = Bytes(full_recompute_bytes);
+    cost.output_bytes = Bytes(output_bytes);
+    cost.tp_allreduces = tp_allreduces;
+    return cost;
+  }
+
+ private:
+  double d_;
+  bool dropout_;
+  double forward_ = 0.0;
+  double backward_input_ = 0.0;
+  double backward_weight_ = 0.0;
+  double forward_memory_ = 0.0;
+  double backward_input_memory_ = 0.0;
+  double backward_weight_memory_ = 0.0;
+  double kept_ = 0.0;
+  double scores_ = 0.0;
+};
+
+// Query-key pairs one head scores for one sample of n tokens.
+double attended_pairs(double n, bool causal, double window) {
+  if (!causal) return n * (window > 0.0 ? std::min(n, window) : n);
+  if (window <= 0.0 || window >= n) return n * (n + 1.0) / 2.0;
+  // Queries 0..w-1 see i+1 keys, the remaining n-w queries see w keys each.
+  return window * (window + 1.0) / 2.0 + (n - window) * window;
+}
+
+// Attention core shared by standard and latent attention: QK^T and AV over `heads` query heads,
+// and the stored score tensors of an eager implementation (full n x n per head even when a mask
+// hides part of it).
+void attention_core(CostBuilder& c, const AttentionShape& a, double batch, double n, double heads,
+                    double qk_dim, double v_dim) {
+  const double pairs =
+      attended_pairs(n, a.causal, static_cast<double>(std::max<int64_t>(a.sliding_window, 0)));
+  c.weightless(2.0 * batch * heads * (qk_dim + v_dim) * pairs, 2.0);
+  const double scores = batch * heads * n * n;
+  c.keep_scores(c.d() * scores);                           // softmax output
+  if (c.dropout()) c.keep_scores((1.0 + c.d()) * scores);  // dropout mask and dropout output
+}
+
+double value_head_dim(const AttentionShape& a) {
+  return static_cast<double>(a.v_head_dim > 0 ? a.v_head_dim : a.head_dim);
+}
+
+void standard_attention(CostBuilder& c, const AttentionShape& a, double batch, double n) {
+  const double rows = batch * n;
+  const double h = static_cast<double>(a.hidden);
+  const double heads = static_cast<double>(a.num_heads);
+  const double kv = static_cast<double>(a.num_kv_heads > 0 ? a.num_kv_heads : a.num_heads);
+  const double hd = static_cast<double>(a.head_dim);
+  const double vd = value_head_dim(a);
+  const double d = c.d();
+
+  c.linear(rows, h, heads * hd);  // Q
+  c.linear(rows, h, kv * hd);     // K
+  c.linear(rows, h, kv * vd);     // V
+  c.keep(d * rows * h);           // the projections' shared input
+  if (a.qk_norm) {
+    c.keep(d * rows * (heads + kv) * hd);
+    c.elementwise(d * rows * (heads + kv) * hd, d * rows * (heads + kv) * hd);
+  }
+  c.keep(d * rows * (heads * hd + kv * hd));  // Q and K for QK^T
+  c.keep(d * rows * kv * vd);                 // V for AV
+  attention_core(c, a, batch, n, heads, hd, vd);
+  c.fused_attention_traffic(d * rows * heads * hd, d * rows * kv * hd, d * rows * kv * vd,
+                            d * rows * heads * vd);
+  c.linear(rows, heads * vd, h);  // output projection
+  c.keep(d * rows * heads * vd);
+  c.output_dropout(rows, h);
+}
+
+void latent_attention(CostBuilder& c, const AttentionShape& a, double batch, double n) {
+  const double rows = batch * n;
+  const double h = static_cast<double>(a.hidden);
+  const double heads = static_cast<double>(a.num_heads);
+  const double nope = static_cast<double>(a.qk_nope_head_dim);
+  const double rope = static_cast<double>(a.qk_rope_head_dim);
+  const double qk = nope + rope > 0.0 ? nope + rope : static_cast<double>(a.head_dim);
+  const double vd = value_head_dim(a);
+  const double q_rank = static_cast<double>(a.q_lora_rank);
+  const double kv_rank = static_cast<double>(a.kv_lora_rank);
+  const double d = c.d();
+
+  c.keep(d * rows * h);  // input of the query and latent down-projections
+  if (q_rank > 0.0) {
+    c.linear(rows, h, q_rank);
+    c.keep(2.0 * d * rows * q_rank);  // latent norm input and up-projection input
+    c.elementwise(d * rows * q_rank, d * rows * q_rank);
+    c.linear(rows, q_rank, heads * qk);
+  } else {
+    c.linear(rows, h, heads * qk);
+  }
+  c.linear(rows, h, kv_rank + rope);
+  c.keep(d * rows * (kv_rank + rope) + d * rows * kv_rank);  // latent (+ rope key), normed latent
+  c.elementwise(d * rows * kv_rank, d * rows * kv_rank);
+  c.linear(rows, kv_rank, heads * (nope + vd));
+  c.keep(d * rows * heads * (2.0 * qk + vd));  // per-head Q, K and V
+  attention_core(c, a, batch, n, heads, qk, vd);
+  c.fused_attention_traffic(d * rows * heads * qk, d * rows * heads * qk, d * rows * heads * vd,
+                            d * rows * heads * vd);
+  c.linear(rows, heads * vd, h);
+  c.keep(d * rows * heads * vd);
+  c.output_dropout(rows, h);
+}
+
+void attention(CostBuilder& c, const AttentionShape& a, double batch, double n) {
+  if (a.mla) {
+    latent_attention(c, a, batch, n);
+  } else {
+    standard_attention(c, a, batch, n);
+  }
+}
+
+// Intermediate activations one token keeps inside a feed-forward network of size f, beyond its
+// input: activation input and output, or gate, up and their product.
+double ffn_intermediate_bytes(double d, bool gated, double f) {
+  return gated ? 3.0 * d * f : 2.0 * d * f;
+}
+
+// The projections and activation of one feed-forward network; `weight_copies` distinct
+// networks share the rows (routed experts). Keeps only the intermediates.
+void ffn_core(CostBuilder& c, double rows, double h, double f, bool gated,
+              double weight_copies = 1.0) {
+  const double d = c.d();
+  c.linear(rows, h, f, weight_copies);  // up (or gate)
+  if (gated) {
+    c.linear(rows, h, f, weight_copies);  // up beside the gate
+    c.elementwise(2.0 * d * rows * f, d * rows * f);
+  } else {
+    c.elementwise(d * rows * f, d * rows * f);
+  }
+  c.linear(rows, f, h, weight_copies);  // down
+  c.keep(rows * ffn_intermediate_bytes(d, gated, f));
+}
+
+void feed_forward(CostBuilder& c, const FeedForwardShape& f, double rows) {
+  const double h = static_cast<double>(f.hidden);
+  c.keep(c.d() * rows * h);
+  ffn_core(c, rows, h, static_cast<double>(f.ffn_size), is_gated(f.activation));
+  c.output_dropout(rows, h);
+}
+
+void mixture_of_experts(CostBuilder& c, const MoeShape& m, double rows) {
+  const double d = c.d();
+  const double h = static_cast<double>(m.hidden);
+  const double experts = static_cast<double>(m.num_experts);
+  const double k = static_cast<double>(m.top_k);
+  const bool gated = is_gated(m.activation);
+
+  c.keep(d * rows * h);  // router input and dispatch source
+  c.linear(rows, h, experts);
+  c.elementwise(d * rows * experts, 4.0 * rows * experts);
+  c.keep(4.0 * rows * experts);  // router probabilities, fp32
+
+  // A latent MoE moves every token to the experts' narrower width and back.
+  const double width = m.latent_size > 0 ? static_cast<double>(m.latent_size) : h;
+  if (m.latent_size > 0) {
+    c.linear(rows, h, width);
+    c.keep(d * rows * width);  // latent tokens, the dispatch source
+  }
+
+  // Routed experts: k copies of every token; each touched expert's weights are read once.
+  const double copies = k * rows;
+  const double touched = std::min(experts, copies);
+  c.elementwise(d * rows * width, d * copies * width);  // dispatch
+  c.keep(d * copies * width);                           // expert inputs
+  ffn_core(c, copies, width, static_cast<double>(m.expert_ffn_size), gated, touched);
+  c.keep(d * copies * width);  // expert outputs, for the routing-weight gradient
+  c.elementwise(d * copies * width, d * rows * width);  // weighted combine
+  if (m.latent_size > 0) {
+    c.linear(rows, width, h);
+    c.keep(d * rows * width);  // combined latent output
+  }
+
+  for (int64_t i = 0; i < m.num_shared_experts; ++i) {
+    ffn_core(c, rows, h, static_cast<double>(m.shared_ffn_size), gated);
+  }
+  if (m.num_shared_experts > 0 && m.shared_expert_gate) {
+    c.linear(rows, h, 1.0);
+    c.keep(d * rows * (1.0 + h));  // gate value and the gated expert output
+  }
+  c.output_dropout(rows, h);
+}
+
+void mamba2(CostBuilder& c, const MambaShape& m, double rows) {
+  const double d = c.d();
+  const double h = static_cast<double>(m.hidden);
+  const double inner = static_cast<double>(m.d_inner);
+  const double bc = 2.0 * static_cast<double>(m.n_groups) * static_cast<double>(m.d_state);
+  const double heads = static_cast<double>(m.n_heads);
+  const double conv = inner + bc;  // channels through the causal convolution: x, B, C
+
+  c.keep(d * rows * h);
+  c.linear(rows, h, 2.0 * inner + bc + heads);  // in_proj: z, x, B, C, dt
+  c.keep(d * rows * (2.0 * inner + bc + heads));
+  c.elementwise(d * rows * conv, d * rows * conv);  // conv1d + SiLU
+  c.keep(2.0 * d * rows * conv);                    // conv output before and after SiLU
+  c.weightless(7.0 * rows * inner * static_cast<double>(m.d_state), 2.0);
+  c.elementwise(d * rows * (conv + heads), d * rows * inner);  // the scan's traffic
+  c.keep(d * rows * inner);                                    // scan output y
+  c.elementwise(2.0 * d * rows * inner, d * rows * inner);     // y * silu(z), gated norm
+  if (m.gated_norm) c.keep(d * rows * inner);
+  c.linear(rows, inner, h);  // out_proj
+  c.keep(d * rows * inner);
+  c.output_dropout(rows, h);
+}
+
+void mamba1(CostBuilder& c, const MambaShape& m, double rows) {
+  const double d = c.d();
+  const double h = static_cast<double>(m.hidden);
+  const double inner = static_cast<double>(m.d_inner);
+  const double state = static_cast<double>(m.d_state);
+  const double rank = static_cast<double>(m.dt_rank);
+  const double xp = rank + 2.0 * state;  // x_proj output: dt (low rank), B, C
+
+  c.keep(d * rows * h);
+  c.linear(rows, h, 2.0 * inner);  // in_proj: x, z
+  c.keep(2.0 * d * rows * inner);
+  c.elementwise(d * rows * inner, d * rows * inner);  // conv1d + SiLU
+  c.keep(2.0 * d * rows * inner);                     // conv output before and after SiLU
+  c.linear(rows, inner, xp);                          // x_proj
+  c.keep(d * rows * xp);
+  if (m.inner_norms) {
+    c.elementwise(d * rows * xp, d * rows * xp);
+    c.keep(d * rows * xp);
+  }
+  c.linear(rows, rank, inner);  // dt_proj
+  c.keep(d * rows * inner);
+  c.weightless(7.0 * rows * inner * state, 2.0);
+  c.elementwise(d * rows * (2.0 * inner + 2.0 * state), d * rows * inner);  // the scan's traffic
+  c.keep(d * rows * inner);                                                 // scan output y
+  c.elementwise(2.0 * d * rows * inner, d * rows * inner);                  // y * silu(z)
+  c.linear(rows, inner, h);                                                 // out_proj
+  c.keep(d * rows * inner);
+  c.output_dropout(rows, h);
+}
+
+LayerCost measured_cost(const MeasuredLayer& m, double batch, double n) {
+  // Bytes scale with the tokens of a micro-batch when it differs from the measured one.
+  double scale = 1.0;
+  if (m.seq_len > 0 && m.micro_batch_size > 0) {
+    scale =
+        (batch * n) / (static_cast<double>(m.micro_batch_size) * static_cast<double>(m.seq_len));
+  }
+  LayerCost cost;
+  const Bytes kept = m.activation_bytes * scale;
+  cost.activation_bytes[static_cast<int>(RecomputePolicy::kNone)] = kept;
+  cost.activation_bytes[static_cast<int>(RecomputePolicy::kSelective)] = kept;
+  // The layer input, taken to be as large as the layer output (a residual stream).
+  cost.activation_bytes[static_cast<int>(RecomputePolicy::kFull)] =
+      std::min(kept, m.output_bytes * scale);
+  cost.output_bytes = m.output_bytes * scale;
+  return cost;
+}
+
+template <class T>
+const T& shape(const std::optional<T>& value, const Layer& layer, const char* what) {
+  MOTLEY_CHECK(value.has_value(), std::string("layer '") + layer.name + "' of kind " +
+                                      layer_kind_name(layer.kind) + " has no " + what + " shape");
+  return *value;
+}
+
+LayerCost formula_cost(const Layer& layer, const Workload& w) {
+  const double d = static_cast<double>(dtype_bytes(w.dtype));
+  const double batch = static_cast<double>(w.micro_batch_size);
+  const double n =
+      static_cast<double>(layer.tokens_per_sample > 0 ? layer.tokens_per_sample : w.seq_len);
+  const double rows = batch * n;
+  CostBuilder c(d, w.dropout);
+
+  switch (layer.kind) {
+    case LayerKind::kEmbedding: {
+      const EmbeddingShape& e = shape(layer.embedding, layer, "embedding");
+      const double h = static_cast<double>(e.hidden);
+      const double positions = static_cast<double>(e.learned_positions);
+      // A gather of token rows (and position rows), summed; no FLOPs and no input gradient.
+      c.forward_traffic(d * rows * h * (positions > 0.0 ? 3.0 : 2.0));
+      c.backward_weight_traffic(d * rows * h + d * (static_cast<double>(e.vocab) + positions) * h);
+      c.keep(8.0 * rows);  // token ids (int64) for the scatter-add of the weight gradient
+      c.output_dropout(rows, h);
+      c.norms(layer.num_norms, rows, h);
+      return c.finish(8.0 * rows, d * rows * h, 1);
+    }
+    case LayerKind::kAttention: {
+      const AttentionShape& a = shape(layer.attention, layer, "attention");
+      c.norms(layer.num_norms, rows, static_cast<double>(a.hidden));
+      attention(c, a, batch, n);
+      const double out = d * rows * static_cast<double>(a.hidden);
+      return c.finish(out, out, 1);
+    }
+    case LayerKind::kFeedForward: {
+      const FeedForwardShape& f = shape(layer.ffn, layer, "feed-forward");
+      c.norms(layer.num_norms, rows, static_cast<double>(f.hidden));
+      feed_forward(c, f, rows);
+      const double out = d * rows * static_cast<double>(f.hidden);
+      return c.finish(out, out, 1);
+    }
+    case LayerKind::kMoe: {
+      const MoeShape& m = shape(layer.moe, layer, "mixture-of-experts");
+      c.norms(layer.num_norms, rows, static_cast<double>(m.hidden));
+      mixture_of_experts(c, m, rows);
+      const double out = d * rows * static_cast<double>(m.hidden);
+      return c.finish(out, out, 1);
+    }
+    case LayerKind::kMamba: {
+      const MambaShape& m = shape(layer.mamba, layer, "mamba");
+      c.norms(layer.num_norms, rows, static_cast<double>(m.hidden));
+      if (m.version == 1) {
+        mamba1(c, m, rows);
+      } else {
+        mamba2(c, m, rows);
+      }
+      const double out = d * rows * static_cast<double>(m.hidden);
+      return c.finish(out, out, 1);
+    }
+    case LayerKind::kDecoderBlock:
+    case LayerKind::kVisionBlock: {
+      const AttentionShape& a = shape(layer.attention, layer, "attention");
+      c.norms(layer.num_norms, rows, static_cast<double>(a.hidden));
+      attention(c, a, batch, n);
+      if (layer.moe.has_value()) {
+        mixture_of_experts(c, *layer.moe, rows);
+      } else {
+        feed_forward(c, shape(layer.ffn, layer, "feed-forward"), rows);
+      }
+      const double out = d * rows * static_cast<double>(a.hidden);
+      return c.finish(out, out, 2);
+    }
+    case LayerKind::kPatchEmbedding: {
+      const PatchEmbeddingShape& p = shape(layer.patch_embedding, layer, "patch embedding");
+      const double h = static_cast<double>(p.hidden);
+      const double pixels = static_cast<double>(p.patch_size * p.patch_size * p.channels);
+      // The first layer: the image needs no gradient, the convolution's weights do.
+      c.linear(rows, pixels, h, 1.0, /*input_grad=*/false);
+      c.keep(d * rows * pixels);
+      c.norms(layer.num_norms, rows, h);
+      return c.finish(d * rows * pixels, d * rows * h, 0);
+    }
+    case LayerKind::kProjector: {
+      const ProjectorShape& p = shape(layer.projector, layer, "projector");
+      const double in = static_cast<double>(p.in_hidden);
+      const double out = static_cast<double>(p.out_hidden);
+      const double f = static_cast<double>(p.ffn_size);
+      c.norms(layer.num_norms, rows, in);
+      c.keep(d * rows * in);
+      if (f > 0.0) {
+        c.linear(rows, in, f);
+        c.elementwise(d * rows * f, d * rows * f);  // GELU
+        c.keep(2.0 * d * rows * f);
+        c.linear(rows, f, out);
+      } else {
+        c.linear(rows, in, out);
+      }
+      return c.finish(d * rows * in, d * rows * out, 0);
+    }
+    case LayerKind::kHead: {
+      const HeadShape& hs = shape(layer.head, layer, "head");
+      const double h = static_cast<double>(hs.hidden);
+      const double vocab = static_cast<double>(hs.vocab);
+      c.norms(layer.num_norms, rows, h);
+      c.linear(rows, h, vocab);
+      c.keep(d * rows * h);
+      // Cross-entropy on logits upcast to fp32: the softmax it keeps is 4 bytes per logit.
+      c.elementwise(d * rows * vocab, 4.0 * rows * vocab);
+      c.keep(4.0 * rows * vocab);
+      return c.finish(d * rows * h, 4.0, 0);
+    }
+    case LayerKind::kMeasured:
+      break;
+  }
+  MOTLEY_CHECK(false, "unhandled layer kind");
+  return LayerCost{};
+}
+
+}  // namespace
+
+LayerCost layer_cost(const Layer& layer, const Workload& workload) {
+  LayerCost cost;
+  if (layer.kind == LayerKind::kMeasured) {
+    const double n = static_cast<double>(layer.tokens_per_sample > 0 ? layer.tokens_per_sample
+                                                                     : workload.seq_len);
+    cost = measured_cost(shape(layer.measured, layer, "measured"),
+                         static_cast<double>(workload.micro_batch_size), n);
+  } else {
+    cost = formula_cost(layer, workload);
+  }
+  cost.params = layer_params(layer);
+  cost.stored_params = layer_stored_params(layer);
+  cost.active_params = layer_active_params(layer);
+  return cost;
+}
+
+ModelTotals model_totals(const ModelSpec& model, const Workload& workload) {
+  Workload w = workload;
+  w.dropout = workload.dropout || model.dropout;
+  ModelTotals totals;
+  for (const Layer& layer : model.layers) {
+    const LayerCost cost = layer_cost(layer, w);
+    totals.total_params += cost.params;
+    totals.active_params += cost.active_params;
+    totals.forward += cost.forward;
+    totals.backward_input += cost.backward_input;
+    totals.backward_weight += cost.backward_weight;
+    for (size_t i = 0; i < totals.activation_bytes.size(); ++i) {
+      totals.activation_bytes[i] += cost.activation_bytes[i];
+    }
+  }
+  for (const Layer& layer : model.extra_layers) totals.extra_params += layer_params(layer);
+  return totals;
+}
+
+}  // namespace motley

@@ -1,1 +1,130 @@
-// placeholder
+#include "motley/model/model.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <string>
+
+namespace motley {
+namespace {
+
+// Every enumerator once, in declaration order; the name tables below are indexed the same way.
+constexpr std::array kActivations = {Activation::kGelu, Activation::kRelu,   Activation::kRelu2,
+                                     Activation::kSilu, Activation::kSwiGlu, Activation::kGeGlu};
+constexpr std::array kPolicies = {RecomputePolicy::kNone, RecomputePolicy::kSelective,
+                                  RecomputePolicy::kFull};
+constexpr std::array kKinds = {LayerKind::kEmbedding,      LayerKind::kAttention,
+                               LayerKind::kFeedForward,    LayerKind::kMoe,
+                               LayerKind::kMamba,          LayerKind::kDecoderBlock,
+                               LayerKind::kPatchEmbedding, LayerKind::kVisionBlock,
+                               LayerKind::kProjector,      LayerKind::kHead,
+                               LayerKind::kMeasured};
+
+bool equals_ignoring_case(std::string_view a, std::string_view b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](unsigned char x, unsigned char y) {
+           return std::tolower(x) == std::tolower(y);
+         });
+}
+
+template <class Enum, size_t N, class NameFn>
+std::optional<Enum> parse_by_name(const std::array<Enum, N>& values, NameFn name_of,
+                                  std::string_view name) {
+  for (Enum v : values) {
+    if (equals_ignoring_case(name, name_of(v))) return v;
+  }
+  return std::nullopt;
+}
+
+template <class Enum, size_t N, class NameFn>
+std::vector<std::string> all_names(const std::array<Enum, N>& values, NameFn name_of) {
+  std::vector<std::string> out;
+  for (Enum v : values) out.emplace_back(name_of(v));
+  return out;
+}
+
+}  // namespace
+
+bool is_gated(Activation activation) {
+  return activation == Activation::kSwiGlu || activation == Activation::kGeGlu;
+}
+
+const char* activation_name(Activation activation) {
+  switch (activation) {
+    case Activation::kGelu:
+      return "gelu";
+    case Activation::kRelu:
+      return "relu";
+    case Activation::kRelu2:
+      return "relu2";
+    case Activation::kSilu:
+      return "silu";
+    case Activation::kSwiGlu:
+      return "swiglu";
+    case Activation::kGeGlu:
+      return "geglu";
+  }
+  return "?";
+}
+
+std::optional<Activation> parse_activation(std::string_view name) {
+  return parse_by_name(kActivations, activation_name, name);
+}
+
+std::vector<std::string> activation_names() { return all_names(kActivations, activation_name); }
+
+const char* recompute_policy_name(RecomputePolicy policy) {
+  switch (policy) {
+    case RecomputePolicy::kNone:
+      return "none";
+    case RecomputePolicy::kSelective:
+      return "selective";
+    case RecomputePolicy::kFull:
+      return "full";
+  }
+  return "?";
+}
+
+std::optional<RecomputePolicy> parse_recompute_policy(std::string_view name) {
+  return parse_by_name(kPolicies, recompute_policy_name, name);
+}
+
+std::vector<std::string> recompute_policy_names() {
+  return all_names(kPolicies, recompute_policy_name);
+}
+
+const char* layer_kind_name(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::kEmbedding:
+      return "embedding";
+    case LayerKind::kAttention:
+      return "attention";
+    case LayerKind::kFeedForward:
+      return "feed_forward";
+    case LayerKind::kMoe:
+      return "moe";
+    case LayerKind::kMamba:
+      return "mamba";
+    case LayerKind::kDecoderBlock:
+      return "decoder_block";
+    case LayerKind::kPatchEmbedding:
+      return "patch_embedding";
+    case LayerKind::kVisionBlock:
+      return "vision_block";
+    case LayerKind::kProjector:
+      return "projector";
+    case LayerKind::kHead:
+      return "head";
+    case LayerKind::kMeasured:
+      return "measured";
+  }
+  return "?";
+}
+
+std::optional<LayerKind> parse_layer_kind(std::string_view name) {
+  return parse_by_name(kKinds, layer_kind_name, name);
+}
+
+std::vector<std::string> layer_kind_names() { return all_names(kKinds, layer_kind_name); }
+
+}  // namespace motley

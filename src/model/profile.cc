@@ -1,1 +1,287 @@
-// placeholder
+#include "motley/model/profile.h"
+
+#include <cctype>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "motley/model/model_json.h"
+
+namespace motley {
+namespace {
+
+constexpr int64_t kDefaultSeqLen = 4096;
+constexpr int64_t kDefaultMicroBatchSize = 1;
+
+Json number_json(double v) {
+  if (std::isfinite(v) && std::floor(v) == v && std::fabs(v) < 9.0e15) {
+    return static_cast<int64_t>(v);
+  }
+  return v;
+}
+
+// One entry of "layers" before `repeat` is expanded.
+struct Entry {
+  std::string name;
+  int64_t repeat = 1;
+  MeasuredLayer measured;
+};
+
+struct Defaults {
+  std::optional<std::string> measured_on;
+  int64_t seq_len = kDefaultSeqLen;
+  int64_t micro_batch_size = kDefaultMicroBatchSize;
+};
+
+Result<Entry> entry_from_json(const JsonField& f, const Defaults& defaults) {
+  MOTLEY_RETURN_IF_ERROR(
+      f.check_keys({"name", "repeat", "measured_on", "seq_len", "micro_batch_size", "forward_s",
+                    "backward_input_s", "backward_weight_s", "param_bytes", "activation_bytes",
+                    "output_bytes", "times_by_device"}));
+  Entry e;
+  MOTLEY_ASSIGN_OR_RETURN(e.name, f.get_string("name"));
+  if (e.name.empty()) return f.child_error("name", "must not be empty");
+  MOTLEY_ASSIGN_OR_RETURN(e.repeat, f.get_positive_int_or("repeat", 1));
+
+  MeasuredLayer& m = e.measured;
+  if (f.has("measured_on")) {
+    MOTLEY_ASSIGN_OR_RETURN(m.measured_on, f.get_string("measured_on"));
+  } else if (defaults.measured_on) {
+    m.measured_on = *defaults.measured_on;
+  } else {
+    return f.child_error("measured_on",
+                         "is missing: name the device type the times were measured on, here or "
+                         "once at the top level");
+  }
+  if (m.measured_on.empty()) return f.child_error("measured_on", "must not be empty");
+  MOTLEY_ASSIGN_OR_RETURN(m.seq_len, f.get_positive_int_or("seq_len", defaults.seq_len));
+  MOTLEY_ASSIGN_OR_RETURN(m.micro_batch_size,
+                          f.get_positive_int_or("micro_batch_size", defaults.micro_batch_size));
+
+  // forward_s is required; a layer without an input gradient (the embedding) or without
+  // weights may leave out its backward times, which then count as zero.
+  MOTLEY_ASSIGN_OR_RETURN(double forward, f.get_nonnegative_double("forward_s"));
+  MOTLEY_ASSIGN_OR_RETURN(double backward_input,
+                          f.get_nonnegative_double_or("backward_input_s", 0));
+  MOTLEY_ASSIGN_OR_RETURN(double backward_weight,
+                          f.get_nonnegative_double_or("backward_weight_s", 0));
+  m.times.forward = Seconds(forward);
+  m.times.backward_input = Seconds(backward_input);
+  m.times.backward_weight = Seconds(backward_weight);
+
+  if (std::optional<JsonField> by_device = f.find("times_by_device")) {
+    MOTLEY_ASSIGN_OR_RETURN(std::vector<std::string> devices, by_device->keys());
+    for (const std::string& device : devices) {
+      MOTLEY_ASSIGN_OR_RETURN(JsonField times, by_device->get(device));
+      if (device.empty()) return by_device->error("a device name is empty");
+      MOTLEY_RETURN_IF_ERROR(
+          times.check_keys({"forward_s", "backward_input_s", "backward_weight_s"}));
+      MOTLEY_ASSIGN_OR_RETURN(MeasuredTimes t, measured_times_from_json(times));
+      if (!t.forward && !t.backward_input && !t.backward_weight) {
+        return times.error(
+            "expected at least one of forward_s, backward_input_s or "
+            "backward_weight_s");
+      }
+      m.times_by_device[device] = t;
+    }
+  }
+
+  MOTLEY_ASSIGN_OR_RETURN(double param_bytes, f.get_nonnegative_double_or("param_bytes", 0));
+  MOTLEY_ASSIGN_OR_RETURN(double act_bytes, f.get_nonnegative_double_or("activation_bytes", 0));
+  MOTLEY_ASSIGN_OR_RETURN(double out_bytes, f.get_nonnegative_double_or("output_bytes", 0));
+  m.param_bytes = Bytes(param_bytes);
+  m.activation_bytes = Bytes(act_bytes);
+  m.output_bytes = Bytes(out_bytes);
+  return e;
+}
+
+bool same_times(const MeasuredTimes& a, const MeasuredTimes& b) {
+  return a.forward == b.forward && a.backward_input == b.backward_input &&
+         a.backward_weight == b.backward_weight;
+}
+
+bool same_measurement(const MeasuredLayer& a, const MeasuredLayer& b) {
+  if (a.measured_on != b.measured_on || !same_times(a.times, b.times) || a.seq_len != b.seq_len ||
+      a.micro_batch_size != b.micro_batch_size || a.param_bytes != b.param_bytes ||
+      a.activation_bytes != b.activation_bytes || a.output_bytes != b.output_bytes ||
+      a.times_by_device.size() != b.times_by_device.size()) {
+    return false;
+  }
+  for (auto ia = a.times_by_device.begin(), ib = b.times_by_device.begin();
+       ia != a.times_by_device.end(); ++ia, ++ib) {
+    if (ia->first != ib->first || !same_times(ia->second, ib->second)) return false;
+  }
+  return true;
+}
+
+// "mamba.12" -> ("mamba", 12); nullopt for names without a canonical numeric suffix.
+std::optional<std::pair<std::string, int64_t>> split_index(const std::string& name) {
+  size_t dot = name.rfind('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 == name.size()) return std::nullopt;
+  std::string digits = name.substr(dot + 1);
+  if (digits.size() > 9 || (digits.size() > 1 && digits[0] == '0')) return std::nullopt;
+  for (char c : digits) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return std::nullopt;
+  }
+  return std::make_pair(name.substr(0, dot), std::stoll(digits));
+}
+
+Json entry_to_json(const std::string& name, int64_t repeat, const MeasuredLayer& m,
+                   const std::string& top_measured_on, int64_t top_seq_len, int64_t top_mbs) {
+  Json j = Json::object();
+  j["name"] = name;
+  if (repeat > 1) j["repeat"] = repeat;
+  if (m.measured_on != top_measured_on) j["measured_on"] = m.measured_on;
+  if (m.seq_len != top_seq_len) j["seq_len"] = m.seq_len;
+  if (m.micro_batch_size != top_mbs) j["micro_batch_size"] = m.micro_batch_size;
+  j.update(measured_times_to_json(m.times));
+  j["param_bytes"] = number_json(m.param_bytes.value());
+  j["activation_bytes"] = number_json(m.activation_bytes.value());
+  j["output_bytes"] = number_json(m.output_bytes.value());
+  if (!m.times_by_device.empty()) {
+    Json by_device = Json::object();
+    for (const auto& [device, times] : m.times_by_device) {
+      by_device[device] = measured_times_to_json(times);
+    }
+    j["times_by_device"] = std::move(by_device);
+  }
+  return j;
+}
+
+}  // namespace
+
+Result<ModelSpec> profile_from_json(const Json& profile, const std::string& source) {
+  JsonField root(profile, source);
+  if (!root.is_object()) {
+    return root.error("expected a profile object, got " + describe_json_value(profile));
+  }
+  MOTLEY_RETURN_IF_ERROR(root.check_keys(
+      {"format", "name", "measured_on", "seq_len", "micro_batch_size", "dtype", "layers"}));
+  MOTLEY_ASSIGN_OR_RETURN(std::string format, root.get_string("format"));
+  if (format != kProfileFormat) {
+    return root.child_error(
+        "format", std::string("expected \"") + kProfileFormat + "\", got \"" + format + "\"");
+  }
+  ModelSpec model;
+  model.family = "profile";
+  MOTLEY_ASSIGN_OR_RETURN(model.name, root.get_string_or("name", "profile"));
+  if (root.has("dtype")) {
+    MOTLEY_ASSIGN_OR_RETURN(std::string dtype, root.get_string("dtype"));
+    std::optional<DType> parsed = parse_dtype(dtype);
+    if (!parsed) {
+      return root.child_error("dtype",
+                              "unknown dtype \"" + dtype + "\"; expected fp32, bf16 or fp16");
+    }
+    model.dtype = *parsed;
+  }
+  Defaults defaults;
+  if (root.has("measured_on")) {
+    MOTLEY_ASSIGN_OR_RETURN(defaults.measured_on, root.get_string("measured_on"));
+  }
+  MOTLEY_ASSIGN_OR_RETURN(defaults.seq_len, root.get_positive_int_or("seq_len", kDefaultSeqLen));
+  MOTLEY_ASSIGN_OR_RETURN(defaults.micro_batch_size,
+                          root.get_positive_int_or("micro_batch_size", kDefaultMicroBatchSize));
+  model.default_seq_len = defaults.seq_len;
+
+  MOTLEY_ASSIGN_OR_RETURN(JsonField layers_field, root.get("layers"));
+  MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> items, layers_field.items());
+  if (items.empty()) return layers_field.error("expected at least one layer");
+  std::vector<Entry> entries;
+  std::map<std::string, int64_t> uses;  // layers each entry name stands for, over the file
+  for (const JsonField& item : items) {
+    MOTLEY_ASSIGN_OR_RETURN(Entry e, entry_from_json(item, defaults));
+    uses[e.name] += e.repeat;
+    entries.push_back(std::move(e));
+  }
+
+  // A name used for one layer stays as is; a name used for several (by `repeat` or by several
+  // entries, as in an interleaved hybrid) numbers them .0, .1, ... in file order.
+  std::map<std::string, int64_t> next_index;
+  std::map<std::string, size_t> produced_by;  // layer name -> entry index
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    for (int64_t r = 0; r < e.repeat; ++r) {
+      Layer layer;
+      layer.kind = LayerKind::kMeasured;
+      layer.name = uses[e.name] == 1 ? e.name : e.name + "." + std::to_string(next_index[e.name]++);
+      layer.measured = e.measured;
+      auto [it, inserted] = produced_by.emplace(layer.name, i);
+      if (!inserted) {
+        return items[i].child_error(
+            "name", "gives a layer the name '" + layer.name + "', which layers[" +
+                        std::to_string(it->second) +
+                        "] also produces; entries sharing a name are numbered name.0, name.1, "
+                        "..., so rename one of them");
+      }
+      model.layers.push_back(std::move(layer));
+    }
+  }
+  MOTLEY_RETURN_IF_ERROR(validate_model(model, source));
+  return model;
+}
+
+Json profile_to_json(const ModelSpec& model) {
+  for (const Layer& l : model.layers) {
+    MOTLEY_CHECK(l.kind == LayerKind::kMeasured && l.measured.has_value(),
+                 "profile_to_json needs measured layers only; '" + l.name + "' is " +
+                     layer_kind_name(l.kind));
+  }
+  const size_t n = model.layers.size();
+  std::string top_measured_on = n > 0 ? model.layers[0].measured->measured_on : "";
+  int64_t top_mbs = n > 0 ? model.layers[0].measured->micro_batch_size : kDefaultMicroBatchSize;
+  int64_t top_seq_len = model.default_seq_len;
+
+  // A base name can be written once per run only when reading it back renumbers its layers to
+  // exactly their present names: they are base.0 .. base.(k-1) in order, k >= 2, and no layer
+  // is called just `base`.
+  std::vector<std::optional<std::pair<std::string, int64_t>>> split(n);
+  std::map<std::string, int64_t> count;
+  std::map<std::string, bool> foldable;
+  for (size_t i = 0; i < n; ++i) {
+    split[i] = split_index(model.layers[i].name);
+    if (!split[i]) continue;
+    const auto& [base, index] = *split[i];
+    bool in_order = index == count[base];
+    auto it = foldable.find(base);
+    foldable[base] = (it == foldable.end() ? true : it->second) && in_order;
+    ++count[base];
+  }
+  for (size_t i = 0; i < n; ++i) {
+    auto it = foldable.find(model.layers[i].name);
+    if (it != foldable.end()) it->second = false;
+  }
+  for (auto& [base, ok] : foldable) ok = ok && count[base] >= 2;
+
+  Json layers = Json::array();
+  for (size_t i = 0; i < n;) {
+    const Layer& first = model.layers[i];
+    size_t j = i + 1;
+    std::string name = first.name;
+    if (split[i] && foldable[split[i]->first]) {
+      name = split[i]->first;
+      while (j < n && split[j] && split[j]->first == name &&
+             split[j]->second == split[i]->second + static_cast<int64_t>(j - i) &&
+             same_measurement(*model.layers[j].measured, *first.measured)) {
+        ++j;
+      }
+    }
+    layers.push_back(entry_to_json(name, static_cast<int64_t>(j - i), *first.measured,
+                                   top_measured_on, top_seq_len, top_mbs));
+    i = j;
+  }
+
+  Json j = Json::object();
+  j["format"] = kProfileFormat;
+  j["name"] = model.name;
+  if (!top_measured_on.empty()) j["measured_on"] = top_measured_on;
+  j["seq_len"] = top_seq_len;
+  j["micro_batch_size"] = top_mbs;
+  j["dtype"] = dtype_name(model.dtype);
+  j["layers"] = std::move(layers);
+  return j;
+}
+
+}  // namespace motley

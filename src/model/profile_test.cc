@@ -1,1 +1,306 @@
+#include "motley/model/profile.h"
+
 #include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "motley/model/model_json.h"
+
+namespace motley {
+namespace {
+
+const std::string kData = MOTLEY_TEST_DATA_DIR;
+const std::string kSource = MOTLEY_SOURCE_DIR;
+
+Json parse_or_die(const std::string& text) {
+  Result<Json> j = parse_json(text, "test");
+  EXPECT_TRUE(j.is_ok()) << j.status().message();
+  return j.is_ok() ? j.value() : Json();
+}
+
+std::vector<std::string> names(const ModelSpec& m) {
+  std::vector<std::string> out;
+  for (const Layer& l : m.layers) out.push_back(l.name);
+  return out;
+}
+
+// The error message profile_from_json gives for `text`, "" when it parses.
+std::string error_for(const std::string& text) {
+  Result<ModelSpec> m = profile_from_json(parse_or_die(text), "p.json");
+  return m.is_ok() ? "" : m.status().message();
+}
+
+constexpr const char* kExample = R"({
+  "format": "motley.profile/1", "name": "hybrid", "measured_on": "H100-SXM",
+  "seq_len": 4096, "micro_batch_size": 1,
+  "layers": [
+    {"name": "embedding", "forward_s": 0.00135},
+    {"name": "mamba", "repeat": 4, "forward_s": 0.00373, "backward_input_s": 0.00568,
+     "backward_weight_s": 0.00162, "param_bytes": 0, "activation_bytes": 0, "output_bytes": 0,
+     "times_by_device": {"A100-80GB": {"forward_s": 0.009}}},
+    {"name": "head", "measured_on": "A100-80GB", "seq_len": 2048, "micro_batch_size": 2,
+     "forward_s": 0.01035, "backward_input_s": 0.0121, "backward_weight_s": 0.00294,
+     "param_bytes": 1048576, "activation_bytes": 4096, "output_bytes": 8}
+  ]})";
+
+TEST(Profile, ExpandsRepeatIntoNumberedMeasuredLayers) {
+  Result<ModelSpec> m = profile_from_json(parse_or_die(kExample), "p.json");
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  EXPECT_EQ(m->name, "hybrid");
+  EXPECT_EQ(m->family, "profile");
+  EXPECT_EQ(m->default_seq_len, 4096);
+  EXPECT_EQ(names(*m), (std::vector<std::string>{"embedding", "mamba.0", "mamba.1", "mamba.2",
+                                                 "mamba.3", "head"}));
+  for (const Layer& l : m->layers) {
+    EXPECT_EQ(l.kind, LayerKind::kMeasured);
+    ASSERT_TRUE(l.measured.has_value());
+  }
+  const MeasuredLayer& mamba = *m->layers[3].measured;
+  EXPECT_EQ(mamba.measured_on, "H100-SXM");  // the top-level default
+  EXPECT_EQ(mamba.times.forward, Seconds(0.00373));
+  EXPECT_EQ(mamba.times.backward_input, Seconds(0.00568));
+  EXPECT_EQ(mamba.times.backward_weight, Seconds(0.00162));
+  EXPECT_EQ(mamba.seq_len, 4096);
+  EXPECT_EQ(mamba.micro_batch_size, 1);
+  ASSERT_EQ(mamba.times_by_device.size(), 1u);
+  EXPECT_EQ(mamba.times_by_device.at("A100-80GB").forward, Seconds(0.009));
+  EXPECT_FALSE(mamba.times_by_device.at("A100-80GB").backward_input.has_value());
+
+  // Backward times left out count as zero.
+  const MeasuredLayer& embedding = *m->layers[0].measured;
+  EXPECT_EQ(embedding.times.backward_input, Seconds(0));
+  EXPECT_EQ(embedding.times.backward_weight, Seconds(0));
+  EXPECT_EQ(embedding.param_bytes, Bytes(0));
+
+  // Per-layer values override the top level.
+  const MeasuredLayer& head = *m->layers[5].measured;
+  EXPECT_EQ(head.measured_on, "A100-80GB");
+  EXPECT_EQ(head.seq_len, 2048);
+  EXPECT_EQ(head.micro_batch_size, 2);
+  EXPECT_EQ(head.param_bytes, Bytes(1048576));
+  EXPECT_EQ(head.output_bytes, Bytes(8));
+}
+
+TEST(Profile, SequenceLengthAndMicroBatchDefaultTo4096And1) {
+  Result<ModelSpec> m =
+      profile_from_json(parse_or_die(R"({"format": "motley.profile/1", "measured_on": "L40S",
+                       "layers": [{"name": "x", "forward_s": 1}]})"),
+                        "p.json");
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  EXPECT_EQ(m->name, "profile");
+  EXPECT_EQ(m->default_seq_len, 4096);
+  EXPECT_EQ(m->layers[0].measured->seq_len, 4096);
+  EXPECT_EQ(m->layers[0].measured->micro_batch_size, 1);
+  EXPECT_EQ(m->dtype, DType::kBFloat16);
+}
+
+// Interleaved hybrids name each kind once per entry; the layers are numbered across the file.
+TEST(Profile, EntriesSharingANameAreNumberedInFileOrder) {
+  Result<ModelSpec> m = profile_from_json(parse_or_die(R"({
+      "format": "motley.profile/1", "measured_on": "H100-SXM", "layers": [
+        {"name": "mamba", "forward_s": 1}, {"name": "mlp", "forward_s": 2},
+        {"name": "mamba", "repeat": 2, "forward_s": 1}, {"name": "mlp", "forward_s": 2},
+        {"name": "attention", "forward_s": 3}]})"),
+                                          "p.json");
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  EXPECT_EQ(names(*m), (std::vector<std::string>{"mamba.0", "mlp.0", "mamba.1", "mamba.2", "mlp.1",
+                                                 "attention"}));
+}
+
+TEST(Profile, RoundTripFoldsRepeatsBack) {
+  Result<ModelSpec> m = profile_from_json(parse_or_die(kExample), "p.json");
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  Json written = profile_to_json(*m);
+  ASSERT_EQ(written["layers"].size(), 3u);
+  EXPECT_EQ(written["layers"][1]["name"], "mamba");
+  EXPECT_EQ(written["layers"][1]["repeat"], 4);
+  EXPECT_EQ(written["measured_on"], "H100-SXM");
+  EXPECT_FALSE(written["layers"][1].contains("measured_on"));
+  EXPECT_EQ(written["layers"][2]["measured_on"], "A100-80GB");
+  EXPECT_EQ(written["layers"][2]["seq_len"], 2048);
+  Result<ModelSpec> back = profile_from_json(written, "written.json");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(model_to_json(*back), model_to_json(*m));
+  EXPECT_EQ(profile_to_json(*back), written);
+}
+
+TEST(Profile, FoldsOnlyWhatReadsBackToTheSameNames) {
+  ModelSpec m;
+  m.name = "odd";
+  m.family = "profile";
+  auto add = [&m](const std::string& name, double forward) {
+    Layer l;
+    l.name = name;
+    l.kind = LayerKind::kMeasured;
+    l.measured = MeasuredLayer{};
+    l.measured->measured_on = "H100-SXM";
+    l.measured->times = {Seconds(forward), Seconds(0), Seconds(0)};
+    l.measured->seq_len = 4096;
+    l.measured->micro_batch_size = 1;
+    m.layers.push_back(l);
+  };
+  add("a.0", 1);  // a.0, a.1: foldable, but the times differ: two entries named "a"
+  add("a.1", 2);
+  add("b.1", 1);  // starts at 1: kept as is
+  add("b.2", 1);
+  add("c.0", 1);  // alone: kept as is
+  add("d", 1);    // plain name
+  add("d.0", 1);  // "d" exists, so d.0 and d.1 are kept as is
+  add("d.1", 1);
+  Json written = profile_to_json(m);
+  std::vector<std::string> entry_names;
+  for (const Json& e : written["layers"]) entry_names.push_back(e["name"]);
+  EXPECT_EQ(entry_names,
+            (std::vector<std::string>{"a", "a", "b.1", "b.2", "c.0", "d", "d.0", "d.1"}));
+  Result<ModelSpec> back = profile_from_json(written, "written.json");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(names(*back), names(m));
+  EXPECT_EQ(model_to_json(*back), model_to_json(m));
+}
+
+// ---- errors: each names the file and the field ----
+
+TEST(ProfileErrors, WrongFormatSaysWhichIsExpected) {
+  EXPECT_EQ(error_for(R"({"format": "motley.model/1", "layers": []})"),
+            "p.json: field 'format': expected \"motley.profile/1\", got \"motley.model/1\"");
+}
+
+TEST(ProfileErrors, NegativeTime) {
+  EXPECT_EQ(error_for(R"({"format": "motley.profile/1", "measured_on": "H100-SXM",
+      "layers": [{"name": "x", "forward_s": 1, "backward_input_s": -0.5}]})"),
+            "p.json: field 'layers[0].backward_input_s': expected a finite non-negative number, "
+            "got -0.5");
+  EXPECT_EQ(error_for(R"({"format": "motley.profile/1", "measured_on": "H100-SXM",
+      "layers": [{"name": "x", "forward_s": 1,
+                  "times_by_device": {"T4": {"forward_s": -2}}}]})"),
+            "p.json: field 'layers[0].times_by_device.T4.forward_s': expected a finite "
+            "non-negative number, got -2");
+}
+
+TEST(ProfileErrors, NonIntegerOrNonPositiveRepeat) {
+  EXPECT_EQ(error_for(R"({"format": "motley.profile/1", "measured_on": "H100-SXM",
+      "layers": [{"name": "x", "repeat": 2.5, "forward_s": 1}]})"),
+            "p.json: field 'layers[0].repeat': expected an integer, got 2.5");
+  EXPECT_EQ(error_for(R"({"format": "motley.profile/1", "measured_on": "H100-SXM",
+      "layers": [{"name": "x", "repeat": 0, "forward_s": 1}]})"),
+            "p.json: field 'layers[0].repeat': expected a positive integer, got 0");
+}
+
+TEST(ProfileErrors, MissingForwardTime) {
+  EXPECT_EQ(error_for(R"({"format": "motley.profile/1", "measured_on": "H100-SXM",
+      "layers": [{"name": "x", "forward_s": 1}, {"name": "y", "backward_input_s": 1}]})"),
+            "p.json: field 'layers[1].forward_s': is missing");
+}
+
+TEST(ProfileErrors, MissingDevice) {
+  EXPECT_EQ(error_for(R"({"format": "motley.profile/1",
+      "layers": [{"name": "x", "forward_s": 1}]})"),
+            "p.json: field 'layers[0].measured_on': is missing: name the device type the times "
+            "were measured on, here or once at the top level");
+}
+
+TEST(ProfileErrors, UnknownKey) {
+  std::string message = error_for(R"({"format": "motley.profile/1", "measured_on": "H100-SXM",
+      "layers": [{"name": "x", "forward_ms": 1}]})");
+  EXPECT_EQ(message.rfind("p.json: field 'layers[0].forward_ms': unknown field; allowed fields "
+                          "here: name, repeat, ",
+                          0),
+            0u)
+      << message;
+}
+
+TEST(ProfileErrors, EmptyDeviceTimes) {
+  EXPECT_EQ(error_for(R"({"format": "motley.profile/1", "measured_on": "H100-SXM",
+      "layers": [{"name": "x", "forward_s": 1, "times_by_device": {"T4": {}}}]})"),
+            "p.json: field 'layers[0].times_by_device.T4': expected at least one of forward_s, "
+            "backward_input_s or backward_weight_s");
+}
+
+TEST(ProfileErrors, NamesThatCollideAfterExpansion) {
+  EXPECT_EQ(error_for(R"({"format": "motley.profile/1", "measured_on": "H100-SXM",
+      "layers": [{"name": "mamba", "repeat": 2, "forward_s": 1},
+                 {"name": "mamba.1", "forward_s": 1}]})"),
+            "p.json: field 'layers[1].name': gives a layer the name 'mamba.1', which layers[0] "
+            "also produces; entries sharing a name are numbered name.0, name.1, ..., so rename "
+            "one of them");
+}
+
+TEST(ProfileErrors, NoLayers) {
+  EXPECT_EQ(error_for(R"({"format": "motley.profile/1", "measured_on": "H100-SXM", "layers": []})"),
+            "p.json: field 'layers': expected at least one layer");
+}
+
+// ---- the Nemotron-H-47B fixture (per-layer times published with AdaPtis) ----
+
+class NemotronH47bProfile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Result<Json> j = read_json_file(kData + "/profile/nemotron-h-47b.json");
+    ASSERT_TRUE(j.is_ok()) << j.status().message();
+    json_ = *j;
+    Result<ModelSpec> m = profile_from_json(json_, "nemotron-h-47b.json");
+    ASSERT_TRUE(m.is_ok()) << m.status().message();
+    model_ = *m;
+  }
+  Json json_;
+  ModelSpec model_;
+};
+
+TEST_F(NemotronH47bProfile, HasTheHybridLayout) {
+  ASSERT_EQ(model_.layers.size(), 100u);  // embedding + 98 hybrid layers + head
+  EXPECT_EQ(model_.layers.front().name, "embedding");
+  EXPECT_EQ(model_.layers.back().name, "head");
+  std::map<std::string, int> kinds;
+  std::string pattern;
+  for (size_t i = 1; i + 1 < model_.layers.size(); ++i) {
+    const std::string& name = model_.layers[i].name;
+    std::string kind = name.substr(0, name.find('.'));
+    ++kinds[kind];
+    pattern += kind == "mamba" ? 'M' : kind == "mlp" ? '-' : '*';
+  }
+  EXPECT_EQ(kinds["mamba"], 45);
+  EXPECT_EQ(kinds["mlp"], 48);
+  EXPECT_EQ(kinds["attention"], 5);
+  EXPECT_EQ(pattern,
+            "M-M-M-M-M-M-M-M-M*-M-M-M-M-M-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-M-M---MM---"
+            "M-M*-M-M-M-M-M-");
+  EXPECT_EQ(model_.layers[1].name, "mamba.0");
+  EXPECT_EQ(model_.layers[98].name, "mlp.47");
+}
+
+TEST_F(NemotronH47bProfile, CarriesThePublishedTimes) {
+  double forward = 0, backward_input = 0, backward_weight = 0;
+  for (const Layer& l : model_.layers) {
+    EXPECT_EQ(l.measured->measured_on, "H100-SXM");
+    forward += l.measured->times.forward->value();
+    backward_input += l.measured->times.backward_input->value();
+    backward_weight += l.measured->times.backward_weight->value();
+  }
+  // ms: embedding 1.35 F; 45 Mamba 3.73/5.68/1.62; 48 MLP 2.43/3.52/3.13; 5 attention
+  // 1.12/0.68/0; head 10.35/12.10/2.94.
+  EXPECT_NEAR(forward, 1e-3 * (1.35 + 45 * 3.73 + 48 * 2.43 + 5 * 1.12 + 10.35), 1e-12);
+  EXPECT_NEAR(backward_input, 1e-3 * (45 * 5.68 + 48 * 3.52 + 5 * 0.68 + 12.10), 1e-12);
+  EXPECT_NEAR(backward_weight, 1e-3 * (45 * 1.62 + 48 * 3.13 + 2.94), 1e-12);
+  EXPECT_EQ(model_.layers[0].measured->times.backward_input, Seconds(0));
+  // bf16 weights of one Mamba-2 layer of the published shape (438,432,512 parameters).
+  EXPECT_EQ(model_.layers[1].measured->param_bytes, Bytes(2.0 * 438432512));
+}
+
+TEST_F(NemotronH47bProfile, RoundTripsAndIsWrittenInCanonicalForm) {
+  Json written = profile_to_json(model_);
+  EXPECT_EQ(written, json_);
+  Result<ModelSpec> back = profile_from_json(written, "written.json");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(model_to_json(*back), model_to_json(model_));
+}
+
+TEST_F(NemotronH47bProfile, ShippedExampleIsTheSameProfile) {
+  Result<Json> example = read_json_file(kSource + "/examples/profiles/nemotron-h-47b.json");
+  ASSERT_TRUE(example.is_ok()) << example.status().message();
+  EXPECT_EQ(*example, json_);
+}
+
+}  // namespace
+}  // namespace motley

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "motley/cluster/device_catalog.h"
@@ -29,14 +30,15 @@ struct NodeDevices {
 };
 
 struct NodeSpec {
-  std::string name;  // after expansion of `count: N`: "<name>-0", "<name>-1", ... (or as given when N = 1)
+  std::string
+      name;  // after expansion of `count: N`: "<name>-0", "<name>-1", ... (or as given when N = 1)
   std::vector<NodeDevices> devices;  // usually one entry; several for a mixed-vendor workstation
-  LinkSpec interconnect;    // device to device inside the node (NVLink, xGMI, PCIe, ...)
-  LinkSpec pcie;            // device to host
+  LinkSpec interconnect;             // device to device inside the node (NVLink, xGMI, PCIe, ...)
+  LinkSpec pcie;                     // device to host
   int64_t devices_per_pcie_switch = 0;  // 0: all devices behind one switch/root
-  LinkSpec nic;             // one NIC's bandwidth and latency
-  int64_t nic_count = 1;    // NICs per node; device i uses NIC (i mod nic_count)
-  double price_per_hour = 0.0;  // USD for the whole node
+  LinkSpec nic;                         // one NIC's bandwidth and latency
+  int64_t nic_count = 1;                // NICs per node; device i uses NIC (i mod nic_count)
+  double price_per_hour = 0.0;          // USD for the whole node
   bool spot = false;
 };
 
@@ -45,6 +47,10 @@ struct ClusterSpec {
   std::vector<NodeSpec> nodes;  // expanded: one entry per physical node
   LinkSpec network;             // the fabric between NICs (its latency adds to the NICs')
 };
+
+// The fixed cost of staging a transfer through a pinned host buffer (one device-to-host copy
+// handing over to a host-to-device or NIC send); counted once per staging buffer crossed.
+inline constexpr Seconds kHostStagingLatency = microseconds(10.0);
 
 // A device with its global id (dense, in node order, then in the node's device order).
 struct Device {
@@ -66,9 +72,11 @@ struct Link {
   BytesPerSecond bandwidth;
 };
 
+// How bytes travel from one device to another (docs/cluster-format.md, "Paths"). A device to
+// itself: no links, zero latency, infinite bandwidth (a local copy is not a transfer).
 struct Path {
   Seconds latency;
-  BytesPerSecond bandwidth;  // the bottleneck of the links crossed
+  BytesPerSecond bandwidth;  // the bottleneck of the links crossed (and of the fabric port)
   std::vector<int> links;    // Link ids crossed, in order; empty for a device to itself
   bool host_staged = false;  // crosses host memory (different vendors)
   bool crosses_nodes = false;
@@ -76,6 +84,8 @@ struct Path {
 
 class Topology {
  public:
+  // REQUIRES: every device type is in the catalog (cluster_from_json and the presets ensure
+  // it); a missing one is a bug and aborts.
   explicit Topology(const ClusterSpec& cluster);
 
   const std::vector<Device>& devices() const { return devices_; }
@@ -93,7 +103,8 @@ class Topology {
   std::vector<Path> paths_;  // devices_.size()^2, row-major by source
 };
 
-// Cluster YAML (see docs/cluster-format.md). Errors name the file and field.
+// Cluster YAML (see docs/cluster-format.md). Errors name the file and field. Applies the
+// catalog defaults and expands `count: N` nodes.
 Result<ClusterSpec> cluster_from_json(const Json& doc, const std::string& source);
 Result<ClusterSpec> load_cluster_yaml(const std::string& path);
 // Writes every field explicitly (after expansion), so that load(dump(c)) == c.
@@ -104,8 +115,9 @@ bool operator==(const NodeSpec& a, const NodeSpec& b);
 bool operator==(const ClusterSpec& a, const ClusterSpec& b);
 
 std::vector<std::string> cluster_preset_names();
+// Case-insensitive; the error (not found) lists the names.
 Result<ClusterSpec> cluster_preset(std::string_view name);
-// A preset name or the path of a YAML file.
+// A preset name or the path of a YAML file; an existing file wins over a preset of that name.
 Result<ClusterSpec> load_cluster(const std::string& name_or_path);
 
 }  // namespace motley

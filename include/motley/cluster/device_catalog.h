@@ -3,13 +3,14 @@
 // static initialization; thread-safe.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "motley/core/dtype.h"
 #include "motley/core/status.h"
 #include "motley/core/units.h"
-#include "motley/core/dtype.h"
 
 namespace motley {
 
@@ -26,15 +27,18 @@ enum class LinkKind {
   kHostStaged,  // through host memory: devices of different vendors
   kLocal,       // a device to itself
 };
+// "nvlink", "xgmi", "gaudi-roce", "pcie", "infiniband", "ethernet", "host-staged", "local".
 const char* link_kind_name(LinkKind kind);
+// The inverse of link_kind_name (case-insensitive); nullopt for anything else.
+std::optional<LinkKind> parse_link_kind(std::string_view name);
 
 struct DeviceType {
   std::string name;  // canonical, e.g. "H100-SXM"
   std::vector<std::string> aliases;
   Vendor vendor = Vendor::kNvidia;
-  FlopsPerSecond peak_bf16;  // dense, no sparsity
+  FlopsPerSecond peak_bf16;  // dense, no sparsity; FP32 rate on devices without BF16 units
   FlopsPerSecond peak_fp16;
-  FlopsPerSecond peak_fp32;  // non-tensor-core FP32
+  FlopsPerSecond peak_fp32;  // non-tensor-core FP32 (Gaudi: the matrix engine's FP32 rate)
   Bytes memory;
   BytesPerSecond memory_bandwidth;
   LinkKind intra_node_link = LinkKind::kPcie;
@@ -49,7 +53,10 @@ struct DeviceType {
 };
 
 const std::vector<DeviceType>& device_catalog();
-// Case-insensitive, by name or alias; the error lists the known names.
+// Canonical names in catalog order.
+std::vector<std::string> device_type_names();
+// Case-insensitive, by name or alias; spaces and underscores match '-' ("h100 sxm" finds
+// H100-SXM). The error (not found) lists the known names. The pointer stays valid forever.
 Result<const DeviceType*> find_device_type(std::string_view name);
 
 }  // namespace motley

@@ -10,7 +10,7 @@ namespace motley::internal {
                                const std::string& message);
 }  // namespace motley::internal
 
-#define MOTLEY_CHECK(cond, msg)                                           \
-  do {                                                                    \
+#define MOTLEY_CHECK(cond, msg)                                                      \
+  do {                                                                               \
     if (!(cond)) ::motley::internal::check_failed(#cond, __FILE__, __LINE__, (msg)); \
   } while (false)

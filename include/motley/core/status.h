@@ -53,7 +53,7 @@ int exit_code_for(const Status& status);
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : data_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : data_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : data_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     MOTLEY_CHECK(!std::get<Status>(data_).is_ok(), "a Result built from a Status must be an error");
   }
@@ -90,9 +90,9 @@ class [[nodiscard]] Result {
 }  // namespace motley
 
 // Returns the Status of `expr` from the enclosing function when it is an error.
-#define MOTLEY_RETURN_IF_ERROR(expr)             \
-  do {                                           \
-    ::motley::Status motley_status_ = (expr);    \
+#define MOTLEY_RETURN_IF_ERROR(expr)                    \
+  do {                                                  \
+    ::motley::Status motley_status_ = (expr);           \
     if (!motley_status_.is_ok()) return motley_status_; \
   } while (false)
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <compare>
+#include <ostream>
 
 namespace motley {
 
@@ -45,6 +46,12 @@ constexpr Quantity<Tag> operator*(double k, Quantity<Tag> q) {
   return q * k;
 }
 
+// Prints the bare value (test failure messages, debugging); user-facing output formats units.
+template <class Tag>
+std::ostream& operator<<(std::ostream& os, Quantity<Tag> q) {
+  return os << q.value();
+}
+
 struct SecondsTag {};
 struct BytesTag {};
 struct FlopsTag {};
@@ -70,8 +77,9 @@ constexpr double kTera = 1e12;
 // Binary prefix for memory capacities as operating systems report them.
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-constexpr Seconds microseconds(double us) { return Seconds(us * 1e-6); }
-constexpr Seconds milliseconds(double ms) { return Seconds(ms * 1e-3); }
+// Division keeps decimal inputs exact: 5 / 1e6 is the double nearest 5e-6, 5 * 1e-6 is not.
+constexpr Seconds microseconds(double us) { return Seconds(us / 1e6); }
+constexpr Seconds milliseconds(double ms) { return Seconds(ms / 1e3); }
 constexpr BytesPerSecond gigabytes_per_second(double gbps) { return BytesPerSecond(gbps * kGiga); }
 constexpr FlopsPerSecond teraflops(double tflops) { return FlopsPerSecond(tflops * kTera); }
 

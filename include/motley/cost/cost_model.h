@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "motley/cluster/cluster.h"
 #include "motley/core/units.h"
 #include "motley/model/model.h"
 
@@ -82,6 +83,9 @@ class CostModel {
   // `bytes` is the per-participant buffer size (as nccl-tests' "size").
   virtual Seconds collective_time(Collective collective, const std::vector<int>& devices,
                                   Bytes bytes, CollectiveAlgorithm algorithm) const = 0;
+  // The devices and shared links the times above are priced on; the simulator shares link
+  // bandwidth between concurrent transfers on the same paths.
+  virtual const Topology& topology() const = 0;
 };
 
 }  // namespace motley

@@ -15,8 +15,9 @@ namespace motley {
 // The model_type values this importer understands.
 std::vector<std::string> supported_hf_model_types();
 
-// `source` names the file in error messages. An unsupported model_type is an error listing
-// supported_hf_model_types().
+// `source` names the file in error messages (and the model when the config has no
+// `_name_or_path`). An unsupported model_type is an error listing supported_hf_model_types().
+// Layer names, per-family defaults and counting conventions: docs/hf-import.md.
 Result<ModelSpec> import_hf_config(const Json& config, const std::string& source);
 
 }  // namespace motley

@@ -17,6 +17,9 @@ struct Workload {
   int64_t seq_len = 4096;
   int64_t micro_batch_size = 1;
   DType dtype = DType::kBFloat16;
+  // Dropout masks are kept for backward (set from ModelSpec::dropout; model_totals counts them
+  // when either this or the model's flag is set).
+  bool dropout = false;
 };
 
 struct LayerCost {
@@ -43,6 +46,8 @@ int64_t layer_params(const Layer& layer);
 int64_t layer_stored_params(const Layer& layer);
 int64_t layer_active_params(const Layer& layer);
 
+// FLOPs, memory traffic and activation bytes of one micro-batch through `layer`, on one device
+// without tensor parallelism. REQUIRES: the layer carries the shape its kind needs.
 LayerCost layer_cost(const Layer& layer, const Workload& workload);
 
 struct ModelTotals {
@@ -55,6 +60,7 @@ struct ModelTotals {
   std::array<Bytes, 3> activation_bytes;  // all layers, per micro-batch
 };
 
+// Sums of layer_cost over ModelSpec::layers; extra_layers only contribute extra_params.
 ModelTotals model_totals(const ModelSpec& model, const Workload& workload);
 
 }  // namespace motley

@@ -1,12 +1,13 @@
 // ModelSpec: a model as the ordered list of layers that partitioning moves between pipeline
 // stages, with each layer's kind and shape. Pure data: no formulas here (see layer_cost.h),
-// no file formats (see presets.h, hf_import.h, profile.h, model_json.h). Thread-compatible.
+// no file formats (see presets.h, hf_config.h, profile.h, model_json.h). Thread-compatible.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "motley/core/dtype.h"
@@ -17,13 +18,18 @@ namespace motley {
 // Feed-forward activation. Gated variants (SwiGLU, GeGLU) have three projections, others two.
 enum class Activation { kGelu, kRelu, kRelu2, kSilu, kSwiGlu, kGeGlu };
 bool is_gated(Activation activation);
-const char* activation_name(Activation activation);
+const char* activation_name(Activation activation);  // "gelu", "relu", "relu2", "silu", ...
+// Inverse of activation_name (case-insensitive); nullopt for an unknown name.
+std::optional<Activation> parse_activation(std::string_view name);
+std::vector<std::string> activation_names();
 
 // What activation memory a layer keeps for its backward pass (Korthikanti et al. 2022):
 // none keeps everything, selective recomputes the attention core (the s^2 terms), full keeps
 // only the layer input and recomputes the forward pass before the backward pass.
 enum class RecomputePolicy { kNone = 0, kSelective = 1, kFull = 2 };
-const char* recompute_policy_name(RecomputePolicy policy);
+const char* recompute_policy_name(RecomputePolicy policy);  // "none", "selective", "full"
+std::optional<RecomputePolicy> parse_recompute_policy(std::string_view name);
+std::vector<std::string> recompute_policy_names();
 
 struct AttentionShape {
   int64_t hidden = 0;
@@ -64,10 +70,16 @@ struct MoeShape {
   bool expert_bias = false;         // biases inside expert projections (gpt-oss)
   bool router_bias = false;         // a bias per expert on the router (gpt-oss, DeepSeek-V3)
   bool shared_expert_gate = false;  // a sigmoid gate hidden -> 1 on the shared expert (Qwen2-MoE)
+  // > 0: routed experts work at this width, behind hidden -> latent and latent -> hidden
+  // projections every token uses (Nemotron-H latent MoE); 0: experts work at `hidden`.
+  int64_t latent_size = 0;
 };
 
-// Mamba-2 mixer (Dao & Gu 2024) as implemented by Hugging Face Mamba2 / NemotronH.
+// Mamba mixer. Version 2 (Dao & Gu 2024, Hugging Face Mamba2 / NemotronH): scalar decay per
+// head, B and C shared by n_groups. Version 1 (Gu & Dao 2023, Jamba, Falcon-Mamba): selective
+// scan with a dt_rank bottleneck and a d_inner x d_state decay matrix.
 struct MambaShape {
+  int version = 2;
   int64_t hidden = 0;
   int64_t d_inner = 0;  // n_heads * head_dim (expand * hidden)
   int64_t d_state = 0;  // N
@@ -78,7 +90,10 @@ struct MambaShape {
   int64_t chunk_size = 256;
   bool conv_bias = true;
   bool proj_bias = false;
-  bool gated_norm = true;  // RMSNorm of d_inner before out_proj
+  bool gated_norm = true;  // version 2: RMSNorm of d_inner before out_proj
+  int64_t dt_rank = 0;     // version 1: rank of the time-step projection
+  // Version 1: learned RMSNorms on dt, B and C (Jamba). Falcon-Mamba's are weightless: false.
+  bool inner_norms = false;
 };
 
 struct EmbeddingShape {
@@ -108,6 +123,7 @@ struct ProjectorShape {
   int64_t in_hidden = 0;
   int64_t out_hidden = 0;
   int64_t ffn_size = 0;  // 0: a single linear layer; else linear, GELU, linear
+  bool bias = true;      // biases on the linear layers (false: DeepSeek-V3's MTP eh_proj)
 };
 
 // Times measured by the user (profile JSON) for one layer, used instead of formulas.
@@ -118,10 +134,10 @@ struct MeasuredTimes {
 };
 
 struct MeasuredLayer {
-  std::string measured_on;  // device type name of `times`
-  MeasuredTimes times;      // all three present
+  std::string measured_on;                               // device type name of `times`
+  MeasuredTimes times;                                   // all three present
   std::map<std::string, MeasuredTimes> times_by_device;  // overrides per device type name
-  int64_t seq_len = 0;           // shape the times were measured at
+  int64_t seq_len = 0;                                   // shape the times were measured at
   int64_t micro_batch_size = 0;
   Bytes param_bytes;
   Bytes activation_bytes;  // kept for backward per micro-batch, no recompute
@@ -141,7 +157,9 @@ enum class LayerKind {
   kHead,            // final norm + LM head + cross-entropy
   kMeasured,        // a layer known only by its profile
 };
-const char* layer_kind_name(LayerKind kind);
+const char* layer_kind_name(LayerKind kind);  // "embedding", "decoder_block", "mamba", ...
+std::optional<LayerKind> parse_layer_kind(std::string_view name);
+std::vector<std::string> layer_kind_names();
 
 struct Layer {
   std::string name;  // unique within the model, e.g. "decoder.7", "head"
@@ -166,7 +184,7 @@ struct Layer {
 
 struct ModelSpec {
   std::string name;
-  std::string family;  // "llama", "deepseek_v3", "preset", "profile", ...
+  std::string family;         // "llama", "deepseek_v3", "preset", "profile", ...
   std::vector<Layer> layers;  // the trained model, in pipeline order
   // Parts that are not the trained model proper (e.g. DeepSeek-V3's multi-token-prediction
   // module): reported separately and excluded from totals and from partitioning.

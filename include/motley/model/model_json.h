@@ -16,12 +16,19 @@ inline constexpr const char* kModelFormat = "motley.model/1";
 Json model_to_json(const ModelSpec& model);
 Result<ModelSpec> model_from_json(const Json& json, const std::string& source);
 
-// A preset name, or the path of a Hugging Face config.json, a motley profile or a motley model
-// file (recognized by content: "format" or "model_type"). Errors name the file and field.
+// A preset name, or the path of a Hugging Face config.json (or of a directory holding one), a
+// motley profile or a motley model file (recognized by content: "format" or "model_type").
+// An existing path wins over a preset of the same name. Errors name the file and field.
 Result<ModelSpec> load_model(const std::string& name_or_path);
 
 // Checks shapes for consistency (positive sizes, heads dividing, top_k <= experts, unique
 // layer names); importers and loaders call it before returning a model.
 Status validate_model(const ModelSpec& model, const std::string& source);
+
+// The times of a measured layer as flat fields "forward_s", "backward_input_s" and
+// "backward_weight_s" (absent ones omitted), shared by the model and the profile formats.
+// The reader checks only those three keys; the caller checks the object's other keys.
+Json measured_times_to_json(const MeasuredTimes& times);
+Result<MeasuredTimes> measured_times_from_json(const JsonField& field);
 
 }  // namespace motley

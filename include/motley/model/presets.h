@@ -1,5 +1,6 @@
 // Built-in models by name (Llama-3, Mixtral, DeepSeek-V2-Lite, Gemma-2, hybrids, a VLM and tiny
-// CPU-trainable models). Names are case-insensitive. Thread-safe.
+// CPU-trainable models). Published models are embedded config.json files run through
+// import_hf_config; the others are built directly. Names are case-insensitive. Thread-safe.
 #pragma once
 
 #include <string>

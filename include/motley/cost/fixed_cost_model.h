@@ -1,0 +1,91 @@
+// FixedCostModel: a CostModel whose every number is given by the caller — per-layer F/B/W and
+// recompute times (optionally per device type), boundary bytes, memory per layer — while
+// transfers are priced on the caller's ClusterSpec (its link latencies and bandwidths). For
+// tests with closed-form answers and what-if studies; it derives nothing from a model.
+// Immutable after construction; thread-safe.
+#pragma once
+
+#include <array>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "motley/cluster/cluster.h"
+#include "motley/cost/cost_model.h"
+
+namespace motley {
+
+// Times of one layer for one micro-batch on one device group.
+struct FixedLayerTimes {
+  Seconds forward;
+  Seconds backward_input;   // B
+  Seconds backward_weight;  // W
+  Seconds recompute;        // charged when the stage's recompute policy is not kNone
+};
+
+struct FixedLayer {
+  FixedLayerTimes times;  // on device types without an entry in FixedCostSpec::device_times
+  Bytes boundary;         // the activation leaving the layer (and its gradient), per micro-batch
+  // Whole-layer memory; a tensor-parallel group of t devices holds 1/t of each on every device.
+  Bytes weights;
+  Bytes gradients;
+  Bytes optimizer_state;  // divided again across replicas under ZeRO-1
+  // Activations kept per micro-batch, indexed by RecomputePolicy (none, selective, full).
+  std::array<Bytes, 3> activations{};
+};
+
+struct FixedCostSpec {
+  std::vector<FixedLayer> layers;
+  // Canonical device type name -> times of every layer (same length as `layers`) on that type.
+  std::vector<std::pair<std::string, std::vector<FixedLayerTimes>>> device_times;
+};
+
+class FixedCostModel final : public CostModel {
+ public:
+  // Checks what the constructor relies on: a non-empty layer list, device_times entries naming
+  // catalog types with one entry per layer, no negative time or size. `source` names the
+  // spec in the message.
+  static Status validate(const FixedCostSpec& spec, const std::string& source);
+
+  // REQUIRES: validate(spec) is ok; every device type of `cluster` is in the catalog.
+  FixedCostModel(const ClusterSpec& cluster, FixedCostSpec spec);
+
+  // Sums of the layers' times as given: the group's tensor-parallel degree does not scale
+  // them (give per-device-type entries, or another spec, for that).
+  ComputeTimes compute(LayerRange layers, const DeviceGroup& group,
+                       RecomputePolicy recompute) const override;
+  // Per device: each layer's memory / tp; optimizer state also / data_parallel under zero1;
+  // no communication buffers.
+  StageMemory stage_memory(LayerRange layers, const DeviceGroup& group,
+                           const MemoryOptions& options) const override;
+  Bytes boundary_bytes(int layer) const override;
+  // The path's latency + bytes / its bottleneck bandwidth; 0 for src == dst.
+  Seconds p2p_time(int src, int dst, Bytes bytes) const override;
+  // One ring over `devices` in increasing id order (any algorithm): the largest latency and
+  // the smallest bandwidth of the ring's consecutive paths, no sharing between them, in the
+  // flat closed forms of collectives.h. 0 for fewer than two devices.
+  Seconds collective_time(Collective collective, const std::vector<int>& devices, Bytes bytes,
+                          CollectiveAlgorithm algorithm) const override;
+  const Topology& topology() const override { return topology_; }
+
+  const FixedCostSpec& spec() const { return spec_; }
+
+ private:
+  const std::vector<FixedLayerTimes>& times_for(const DeviceGroup& group) const;
+
+  FixedCostSpec spec_;
+  Topology topology_;
+  std::vector<FixedLayerTimes> default_times_;
+  std::vector<int> table_of_device_;  // device id -> index into spec_.device_times, -1: default
+};
+
+// A cluster for FixedCostModel: one node per entry of `node_types` (canonical catalog names),
+// `devices_per_node` devices each. `intra` is every node's interconnect as given (kNvlink: a
+// port per device, so a transfer crosses the sender's tx and the receiver's rx port). Between
+// nodes each node has one NIC of `inter`'s bandwidth and the fabric adds `inter`'s latency
+// (NIC latencies are 0), so an inter-node path costs exactly inter.latency + bytes /
+// inter.bandwidth. PCIe (crossed only between vendors) is given `inter` too.
+ClusterSpec make_fixed_cluster(const std::vector<std::string>& node_types, int devices_per_node,
+                               LinkSpec intra, LinkSpec inter);
+
+}  // namespace motley

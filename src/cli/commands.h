@@ -1,0 +1,23 @@
+// The motley subcommands. Each `add_*` registers a subcommand on the CLI11 app and sets
+// `*action` to the function main runs after parsing. A command builds its whole output before
+// printing it, so a failure leaves no partial output; it returns a Status and never exits.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+#include "motley/core/status.h"
+
+namespace motley::cli {
+
+using Action = std::function<Status()>;
+
+void add_model_command(CLI::App& app, Action* action);
+void add_cluster_command(CLI::App& app, Action* action);
+void add_estimate_command(CLI::App& app, Action* action);
+
+// Defaults of the built-in example that the main job runs on.
+inline constexpr const char* kDefaultModel = "nemotron-h-8b";
+inline constexpr const char* kDefaultCluster = "default";
+
+}  // namespace motley::cli

@@ -1,0 +1,183 @@
+// Whole-program tests of the motley binary: the documented JSON outputs, and that bad input
+// exits with code 2, one message naming the file and field, and nothing on stdout.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+RunResult run_motley(const std::string& args) {
+  static int counter = 0;
+  std::string base =
+      "/tmp/motley_cli_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++);
+  std::string cmd =
+      std::string(MOTLEY_BINARY) + " " + args + " >" + base + ".out 2>" + base + ".err";
+  int status = std::system(cmd.c_str());
+  RunResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(base + ".out");
+  r.err = slurp(base + ".err");
+  std::remove((base + ".out").c_str());
+  std::remove((base + ".err").c_str());
+  return r;
+}
+
+std::string data(const std::string& name) {
+  return std::string(MOTLEY_TEST_DATA_DIR) + "/cli/" + name;
+}
+
+// Every bad input: exit 2, a single "motley: error:" line mentioning each of `needles`, and no
+// partial output on stdout.
+void expect_bad_input(const std::string& args, const std::vector<std::string>& needles) {
+  RunResult r = run_motley(args);
+  EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+  EXPECT_EQ(r.out, "") << args;
+  EXPECT_EQ(r.err.rfind("motley: error: ", 0), 0u) << r.err;
+  for (const auto& n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << n << "\n" << r.err;
+}
+
+TEST(CliTest, ModelShowJsonHasTotalsAndLayers) {
+  RunResult r = run_motley("model show " + data("small_llama.json") + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  // Embedding 1000*256, two blocks of (q 256*256, k and v 256*128 each, o 256*256,
+  // MLP 3*256*512, two norms 2*256), final norm 256, LM head 1000*256.
+  int64_t block = 256 * 256 * 2 + 256 * 128 * 2 + 3 * 256 * 512 + 2 * 256;
+  int64_t expected = 1000 * 256 + 2 * block + 256 + 1000 * 256;
+  EXPECT_EQ(j["total_params"].get<int64_t>(), expected);
+  EXPECT_EQ(j["active_params"].get<int64_t>(), expected);
+  ASSERT_TRUE(j["layers"].is_array());
+  ASSERT_EQ(j["layers"].size(), 4u);
+  for (const auto& l : j["layers"]) {
+    for (const char* key : {"kind", "params", "forward_flops", "backward_input_flops",
+                            "backward_weight_flops", "activation_bytes", "output_bytes"}) {
+      EXPECT_TRUE(l.contains(key)) << key;
+    }
+  }
+}
+
+TEST(CliTest, ModelShowPresetMatchesPublishedCount) {
+  RunResult r = run_motley("model show llama-3-8b --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // 8,030,261,248: Meta-Llama-3.1-8B's safetensors total_size / 2 (bf16).
+  EXPECT_EQ(nlohmann::json::parse(r.out)["total_params"].get<int64_t>(), 8030261248);
+}
+
+TEST(CliTest, ModelShowTableEndsWithTotals) {
+  RunResult r = run_motley("model show tiny-llama --seq-len 64");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("total parameters"), std::string::npos);
+  EXPECT_NE(r.out.find("embedding"), std::string::npos);
+}
+
+TEST(CliTest, ClusterShowJsonListsDevices) {
+  RunResult r = run_motley("cluster show default --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j["devices"].is_array());
+  EXPECT_EQ(j["total_devices"].get<size_t>(), j["devices"].size());
+  for (size_t i = 0; i < j["devices"].size(); ++i) {
+    const auto& d = j["devices"][i];
+    EXPECT_EQ(d["id"].get<size_t>(), i);
+    EXPECT_TRUE(d["type"].is_string());
+    EXPECT_TRUE(d["node"].is_number_integer());
+  }
+}
+
+TEST(CliTest, ClusterShowOfAFile) {
+  RunResult r = run_motley("cluster show " + data("one_t4.yaml") + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["total_devices"].get<int>(), 1);
+  EXPECT_EQ(j["devices"][0]["type"].get<std::string>(), "T4");
+}
+
+TEST(CliTest, EstimateRunsTheDefaultExample) {
+  RunResult r = run_motley("estimate --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_GE(j["devices"].size(), 1u);
+  for (const auto& d : j["devices"]) {
+    EXPECT_GT(d["step_time_s"].get<double>(), 0.0);
+    EXPECT_GT(d["memory_bytes"].get<double>(), 0.0);
+  }
+}
+
+TEST(CliBadInputTest, MissingModelFile) {
+  expect_bad_input("model show /nonexistent/config.json", {"/nonexistent/config.json"});
+}
+
+TEST(CliBadInputTest, MalformedJson) {
+  expect_bad_input("model show " + data("malformed.json"), {"malformed.json", "malformed JSON"});
+}
+
+TEST(CliBadInputTest, UnknownModelTypeListsSupportedOnes) {
+  expect_bad_input("model show " + data("unknown_type.json"),
+                   {"unknown_type.json", "bloom", "llama", "mixtral", "nemotron_h"});
+}
+
+TEST(CliBadInputTest, NegativeLayerCount) {
+  expect_bad_input("model show " + data("negative_layers.json"),
+                   {"negative_layers.json", "num_hidden_layers"});
+}
+
+TEST(CliBadInputTest, NonIntegerHeadCount) {
+  expect_bad_input("model show " + data("fractional_heads.json"),
+                   {"fractional_heads.json", "num_attention_heads", "4.5"});
+}
+
+TEST(CliBadInputTest, UnknownPreset) {
+  expect_bad_input("model show no-such-model", {"no-such-model", "llama-3-8b"});
+}
+
+TEST(CliBadInputTest, UnknownDeviceType) {
+  expect_bad_input("cluster show " + data("unknown_device.yaml"),
+                   {"unknown_device.yaml", "H900", "H100-SXM"});
+}
+
+TEST(CliBadInputTest, NegativeDeviceCount) {
+  expect_bad_input("cluster show " + data("negative_count.yaml"),
+                   {"negative_count.yaml", "count", "-3"});
+}
+
+TEST(CliBadInputTest, NonIntegerDeviceCount) {
+  expect_bad_input("cluster show " + data("fractional_count.yaml"),
+                   {"fractional_count.yaml", "count", "8.5"});
+}
+
+TEST(CliBadInputTest, MalformedYaml) {
+  expect_bad_input("cluster show " + data("malformed.yaml"), {"malformed.yaml", "YAML"});
+}
+
+TEST(CliBadInputTest, ModelThatFitsNowhere) {
+  expect_bad_input("estimate --model llama-3-70b --cluster " + data("one_t4.yaml"),
+                   {"llama-3-70b", "does not fit", "one-t4"});
+}
+
+TEST(CliBadInputTest, BadOptionValues) {
+  expect_bad_input("model show tiny-llama --micro-batch-size 0", {"--micro-batch-size"});
+  expect_bad_input("estimate --global-batch 3 --micro-batch-size 2", {"--global-batch"});
+  expect_bad_input("model show tiny-llama --seq-len abc", {"--seq-len"});
+  expect_bad_input("frobnicate", {"frobnicate"});
+}
+
+}  // namespace
