@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -178,6 +180,101 @@ TEST(CliBadInputTest, BadOptionValues) {
   expect_bad_input("estimate --global-batch 3 --micro-batch-size 2", {"--global-batch"});
   expect_bad_input("model show tiny-llama --seq-len abc", {"--seq-len"});
   expect_bad_input("frobnicate", {"frobnicate"});
+}
+
+TEST(CliTest, SimulateJsonReportsTheDocumentedFields) {
+  RunResult r = run_motley(
+      "simulate --schedule 1f1b --model tiny-llama --cluster h100x8 --stages 4 --micro-batches 8 "
+      "--json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  double t = j["iteration_time_s"].get<double>();
+  ASSERT_GT(t, 0.0);
+  // 8 devices in 4 stages: 2 replicas of 8 micro-batches of one 64-token sequence.
+  EXPECT_EQ(j["global_batch"].get<int>(), 16);
+  EXPECT_DOUBLE_EQ(j["throughput_tokens_per_s"].get<double>(), 16 * 64 / t);
+  double idle = 0;
+  ASSERT_EQ(j["devices"].size(), 8u);
+  for (const auto& d : j["devices"]) {
+    EXPECT_NEAR(d["busy_s"].get<double>() + d["idle_s"].get<double>(), t, 1e-12);
+    EXPECT_GT(d["peak_memory_bytes"].get<double>(), 0.0);
+    EXPECT_GT(d["memory_capacity_bytes"].get<double>(), d["peak_memory_bytes"].get<double>());
+    idle += d["idle_s"].get<double>();
+  }
+  EXPECT_NEAR(j["bubble_fraction"].get<double>(), idle / (8 * t), 1e-12);
+}
+
+TEST(CliTest, SimulateWritesAPlanThatSimulatesTheSame) {
+  std::string dir = "/tmp/motley_cli_sim_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  RunResult first = run_motley(
+      "simulate --schedule zb-h1 --model tiny-moe --cluster default --stages 4 --json --out " +
+      dir + "/plan.json --trace " + dir + "/t.json --svg " + dir + "/t.svg");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  RunResult again = run_motley("simulate --plan " + dir + "/plan.json --json");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(nlohmann::json::parse(first.out)["iteration_time_s"],
+            nlohmann::json::parse(again.out)["iteration_time_s"]);
+  auto plan = nlohmann::json::parse(slurp(dir + "/plan.json"));
+  EXPECT_EQ(plan["predicted"]["iteration_time_s"],
+            nlohmann::json::parse(first.out)["iteration_time_s"]);
+  auto trace = nlohmann::json::parse(slurp(dir + "/t.json"));
+  EXPECT_TRUE(trace.contains("traceEvents"));
+  std::string svg = slurp(dir + "/t.svg");
+  EXPECT_NE(svg.find("<svg"), std::string::npos);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliBadInputTest, InvalidPlansExitWithTheValidatorsMessage) {
+  expect_bad_input("simulate --plan " + data("deadlock-plan.json"),
+                   {"deadlock-plan.json", "deadlock", "device group 1", "1B0"});
+  expect_bad_input("simulate --plan " + data("missing-action-plan.json"),
+                   {"missing-action-plan.json", "stage 3, micro-batch 7", "3B7"});
+  // Uniform stages of llama-3-8b at 4096 tokens: the first device's warm-up does not fit.
+  expect_bad_input(
+      "simulate --schedule interleaved --model llama-3-8b --cluster h100x16 --micro-batches 32",
+      {"device 0 (H100-SXM) needs", "GiB", "but has 80 GiB"});
+  expect_bad_input("simulate --schedule 2f2b --model tiny-llama", {"--schedule", "1f1b", "zb-v"});
+  expect_bad_input("simulate --model tiny-llama", {"--plan", "--schedule"});
+}
+
+// Every file under examples/ is run, and its output must equal the golden transcript beside it
+// (<file>.expected.txt). MOTLEY_UPDATE_GOLDEN=1 rewrites the transcripts instead.
+TEST(ExamplesTest, EveryExampleMatchesItsGoldenTranscript) {
+  namespace fs = std::filesystem;
+  fs::path root = fs::path(MOTLEY_SOURCE_DIR) / "examples";
+  bool update = std::getenv("MOTLEY_UPDATE_GOLDEN") != nullptr;
+  int checked = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(root)) {
+    if (!entry.is_regular_file()) continue;
+    fs::path p = entry.path();
+    std::string name = p.filename().string();
+    if (name.size() > 13 && name.substr(name.size() - 13) == ".expected.txt") {
+      std::string input = p.string().substr(0, p.string().size() - 13);
+      EXPECT_TRUE(fs::exists(input)) << "golden transcript without its example: " << p;
+      continue;
+    }
+    std::string command;
+    if (p.parent_path().filename() == "plans") {
+      command = "simulate --plan " + p.string();
+    } else if (p.parent_path().filename() == "profiles") {
+      command = "model show " + p.string();
+    } else {
+      ADD_FAILURE() << "no test runs " << p;
+      continue;
+    }
+    RunResult r = run_motley(command);
+    ASSERT_EQ(r.exit_code, 0) << command << "\n" << r.err;
+    std::string golden = p.string() + ".expected.txt";
+    if (update) {
+      std::ofstream(golden) << r.out;
+    } else {
+      EXPECT_EQ(r.out, slurp(golden)) << "golden transcript differs: " << golden;
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 4);
 }
 
 }  // namespace

@@ -81,7 +81,9 @@ Status estimate(const EstimateOptions& opt) {
   cost_options.workload.seq_len = opt.seq_len > 0 ? opt.seq_len : model.default_seq_len;
   cost_options.workload.micro_batch_size = opt.micro_batch_size;
   cost_options.workload.dtype = model.dtype;
+  cost_options.workload.dropout = model.dropout;
   const Workload& w = cost_options.workload;
+  MOTLEY_RETURN_IF_ERROR(AnalyticCostModel::validate(model, cost_options, opt.model));
   AnalyticCostModel cost(model, cluster, cost_options);
   const Topology& topo = cost.topology();
   ModelTotals totals = model_totals(model, w);

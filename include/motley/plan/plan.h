@@ -1,0 +1,91 @@
+// Plan: the contract between planner, simulator and executor — partition (stages of contiguous
+// layers with a recompute policy), placement (device groups per stage, data-parallel replicas
+// with their own micro-batch counts) and schedule (an ordered action list per device group),
+// plus the predicted metrics a tool filled in. Pure data with a versioned JSON form
+// (plan_json.h); validation and lowering live in validate.h and lower.h. Thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "motley/core/units.h"
+#include "motley/model/model.h"
+
+namespace motley {
+
+inline constexpr const char* kPlanFormat = "motley.plan/1";
+
+enum class ActionKind {
+  kForward,         // F: forward of one stage for one micro-batch
+  kBackwardInput,   // B: gradient with respect to the stage input
+  kBackwardWeight,  // W: gradient with respect to the stage weights (after B)
+  kBackward,        // B and W fused (a full backward)
+  kRecompute,       // R: redo the stage's forward under its recompute policy, before its B
+};
+// Single letters as PyTorch pipelining writes them: F, I (input grad), W, B (full), R.
+char action_letter(ActionKind kind);
+const char* action_kind_name(ActionKind kind);
+
+struct Action {
+  ActionKind kind = ActionKind::kForward;
+  int stage = 0;        // index into Plan::stages
+  int micro_batch = 0;  // 0 .. Replica::micro_batches - 1
+  friend bool operator==(const Action&, const Action&) = default;
+};
+
+// One pipeline stage: layers [layer_begin, layer_end) of the model.
+struct Stage {
+  int layer_begin = 0;
+  int layer_end = 0;
+  RecomputePolicy recompute = RecomputePolicy::kNone;
+  friend bool operator==(const Stage&, const Stage&) = default;
+};
+
+// A tensor-parallel group of devices (global cluster ids; one device when t = 1) and the
+// ordered compute actions it runs. A group may run several stages (interleaved, V-shaped).
+struct DeviceGroupSchedule {
+  std::vector<int> devices;
+  std::vector<Action> actions;
+  friend bool operator==(const DeviceGroupSchedule&, const DeviceGroupSchedule&) = default;
+};
+
+// One data-parallel replica of the whole pipeline.
+struct Replica {
+  int64_t micro_batches = 0;
+  std::vector<int> stage_group;             // stage index -> index into `groups`
+  std::vector<DeviceGroupSchedule> groups;  // each group's devices and action order
+  friend bool operator==(const Replica&, const Replica&) = default;
+};
+
+// Identifies what a plan was made for, so it is never run against something else.
+struct SpecRef {
+  std::string name;
+  std::string hash;  // hex content hash (spec_hash.h)
+  friend bool operator==(const SpecRef&, const SpecRef&) = default;
+};
+
+struct PredictedMetrics {
+  Seconds iteration_time;
+  double throughput_tokens_per_s = 0;
+  double bubble_fraction = 0;
+  std::string cost_model;  // which model predicted them, e.g. "analytic"
+  friend bool operator==(const PredictedMetrics&, const PredictedMetrics&) = default;
+};
+
+struct Plan {
+  SpecRef model;
+  SpecRef cluster;
+  int64_t micro_batch_size = 1;
+  int64_t seq_len = 0;
+  int64_t global_batch = 0;  // sequences per step == sum of replicas' micro_batches * size
+  std::vector<Stage> stages;
+  std::vector<Replica> replicas;
+  std::string schedule;  // the generator's name, informational only ("1f1b", "adaptive", ...)
+  bool zero1 = false;    // optimizer state sharded across replicas
+  std::optional<PredictedMetrics> predicted;
+  friend bool operator==(const Plan&, const Plan&) = default;
+};
+
+}  // namespace motley

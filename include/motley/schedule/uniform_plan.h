@@ -1,0 +1,52 @@
+// make_uniform_plan: the complete Plan behind `motley simulate --schedule X --stages N
+// --virtual-stages V --micro-batches M` — the model's layers split evenly over the stages,
+// device groups taken in cluster order, the rest of the cluster as data-parallel replicas, and
+// each replica's orders from generate_schedule. It does not price or validate the plan
+// (sim/, plan/validate.h) and chooses nothing: the tuner does. Thread-safe free function.
+#pragma once
+
+#include <cstdint>
+
+#include "motley/cluster/cluster.h"
+#include "motley/core/status.h"
+#include "motley/cost/cost_model.h"
+#include "motley/model/model.h"
+#include "motley/plan/plan.h"
+#include "motley/schedule/schedule.h"
+
+namespace motley {
+
+struct UniformPlanOptions {
+  ScheduleKind kind = ScheduleKind::k1f1b;
+  // p: device groups per replica. 0: every group of the cluster in one pipeline.
+  int stages = 0;
+  // Chunks per group: interleaved needs >= 2; zb-v and dualpipev run 2 (1 is read as 2); the
+  // other kinds need 1.
+  int virtual_stages = 1;
+  int64_t micro_batches = 0;  // m, per replica; must be positive
+  // t: devices per group, consecutive in cluster order, inside one node and of one type.
+  int tensor_parallel = 1;
+  // Replicas of the pipeline. 0: as many as the cluster holds, which must then be divisible by
+  // stages * tensor_parallel; otherwise the first data_parallel * stages * t devices are used.
+  int data_parallel = 0;
+  int64_t micro_batch_size = 1;
+  int64_t seq_len = 0;  // 0: the model's default_seq_len
+  RecomputePolicy recompute = RecomputePolicy::kNone;
+  bool zero1 = false;
+};
+
+// Stage s of S = p * stages_per_group gets floor(L / S) layers, and one more when s < L mod S
+// (the remainder goes to the first stages). Replica k's group r holds devices
+// [(k*p + r) * t, (k*p + r + 1) * t) of cluster_devices(cluster). Stage times for the
+// zero-bubble kinds come from cost.compute() on each replica's own devices, so replicas on
+// different hardware may get different orders; the activation/gradient transfer time given to
+// the generator is the largest over the replica's stage boundaries. global_batch =
+// replicas * m * micro_batch_size; model/cluster refs per spec_hash.h; no predicted metrics.
+// Errors (invalid_argument): a non-positive count, a virtual-stage count the kind does not
+// take, fewer layers than stages, a cluster too small or not divisible, a TP group that spans
+// nodes or device types, and the generator's own errors.
+// REQUIRES: `cost` prices `model` on `cluster` for micro_batch_size and seq_len.
+Result<Plan> make_uniform_plan(const UniformPlanOptions& options, const ModelSpec& model,
+                               const ClusterSpec& cluster, const CostModel& cost);
+
+}  // namespace motley

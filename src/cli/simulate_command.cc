@@ -1,0 +1,226 @@
+// `motley simulate`: simulates one training iteration of a plan file, or of a named schedule on
+// a uniform partition, and prints the summary (or JSON), optionally writing the plan, a Chrome
+// trace and an SVG timeline. Files are written only once everything succeeded.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <string>
+
+#include "commands.h"
+#include "motley/cluster/cluster.h"
+#include "motley/core/json.h"
+#include "motley/cost/analytic_cost_model.h"
+#include "motley/model/model_json.h"
+#include "motley/plan/plan_json.h"
+#include "motley/plan/validate.h"
+#include "motley/report/chrome_trace.h"
+#include "motley/report/summary.h"
+#include "motley/report/svg_timeline.h"
+#include "motley/schedule/uniform_plan.h"
+#include "motley/sim/simulator.h"
+
+namespace motley::cli {
+namespace {
+
+struct SimulateOptions {
+  std::string plan;
+  std::string model;
+  std::string cluster;
+  std::string schedule;
+  int stages = 0;
+  int virtual_stages = 0;     // 0: 2 for interleaved, zb-v and dualpipev, else 1
+  int64_t micro_batches = 0;  // 0: 4 per pipeline stage
+  int64_t micro_batch_size = 1;
+  int64_t seq_len = 0;
+  int tensor_parallel = 1;
+  std::string recompute = "none";
+  std::string out;
+  std::string trace;
+  std::string svg;
+  bool json = false;
+};
+
+// Everything a simulated plan is checked and priced against.
+struct Scenario {
+  ModelSpec model;
+  ClusterSpec cluster;
+  Plan plan;
+};
+
+Result<Scenario> scenario_from_plan_file(const SimulateOptions& opt) {
+  Scenario s;
+  MOTLEY_ASSIGN_OR_RETURN(s.plan, load_plan(opt.plan));
+  // The plan names what it was made for; --model and --cluster override where it came from a
+  // file rather than a preset.
+  MOTLEY_ASSIGN_OR_RETURN(s.model, load_model(opt.model.empty() ? s.plan.model.name : opt.model));
+  MOTLEY_ASSIGN_OR_RETURN(s.cluster,
+                          load_cluster(opt.cluster.empty() ? s.plan.cluster.name : opt.cluster));
+  return s;
+}
+
+Result<Scenario> scenario_from_schedule(const SimulateOptions& opt) {
+  Scenario s;
+  auto kind = parse_schedule_kind(opt.schedule);
+  if (!kind) {
+    return invalid_argument("--schedule: unknown schedule '" + opt.schedule + "'; expected " +
+                            join_alternatives(schedule_kind_names()));
+  }
+  auto recompute = parse_recompute_policy(opt.recompute);
+  if (!recompute) {
+    return invalid_argument("--recompute: expected " + join_alternatives(recompute_policy_names()) +
+                            ", got '" + opt.recompute + "'");
+  }
+  if (opt.stages < 0) return invalid_argument("--stages: expected a positive integer");
+  if (opt.micro_batches < 0)
+    return invalid_argument("--micro-batches: expected a positive integer");
+  if (opt.micro_batch_size <= 0) {
+    return invalid_argument("--micro-batch-size: expected a positive integer");
+  }
+  if (opt.tensor_parallel <= 0) {
+    return invalid_argument("--tensor-parallel: expected a positive integer");
+  }
+  MOTLEY_ASSIGN_OR_RETURN(s.model, load_model(opt.model.empty() ? kDefaultModel : opt.model));
+  MOTLEY_ASSIGN_OR_RETURN(s.cluster,
+                          load_cluster(opt.cluster.empty() ? kDefaultCluster : opt.cluster));
+
+  UniformPlanOptions u;
+  u.kind = *kind;
+  u.stages = opt.stages;
+  bool chunked = *kind == ScheduleKind::kInterleaved || *kind == ScheduleKind::kZbV ||
+                 *kind == ScheduleKind::kDualPipeV;
+  u.virtual_stages = opt.virtual_stages > 0 ? opt.virtual_stages : (chunked ? 2 : 1);
+  u.tensor_parallel = opt.tensor_parallel;
+  u.micro_batch_size = opt.micro_batch_size;
+  u.seq_len = opt.seq_len > 0 ? opt.seq_len : s.model.default_seq_len;
+  u.recompute = *recompute;
+  int p = opt.stages > 0
+              ? opt.stages
+              : static_cast<int>(cluster_devices(s.cluster).size()) / opt.tensor_parallel;
+  u.micro_batches = opt.micro_batches > 0 ? opt.micro_batches : 4 * static_cast<int64_t>(p);
+
+  AnalyticCostOptions cost_options;
+  cost_options.workload = Workload{u.seq_len, u.micro_batch_size, s.model.dtype, s.model.dropout};
+  MOTLEY_RETURN_IF_ERROR(AnalyticCostModel::validate(s.model, cost_options, s.model.name));
+  AnalyticCostModel cost(s.model, s.cluster, cost_options);
+  MOTLEY_ASSIGN_OR_RETURN(s.plan, make_uniform_plan(u, s.model, s.cluster, cost));
+  return s;
+}
+
+Json device_json(const DeviceStats& d, const Topology& topo) {
+  return Json{{"device", d.device},
+              {"type", topo.devices()[d.device].type},
+              {"replica", d.replica},
+              {"group", d.group},
+              {"busy_s", d.busy.value()},
+              {"idle_s", d.idle.value()},
+              {"exposed_communication_s", d.exposed_communication.value()},
+              {"peak_memory_bytes", d.peak_memory.value()},
+              {"memory_capacity_bytes", d.capacity.value()},
+              {"peak_in_flight", d.peak_in_flight}};
+}
+
+Status simulate_command(const SimulateOptions& opt) {
+  if (opt.plan.empty() && opt.schedule.empty()) {
+    return invalid_argument("give --plan FILE or --schedule NAME (see 'motley simulate --help')");
+  }
+  if (!opt.plan.empty() && !opt.schedule.empty()) {
+    return invalid_argument("--plan and --schedule exclude each other");
+  }
+  MOTLEY_ASSIGN_OR_RETURN(
+      Scenario s, opt.plan.empty() ? scenario_from_schedule(opt) : scenario_from_plan_file(opt));
+  const std::string source = opt.plan.empty() ? "plan" : opt.plan;
+
+  AnalyticCostOptions cost_options;
+  cost_options.workload =
+      Workload{s.plan.seq_len, s.plan.micro_batch_size, s.model.dtype, s.model.dropout};
+  MOTLEY_RETURN_IF_ERROR(AnalyticCostModel::validate(s.model, cost_options, s.model.name));
+  AnalyticCostModel cost(s.model, s.cluster, cost_options);
+
+  // The validator proves the plan runnable, memory included, before anything is simulated.
+  ValidateOptions validate;
+  const int64_t replicas = static_cast<int64_t>(s.plan.replicas.size());
+  validate.footprint = [&](int r, int g, int stage) {
+    const Stage& st = s.plan.stages[stage];
+    MemoryOptions m{st.recompute, 0, replicas, s.plan.zero1};
+    StageMemory mem = cost.stage_memory(LayerRange{st.layer_begin, st.layer_end},
+                                        DeviceGroup{s.plan.replicas[r].groups[g].devices}, m);
+    return StageFootprint{mem.total(), mem.activations_per_micro_batch};
+  };
+  Status valid = validate_plan(s.plan, s.model, s.cluster, validate);
+  if (!valid.is_ok()) return valid.with_context(source);
+
+  SimOptions sim_options;
+  sim_options.source = source;
+  sim_options.record_timeline = !opt.trace.empty() || !opt.svg.empty();
+  MOTLEY_ASSIGN_OR_RETURN(SimResult result, simulate(sim_options, s.plan, cost));
+  s.plan.predicted = PredictedMetrics{result.iteration_time, result.throughput_tokens_per_s,
+                                      result.bubble_fraction, "analytic"};
+
+  // Render everything first, then write: a failure leaves no partial output behind.
+  const Topology& topo = cost.topology();
+  std::string trace, svg;
+  if (!opt.trace.empty()) trace = chrome_trace_json(s.plan, result, topo, TraceOptions{});
+  if (!opt.svg.empty()) svg = svg_timeline(s.plan, result, topo, SvgOptions{});
+  std::string out;
+  if (opt.json) {
+    Json devices = Json::array();
+    for (const auto& d : result.devices) devices.push_back(device_json(d, topo));
+    Json j{{"model", s.model.name},
+           {"cluster", s.cluster.name},
+           {"schedule", s.plan.schedule},
+           {"stages", s.plan.stages.size()},
+           {"replicas", s.plan.replicas.size()},
+           {"micro_batch_size", s.plan.micro_batch_size},
+           {"seq_len", s.plan.seq_len},
+           {"global_batch", s.plan.global_batch},
+           {"iteration_time_s", result.iteration_time.value()},
+           {"throughput_tokens_per_s", result.throughput_tokens_per_s},
+           {"bubble_fraction", result.bubble_fraction},
+           {"fits_memory", result.fits_memory},
+           {"tasks", result.tasks},
+           {"devices", devices}};
+    if (!opt.out.empty()) j["plan"] = opt.out;
+    out = j.dump(2) + "\n";
+  } else {
+    out = simulation_summary(s.plan, result, topo, SummaryOptions{});
+  }
+  if (!opt.out.empty()) MOTLEY_RETURN_IF_ERROR(save_plan(s.plan, opt.out));
+  if (!opt.trace.empty()) MOTLEY_RETURN_IF_ERROR(write_file_atomically(opt.trace, trace));
+  if (!opt.svg.empty()) MOTLEY_RETURN_IF_ERROR(write_file_atomically(opt.svg, svg));
+  std::fputs(out.c_str(), stdout);
+  return Status::ok();
+}
+
+}  // namespace
+
+void add_simulate_command(CLI::App& app, Action* action) {
+  auto opt = std::make_shared<SimulateOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "simulate", "Simulate one training iteration of a plan file or of a named schedule");
+  cmd->add_option("--plan", opt->plan, "A motley.plan/1 file");
+  cmd->add_option("--model", opt->model,
+                  std::string("Model (default: the plan's, or ") + kDefaultModel + ")");
+  cmd->add_option("--cluster", opt->cluster,
+                  std::string("Cluster (default: the plan's, or ") + kDefaultCluster + ")");
+  cmd->add_option("--schedule", opt->schedule,
+                  "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v or dualpipev");
+  cmd->add_option("--stages", opt->stages,
+                  "Pipeline depth: device groups per pipeline (default: the whole cluster)");
+  cmd->add_option("--virtual-stages", opt->virtual_stages,
+                  "Chunks per device (default 2 for interleaved, zb-v, dualpipev; else 1)");
+  cmd->add_option("--micro-batches", opt->micro_batches,
+                  "Micro-batches per pipeline (default: 4 per stage)");
+  cmd->add_option("--micro-batch-size", opt->micro_batch_size, "Sequences per micro-batch")
+      ->capture_default_str();
+  cmd->add_option("--seq-len", opt->seq_len, "Sequence length (default: the model's)");
+  cmd->add_option("--tensor-parallel", opt->tensor_parallel, "Devices per stage (inside a node)")
+      ->capture_default_str();
+  cmd->add_option("--recompute", opt->recompute, "none, selective or full")->capture_default_str();
+  cmd->add_option("--out", opt->out, "Write the plan (with predicted metrics) to this file");
+  cmd->add_option("--trace", opt->trace, "Write a Chrome trace JSON (Perfetto, chrome://tracing)");
+  cmd->add_option("--svg", opt->svg, "Write an SVG timeline");
+  cmd->add_flag("--json", opt->json, "Print one JSON object");
+  cmd->callback([opt, action] { *action = [opt] { return simulate_command(*opt); }; });
+}
+
+}  // namespace motley::cli

@@ -1,0 +1,410 @@
+// The plan file format; docs/plan-format.md documents every field. Keep the two in step.
+#include "motley/plan/plan_json.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <vector>
+
+namespace motley {
+namespace {
+
+constexpr const char* kTimeUnit = "s";
+constexpr const char* kMemoryUnit = "bytes";
+
+std::optional<ActionKind> kind_of_letter(char c) {
+  switch (c) {
+    case 'F':
+      return ActionKind::kForward;
+    case 'I':
+      return ActionKind::kBackwardInput;
+    case 'W':
+      return ActionKind::kBackwardWeight;
+    case 'B':
+      return ActionKind::kBackward;
+    case 'R':
+      return ActionKind::kRecompute;
+    default:
+      return std::nullopt;
+  }
+}
+
+// Reads a run of decimal digits at `pos` into an int; false when there is none or it overflows.
+bool read_index(const std::string& text, size_t* pos, int* out) {
+  size_t start = *pos;
+  int64_t value = 0;
+  while (*pos < text.size() && text[*pos] >= '0' && text[*pos] <= '9') {
+    value = value * 10 + (text[*pos] - '0');
+    if (value > std::numeric_limits<int>::max()) return false;
+    ++*pos;
+  }
+  if (*pos == start) return false;
+  *out = static_cast<int>(value);
+  return true;
+}
+
+Json stage_to_json(const Stage& stage) {
+  Json j = Json::object();
+  j["layers"] = Json::array({stage.layer_begin, stage.layer_end});
+  j["recompute"] = recompute_policy_name(stage.recompute);
+  return j;
+}
+
+Json replica_to_json(const Replica& replica) {
+  Json groups = Json::array();
+  for (const DeviceGroupSchedule& g : replica.groups) {
+    Json actions = Json::array();
+    for (const Action& a : g.actions) actions.push_back(action_to_string(a));
+    groups.push_back(Json{{"devices", g.devices}, {"actions", std::move(actions)}});
+  }
+  Json j = Json::object();
+  j["micro_batches"] = replica.micro_batches;
+  j["stage_group"] = replica.stage_group;
+  j["groups"] = std::move(groups);
+  return j;
+}
+
+Result<SpecRef> spec_ref_from_json(const JsonField& parent, std::string_view key) {
+  MOTLEY_ASSIGN_OR_RETURN(JsonField f, parent.get(key));
+  MOTLEY_RETURN_IF_ERROR(f.check_keys({"name", "hash"}));
+  SpecRef ref;
+  MOTLEY_ASSIGN_OR_RETURN(ref.name, f.get_string("name"));
+  MOTLEY_ASSIGN_OR_RETURN(ref.hash, f.get_string("hash"));
+  return ref;
+}
+
+// A non-negative integer that fits an int: stage, group, device and layer indices.
+Result<int> as_index(const JsonField& f) {
+  MOTLEY_ASSIGN_OR_RETURN(int64_t v, f.as_int());
+  if (v < 0 || v > std::numeric_limits<int>::max()) {
+    return f.error("expected a non-negative integer index, got " + describe_json_value(f.json()));
+  }
+  return static_cast<int>(v);
+}
+
+Result<std::vector<int>> index_list(const JsonField& parent, std::string_view key) {
+  MOTLEY_ASSIGN_OR_RETURN(JsonField f, parent.get(key));
+  MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> items, f.items());
+  std::vector<int> out;
+  out.reserve(items.size());
+  for (const JsonField& item : items) {
+    MOTLEY_ASSIGN_OR_RETURN(int v, as_index(item));
+    out.push_back(v);
+  }
+  return out;
+}
+
+Status check_units(const JsonField& root) {
+  std::optional<JsonField> units = root.find("units");
+  if (!units) return Status::ok();
+  MOTLEY_RETURN_IF_ERROR(units->check_keys({"time", "memory"}));
+  MOTLEY_ASSIGN_OR_RETURN(std::string time, units->get_string_or("time", kTimeUnit));
+  if (time != kTimeUnit) {
+    return units->child_error(
+        "time", std::string("expected \"") + kTimeUnit + "\" (seconds), got \"" + time + "\"");
+  }
+  MOTLEY_ASSIGN_OR_RETURN(std::string memory, units->get_string_or("memory", kMemoryUnit));
+  if (memory != kMemoryUnit) {
+    return units->child_error(
+        "memory", std::string("expected \"") + kMemoryUnit + "\", got \"" + memory + "\"");
+  }
+  return Status::ok();
+}
+
+Result<Stage> stage_from_json(const JsonField& f) {
+  MOTLEY_RETURN_IF_ERROR(f.check_keys({"layers", "recompute"}));
+  MOTLEY_ASSIGN_OR_RETURN(JsonField layers, f.get("layers"));
+  MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> bounds, layers.items());
+  if (bounds.size() != 2) {
+    return layers.error("expected [first layer, end layer) as two integers, got " +
+                        std::to_string(bounds.size()) + " values");
+  }
+  Stage stage;
+  MOTLEY_ASSIGN_OR_RETURN(stage.layer_begin, as_index(bounds[0]));
+  MOTLEY_ASSIGN_OR_RETURN(stage.layer_end, as_index(bounds[1]));
+  MOTLEY_ASSIGN_OR_RETURN(std::string policy, f.get_string_or("recompute", "none"));
+  std::optional<RecomputePolicy> parsed = parse_recompute_policy(policy);
+  if (!parsed) {
+    return f.child_error("recompute", "expected " + join_alternatives(recompute_policy_names()) +
+                                          ", got \"" + policy + "\"");
+  }
+  stage.recompute = *parsed;
+  return stage;
+}
+
+Result<DeviceGroupSchedule> group_from_json(const JsonField& f) {
+  MOTLEY_RETURN_IF_ERROR(f.check_keys({"devices", "actions"}));
+  DeviceGroupSchedule group;
+  MOTLEY_ASSIGN_OR_RETURN(group.devices, index_list(f, "devices"));
+  MOTLEY_ASSIGN_OR_RETURN(JsonField actions, f.get("actions"));
+  MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> items, actions.items());
+  group.actions.reserve(items.size());
+  for (const JsonField& item : items) {
+    MOTLEY_ASSIGN_OR_RETURN(std::string text, item.as_string());
+    Result<Action> action = parse_action(text);
+    if (!action.is_ok()) return item.error(action.status().message());
+    group.actions.push_back(action.value());
+  }
+  return group;
+}
+
+Result<Replica> replica_from_json(const JsonField& f) {
+  MOTLEY_RETURN_IF_ERROR(f.check_keys({"micro_batches", "stage_group", "groups"}));
+  Replica replica;
+  MOTLEY_ASSIGN_OR_RETURN(replica.micro_batches, f.get_positive_int("micro_batches"));
+  MOTLEY_ASSIGN_OR_RETURN(replica.stage_group, index_list(f, "stage_group"));
+  MOTLEY_ASSIGN_OR_RETURN(JsonField groups, f.get("groups"));
+  MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> items, groups.items());
+  for (const JsonField& item : items) {
+    MOTLEY_ASSIGN_OR_RETURN(DeviceGroupSchedule group, group_from_json(item));
+    replica.groups.push_back(std::move(group));
+  }
+  return replica;
+}
+
+Result<PredictedMetrics> predicted_from_json(const JsonField& f) {
+  MOTLEY_RETURN_IF_ERROR(f.check_keys(
+      {"iteration_time_s", "throughput_tokens_per_s", "bubble_fraction", "cost_model"}));
+  PredictedMetrics p;
+  MOTLEY_ASSIGN_OR_RETURN(double t, f.get_nonnegative_double("iteration_time_s"));
+  p.iteration_time = Seconds(t);
+  MOTLEY_ASSIGN_OR_RETURN(p.throughput_tokens_per_s,
+                          f.get_nonnegative_double("throughput_tokens_per_s"));
+  MOTLEY_ASSIGN_OR_RETURN(p.bubble_fraction, f.get_nonnegative_double("bubble_fraction"));
+  if (p.bubble_fraction > 1.0) {
+    return f.child_error("bubble_fraction", "expected a fraction between 0 and 1, got " +
+                                                f.json().at("bubble_fraction").dump());
+  }
+  MOTLEY_ASSIGN_OR_RETURN(p.cost_model, f.get_string("cost_model"));
+  return p;
+}
+
+bool is_flat_array(const Json& j) {
+  if (!j.is_array()) return false;
+  for (const Json& e : j) {
+    if (e.is_structured()) return false;
+  }
+  return true;
+}
+
+// Keys in the order a reader wants them (the format first, the bulky schedule last); Json
+// itself keeps keys sorted.
+const std::vector<std::string>& preferred_key_order() {
+  static const std::vector<std::string> order = {"format",
+                                                 "units",
+                                                 "time",
+                                                 "memory",
+                                                 "model",
+                                                 "cluster",
+                                                 "name",
+                                                 "hash",
+                                                 "micro_batch_size",
+                                                 "seq_len",
+                                                 "global_batch",
+                                                 "schedule",
+                                                 "zero1",
+                                                 "predicted",
+                                                 "iteration_time_s",
+                                                 "throughput_tokens_per_s",
+                                                 "bubble_fraction",
+                                                 "cost_model",
+                                                 "stages",
+                                                 "layers",
+                                                 "recompute",
+                                                 "replicas",
+                                                 "micro_batches",
+                                                 "stage_group",
+                                                 "groups",
+                                                 "devices",
+                                                 "actions"};
+  return order;
+}
+
+std::vector<std::string> ordered_keys(const Json& object) {
+  std::vector<std::string> keys;
+  for (const std::string& k : preferred_key_order()) {
+    if (object.contains(k)) keys.push_back(k);
+  }
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    if (std::find(keys.begin(), keys.end(), it.key()) == keys.end()) keys.push_back(it.key());
+  }
+  return keys;
+}
+
+void print_flat_array(const Json& j, std::string* out) {
+  *out += "[";
+  for (size_t i = 0; i < j.size(); ++i) {
+    if (i > 0) *out += ", ";
+    *out += j[i].dump();
+  }
+  *out += "]";
+}
+
+// One line for a small object of scalars and flat arrays (units, references, stages), or
+// nullopt when it has nested objects.
+std::optional<std::string> one_line_object(const Json& j) {
+  std::string out = "{";
+  for (const std::string& key : ordered_keys(j)) {
+    const Json& v = j.at(key);
+    if (v.is_object() || (v.is_array() && !is_flat_array(v))) return std::nullopt;
+    if (out.size() > 1) out += ", ";
+    out += Json(key).dump() + ": ";
+    if (v.is_array()) {
+      print_flat_array(v, &out);
+    } else {
+      out += v.dump();
+    }
+  }
+  return out + "}";
+}
+
+constexpr size_t kLineWidth = 100;
+
+// Like Json::dump(2), except that keys come in preferred_key_order, arrays of scalars (layer
+// bounds, device lists, action orders) stay on one line, and so do small objects that fit, so
+// that a plan reads as a few lines per device group.
+void pretty_print(const Json& j, int indent, std::string* out) {
+  const std::string pad(static_cast<size_t>(indent) * 2, ' ');
+  const std::string inner(static_cast<size_t>(indent + 1) * 2, ' ');
+  if (j.is_object() && !j.empty()) {
+    // Where the current line started, to judge whether the object fits on it.
+    const size_t line_start = out->rfind('\n') == std::string::npos ? 0 : out->rfind('\n') + 1;
+    if (std::optional<std::string> line = one_line_object(j);
+        line && out->size() - line_start + line->size() + 1 <= kLineWidth) {
+      *out += *line;
+      return;
+    }
+    *out += "{\n";
+    const std::vector<std::string> keys = ordered_keys(j);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      *out += inner + Json(keys[i]).dump() + ": ";
+      pretty_print(j.at(keys[i]), indent + 1, out);
+      *out += (i + 1 < keys.size()) ? ",\n" : "\n";
+    }
+    *out += pad + "}";
+  } else if (j.is_array() && !j.empty() && !is_flat_array(j)) {
+    *out += "[\n";
+    for (size_t i = 0; i < j.size(); ++i) {
+      *out += inner;
+      pretty_print(j[i], indent + 1, out);
+      *out += (i + 1 < j.size()) ? ",\n" : "\n";
+    }
+    *out += pad + "]";
+  } else if (j.is_array()) {
+    print_flat_array(j, out);
+  } else {
+    *out += j.dump();
+  }
+}
+
+}  // namespace
+
+std::string action_to_string(const Action& action) {
+  return std::to_string(action.stage) + action_letter(action.kind) +
+         std::to_string(action.micro_batch);
+}
+
+Result<Action> parse_action(const std::string& text) {
+  auto bad = [&]() {
+    return invalid_argument("expected an action like \"0F3\", got " + Json(text).dump() +
+                            " (<stage><F, I, W, B or R><micro-batch>: forward, input-gradient "
+                            "backward, weight-gradient backward, full backward, recompute)");
+  };
+  Action action;
+  size_t pos = 0;
+  if (!read_index(text, &pos, &action.stage) || pos >= text.size()) return bad();
+  std::optional<ActionKind> kind = kind_of_letter(text[pos++]);
+  if (!kind) return bad();
+  action.kind = *kind;
+  if (!read_index(text, &pos, &action.micro_batch) || pos != text.size()) return bad();
+  return action;
+}
+
+Json plan_to_json(const Plan& plan) {
+  Json j = Json::object();
+  j["format"] = kPlanFormat;
+  j["units"] = Json{{"time", kTimeUnit}, {"memory", kMemoryUnit}};
+  j["model"] = Json{{"name", plan.model.name}, {"hash", plan.model.hash}};
+  j["cluster"] = Json{{"name", plan.cluster.name}, {"hash", plan.cluster.hash}};
+  j["micro_batch_size"] = plan.micro_batch_size;
+  j["seq_len"] = plan.seq_len;
+  j["global_batch"] = plan.global_batch;
+  Json stages = Json::array();
+  for (const Stage& s : plan.stages) stages.push_back(stage_to_json(s));
+  j["stages"] = std::move(stages);
+  Json replicas = Json::array();
+  for (const Replica& r : plan.replicas) replicas.push_back(replica_to_json(r));
+  j["replicas"] = std::move(replicas);
+  j["schedule"] = plan.schedule;
+  j["zero1"] = plan.zero1;
+  if (plan.predicted) {
+    const PredictedMetrics& p = *plan.predicted;
+    j["predicted"] = Json{{"iteration_time_s", p.iteration_time.value()},
+                          {"throughput_tokens_per_s", p.throughput_tokens_per_s},
+                          {"bubble_fraction", p.bubble_fraction},
+                          {"cost_model", p.cost_model}};
+  }
+  return j;
+}
+
+Result<Plan> plan_from_json(const Json& json, const std::string& source) {
+  JsonField root(json, source);
+  if (!root.is_object()) {
+    return root.error(std::string("expected a plan (a JSON object with \"format\": \"") +
+                      kPlanFormat + "\"), got " + describe_json_value(json));
+  }
+  MOTLEY_ASSIGN_OR_RETURN(std::string format, root.get_string("format"));
+  if (format != kPlanFormat) {
+    return root.child_error(
+        "format", std::string("expected \"") + kPlanFormat + "\", got \"" + format + "\"");
+  }
+  MOTLEY_RETURN_IF_ERROR(
+      root.check_keys({"format", "units", "model", "cluster", "micro_batch_size", "seq_len",
+                       "global_batch", "stages", "replicas", "schedule", "zero1", "predicted"}));
+  MOTLEY_RETURN_IF_ERROR(check_units(root));
+  Plan plan;
+  MOTLEY_ASSIGN_OR_RETURN(plan.model, spec_ref_from_json(root, "model"));
+  MOTLEY_ASSIGN_OR_RETURN(plan.cluster, spec_ref_from_json(root, "cluster"));
+  MOTLEY_ASSIGN_OR_RETURN(plan.micro_batch_size, root.get_positive_int("micro_batch_size"));
+  MOTLEY_ASSIGN_OR_RETURN(plan.seq_len, root.get_positive_int("seq_len"));
+  MOTLEY_ASSIGN_OR_RETURN(plan.global_batch, root.get_positive_int("global_batch"));
+
+  MOTLEY_ASSIGN_OR_RETURN(JsonField stages, root.get("stages"));
+  MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> stage_items, stages.items());
+  for (const JsonField& item : stage_items) {
+    MOTLEY_ASSIGN_OR_RETURN(Stage stage, stage_from_json(item));
+    plan.stages.push_back(stage);
+  }
+  MOTLEY_ASSIGN_OR_RETURN(JsonField replicas, root.get("replicas"));
+  MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> replica_items, replicas.items());
+  for (const JsonField& item : replica_items) {
+    MOTLEY_ASSIGN_OR_RETURN(Replica replica, replica_from_json(item));
+    plan.replicas.push_back(std::move(replica));
+  }
+  MOTLEY_ASSIGN_OR_RETURN(plan.schedule, root.get_string_or("schedule", ""));
+  MOTLEY_ASSIGN_OR_RETURN(plan.zero1, root.get_bool_or("zero1", false));
+  if (std::optional<JsonField> predicted = root.find("predicted")) {
+    MOTLEY_ASSIGN_OR_RETURN(PredictedMetrics p, predicted_from_json(*predicted));
+    plan.predicted = std::move(p);
+  }
+  return plan;
+}
+
+Result<Plan> load_plan(const std::string& path) {
+  MOTLEY_ASSIGN_OR_RETURN(Json json, read_json_file(path));
+  return plan_from_json(json, path);
+}
+
+std::string plan_to_text(const Plan& plan) {
+  std::string text;
+  pretty_print(plan_to_json(plan), 0, &text);
+  text += "\n";
+  return text;
+}
+
+Status save_plan(const Plan& plan, const std::string& path) {
+  return write_file_atomically(path, plan_to_text(plan));
+}
+
+}  // namespace motley

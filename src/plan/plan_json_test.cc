@@ -1,0 +1,253 @@
+#include "motley/plan/plan_json.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include "test_plans.h"
+
+namespace motley {
+namespace {
+
+using ::motley::testing::actions;
+
+// A plan that uses every field and every action kind (not a runnable schedule: the schema
+// does not care).
+Plan full_plan() {
+  Plan p;
+  p.model = SpecRef{"tiny-llama", "0123456789abcdef"};
+  p.cluster = SpecRef{"mixed", "fedcba9876543210"};
+  p.micro_batch_size = 2;
+  p.seq_len = 1024;
+  p.global_batch = 14;
+  p.stages = {Stage{0, 3, RecomputePolicy::kNone}, Stage{3, 5, RecomputePolicy::kSelective},
+              Stage{5, 6, RecomputePolicy::kFull}};
+  Replica a;
+  a.micro_batches = 4;
+  a.stage_group = {0, 1, 0};
+  a.groups = {DeviceGroupSchedule{{0, 1}, actions("0F0 2F0 2R0 2I0 2W0 0B0")},
+              DeviceGroupSchedule{{2}, actions("1F0 1B0 1F12 1I12 1W12")}};
+  Replica b;
+  b.micro_batches = 3;
+  b.stage_group = {0, 0, 0};
+  b.groups = {DeviceGroupSchedule{{5, 6, 7}, actions("0F1 1F1 2F1 2B1 1B1 0B1")}};
+  p.replicas = {a, b};
+  p.schedule = "adaptive";
+  p.zero1 = true;
+  p.predicted = PredictedMetrics{Seconds(1.2345678901234567), 98765.4321, 0.125, "analytic"};
+  return p;
+}
+
+TEST(ActionText, LettersFollowPyTorchPipelining) {
+  EXPECT_EQ(action_letter(ActionKind::kForward), 'F');
+  EXPECT_EQ(action_letter(ActionKind::kBackwardInput), 'I');
+  EXPECT_EQ(action_letter(ActionKind::kBackwardWeight), 'W');
+  EXPECT_EQ(action_letter(ActionKind::kBackward), 'B');
+  EXPECT_EQ(action_letter(ActionKind::kRecompute), 'R');
+  EXPECT_STREQ(action_kind_name(ActionKind::kBackwardInput), "backward_input");
+  EXPECT_STREQ(action_kind_name(ActionKind::kBackward), "backward");
+}
+
+TEST(ActionText, RoundTrips) {
+  EXPECT_EQ(action_to_string(Action{ActionKind::kForward, 0, 3}), "0F3");
+  EXPECT_EQ(action_to_string(Action{ActionKind::kBackwardInput, 12, 345}), "12I345");
+  for (const char* text : {"0F3", "1I3", "1W3", "2B0", "0R3", "15B1023"}) {
+    Result<Action> a = parse_action(text);
+    ASSERT_TRUE(a.is_ok()) << text;
+    EXPECT_EQ(action_to_string(a.value()), text);
+  }
+  Result<Action> a = parse_action("7W11");
+  ASSERT_TRUE(a.is_ok());
+  EXPECT_EQ(a.value(), (Action{ActionKind::kBackwardWeight, 7, 11}));
+}
+
+TEST(ActionText, RejectsMalformed) {
+  for (const char* text :
+       {"", "F3", "0F", "0f3", "0X3", "0F3x", "-1F3", "0F-3", " 0F3", "0FF3", "99999999999F0"}) {
+    Result<Action> a = parse_action(text);
+    ASSERT_FALSE(a.is_ok()) << text;
+    EXPECT_NE(a.status().message().find("expected an action like \"0F3\""), std::string::npos)
+        << a.status().message();
+  }
+}
+
+TEST(PlanJson, RoundTrips) {
+  const Plan p = full_plan();
+  Result<Plan> back = plan_from_json(plan_to_json(p), "mem");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back.value(), p);
+}
+
+TEST(PlanJson, RoundTripsWithoutPrediction) {
+  Plan p = full_plan();
+  p.predicted.reset();
+  Json j = plan_to_json(p);
+  EXPECT_FALSE(j.contains("predicted"));
+  Result<Plan> back = plan_from_json(j, "mem");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back.value(), p);
+}
+
+TEST(PlanJson, WritesDocumentedFields) {
+  const Json j = plan_to_json(full_plan());
+  EXPECT_EQ(j.at("format"), "motley.plan/1");
+  EXPECT_EQ(j.at("units"), (Json{{"time", "s"}, {"memory", "bytes"}}));
+  EXPECT_EQ(j.at("stages")[1], (Json{{"layers", {3, 5}}, {"recompute", "selective"}}));
+  EXPECT_EQ(j.at("replicas")[0].at("stage_group"), (Json{0, 1, 0}));
+  EXPECT_EQ(j.at("replicas")[0].at("groups")[1].at("actions"),
+            (Json{"1F0", "1B0", "1F12", "1I12", "1W12"}));
+  EXPECT_EQ(j.at("predicted").at("iteration_time_s"), 1.2345678901234567);
+  EXPECT_EQ(j.at("predicted").at("cost_model"), "analytic");
+}
+
+TEST(PlanJson, TextPutsFormatFirstAndActionsOnOneLine) {
+  const std::string text = plan_to_text(full_plan());
+  EXPECT_EQ(text.rfind("{\n  \"format\": \"motley.plan/1\",\n  \"units\": {", 0), 0u) << text;
+  EXPECT_NE(text.find("\"actions\": [\"0F1\", \"1F1\", \"2F1\", \"2B1\", \"1B1\", \"0B1\"]"),
+            std::string::npos)
+      << text;
+  Result<Json> parsed = parse_json(text, "text");
+  ASSERT_TRUE(parsed.is_ok());
+  EXPECT_EQ(parsed.value(), plan_to_json(full_plan()));
+}
+
+class PlanFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ =
+        std::filesystem::temp_directory_path() / ("motley_plan_test_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+};
+
+TEST_F(PlanFile, SaveThenLoadIsIdentity) {
+  const std::string path = (dir_ / "plan.json").string();
+  ASSERT_TRUE(save_plan(full_plan(), path).is_ok());
+  Result<Plan> back = load_plan(path);
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back.value(), full_plan());
+  // Saving again replaces the file.
+  Plan other = full_plan();
+  other.schedule = "1f1b";
+  ASSERT_TRUE(save_plan(other, path).is_ok());
+  EXPECT_EQ(load_plan(path).value().schedule, "1f1b");
+}
+
+TEST_F(PlanFile, MissingFileIsNotFound) {
+  Result<Plan> p = load_plan((dir_ / "absent.json").string());
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kNotFound);
+}
+
+TEST(PlanFixtures, LoadsTheValidFixture) {
+  const std::string path = std::string(MOTLEY_TEST_DATA_DIR) + "/plan/two-stage.json";
+  Result<Plan> p = load_plan(path);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p->model.name, "small");
+  EXPECT_EQ(p->stages.size(), 2u);
+  EXPECT_EQ(p->stages[1].recompute, RecomputePolicy::kFull);
+  EXPECT_EQ(p->replicas[0].groups[1].actions, actions("1F0 1I0 1W0 1F1 1I1 1W1"));
+  EXPECT_FALSE(p->predicted.has_value());
+  EXPECT_FALSE(p->zero1);
+}
+
+struct BadFixture {
+  const char* file;
+  const char* message;  // after "<path>: "
+};
+
+class PlanFixtureErrors : public ::testing::TestWithParam<BadFixture> {};
+
+TEST_P(PlanFixtureErrors, NameFileAndField) {
+  const std::string path = std::string(MOTLEY_TEST_DATA_DIR) + "/plan/" + GetParam().file;
+  Result<Plan> p = load_plan(path);
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(p.status().message(), path + ": " + GetParam().message);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, PlanFixtureErrors,
+    ::testing::Values(
+        BadFixture{"bad-action.json",
+                   "field 'replicas[0].groups[1].actions[7]': expected an action like \"0F3\", "
+                   "got \"0X3\" (<stage><F, I, W, B or R><micro-batch>: forward, "
+                   "input-gradient backward, weight-gradient backward, full backward, "
+                   "recompute)"},
+        BadFixture{"wrong-format.json",
+                   "field 'format': expected \"motley.plan/1\", got "
+                   "\"motley.plan/2\""},
+        BadFixture{"unknown-key.json",
+                   "field 'replicas[0].groups[0].device': unknown field; allowed fields here: "
+                   "devices or actions"}));
+
+// Edits a valid plan's JSON and returns the error message of reading it back.
+std::string error_after(const std::function<void(Json&)>& edit) {
+  Json j = plan_to_json(full_plan());
+  edit(j);
+  Result<Plan> p = plan_from_json(j, "plan.json");
+  if (p.is_ok()) return "(accepted)";
+  return p.status().message();
+}
+
+TEST(PlanJsonErrors, NameTheField) {
+  EXPECT_EQ(error_after([](Json& j) { j.erase("format"); }),
+            "plan.json: field 'format': is missing");
+  EXPECT_EQ(error_after([](Json& j) { j["replicas"][1]["micro_batches"] = 0; }),
+            "plan.json: field 'replicas[1].micro_batches': expected a positive integer, got 0");
+  EXPECT_EQ(error_after([](Json& j) {
+              j["stages"][2]["layers"] = Json{5, 6, 7};
+            }),
+            "plan.json: field 'stages[2].layers': expected [first layer, end layer) as two "
+            "integers, got 3 values");
+  EXPECT_EQ(error_after([](Json& j) { j["stages"][0]["layers"][1] = -2; }),
+            "plan.json: field 'stages[0].layers[1]': expected a non-negative integer index, got "
+            "-2");
+  EXPECT_EQ(error_after([](Json& j) { j["stages"][1]["recompute"] = "some"; }),
+            "plan.json: field 'stages[1].recompute': expected none, selective or full, got "
+            "\"some\"");
+  EXPECT_EQ(error_after([](Json& j) { j["replicas"][0]["groups"][0]["devices"][1] = "x"; }),
+            "plan.json: field 'replicas[0].groups[0].devices[1]': expected an integer, got "
+            "\"x\"");
+  EXPECT_EQ(error_after([](Json& j) { j["replicas"][0]["groups"][0]["actions"][2] = 3; }),
+            "plan.json: field 'replicas[0].groups[0].actions[2]': expected a string, got 3");
+  EXPECT_EQ(error_after([](Json& j) { j["units"]["time"] = "ms"; }),
+            "plan.json: field 'units.time': expected \"s\" (seconds), got \"ms\"");
+  EXPECT_EQ(error_after([](Json& j) { j["predicted"]["bubble_fraction"] = 1.5; }),
+            "plan.json: field 'predicted.bubble_fraction': expected a fraction between 0 and 1, "
+            "got 1.5");
+  EXPECT_EQ(error_after([](Json& j) { j["model"]["version"] = 2; }),
+            "plan.json: field 'model.version': unknown field; allowed fields here: name or "
+            "hash");
+  EXPECT_EQ(error_after([](Json& j) { j["zero1"] = "yes"; }),
+            "plan.json: field 'zero1': expected true or false, got \"yes\"");
+  EXPECT_EQ(error_after([](Json& j) { j = Json::array(); }),
+            "plan.json: expected a plan (a JSON object with \"format\": \"motley.plan/1\"), got "
+            "an array");
+}
+
+TEST(PlanJsonErrors, UnknownTopLevelKeyIsRejected) {
+  const std::string msg = error_after([](Json& j) { j["schedul"] = "1f1b"; });
+  EXPECT_EQ(msg.rfind("plan.json: field 'schedul': unknown field", 0), 0u) << msg;
+}
+
+TEST(PlanJson, OptionalFieldsTakeDefaults) {
+  Json j = plan_to_json(full_plan());
+  j.erase("units");
+  j.erase("schedule");
+  j.erase("zero1");
+  j["stages"][0].erase("recompute");
+  Result<Plan> p = plan_from_json(j, "plan.json");
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p->schedule, "");
+  EXPECT_FALSE(p->zero1);
+  EXPECT_EQ(p->stages[0].recompute, RecomputePolicy::kNone);
+}
+
+}  // namespace
+}  // namespace motley

@@ -1,0 +1,125 @@
+#include "test_plans.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "motley/core/check.h"
+#include "motley/plan/plan_json.h"
+#include "motley/plan/spec_hash.h"
+
+namespace motley::testing {
+
+ModelSpec small_model(int layers, const std::string& name) {
+  ModelSpec m;
+  m.name = name;
+  m.family = "test";
+  m.default_seq_len = 128;
+  for (int i = 0; i < layers; ++i) {
+    Layer l;
+    l.name = "block." + std::to_string(i);
+    l.kind = LayerKind::kDecoderBlock;
+    AttentionShape a;
+    a.hidden = 64;
+    a.num_heads = 4;
+    a.num_kv_heads = 4;
+    a.head_dim = 16;
+    l.attention = a;
+    FeedForwardShape f;
+    f.hidden = 64;
+    f.ffn_size = 256;
+    l.ffn = f;
+    l.num_norms = 2;
+    m.layers.push_back(l);
+  }
+  return m;
+}
+
+namespace {
+
+NodeSpec node(const std::string& name, const std::string& type, int count) {
+  NodeSpec n;
+  n.name = name;
+  n.devices = {NodeDevices{type, count}};
+  n.interconnect = LinkSpec{LinkKind::kNvlink, gigabytes_per_second(300), microseconds(2)};
+  n.pcie = LinkSpec{LinkKind::kPcie, gigabytes_per_second(24), microseconds(3)};
+  n.nic = LinkSpec{LinkKind::kInfiniband, gigabytes_per_second(50), microseconds(1)};
+  return n;
+}
+
+}  // namespace
+
+ClusterSpec single_device_nodes(int nodes, const std::string& type) {
+  ClusterSpec c;
+  c.name = "nodes-" + std::to_string(nodes);
+  for (int i = 0; i < nodes; ++i) {
+    std::string name = "n";
+    name += std::to_string(i);
+    c.nodes.push_back(node(name, type, 1));
+  }
+  c.network = LinkSpec{LinkKind::kInfiniband, gigabytes_per_second(50), microseconds(2)};
+  return c;
+}
+
+ClusterSpec two_node_cluster() {
+  ClusterSpec c;
+  c.name = "two-nodes";
+  c.nodes = {node("a", "H100-SXM", 4), node("b", "H100-SXM", 4)};
+  c.network = LinkSpec{LinkKind::kInfiniband, gigabytes_per_second(50), microseconds(2)};
+  return c;
+}
+
+std::vector<Action> actions(const std::string& text) {
+  std::vector<Action> out;
+  std::istringstream in(text);
+  std::string token;
+  while (in >> token) {
+    Result<Action> a = parse_action(token);
+    MOTLEY_CHECK(a.is_ok(), "bad action in a test: " + token);
+    out.push_back(a.value());
+  }
+  return out;
+}
+
+std::vector<Action> one_f_one_b_order(int stages, int rank, int micro_batches, bool split) {
+  std::vector<Action> out;
+  auto backward = [&](int j) {
+    if (split) {
+      out.push_back({ActionKind::kBackwardInput, rank, j});
+      out.push_back({ActionKind::kBackwardWeight, rank, j});
+    } else {
+      out.push_back({ActionKind::kBackward, rank, j});
+    }
+  };
+  const int warmup = std::min(stages - rank - 1, micro_batches);
+  for (int j = 0; j < warmup; ++j) out.push_back({ActionKind::kForward, rank, j});
+  for (int i = 0; i < micro_batches - warmup; ++i) {
+    out.push_back({ActionKind::kForward, rank, warmup + i});
+    backward(i);
+  }
+  for (int j = micro_batches - warmup; j < micro_batches; ++j) backward(j);
+  return out;
+}
+
+Plan one_f_one_b_plan(const ModelSpec& model, const ClusterSpec& cluster, int micro_batches,
+                      bool split) {
+  const int stages = static_cast<int>(model.layers.size());
+  Plan plan;
+  plan.model = model_ref(model);
+  plan.cluster = cluster_ref(cluster);
+  plan.micro_batch_size = 2;
+  plan.seq_len = 128;
+  plan.global_batch = 2 * micro_batches;
+  plan.schedule = "1f1b";
+  Replica replica;
+  replica.micro_batches = micro_batches;
+  for (int s = 0; s < stages; ++s) {
+    plan.stages.push_back(Stage{s, s + 1, RecomputePolicy::kNone});
+    replica.stage_group.push_back(s);
+    replica.groups.push_back(
+        DeviceGroupSchedule{{s}, one_f_one_b_order(stages, s, micro_batches, split)});
+  }
+  plan.replicas.push_back(std::move(replica));
+  return plan;
+}
+
+}  // namespace motley::testing

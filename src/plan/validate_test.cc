@@ -1,0 +1,434 @@
+#include "motley/plan/validate.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "motley/plan/spec_hash.h"
+#include "test_plans.h"
+
+namespace motley {
+namespace {
+
+using ::motley::testing::actions;
+using ::motley::testing::one_f_one_b_plan;
+using ::motley::testing::single_device_nodes;
+using ::motley::testing::small_model;
+using ::motley::testing::two_node_cluster;
+using ::testing::HasSubstr;
+
+ValidateOptions defaults() { return ValidateOptions{}; }
+
+// A two-stage plan on devices 0 and 1 with the given orders (two micro-batches).
+Plan two_stage(const std::string& group0, const std::string& group1) {
+  Plan p = one_f_one_b_plan(small_model(2), single_device_nodes(2), 2);
+  p.replicas[0].groups[0].actions = actions(group0);
+  p.replicas[0].groups[1].actions = actions(group1);
+  return p;
+}
+
+Status check_two_stage(const Plan& p) {
+  return validate_plan(p, small_model(2), single_device_nodes(2), defaults());
+}
+
+TEST(Validate, AcceptsOneFOneB) {
+  for (int m : {1, 2, 3, 4, 8}) {
+    for (bool split : {false, true}) {
+      const Plan p = one_f_one_b_plan(small_model(4), single_device_nodes(4), m, split);
+      Status s = validate_plan(p, small_model(4), single_device_nodes(4), defaults());
+      EXPECT_TRUE(s.is_ok()) << "m=" << m << " split=" << split << ": " << s.message();
+    }
+  }
+}
+
+TEST(Validate, AcceptsRecomputeBeforeBackward) {
+  Plan p = two_stage("0F0 0F1 0R0 0B0 0R1 0B1", "1F0 1B0 1F1 1B1");
+  p.stages[0].recompute = RecomputePolicy::kFull;
+  EXPECT_TRUE(check_two_stage(p).is_ok()) << check_two_stage(p).message();
+}
+
+TEST(Validate, AcceptsDataParallelReplicasWithUnevenMicroBatches) {
+  // Replica 0: two stages on devices 0 and 1 (node a); replica 1: one group of devices 4-7
+  // (tensor parallel on node b) running both stages.
+  const ModelSpec model = small_model(2);
+  const ClusterSpec cluster = two_node_cluster();
+  Plan p;
+  p.model = model_ref(model);
+  p.cluster = cluster_ref(cluster);
+  p.micro_batch_size = 1;
+  p.seq_len = 128;
+  p.global_batch = 5;
+  p.stages = {Stage{0, 1}, Stage{1, 2}};
+  p.replicas = {
+      Replica{2,
+              {0, 1},
+              {DeviceGroupSchedule{{0}, actions("0F0 0F1 0B0 0B1")},
+               DeviceGroupSchedule{{1}, actions("1F0 1B0 1F1 1B1")}}},
+      Replica{3,
+              {0, 0},
+              {DeviceGroupSchedule{{4, 5, 6, 7},
+                                   actions("0F0 1F0 1B0 0B0 0F1 1F1 1B1 0B1 0F2 1F2 1B2 0B2")}}}};
+  Status s = validate_plan(p, model, cluster, defaults());
+  EXPECT_TRUE(s.is_ok()) << s.message();
+}
+
+TEST(Validate, DetectsDeadlockBetweenTwoGroups) {
+  // Group 0 wants the gradient of micro-batch 0 before it sends micro-batch 1; group 1 wants
+  // micro-batch 1 first.
+  Status s = check_two_stage(two_stage("0F0 0B0 0F1 0B1", "1F1 1B1 1F0 1B0"));
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "deadlock: device group 0 (device 0) waits at 0B0 (stage 0, micro-batch 0), which "
+            "needs 1B0 from device group 1 (device 1), itself blocked at 1F1 (stage 1, "
+            "micro-batch 1), which needs 0F1 from device group 0 (device 0), which is where the "
+            "cycle started");
+}
+
+TEST(Validate, DetectsBackwardBeforeItsForwardOnOneGroup) {
+  Status s = check_two_stage(two_stage("0F0 0F1 0B0 0B1", "1B0 1F0 1F1 1B1"));
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.message(),
+            "deadlock: device group 1 (device 1) waits at 1B0 (stage 1, micro-batch 0), which "
+            "needs 1F0 (stage 1, micro-batch 0), listed later in the same group's order");
+}
+
+TEST(Validate, DeadlockReportStartsWhereTheCycleIs) {
+  // Group 0 waits on group 1, which is caught in a cycle with group 2: the report shows the
+  // cycle, not the group merely waiting on it.
+  const ModelSpec model = small_model(3);
+  const ClusterSpec cluster = single_device_nodes(3);
+  Plan p = one_f_one_b_plan(model, cluster, 2);
+  p.replicas[0].groups[0].actions = actions("0F0 0F1 0B0 0B1");
+  p.replicas[0].groups[1].actions = actions("1F0 1B0 1F1 1B1");
+  p.replicas[0].groups[2].actions = actions("2F1 2B1 2F0 2B0");
+  Status s = validate_plan(p, model, cluster, defaults());
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.message(),
+            "deadlock: device group 1 (device 1) waits at 1B0 (stage 1, micro-batch 0), which "
+            "needs 2B0 from device group 2 (device 2), itself blocked at 2F1 (stage 2, "
+            "micro-batch 1), which needs 1F1 from device group 1 (device 1), which is where the "
+            "cycle started");
+}
+
+TEST(Validate, DetectsDeadlockAcrossThreeInterleavedGroups) {
+  // Six stages on three groups (stages g and g + 3 on group g).
+  const ModelSpec model = small_model(6);
+  const ClusterSpec cluster = single_device_nodes(3);
+  Plan p = one_f_one_b_plan(model, cluster, 2);
+  p.replicas[0].stage_group = {0, 1, 2, 0, 1, 2};
+  p.replicas[0].groups.resize(3);
+  p.replicas[0].groups[0].actions = actions("0F0 3F0 0F1 3F1 3B1 3B0 0B1 0B0");
+  p.replicas[0].groups[1].actions = actions("1F1 1F0 4F0 4F1 4B0 4B1 1B0 1B1");
+  p.replicas[0].groups[2].actions = actions("2F1 2F0 5F0 5B0 5F1 5B1 2B0 2B1");
+  Status s = validate_plan(p, model, cluster, defaults());
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.message(),
+            "deadlock: device group 0 (device 0) waits at 3F0 (stage 3, micro-batch 0), which "
+            "needs 2F0 from device group 2 (device 2), itself blocked at 2F1 (stage 2, "
+            "micro-batch 1), which needs 1F1 from device group 1 (device 1), itself blocked at "
+            "1F1 (stage 1, micro-batch 1), which needs 0F1 from device group 0 (device 0), which "
+            "is where the cycle started");
+}
+
+TEST(Validate, DetectsRecomputeAfterBackward) {
+  Plan p = two_stage("0F0 0F1 0B0 0R0 0R1 0B1", "1F0 1B0 1F1 1B1");
+  p.stages[0].recompute = RecomputePolicy::kSelective;
+  Status s = check_two_stage(p);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.message(),
+            "deadlock: device group 0 (device 0) waits at 0B0 (stage 0, micro-batch 0), which "
+            "needs 0R0 (stage 0, micro-batch 0), listed later in the same group's order");
+}
+
+TEST(Validate, RejectsRecomputeWithoutPolicy) {
+  Status s = check_two_stage(two_stage("0F0 0F1 0R0 0B0 0B1", "1F0 1B0 1F1 1B1"));
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.message(),
+            "device group 0 (device 0), action 2 (0R0): recompute of stage 0, micro-batch 0, but "
+            "stage 0 keeps its activations (recompute \"none\")");
+}
+
+TEST(Validate, RejectsMissingWeightGradient) {
+  Status s = check_two_stage(two_stage("0F0 0F1 0B0 0B1", "1F0 1I0 1W0 1F1 1I1"));
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.message(),
+            "stage 1, micro-batch 1 has an input-gradient backward (1I1) but no weight-gradient "
+            "backward: device group 1 (device 1) must list 1W1");
+}
+
+TEST(Validate, RejectsMissingForwardAndBackward) {
+  Status no_f = check_two_stage(two_stage("0F0 0B0 0B1", "1F0 1B0 1F1 1B1"));
+  EXPECT_EQ(no_f.message(),
+            "stage 0, micro-batch 1 has no forward: device group 0 (device 0) must list 0F1");
+  Status no_b = check_two_stage(two_stage("0F0 0F1 0B0 0B1", "1F0 1B0 1F1"));
+  EXPECT_EQ(no_b.message(),
+            "stage 1, micro-batch 1 has no backward: device group 1 (device 1) must list 1B1, or "
+            "1I1 and 1W1");
+  Status w_only = check_two_stage(two_stage("0F0 0F1 0B0 0W1", "1F0 1B0 1F1 1B1"));
+  EXPECT_EQ(w_only.message(),
+            "stage 0, micro-batch 1 has a weight-gradient backward (0W1) but no input-gradient "
+            "backward: device group 0 (device 0) must list 0I1 before it");
+  Status both = check_two_stage(two_stage("0F0 0F1 0B0 0I1 0W1 0B1", "1F0 1B0 1F1 1B1"));
+  EXPECT_EQ(both.message(),
+            "stage 0, micro-batch 1 has both a full backward (0B1) and a split one (0I1) in "
+            "device group 0 (device 0); list either 0B1 or 0I1 and 0W1");
+}
+
+TEST(Validate, RejectsDuplicateForward) {
+  Status s = check_two_stage(two_stage("0F0 0F1 0B0 0F1 0B1", "1F0 1B0 1F1 1B1"));
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.message(),
+            "device group 0 (device 0) lists 0F1 (stage 0, micro-batch 1) twice (actions 1 and "
+            "3); each runs exactly once");
+}
+
+TEST(Validate, RejectsActionsOnTheWrongGroupOrOutOfRange) {
+  Status wrong = check_two_stage(two_stage("0F0 0F1 0B0 0B1 1F0", "1B0 1F1 1B1"));
+  EXPECT_EQ(wrong.message(),
+            "device group 0 (device 0), action 4 (1F0): stage 1 runs on device group 1 (device "
+            "1), so its actions belong in that group's list");
+  Status mb = check_two_stage(two_stage("0F0 0F1 0F2 0B0 0B1", "1F0 1B0 1F1 1B1"));
+  EXPECT_EQ(mb.message(),
+            "device group 0 (device 0), action 2 (0F2): micro-batch 2 does not exist; the "
+            "replica has micro-batches 0-1");
+  Status stage = check_two_stage(two_stage("0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1 2F0"));
+  EXPECT_EQ(stage.message(),
+            "device group 1 (device 1), action 4 (2F0): stage 2 does not exist; the plan has "
+            "stages 0-1");
+}
+
+TEST(Validate, RejectsTensorParallelGroupAcrossNodes) {
+  const ModelSpec model = small_model(2);
+  const ClusterSpec cluster = two_node_cluster();
+  Plan p = one_f_one_b_plan(model, cluster, 2);
+  p.replicas[0].groups[0].devices = {1, 2};
+  p.replicas[0].groups[1].devices = {3, 4};
+  Status s = validate_plan(p, model, cluster, defaults());
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.message(),
+            "device group 1 (devices 3,4), which runs stage 1, spans nodes: device 3 is on node "
+            "'a' and device 4 on node 'b'; a tensor-parallel group must stay inside one node");
+}
+
+TEST(Validate, RejectsTensorParallelGroupOfMixedTypes) {
+  const ModelSpec model = small_model(2);
+  ClusterSpec cluster = two_node_cluster();
+  cluster.nodes[0].devices = {NodeDevices{"H100-SXM", 2}, NodeDevices{"MI300X", 2}};
+  Plan p = one_f_one_b_plan(model, cluster, 2);
+  p.replicas[0].groups[0].devices = {0};
+  p.replicas[0].groups[1].devices = {1, 2};
+  Status s = validate_plan(p, model, cluster, defaults());
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.message(),
+            "device group 1 (devices 1,2), which runs stage 1, mixes device types: device 1 is "
+            "H100-SXM, device 2 is MI300X; a tensor-parallel group needs one device type");
+}
+
+TEST(Validate, RejectsDeviceUsedTwice) {
+  const ModelSpec model = small_model(3);
+  const ClusterSpec cluster = single_device_nodes(3);
+  Plan p = one_f_one_b_plan(model, cluster, 2);
+  p.replicas[0].groups[2].devices = {1};
+  Status s = validate_plan(p, model, cluster, defaults());
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.message(),
+            "device 1 (A100-80GB) is used twice: in device group 1 (device 1), which runs stage "
+            "1, and in device group 2 (device 1), which runs stage 2; a device belongs to at "
+            "most one group");
+}
+
+TEST(Validate, RejectsDeviceUsedByTwoReplicas) {
+  const ModelSpec model = small_model(2);
+  const ClusterSpec cluster = single_device_nodes(4);
+  Plan p = one_f_one_b_plan(model, cluster, 2);
+  Replica second = p.replicas[0];
+  second.groups[0].devices = {2};
+  second.groups[1].devices = {1};
+  p.replicas.push_back(second);
+  p.global_batch *= 2;
+  Status s = validate_plan(p, model, cluster, defaults());
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.message(),
+            "device 1 (A100-80GB) is used twice: in replica 0 device group 1 (device 1), which "
+            "runs stage 1, and in replica 1 device group 1 (device 1), which runs stage 1; a "
+            "device belongs to at most one group");
+}
+
+TEST(Validate, RejectsDeviceOutOfRange) {
+  Plan p = two_stage("0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1");
+  p.replicas[0].groups[1].devices = {2};
+  Status s = check_two_stage(p);
+  EXPECT_EQ(s.message(),
+            "device group 1 (device 2), which runs stage 1, uses device 2, but cluster 'nodes-2' "
+            "has devices 0-1");
+}
+
+TEST(Validate, RejectsMoreMicroBatchesThanActions) {
+  Plan p = two_stage("0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1");
+  p.replicas[0].micro_batches = 1000000000000;
+  p.global_batch = 2000000000000;
+  EXPECT_EQ(check_two_stage(p).message(),
+            "replica 0 runs 1000000000000 micro-batches but its groups list only 8 actions; "
+            "every micro-batch needs a forward and a backward on each stage");
+}
+
+TEST(Validate, RejectsGlobalBatchMismatch) {
+  Plan p = two_stage("0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1");
+  p.global_batch = 6;
+  Status s = check_two_stage(p);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.message(),
+            "global_batch is 6 but the replicas run (2) micro-batches of 2 = 4 sequences");
+}
+
+TEST(Validate, RejectsHashMismatch) {
+  const Plan p = two_stage("0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1");
+  ModelSpec changed = small_model(2);
+  changed.layers[1].ffn->ffn_size = 128;
+  Status s = validate_plan(p, changed, single_device_nodes(2), defaults());
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.message(), "the plan was made for model 'small' (hash " + p.model.hash +
+                             ") but the model given is 'small' (hash " + model_ref(changed).hash +
+                             "); make a new plan for this model, or pass the model it was made "
+                             "for");
+  ClusterSpec other = single_device_nodes(2);
+  other.nodes[1].devices[0].type = "H100-SXM";
+  Status c = validate_plan(p, small_model(2), other, defaults());
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_THAT(c.message(), HasSubstr("the plan was made for cluster 'nodes-2' (hash "));
+  // Without the hash check the same cluster shape is fine.
+  ValidateOptions no_hash;
+  no_hash.check_spec_hashes = false;
+  EXPECT_TRUE(validate_plan(p, changed, other, no_hash).is_ok());
+}
+
+TEST(Validate, RejectsBadPartitions) {
+  const ModelSpec model = small_model(4);
+  const ClusterSpec cluster = single_device_nodes(4);
+  ValidateOptions opts;
+  opts.check_spec_hashes = false;
+  Plan gap = one_f_one_b_plan(model, cluster, 2);
+  gap.stages[2].layer_begin = 3;
+  EXPECT_EQ(validate_plan(gap, model, cluster, opts).message(),
+            "stage 2 (layers [3, 3)) starts at layer 3 but stage 1 ends at layer 2; stages must "
+            "cover the model's layers contiguously, in order");
+  Plan empty = one_f_one_b_plan(model, cluster, 2);
+  empty.stages[1].layer_end = 1;
+  empty.stages[2].layer_begin = 1;
+  EXPECT_EQ(validate_plan(empty, model, cluster, opts).message(),
+            "stage 1 (layers [1, 1)) is empty; a stage needs at least one layer");
+  const Plan short_plan = one_f_one_b_plan(small_model(3), single_device_nodes(3), 2);
+  EXPECT_EQ(validate_plan(short_plan, model, cluster, opts).message(),
+            "the last stage ends at layer 3 but model 'small' has 4 layers; the stages must "
+            "cover them all");
+  EXPECT_EQ(
+      validate_plan(one_f_one_b_plan(model, cluster, 2), small_model(3), cluster, opts).message(),
+      "stage 3 (layers [3, 4)) ends past the last layer: model 'small' has 3 layers");
+  Plan wrong_map = one_f_one_b_plan(model, cluster, 2);
+  wrong_map.replicas[0].stage_group.pop_back();
+  EXPECT_EQ(validate_plan(wrong_map, model, cluster, opts).message(),
+            "replica 0 maps 3 stages to device groups (stage_group) but the plan has 4 stages");
+}
+
+TEST(Validate, MemoryOverCapacityNamesDeviceAndAction) {
+  // 1F1B on 4 stages with 4 micro-batches holds 4, 3, 2, 1 micro-batches at its peak.
+  const ModelSpec model = small_model(4);
+  const ClusterSpec cluster = single_device_nodes(4);
+  const Plan p = one_f_one_b_plan(model, cluster, 4);
+  ValidateOptions opts;
+  opts.stage_memory.assign(4, StageFootprint{Bytes(40 * kGiB), Bytes(12 * kGiB)});
+  Status s = validate_plan(p, model, cluster, opts);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.code(), StatusCode::kInfeasible);
+  EXPECT_EQ(s.message(),
+            "device 0 (A100-80GB) needs 88 GiB at action 0F3 (stage 0, micro-batch 3) but has 80 "
+            "GiB: device group 0 (device 0), which runs stage 0, then holds the activations of 4 "
+            "micro-batches on top of 40 GiB of fixed memory");
+  // 40 + 3 * 13.4 = 80.2 GiB on stage 1 only.
+  opts.stage_memory[0].activation_per_micro_batch = Bytes(10 * kGiB);
+  opts.stage_memory[1].activation_per_micro_batch = Bytes(13.4 * kGiB);
+  Status s1 = validate_plan(p, model, cluster, opts);
+  EXPECT_EQ(s1.message(),
+            "device 1 (A100-80GB) needs 80.2 GiB at action 1F2 (stage 1, micro-batch 2) but has 80 "
+            "GiB: device group 1 (device 1), which runs stage 1, then holds the activations of 3 "
+            "micro-batches on top of 40 GiB of fixed memory");
+  opts.stage_memory[1].activation_per_micro_batch = Bytes(13.3 * kGiB);
+  EXPECT_TRUE(validate_plan(p, model, cluster, opts).is_ok());
+}
+
+TEST(Validate, MemoryNearCapacityShowsMoreDigits) {
+  const ModelSpec model = small_model(2);
+  const ClusterSpec cluster = single_device_nodes(2);
+  const Plan p = one_f_one_b_plan(model, cluster, 1);
+  ValidateOptions opts;
+  opts.stage_memory = {StageFootprint{Bytes(80.004 * kGiB), Bytes(0)},
+                       StageFootprint{Bytes(1 * kGiB), Bytes(1 * kGiB)}};
+  EXPECT_EQ(validate_plan(p, model, cluster, opts).message(),
+            "device 0 (A100-80GB) needs 80.004 GiB but has 80 GiB: device group 0 (device 0), "
+            "which runs stage 0, holds the weights, gradients and optimizer state of its stages");
+}
+
+TEST(Validate, MemoryFootprintsMustCoverEveryStage) {
+  const Plan p = one_f_one_b_plan(small_model(2), single_device_nodes(2), 1);
+  ValidateOptions opts;
+  opts.stage_memory = {StageFootprint{Bytes(1), Bytes(1)}};
+  EXPECT_EQ(validate_plan(p, small_model(2), single_device_nodes(2), opts).message(),
+            "memory footprints are given for 1 stages but the plan has 2");
+}
+
+TEST(Validate, DeadlockInASecondReplicaNamesTheReplica) {
+  const ModelSpec model = small_model(2);
+  const ClusterSpec cluster = single_device_nodes(4);
+  Plan p = one_f_one_b_plan(model, cluster, 2);
+  Replica second = p.replicas[0];
+  second.groups[0] = DeviceGroupSchedule{{2}, actions("0F0 0B0 0F1 0B1")};
+  second.groups[1] = DeviceGroupSchedule{{3}, actions("1F1 1B1 1F0 1B0")};
+  p.replicas.push_back(second);
+  p.global_batch *= 2;
+  EXPECT_EQ(validate_plan(p, model, cluster, defaults()).message(),
+            "deadlock: replica 1 device group 0 (device 2) waits at 0B0 (stage 0, micro-batch 0), "
+            "which needs 1B0 from replica 1 device group 1 (device 3), itself blocked at 1F1 "
+            "(stage 1, micro-batch 1), which needs 0F1 from replica 1 device group 0 (device 2), "
+            "which is where the cycle started");
+}
+
+TEST(Validate, SplitBackwardFreesAtWeightGradient) {
+  // With I and W split, activations live until W: 1F1B split peaks like fused 1F1B.
+  const ModelSpec model = small_model(4);
+  const ClusterSpec cluster = single_device_nodes(4);
+  const Plan p = one_f_one_b_plan(model, cluster, 4, /*split=*/true);
+  const auto peaks = peak_in_flight(p);
+  ASSERT_EQ(peaks.size(), 1u);
+  ASSERT_EQ(peaks[0].size(), 4u);
+  EXPECT_EQ(peaks[0][0], (std::vector<int64_t>{4, 0, 0, 0}));
+  EXPECT_EQ(peaks[0][1], (std::vector<int64_t>{0, 3, 0, 0}));
+  EXPECT_EQ(peaks[0][2], (std::vector<int64_t>{0, 0, 2, 0}));
+  EXPECT_EQ(peaks[0][3], (std::vector<int64_t>{0, 0, 0, 1}));
+}
+
+TEST(PeakInFlight, OneFOneBHoldsMinOfRemainingStagesAndMicroBatches) {
+  // REFERENCE: 1F1B rank r holds min(p - r, m) micro-batches.
+  const ModelSpec model = small_model(4);
+  const ClusterSpec cluster = single_device_nodes(4);
+  for (int m : {1, 2, 3, 6}) {
+    const auto peaks = peak_in_flight(one_f_one_b_plan(model, cluster, m));
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_EQ(peaks[0][r][r], std::min(4 - r, m)) << "m=" << m << " rank " << r;
+    }
+  }
+}
+
+TEST(PeakInFlight, CountsEachStageOfAnInterleavedGroup) {
+  Plan p;
+  p.stages = {Stage{0, 1}, Stage{1, 2}, Stage{2, 3}};
+  p.replicas = {Replica{2,
+                        {0, 0, 1},
+                        {DeviceGroupSchedule{{0}, actions("0F0 0F1 1F0 1F1 1B0 0B0 1B1 0B1")},
+                         DeviceGroupSchedule{{1}, actions("2F0 2B0 2F1 2B1")}}}};
+  const auto peaks = peak_in_flight(p);
+  EXPECT_EQ(peaks[0][0], (std::vector<int64_t>{2, 2, 0}));
+  EXPECT_EQ(peaks[0][1], (std::vector<int64_t>{0, 0, 1}));
+}
+
+}  // namespace
+}  // namespace motley

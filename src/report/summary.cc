@@ -1,0 +1,204 @@
+#include "motley/report/summary.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "motley/report/timeline.h"
+#include "motley/report/units_format.h"
+
+namespace motley {
+namespace {
+
+// Columns padded to their widest cell; `right[i]` aligns column i to the right.
+std::string table(const std::vector<std::vector<std::string>>& rows,
+                  const std::vector<bool>& right) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    if (width.size() < row.size()) width.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (i > 0) line += "  ";
+      const std::string pad(width[i] - row[i].size(), ' ');
+      const bool r = i < right.size() && right[i];
+      line += r ? pad + row[i] : row[i] + (i + 1 < row.size() ? pad : "");
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string ratio(double part, double whole) {
+  return whole > 0 ? format_percent(part / whole) : std::string("-");
+}
+
+std::string memory_cell(const DeviceStats& d) {
+  std::string s = format_bytes(d.peak_memory) + " / " + format_bytes(d.capacity);
+  if (d.capacity.value() > 0) s += " (" + format_percent(d.peak_memory / d.capacity, 0) + ")";
+  return s;
+}
+
+// "a 1.2 ms (40.0%), b ..." for the `top` largest entries.
+std::string shares(std::vector<std::pair<std::string, double>> items, double total, int top) {
+  // Largest first; equal shares (up to rounding noise) by name, so the order is stable.
+  std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) {
+    const double tolerance = 1e-9 * std::max(std::fabs(a.second), std::fabs(b.second));
+    if (std::fabs(a.second - b.second) > tolerance) return a.second > b.second;
+    return a.first < b.first;
+  });
+  std::string out;
+  const size_t n = std::min(items.size(), static_cast<size_t>(std::max(top, 1)));
+  for (size_t i = 0; i < n; ++i) {
+    if (!out.empty()) out += ", ";
+    out += items[i].first + " " + format_time(Seconds(items[i].second)) + " (" +
+           ratio(items[i].second, total) + ")";
+  }
+  if (items.size() > n) out += ", ... (" + std::to_string(items.size() - n) + " more)";
+  return out.empty() ? "-" : out;
+}
+
+std::string critical_path_section(const Plan& plan, const SimResult& result,
+                                  const Topology& topology, const SummaryOptions& options) {
+  const std::vector<SimTask>& path = result.critical_path;
+  if (path.empty()) return "Critical path: not recorded\n";
+  // Reuse the timeline's track names by building a timeline of the path alone.
+  SimResult only_path;
+  only_path.iteration_time = result.iteration_time;
+  only_path.timeline = path;
+  const Timeline tl = timeline_from_simulation(plan, only_path, topology);
+
+  double total = 0, communication = 0;
+  std::map<std::string, double> by_kind, by_track;
+  for (const TimelineEvent& e : tl.events) {
+    if (!e.primary) continue;
+    const double d = std::max(0.0, (e.end - e.start).value());
+    total += d;
+    by_kind[timeline_kind_label(e.kind)] += d;
+    if (tl.tracks[e.track].role == TrackRole::kCompute) {
+      by_track[tl.tracks[e.track].name] += d;
+    } else {
+      communication += d;
+    }
+  }
+  double waiting = std::max(0.0, path.front().start.value());
+  for (size_t i = 1; i < path.size(); ++i) {
+    waiting += std::max(0.0, (path[i].start - path[i - 1].end).value());
+  }
+  const double span = result.iteration_time.value();
+  std::string out = "Critical path: " + std::to_string(path.size()) + " tasks, " +
+                    sim_task_name(path.front()) + " at " + format_time(path.front().start) +
+                    " to " + sim_task_name(path.back()) + " at " + format_time(path.back().end) +
+                    "\n";
+  const int top = options.critical_path_top;
+  std::vector<std::pair<std::string, double>> kinds(by_kind.begin(), by_kind.end());
+  std::vector<std::pair<std::string, double>> tracks(by_track.begin(), by_track.end());
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"  by kind", shares(kinds, span, kTimelineKindCount)});
+  rows.push_back({"  compute by device", shares(tracks, span, top)});
+  rows.push_back({"  communication",
+                  format_time(Seconds(communication)) + " (" + ratio(communication, span) + ")"});
+  if (waiting > 0) {
+    rows.push_back({"  not covered by tasks",
+                    format_time(Seconds(waiting)) + " (" + ratio(waiting, span) + ")"});
+  }
+  out += table(rows, {});
+  return out;
+}
+
+}  // namespace
+
+std::string simulation_summary(const Plan& plan, const SimResult& result, const Topology& topology,
+                               const SummaryOptions& options) {
+  const double iteration = result.iteration_time.value();
+  const int n_devices = static_cast<int>(topology.devices().size());
+  std::string out = "Simulated iteration: " + (plan.schedule.empty() ? "plan" : plan.schedule);
+  if (!plan.model.name.empty()) out += ", " + plan.model.name;
+  if (!plan.cluster.name.empty()) out += " on " + plan.cluster.name;
+  out += "\n";
+
+  std::set<size_t> group_counts;
+  std::set<int64_t> micro_batches;
+  for (const Replica& r : plan.replicas) {
+    group_counts.insert(r.groups.size());
+    micro_batches.insert(r.micro_batches);
+  }
+  auto joined = [](const auto& values) {
+    std::string s;
+    for (auto v : values) {
+      if (!s.empty()) s += '/';
+      s += std::to_string(v);
+    }
+    return s;
+  };
+  int over = 0;
+  for (const DeviceStats& d : result.devices) over += d.peak_memory > d.capacity;
+
+  std::vector<std::vector<std::string>> head;
+  head.push_back({"  iteration time", format_time(result.iteration_time)});
+  head.push_back({"  throughput", format_tokens_per_second(result.throughput_tokens_per_s) + " (" +
+                                      std::to_string(plan.global_batch) + " sequences x " +
+                                      std::to_string(plan.seq_len) + " tokens per iteration)"});
+  head.push_back({"  bubble", format_percent(result.bubble_fraction) +
+                                  " of device time idle (idle / (iteration time x " +
+                                  std::to_string(result.devices.size()) + " devices))"});
+  head.push_back(
+      {"  layout",
+       std::to_string(result.devices.size()) + " devices, " + std::to_string(plan.replicas.size()) +
+           (plan.replicas.size() == 1 ? " replica" : " replicas") +
+           fmt::format(" of {} device groups, {} stages, {} micro-batches "
+                       "per replica",
+                       joined(group_counts), plan.stages.size(), joined(micro_batches))});
+  head.push_back({"  memory", over == 0 ? std::string("fits on every device")
+                                        : "OVER CAPACITY on " + std::to_string(over) + " of " +
+                                              std::to_string(result.devices.size()) + " devices"});
+  head.push_back({"  tasks simulated", std::to_string(result.tasks)});
+  out += table(head, {});
+
+  if (options.device_table && !result.devices.empty()) {
+    std::vector<std::vector<std::string>> rows;
+    rows.push_back({"device", "type", "replica", "group", "stages", "busy", "util", "idle",
+                    "exposed comm", "peak memory / capacity"});
+    for (const DeviceStats& d : result.devices) {
+      const std::string type =
+          d.device >= 0 && d.device < n_devices ? topology.device_type(d.device).name : "?";
+      std::vector<int> stages;
+      if (d.replica >= 0 && d.replica < static_cast<int>(plan.replicas.size())) {
+        const Replica& rep = plan.replicas[d.replica];
+        for (size_t s = 0; s < rep.stage_group.size(); ++s) {
+          if (rep.stage_group[s] == d.group) stages.push_back(static_cast<int>(s));
+        }
+      }
+      std::string memory = memory_cell(d);
+      if (d.peak_memory > d.capacity) memory += " OVER";
+      rows.push_back({std::to_string(d.device), type, std::to_string(d.replica),
+                      std::to_string(d.group), stages.empty() ? "-" : format_id_list(stages),
+                      format_time(d.busy), ratio(d.busy.value(), iteration), format_time(d.idle),
+                      format_time(d.exposed_communication), memory});
+    }
+    out += '\n';
+    out += table(rows, {true, false, true, true, false, true, true, true, true, false});
+  }
+
+  if (over > 0) {
+    out += "\nOver memory capacity:";
+    for (const DeviceStats& d : result.devices) {
+      if (!(d.peak_memory > d.capacity)) continue;
+      out += fmt::format(" device {} ({});", d.device, memory_cell(d));
+    }
+    out.back() = '\n';
+  }
+  out += '\n';
+  out += critical_path_section(plan, result, topology, options);
+  return out;
+}
+
+}  // namespace motley

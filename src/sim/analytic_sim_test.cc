@@ -1,0 +1,105 @@
+// The simulator on AnalyticCostModel plans from make_uniform_plan: what it reports must be the
+// cost model's own numbers wherever nothing overlaps.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+
+#include "motley/cost/analytic_cost_model.h"
+#include "motley/model/presets.h"
+#include "motley/schedule/uniform_plan.h"
+#include "motley/sim/simulator.h"
+
+namespace motley {
+namespace {
+
+class AnalyticSimTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Result<ModelSpec> model = model_preset("llama-3-8b");
+    ASSERT_TRUE(model.is_ok()) << model.status().message();
+    model_ = model.value();
+    Result<ClusterSpec> cluster = cluster_preset("h100x16");  // two nodes of eight H100s
+    ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
+    cluster_ = cluster.value();
+    AnalyticCostOptions options;
+    options.workload.seq_len = 4096;
+    options.workload.micro_batch_size = 1;
+    cost_ = std::make_unique<AnalyticCostModel>(model_, cluster_, options);
+  }
+
+  Plan make(UniformPlanOptions o) {
+    o.seq_len = 4096;
+    Result<Plan> plan = make_uniform_plan(o, model_, cluster_, *cost_);
+    EXPECT_TRUE(plan.is_ok()) << plan.status().message();
+    return plan.is_ok() ? plan.value() : Plan{};
+  }
+
+  ModelSpec model_;
+  ClusterSpec cluster_;
+  std::unique_ptr<AnalyticCostModel> cost_;
+};
+
+void expect_relative(double actual, double expected) {
+  EXPECT_NEAR(actual, expected, 1e-12 * std::abs(expected));
+}
+
+// One device, no pipeline: m times the model's F + B + W, then the memory-bound optimizer step.
+TEST_F(AnalyticSimTest, OneDeviceIsItsComputeThenItsOptimizerStep) {
+  UniformPlanOptions o;
+  o.kind = ScheduleKind::k1f1b;
+  o.stages = 1;
+  o.data_parallel = 1;
+  o.micro_batches = 4;
+  const Plan plan = make(o);
+  ASSERT_EQ(plan.stages.size(), 1u);
+  const LayerRange all{0, static_cast<int>(model_.layers.size())};
+  const DeviceGroup group{{0}};
+  const ComputeTimes t = cost_->compute(all, group, RecomputePolicy::kNone);
+  MemoryOptions mem;
+  mem.in_flight_micro_batches = 0;
+  const StageMemory m = cost_->stage_memory(all, group, mem);
+  const double step = (m.gradients + m.optimizer_state * 2.0 + m.weights).value() /
+                      cost_->topology().device_type(0).memory_bandwidth.value();
+
+  Result<SimResult> res = simulate(SimOptions{}, plan, *cost_);
+  ASSERT_TRUE(res.is_ok()) << res.status().message();
+  expect_relative(res->iteration_time.value(), 4 * (t.forward + t.backward()).value() + step);
+  ASSERT_EQ(res->devices.size(), 1u);
+  // Peak: 1F1B on one stage frees each micro-batch before the next forward.
+  expect_relative(res->devices[0].peak_memory.value(),
+                  (m.total() + m.activations_per_micro_batch).value());
+  EXPECT_EQ(res->devices[0].capacity, cost_->topology().device_type(0).memory);
+}
+
+// A message alone on its path takes exactly the cost model's p2p time, inside a node and
+// across the two nodes; tensor-parallel groups report every device.
+TEST_F(AnalyticSimTest, ALoneMessageTakesTheCostModelsP2pTime) {
+  UniformPlanOptions o;
+  o.kind = ScheduleKind::kGpipe;
+  o.stages = 2;
+  o.tensor_parallel = 8;  // stage 0 on node 0, stage 1 on node 1
+  o.data_parallel = 1;
+  o.micro_batches = 1;
+  const Plan plan = make(o);
+  ASSERT_EQ(plan.replicas.size(), 1u);
+  SimOptions options;
+  options.record_timeline = true;
+  Result<SimResult> res = simulate(options, plan, *cost_);
+  ASSERT_TRUE(res.is_ok()) << res.status().message();
+  EXPECT_EQ(res->devices.size(), 16u);
+  int messages = 0;
+  for (const SimTask& t : res->timeline) {
+    if (t.kind != SimTaskKind::kSendActivation && t.kind != SimTaskKind::kSendGradient) continue;
+    ++messages;
+    const Bytes bytes = cost_->boundary_bytes(plan.stages[t.stage].layer_end - 1);
+    EXPECT_EQ(t.device, plan.replicas[0].groups[t.group].devices[0]);
+    EXPECT_TRUE(cost_->topology().path(t.device, t.peer_device).crosses_nodes);
+    expect_relative((t.end - t.start).value(),
+                    cost_->p2p_time(t.device, t.peer_device, bytes).value());
+  }
+  EXPECT_EQ(messages, 2);
+}
+
+}  // namespace
+}  // namespace motley
