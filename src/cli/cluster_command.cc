@@ -120,7 +120,7 @@ Status show_cluster(const ClusterShowOptions& opt) {
     }
     out += fmt::format("cluster {}: {} devices ({}) in {} nodes\n", cluster.name, devices.size(),
                        types, cluster.nodes.size());
-    out += fmt::format("peak {} bf16 dense, {} memory, {}/hour", format_rate(peak),
+    out += fmt::format("peak {} bf16 dense, {} memory, {}/hour", format_flops_rate(peak),
                        format_bytes(memory), format_money(price));
     if (spot_devices > 0) out += fmt::format(", {} spot devices", spot_devices);
     out += "\n\n";
@@ -164,8 +164,8 @@ Status list_clusters() {
   out += "\ndevice types:\n";
   Table t({"type", "vendor", "bf16 peak", "memory", "mem bw", "link", "$/h", "spot $/h"});
   for (const auto& d : device_catalog()) {
-    t.add_row({d.name, vendor_name(d.vendor), format_rate(d.peak_bf16), format_bytes(d.memory),
-               format_bandwidth(d.memory_bandwidth),
+    t.add_row({d.name, vendor_name(d.vendor), format_flops_rate(d.peak_bf16),
+               format_bytes(d.memory), format_bandwidth(d.memory_bandwidth),
                fmt::format("{} {}", link_kind_name(d.intra_node_link),
                            format_bandwidth(d.intra_node_bandwidth)),
                format_money(d.price_on_demand_per_hour), format_money(d.price_spot_per_hour)});
