@@ -1,0 +1,33 @@
+// Checkpoint files: named tensors in one binary file with the training step it belongs to and an
+// FNV-1a checksum, written atomically (a reader sees the old file or the new one, never a mix).
+// RankExecutor::save_checkpoint / load_checkpoint (executor.h) lay a checkpoint out as one such
+// file per model layer plus a manifest, so it can be resumed under any plan of the same model.
+// Thread-safe free functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "motley/core/status.h"
+#include "motley/exec/stage_module.h"
+
+namespace motley {
+
+inline constexpr const char* kCheckpointFormat = "motley.checkpoint/1";
+
+struct TensorFile {
+  int64_t step = 0;
+  std::vector<NamedTensor> tensors;  // in the order written
+};
+
+// Layout (little-endian): "MOTLEYT1", u32 format version (1), i64 step, u32 count, then per
+// tensor: u32 name length, name bytes, u8 dtype (0 float32, 1 int64), u32 rank, i64 sizes,
+// u64 byte count, raw contiguous data; last, u64 FNV-1a of every byte before it.
+// REQUIRES: CPU tensors of float32 or int64.
+Status write_tensor_file(const std::string& path, const TensorFile& file);
+// Errors: not_found (no such file), invalid_argument naming the path for a file that is not a
+// tensor file, is truncated, or whose checksum does not match.
+Result<TensorFile> read_tensor_file(const std::string& path);
+
+}  // namespace motley

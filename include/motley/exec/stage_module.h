@@ -1,0 +1,97 @@
+// StageModule: the layers of one pipeline stage as a differentiable function — tokens or a
+// hidden state in, a hidden state or the loss out — and the rank's ParameterStore that owns
+// their weights. make_transformer_stage builds one from a ModelSpec (embedding, attention with
+// GQA / sliding window / qk-norm / sinks, RMSNorm, dense and gated feed-forward, MoE with a
+// top-k router and shared experts, Mamba-2, decoder blocks and their split forms, LM head with
+// cross-entropy), fp32 on the CPU. It does not schedule, communicate or optimize (executor.h).
+// Thread-compatible: one rank's thread uses its modules and store.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "motley/core/status.h"
+#include "motley/model/model.h"
+
+namespace motley {
+
+struct NamedTensor {
+  std::string name;
+  at::Tensor tensor;
+};
+
+// The parameters of one rank by name ("<layer name>.<parameter>", e.g. "layers.3.attn.wq").
+// Stages on one rank that name the same parameter share it: a head tied to an embedding on the
+// same rank uses the embedding's tensor; on another rank it holds an identical copy whose
+// gradient the executor sums with the embedding's.
+class ParameterStore {
+ public:
+  // Returns the parameter `name`, adopting `initial` (made a leaf that requires grad) the first
+  // time the name is asked for; later calls return the first tensor and ignore `initial`.
+  at::Tensor get_or_create(const std::string& name, at::Tensor initial);
+  // All parameters in increasing name order.
+  std::vector<NamedTensor> parameters() const;
+  bool contains(const std::string& name) const { return tensors_.count(name) > 0; }
+
+ private:
+  std::map<std::string, at::Tensor> tensors_;
+};
+
+// A parameter as a stage sees it, with every layer of the model that reads it (its own layer;
+// for the embedding matrix of a model with a tied head, also the head), so the executor can sum
+// its gradient over all ranks that hold any of those layers.
+struct StageParameter {
+  std::string name;
+  at::Tensor tensor;
+  std::vector<int> layers;  // increasing
+};
+
+class StageModule {
+ public:
+  virtual ~StageModule() = default;
+
+  // A stage whose first layer is the embedding takes token ids [b, s] (int64); others take the
+  // previous stage's hidden state [b, s, h] (float32).
+  virtual bool takes_tokens() const = 0;
+  // A stage whose last layer is the head returns the mean cross-entropy over the b*s `targets`
+  // ([b, s], int64) as a scalar; others return their hidden state and ignore `targets`.
+  virtual bool produces_loss() const = 0;
+  virtual at::Tensor forward(const at::Tensor& input, const at::Tensor& targets) = 0;
+  // The parameters this stage reads (from the rank's store), in increasing name order.
+  virtual std::vector<StageParameter> parameters() const = 0;
+};
+
+struct StageModuleOptions {
+  uint64_t seed = 0;  // layer i draws its initial weights from a generator seeded seed + i
+  int64_t seq_len = 0;
+};
+
+// Builds layers [layer_begin, layer_end) of `model`, taking parameters from `store`. Weights
+// depend only on (seed, layer index), so any partition starts from the reference's weights.
+// Errors (invalid_argument) name the layer and what the executor supports: layer kinds other
+// than those listed above (vision, projector, measured), Mamba-1, multi-head latent attention,
+// latent MoE, an embedding that is not layer 0 or a head that is not the last layer,
+// inconsistent widths, a sequence longer than a learned position table.
+Result<std::unique_ptr<StageModule>> make_transformer_stage(const ModelSpec& model, int layer_begin,
+                                                            int layer_end,
+                                                            const StageModuleOptions& options,
+                                                            ParameterStore& store);
+
+// The shape of the hidden state leaving layer `layer` ([b, s, hidden]), what travels between
+// stages. REQUIRES: `layer` is not the head.
+std::vector<int64_t> boundary_shape(const ModelSpec& model, int layer, int64_t micro_batch_size,
+                                    int64_t seq_len);
+
+// Inputs and targets of global micro-batch `g` (data.h): rows are samples g*b .. g*b+b-1 of
+// `tokens`, int64 tensors of shape [b, seq_len].
+class TokenStream;
+void micro_batch_tensors(const TokenStream& tokens, int64_t g, int64_t micro_batch_size,
+                         int64_t seq_len, at::Tensor* inputs, at::Tensor* targets);
+
+}  // namespace motley

@@ -1,0 +1,96 @@
+// Transport: the executor's seam to the network — asynchronous point-to-point tensor messages
+// matched exactly by (peer rank, tag), a sum all-reduce over any subset of ranks, and a barrier.
+// It knows nothing of plans or stages (the executor derives tags from the lowered plan, see
+// rank_layout.h); implementations: the endpoints of an InProcessNetwork (ranks as threads, for
+// tests) and GlooTransport (gloo_transport.h: c10d ProcessGroupGloo over TCP). One Transport object
+// serves one rank and is used by one thread at a time; an InProcessNetwork is thread-safe.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "motley/core/status.h"
+#include "motley/core/units.h"
+
+namespace motley {
+
+// Identifies a message on the link between two ranks; a send matches the receive posted by its
+// peer with the same tag (messages with equal tags match in posting order). Non-negative and
+// below 2^31 (c10d's limit).
+using MessageTag = int64_t;
+
+// Timeouts and error policy shared by the implementations. A wait that does not finish within
+// `timeout` returns an io_error naming this rank, the peer, the tag and what the message was;
+// it never hangs. A timed-out operation is withdrawn (a late peer no longer matches it).
+struct TransportOptions {
+  Seconds timeout = Seconds(30);
+};
+
+// One posted send or receive.
+class TransportRequest {
+ public:
+  virtual ~TransportRequest() = default;
+  // Blocks until the transfer has completed (for a receive: the data is in the buffer; for a
+  // send: the buffer may be reused) or the transport's timeout has passed since this call.
+  // Calling it again after it returned returns the same Status.
+  virtual Status wait() = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+
+  // Posts a send of `tensor` to `peer` and returns at once; the transfer completes once the peer
+  // has posted the matching receive. `what` describes the message for errors ("the activation
+  // of stage 1, micro-batch 3").
+  // REQUIRES: `tensor` is contiguous and is not modified until the request's wait() returned.
+  virtual Result<std::unique_ptr<TransportRequest>> send(const at::Tensor& tensor, int peer,
+                                                         MessageTag tag, std::string what) = 0;
+  // Posts a receive into `buffer` (preallocated, contiguous, of the sender's shape and dtype).
+  // A size or dtype mismatch is reported by wait() on both ends.
+  virtual Result<std::unique_ptr<TransportRequest>> recv(const at::Tensor& buffer, int peer,
+                                                         MessageTag tag, std::string what) = 0;
+
+  // Replaces each tensor, in place, by its sum over `ranks` (sorted, distinct, containing this
+  // rank); every member passes tensors of the same shapes in the same order and every member
+  // gets the same bits. Members must call all-reduces over overlapping rank sets in one agreed
+  // order (the executor uses increasing order of the sets). A one-member set returns at once.
+  virtual Status all_reduce_sum(const std::vector<at::Tensor>& tensors,
+                                const std::vector<int>& ranks) = 0;
+
+  // Returns once every rank of the world has entered the barrier.
+  virtual Status barrier() = 0;
+};
+
+// The fabric of an in-process world: ranks are threads sharing one mailbox. A send completes
+// only when its receive is posted (no eager buffering, so tests see the same blocking a real
+// network would impose); a receive posted early completes when its send arrives. Sums are
+// taken in increasing rank order. Thread-safe; must outlive its endpoints.
+class InProcessNetwork {
+ public:
+  InProcessNetwork(int world_size, TransportOptions options = {});
+  ~InProcessNetwork();
+  InProcessNetwork(const InProcessNetwork&) = delete;
+  InProcessNetwork& operator=(const InProcessNetwork&) = delete;
+
+  int world_size() const;
+  // The endpoint of `rank`. REQUIRES: 0 <= rank < world_size().
+  std::unique_ptr<Transport> endpoint(int rank);
+  // Makes every wait that has not completed, now or later, return an io_error ending in
+  // `reason` at once, so that when one rank fails the others stop instead of timing out.
+  void shut_down(const std::string& reason);
+
+  struct State;  // the shared mailbox (transport.cc)
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace motley

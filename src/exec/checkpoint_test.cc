@@ -1,0 +1,217 @@
+#include "motley/exec/checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "motley/core/json.h"
+#include "motley/exec/executor.h"
+#include "test_util.h"
+
+namespace motley {
+namespace {
+
+using testing::exec_options;
+using testing::preset;
+using testing::relative_difference;
+using testing::uniform_plan;
+
+// A fresh directory under the system's temporary directory, removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = std::filesystem::temp_directory_path() /
+            (std::string("motley-") + info->test_suite_name() + "-" + info->name() + "-" +
+             std::to_string(::getpid()));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+TEST(TensorFile, RoundTripKeepsNamesStepShapesAndBits) {
+  TempDir dir;
+  TensorFile file;
+  file.step = 42;
+  file.tensors = {{"a.weight", at::randn({3, 4})},
+                  {"a.weight.step", at::full({1}, int64_t{7}, at::kLong)},
+                  {"empty", at::zeros({0}, at::kFloat)}};
+  ASSERT_TRUE(write_tensor_file(dir.file("t.bin"), file).is_ok());
+  auto back = read_tensor_file(dir.file("t.bin"));
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->step, 42);
+  ASSERT_EQ(back->tensors.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(back->tensors[i].name, file.tensors[i].name);
+    EXPECT_TRUE(at::equal(back->tensors[i].tensor, file.tensors[i].tensor));
+  }
+  // 8 magic + 4 version + 8 step + 4 count, then 4 + 8 + 1 + 4 + 16 + 8 + 48 for a.weight,
+  // 4 + 13 + 1 + 4 + 8 + 8 + 8 for the step, 4 + 5 + 1 + 4 + 8 + 8 + 0 for empty, 8 checksum.
+  EXPECT_EQ(read_bytes(dir.file("t.bin")).size(), 24u + 89u + 46u + 30u + 8u);
+}
+
+TEST(TensorFile, CorruptionAndTruncationAreCaught) {
+  TempDir dir;
+  const std::string path = dir.file("t.bin");
+  ASSERT_TRUE(write_tensor_file(path, TensorFile{1, {{"x", at::ones({16})}}}).is_ok());
+  const std::string good = read_bytes(path);
+
+  std::string flipped = good;
+  flipped[40] ^= 0x01;
+  write_bytes(path, flipped);
+  EXPECT_EQ(read_tensor_file(path).status().message(),
+            path + ": checksum mismatch: the file is corrupt or truncated");
+
+  write_bytes(path, good.substr(0, good.size() - 3));
+  EXPECT_EQ(read_tensor_file(path).status().code(), StatusCode::kInvalidArgument);
+
+  write_bytes(path, "hello world, not a tensor file");
+  EXPECT_EQ(read_tensor_file(path).status().message(),
+            path + ": not a motley tensor file (expected it to start with \"MOTLEYT1\")");
+
+  EXPECT_EQ(read_tensor_file(dir.file("missing.bin")).status().code(), StatusCode::kNotFound);
+}
+
+// Runs `body(rank, executor)` for every rank of `plan` on its own thread.
+void run_executors(const Plan& plan, const ModelSpec& model, const TokenStream& tokens,
+                   const std::function<void(int, RankExecutor&)>& body) {
+  testing::single_threaded();
+  const int world = testing::world_size(plan);
+  InProcessNetwork network(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto transport = network.endpoint(rank);
+      auto executor = RankExecutor::create(exec_options(), plan, model, tokens, *transport);
+      ASSERT_TRUE(executor.is_ok()) << executor.status().message();
+      body(rank, **executor);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// Replica 0's parameters after running `steps` steps, optionally saving after `save_after` and
+// loading from `load_from` first.
+std::map<std::string, at::Tensor> train(const Plan& plan, const ModelSpec& model,
+                                        const TokenStream& tokens, int steps,
+                                        const std::string& save_dir = "", int save_after = -1,
+                                        const std::string& load_from = "") {
+  std::map<std::string, at::Tensor> params;
+  std::mutex mu;
+  run_executors(plan, model, tokens, [&](int rank, RankExecutor& executor) {
+    if (!load_from.empty()) {
+      Status loaded = executor.load_checkpoint(load_from);
+      ASSERT_TRUE(loaded.is_ok()) << loaded.message();
+    }
+    while (executor.steps_done() < steps) {
+      auto result = executor.step();
+      ASSERT_TRUE(result.is_ok()) << result.status().message();
+      if (executor.steps_done() == save_after) {
+        Status saved = executor.save_checkpoint(save_dir);
+        ASSERT_TRUE(saved.is_ok()) << saved.message();
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (rank < static_cast<int>(plan.replicas[0].groups.size())) {
+      for (const NamedTensor& p : executor.parameters()) params[p.name] = p.tensor;
+    }
+  });
+  return params;
+}
+
+TEST(Checkpoint, ResumeEqualsUninterruptedTraining) {
+  const ModelSpec model = preset("tiny-gemma");  // a tied head: one matrix on two ranks
+  const Plan plan = uniform_plan(model, {ScheduleKind::k1f1b, 3, 1, 3, 2});
+  auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 3), "corpus");
+  TempDir dir;
+  const auto uninterrupted = train(plan, model, *tokens, 3);
+  train(plan, model, *tokens, 2, dir.path(), /*save_after=*/2);
+  // One file per layer (embedding, four blocks, the head's norm) and the manifest.
+  for (int layer = 0; layer < 6; ++layer) {
+    EXPECT_TRUE(std::filesystem::exists(dir.file("layer-" + std::to_string(layer) + ".bin")));
+  }
+  auto manifest = read_json_file(dir.file("manifest.json"));
+  ASSERT_TRUE(manifest.is_ok());
+  EXPECT_EQ((*manifest)["step"], 2);
+  EXPECT_EQ((*manifest)["format"], "motley.checkpoint/1");
+
+  const auto resumed = train(plan, model, *tokens, 3, "", -1, dir.path());
+  ASSERT_EQ(resumed.size(), uninterrupted.size());
+  for (const auto& [name, tensor] : uninterrupted) {
+    EXPECT_TRUE(at::equal(resumed.at(name), tensor)) << name;
+  }
+}
+
+TEST(Checkpoint, ResumesUnderAnotherPlanOfTheSameModel) {
+  // Saved by three 1F1B stages in two replicas of 3 micro-batches; resumed by ZB-V on two
+  // groups, one replica of 6: the same global batch, another partition and placement.
+  const ModelSpec model = preset("tiny-llama");
+  const Plan first = uniform_plan(model, {ScheduleKind::k1f1b, 3, 1, 3, 2});
+  const Plan second = uniform_plan(model, {ScheduleKind::kZbV, 2, 2, 6, 1});
+  auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 3), "corpus");
+  TempDir dir;
+  const auto uninterrupted = train(first, model, *tokens, 3);
+  train(first, model, *tokens, 2, dir.path(), /*save_after=*/2);
+  const auto resumed = train(second, model, *tokens, 3, "", -1, dir.path());
+  for (const auto& [name, tensor] : uninterrupted) {
+    EXPECT_LT(relative_difference(resumed.at(name), tensor), 1e-5) << name;
+  }
+}
+
+TEST(Checkpoint, RejectsAnotherModelAndAMixedSave) {
+  const ModelSpec model = preset("tiny-llama");
+  const Plan plan = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 2, 1});
+  auto tokens = TokenStream::from_text(synthetic_corpus(4096, 3), "corpus");
+  TempDir dir;
+  train(plan, model, *tokens, 1, dir.path(), /*save_after=*/1);
+
+  // A layer file from another step than the manifest's (a save interrupted half-way).
+  auto layer = read_tensor_file(dir.file("layer-2.bin"));
+  ASSERT_TRUE(layer.is_ok());
+  layer->step = 7;
+  ASSERT_TRUE(write_tensor_file(dir.file("layer-2.bin"), *layer).is_ok());
+  run_executors(plan, model, *tokens, [&](int rank, RankExecutor& executor) {
+    Status status = executor.load_checkpoint(dir.path());
+    if (rank == 0) {
+      EXPECT_EQ(status.message(), dir.file("layer-2.bin") +
+                                      ": holds step 7 but the manifest says step 1 (an "
+                                      "interrupted save?)");
+    }
+  });
+
+  ModelSpec other = model;
+  other.name = "tiny-llama-renamed";
+  const Plan other_plan = uniform_plan(other, {ScheduleKind::k1f1b, 2, 1, 2, 1});
+  run_executors(other_plan, other, *tokens, [&](int, RankExecutor& executor) {
+    Status status = executor.load_checkpoint(dir.path());
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(status.message().find("field 'model.hash': the checkpoint is of another model than "
+                                    "'tiny-llama-renamed'"),
+              std::string::npos)
+        << status.message();
+  });
+}
+
+}  // namespace
+}  // namespace motley

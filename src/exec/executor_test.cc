@@ -1,0 +1,390 @@
+// The executor against the sequential reference: every schedule, partition and replica layout
+// must give the reference's losses and parameters. Ranks run as threads over the in-process
+// transport.
+#include "motley/exec/executor.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "motley/exec/reference.h"
+#include "motley/plan/plan_json.h"
+#include "motley/plan/validate.h"
+#include "test_util.h"
+
+namespace motley {
+namespace {
+
+using testing::cluster_of;
+using testing::exec_options;
+using testing::kSteps;
+using testing::preset;
+using testing::relative_difference;
+using testing::run_reference;
+using testing::uniform_plan;
+using testing::WorldResult;
+
+// Sleeps a random 0-2 ms before each send is posted and before each wait, so the ranks'
+// interleavings vary from run to run; a fault-injecting wrapper around any transport.
+class DelayingTransport final : public Transport {
+ public:
+  DelayingTransport(std::unique_ptr<Transport> base, uint64_t seed)
+      : base_(std::move(base)), random_(seed) {}
+  int rank() const override { return base_->rank(); }
+  int world_size() const override { return base_->world_size(); }
+  Result<std::unique_ptr<TransportRequest>> send(const at::Tensor& tensor, int peer, MessageTag tag,
+                                                 std::string what) override {
+    delay();
+    MOTLEY_ASSIGN_OR_RETURN(auto request, base_->send(tensor, peer, tag, std::move(what)));
+    return std::unique_ptr<TransportRequest>(new Request(std::move(request), this));
+  }
+  Result<std::unique_ptr<TransportRequest>> recv(const at::Tensor& buffer, int peer, MessageTag tag,
+                                                 std::string what) override {
+    MOTLEY_ASSIGN_OR_RETURN(auto request, base_->recv(buffer, peer, tag, std::move(what)));
+    return std::unique_ptr<TransportRequest>(new Request(std::move(request), this));
+  }
+  Status all_reduce_sum(const std::vector<at::Tensor>& tensors,
+                        const std::vector<int>& ranks) override {
+    delay();
+    return base_->all_reduce_sum(tensors, ranks);
+  }
+  Status barrier() override { return base_->barrier(); }
+
+ private:
+  class Request final : public TransportRequest {
+   public:
+    Request(std::unique_ptr<TransportRequest> base, DelayingTransport* owner)
+        : base_(std::move(base)), owner_(owner) {}
+    Status wait() override {
+      owner_->delay();
+      return base_->wait();
+    }
+
+   private:
+    std::unique_ptr<TransportRequest> base_;
+    DelayingTransport* owner_;
+  };
+
+  void delay() { std::this_thread::sleep_for(std::chrono::microseconds(random_() % 2000)); }
+
+  std::unique_ptr<Transport> base_;
+  std::mt19937_64 random_;
+};
+
+WorldResult run_world(const Plan& plan, const ModelSpec& model, const TokenStream& tokens,
+                      int steps, bool delays = false,
+                      TransportOptions transport_options = TransportOptions{}) {
+  testing::single_threaded();
+  const int world = testing::world_size(plan);
+  InProcessNetwork network(world, transport_options);
+  std::vector<std::vector<std::optional<double>>> losses(world);
+  std::vector<std::vector<NamedTensor>> params(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      std::unique_ptr<Transport> transport = network.endpoint(rank);
+      if (delays) transport = std::make_unique<DelayingTransport>(std::move(transport), 97 + rank);
+      auto executor = RankExecutor::create(exec_options(), plan, model, tokens, *transport);
+      ASSERT_TRUE(executor.is_ok()) << executor.status().message();
+      for (int s = 0; s < steps; ++s) {
+        auto result = (*executor)->step();
+        ASSERT_TRUE(result.is_ok()) << result.status().message();
+        EXPECT_EQ(result->step, s);
+        losses[rank].push_back(result->loss);
+      }
+      params[rank] = (*executor)->parameters();
+    });
+  }
+  for (auto& t : threads) t.join();
+
+  WorldResult out;
+  out.losses.assign(steps, 0.0);
+  int rank = 0;
+  for (size_t r = 0; r < plan.replicas.size(); ++r) {
+    for (size_t g = 0; g < plan.replicas[r].groups.size(); ++g, ++rank) {
+      const bool last = plan.replicas[r].stage_group.back() == static_cast<int>(g);
+      for (int s = 0; s < steps && s < static_cast<int>(losses[rank].size()); ++s) {
+        EXPECT_EQ(losses[rank][s].has_value(), last) << "rank " << rank;
+        if (last) out.losses[s] = *losses[rank][s];  // every replica reports the same sum
+      }
+      for (const NamedTensor& p : params[rank]) {
+        auto it = out.parameters.find(p.name);
+        if (it == out.parameters.end()) {
+          out.parameters[p.name] = p.tensor;
+        } else {
+          // Replicas (and tied copies) hold identical bits after identical reduced updates.
+          EXPECT_TRUE(at::equal(it->second, p.tensor)) << p.name << " differs on rank " << rank;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+enum class Exactness {
+  kTolerance,  // relative difference < 1e-5 against the sequential reference
+  // Also bit-identical to the reference that sums gradients in the executor's order: every
+  // rank runs its weight gradients in micro-batch order and no parameter is tied.
+  kBitIdentical,
+};
+
+// The pipelined run against the reference: losses of every step, and every parameter and its
+// last gradient (which AdamW's sign-like first steps would otherwise hide: a gradient scaled
+// by any constant gives nearly the same update).
+void expect_matches_reference(const Plan& plan, const ModelSpec& model, Exactness exactness,
+                              bool delays = false) {
+  auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 3), "corpus");
+  ASSERT_TRUE(tokens.is_ok());
+  const WorldResult pipelined = run_world(plan, model, *tokens, kSteps, delays);
+  const WorldResult reference =
+      run_reference(plan, model, *tokens, kSteps, GradientOrder::kSequential);
+  ASSERT_EQ(pipelined.losses.size(), reference.losses.size());
+  for (int s = 0; s < kSteps; ++s) {
+    EXPECT_LT(std::abs(pipelined.losses[s] - reference.losses[s]) / reference.losses[s], 1e-5)
+        << "step " << s << ": " << pipelined.losses[s] << " vs " << reference.losses[s];
+  }
+  EXPECT_LT(reference.losses[2], reference.losses[0]);  // it trains
+  ASSERT_EQ(pipelined.parameters.size(), reference.parameters.size());
+  for (const auto& [name, tensor] : reference.parameters) {
+    auto it = pipelined.parameters.find(name);
+    ASSERT_NE(it, pipelined.parameters.end()) << name;
+    EXPECT_LT(relative_difference(it->second, tensor), 1e-5) << name;
+    ASSERT_TRUE(it->second.grad().defined() && tensor.grad().defined()) << name;
+    // The last step's gradient is taken at parameters that already differ by rounding (AdamW
+    // turns a rounding-level gradient element into a full step), so it gets a looser bound;
+    // any error of scale or of a missing micro-batch is orders of magnitude above it.
+    EXPECT_LT(relative_difference(it->second.grad(), tensor.grad()), 1e-4) << name << " gradient";
+  }
+  if (exactness == Exactness::kBitIdentical) {
+    const WorldResult same_order =
+        run_reference(plan, model, *tokens, kSteps, GradientOrder::kByReplica);
+    for (const auto& [name, tensor] : same_order.parameters) {
+      const at::Tensor& mine = pipelined.parameters.at(name);
+      EXPECT_TRUE(at::equal(mine, tensor)) << name;
+      EXPECT_TRUE(at::equal(mine.grad(), tensor.grad())) << name << " gradient";
+    }
+  }
+}
+
+TEST(Executor, GpipeMatchesReference) {
+  const ModelSpec model = preset("tiny-llama");
+  expect_matches_reference(uniform_plan(model, {ScheduleKind::kGpipe, 4, 1, 6, 1}), model,
+                           Exactness::kBitIdentical);
+}
+
+TEST(Executor, OneFOneBMatchesReference) {
+  const ModelSpec model = preset("tiny-llama");
+  expect_matches_reference(uniform_plan(model, {ScheduleKind::k1f1b, 4, 1, 8, 1}), model,
+                           Exactness::kBitIdentical);
+}
+
+TEST(Executor, OneFOneBWithFullRecomputeMatchesReference) {
+  const ModelSpec model = preset("tiny-llama");
+  expect_matches_reference(
+      uniform_plan(model, {ScheduleKind::k1f1b, 3, 1, 5, 1, RecomputePolicy::kFull}), model,
+      Exactness::kBitIdentical);
+}
+
+TEST(Executor, InterleavedOneFOneBMatchesReference) {
+  const ModelSpec model = preset("tiny-llama");
+  expect_matches_reference(uniform_plan(model, {ScheduleKind::kInterleaved, 2, 3, 4, 1}), model,
+                           Exactness::kBitIdentical);
+}
+
+TEST(Executor, ZeroBubbleH1MatchesReference) {
+  const ModelSpec model = preset("tiny-moe");
+  expect_matches_reference(uniform_plan(model, {ScheduleKind::kZbH1, 3, 1, 6, 1}), model,
+                           Exactness::kBitIdentical);
+}
+
+TEST(Executor, ZeroBubbleVMatchesReference) {
+  // V shape: group 0 runs the embedding and the head, whose matrix is tied.
+  const ModelSpec model = preset("tiny-gemma");
+  expect_matches_reference(uniform_plan(model, {ScheduleKind::kZbV, 3, 2, 6, 1}), model,
+                           Exactness::kTolerance);
+}
+
+TEST(Executor, HybridMambaModelMatchesReference) {
+  // tiny-hybrid: Mamba-2, attention and MLP split layers, eight layers over four stages.
+  const ModelSpec model = preset("tiny-hybrid");
+  expect_matches_reference(uniform_plan(model, {ScheduleKind::k1f1b, 4, 1, 4, 1}), model,
+                           Exactness::kBitIdentical);
+}
+
+TEST(Executor, TiedWeightsAcrossRanksAndReplicasMatchReference) {
+  // 1F1B over 3 groups, two replicas: the tied matrix lives on ranks 0, 2, 3 and 5.
+  const ModelSpec model = preset("tiny-gemma");
+  expect_matches_reference(uniform_plan(model, {ScheduleKind::k1f1b, 3, 1, 4, 2}), model,
+                           Exactness::kTolerance);
+}
+
+// Non-uniform stages ([0,1), [1,4), [4,6)); replica 0 runs them on three groups in a hand-made
+// order mixing split and fused backwards, with an explicit recompute; replica 1 runs 5
+// micro-batches (replica 0 runs 3) on two groups, the first holding the non-adjacent stages 0
+// and 2.
+Plan irregular_plan(const ModelSpec& model, const ClusterSpec& cluster) {
+  const std::string text = R"json({
+    "format": "motley.plan/1",
+    "model": {"name": "tiny-llama", "hash": "0"},
+    "cluster": {"name": "fixed", "hash": "0"},
+    "micro_batch_size": 2, "seq_len": 16, "global_batch": 16,
+    "stages": [
+      {"layers": [0, 1]},
+      {"layers": [1, 4], "recompute": "full"},
+      {"layers": [4, 6]}
+    ],
+    "replicas": [
+      {"micro_batches": 3, "stage_group": [0, 1, 2], "groups": [
+        {"devices": [0], "actions": ["0F0", "0F1", "0F2", "0I0", "0W0", "0B1", "0I2", "0W2"]},
+        {"devices": [1], "actions": ["1F0", "1F1", "1R0", "1I0", "1F2", "1W0", "1B1", "1I2",
+                                     "1W2"]},
+        {"devices": [2], "actions": ["2F0", "2B0", "2F1", "2I1", "2W1", "2F2", "2B2"]}
+      ]},
+      {"micro_batches": 5, "stage_group": [0, 1, 0], "groups": [
+        {"devices": [3], "actions": ["0F0", "0F1", "0F2", "2F0", "2B0", "0F3", "2F1", "2I1",
+                                     "0B0", "2W1", "0F4", "2F2", "2B2", "0B1", "2F3", "2B3",
+                                     "0B2", "2F4", "2B4", "0B3", "0B4"]},
+        {"devices": [4], "actions": ["1F0", "1F1", "1F2", "1B0", "1F3", "1B1", "1F4", "1B2",
+                                     "1B3", "1B4"]}
+      ]}
+    ]
+  })json";
+  auto json = parse_json(text, "irregular");
+  EXPECT_TRUE(json.is_ok());
+  auto plan = plan_from_json(*json, "irregular");
+  EXPECT_TRUE(plan.is_ok()) << plan.status().message();
+  ValidateOptions options;
+  options.check_spec_hashes = false;
+  Status valid = validate_plan(*plan, model, cluster, options);
+  EXPECT_TRUE(valid.is_ok()) << valid.message();
+  return *plan;
+}
+
+TEST(Executor, IrregularScheduleWithUnevenReplicasMatchesReference) {
+  const ModelSpec model = preset("tiny-llama");
+  expect_matches_reference(irregular_plan(model, cluster_of(5)), model, Exactness::kBitIdentical);
+}
+
+TEST(Executor, LargeMessagesAndRandomDelaysComplete) {
+  // A wide model whose activations are 4 MiB per micro-batch (2 x 64 x 8192 floats), so no
+  // message is small enough to slip through a buffer; random delays on every rank.
+  ModelSpec model = preset("tiny-llama");
+  constexpr int64_t kWide = 8192;
+  model.layers[0].embedding->hidden = kWide;
+  for (int i = 1; i <= 4; ++i) {
+    Layer ffn;
+    ffn.name = "wide." + std::to_string(i);
+    ffn.kind = LayerKind::kFeedForward;
+    ffn.ffn = FeedForwardShape{kWide, 8, Activation::kSwiGlu, false};
+    ffn.num_norms = 1;
+    model.layers[i] = ffn;
+  }
+  model.layers[5].head->hidden = kWide;
+  for (ScheduleKind kind : {ScheduleKind::k1f1b, ScheduleKind::kZbV}) {
+    const int v = kind == ScheduleKind::kZbV ? 2 : 1;
+    const Plan plan = uniform_plan(model, {kind, 3, v, 6, 1}, /*micro_batch_size=*/2,
+                                   /*seq_len=*/64);
+    auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 5), "corpus");
+    const WorldResult result = run_world(plan, model, *tokens, /*steps=*/1, /*delays=*/true);
+    ASSERT_EQ(result.losses.size(), 1u);
+    EXPECT_GT(result.losses[0], 0.0);
+  }
+}
+
+TEST(Executor, RandomDelaysDoNotChangeTheResult) {
+  const ModelSpec model = preset("tiny-llama");
+  expect_matches_reference(uniform_plan(model, {ScheduleKind::kZbH1, 4, 1, 8, 1}), model,
+                           Exactness::kBitIdentical, /*delays=*/true);
+}
+
+TEST(Executor, MissingSenderFailsWithinTheTimeoutNamingPeerAndMessage) {
+  const ModelSpec model = preset("tiny-llama");
+  const Plan plan = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 2, 1});
+  auto tokens = TokenStream::from_text(synthetic_corpus(4096, 5), "corpus");
+  testing::single_threaded();
+  InProcessNetwork network(2, TransportOptions{Seconds(0.2)});
+  // Rank 0 never runs; rank 1 waits for its first activation.
+  auto transport = network.endpoint(1);
+  auto executor = RankExecutor::create(exec_options(), plan, model, *tokens, *transport);
+  ASSERT_TRUE(executor.is_ok()) << executor.status().message();
+  auto result = (*executor)->step();
+  ASSERT_FALSE(result.is_ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kIoError);
+  EXPECT_EQ(result.status().message(),
+            "rank 1 (replica 0, device group 1), step 0: at 1F0: rank 1: timed out after 0.2 s "
+            "waiting to receive the activation of stage 0, micro-batch 0 from rank 0 (tag 0); "
+            "the peer never posted the matching send");
+  // The executor stays failed.
+  EXPECT_EQ((*executor)->step().status().message(), result.status().message());
+}
+
+TEST(Executor, RejectsAWorldOfTheWrongSize) {
+  const ModelSpec model = preset("tiny-llama");
+  const Plan plan = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 2, 1});
+  auto tokens = TokenStream::from_text(synthetic_corpus(4096, 5), "corpus");
+  InProcessNetwork network(3);
+  auto transport = network.endpoint(0);
+  auto executor = RankExecutor::create(exec_options(), plan, model, *tokens, *transport);
+  ASSERT_FALSE(executor.is_ok());
+  EXPECT_EQ(executor.status().message(),
+            "the plan has 2 device groups (one rank each) but the transport's world has 3 ranks");
+}
+
+TEST(Executor, TraceFollowsTheGroupOrder) {
+  const ModelSpec model = preset("tiny-llama");
+  const Plan plan = uniform_plan(model, {ScheduleKind::kZbH1, 2, 1, 3, 1});
+  auto tokens = TokenStream::from_text(synthetic_corpus(4096, 3), "corpus");
+  testing::single_threaded();
+  InProcessNetwork network(2);
+  std::vector<std::vector<TraceEvent>> events(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto transport = network.endpoint(rank);
+      ExecOptions options = exec_options();
+      options.record_trace = true;
+      auto executor = RankExecutor::create(options, plan, model, *tokens, *transport);
+      ASSERT_TRUE(executor.is_ok());
+      auto result = (*executor)->step();
+      ASSERT_TRUE(result.is_ok()) << result.status().message();
+      events[rank] = result->events;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<std::string> actions;
+    std::vector<std::string> others;
+    Seconds previous_end(0);
+    for (const TraceEvent& e : events[rank]) {
+      EXPECT_LE(previous_end, e.start);
+      EXPECT_LE(e.start, e.ready);
+      EXPECT_LE(e.ready, e.end);
+      previous_end = e.end;
+      if (e.kind == TraceEvent::Kind::kAction) {
+        ASSERT_TRUE(e.action.has_value());
+        EXPECT_EQ(action_to_string(*e.action), e.name);
+        actions.push_back(e.name);
+      } else {
+        EXPECT_EQ(e.ready, e.start);
+        others.push_back(e.name);
+      }
+    }
+    std::vector<std::string> planned;
+    for (const Action& a : plan.replicas[0].groups[rank].actions) {
+      planned.push_back(action_to_string(a));
+    }
+    EXPECT_EQ(actions, planned);
+    // Rank 0 sends three activations, rank 1 three gradients; then the step's tail.
+    const std::string sent = rank == 0 ? "send_activation 0/" : "send_gradient 1/";
+    EXPECT_EQ(others, (std::vector<std::string>{sent + "0", sent + "1", sent + "2", "finish_sends",
+                                                "all_reduce", "optimizer"}));
+  }
+}
+
+}  // namespace
+}  // namespace motley

@@ -1,0 +1,302 @@
+#include "motley/exec/stage_module.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "motley/exec/data.h"
+#include "motley/model/layer_cost.h"
+#include "motley/model/presets.h"
+
+namespace motley {
+namespace {
+
+constexpr int64_t kSeq = 24;
+
+ModelSpec preset(const char* name) {
+  auto model = model_preset(name);
+  EXPECT_TRUE(model.is_ok()) << model.status().message();
+  return *model;
+}
+
+std::unique_ptr<StageModule> stage(const ModelSpec& model, int begin, int end,
+                                   ParameterStore& store, uint64_t seed = 5) {
+  auto module = make_transformer_stage(model, begin, end, StageModuleOptions{seed, kSeq}, store);
+  EXPECT_TRUE(module.is_ok()) << module.status().message();
+  return std::move(module).value();
+}
+
+void batch(int64_t g, at::Tensor* inputs, at::Tensor* targets) {
+  auto tokens = TokenStream::from_text(synthetic_corpus(4096, 1), "corpus");
+  micro_batch_tensors(*tokens, g, 2, kSeq, inputs, targets);
+}
+
+TEST(MicroBatchTensors, RowsAreConsecutiveSamplesShiftedByOne) {
+  auto tokens = TokenStream::from_text("abcdefghijklmnopqrstuvwxyz", "letters");
+  at::Tensor in, out;
+  micro_batch_tensors(*tokens, /*g=*/1, /*micro_batch_size=*/2, /*seq_len=*/3, &in, &out);
+  // Global micro-batch 1 holds samples 2 and 3, starting at 6 and 9.
+  EXPECT_TRUE(at::equal(in, at::tensor({'g', 'h', 'i', 'j', 'k', 'l'}, at::kLong).view({2, 3})));
+  EXPECT_TRUE(at::equal(out, at::tensor({'h', 'i', 'j', 'k', 'l', 'm'}, at::kLong).view({2, 3})));
+}
+
+TEST(TransformerStage, UniformLogitsGiveLogVocabLoss) {
+  // With a zero LM head every token gets probability 1/256: the loss is ln 256 exactly.
+  const ModelSpec model = preset("tiny-llama");
+  ParameterStore store;
+  auto head = stage(model, 5, 6, store);
+  EXPECT_FALSE(head->takes_tokens());
+  EXPECT_TRUE(head->produces_loss());
+  {
+    at::NoGradGuard no_grad;
+    for (auto& p : store.parameters()) {
+      if (p.name == "head.weight") p.tensor.zero_();
+    }
+  }
+  at::Tensor hidden = at::randn({2, kSeq, 64});
+  at::Tensor targets = at::randint(0, 256, {2, kSeq}, at::kLong);
+  EXPECT_NEAR(head->forward(hidden, targets).item<float>(), std::log(256.0), 1e-5);
+}
+
+TEST(TransformerStage, FreshModelLossIsNearLogVocab) {
+  for (const char* name : {"tiny-llama", "tiny-moe", "tiny-gemma", "tiny-hybrid"}) {
+    const ModelSpec model = preset(name);
+    ParameterStore store;
+    auto whole = stage(model, 0, static_cast<int>(model.layers.size()), store);
+    at::Tensor in, target;
+    batch(0, &in, &target);
+    const float loss = whole->forward(in, target).item<float>();
+    EXPECT_NEAR(loss, std::log(256.0), 0.1) << name;
+  }
+}
+
+TEST(TransformerStage, AnyPartitionComputesTheSameFunctionFromTheSameWeights) {
+  const ModelSpec model = preset("tiny-moe");
+  ParameterStore whole_store;
+  auto whole = stage(model, 0, 6, whole_store);
+  ParameterStore a_store, b_store, c_store;
+  auto a = stage(model, 0, 2, a_store);
+  auto b = stage(model, 2, 5, b_store);
+  auto c = stage(model, 5, 6, c_store);
+  // Same names and bits, however the layers are split.
+  std::vector<NamedTensor> parts;
+  for (auto* s : {&a_store, &b_store, &c_store}) {
+    for (auto& p : s->parameters()) parts.push_back(p);
+  }
+  std::sort(parts.begin(), parts.end(),
+            [](const NamedTensor& x, const NamedTensor& y) { return x.name < y.name; });
+  const auto reference = whole_store.parameters();
+  ASSERT_EQ(parts.size(), reference.size());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    EXPECT_EQ(parts[i].name, reference[i].name);
+    EXPECT_TRUE(at::equal(parts[i].tensor, reference[i].tensor)) << parts[i].name;
+  }
+  at::Tensor in, target;
+  batch(3, &in, &target);
+  at::Tensor h1 = a->forward(in, target);
+  EXPECT_EQ(h1.sizes().vec(), boundary_shape(model, 1, 2, kSeq));
+  const float split = c->forward(b->forward(h1, target), target).item<float>();
+  EXPECT_EQ(split, whole->forward(in, target).item<float>());
+}
+
+TEST(TransformerStage, SeedsAreDrawnPerLayer) {
+  const ModelSpec model = preset("tiny-llama");
+  ParameterStore s1, s2;
+  stage(model, 0, 6, s1, /*seed=*/5);
+  stage(model, 0, 6, s2, /*seed=*/6);
+  // Layer i with seed 6 draws what layer i+1 draws with seed 5: decoder blocks have one shape.
+  auto find = [](ParameterStore& s, const std::string& name) {
+    for (auto& p : s.parameters()) {
+      if (p.name == name) return p.tensor;
+    }
+    return at::Tensor();
+  };
+  EXPECT_TRUE(at::equal(find(s2, "layers.0.attn.wq"), find(s1, "layers.1.attn.wq")));
+  EXPECT_FALSE(at::equal(find(s1, "layers.0.attn.wq"), find(s1, "layers.1.attn.wq")));
+}
+
+TEST(TransformerStage, ParameterNamesAndShapes) {
+  const ModelSpec model = preset("tiny-moe");
+  ParameterStore store;
+  auto block = stage(model, 1, 2, store);
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (auto& p : block->parameters()) shapes[p.name] = p.tensor.sizes().vec();
+  // GQA: 4 query heads, 2 key/value heads of 16.
+  EXPECT_EQ(shapes["layers.0.attn.wq"], (std::vector<int64_t>{64, 64}));
+  EXPECT_EQ(shapes["layers.0.attn.wk"], (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(shapes["layers.0.attn.wv"], (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(shapes["layers.0.moe.router"], (std::vector<int64_t>{4, 64}));
+  EXPECT_EQ(shapes["layers.0.moe.experts.3.w_gate"], (std::vector<int64_t>{64, 64}));
+  EXPECT_EQ(shapes["layers.0.moe.shared.0.w_down"], (std::vector<int64_t>{64, 64}));
+  EXPECT_EQ(shapes["layers.0.attn_norm.weight"], (std::vector<int64_t>{64}));
+  // 4 attention matrices + 2 norms + router + (4 routed + 1 shared) * 3 matrices.
+  EXPECT_EQ(shapes.size(), 4u + 2u + 1u + 15u);
+}
+
+// Embedding, one attention sub-layer with a window of 4 (or causal only), head.
+ModelSpec window_model(int64_t window, bool causal) {
+  ModelSpec m;
+  m.name = "window";
+  Layer e;
+  e.name = "embed";
+  e.kind = LayerKind::kEmbedding;
+  e.embedding = EmbeddingShape{256, 32, 0};
+  Layer a;
+  a.name = "attn";
+  a.kind = LayerKind::kAttention;
+  a.attention = AttentionShape{};
+  a.attention->hidden = 32;
+  a.attention->num_heads = 2;
+  a.attention->num_kv_heads = 1;
+  a.attention->head_dim = 16;
+  a.attention->sliding_window = window;
+  a.attention->causal = causal;
+  a.num_norms = 1;
+  Layer h;
+  h.name = "head";
+  h.kind = LayerKind::kHead;
+  h.head = HeadShape{256, 32, false};
+  h.num_norms = 1;
+  m.layers = {e, a, h};
+  return m;
+}
+
+// Which output positions change when the token at position `t` changes.
+std::vector<bool> influenced(const ModelSpec& model, int64_t t) {
+  ParameterStore store;
+  auto body = stage(model, 0, 2, store);
+  at::Tensor in, target;
+  batch(0, &in, &target);
+  at::Tensor changed = in.clone();
+  changed[0][t] = (in[0][t].item<int64_t>() + 1) % 256;
+  at::Tensor a = body->forward(in, target)[0];
+  at::Tensor b = body->forward(changed, target)[0];
+  std::vector<bool> out;
+  for (int64_t i = 0; i < kSeq; ++i) out.push_back(!at::equal(a[i], b[i]));
+  return out;
+}
+
+TEST(Attention, CausalSlidingWindowSeesOnlyTheLastWTokens) {
+  const auto changed = influenced(window_model(4, true), 10);
+  for (int64_t i = 0; i < kSeq; ++i) EXPECT_EQ(changed[i], i >= 10 && i < 14) << i;
+}
+
+TEST(Attention, CausalWithoutWindowSeesThePast) {
+  const auto changed = influenced(window_model(0, true), 10);
+  for (int64_t i = 0; i < kSeq; ++i) EXPECT_EQ(changed[i], i >= 10) << i;
+}
+
+TEST(Attention, BidirectionalWindowIsSymmetric) {
+  const auto changed = influenced(window_model(3, false), 10);
+  for (int64_t i = 0; i < kSeq; ++i) EXPECT_EQ(changed[i], i >= 8 && i <= 12) << i;
+}
+
+TEST(TransformerStage, TiedHeadSharesTheEmbeddingOnOneRankAndCopiesItOnAnother) {
+  const ModelSpec model = preset("tiny-gemma");
+  ParameterStore together;
+  auto whole = stage(model, 0, 6, together);
+  EXPECT_TRUE(together.contains("embed.weight"));
+  EXPECT_FALSE(together.contains("head.weight"));
+  ParameterStore head_only;
+  auto head = stage(model, 5, 6, head_only);
+  ASSERT_TRUE(head_only.contains("embed.weight"));
+  at::Tensor copy, original;
+  for (auto& p : head_only.parameters()) {
+    if (p.name == "embed.weight") copy = p.tensor;
+  }
+  for (auto& p : together.parameters()) {
+    if (p.name == "embed.weight") original = p.tensor;
+  }
+  EXPECT_TRUE(at::equal(copy, original));
+  // Both copies know that the embedding (layer 0) and the head (layer 5) read the matrix.
+  for (auto& p : head->parameters()) {
+    if (p.name == "embed.weight") {
+      EXPECT_EQ(p.layers, (std::vector<int>{0, 5}));
+    }
+    if (p.name == "head.norm.weight") {
+      EXPECT_EQ(p.layers, (std::vector<int>{5}));
+    }
+  }
+  for (auto& p : whole->parameters()) {
+    if (p.name == "embed.weight") {
+      EXPECT_EQ(p.layers, (std::vector<int>{0, 5}));
+    }
+  }
+  // On one rank the head's gradient lands in the embedding matrix too.
+  at::Tensor in, target;
+  batch(1, &in, &target);
+  whole->forward(in, target).backward();
+  at::Tensor grad = original.grad();
+  ASSERT_TRUE(grad.defined());
+  // Rows of bytes that never occur still get gradient through the head.
+  EXPECT_GT(grad[0].abs().sum().item<float>(), 0.0f);
+}
+
+TEST(TransformerStage, MoeRoutesGradientToRouterAndExperts) {
+  const ModelSpec model = preset("tiny-moe");
+  ParameterStore store;
+  auto whole = stage(model, 0, 6, store);
+  at::Tensor in, target;
+  batch(2, &in, &target);
+  whole->forward(in, target).backward();
+  for (auto& p : store.parameters()) {
+    if (p.name.find("layers.0.moe.router") == 0 || p.name.find("layers.0.moe.shared") == 0) {
+      ASSERT_TRUE(p.tensor.grad().defined()) << p.name;
+      EXPECT_GT(p.tensor.grad().abs().sum().item<float>(), 0.0f) << p.name;
+    }
+  }
+}
+
+TEST(TransformerStage, RejectsWhatTheExecutorDoesNotRun) {
+  ModelSpec measured = preset("tiny-llama");
+  measured.layers[2].kind = LayerKind::kMeasured;
+  ParameterStore store;
+  auto module = make_transformer_stage(measured, 0, 3, StageModuleOptions{0, kSeq}, store);
+  ASSERT_FALSE(module.is_ok());
+  EXPECT_EQ(module.status().message(),
+            "model 'tiny-llama': layer 2 ('layers.1', measured): the executor does not run "
+            "this layer kind yet; it runs embedding, attention, feed_forward, moe, mamba, "
+            "decoder_block and head");
+  ModelSpec mamba1 = preset("tiny-hybrid");
+  mamba1.layers[1].mamba->version = 1;
+  EXPECT_EQ(
+      make_transformer_stage(mamba1, 1, 2, StageModuleOptions{0, kSeq}, store).status().message(),
+      "model 'tiny-hybrid': layer 1 ('layers.0.mamba', mamba): the executor runs Mamba-2 "
+      "with n_heads a multiple of n_groups and d_inner = n_heads * head_dim");
+  EXPECT_FALSE(make_transformer_stage(mamba1, 3, 3, StageModuleOptions{0, kSeq}, store).is_ok());
+  ModelSpec short_positions = window_model(0, true);
+  short_positions.layers[0].embedding->learned_positions = 8;
+  auto too_long = make_transformer_stage(short_positions, 0, 1, StageModuleOptions{0, kSeq}, store);
+  EXPECT_EQ(too_long.status().message(),
+            "model 'window': layer 0 ('embed', embedding): 8 learned positions cannot cover "
+            "sequences of 24 tokens");
+}
+
+TEST(TransformerStage, ParameterCountsAreTheModelsAnalyticCounts) {
+  // Every tensor the executor creates is one the model module counts, and no more.
+  for (const char* name : {"tiny-llama", "tiny-moe", "tiny-gemma", "tiny-hybrid"}) {
+    const ModelSpec model = preset(name);
+    ParameterStore store;
+    stage(model, 0, static_cast<int>(model.layers.size()), store);
+    int64_t count = 0;
+    for (const NamedTensor& p : store.parameters()) count += p.tensor.numel();
+    EXPECT_EQ(count, model_totals(model, Workload{}).total_params) << name;
+  }
+}
+
+TEST(Mamba, StateCarriesEveryEarlierTokenForwardButNothingBackward) {
+  ModelSpec m = window_model(0, true);
+  const ModelSpec hybrid = preset("tiny-hybrid");
+  Layer mixer = hybrid.layers[1];
+  mixer.mamba->hidden = 32;
+  mixer.mamba->d_inner = 64;
+  mixer.mamba->n_heads = 4;
+  mixer.mamba->head_dim = 16;
+  m.layers[1] = mixer;
+  const auto changed = influenced(m, 10);
+  for (int64_t i = 0; i < kSeq; ++i) EXPECT_EQ(changed[i], i >= 10) << i;
+}
+
+}  // namespace
+}  // namespace motley

@@ -1,0 +1,112 @@
+#include "test_util.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "motley/cost/fixed_cost_model.h"
+#include "motley/model/presets.h"
+#include "motley/plan/validate.h"
+#include "motley/schedule/uniform_plan.h"
+
+namespace motley::testing {
+
+ModelSpec preset(const char* name) {
+  auto model = model_preset(name);
+  EXPECT_TRUE(model.is_ok()) << model.status().message();
+  return *model;
+}
+
+ClusterSpec cluster_of(int devices) {
+  const LinkSpec intra{LinkKind::kNvlink, BytesPerSecond(1e11), Seconds(0)};
+  const LinkSpec inter{LinkKind::kInfiniband, BytesPerSecond(1e10), Seconds(0)};
+  return make_fixed_cluster({"H100-SXM"}, devices, intra, inter);
+}
+
+Plan uniform_plan(const ModelSpec& model, const UniformCase& c, int64_t micro_batch_size,
+                  int64_t seq_len) {
+  const ClusterSpec cluster = cluster_of(c.stages * c.data_parallel);
+  FixedCostSpec spec;
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    FixedLayer layer;
+    layer.times = {Seconds(1), Seconds(1), Seconds(1), Seconds(1)};
+    layer.boundary = Bytes(1e6);
+    spec.layers.push_back(layer);
+  }
+  const FixedCostModel cost(cluster, spec);
+  UniformPlanOptions options;
+  options.kind = c.kind;
+  options.stages = c.stages;
+  options.virtual_stages = c.virtual_stages;
+  options.micro_batches = c.micro_batches;
+  options.data_parallel = c.data_parallel;
+  options.micro_batch_size = micro_batch_size;
+  options.seq_len = seq_len;
+  options.recompute = c.recompute;
+  auto plan = make_uniform_plan(options, model, cluster, cost);
+  EXPECT_TRUE(plan.is_ok()) << plan.status().message();
+  Status valid = validate_plan(*plan, model, cluster, ValidateOptions{});
+  EXPECT_TRUE(valid.is_ok()) << valid.message();
+  return *plan;
+}
+
+ExecOptions exec_options() {
+  ExecOptions options;
+  options.seed = 11;
+  options.optimizer.learning_rate = 1e-2;
+  return options;
+}
+
+int world_size(const Plan& plan) {
+  int world = 0;
+  for (const Replica& r : plan.replicas) world += static_cast<int>(r.groups.size());
+  return world;
+}
+
+WorldResult run_reference(const Plan& plan, const ModelSpec& model, const TokenStream& tokens,
+                          int steps, GradientOrder order) {
+  single_threaded();
+  auto trainer = SequentialTrainer::create(exec_options(), plan, model, tokens, order);
+  EXPECT_TRUE(trainer.is_ok()) << trainer.status().message();
+  WorldResult out;
+  for (int s = 0; s < steps; ++s) {
+    auto loss = (*trainer)->step();
+    EXPECT_TRUE(loss.is_ok()) << loss.status().message();
+    out.losses.push_back(*loss);
+  }
+  for (const NamedTensor& p : (*trainer)->parameters()) out.parameters[p.name] = p.tensor;
+  return out;
+}
+
+double relative_difference(const at::Tensor& a, const at::Tensor& b) {
+  const double scale = b.norm().item<double>();
+  return (a - b).norm().item<double>() / (scale > 0 ? scale : 1.0);
+}
+
+void single_threaded() {
+  at::set_num_threads(1);
+  // Looked up at run time: the BLAS behind libtorch is chosen by the system (alternatives).
+  using SetThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+    set(1);
+  }
+}
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace motley::testing

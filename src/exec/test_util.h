@@ -1,0 +1,62 @@
+// Helpers shared by the executor's tests: presets, plans from the schedule generators, the
+// options every run uses, the sequential reference's results, and a free localhost port.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "motley/cluster/cluster.h"
+#include "motley/exec/data.h"
+#include "motley/exec/executor.h"
+#include "motley/exec/reference.h"
+#include "motley/model/model.h"
+#include "motley/plan/plan.h"
+#include "motley/schedule/schedule.h"
+
+namespace motley::testing {
+
+inline constexpr int kSteps = 3;
+
+ModelSpec preset(const char* name);
+// One node of `devices` H100s (FixedCostModel's cluster).
+ClusterSpec cluster_of(int devices);
+
+struct UniformCase {
+  ScheduleKind kind;
+  int stages;  // device groups per replica
+  int virtual_stages;
+  int64_t micro_batches;
+  int data_parallel;
+  RecomputePolicy recompute = RecomputePolicy::kNone;
+};
+// make_uniform_plan with every layer at 1 s for F, B and W, checked by validate_plan.
+Plan uniform_plan(const ModelSpec& model, const UniformCase& c, int64_t micro_batch_size = 2,
+                  int64_t seq_len = 16);
+
+// Seed 11 and AdamW with a learning rate of 1e-2 (three steps move every weight).
+ExecOptions exec_options();
+
+int world_size(const Plan& plan);
+
+struct WorldResult {
+  std::vector<double> losses;                    // per step
+  std::map<std::string, at::Tensor> parameters;  // by name (with the last step's gradients)
+};
+WorldResult run_reference(const Plan& plan, const ModelSpec& model, const TokenStream& tokens,
+                          int steps, GradientOrder order);
+
+// ||a - b|| / ||b|| (Frobenius): how far a whole tensor is from the reference; ||a|| when b is
+// zero (an expert no token chose).
+double relative_difference(const at::Tensor& a, const at::Tensor& b);
+
+// A localhost port that was free a moment ago.
+int free_port();
+
+// One intra-op thread for ATen and for OpenBLAS (when it is the BLAS in use): ranks run as
+// threads, and BLAS worker threads of every rank would otherwise spin against each other.
+void single_threaded();
+
+}  // namespace motley::testing

@@ -1,0 +1,128 @@
+// Whole runs through the entry points: in-process threads, a failing rank, and real Gloo
+// process groups on localhost.
+#include "motley/exec/train.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <mutex>
+#include <thread>
+
+#include "motley/exec/executor.h"
+#include "motley/exec/gloo_transport.h"
+#include "test_util.h"
+
+namespace motley {
+namespace {
+
+using testing::exec_options;
+using testing::free_port;
+using testing::kSteps;
+using testing::preset;
+using testing::run_reference;
+using testing::uniform_plan;
+using testing::WorldResult;
+
+TEST(Train, InProcessRunReportsTheReferenceLosses) {
+  const ModelSpec model = preset("tiny-moe");
+  const Plan plan = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 3, 2});
+  auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 3), "corpus");
+  testing::single_threaded();
+  TrainOptions options;
+  options.exec = exec_options();
+  options.steps = kSteps;
+  std::mutex mu;
+  std::vector<int> reporting_ranks;
+  options.on_step = [&](int rank, const StepResult&) {
+    std::lock_guard<std::mutex> lock(mu);
+    reporting_ranks.push_back(rank);
+  };
+  auto report = train_in_process(options, plan, model, *tokens);
+  ASSERT_TRUE(report.is_ok()) << report.status().message();
+  const WorldResult reference =
+      run_reference(plan, model, *tokens, kSteps, GradientOrder::kSequential);
+  ASSERT_EQ(report->losses.size(), static_cast<size_t>(kSteps));
+  for (int s = 0; s < kSteps; ++s) {
+    EXPECT_LT(std::abs(report->losses[s] - reference.losses[s]) / reference.losses[s], 1e-5);
+  }
+  // Ranks 1 and 3 run the last stage of replicas 0 and 1; each reports every step.
+  std::sort(reporting_ranks.begin(), reporting_ranks.end());
+  EXPECT_EQ(reporting_ranks, (std::vector<int>{1, 1, 1, 3, 3, 3}));
+}
+
+TEST(Train, AFailingRankStopsTheRunWithItsError) {
+  const ModelSpec model = preset("tiny-llama");
+  const Plan plan = uniform_plan(model, {ScheduleKind::k1f1b, 3, 1, 3, 1});
+  auto tokens = TokenStream::from_text(synthetic_corpus(4096, 3), "corpus");
+  TrainOptions options;
+  options.exec = exec_options();
+  options.exec.stage_factory = [&](int stage, ParameterStore& store) {
+    if (stage == 1) return Result<std::unique_ptr<StageModule>>(internal_error("stage 1 broke"));
+    return make_transformer_stage(model, plan.stages[stage].layer_begin,
+                                  plan.stages[stage].layer_end, StageModuleOptions{0, plan.seq_len},
+                                  store);
+  };
+  auto report = train_in_process(options, plan, model, *tokens);
+  ASSERT_FALSE(report.is_ok());
+  EXPECT_EQ(report.status().message(), "stage 1 broke");
+}
+
+TEST(Gloo, ExecutorMatchesTheReferenceBitForBit) {
+  // Ranks as threads, each with its own TCPStore client and ProcessGroupGloo on localhost:
+  // ZB-H1 over 2 groups, two replicas, so activations, gradients and the cross-replica
+  // all-reduce all cross Gloo. A two-member ring sums a + b, as the in-process fabric does.
+  const ModelSpec model = preset("tiny-llama");
+  const Plan plan = uniform_plan(model, {ScheduleKind::kZbH1, 2, 1, 4, 2});
+  auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 3), "corpus");
+  testing::single_threaded();
+  const int port = free_port();
+  std::vector<std::vector<double>> losses(4);
+  std::vector<std::vector<NamedTensor>> params(4);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 4; ++rank) {
+    threads.emplace_back([&, rank] {
+      GlooOptions gloo;
+      gloo.rank = rank;
+      gloo.world_size = 4;
+      gloo.master_port = port;
+      gloo.hostname = "127.0.0.1";
+      auto transport = connect_gloo(gloo);
+      ASSERT_TRUE(transport.is_ok()) << transport.status().message();
+      auto executor = RankExecutor::create(exec_options(), plan, model, *tokens, **transport);
+      ASSERT_TRUE(executor.is_ok()) << executor.status().message();
+      for (int s = 0; s < kSteps; ++s) {
+        auto result = (*executor)->step();
+        ASSERT_TRUE(result.is_ok()) << result.status().message();
+        if (result->loss) losses[rank].push_back(*result->loss);
+      }
+      params[rank] = (*executor)->parameters();
+      EXPECT_TRUE((*transport)->barrier().is_ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(losses[0].empty());
+  EXPECT_TRUE(losses[2].empty());
+  ASSERT_EQ(losses[1].size(), static_cast<size_t>(kSteps));
+  EXPECT_EQ(losses[1], losses[3]);
+  const WorldResult sequential =
+      run_reference(plan, model, *tokens, kSteps, GradientOrder::kSequential);
+  for (int s = 0; s < kSteps; ++s) {
+    EXPECT_LT(std::abs(losses[1][s] - sequential.losses[s]) / sequential.losses[s], 1e-5);
+  }
+  const WorldResult same_order =
+      run_reference(plan, model, *tokens, kSteps, GradientOrder::kByReplica);
+  size_t compared = 0;
+  for (int rank = 0; rank < 4; ++rank) {
+    for (const NamedTensor& p : params[rank]) {
+      EXPECT_TRUE(at::equal(p.tensor, same_order.parameters.at(p.name))) << p.name;
+      EXPECT_TRUE(at::equal(p.tensor.grad(), same_order.parameters.at(p.name).grad())) << p.name;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 2 * same_order.parameters.size());  // every parameter, on both replicas
+}
+
+}  // namespace
+}  // namespace motley

@@ -1,0 +1,314 @@
+// The in-process transport: one mailbox shared by all ranks of a world, protected by one mutex.
+// Sends and receives meet in a slot per (source, destination, tag); the side that arrives
+// second copies the data and completes both. Collectives meet in a slot per (rank set, call
+// index).
+#include "motley/exec/transport.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <tuple>
+
+namespace motley {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Clock::duration to_duration(Seconds s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s.value()));
+}
+
+std::string describe(const at::Tensor& t) {
+  std::ostringstream os;
+  os << t.sizes() << " " << t.scalar_type();
+  return os.str();
+}
+
+std::string format_seconds(Seconds s) {
+  std::ostringstream os;
+  os << s.value() << " s";
+  return os.str();
+}
+
+std::string format_ranks(const std::vector<int>& ranks) {
+  std::string out = "{";
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out + "}";
+}
+
+// One posted send or receive, shared between its request and the mailbox slot.
+struct PendingOp {
+  at::Tensor tensor;
+  bool done = false;
+  Status status;
+};
+
+struct MessageSlot {
+  std::deque<std::shared_ptr<PendingOp>> sends;
+  std::deque<std::shared_ptr<PendingOp>> recvs;
+};
+
+struct CollectiveCall {
+  std::vector<std::vector<at::Tensor>> inputs;  // per member position
+  std::vector<bool> arrived;
+  int num_arrived = 0;
+  int num_departed = 0;
+  bool done = false;
+  Status status;
+};
+
+}  // namespace
+
+struct InProcessNetwork::State {
+  State(int n, TransportOptions o) : world_size(n), options(o), calls_made(n) {}
+
+  const int world_size;
+  const TransportOptions options;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::tuple<int, int, MessageTag>, MessageSlot> slots;  // (src, dst, tag)
+  std::map<std::pair<std::vector<int>, int64_t>, CollectiveCall> collectives;
+  std::vector<std::map<std::vector<int>, int64_t>> calls_made;  // per rank: per set, calls so far
+  Status shutdown;  // not ok once shut down: every wait then returns at once
+};
+
+namespace {
+
+using State = InProcessNetwork::State;
+
+// Both ends complete together; a shape or type mismatch fails both with the same message.
+void match(const std::shared_ptr<PendingOp>& send, const std::shared_ptr<PendingOp>& recv, int src,
+           int dst, MessageTag tag) {
+  if (send->tensor.sizes() != recv->tensor.sizes() ||
+      send->tensor.scalar_type() != recv->tensor.scalar_type()) {
+    Status error =
+        invalid_argument("rank " + std::to_string(src) + " sent a " + describe(send->tensor) +
+                         " tensor with tag " + std::to_string(tag) + " but rank " +
+                         std::to_string(dst) + " posted a " + describe(recv->tensor) + " buffer");
+    send->status = error;
+    recv->status = error;
+  } else {
+    recv->tensor.copy_(send->tensor);
+  }
+  send->done = true;
+  recv->done = true;
+}
+
+class InProcessRequest final : public TransportRequest {
+ public:
+  InProcessRequest(std::shared_ptr<State> state, std::shared_ptr<PendingOp> op,
+                   std::tuple<int, int, MessageTag> key, bool is_send, std::string what)
+      : state_(std::move(state)),
+        op_(std::move(op)),
+        key_(key),
+        is_send_(is_send),
+        what_(std::move(what)) {}
+
+  Status wait() override {
+    std::unique_lock<std::mutex> lock(state_->mu);
+    const auto deadline = Clock::now() + to_duration(state_->options.timeout);
+    const bool woken = state_->cv.wait_until(
+        lock, deadline, [&] { return op_->done || !state_->shutdown.is_ok(); });
+    if (op_->done) return op_->status;
+    // Withdraw the operation so that a late peer does not complete it.
+    auto it = state_->slots.find(key_);
+    if (it != state_->slots.end()) {
+      auto& queue = is_send_ ? it->second.sends : it->second.recvs;
+      queue.erase(std::remove(queue.begin(), queue.end(), op_), queue.end());
+    }
+    op_->done = true;
+    const auto [src, dst, tag] = key_;
+    const std::string waiting =
+        "rank " + std::to_string(is_send_ ? src : dst) + ": " +
+        (woken ? std::string("stopped")
+               : "timed out after " + format_seconds(state_->options.timeout)) +
+        " waiting to " +
+        (is_send_ ? "send " + what_ + " to rank " + std::to_string(dst)
+                  : "receive " + what_ + " from rank " + std::to_string(src)) +
+        " (tag " + std::to_string(tag) + ")";
+    op_->status = io_error(woken ? waiting + ": " + state_->shutdown.message()
+                                 : waiting + "; the peer never posted the matching " +
+                                       (is_send_ ? "receive" : "send"));
+    return op_->status;
+  }
+
+ private:
+  std::shared_ptr<State> state_;
+  std::shared_ptr<PendingOp> op_;
+  std::tuple<int, int, MessageTag> key_;
+  bool is_send_;
+  std::string what_;
+};
+
+class InProcessTransport final : public Transport {
+ public:
+  InProcessTransport(std::shared_ptr<State> state, int rank)
+      : state_(std::move(state)), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return state_->world_size; }
+
+  Result<std::unique_ptr<TransportRequest>> send(const at::Tensor& tensor, int peer, MessageTag tag,
+                                                 std::string what) override {
+    return post(tensor, peer, tag, std::move(what), /*is_send=*/true);
+  }
+
+  Result<std::unique_ptr<TransportRequest>> recv(const at::Tensor& buffer, int peer, MessageTag tag,
+                                                 std::string what) override {
+    return post(buffer, peer, tag, std::move(what), /*is_send=*/false);
+  }
+
+  Status all_reduce_sum(const std::vector<at::Tensor>& tensors,
+                        const std::vector<int>& ranks) override {
+    auto self = std::find(ranks.begin(), ranks.end(), rank_);
+    if (self == ranks.end() || !std::is_sorted(ranks.begin(), ranks.end()) ||
+        std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end()) {
+      return invalid_argument("rank " + std::to_string(rank_) + ": all-reduce over ranks " +
+                              format_ranks(ranks) +
+                              ": expected sorted distinct ranks including this one");
+    }
+    if (ranks.size() == 1) return Status::ok();
+    const size_t position = static_cast<size_t>(self - ranks.begin());
+
+    std::unique_lock<std::mutex> lock(state_->mu);
+    const int64_t index = state_->calls_made[rank_][ranks]++;
+    const auto key = std::make_pair(ranks, index);
+    CollectiveCall& call = state_->collectives[key];
+    if (call.inputs.empty()) {
+      call.inputs.resize(ranks.size());
+      call.arrived.assign(ranks.size(), false);
+    }
+    call.inputs[position] = tensors;
+    call.arrived[position] = true;
+    if (++call.num_arrived == static_cast<int>(ranks.size()) && !call.done) {
+      reduce(call, ranks);
+      state_->cv.notify_all();
+    }
+    const auto deadline = Clock::now() + to_duration(state_->options.timeout);
+    const bool woken = state_->cv.wait_until(
+        lock, deadline, [&] { return call.done || !state_->shutdown.is_ok(); });
+    if (!call.done) {
+      std::string missing;
+      for (size_t i = 0; i < ranks.size(); ++i) {
+        if (call.arrived[i]) continue;
+        if (!missing.empty()) missing += ", ";
+        missing += std::to_string(ranks[i]);
+      }
+      call.done = true;
+      const std::string where = " in all-reduce #" + std::to_string(index) + " over ranks " +
+                                format_ranks(ranks) + "; not arrived: rank(s) " + missing;
+      call.status =
+          io_error("rank " + std::to_string(rank_) + ": " +
+                   (woken ? "stopped" + where + ": " + state_->shutdown.message()
+                          : "timed out after " + format_seconds(state_->options.timeout) + where));
+      state_->cv.notify_all();
+    }
+    Status status = call.status;
+    if (++call.num_departed == call.num_arrived &&
+        call.num_arrived == static_cast<int>(ranks.size())) {
+      state_->collectives.erase(key);
+    }
+    return status;
+  }
+
+  Status barrier() override {
+    std::vector<int> all(state_->world_size);
+    for (int r = 0; r < state_->world_size; ++r) all[r] = r;
+    return all_reduce_sum({}, all);
+  }
+
+ private:
+  // Sums in member order into a fresh tensor, then copies it to every member, so all members
+  // hold the same bits.
+  static void reduce(CollectiveCall& call, const std::vector<int>& ranks) {
+    call.done = true;
+    const auto& first = call.inputs[0];
+    for (size_t m = 1; m < call.inputs.size(); ++m) {
+      bool same = call.inputs[m].size() == first.size();
+      for (size_t i = 0; same && i < first.size(); ++i) {
+        same = call.inputs[m][i].sizes() == first[i].sizes() &&
+               call.inputs[m][i].scalar_type() == first[i].scalar_type();
+      }
+      if (!same) {
+        call.status = invalid_argument(
+            "all-reduce over ranks " + format_ranks(ranks) + ": rank " + std::to_string(ranks[m]) +
+            " passed tensors of other shapes than rank " + std::to_string(ranks[0]));
+        return;
+      }
+    }
+    for (size_t i = 0; i < first.size(); ++i) {
+      at::Tensor sum = first[i].clone();
+      for (size_t m = 1; m < call.inputs.size(); ++m) sum.add_(call.inputs[m][i]);
+      for (auto& member : call.inputs) member[i].copy_(sum);
+    }
+  }
+
+  Result<std::unique_ptr<TransportRequest>> post(const at::Tensor& tensor, int peer, MessageTag tag,
+                                                 std::string what, bool is_send) {
+    if (peer < 0 || peer >= state_->world_size || peer == rank_) {
+      return invalid_argument(
+          "rank " + std::to_string(rank_) + ": cannot " + (is_send ? "send to" : "receive from") +
+          " rank " + std::to_string(peer) + " in a world of " + std::to_string(state_->world_size));
+    }
+    if (tag < 0 || tag >= (int64_t{1} << 31)) {
+      return invalid_argument("message tag " + std::to_string(tag) + " is outside [0, 2^31)");
+    }
+    auto op = std::make_shared<PendingOp>();
+    op->tensor = tensor;
+    const auto key =
+        is_send ? std::make_tuple(rank_, peer, tag) : std::make_tuple(peer, rank_, tag);
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      MessageSlot& slot = state_->slots[key];
+      auto& others = is_send ? slot.recvs : slot.sends;
+      if (others.empty()) {
+        (is_send ? slot.sends : slot.recvs).push_back(op);
+      } else {
+        std::shared_ptr<PendingOp> other = others.front();
+        others.pop_front();
+        if (is_send) {
+          match(op, other, rank_, peer, tag);
+        } else {
+          match(other, op, peer, rank_, tag);
+        }
+        if (slot.sends.empty() && slot.recvs.empty()) state_->slots.erase(key);
+        state_->cv.notify_all();
+      }
+    }
+    return std::unique_ptr<TransportRequest>(
+        new InProcessRequest(state_, std::move(op), key, is_send, std::move(what)));
+  }
+
+  std::shared_ptr<State> state_;
+  int rank_;
+};
+
+}  // namespace
+
+InProcessNetwork::InProcessNetwork(int world_size, TransportOptions options)
+    : state_(std::make_shared<State>(world_size, options)) {
+  MOTLEY_CHECK(world_size >= 1, "an in-process world needs at least one rank");
+}
+
+InProcessNetwork::~InProcessNetwork() = default;
+
+int InProcessNetwork::world_size() const { return state_->world_size; }
+
+void InProcessNetwork::shut_down(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->shutdown.is_ok()) state_->shutdown = io_error(reason);
+  state_->cv.notify_all();
+}
+
+std::unique_ptr<Transport> InProcessNetwork::endpoint(int rank) {
+  MOTLEY_CHECK(rank >= 0 && rank < state_->world_size, "no such rank in the in-process world");
+  return std::make_unique<InProcessTransport>(state_, rank);
+}
+
+}  // namespace motley
