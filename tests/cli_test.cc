@@ -226,6 +226,50 @@ TEST(CliTest, SimulateWritesAPlanThatSimulatesTheSame) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(CliTest, PlanJsonAndItsPlanFileAgreeWithTheSimulator) {
+  std::string dir = "/tmp/motley_cli_plan_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  RunResult r = run_motley("plan --model tiny-moe --cluster default --quiet --json --out " + dir +
+                           "/plan.json --svg " + dir + "/plan.svg");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"iteration_time_s", "throughput_tokens_per_s", "search_time_s"}) {
+    EXPECT_GT(j[key].get<double>(), 0.0) << key;
+  }
+  EXPECT_EQ(j["plan"].get<std::string>(), dir + "/plan.json");
+  // The written plan simulates to the reported time and is never slower than megatron-1f1b.
+  RunResult again = run_motley("simulate --plan " + dir + "/plan.json --json");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(again.out)["iteration_time_s"].get<double>(),
+                   j["iteration_time_s"].get<double>());
+  for (const auto& b : j["baselines"]) {
+    if (b["feasible"].get<bool>()) {
+      EXPECT_LE(j["iteration_time_s"].get<double>(), b["iteration_time_s"].get<double>())
+          << b["strategy"];
+    }
+  }
+  EXPECT_NE(slurp(dir + "/plan.svg").find("</svg>"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliTest, CompareListsEveryStrategyAboveTheLowerBound) {
+  RunResult r = run_motley("compare --model tiny-llama --cluster h100-a100 --quiet --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  double bound = j["lower_bound_s"].get<double>();
+  ASSERT_GT(bound, 0.0);
+  std::vector<std::string> names;
+  for (const auto& s : j["strategies"]) {
+    names.push_back(s["name"].get<std::string>());
+    if (!s["feasible"].get<bool>()) continue;
+    EXPECT_GE(s["iteration_time_s"].get<double>(), bound) << s["name"];
+    EXPECT_GT(s["throughput_tokens_per_s"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"motley", "megatron-1f1b", "megatron-interleaved",
+                                             "zb-h1", "zb-v", "metis", "partition-only",
+                                             "placement-only", "schedule-only"}));
+}
+
 TEST(CliBadInputTest, InvalidPlansExitWithTheValidatorsMessage) {
   expect_bad_input("simulate --plan " + data("deadlock-plan.json"),
                    {"deadlock-plan.json", "deadlock", "device group 1", "1B0"});
@@ -237,6 +281,8 @@ TEST(CliBadInputTest, InvalidPlansExitWithTheValidatorsMessage) {
       {"device 0 (H100-SXM) needs", "GiB", "but has 80 GiB"});
   expect_bad_input("simulate --schedule 2f2b --model tiny-llama", {"--schedule", "1f1b", "zb-v"});
   expect_bad_input("simulate --model tiny-llama", {"--plan", "--schedule"});
+  expect_bad_input("plan --strategy fastest --model tiny-llama", {"--strategy", "megatron-1f1b"});
+  expect_bad_input("compare --objective speed --model tiny-llama", {"--objective", "cost"});
 }
 
 // Every file under examples/ is run, and its output must equal the golden transcript beside it

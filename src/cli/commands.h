@@ -16,6 +16,8 @@ void add_model_command(CLI::App& app, Action* action);
 void add_cluster_command(CLI::App& app, Action* action);
 void add_estimate_command(CLI::App& app, Action* action);
 void add_simulate_command(CLI::App& app, Action* action);
+void add_plan_command(CLI::App& app, Action* action);
+void add_compare_command(CLI::App& app, Action* action);
 
 // Defaults of the built-in example that the main job runs on.
 inline constexpr const char* kDefaultModel = "nemotron-h-8b";

@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   motley::cli::add_model_command(app, &action);
   motley::cli::add_cluster_command(app, &action);
   motley::cli::add_estimate_command(app, &action);
+  motley::cli::add_plan_command(app, &action);
+  motley::cli::add_compare_command(app, &action);
   motley::cli::add_simulate_command(app, &action);
 
   // CLI11 only says "A subcommand is required" for a mistyped command; name it instead.

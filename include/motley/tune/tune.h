@@ -1,0 +1,126 @@
+// tune: the co-optimizer. Given a model, a cluster and a global batch it searches partition
+// (layers per stage, per-stage recompute) x placement (TP degree per device type, pipeline
+// depth, device order, data-parallel replicas of different hardware with uneven micro-batch
+// counts, interleaved and V-shaped stage maps) x schedule (the named generators and an adaptive
+// list scheduler) x micro-batch size, pricing every candidate with the simulator; it also builds
+// the named baselines it is compared against. It never runs anything (exec/) or draws (report/).
+// Algorithms: docs/planner.md. tune() is thread-safe; it uses TuneOptions::threads threads.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "motley/cluster/cluster.h"
+#include "motley/core/status.h"
+#include "motley/core/units.h"
+#include "motley/cost/cost_model.h"
+#include "motley/model/layer_cost.h"
+#include "motley/model/model.h"
+#include "motley/plan/plan.h"
+#include "motley/sim/simulator.h"
+
+namespace motley {
+
+enum class TuneObjective {
+  kThroughput,  // the shortest iteration (most tokens per second)
+  kCost,        // the fewest dollars per token, from the prices of the devices a plan uses
+};
+const char* tune_objective_name(TuneObjective objective);  // "throughput", "cost"
+
+// Reported while the search runs (from the calling thread).
+struct TuneProgress {
+  std::string phase;  // "baselines", "structures", "local search", "exhaustive", "done"
+  int64_t candidates_evaluated = 0;
+  Seconds best_iteration_time;  // 0 before the first feasible candidate
+  Seconds elapsed;
+};
+
+// Builds the cost model every candidate with this micro-batch shape is priced with. The tuner
+// keeps `model` and `cluster` alive while the cost model lives.
+using CostModelFactory = std::function<std::unique_ptr<CostModel>(
+    const ModelSpec& model, const ClusterSpec& cluster, const Workload& workload)>;
+
+struct TuneOptions {
+  int64_t global_batch = 0;  // sequences per iteration; required, > 0
+  int64_t seq_len = 0;       // 0: the model's default_seq_len
+  // Sequences per micro-batch; 0 lets the tuner choose among 1, 2 and 4 (baselines use 1).
+  int64_t micro_batch_size = 0;
+  TuneObjective objective = TuneObjective::kThroughput;
+  // Wall-clock limit of the search. The result is deterministic for a seed whenever the search
+  // converges before the limit (the usual case); a search cut short returns the best so far.
+  Seconds time_budget = Seconds(8);
+  uint64_t seed = 1;
+  int threads = 2;  // candidates simulated in parallel; the result does not depend on it
+  // "motley" (the full search) or one of the baselines of tune_strategy_names().
+  std::string strategy = "motley";
+  // Enumerate partitions x placements x named schedules completely (motley only; at most
+  // kExhaustiveMaxDevices devices and kExhaustiveMaxLayers layers).
+  bool exhaustive = false;
+  bool zero1 = false;  // every plan shards its optimizer state across replicas
+  // Keep every baseline's outcome in TuneResult::baselines (motley only). The full search
+  // builds the baselines anyway and may return one of their plans; the exhaustive search builds
+  // only megatron-1f1b (for the explanation) unless this is set, and returns its own best.
+  bool report_baselines = true;
+  std::function<void(const TuneProgress&)> progress;
+  CostModelFactory cost_model;               // empty: AnalyticCostModel with the model's dtype
+  std::string cost_model_name = "analytic";  // PredictedMetrics::cost_model of the plans
+};
+
+inline constexpr int kExhaustiveMaxDevices = 8;
+inline constexpr int kExhaustiveMaxLayers = 16;
+
+// "motley" first, then the baselines: "megatron-1f1b", "megatron-interleaved", "zb-h1", "zb-v",
+// "metis", "partition-only", "placement-only", "schedule-only".
+std::vector<std::string> tune_strategy_names();
+
+// What one strategy produced.
+struct StrategyOutcome {
+  std::string strategy;
+  bool feasible = false;  // a memory-feasible plan exists under this strategy's rules
+  std::string detail;     // what it chose ("TP 1 x PP 8 x DP 2, 1f1b, uniform") or why none
+  Plan plan;              // with predicted metrics; empty when !feasible
+  Seconds iteration_time;
+  double tokens_per_s = 0;
+  double dollars_per_million_tokens = 0;
+  Seconds search_time;
+  int64_t candidates_evaluated = 0;
+};
+
+struct TuneResult {
+  std::string strategy;  // the strategy that was asked for
+  Plan plan;             // the best memory-feasible plan, predicted metrics filled
+  SimResult simulation;  // its simulation (with the critical path, without the timeline)
+  double dollars_per_million_tokens = 0;
+  Seconds search_time;
+  // Candidates evaluated: assembled into plans and, when they fit memory, simulated (repeats
+  // served from the cache are not counted).
+  int64_t candidates_evaluated = 0;
+  // A bound no plan on this cluster can beat: the work of one iteration spread perfectly over
+  // every device at its effective rate (iteration_lower_bound); efficiency = bound / time.
+  Seconds lower_bound;
+  double efficiency = 0;
+  // The decisions, in words: partition, placement, schedule, and the gain over megatron-1f1b.
+  std::vector<std::string> explanation;
+  // motley with report_baselines: every baseline's outcome, in tune_strategy_names() order.
+  std::vector<StrategyOutcome> baselines;
+};
+
+// Searches for the best plan under `options.strategy`.
+// Errors: invalid_argument for bad options (naming the option and what is allowed: unknown
+// strategy, non-positive global batch, exhaustive on a too large instance, ...);
+// infeasible when no plan of the strategy fits the cluster's memory.
+Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
+                        const ClusterSpec& cluster);
+
+// The lower bound on the iteration time of any plan with the options' global batch, sequence
+// length and micro-batch sizes: per layer, F+B+W device-seconds at its best tensor-parallel
+// degree on each device type, plus one optimizer pass over the layer's parameters, spread over
+// the devices by a fractional assignment (the LP dual of docs/planner.md). Ignores memory,
+// communication and bubbles, so every simulated iteration is at least this long.
+Result<Seconds> iteration_lower_bound(const TuneOptions& options, const ModelSpec& model,
+                                      const ClusterSpec& cluster);
+
+}  // namespace motley

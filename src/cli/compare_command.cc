@@ -1,0 +1,166 @@
+// `motley compare`: plans a model on a cluster with motley and with every baseline, all priced
+// by the same simulator under the same memory limits, and prints one row per strategy (tokens/s,
+// speedup over megatron-1f1b, efficiency against the lower bound, cost, search time).
+// Optionally writes every strategy's plan into a directory, only once everything succeeded.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "format.h"
+#include "motley/cluster/cluster.h"
+#include "motley/core/json.h"
+#include "motley/cost/analytic_cost_model.h"
+#include "motley/model/model_json.h"
+#include "motley/plan/plan_json.h"
+#include "motley/sim/simulator.h"
+#include "motley/tune/tune.h"
+#include "tune_options.h"
+
+namespace motley::cli {
+namespace {
+
+struct CompareOptions {
+  TuneCliOptions tune;
+  std::string out_dir;
+  bool json = false;
+};
+
+Status compare_command(const CompareOptions& opt) {
+  MOTLEY_ASSIGN_OR_RETURN(TuneSetup setup, prepare_tune(opt.tune));
+  setup.options.report_baselines = true;
+  MOTLEY_ASSIGN_OR_RETURN(TuneResult r, tune_with_progress(setup, opt.tune.quiet));
+  const ModelSpec& model = setup.model;
+  const ClusterSpec& cluster = setup.cluster;
+  const TuneOptions& options = setup.options;
+  const int64_t devices = static_cast<int64_t>(cluster_devices(cluster).size());
+
+  // motley first, then the baselines, as one list.
+  std::vector<StrategyOutcome> rows;
+  StrategyOutcome mine;
+  mine.strategy = "motley";
+  mine.feasible = true;
+  mine.plan = r.plan;
+  mine.iteration_time = r.simulation.iteration_time;
+  mine.tokens_per_s = r.simulation.throughput_tokens_per_s;
+  mine.dollars_per_million_tokens = r.dollars_per_million_tokens;
+  mine.search_time = r.search_time;
+  mine.candidates_evaluated = r.candidates_evaluated;
+  mine.detail = r.explanation.empty() ? "" : r.explanation.front();
+  rows.push_back(mine);
+  rows.insert(rows.end(), r.baselines.begin(), r.baselines.end());
+  double megatron = 0;
+  for (const StrategyOutcome& b : r.baselines) {
+    if (b.strategy == "megatron-1f1b" && b.feasible) megatron = b.iteration_time.value();
+  }
+
+  // Bubble fraction and the fullest device's memory of every feasible plan, from one more
+  // simulation of each (the outcomes carry times only).
+  struct Shape {
+    double bubble = 0;
+    double memory_ratio = 0;
+  };
+  std::vector<Shape> shapes(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (!rows[i].feasible) continue;
+    const Plan& plan = rows[i].plan;
+    AnalyticCostOptions cost_options;
+    cost_options.workload =
+        Workload{plan.seq_len, plan.micro_batch_size, model.dtype, model.dropout};
+    AnalyticCostModel cost(model, cluster, cost_options);
+    MOTLEY_ASSIGN_OR_RETURN(SimResult sim, simulate(SimOptions{}, plan, cost));
+    shapes[i].bubble = sim.bubble_fraction;
+    for (const DeviceStats& d : sim.devices) {
+      shapes[i].memory_ratio = std::max(shapes[i].memory_ratio, d.peak_memory / d.capacity);
+    }
+  }
+
+  std::string out;
+  if (opt.json) {
+    Json list = Json::array();
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const StrategyOutcome& b = rows[i];
+      Json j{{"name", b.strategy}, {"feasible", b.feasible}, {"detail", b.detail}};
+      if (b.feasible) {
+        j["bubble_fraction"] = shapes[i].bubble;
+        j["peak_memory_ratio"] = shapes[i].memory_ratio;
+        j["iteration_time_s"] = b.iteration_time.value();
+        j["throughput_tokens_per_s"] = b.tokens_per_s;
+        j["efficiency"] = r.lower_bound.value() / b.iteration_time.value();
+        j["dollars_per_million_tokens"] = b.dollars_per_million_tokens;
+        if (megatron > 0) j["speedup_over_megatron_1f1b"] = megatron / b.iteration_time.value();
+        j["search_time_s"] = b.search_time.value();
+        if (!opt.out_dir.empty()) j["plan"] = opt.out_dir + "/" + b.strategy + ".json";
+      }
+      list.push_back(j);
+    }
+    Json j{{"model", model.name},
+           {"cluster", cluster.name},
+           {"devices", devices},
+           {"global_batch", options.global_batch},
+           {"objective", tune_objective_name(options.objective)},
+           {"lower_bound_s", r.lower_bound.value()},
+           {"strategies", list}};
+    out = j.dump(2) + "\n";
+  } else {
+    out += fmt::format("{} on {} ({} devices), global batch {}: lower bound {} per iteration\n\n",
+                       model.name, cluster.name, devices, options.global_batch,
+                       format_time(r.lower_bound));
+    Table table({"strategy", "iteration", "tokens/s", "bubble", "peak memory", "vs megatron-1f1b",
+                 "efficiency", "$/M tokens", "search"});
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const StrategyOutcome& b = rows[i];
+      if (!b.feasible) {
+        table.add_row(
+            {b.strategy, "infeasible", "-", "-", "-", "-", "-", "-", format_time(b.search_time)});
+        continue;
+      }
+      table.add_row({b.strategy, format_time(b.iteration_time), format_count(b.tokens_per_s),
+                     format_percent(shapes[i].bubble), format_percent(shapes[i].memory_ratio),
+                     megatron > 0 ? fmt::format("{:.2f}x", megatron / b.iteration_time.value())
+                                  : std::string("-"),
+                     fmt::format("{:.3f}", r.lower_bound.value() / b.iteration_time.value()),
+                     format_money(b.dollars_per_million_tokens), format_time(b.search_time)});
+    }
+    out += table.to_string() + "\n";
+    for (const StrategyOutcome& b : rows) {
+      out += b.strategy + ": " + (b.strategy == "motley" ? std::string() : b.detail) + "\n";
+      if (b.strategy == "motley") {
+        for (const std::string& line : r.explanation) out += "  " + line + "\n";
+      }
+    }
+    out +=
+        "\nmotley may return any plan it evaluated, the baselines' included, so it is never "
+        "slower than they are.\n";
+  }
+  if (!opt.out_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(opt.out_dir, ec);
+    if (ec) return io_error("--out-dir: cannot create '" + opt.out_dir + "': " + ec.message());
+    for (const StrategyOutcome& b : rows) {
+      if (b.feasible)
+        MOTLEY_RETURN_IF_ERROR(save_plan(b.plan, opt.out_dir + "/" + b.strategy + ".json"));
+    }
+  }
+  std::fputs(out.c_str(), stdout);
+  return Status::ok();
+}
+
+}  // namespace
+
+void add_compare_command(CLI::App& app, Action* action) {
+  auto opt = std::make_shared<CompareOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "compare", "Compare motley's plan with the baselines (Megatron-LM, ZB, Metis, ...)");
+  add_tune_options(cmd, &opt->tune);
+  cmd->add_option("--out-dir", opt->out_dir, "Write every strategy's plan as DIR/<strategy>.json");
+  cmd->add_flag("--json", opt->json, "Print one JSON object");
+  cmd->callback([opt, action] { *action = [opt] { return compare_command(*opt); }; });
+}
+
+}  // namespace motley::cli

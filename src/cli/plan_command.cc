@@ -1,0 +1,167 @@
+// `motley plan`: searches for the fastest (or cheapest) plan of a model on a cluster — or builds
+// one baseline's plan with --strategy — prints what it chose and why, and writes the plan file.
+// The file is written only once everything succeeded.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "format.h"
+#include "motley/cluster/cluster.h"
+#include "motley/core/json.h"
+#include "motley/cost/analytic_cost_model.h"
+#include "motley/model/model_json.h"
+#include "motley/plan/plan_json.h"
+#include "motley/report/chrome_trace.h"
+#include "motley/report/summary.h"
+#include "motley/report/svg_timeline.h"
+#include "motley/sim/simulator.h"
+#include "motley/tune/tune.h"
+#include "tune_options.h"
+
+namespace motley::cli {
+namespace {
+
+struct PlanOptions {
+  TuneCliOptions tune;
+  std::string strategy = "motley";
+  bool exhaustive = false;
+  std::string out;
+  std::string trace;
+  std::string svg;
+  bool json = false;
+};
+
+Json outcome_json(const StrategyOutcome& b, double motley_time) {
+  Json j{{"strategy", b.strategy}, {"feasible", b.feasible}, {"detail", b.detail}};
+  if (b.feasible) {
+    j["iteration_time_s"] = b.iteration_time.value();
+    j["throughput_tokens_per_s"] = b.tokens_per_s;
+    j["dollars_per_million_tokens"] = b.dollars_per_million_tokens;
+    j["motley_speedup"] = b.iteration_time.value() / motley_time;
+    j["search_time_s"] = b.search_time.value();
+  }
+  return j;
+}
+
+Status plan_command(const PlanOptions& opt) {
+  const std::vector<std::string> strategies = tune_strategy_names();
+  if (std::find(strategies.begin(), strategies.end(), opt.strategy) == strategies.end()) {
+    return invalid_argument("--strategy: unknown strategy '" + opt.strategy + "'; expected " +
+                            join_alternatives(strategies));
+  }
+  MOTLEY_ASSIGN_OR_RETURN(TuneSetup setup, prepare_tune(opt.tune));
+  setup.options.strategy = opt.strategy;
+  setup.options.exhaustive = opt.exhaustive;
+  MOTLEY_ASSIGN_OR_RETURN(TuneResult r, tune_with_progress(setup, opt.tune.quiet));
+  const ModelSpec& model = setup.model;
+  const ClusterSpec& cluster = setup.cluster;
+  const TuneOptions& options = setup.options;
+  const int64_t devices = static_cast<int64_t>(cluster_devices(cluster).size());
+
+  // The chosen plan simulated once more, recording its timeline, for the per-device summary,
+  // the trace and the SVG.
+  AnalyticCostOptions cost_options;
+  cost_options.workload =
+      Workload{r.plan.seq_len, r.plan.micro_batch_size, model.dtype, model.dropout};
+  AnalyticCostModel cost(model, cluster, cost_options);
+  SimOptions sim_options;
+  sim_options.record_timeline = !opt.trace.empty() || !opt.svg.empty();
+  MOTLEY_ASSIGN_OR_RETURN(SimResult timeline, simulate(sim_options, r.plan, cost));
+  std::string trace, svg;
+  if (!opt.trace.empty()) {
+    trace = chrome_trace_json(r.plan, timeline, cost.topology(), TraceOptions{});
+  }
+  if (!opt.svg.empty()) svg = svg_timeline(r.plan, timeline, cost.topology(), SvgOptions{});
+
+  const double t = r.simulation.iteration_time.value();
+  std::string out;
+  if (opt.json) {
+    Json baselines = Json::array();
+    for (const StrategyOutcome& b : r.baselines) baselines.push_back(outcome_json(b, t));
+    Json j{{"model", model.name},
+           {"cluster", cluster.name},
+           {"strategy", r.strategy},
+           {"objective", tune_objective_name(options.objective)},
+           {"global_batch", r.plan.global_batch},
+           {"seq_len", r.plan.seq_len},
+           {"micro_batch_size", r.plan.micro_batch_size},
+           {"schedule", r.plan.schedule},
+           {"stages", r.plan.stages.size()},
+           {"replicas", r.plan.replicas.size()},
+           {"iteration_time_s", t},
+           {"throughput_tokens_per_s", r.simulation.throughput_tokens_per_s},
+           {"bubble_fraction", r.simulation.bubble_fraction},
+           {"dollars_per_million_tokens", r.dollars_per_million_tokens},
+           {"lower_bound_s", r.lower_bound.value()},
+           {"efficiency", r.efficiency},
+           {"search_time_s", r.search_time.value()},
+           {"candidates_evaluated", r.candidates_evaluated},
+           {"explanation", r.explanation},
+           {"baselines", baselines}};
+    if (!opt.out.empty()) j["plan"] = opt.out;
+    out = j.dump(2) + "\n";
+  } else {
+    out +=
+        fmt::format("plan for {} on {} ({} devices): global batch {} x {} tokens, {}\n", model.name,
+                    cluster.name, devices, r.plan.global_batch, r.plan.seq_len,
+                    r.strategy == "motley" ? std::string("full search") : "baseline " + r.strategy);
+    out += fmt::format(
+        "{} per iteration, {} tokens/s, bubble {:.1f}%, {}/M tokens; {:.3f} of the lower bound "
+        "({})\n",
+        format_time(r.simulation.iteration_time),
+        format_count(r.simulation.throughput_tokens_per_s), 100 * r.simulation.bubble_fraction,
+        format_money(r.dollars_per_million_tokens), r.efficiency, format_time(r.lower_bound));
+    out += fmt::format("searched {} plans in {}\n\n", r.candidates_evaluated,
+                       format_time(r.search_time));
+    for (const std::string& line : r.explanation) out += line + "\n";
+    if (!r.baselines.empty()) {
+      out += "\n";
+      Table table({"strategy", "iteration", "tokens/s", "motley speedup", "plan"});
+      for (const StrategyOutcome& b : r.baselines) {
+        if (!b.feasible) {
+          table.add_row({b.strategy, "-", "-", "-", b.detail});
+          continue;
+        }
+        table.add_row({b.strategy, format_time(b.iteration_time), format_count(b.tokens_per_s),
+                       fmt::format("{:.2f}x", b.iteration_time.value() / t), b.detail});
+      }
+      out += table.to_string();
+    }
+    out += "\n" + simulation_summary(r.plan, timeline, cost.topology(), SummaryOptions{});
+    for (const std::string* file : {&opt.out, &opt.svg, &opt.trace}) {
+      if (!file->empty()) out += "wrote " + *file + "\n";
+    }
+  }
+  if (!opt.out.empty()) MOTLEY_RETURN_IF_ERROR(save_plan(r.plan, opt.out));
+  if (!opt.trace.empty()) MOTLEY_RETURN_IF_ERROR(write_file_atomically(opt.trace, trace));
+  if (!opt.svg.empty()) MOTLEY_RETURN_IF_ERROR(write_file_atomically(opt.svg, svg));
+  std::fputs(out.c_str(), stdout);
+  return Status::ok();
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app, Action* action) {
+  auto opt = std::make_shared<PlanOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "Search for the fastest (or cheapest) plan of a model on a cluster");
+  add_tune_options(cmd, &opt->tune);
+  cmd->add_option("--strategy", opt->strategy,
+                  "motley, or a baseline: megatron-1f1b, megatron-interleaved, zb-h1, zb-v, "
+                  "metis, partition-only, placement-only, schedule-only")
+      ->capture_default_str();
+  cmd->add_flag("--exhaustive", opt->exhaustive,
+                "Enumerate every partition x placement x named schedule (<= 8 devices, <= 16 "
+                "layers)");
+  cmd->add_option("--out", opt->out, "Write the plan (with predicted metrics) to this file");
+  cmd->add_option("--trace", opt->trace, "Write the plan's Chrome trace JSON (Perfetto)");
+  cmd->add_option("--svg", opt->svg, "Write the plan's SVG timeline");
+  cmd->add_flag("--json", opt->json, "Print one JSON object");
+  cmd->callback([opt, action] { *action = [opt] { return plan_command(*opt); }; });
+}
+
+}  // namespace motley::cli

@@ -1,0 +1,103 @@
+#include "tune_options.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+
+#include "commands.h"
+#include "motley/model/model_json.h"
+#include "motley/report/units_format.h"
+
+namespace motley::cli {
+namespace {
+
+class ProgressLine {
+ public:
+  explicit ProgressLine(bool enabled) : enabled_(enabled && ::isatty(STDERR_FILENO) == 1) {}
+  ~ProgressLine() {
+    if (shown_) std::fprintf(stderr, "\r%*s\r", static_cast<int>(width_), "");
+  }
+  void update(const TuneProgress& p, Seconds budget) {
+    if (!enabled_ || p.elapsed < Seconds(1)) return;
+    const int filled = static_cast<int>(20 * std::min(1.0, p.elapsed / budget));
+    std::string line =
+        fmt::format("[{}{}] {:<12} {} plans, best {}, {:.1f} s", std::string(filled, '#'),
+                    std::string(20 - filled, '.'), p.phase, p.candidates_evaluated,
+                    p.best_iteration_time > Seconds(0) ? format_time(p.best_iteration_time) : "-",
+                    p.elapsed.value());
+    width_ = std::max(width_, line.size());
+    std::fprintf(stderr, "\r%-*s", static_cast<int>(width_), line.c_str());
+    std::fflush(stderr);
+    shown_ = true;
+  }
+
+ private:
+  bool enabled_;
+  bool shown_ = false;
+  size_t width_ = 0;
+};
+
+}  // namespace
+
+void add_tune_options(CLI::App* cmd, TuneCliOptions* opt) {
+  cmd->add_option("--model", opt->model, std::string("Model (default ") + kDefaultModel + ")");
+  cmd->add_option("--cluster", opt->cluster,
+                  std::string("Cluster (default ") + kDefaultCluster + ")");
+  cmd->add_option("--global-batch", opt->global_batch,
+                  "Sequences per iteration (default: 8 per device)");
+  cmd->add_option("--seq-len", opt->seq_len, "Sequence length (default: the model's)");
+  cmd->add_option("--micro-batch-size", opt->micro_batch_size,
+                  "Sequences per micro-batch (default: motley chooses 1, 2 or 4; baselines use 1)");
+  cmd->add_option("--objective", opt->objective, "throughput or cost")->capture_default_str();
+  cmd->add_option("--time-budget", opt->time_budget, "Search time limit in seconds")
+      ->capture_default_str();
+  cmd->add_option("--seed", opt->seed, "Seed of the search's random moves")->capture_default_str();
+  cmd->add_option("--threads", opt->threads, "Plans simulated in parallel")->capture_default_str();
+  cmd->add_flag("--zero1", opt->zero1, "Shard optimizer state across data-parallel replicas");
+  cmd->add_flag("--quiet", opt->quiet, "No progress bar on stderr");
+}
+
+Result<TuneSetup> prepare_tune(const TuneCliOptions& opt) {
+  TuneSetup setup;
+  TuneOptions& options = setup.options;
+  if (opt.objective == "cost") {
+    options.objective = TuneObjective::kCost;
+  } else if (opt.objective != "throughput") {
+    return invalid_argument("--objective: expected throughput or cost, got '" + opt.objective +
+                            "'");
+  }
+  if (opt.global_batch < 0) return invalid_argument("--global-batch: expected a positive integer");
+  if (opt.seq_len < 0) return invalid_argument("--seq-len: expected a positive integer");
+  if (opt.micro_batch_size < 0) {
+    return invalid_argument("--micro-batch-size: expected a positive integer (0: choose)");
+  }
+  if (!(opt.time_budget > 0)) return invalid_argument("--time-budget: expected positive seconds");
+  if (opt.threads < 1) return invalid_argument("--threads: expected at least 1");
+  MOTLEY_ASSIGN_OR_RETURN(setup.model, load_model(opt.model.empty() ? kDefaultModel : opt.model));
+  MOTLEY_ASSIGN_OR_RETURN(setup.cluster,
+                          load_cluster(opt.cluster.empty() ? kDefaultCluster : opt.cluster));
+  const int64_t devices = static_cast<int64_t>(cluster_devices(setup.cluster).size());
+  options.global_batch = opt.global_batch > 0 ? opt.global_batch : 8 * devices;
+  options.seq_len = opt.seq_len;
+  options.micro_batch_size = opt.micro_batch_size;
+  options.time_budget = Seconds(opt.time_budget);
+  options.seed = opt.seed;
+  options.threads = opt.threads;
+  options.zero1 = opt.zero1;
+  return setup;
+}
+
+Result<TuneResult> tune_with_progress(const TuneSetup& setup, bool quiet) {
+  TuneOptions options = setup.options;
+  auto progress = std::make_shared<ProgressLine>(!quiet);
+  options.progress = [progress, budget = options.time_budget](const TuneProgress& p) {
+    progress->update(p, budget);
+  };
+  // The bar is cleared when the last reference (the options' copy) goes, before returning.
+  return tune(options, setup.model, setup.cluster);
+}
+
+}  // namespace motley::cli

@@ -1,0 +1,45 @@
+// The options `motley plan` and `motley compare` share (model, cluster, batch shape, objective,
+// search budget), their checks, and the search run with its terminal progress bar.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "motley/cluster/cluster.h"
+#include "motley/core/status.h"
+#include "motley/model/model.h"
+#include "motley/tune/tune.h"
+
+namespace motley::cli {
+
+struct TuneCliOptions {
+  std::string model;
+  std::string cluster;
+  int64_t global_batch = 0;  // 0: 8 sequences per device
+  int64_t seq_len = 0;
+  int64_t micro_batch_size = 0;  // 0: the tuner chooses
+  std::string objective = "throughput";
+  double time_budget = 8;
+  uint64_t seed = 1;
+  int threads = 2;
+  bool zero1 = false;
+  bool quiet = false;
+};
+
+void add_tune_options(CLI::App* cmd, TuneCliOptions* opt);
+
+struct TuneSetup {
+  ModelSpec model;
+  ClusterSpec cluster;
+  TuneOptions options;
+};
+
+// Checks the options (each error names the option and what is allowed) and loads the specs.
+Result<TuneSetup> prepare_tune(const TuneCliOptions& opt);
+
+// tune() with a one-line progress bar on stderr: only on a terminal, only once the search has
+// run for a second, never with --quiet; cleared when the search ends.
+Result<TuneResult> tune_with_progress(const TuneSetup& setup, bool quiet);
+
+}  // namespace motley::cli

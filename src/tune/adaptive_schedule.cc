@@ -1,0 +1,305 @@
+#include "motley/tune/adaptive_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <queue>
+#include <string>
+#include <utility>
+
+namespace motley {
+namespace {
+
+const char* kWhat = "adaptive schedule: ";
+constexpr double kUnknown = std::numeric_limits<double>::infinity();
+
+Status check_request(const AdaptiveRequest& r) {
+  const std::string pre = kWhat;
+  if (r.num_groups <= 0) return invalid_argument(pre + "num_groups must be positive");
+  if (r.micro_batches <= 0) return invalid_argument(pre + "micro_batches must be positive");
+  const size_t stages = r.stage_group.size();
+  if (stages == 0) return invalid_argument(pre + "stage_group is empty");
+  if (r.stage_times.size() != stages || r.activation_bytes.size() != stages) {
+    return invalid_argument(pre + "stage_times and activation_bytes need one entry per stage (" +
+                            std::to_string(stages) + ")");
+  }
+  if (r.transfer_time.size() != stages - 1) {
+    return invalid_argument(pre + "transfer_time needs one entry per stage boundary (" +
+                            std::to_string(stages - 1) + "), got " +
+                            std::to_string(r.transfer_time.size()));
+  }
+  if (r.memory_budget.size() != static_cast<size_t>(r.num_groups)) {
+    return invalid_argument(pre + "memory_budget needs one entry per group (" +
+                            std::to_string(r.num_groups) + ")");
+  }
+  std::vector<bool> used(r.num_groups, false);
+  for (size_t s = 0; s < stages; ++s) {
+    const int g = r.stage_group[s];
+    if (g < 0 || g >= r.num_groups) {
+      return invalid_argument(pre + "stage_group[" + std::to_string(s) + "] is " +
+                              std::to_string(g) + ", not a group in [0, " +
+                              std::to_string(r.num_groups) + ")");
+    }
+    used[g] = true;
+    const ComputeTimes& t = r.stage_times[s];
+    for (Seconds x : {t.forward, t.backward_input, t.backward_weight, t.recompute}) {
+      if (!(x.value() >= 0) || !std::isfinite(x.value())) {
+        return invalid_argument(pre + "stage_times[" + std::to_string(s) +
+                                "] has a negative or non-finite time");
+      }
+    }
+    if (!(r.activation_bytes[s].value() >= 0)) {
+      return invalid_argument(pre + "activation_bytes[" + std::to_string(s) + "] is negative");
+    }
+    if (s + 1 < stages && !(r.transfer_time[s].value() >= 0)) {
+      return invalid_argument(pre + "transfer_time[" + std::to_string(s) + "] is negative");
+    }
+  }
+  for (int g = 0; g < r.num_groups; ++g) {
+    if (!used[g]) {
+      return invalid_argument(pre + "group " + std::to_string(g) + " runs no stage");
+    }
+  }
+  return Status::ok();
+}
+
+class ListScheduler {
+ public:
+  explicit ListScheduler(const AdaptiveRequest& r)
+      : r_(r),
+        stages_(static_cast<int>(r.stage_group.size())),
+        m_(static_cast<int>(r.micro_batches)),
+        stages_of_(r.num_groups),
+        reserve_(r.num_groups, 0.0),
+        next_f_(stages_, 0),
+        next_b_(stages_, 0),
+        f_end_(static_cast<size_t>(stages_) * m_, kUnknown),
+        b_end_(static_cast<size_t>(stages_) * m_, kUnknown),
+        free_at_(r.num_groups, 0.0),
+        live_(r.num_groups, 0.0),
+        admitted_(r.num_groups, 0),
+        pending_w_(r.num_groups),
+        remaining_fb_(r.num_groups, 0),
+        orders_(r.num_groups) {
+    for (int s = 0; s < stages_; ++s) {
+      const int g = r.stage_group[s];
+      stages_of_[g].push_back(s);
+      reserve_[g] += r.activation_bytes[s].value();
+      remaining_fb_[g] += 2 * m_;
+    }
+  }
+
+  Result<GroupOrders> run() {
+    for (int g = 0; g < r_.num_groups; ++g) {
+      const double budget = r_.memory_budget[g].value();
+      if (reserve_[g] > budget * (1 + 1e-12)) {
+        return infeasible(std::string(kWhat) + "group " + std::to_string(g) + " needs " +
+                          std::to_string(reserve_[g] / kGiB) +
+                          " GiB of activations for one micro-batch but its budget is " +
+                          std::to_string(budget / kGiB) + " GiB");
+      }
+      wake(g, 0.0);
+    }
+    while (!events_.empty()) {
+      const auto [t, seq, g] = events_.top();
+      events_.pop();
+      (void)seq;
+      if (t < free_at_[g]) continue;  // busy then; woken again when it is free
+      step(g, t);
+    }
+    for (int g = 0; g < r_.num_groups; ++g) {
+      if (remaining_fb_[g] > 0 || !pending_w_[g].empty()) {
+        return internal_error(std::string(kWhat) + "group " + std::to_string(g) +
+                              " stalled with work left (a bug)");
+      }
+    }
+    return std::move(orders_);
+  }
+
+ private:
+  size_t at(int s, int j) const { return static_cast<size_t>(s) * m_ + j; }
+  bool same_group(int a, int b) const { return r_.stage_group[a] == r_.stage_group[b]; }
+  double fwd(int s) const { return r_.stage_times[s].forward.value(); }
+  double bwd(int s) const {
+    const ComputeTimes& t = r_.stage_times[s];
+    double d = t.backward_input.value() + t.recompute.value();
+    if (!r_.split_backward) d += t.backward_weight.value();
+    return d;
+  }
+  double wgt(int s) const { return r_.stage_times[s].backward_weight.value(); }
+  double hop(int s) const { return r_.transfer_time[s].value(); }  // boundary s -> s+1
+
+  // When F(s, j)'s input is (or, if its producer has not started, at the earliest could be)
+  // available.
+  double f_ready(int s, int j, double now, bool* known) const {
+    *known = true;
+    if (s == 0) return 0.0;
+    const double end = f_end_[at(s - 1, j)];
+    const double transfer = same_group(s - 1, s) ? 0.0 : hop(s - 1);
+    if (end != kUnknown) return end + transfer;
+    *known = false;
+    return now + fwd(s - 1) + transfer;
+  }
+  double b_ready(int s, int j, double now, bool* known) const {
+    *known = true;
+    if (f_end_[at(s, j)] == kUnknown) {
+      *known = false;
+      return kUnknown;
+    }
+    if (s == stages_ - 1) return f_end_[at(s, j)];
+    const double end = b_end_[at(s + 1, j)];
+    const double transfer = same_group(s, s + 1) ? 0.0 : hop(s);
+    if (end != kUnknown) return std::max(end + transfer, f_end_[at(s, j)]);
+    *known = false;
+    return now + bwd(s + 1) + transfer;
+  }
+
+  bool admissible(int g, int s, int j) const {
+    if (s != stages_of_[g].front()) return true;  // admitted at the group's first stage
+    MOTLEY_CHECK(j == admitted_[g], "micro-batches must be admitted in order");
+    return live_[g] + reserve_[g] <= r_.memory_budget[g].value() * (1 + 1e-12);
+  }
+
+  void wake(int g, double t) { events_.push(Event{t, seq_++, g}); }
+
+  void start(int g, double t, ActionKind kind, int s, int j, double duration) {
+    const double end = t + duration;
+    free_at_[g] = end;
+    orders_[g].push_back(Action{kind, s, j});
+    wake(g, end);
+    switch (kind) {
+      case ActionKind::kForward:
+        f_end_[at(s, j)] = end;
+        ++next_f_[s];
+        --remaining_fb_[g];
+        if (s == stages_of_[g].front()) {
+          ++admitted_[g];
+          live_[g] += reserve_[g];
+        }
+        if (s + 1 < stages_ && !same_group(s, s + 1)) {
+          const int consumer = r_.stage_group[s + 1];
+          wake(consumer, t);  // its next-ready estimate is exact from now on
+          wake(consumer, end + hop(s));
+        }
+        break;
+      case ActionKind::kBackwardInput:
+      case ActionKind::kBackward:
+        b_end_[at(s, j)] = end;
+        ++next_b_[s];
+        --remaining_fb_[g];
+        if (kind == ActionKind::kBackwardInput) {
+          pending_w_[g].push_back({s, j});
+        } else {
+          live_[g] -= r_.activation_bytes[s].value();
+        }
+        if (s > 0 && !same_group(s - 1, s)) {
+          const int consumer = r_.stage_group[s - 1];
+          wake(consumer, t);
+          wake(consumer, end + hop(s - 1));
+        }
+        break;
+      case ActionKind::kBackwardWeight:
+        live_[g] -= r_.activation_bytes[s].value();
+        break;
+      default:
+        MOTLEY_CHECK(false, "unexpected action kind");
+    }
+  }
+
+  void step(int g, double t) {
+    // Candidates: the next backward and the next forward of each of the group's stages.
+    int best_b = -1, best_f = -1;
+    bool blocked_f = false;  // a forward is ready but memory does not admit it
+    double next_ready = kUnknown;
+    for (int s : stages_of_[g]) {
+      bool known = false;
+      const int jb = next_b_[s];
+      if (jb < m_) {
+        const double ready = b_ready(s, jb, t, &known);
+        if (known && ready <= t) {
+          if (best_b < 0 || jb < next_b_[best_b] || (jb == next_b_[best_b] && s > best_b)) {
+            best_b = s;
+          }
+        } else {
+          next_ready = std::min(next_ready, ready);
+        }
+      }
+      const int jf = next_f_[s];
+      if (jf < m_) {
+        const double ready = f_ready(s, jf, t, &known);
+        if (known && ready <= t) {
+          if (!admissible(g, s, jf)) {
+            blocked_f = true;
+          } else if (best_f < 0 || jf < next_f_[best_f] || (jf == next_f_[best_f] && s > best_f)) {
+            best_f = s;
+          }
+        } else {
+          next_ready = std::min(next_ready, ready);
+        }
+      }
+    }
+    const bool backward_first = r_.priority == AdaptivePriority::kBackwardFirst;
+    const int first = backward_first ? best_b : best_f;
+    const int second = backward_first ? best_f : best_b;
+    const bool first_is_b = backward_first;
+    const ActionKind b_kind =
+        r_.split_backward ? ActionKind::kBackwardInput : ActionKind::kBackward;
+    if (first >= 0) {
+      if (first_is_b) {
+        start(g, t, b_kind, first, next_b_[first], bwd(first));
+      } else {
+        start(g, t, ActionKind::kForward, first, next_f_[first], fwd(first));
+      }
+      return;
+    }
+    if (second >= 0) {
+      if (!first_is_b) {
+        start(g, t, b_kind, second, next_b_[second], bwd(second));
+      } else {
+        start(g, t, ActionKind::kForward, second, next_f_[second], fwd(second));
+      }
+      return;
+    }
+    if (pending_w_[g].empty()) return;
+    const auto [s, j] = pending_w_[g].front();
+    const bool run = blocked_f || remaining_fb_[g] == 0 || r_.weight_fill == WeightFill::kAlways ||
+                     t + wgt(s) <= next_ready;
+    if (!run) return;
+    pending_w_[g].pop_front();
+    start(g, t, ActionKind::kBackwardWeight, s, j, wgt(s));
+  }
+
+  struct Event {
+    double time;
+    int64_t seq;
+    int group;
+    bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
+  };
+
+  const AdaptiveRequest& r_;
+  int stages_;
+  int m_;
+  std::vector<std::vector<int>> stages_of_;
+  std::vector<double> reserve_;  // activation bytes of one micro-batch over the group's stages
+  std::vector<int> next_f_, next_b_;
+  std::vector<double> f_end_, b_end_;
+  std::vector<double> free_at_;
+  std::vector<double> live_;  // reserved activation bytes
+  std::vector<int> admitted_;
+  std::vector<std::deque<std::pair<int, int>>> pending_w_;
+  std::vector<int64_t> remaining_fb_;
+  GroupOrders orders_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  int64_t seq_ = 0;
+};
+
+}  // namespace
+
+Result<GroupOrders> adaptive_schedule(const AdaptiveRequest& request) {
+  MOTLEY_RETURN_IF_ERROR(check_request(request));
+  ListScheduler scheduler(request);
+  return scheduler.run();
+}
+
+}  // namespace motley

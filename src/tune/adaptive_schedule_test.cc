@@ -1,0 +1,218 @@
+#include "motley/tune/adaptive_schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "motley/plan/plan_json.h"
+#include "motley/plan/validate.h"
+#include "motley/sim/simulator.h"
+#include "test_util.h"
+
+namespace motley {
+namespace {
+
+using tune_testing::fixed_cluster;
+using tune_testing::layer_ms;
+using tune_testing::tiny_model;
+
+std::string order_text(const std::vector<Action>& actions) {
+  std::string out;
+  for (const Action& a : actions) {
+    if (!out.empty()) out += ' ';
+    out += action_to_string(a);
+  }
+  return out;
+}
+
+AdaptiveRequest uniform_request(int p, int64_t m, double budget_bytes) {
+  AdaptiveRequest r;
+  r.num_groups = p;
+  r.micro_batches = m;
+  for (int s = 0; s < p; ++s) {
+    r.stage_group.push_back(s);
+    r.stage_times.push_back(
+        ComputeTimes{milliseconds(1), milliseconds(1), milliseconds(1), Seconds(0)});
+    r.activation_bytes.push_back(Bytes(1e9));
+    r.memory_budget.push_back(Bytes(budget_bytes));
+  }
+  r.transfer_time.assign(p - 1, Seconds(0));
+  return r;
+}
+
+// One replica, stage s = layer s, group g = device g, with the given orders.
+Plan plan_of(const AdaptiveRequest& r, const GroupOrders& orders) {
+  Plan plan;
+  plan.seq_len = 128;
+  plan.global_batch = r.micro_batches;
+  for (size_t s = 0; s < r.stage_group.size(); ++s) {
+    plan.stages.push_back(Stage{static_cast<int>(s), static_cast<int>(s) + 1});
+  }
+  Replica rep;
+  rep.micro_batches = r.micro_batches;
+  rep.stage_group = r.stage_group;
+  for (int g = 0; g < r.num_groups; ++g) rep.groups.push_back(DeviceGroupSchedule{{g}, orders[g]});
+  plan.replicas.push_back(rep);
+  return plan;
+}
+
+FixedCostSpec spec_of(const AdaptiveRequest& r) {
+  FixedCostSpec spec;
+  for (size_t s = 0; s < r.stage_group.size(); ++s) {
+    const ComputeTimes& t = r.stage_times[s];
+    FixedLayer l = layer_ms(0, 0, 0);
+    l.times = {t.forward, t.backward_input, t.backward_weight, t.recompute};
+    l.activations = {r.activation_bytes[s], r.activation_bytes[s], r.activation_bytes[s]};
+    spec.layers.push_back(l);
+  }
+  return spec;
+}
+
+SimOptions compute_only() {
+  SimOptions o;
+  o.gradient_all_reduce = false;
+  o.optimizer_step = OptimizerStepModel::kNone;
+  return o;
+}
+
+TEST(AdaptiveScheduleTest, TwoStagesDeferWeightsIntoTheGap) {
+  // F = B = W = 1 ms, free transfers, no memory limit: group 0 runs both forwards, waits for
+  // the first gradient, and fills the gap before the second with W0; group 1 alternates F and
+  // B and runs its W's at the end. 7 ms = m(F+B+W) + (p-1)max(F+B-W, F, B), ZB-H1's optimum.
+  const AdaptiveRequest r = uniform_request(2, 2, 1e12);
+  Result<GroupOrders> orders = adaptive_schedule(r);
+  ASSERT_TRUE(orders.is_ok()) << orders.status().message();
+  EXPECT_EQ(order_text(orders.value()[0]), "0F0 0F1 0I0 0W0 0I1 0W1");
+  EXPECT_EQ(order_text(orders.value()[1]), "1F0 1I0 1F1 1I1 1W0 1W1");
+  FixedCostModel cost(fixed_cluster({"H100-SXM"}, 2), spec_of(r));
+  Result<SimResult> sim = simulate(compute_only(), plan_of(r, orders.value()), cost);
+  ASSERT_TRUE(sim.is_ok()) << sim.status().message();
+  EXPECT_NEAR(sim->iteration_time.value(), 7e-3, 1e-15);
+}
+
+TEST(AdaptiveScheduleTest, MemoryBudgetLimitsMicroBatchesInFlight) {
+  // Room for one micro-batch's activations per group: every group finishes a micro-batch's W
+  // before admitting the next.
+  const AdaptiveRequest r = uniform_request(2, 3, 1e9);
+  Result<GroupOrders> orders = adaptive_schedule(r);
+  ASSERT_TRUE(orders.is_ok()) << orders.status().message();
+  EXPECT_EQ(order_text(orders.value()[0]), "0F0 0I0 0W0 0F1 0I1 0W1 0F2 0I2 0W2");
+  EXPECT_EQ(peak_in_flight_per_group(orders.value()), (std::vector<int64_t>{1, 1}));
+}
+
+TEST(AdaptiveScheduleTest, ForwardFirstFillsMemoryBeforeBackwards) {
+  // Forward-first with room for two micro-batches: group 0 runs two forwards, then must free
+  // memory (I0 W0) before the third.
+  AdaptiveRequest r = uniform_request(2, 3, 2e9);
+  r.priority = AdaptivePriority::kForwardFirst;
+  Result<GroupOrders> orders = adaptive_schedule(r);
+  ASSERT_TRUE(orders.is_ok()) << orders.status().message();
+  EXPECT_EQ(orders.value()[0][0], (Action{ActionKind::kForward, 0, 0}));
+  EXPECT_EQ(orders.value()[0][1], (Action{ActionKind::kForward, 0, 1}));
+  EXPECT_EQ(peak_in_flight_per_group(orders.value()), (std::vector<int64_t>{2, 2}));
+}
+
+TEST(AdaptiveScheduleTest, FusedBackwardWhenNotSplit) {
+  AdaptiveRequest r = uniform_request(2, 2, 1e12);
+  r.split_backward = false;
+  Result<GroupOrders> orders = adaptive_schedule(r);
+  ASSERT_TRUE(orders.is_ok()) << orders.status().message();
+  // 1F1B's order: (m + p - 1)(F + B + W) = 9 ms.
+  EXPECT_EQ(order_text(orders.value()[0]), "0F0 0F1 0B0 0B1");
+  EXPECT_EQ(order_text(orders.value()[1]), "1F0 1B0 1F1 1B1");
+}
+
+TEST(AdaptiveScheduleTest, ReportsAGroupThatCannotHoldOneMicroBatch) {
+  AdaptiveRequest r = uniform_request(2, 2, 1e12);
+  r.memory_budget[1] = Bytes(0.5e9);
+  Result<GroupOrders> orders = adaptive_schedule(r);
+  ASSERT_FALSE(orders.is_ok());
+  EXPECT_EQ(orders.status().code(), StatusCode::kInfeasible);
+  EXPECT_NE(orders.status().message().find("group 1 needs"), std::string::npos)
+      << orders.status().message();
+}
+
+TEST(AdaptiveScheduleTest, RejectsInconsistentRequests) {
+  AdaptiveRequest r = uniform_request(2, 2, 1e12);
+  r.stage_group = {0, 0};
+  Result<GroupOrders> orders = adaptive_schedule(r);
+  ASSERT_FALSE(orders.is_ok());
+  EXPECT_EQ(orders.status().message(), "adaptive schedule: group 1 runs no stage");
+  r = uniform_request(2, 2, 1e12);
+  r.transfer_time.clear();
+  orders = adaptive_schedule(r);
+  ASSERT_FALSE(orders.is_ok());
+  EXPECT_EQ(orders.status().code(), StatusCode::kInvalidArgument);
+}
+
+// Random shapes (one stage per group, V, interleaved, consecutive stages on one group), times,
+// transfers and budgets: every order is complete, deadlock-free (validate_plan), within its
+// memory budget, and simulates.
+TEST(AdaptiveScheduleTest, RandomRequestsGiveValidOrdersWithinMemory) {
+  std::mt19937 rng(7);
+  auto uniform = [&](double lo, double hi) {
+    return std::uniform_real_distribution<double>(lo, hi)(rng);
+  };
+  for (int trial = 0; trial < 60; ++trial) {
+    const int p = 1 + static_cast<int>(rng() % 4);
+    const int shape = static_cast<int>(rng() % 4);
+    std::vector<int> stage_group;
+    for (int s = 0; s < p; ++s) stage_group.push_back(s);
+    if (shape == 1) {  // V
+      for (int s = p - 1; s >= 0; --s) stage_group.push_back(s);
+    } else if (shape == 2) {  // interleaved, two chunks
+      for (int s = 0; s < p; ++s) stage_group.push_back(s);
+    } else if (shape == 3) {  // two consecutive stages per group
+      stage_group.clear();
+      for (int s = 0; s < p; ++s) stage_group.insert(stage_group.end(), {s, s});
+    }
+    AdaptiveRequest r;
+    r.num_groups = p;
+    r.stage_group = stage_group;
+    r.micro_batches = 1 + static_cast<int>(rng() % 9);
+    const size_t stages = stage_group.size();
+    for (size_t s = 0; s < stages; ++s) {
+      r.stage_times.push_back(ComputeTimes{milliseconds(uniform(0.2, 2)),
+                                           milliseconds(uniform(0.2, 2)),
+                                           milliseconds(uniform(0, 2)), Seconds(0)});
+      r.activation_bytes.push_back(Bytes(uniform(0.5, 2) * 1e9));
+      if (s + 1 < stages) r.transfer_time.push_back(milliseconds(uniform(0, 0.5)));
+    }
+    std::vector<double> reserve(p, 0);
+    for (size_t s = 0; s < stages; ++s) reserve[stage_group[s]] += r.activation_bytes[s].value();
+    for (int g = 0; g < p; ++g) r.memory_budget.push_back(Bytes(reserve[g] * uniform(1, 4)));
+    r.priority = trial % 2 ? AdaptivePriority::kForwardFirst : AdaptivePriority::kBackwardFirst;
+    r.weight_fill = trial % 3 ? WeightFill::kIfItFits : WeightFill::kAlways;
+
+    Result<GroupOrders> orders = adaptive_schedule(r);
+    ASSERT_TRUE(orders.is_ok()) << "trial " << trial << ": " << orders.status().message();
+    const Plan plan = plan_of(r, orders.value());
+    const ClusterSpec cluster = fixed_cluster({"H100-SXM"}, p);
+    ValidateOptions options;
+    options.check_spec_hashes = false;
+    options.footprint = [&](int, int, int s) {
+      return StageFootprint{Bytes(0), r.activation_bytes[s]};
+    };
+    Status valid = validate_plan(plan, tiny_model(static_cast<int>(stages)), cluster, options);
+    ASSERT_TRUE(valid.is_ok()) << "trial " << trial << ": " << valid.message();
+    // Live activations never exceed the group's budget.
+    for (int g = 0; g < p; ++g) {
+      double live = 0, peak = 0;
+      for (const Action& a : orders.value()[g]) {
+        if (a.kind == ActionKind::kForward) live += r.activation_bytes[a.stage].value();
+        if (a.kind == ActionKind::kBackwardWeight) live -= r.activation_bytes[a.stage].value();
+        peak = std::max(peak, live);
+      }
+      EXPECT_LE(peak, r.memory_budget[g].value() * (1 + 1e-9)) << "trial " << trial;
+    }
+    FixedCostModel cost(cluster, spec_of(r));
+    Result<SimResult> sim = simulate(compute_only(), plan, cost);
+    ASSERT_TRUE(sim.is_ok()) << "trial " << trial << ": " << sim.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace motley

@@ -1,0 +1,166 @@
+#include "context.h"
+
+#include <algorithm>
+#include <string>
+
+#include "motley/cost/analytic_cost_model.h"
+#include "motley/model/layer_cost.h"
+#include "motley/plan/spec_hash.h"
+
+namespace motley::tune_internal {
+
+std::vector<int64_t> allowed_micro_batch_sizes(const TuneOptions& options) {
+  if (options.micro_batch_size > 0) return {options.micro_batch_size};
+  std::vector<int64_t> out;
+  for (int64_t b : {1, 2, 4}) {
+    if (options.global_batch % b == 0) out.push_back(b);
+  }
+  return out;
+}
+
+Status check_options(const TuneOptions& o, const ModelSpec& model, const ClusterSpec& cluster) {
+  const std::string pre = "tune options: ";
+  if (o.global_batch <= 0) {
+    return invalid_argument(pre + "'global_batch' must be a positive number of sequences, got " +
+                            std::to_string(o.global_batch));
+  }
+  if (o.seq_len < 0) {
+    return invalid_argument(pre + "'seq_len' must be 0 (the model's) or positive, got " +
+                            std::to_string(o.seq_len));
+  }
+  if (o.micro_batch_size < 0) {
+    return invalid_argument(pre + "'micro_batch_size' must be 0 (auto) or positive, got " +
+                            std::to_string(o.micro_batch_size));
+  }
+  if (o.micro_batch_size > 0 && o.global_batch % o.micro_batch_size != 0) {
+    return invalid_argument(pre + "'micro_batch_size' (" + std::to_string(o.micro_batch_size) +
+                            ") must divide 'global_batch' (" + std::to_string(o.global_batch) +
+                            ")");
+  }
+  if (o.threads < 1) {
+    return invalid_argument(pre + "'threads' must be at least 1, got " + std::to_string(o.threads));
+  }
+  if (!(o.time_budget.value() > 0)) {
+    return invalid_argument(pre + "'time_budget' must be a positive number of seconds");
+  }
+  const std::vector<std::string> names = tune_strategy_names();
+  if (std::find(names.begin(), names.end(), o.strategy) == names.end()) {
+    return invalid_argument(pre + "'strategy' is '" + o.strategy + "'; expected " +
+                            join_alternatives(names));
+  }
+  if (model.layers.empty()) {
+    return invalid_argument(pre + "model '" + model.name + "' has no layers");
+  }
+  const int devices = static_cast<int>(cluster_devices(cluster).size());
+  if (devices == 0) {
+    return invalid_argument(pre + "cluster '" + cluster.name + "' has no devices");
+  }
+  if (o.exhaustive) {
+    if (o.strategy != "motley") {
+      return invalid_argument(pre + "'exhaustive' applies to strategy 'motley' only, not '" +
+                              o.strategy + "'");
+    }
+    if (devices > kExhaustiveMaxDevices ||
+        static_cast<int>(model.layers.size()) > kExhaustiveMaxLayers) {
+      return invalid_argument(
+          pre + "'exhaustive' needs at most " + std::to_string(kExhaustiveMaxDevices) +
+          " devices and " + std::to_string(kExhaustiveMaxLayers) + " layers; cluster '" +
+          cluster.name + "' has " + std::to_string(devices) + " devices and model '" + model.name +
+          "' " + std::to_string(model.layers.size()) + " layers");
+    }
+  }
+  return Status::ok();
+}
+
+Result<std::unique_ptr<CostModel>> make_cost_model(const TuneOptions& options,
+                                                   const ModelSpec& model,
+                                                   const ClusterSpec& cluster, int64_t seq_len,
+                                                   int64_t micro_batch_size) {
+  const Workload workload{seq_len, micro_batch_size, model.dtype, model.dropout};
+  if (options.cost_model) {
+    std::unique_ptr<CostModel> cost = options.cost_model(model, cluster, workload);
+    if (!cost) return internal_error("tune: the cost model factory returned no cost model");
+    return cost;
+  }
+  AnalyticCostOptions cost_options;
+  cost_options.workload = workload;
+  MOTLEY_RETURN_IF_ERROR(AnalyticCostModel::validate(model, cost_options, model.name));
+  return std::unique_ptr<CostModel>(new AnalyticCostModel(model, cluster, cost_options));
+}
+
+Result<std::unique_ptr<Context>> Context::create(const TuneOptions& options, const ModelSpec& model,
+                                                 const ClusterSpec& cluster) {
+  MOTLEY_RETURN_IF_ERROR(check_options(options, model, cluster));
+  std::unique_ptr<Context> ctx(new Context(options, model, cluster));
+  ctx->seq_len_ = options.seq_len > 0 ? options.seq_len : model.default_seq_len;
+  ctx->devices_ = cluster_devices(cluster);
+  ctx->micro_batch_sizes_ = allowed_micro_batch_sizes(options);
+  for (int64_t b : ctx->micro_batch_sizes_) {
+    MOTLEY_ASSIGN_OR_RETURN(ctx->costs_[b],
+                            make_cost_model(options, model, cluster, ctx->seq_len_, b));
+  }
+  ctx->model_ref_ = motley::model_ref(model);
+  ctx->cluster_ref_ = motley::cluster_ref(cluster);
+
+  const Topology& topo = ctx->cost(ctx->micro_batch_sizes_.front()).topology();
+  ctx->type_of_device_.assign(ctx->devices_.size(), -1);
+  for (const Device& d : ctx->devices_) {
+    int t = -1;
+    for (size_t i = 0; i < ctx->types_.size(); ++i) {
+      if (ctx->types_[i].name == d.type) t = static_cast<int>(i);
+    }
+    if (t < 0) {
+      TypeInfo info;
+      info.name = d.type;
+      info.type = &topo.device_type(d.id);
+      ctx->types_.push_back(info);
+      t = static_cast<int>(ctx->types_.size()) - 1;
+    }
+    TypeInfo& info = ctx->types_[t];
+    if (info.nodes.empty() || info.nodes.back() != d.node) {
+      info.nodes.push_back(d.node);
+      info.node_devices.emplace_back();
+    }
+    info.node_devices.back().push_back(d.id);
+    ++info.count;
+    ctx->type_of_device_[d.id] = t;
+  }
+  for (TypeInfo& info : ctx->types_) {
+    for (int tp : {1, 2, 4, 8}) {
+      bool tiles = true;
+      for (const auto& nd : info.node_devices) tiles = tiles && nd.size() % tp == 0;
+      if (tiles) info.tp_degrees.push_back(tp);
+    }
+  }
+  // Node prices are for the whole node: each device carries its share.
+  std::vector<int> per_node(cluster.nodes.size(), 0);
+  for (const Device& d : ctx->devices_) ++per_node[d.node];
+  for (const Device& d : ctx->devices_) {
+    ctx->price_per_second_.push_back(cluster.nodes[d.node].price_per_hour / per_node[d.node] /
+                                     3600.0);
+  }
+  // Relative speeds from the whole model on one device of each type.
+  const CostModel& cost = ctx->cost(ctx->micro_batch_sizes_.front());
+  double fastest = 0;
+  std::vector<double> rate;
+  for (const TypeInfo& info : ctx->types_) {
+    const ComputeTimes t =
+        cost.compute(LayerRange{0, ctx->num_layers()}, DeviceGroup{{info.node_devices[0][0]}},
+                     RecomputePolicy::kNone);
+    const double total = (t.forward + t.backward()).value();
+    rate.push_back(total > 0 ? 1.0 / total : 1.0);
+    fastest = std::max(fastest, rate.back());
+  }
+  for (size_t i = 0; i < ctx->types_.size(); ++i) ctx->types_[i].relative_speed = rate[i] / fastest;
+  return ctx;
+}
+
+Bytes Context::capacity(int device) const { return types_[type_of_device_[device]].type->memory; }
+
+const CostModel& Context::cost(int64_t b) const {
+  auto it = costs_.find(b);
+  MOTLEY_CHECK(it != costs_.end(), "no cost model for micro-batch size " + std::to_string(b));
+  return *it->second;
+}
+
+}  // namespace motley::tune_internal

@@ -1,0 +1,96 @@
+// Internal to tune/: what every part of the search shares — the specs, the options, the devices
+// with their types, nodes and prices, and one cost model per micro-batch size. Built once per
+// tune() call; immutable afterwards and safe to read from the evaluation threads.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "motley/cluster/cluster.h"
+#include "motley/core/status.h"
+#include "motley/cost/cost_model.h"
+#include "motley/model/model.h"
+#include "motley/plan/plan.h"
+#include "motley/tune/tune.h"
+
+namespace motley::tune_internal {
+
+// Devices of one catalog type.
+struct TypeInfo {
+  std::string name;
+  const DeviceType* type = nullptr;
+  std::vector<int> nodes;                      // nodes holding this type, cluster order
+  std::vector<std::vector<int>> node_devices;  // per entry of `nodes`: device ids, in order
+  int count = 0;
+  // Tensor-parallel degrees that tile every node's devices of this type (1, 2, 4, 8).
+  std::vector<int> tp_degrees;
+  double relative_speed = 1;  // whole-model F+B+W rate relative to the fastest type
+};
+
+class Context {
+ public:
+  // Checks the options (invalid_argument naming the option) and builds the cost models.
+  static Result<std::unique_ptr<Context>> create(const TuneOptions& options, const ModelSpec& model,
+                                                 const ClusterSpec& cluster);
+
+  const TuneOptions& options() const { return options_; }
+  const ModelSpec& model() const { return model_; }
+  const ClusterSpec& cluster() const { return cluster_; }
+  int num_layers() const { return static_cast<int>(model_.layers.size()); }
+  int num_devices() const { return static_cast<int>(devices_.size()); }
+  int64_t seq_len() const { return seq_len_; }
+  int64_t global_batch() const { return options_.global_batch; }
+  const std::vector<Device>& devices() const { return devices_; }
+  const std::vector<TypeInfo>& types() const { return types_; }
+  int type_of(int device) const { return type_of_device_[device]; }
+  Bytes capacity(int device) const;
+  double price_per_second(int device) const { return price_per_second_[device]; }
+
+  // Micro-batch sizes the search may use, and the one the baselines use.
+  const std::vector<int64_t>& micro_batch_sizes() const { return micro_batch_sizes_; }
+  int64_t baseline_micro_batch_size() const { return micro_batch_sizes_.front(); }
+  // REQUIRES: b is in micro_batch_sizes().
+  const CostModel& cost(int64_t b) const;
+
+  const SpecRef& model_ref() const { return model_ref_; }
+  const SpecRef& cluster_ref() const { return cluster_ref_; }
+
+ private:
+  Context(const TuneOptions& options, const ModelSpec& model, const ClusterSpec& cluster)
+      : options_(options), model_(model), cluster_(cluster) {}
+
+  const TuneOptions& options_;
+  const ModelSpec& model_;
+  const ClusterSpec& cluster_;
+  int64_t seq_len_ = 0;
+  std::vector<Device> devices_;
+  std::vector<TypeInfo> types_;
+  std::vector<int> type_of_device_;
+  std::vector<double> price_per_second_;
+  std::vector<int64_t> micro_batch_sizes_;
+  std::map<int64_t, std::unique_ptr<CostModel>> costs_;
+  SpecRef model_ref_;
+  SpecRef cluster_ref_;
+};
+
+// The micro-batch sizes `options` allows: the given one, or 1, 2 and 4 (those dividing the
+// global batch).
+std::vector<int64_t> allowed_micro_batch_sizes(const TuneOptions& options);
+
+// The cost model for one workload, from options.cost_model or the analytic model.
+Result<std::unique_ptr<CostModel>> make_cost_model(const TuneOptions& options,
+                                                   const ModelSpec& model,
+                                                   const ClusterSpec& cluster, int64_t seq_len,
+                                                   int64_t micro_batch_size);
+
+// Checks what tune() and iteration_lower_bound() both need from the options.
+Status check_options(const TuneOptions& options, const ModelSpec& model,
+                     const ClusterSpec& cluster);
+
+// The lower bound with the context's cost models (iteration_lower_bound without rebuilding).
+Seconds lower_bound(const Context& ctx);
+
+}  // namespace motley::tune_internal

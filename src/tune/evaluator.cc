@@ -1,0 +1,276 @@
+#include "evaluator.h"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <set>
+#include <thread>
+#include <utility>
+
+namespace motley::tune_internal {
+namespace {
+
+constexpr size_t kScreenedKept = 16;
+
+// Prices a plan of two replicas as if it had d: the gradient all-reduce of a ring over the two
+// kept replicas' devices is priced over the same devices of every replica, and the optimizer
+// state is sharded d ways. Everything else is the base model's.
+class ReplicaSubsetCostModel final : public CostModel {
+ public:
+  ReplicaSubsetCostModel(const CostModel& base, int64_t data_parallel,
+                         std::map<std::vector<int>, std::vector<int>> rings)
+      : base_(base), data_parallel_(data_parallel), rings_(std::move(rings)) {}
+
+  ComputeTimes compute(LayerRange layers, const DeviceGroup& group,
+                       RecomputePolicy recompute) const override {
+    return base_.compute(layers, group, recompute);
+  }
+  StageMemory stage_memory(LayerRange layers, const DeviceGroup& group,
+                           const MemoryOptions& options) const override {
+    MemoryOptions o = options;
+    o.data_parallel = data_parallel_;
+    return base_.stage_memory(layers, group, o);
+  }
+  Bytes boundary_bytes(int layer) const override { return base_.boundary_bytes(layer); }
+  Seconds p2p_time(int src, int dst, Bytes bytes) const override {
+    return base_.p2p_time(src, dst, bytes);
+  }
+  Seconds collective_time(Collective collective, const std::vector<int>& devices, Bytes bytes,
+                          CollectiveAlgorithm algorithm) const override {
+    std::vector<int> key = devices;
+    std::sort(key.begin(), key.end());
+    auto it = rings_.find(key);
+    return base_.collective_time(collective, it == rings_.end() ? devices : it->second, bytes,
+                                 algorithm);
+  }
+  const Topology& topology() const override { return base_.topology(); }
+
+ private:
+  const CostModel& base_;
+  int64_t data_parallel_;
+  std::map<std::vector<int>, std::vector<int>> rings_;
+};
+
+// Whether every replica has the same make, partition and recompute (micro-batch counts may
+// differ by the remainder of an uneven split).
+bool identical_replicas(const Context& ctx, const Candidate& c) {
+  const PipelineSpec& a = c.replicas[0];
+  for (const PipelineSpec& b : c.replicas) {
+    if (b.bounds != a.bounds || b.recompute != a.recompute || b.groups.size() != a.groups.size()) {
+      return false;
+    }
+    for (size_t g = 0; g < a.groups.size(); ++g) {
+      if (b.groups[g].size() != a.groups[g].size() ||
+          ctx.type_of(b.groups[g][0]) != ctx.type_of(a.groups[g][0])) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+Evaluator::Evaluator(const Context& ctx, std::chrono::steady_clock::time_point deadline)
+    : ctx_(ctx), deadline_(deadline) {
+  for (int i = 0; i < ctx.options().threads; ++i) {
+    simulators_.push_back(std::make_unique<Simulator>());
+  }
+}
+
+Evaluator::~Evaluator() = default;
+
+Evaluation Evaluator::run(const Candidate& c, Fidelity fidelity, Simulator& sim) {
+  Evaluation e;
+  const CostModel& base = ctx_.cost(c.micro_batch_size);
+  const Candidate* plan_of = &c;
+  Candidate reduced;
+  std::unique_ptr<CostModel> subset;
+  AssembleOptions assemble_options;
+  const size_t replicas = c.replicas.size();
+  const bool screen = fidelity == Fidelity::kScreen;
+  const bool identical = identical_replicas(ctx_, c);
+  // Per simulated replica: micro-batches left out, added as the steady state's period.
+  std::vector<int64_t> extra;
+  if (screen && identical && replicas >= 3) {
+    // The two replicas with the most micro-batches stand for all of them.
+    std::vector<size_t> order(replicas);
+    for (size_t r = 0; r < replicas; ++r) order[r] = r;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return c.replicas[a].micro_batches > c.replicas[b].micro_batches;
+    });
+    const size_t a = std::min(order[0], order[1]), b = std::max(order[0], order[1]);
+    reduced = c;
+    reduced.replicas = {c.replicas[a], c.replicas[b]};
+    std::map<std::vector<int>, std::vector<int>> rings;
+    for (size_t g = 0; g < c.replicas[a].groups.size(); ++g) {
+      for (size_t k = 0; k < c.replicas[a].groups[g].size(); ++k) {
+        std::vector<int> key{c.replicas[a].groups[g][k], c.replicas[b].groups[g][k]};
+        std::sort(key.begin(), key.end());
+        std::vector<int> all;
+        for (const PipelineSpec& rep : c.replicas) all.push_back(rep.groups[g][k]);
+        rings.emplace(key, all);
+      }
+    }
+    subset = std::make_unique<ReplicaSubsetCostModel>(base, static_cast<int64_t>(replicas),
+                                                      std::move(rings));
+    assemble_options.data_parallel = static_cast<int64_t>(replicas);
+    plan_of = &reduced;
+  }
+  if (screen) {
+    // Past a few rounds of the pipeline every further micro-batch adds the steady state's
+    // period: simulate about 4p of them (scaled alike in every replica) and extrapolate.
+    int64_t p = 0, most = 0;
+    for (const PipelineSpec& rep : c.replicas) {
+      p = std::max(p, static_cast<int64_t>(rep.groups.size()));
+      most = std::max(most, rep.micro_batches);
+    }
+    if (most > 6 * p) {
+      if (plan_of != &reduced) {
+        reduced = c;
+        plan_of = &reduced;
+      }
+      const double scale = static_cast<double>(4 * p) / static_cast<double>(most);
+      for (PipelineSpec& rep : reduced.replicas) {
+        const int64_t kept =
+            std::max<int64_t>(1, std::llround(static_cast<double>(rep.micro_batches) * scale));
+        extra.push_back(rep.micro_batches - kept);
+        rep.micro_batches = kept;
+      }
+    }
+  }
+  if (plan_of == &reduced) assemble_options.whole_batch = false;
+  const CostModel& cost = subset ? *subset : base;
+  Result<Plan> plan = assemble(ctx_, *plan_of, assemble_options);
+  if (!plan.is_ok()) {
+    e.status = plan.status();
+    return e;
+  }
+  SimOptions options;
+  options.source = "candidate";
+  Result<SimResult> result = sim.run(options, plan.value(), cost);
+  if (!result.is_ok()) {
+    e.status = result.status();
+    return e;
+  }
+  const SimResult& r = result.value();
+  e.iteration_time = r.iteration_time.value();
+  std::vector<std::vector<GroupLoad>> loads;
+  if (!extra.empty()) {
+    // The replica whose left-out micro-batches take longest decides the extrapolation.
+    loads = group_loads(ctx_, *plan_of);
+    double longest = 0;
+    for (size_t ri = 0; ri < loads.size(); ++ri) {
+      double period = 0;
+      for (const GroupLoad& g : loads[ri]) period = std::max(period, g.total());
+      longest = std::max(longest, static_cast<double>(extra[ri]) * period);
+    }
+    e.iteration_time += longest;
+  }
+  e.bubble_fraction = r.bubble_fraction;
+  size_t k = 0;
+  for (size_t ri = 0; ri < plan.value().replicas.size(); ++ri) {
+    const Replica& rep = plan.value().replicas[ri];
+    std::vector<GroupStat> groups;
+    for (size_t gi = 0; gi < rep.groups.size(); ++gi) {
+      const DeviceStats& d = r.devices[k];
+      double busy = d.busy.value();
+      if (!extra.empty()) busy += static_cast<double>(extra[ri]) * loads[ri][gi].total();
+      groups.push_back(GroupStat{busy, d.exposed_communication.value(), d.peak_memory.value(),
+                                 d.capacity.value()});
+      k += rep.groups[gi].devices.size();
+    }
+    e.groups.push_back(std::move(groups));
+  }
+  for (const PipelineSpec& rep : c.replicas) {
+    for (const auto& g : rep.groups) {
+      for (int d : g) e.price_per_second += ctx_.price_per_second(d);
+    }
+  }
+  e.score = ctx_.options().objective == TuneObjective::kCost ? e.iteration_time * e.price_per_second
+                                                             : e.iteration_time;
+  if (!r.fits_memory) {
+    e.status = infeasible("memory: the simulated peak exceeds a device's capacity");
+    return e;
+  }
+  e.ok = true;
+  return e;
+}
+
+std::vector<std::shared_ptr<const Evaluation>> Evaluator::evaluate(
+    const std::vector<Candidate>& batch, Fidelity fidelity) {
+  std::vector<std::shared_ptr<const Evaluation>> out(batch.size());
+  std::vector<std::string> keys(batch.size());
+  std::vector<size_t> todo;                  // first occurrence of each uncached key
+  std::map<std::string, size_t> first_todo;  // key -> index into todo
+  for (size_t i = 0; i < batch.size(); ++i) {
+    keys[i] = (fidelity == Fidelity::kScreen ? "s/" : "f/") + candidate_key(batch[i]);
+    auto it = cache_.find(keys[i]);
+    if (it != cache_.end()) {
+      out[i] = it->second;
+    } else if (first_todo.emplace(keys[i], todo.size()).second) {
+      todo.push_back(i);
+    }
+  }
+  std::vector<std::shared_ptr<const Evaluation>> fresh(todo.size());
+  std::vector<char> reached(todo.size(), 0);  // not vector<bool>: written by several threads
+  std::atomic<size_t> next{0};
+  auto worker = [&](Simulator& sim) {
+    for (size_t i = next++; i < todo.size(); i = next++) {
+      if (out_of_time()) continue;
+      fresh[i] = std::make_shared<const Evaluation>(run(batch[todo[i]], fidelity, sim));
+      reached[i] = 1;
+    }
+  };
+  const size_t threads = std::min(simulators_.size(), todo.size());
+  if (threads <= 1) {
+    if (!todo.empty()) worker(*simulators_[0]);
+  } else {
+    std::vector<std::thread> pool;
+    for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker, std::ref(*simulators_[t]));
+    worker(*simulators_[0]);
+    for (std::thread& t : pool) t.join();
+  }
+  for (size_t i = 0; i < todo.size(); ++i) {
+    if (reached[i]) {
+      ++simulated_;
+      cache_[keys[todo[i]]] = fresh[i];
+      const Evaluation& e = *fresh[i];
+      if (e.ok && (best_iteration_time_ == 0 || e.iteration_time < best_iteration_time_)) {
+        best_iteration_time_ = e.iteration_time;
+      }
+      if (e.ok && fidelity == Fidelity::kScreen) {
+        auto entry = std::make_pair(std::make_pair(e.score, keys[todo[i]]), batch[todo[i]]);
+        auto pos = std::lower_bound(screened_.begin(), screened_.end(), entry,
+                                    [](const auto& x, const auto& y) { return x.first < y.first; });
+        screened_.insert(pos, std::move(entry));
+        if (screened_.size() > kScreenedKept) screened_.pop_back();
+      }
+    } else {
+      auto e = std::make_shared<Evaluation>();
+      e->status = Status(StatusCode::kInfeasible, "not evaluated: the time budget ran out");
+      fresh[i] = e;
+    }
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (!out[i]) out[i] = fresh[first_todo[keys[i]]];
+  }
+  return out;
+}
+
+std::vector<Candidate> Evaluator::best_screened(size_t k) const {
+  std::vector<Candidate> out;
+  for (size_t i = 0; i < screened_.size() && i < k; ++i) out.push_back(screened_[i].second);
+  return out;
+}
+
+Result<std::pair<Plan, SimResult>> Evaluator::replay(const Candidate& c) {
+  MOTLEY_ASSIGN_OR_RETURN(Plan plan, assemble(ctx_, c));
+  SimOptions options;
+  options.source = "plan";
+  MOTLEY_ASSIGN_OR_RETURN(SimResult result,
+                          simulators_[0]->run(options, plan, ctx_.cost(c.micro_batch_size)));
+  return std::make_pair(std::move(plan), std::move(result));
+}
+
+}  // namespace motley::tune_internal

@@ -1,0 +1,80 @@
+// Internal to tune/: evaluating candidates — assembling their plans and simulating them on
+// several threads, each with its own Simulator — with a cache keyed by candidate, a count of the
+// plans simulated and the search's deadline. Screening simulates two of a candidate's identical
+// replicas (the all-reduce priced over all of them) and about 4p micro-batches per replica,
+// extrapolating the rest at the steady state's period (docs/planner.md, "Screening").
+// Results come back in input order whatever the thread count, so the search stays
+// deterministic. An Evaluator is used from one thread at a time; it runs its workers inside
+// evaluate().
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "candidate.h"
+#include "context.h"
+#include "motley/sim/simulator.h"
+
+namespace motley::tune_internal {
+
+// What the search keeps of one simulated group (its first device stands for the group).
+struct GroupStat {
+  double busy = 0;     // seconds of compute on its stream
+  double exposed = 0;  // seconds waiting on communication
+  double peak = 0;     // bytes
+  double capacity = 0;
+};
+
+struct Evaluation {
+  bool ok = false;  // assembled, simulated and within memory
+  Status status;    // why not, when !ok
+  double iteration_time = 0;
+  double score = 0;             // what the objective minimizes: seconds, or dollars per iteration
+  double price_per_second = 0;  // of the devices the plan uses
+  double bubble_fraction = 0;
+  std::vector<std::vector<GroupStat>> groups;  // [replica][group]
+};
+
+enum class Fidelity {
+  kFull,    // the whole plan
+  kScreen,  // two replicas standing for d identical ones, ~4p micro-batches extrapolated
+};
+
+class Evaluator {
+ public:
+  Evaluator(const Context& ctx, std::chrono::steady_clock::time_point deadline);
+  ~Evaluator();
+
+  // Evaluates every candidate (the cached ones are not simulated again); results in input
+  // order. Candidates not reached before the deadline come back !ok with a deadline status.
+  std::vector<std::shared_ptr<const Evaluation>> evaluate(const std::vector<Candidate>& batch,
+                                                          Fidelity fidelity = Fidelity::kFull);
+
+  // The best screened candidates so far (by score, then key), at most `k`.
+  std::vector<Candidate> best_screened(size_t k) const;
+
+  bool out_of_time() const { return std::chrono::steady_clock::now() >= deadline_; }
+  int64_t simulated() const { return simulated_; }
+  // The shortest iteration of a feasible candidate so far; 0 before the first.
+  double best_iteration_time() const { return best_iteration_time_; }
+
+  // The plan and full simulation of an evaluated candidate (assembled and simulated again).
+  Result<std::pair<Plan, SimResult>> replay(const Candidate& c);
+
+ private:
+  Evaluation run(const Candidate& c, Fidelity fidelity, Simulator& sim);
+
+  const Context& ctx_;
+  std::chrono::steady_clock::time_point deadline_;
+  std::vector<std::unique_ptr<Simulator>> simulators_;
+  std::map<std::string, std::shared_ptr<const Evaluation>> cache_;
+  int64_t simulated_ = 0;
+  double best_iteration_time_ = 0;
+  std::vector<std::pair<std::pair<double, std::string>, Candidate>> screened_;  // best first
+};
+
+}  // namespace motley::tune_internal

@@ -1,0 +1,126 @@
+// The iteration-time lower bound (docs/planner.md, "Lower bound").
+//
+// Any plan runs, for every micro-batch and layer, the layer's F, B and W on some device group,
+// and updates every layer's parameters at least once. If c[l][k] is the least device-seconds
+// that work costs on devices of type k (M micro-batches at the cheapest TP degree, plus one
+// memory-bound optimizer pass) and n[k] the devices of type k, the fractional assignment
+//   min T  s.t.  sum_k x[l][k] = 1,  sum_l x[l][k] c[l][k] <= n[k] T,  x >= 0
+// bounds the iteration time from below. By LP duality every y >= 0 with sum_k n[k] y[k] = 1
+// gives  T >= sum_l min_k y[k] c[l][k];  we start from y[k] ~ 1 / (total work on k), the
+// "total work over aggregate throughput" bound, and improve it by pairwise ascent. Any y is a
+// valid bound, so an ascent that stops early only loosens it.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "context.h"
+
+namespace motley::tune_internal {
+namespace {
+
+double dual_value(const std::vector<std::vector<double>>& c, const std::vector<double>& n,
+                  const std::vector<double>& z) {
+  double total = 0;
+  for (const auto& row : c) {
+    double best = std::numeric_limits<double>::infinity();
+    for (size_t k = 0; k < n.size(); ++k) best = std::min(best, z[k] / n[k] * row[k]);
+    total += best;
+  }
+  return total;
+}
+
+// Maximizes the concave dual over z on the simplex (y[k] = z[k] / n[k]).
+double best_dual(const std::vector<std::vector<double>>& c, const std::vector<double>& n) {
+  const size_t types = n.size();
+  std::vector<double> z(types);
+  double norm = 0;
+  for (size_t k = 0; k < types; ++k) {
+    double work = 0;
+    for (const auto& row : c) work += row[k];
+    z[k] = work > 0 ? n[k] / work : 0;
+    norm += z[k];
+  }
+  for (double& x : z) x /= norm;
+  double value = dual_value(c, n, z);
+  if (types == 1) return value;
+  for (int pass = 0; pass < 60; ++pass) {
+    bool improved = false;
+    for (size_t a = 0; a < types; ++a) {
+      for (size_t b = 0; b < types; ++b) {
+        if (a == b || z[a] <= 0) continue;
+        // Golden-section search of the mass moved from a to b (concave along the line).
+        double lo = 0, hi = z[a];
+        auto at = [&](double d) {
+          std::vector<double> w = z;
+          w[a] -= d;
+          w[b] += d;
+          return dual_value(c, n, w);
+        };
+        const double phi = 0.5 * (std::sqrt(5.0) - 1);
+        for (int it = 0; it < 60; ++it) {
+          const double x1 = hi - phi * (hi - lo), x2 = lo + phi * (hi - lo);
+          if (at(x1) < at(x2)) {
+            lo = x1;
+          } else {
+            hi = x2;
+          }
+        }
+        const double d = 0.5 * (lo + hi);
+        const double v = at(d);
+        if (v > value * (1 + 1e-12)) {
+          z[a] -= d;
+          z[b] += d;
+          value = v;
+          improved = true;
+        }
+      }
+    }
+    if (!improved) break;
+  }
+  return value;
+}
+
+}  // namespace
+
+Seconds lower_bound(const Context& ctx) {
+  const int layers = ctx.num_layers();
+  const std::vector<TypeInfo>& types = ctx.types();
+  double best = std::numeric_limits<double>::infinity();
+  for (int64_t b : ctx.micro_batch_sizes()) {
+    const CostModel& cost = ctx.cost(b);
+    const double micro_batches = static_cast<double>(ctx.global_batch()) / b;
+    std::vector<std::vector<double>> c(layers, std::vector<double>(types.size()));
+    std::vector<double> n;
+    for (size_t k = 0; k < types.size(); ++k) {
+      const TypeInfo& info = types[k];
+      n.push_back(info.count);
+      size_t widest = 0;
+      for (const auto& nd : info.node_devices) widest = std::max(widest, nd.size());
+      for (int l = 0; l < layers; ++l) {
+        double work = std::numeric_limits<double>::infinity();
+        // Every TP degree a node of this type could form, not just the tiling ones.
+        for (size_t t = 1; t <= widest; t *= 2) {
+          for (const auto& nd : info.node_devices) {
+            if (nd.size() < t) continue;
+            const DeviceGroup group{std::vector<int>(nd.begin(), nd.begin() + t)};
+            const ComputeTimes ct =
+                cost.compute(LayerRange{l, l + 1}, group, RecomputePolicy::kNone);
+            work = std::min(work, static_cast<double>(t) * (ct.forward + ct.backward()).value());
+            break;
+          }
+        }
+        const DeviceGroup one{{info.node_devices[0][0]}};
+        const StageMemory mem = cost.stage_memory(LayerRange{l, l + 1}, one, MemoryOptions{});
+        const double step = ((mem.gradients + mem.optimizer_state * 2.0 + mem.weights) /
+                             info.type->memory_bandwidth)
+                                .value();
+        c[l][k] = micro_batches * work + step;
+      }
+    }
+    best = std::min(best, best_dual(c, n));
+  }
+  return Seconds(best);
+}
+
+}  // namespace motley::tune_internal

@@ -1,0 +1,260 @@
+#include "motley/tune/partition.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace motley {
+namespace {
+
+const char* kWhat = "partition: ";
+
+struct Reach {
+  int end = 0;  // == begin when no layer fits
+  RecomputePolicy policy = RecomputePolicy::kNone;
+};
+
+class Partitioner {
+ public:
+  Partitioner(const PartitionRequest& req, const CostModel& cost) : req_(req), cost_(cost) {}
+
+  double time(int s, int begin, int end, RecomputePolicy p) const {
+    const ComputeTimes t = cost_.compute(LayerRange{begin, end}, req_.stage_groups[s], p);
+    return (t.forward + t.backward() + t.recompute).value();
+  }
+
+  bool fits(int s, int begin, int end, RecomputePolicy p) const {
+    MemoryOptions m = req_.memory;
+    m.recompute = p;
+    m.in_flight_micro_batches = req_.in_flight[s];
+    return cost_.stage_memory(LayerRange{begin, end}, req_.stage_groups[s], m).total() <=
+           req_.memory_budget[s];
+  }
+
+  // The furthest end stage s may reach from `begin` within `bound`, leaving a layer for every
+  // later stage; the cheapest policy among those reaching it.
+  Reach reach(int s, int begin, double bound) const {
+    const int stages = static_cast<int>(req_.stage_groups.size());
+    const int last = req_.num_layers - (stages - 1 - s);
+    Reach best{begin, req_.policies.front()};
+    for (RecomputePolicy p : req_.policies) {
+      int lo = begin, hi = last;  // lo: known ok (or begin), find max ok in (begin, last]
+      while (lo < hi) {
+        const int mid = lo + (hi - lo + 1) / 2;
+        if (time(s, begin, mid, p) <= bound && fits(s, begin, mid, p)) {
+          lo = mid;
+        } else {
+          hi = mid - 1;
+        }
+      }
+      if (lo > best.end) best = Reach{lo, p};
+    }
+    return best;
+  }
+
+  // Greedy pass: every stage takes as many layers as it can. Returns the stage that got stuck,
+  // or -1 when the layers are covered.
+  int greedy(double bound, std::vector<int>* bounds, std::vector<RecomputePolicy>* policies) const {
+    const int stages = static_cast<int>(req_.stage_groups.size());
+    bounds->assign(1, 0);
+    policies->clear();
+    int begin = 0;
+    for (int s = 0; s < stages; ++s) {
+      const Reach r = reach(s, begin, bound);
+      if (r.end == begin) return s;
+      bounds->push_back(r.end);
+      policies->push_back(r.policy);
+      begin = r.end;
+    }
+    return begin == req_.num_layers ? -1 : stages - 1;
+  }
+
+ private:
+  const PartitionRequest& req_;
+  const CostModel& cost_;
+};
+
+// Moves single boundaries while that lowers (largest group total, sum of squared totals),
+// steepest first; every stage keeps the cheapest policy that fits its new range.
+template <class Cheapest>
+void rebalance_groups(const PartitionRequest& req, const Partitioner& part, Cheapest cheapest,
+                      Partition* out) {
+  const int stages = static_cast<int>(req.stage_groups.size());
+  int groups = 0;
+  for (int g : req.stage_owner) groups = std::max(groups, g + 1);
+  std::vector<double> time(stages);
+  for (int s = 0; s < stages; ++s) {
+    time[s] = part.time(s, out->bounds[s], out->bounds[s + 1], out->recompute[s]);
+  }
+  auto score = [&](const std::vector<double>& t) {
+    std::vector<double> load(groups, 0);
+    for (int s = 0; s < stages; ++s) load[req.stage_owner[s]] += t[s];
+    double worst = 0, squares = 0;
+    for (double x : load) {
+      worst = std::max(worst, x);
+      squares += x * x;
+    }
+    return std::make_pair(worst, squares);
+  };
+  auto current = score(time);
+  for (int it = 0; it < 4 * req.num_layers; ++it) {
+    int best_cut = -1, best_bound = 0;
+    RecomputePolicy best_left = RecomputePolicy::kNone, best_right = RecomputePolicy::kNone;
+    auto best_score = current;
+    for (int c = 1; c < stages; ++c) {
+      for (int delta : {-1, 1}) {
+        const int bound = out->bounds[c] + delta;
+        if (bound <= out->bounds[c - 1] || bound >= out->bounds[c + 1]) continue;
+        RecomputePolicy left = out->recompute[c - 1], right = out->recompute[c];
+        if (!cheapest(c - 1, out->bounds[c - 1], bound, &left) ||
+            !cheapest(c, bound, out->bounds[c + 1], &right)) {
+          continue;
+        }
+        std::vector<double> t = time;
+        t[c - 1] = part.time(c - 1, out->bounds[c - 1], bound, left);
+        t[c] = part.time(c, bound, out->bounds[c + 1], right);
+        const auto sc = score(t);
+        const bool better = sc.first < best_score.first * (1 - 1e-12) ||
+                            (sc.first <= best_score.first * (1 + 1e-12) &&
+                             sc.second < best_score.second * (1 - 1e-12));
+        if (better) {
+          best_score = sc;
+          best_cut = c;
+          best_bound = bound;
+          best_left = left;
+          best_right = right;
+        }
+      }
+    }
+    if (best_cut < 0) break;
+    out->bounds[best_cut] = best_bound;
+    out->recompute[best_cut - 1] = best_left;
+    out->recompute[best_cut] = best_right;
+    time[best_cut - 1] = part.time(best_cut - 1, out->bounds[best_cut - 1], best_bound, best_left);
+    time[best_cut] = part.time(best_cut, best_bound, out->bounds[best_cut + 1], best_right);
+    current = best_score;
+  }
+}
+
+std::string devices_text(const DeviceGroup& g) {
+  std::string out;
+  for (int d : g.devices) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<int> uniform_bounds(int num_layers, int stages) {
+  MOTLEY_CHECK(stages >= 1 && stages <= num_layers, "uniform_bounds: need 1 <= stages <= layers");
+  std::vector<int> bounds{0};
+  const int base = num_layers / stages, extra = num_layers % stages;
+  for (int s = 0; s < stages; ++s) bounds.push_back(bounds.back() + base + (s < extra ? 1 : 0));
+  return bounds;
+}
+
+Result<Partition> balanced_partition(const PartitionRequest& req, const CostModel& cost) {
+  const size_t stages = req.stage_groups.size();
+  if (stages == 0) return invalid_argument(std::string(kWhat) + "no stages");
+  if (req.memory_budget.size() != stages || req.in_flight.size() != stages) {
+    return invalid_argument(std::string(kWhat) +
+                            "memory_budget and in_flight need one entry per "
+                            "stage (" +
+                            std::to_string(stages) + "), got " +
+                            std::to_string(req.memory_budget.size()) + " and " +
+                            std::to_string(req.in_flight.size()));
+  }
+  if (req.policies.empty()) return invalid_argument(std::string(kWhat) + "no recompute policy");
+  if (!req.stage_owner.empty() && req.stage_owner.size() != stages) {
+    return invalid_argument(std::string(kWhat) + "stage_owner needs one entry per stage (" +
+                            std::to_string(stages) + ")");
+  }
+  for (int g : req.stage_owner) {
+    if (g < 0) return invalid_argument(std::string(kWhat) + "stage_owner has a negative group");
+  }
+  if (static_cast<int>(stages) > req.num_layers) {
+    return invalid_argument(std::string(kWhat) + std::to_string(stages) + " stages but only " +
+                            std::to_string(req.num_layers) + " layers");
+  }
+  for (size_t s = 0; s < stages; ++s) {
+    if (req.stage_groups[s].devices.empty()) {
+      return invalid_argument(std::string(kWhat) + "stage " + std::to_string(s) +
+                              " has no devices");
+    }
+    if (req.in_flight[s] < 0) {
+      return invalid_argument(std::string(kWhat) + "in_flight[" + std::to_string(s) +
+                              "] is negative");
+    }
+  }
+
+  Partitioner part(req, cost);
+  std::vector<int> bounds;
+  std::vector<RecomputePolicy> policies;
+  const double inf = std::numeric_limits<double>::infinity();
+  const int stuck = part.greedy(inf, &bounds, &policies);
+  if (stuck >= 0) {
+    return infeasible(std::string(kWhat) + "no partition of " + std::to_string(req.num_layers) +
+                      " layers over " + std::to_string(stages) + " stages fits memory: stage " +
+                      std::to_string(stuck) + " (devices " + devices_text(req.stage_groups[stuck]) +
+                      ", budget " + std::to_string(req.memory_budget[stuck].value() / kGiB) +
+                      " GiB) cannot take the layers left to it");
+  }
+  // The bottleneck lies between the largest single-layer stage and the whole model anywhere.
+  double hi = 0;
+  for (size_t s = 0; s + 1 < bounds.size(); ++s) {
+    hi = std::max(hi, part.time(static_cast<int>(s), bounds[s], bounds[s + 1], policies[s]));
+  }
+  double lo = 0;
+  for (int it = 0; it < 200 && hi - lo > 1e-9 * hi; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    std::vector<int> b;
+    std::vector<RecomputePolicy> p;
+    if (part.greedy(mid, &b, &p) < 0) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  MOTLEY_CHECK(part.greedy(hi, &bounds, &policies) < 0, "bisection lost its feasible bound");
+
+  // With the bounds fixed, each stage needs only the cheapest policy that fits its range.
+  auto cheapest = [&](int s, int begin, int end, RecomputePolicy* chosen) {
+    for (RecomputePolicy p : req.policies) {
+      if (part.fits(s, begin, end, p)) {
+        *chosen = p;
+        return true;
+      }
+    }
+    return false;
+  };
+  Partition out;
+  out.bounds = bounds;
+  for (size_t s = 0; s < stages; ++s) {
+    RecomputePolicy chosen = policies[s];
+    cheapest(static_cast<int>(s), bounds[s], bounds[s + 1], &chosen);
+    out.recompute.push_back(chosen);
+  }
+  if (!req.stage_owner.empty()) rebalance_groups(req, part, cheapest, &out);
+  for (size_t s = 0; s < stages; ++s) {
+    out.bottleneck =
+        std::max(out.bottleneck, Seconds(part.time(static_cast<int>(s), out.bounds[s],
+                                                   out.bounds[s + 1], out.recompute[s])));
+  }
+  if (!req.stage_owner.empty()) {
+    std::vector<double> load;
+    for (size_t s = 0; s < stages; ++s) {
+      const size_t g = static_cast<size_t>(req.stage_owner[s]);
+      if (load.size() <= g) load.resize(g + 1, 0);
+      load[g] += part.time(static_cast<int>(s), out.bounds[s], out.bounds[s + 1], out.recompute[s]);
+    }
+    out.bottleneck = Seconds(*std::max_element(load.begin(), load.end()));
+  }
+  return out;
+}
+
+}  // namespace motley

@@ -1,0 +1,152 @@
+#include "motley/tune/partition.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "test_util.h"
+
+namespace motley {
+namespace {
+
+using tune_testing::fixed_cluster;
+using tune_testing::layer_ms;
+
+constexpr double kBig = 1e15;  // bytes: a budget that never binds
+
+PartitionRequest request(int layers, const std::vector<int>& devices) {
+  PartitionRequest r;
+  r.num_layers = layers;
+  for (int d : devices) {
+    r.stage_groups.push_back(DeviceGroup{{d}});
+    r.memory_budget.push_back(Bytes(kBig));
+    r.in_flight.push_back(1);
+  }
+  return r;
+}
+
+TEST(UniformBoundsTest, RemainderGoesToTheFirstStages) {
+  EXPECT_EQ(uniform_bounds(10, 4), (std::vector<int>{0, 3, 6, 8, 10}));
+  EXPECT_EQ(uniform_bounds(6, 6), (std::vector<int>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(uniform_bounds(7, 1), (std::vector<int>{0, 7}));
+}
+
+TEST(BalancedPartitionTest, HeavyLastLayerGetsItsOwnStage) {
+  // Forward times 1, 1, 1, 1, 1, 4 ms on three stages: the bottleneck is the 4 ms layer alone,
+  // and every earlier stage takes as much as fits under it.
+  FixedCostSpec spec;
+  for (double f : {1, 1, 1, 1, 1, 4}) spec.layers.push_back(layer_ms(f, 0, 0));
+  FixedCostModel cost(fixed_cluster({"H100-SXM"}, 4), spec);
+  Result<Partition> p = balanced_partition(request(6, {0, 1, 2}), cost);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p->bounds, (std::vector<int>{0, 4, 5, 6}));
+  EXPECT_EQ(p->recompute, std::vector<RecomputePolicy>(3, RecomputePolicy::kNone));
+  EXPECT_DOUBLE_EQ(p->bottleneck.value(), 4e-3);
+}
+
+TEST(BalancedPartitionTest, SlowerDeviceGetsFewerLayers) {
+  // Six 1 ms layers (F + B + W = 0.5 + 0.3 + 0.2) on an H100 then an A100 that is twice as slow:
+  // k layers on the H100 cost k ms, the rest 2(6 - k) ms, balanced at k = 4.
+  FixedCostSpec spec;
+  std::vector<FixedLayerTimes> slow;
+  for (int i = 0; i < 6; ++i) {
+    spec.layers.push_back(layer_ms(0.5, 0.3, 0.2));
+    slow.push_back({milliseconds(1.0), milliseconds(0.6), milliseconds(0.4), Seconds(0)});
+  }
+  spec.device_times = {{"A100-80GB", slow}};
+  FixedCostModel cost(fixed_cluster({"H100-SXM", "A100-80GB"}, 1), spec);
+  Result<Partition> p = balanced_partition(request(6, {0, 1}), cost);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p->bounds, (std::vector<int>{0, 4, 6}));
+  EXPECT_NEAR(p->bottleneck.value(), 4e-3, 1e-15);
+  // The other order: the A100 first takes two layers (4 ms), the H100 four.
+  p = balanced_partition(request(6, {1, 0}), cost);
+  ASSERT_TRUE(p.is_ok());
+  EXPECT_EQ(p->bounds, (std::vector<int>{0, 2, 6}));
+}
+
+// Four layers of 1 ms forward each, with 1 ms of recompute and 10 GB of activations per
+// micro-batch without recompute, 1 GB with full recompute.
+FixedCostSpec memory_spec() {
+  FixedCostSpec spec;
+  for (int i = 0; i < 4; ++i) {
+    FixedLayer l = layer_ms(1, 0, 0);
+    l.times.recompute = milliseconds(1);
+    l.activations = {Bytes(10e9), Bytes(10e9), Bytes(1e9)};
+    spec.layers.push_back(l);
+  }
+  return spec;
+}
+
+TEST(BalancedPartitionTest, AvoidsRecomputeWhenAnotherSplitIsFaster) {
+  // Stage 0 holds 2 micro-batches in 25 GB: one layer without recompute (20 GB) or two with
+  // full recompute (4 GB, 4 ms). Stage 1 has room: 1 + 3 layers (bottleneck 3 ms) beats 2 + 2
+  // with recompute on stage 0 (4 ms).
+  FixedCostModel cost(fixed_cluster({"H100-SXM"}, 2), memory_spec());
+  PartitionRequest r = request(4, {0, 1});
+  r.memory_budget = {Bytes(25e9), Bytes(kBig)};
+  r.in_flight = {2, 1};
+  Result<Partition> p = balanced_partition(r, cost);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p->bounds, (std::vector<int>{0, 1, 4}));
+  EXPECT_EQ(p->recompute, std::vector<RecomputePolicy>(2, RecomputePolicy::kNone));
+  EXPECT_DOUBLE_EQ(p->bottleneck.value(), 3e-3);
+}
+
+TEST(BalancedPartitionTest, RecomputesWhereMemoryIsShort) {
+  // Now stage 1 holds at most two layers without recompute (25 GB, one micro-batch): 1 + 3 needs
+  // full recompute on stage 1 (6 ms); 2 + 2 with full recompute on stage 0 costs 4 ms.
+  FixedCostModel cost(fixed_cluster({"H100-SXM"}, 2), memory_spec());
+  PartitionRequest r = request(4, {0, 1});
+  r.memory_budget = {Bytes(25e9), Bytes(25e9)};
+  r.in_flight = {2, 1};
+  Result<Partition> p = balanced_partition(r, cost);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p->bounds, (std::vector<int>{0, 2, 4}));
+  EXPECT_EQ(p->recompute,
+            (std::vector<RecomputePolicy>{RecomputePolicy::kFull, RecomputePolicy::kNone}));
+  EXPECT_DOUBLE_EQ(p->bottleneck.value(), 4e-3);
+  // Without recompute allowed it cannot fit at all.
+  r.policies = {RecomputePolicy::kNone};
+  p = balanced_partition(r, cost);
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInfeasible);
+  EXPECT_NE(p.status().message().find("stage 1 (devices 1"), std::string::npos)
+      << p.status().message();
+}
+
+TEST(BalancedPartitionTest, BalancesGroupTotalsOfAVShape) {
+  // Sixteen 3 ms layers, the last 6 ms, on a V over two devices: device 0 runs stages 0 and 3,
+  // device 1 stages 1 and 2. Balancing each stage alone leaves 5, 5, 5, 1 layers (30 ms on
+  // device 1); balancing the devices' totals reaches 27 ms, the best integer split of 51 ms.
+  FixedCostSpec spec;
+  for (int i = 0; i < 16; ++i) spec.layers.push_back(layer_ms(i == 15 ? 6 : 3, 0, 0));
+  FixedCostModel cost(fixed_cluster({"H100-SXM"}, 2), spec);
+  PartitionRequest r = request(16, {0, 1, 1, 0});
+  Result<Partition> alone = balanced_partition(r, cost);
+  ASSERT_TRUE(alone.is_ok());
+  EXPECT_EQ(alone->bounds, (std::vector<int>{0, 5, 10, 15, 16}));
+  r.stage_owner = {0, 1, 1, 0};
+  Result<Partition> p = balanced_partition(r, cost);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_NEAR(p->bottleneck.value(), 27e-3, 1e-12);
+  const std::vector<int>& b = p->bounds;
+  const int device0 = 3 * (b[1] - b[0]) + 3 * (b[4] - b[3]) + 3;  // the last layer costs 6
+  const int device1 = 3 * (b[3] - b[1]);
+  EXPECT_EQ(device0 + device1, 51);
+  EXPECT_LE(std::max(device0, device1), 27) << b[1] << " " << b[2] << " " << b[3];
+}
+
+TEST(BalancedPartitionTest, RejectsMoreStagesThanLayers) {
+  FixedCostSpec spec;
+  spec.layers = {layer_ms(1, 1, 1), layer_ms(1, 1, 1)};
+  FixedCostModel cost(fixed_cluster({"H100-SXM"}, 4), spec);
+  Result<Partition> p = balanced_partition(request(2, {0, 1, 2}), cost);
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(p.status().message(), "partition: 3 stages but only 2 layers");
+}
+
+}  // namespace
+}  // namespace motley

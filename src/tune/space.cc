@@ -1,0 +1,552 @@
+#include "space.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <queue>
+#include <set>
+#include <string>
+#include <utility>
+
+namespace motley::tune_internal {
+namespace {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+bool spans_nodes(const TypeInfo& type) { return type.nodes.size() > 1; }
+
+// Coarse stage in-flight targets of the partition: what the shape's conventional schedule
+// holds at its peak (1F1B's p - r; interleaved and V per chunk).
+std::vector<int64_t> in_flight_targets(const ScheduleSpec& spec, int p, int64_t m) {
+  const std::vector<int> stage_group = shape_stage_group(spec, p);
+  std::vector<int64_t> out;
+  for (int g : stage_group) {
+    int64_t need = 0;
+    switch (spec.shape) {
+      case Shape::kLinear:
+        need = p - g;
+        break;
+      case Shape::kInterleaved: {
+        const int64_t v = spec.chunks;
+        const int64_t total = std::min<int64_t>(v * m, 2 * (p - g - 1) + (v - 1) * p + 1);
+        need = (total + v - 1) / v;
+        break;
+      }
+      case Shape::kV:
+        need = p;
+        break;
+    }
+    out.push_back(std::max<int64_t>(1, std::min(need, m)));
+  }
+  return out;
+}
+
+bool adapts_to_memory(const ScheduleSpec& spec) {
+  return spec.adaptive || spec.kind == ScheduleKind::kZbH1 || spec.kind == ScheduleKind::kZbH2;
+}
+
+std::string group_signature(const Context& ctx, const std::vector<std::vector<int>>& groups) {
+  std::string s;
+  for (const auto& g : groups) {
+    s += std::to_string(ctx.type_of(g.front())) + "x" + std::to_string(g.size()) + ",";
+  }
+  return s;
+}
+
+// Schedule's share of the non-bottleneck groups' time that remains as bubble, from the
+// average group loads (docs/schedules.md's closed forms, per group).
+double bubble_share(const ScheduleSpec& spec, double f, double b, double w) {
+  const double total = f + b + w;
+  if (total <= 0) return 1;
+  const double h1 = std::max({f + b - w, f, b}) / total;
+  const double h2 = std::max({f, b - f, f + b - 2 * w}) / total;
+  const double v_shape = std::max(f, b) / (2 * total);
+  if (spec.adaptive) {
+    switch (spec.shape) {
+      case Shape::kLinear:
+        return 0.5 * (h1 + h2);
+      case Shape::kInterleaved:
+        return h1 / spec.chunks;
+      case Shape::kV:
+        return v_shape;
+    }
+  }
+  switch (spec.kind) {
+    case ScheduleKind::kInterleaved:
+      return 1.0 / spec.chunks;
+    case ScheduleKind::kZbH1:
+      return h1;
+    case ScheduleKind::kZbH2:
+      return h2;
+    case ScheduleKind::kZbV:
+    case ScheduleKind::kDualPipeV:
+      return v_shape;
+    default:
+      return 1;
+  }
+}
+
+}  // namespace
+
+bool PartitionCache::find(const std::string& key, Result<Partition>* out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = map_.find(key);
+  if (it == map_.end()) return false;
+  *out = it->second;
+  return true;
+}
+
+void PartitionCache::put(const std::string& key, const Result<Partition>& value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  map_.emplace(key, value);
+}
+
+std::vector<std::vector<int>> type_groups(const TypeInfo& type, int t) {
+  std::vector<std::vector<int>> out;
+  for (const auto& nd : type.node_devices) {
+    for (size_t i = 0; i + t <= nd.size(); i += t) {
+      out.emplace_back(nd.begin() + i, nd.begin() + i + t);
+    }
+  }
+  return out;
+}
+
+Result<Layout> cluster_order_layout(const Context& ctx, int t, int p, int d) {
+  const std::vector<Device>& devices = ctx.devices();
+  if (static_cast<int64_t>(d) * p * t > static_cast<int64_t>(devices.size())) {
+    return invalid_argument("layout: " + std::to_string(d) + " x " + std::to_string(p) + " x " +
+                            std::to_string(t) + " devices exceed the cluster's " +
+                            std::to_string(devices.size()));
+  }
+  Layout layout;
+  for (int k = 0; k < d; ++k) {
+    std::vector<std::vector<int>> groups;
+    for (int r = 0; r < p; ++r) {
+      const int first = (k * p + r) * t;
+      std::vector<int> group;
+      for (int i = first; i < first + t; ++i) {
+        if (devices[i].node != devices[first].node || devices[i].type != devices[first].type) {
+          return invalid_argument("layout: devices " + std::to_string(first) + "-" +
+                                  std::to_string(first + t - 1) + " span nodes or device types");
+        }
+        group.push_back(i);
+      }
+      groups.push_back(std::move(group));
+    }
+    layout.replicas.push_back(std::move(groups));
+  }
+  layout.description = "TP " + std::to_string(t) + " x PP " + std::to_string(p) + " x DP " +
+                       std::to_string(d) + ", devices in cluster order";
+  return layout;
+}
+
+std::vector<Layout> mixed_layouts(const Context& ctx) {
+  const std::vector<TypeInfo>& types = ctx.types();
+  const int k = static_cast<int>(types.size());
+  std::vector<Layout> out;
+  for (int mask = 1; mask < (1 << k); ++mask) {
+    std::vector<int> used;
+    for (int i = 0; i < k; ++i) {
+      if (mask & (1 << i)) used.push_back(i);
+    }
+    const int n = static_cast<int>(used.size());
+    if (n != k && n != k - 1 && n != 1) continue;
+    // TP degrees: the same for every type, plus every combination when there are few.
+    std::set<std::vector<int>> combos;
+    for (int t : {1, 2, 4, 8}) {
+      bool all = true;
+      for (int i : used) {
+        const auto& tps = types[i].tp_degrees;
+        all = all && std::find(tps.begin(), tps.end(), t) != tps.end();
+      }
+      if (all) combos.insert(std::vector<int>(n, t));
+    }
+    size_t product = 1;
+    for (int i : used) product *= types[i].tp_degrees.size();
+    if (product <= 16) {
+      std::vector<int> idx(n, 0);
+      while (true) {
+        std::vector<int> combo;
+        for (int j = 0; j < n; ++j) combo.push_back(types[used[j]].tp_degrees[idx[j]]);
+        combos.insert(combo);
+        int j = 0;
+        while (j < n && ++idx[j] == static_cast<int>(types[used[j]].tp_degrees.size())) {
+          idx[j++] = 0;
+        }
+        if (j == n) break;
+      }
+    }
+    // Type orders: every permutation for up to three types, else fastest and slowest first.
+    std::vector<std::vector<int>> orders;
+    std::vector<int> perm(n);
+    std::iota(perm.begin(), perm.end(), 0);
+    if (n <= 3) {
+      do {
+        orders.push_back(perm);
+      } while (std::next_permutation(perm.begin(), perm.end()));
+    } else {
+      std::sort(perm.begin(), perm.end(), [&](int a, int b) {
+        return types[used[a]].relative_speed > types[used[b]].relative_speed;
+      });
+      orders.push_back(perm);
+      std::reverse(perm.begin(), perm.end());
+      orders.push_back(perm);
+    }
+    for (const std::vector<int>& tps : combos) {
+      std::vector<std::vector<std::vector<int>>> groups(n);
+      int common = 0;
+      for (int j = 0; j < n; ++j) {
+        groups[j] = type_groups(types[used[j]], tps[j]);
+        common = std::gcd(common, static_cast<int>(groups[j].size()));
+      }
+      for (int d : divisors(common)) {
+        int p = 0;
+        for (int j = 0; j < n; ++j) p += static_cast<int>(groups[j].size()) / d;
+        if (p > ctx.num_layers()) continue;
+        bool multi_node = false;
+        for (int i : used) multi_node = multi_node || spans_nodes(types[i]);
+        for (int inner = 0; inner < (d > 1 && multi_node ? 2 : 1); ++inner) {
+          for (const std::vector<int>& order : orders) {
+            Layout layout;
+            for (int r = 0; r < d; ++r) {
+              std::vector<std::vector<int>> pipeline;
+              for (int j : order) {
+                const int per = static_cast<int>(groups[j].size()) / d;
+                for (int i = 0; i < per; ++i) {
+                  // pp-inner: a replica takes a contiguous block; dp-inner: every d-th group.
+                  const int index = inner == 0 ? r * per + i : i * d + r;
+                  pipeline.push_back(groups[j][index]);
+                }
+              }
+              layout.replicas.push_back(std::move(pipeline));
+            }
+            std::string text;
+            for (int j : order) {
+              text += (text.empty() ? "" : " | ") + types[used[j]].name + " x" +
+                      std::to_string(groups[j].size() / d) + " TP" + std::to_string(tps[j]);
+            }
+            layout.description = "DP " + std::to_string(d) + " x [" + text + "]" +
+                                 (inner == 1 ? ", replicas interleaved across nodes" : "");
+            out.push_back(std::move(layout));
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<Layout> separate_layouts(const Context& ctx) {
+  const std::vector<TypeInfo>& types = ctx.types();
+  if (types.size() < 2) return {};
+  const int64_t b = ctx.baseline_micro_batch_size();
+  const int64_t total = ctx.global_batch() / b;
+  double speed_sum = 0;
+  for (const TypeInfo& t : types) speed_sum += t.relative_speed * t.count;
+  // Per type, the three pipelines of that type alone with the best estimated rate.
+  using Replicas = std::vector<std::vector<std::vector<int>>>;  // replica -> group -> devices
+  std::vector<std::vector<Replicas>> options;                   // type -> option
+  for (const TypeInfo& type : types) {
+    const int64_t share =
+        std::max<int64_t>(1, std::llround(total * type.relative_speed * type.count / speed_sum));
+    std::vector<std::pair<double, Replicas>> ranked;
+    for (int t : type.tp_degrees) {
+      const auto groups = type_groups(type, t);
+      const int g = static_cast<int>(groups.size());
+      for (int d : divisors(g)) {
+        const int p = g / d;
+        if (p > ctx.num_layers() || d > share) continue;
+        Layout layout;
+        for (int r = 0; r < d; ++r) {
+          layout.replicas.emplace_back(groups.begin() + r * p, groups.begin() + (r + 1) * p);
+        }
+        // Rate of this option on its share of the batch, 1F1B on a balanced partition.
+        Candidate c;
+        c.micro_batch_size = b;
+        c.schedule = ScheduleSpec::named(ScheduleKind::k1f1b);
+        bool ok = true;
+        for (const auto& pipeline : layout.replicas) {
+          PipelineSpec spec;
+          spec.groups = pipeline;
+          PartitionRequest req;
+          req.num_layers = ctx.num_layers();
+          for (const auto& grp : pipeline) req.stage_groups.push_back(DeviceGroup{grp});
+          const int64_t m = std::max<int64_t>(1, share / d);
+          req.in_flight = in_flight_targets(c.schedule, p, m);
+          req.memory_budget.assign(p, ctx.capacity(pipeline[0][0]));
+          req.memory.data_parallel = d;
+          req.memory.zero1 = ctx.options().zero1;
+          Result<Partition> part = balanced_partition(req, ctx.cost(b));
+          if (!part.is_ok()) {
+            ok = false;
+            break;
+          }
+          spec.bounds = part->bounds;
+          spec.recompute = part->recompute;
+          spec.micro_batches = m;
+          c.replicas.push_back(std::move(spec));
+        }
+        if (!ok) continue;
+        double worst = 0;
+        for (int r = 0; r < d; ++r) {
+          worst = std::max(worst, replica_estimate(ctx, c, r, c.replicas[r].micro_batches));
+        }
+        ranked.emplace_back(worst / static_cast<double>(share), layout.replicas);
+      }
+    }
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<Replicas> keep;
+    for (size_t i = 0; i < ranked.size() && i < 3; ++i) keep.push_back(ranked[i].second);
+    if (keep.empty()) return {};  // a type that cannot hold the model alone
+    options.push_back(std::move(keep));
+  }
+  std::vector<Layout> out;
+  std::vector<size_t> idx(types.size(), 0);
+  while (true) {
+    Layout layout;
+    for (size_t t = 0; t < types.size(); ++t) {
+      for (const auto& pipeline : options[t][idx[t]]) layout.replicas.push_back(pipeline);
+    }
+    layout.description = "separate pipelines per device type";
+    out.push_back(std::move(layout));
+    size_t j = 0;
+    while (j < types.size() && ++idx[j] == options[j].size()) idx[j++] = 0;
+    if (j == types.size()) break;
+  }
+  return out;
+}
+
+std::vector<int64_t> split_micro_batches(const std::vector<double>& slope,
+                                         const std::vector<double>& offset, int64_t total) {
+  const size_t n = slope.size();
+  MOTLEY_CHECK(total >= static_cast<int64_t>(n), "fewer micro-batches than replicas");
+  std::vector<int64_t> m(n, 1);
+  using Item = std::pair<double, size_t>;  // time with one more micro-batch, replica
+  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> next;
+  for (size_t k = 0; k < n; ++k) next.emplace(slope[k] * 2 + offset[k], k);
+  for (int64_t left = total - static_cast<int64_t>(n); left > 0; --left) {
+    const size_t k = next.top().second;
+    next.pop();
+    ++m[k];
+    next.emplace(slope[k] * static_cast<double>(m[k] + 1) + offset[k], k);
+  }
+  return m;
+}
+
+double replica_estimate(const Context& ctx, const Candidate& c, int replica, int64_t m) {
+  const CostModel& cost = ctx.cost(c.micro_batch_size);
+  const PipelineSpec& rep = c.replicas[replica];
+  const int p = static_cast<int>(rep.groups.size());
+  const std::vector<int> stage_group = shape_stage_group(c.schedule, p);
+  std::vector<double> load(p, 0);
+  double f = 0, b = 0, w = 0;
+  for (size_t s = 0; s + 1 < rep.bounds.size(); ++s) {
+    const int g = stage_group[s];
+    const ComputeTimes t = cost.compute(LayerRange{rep.bounds[s], rep.bounds[s + 1]},
+                                        DeviceGroup{rep.groups[g]}, rep.recompute[s]);
+    f += t.forward.value();
+    b += (t.backward_input + t.recompute).value();
+    w += t.backward_weight.value();
+    load[g] += (t.forward + t.backward() + t.recompute).value();
+  }
+  double longest = 0, chain = 0;
+  for (size_t s = 0; s + 2 < rep.bounds.size(); ++s) {
+    const int a = stage_group[s], z = stage_group[s + 1];
+    if (a == z) continue;
+    const double hop = cost.p2p_time(rep.groups[a][0], rep.groups[z][0],
+                                     cost.boundary_bytes(rep.bounds[s + 1] - 1))
+                           .value();
+    longest = std::max(longest, hop);
+    chain += hop;
+  }
+  const double bottleneck = *std::max_element(load.begin(), load.end());
+  const double sum = std::accumulate(load.begin(), load.end(), 0.0);
+  const double per_micro_batch = std::max(bottleneck, longest);
+  return static_cast<double>(m) * per_micro_batch +
+         bubble_share(c.schedule, f / p, b / p, w / p) * (sum - bottleneck) + 2 * chain;
+}
+
+double estimate(const Context& ctx, const Candidate& c) {
+  const CostModel& cost = ctx.cost(c.micro_batch_size);
+  double pipelines = 0;
+  for (size_t r = 0; r < c.replicas.size(); ++r) {
+    pipelines = std::max(
+        pipelines, replica_estimate(ctx, c, static_cast<int>(r), c.replicas[r].micro_batches));
+  }
+  MemoryOptions mem;
+  mem.data_parallel = static_cast<int64_t>(c.replicas.size());
+  mem.zero1 = ctx.options().zero1;
+  // The stages of the group holding the first layer finish last; their all-reduces are exposed.
+  double all_reduce = 0;
+  if (c.replicas.size() > 1) {
+    const PipelineSpec& first = c.replicas[0];
+    const std::vector<int> sg =
+        shape_stage_group(c.schedule, static_cast<int>(first.groups.size()));
+    for (size_t s = 0; s + 1 < first.bounds.size(); ++s) {
+      if (sg[s] != 0) continue;
+      std::vector<int> ring;
+      for (const PipelineSpec& rep : c.replicas) ring.push_back(rep.groups[0][0]);
+      const StageMemory m = cost.stage_memory(LayerRange{first.bounds[s], first.bounds[s + 1]},
+                                              DeviceGroup{first.groups[0]}, mem);
+      all_reduce += cost.collective_time(Collective::kAllReduce, ring, m.gradients,
+                                         CollectiveAlgorithm::kAuto)
+                        .value();
+    }
+  }
+  double optimizer = 0;
+  for (const PipelineSpec& rep : c.replicas) {
+    const std::vector<int> sg = shape_stage_group(c.schedule, static_cast<int>(rep.groups.size()));
+    std::vector<double> step(rep.groups.size(), 0);
+    for (size_t s = 0; s + 1 < rep.bounds.size(); ++s) {
+      const int g = sg[s];
+      const StageMemory m = cost.stage_memory(LayerRange{rep.bounds[s], rep.bounds[s + 1]},
+                                              DeviceGroup{rep.groups[g]}, mem);
+      const BytesPerSecond bw = ctx.types()[ctx.type_of(rep.groups[g][0])].type->memory_bandwidth;
+      step[g] += ((m.gradients + m.optimizer_state * 2.0 + m.weights) / bw).value();
+    }
+    optimizer = std::max(optimizer, *std::max_element(step.begin(), step.end()));
+  }
+  return pipelines + all_reduce + optimizer;
+}
+
+Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
+                                  const ScheduleSpec& schedule, int64_t b,
+                                  const BuildOptions& options) {
+  const int layers = ctx.num_layers();
+  const int64_t total = ctx.global_batch() / b;
+  const int replicas = static_cast<int>(layout.replicas.size());
+  if (total < replicas) {
+    return invalid_argument("candidate: " + std::to_string(total) + " micro-batches for " +
+                            std::to_string(replicas) + " replicas");
+  }
+  Candidate c;
+  c.micro_batch_size = b;
+  c.schedule = schedule;
+  // A first guess of each replica's micro-batches (for the memory targets): by device speed.
+  std::vector<double> speed(replicas, 0);
+  double speed_sum = 0;
+  for (int r = 0; r < replicas; ++r) {
+    for (const auto& g : layout.replicas[r]) {
+      for (int d : g) speed[r] += ctx.types()[ctx.type_of(d)].relative_speed;
+    }
+    speed_sum += speed[r];
+  }
+  for (int r = 0; r < replicas; ++r) {
+    const auto& groups = layout.replicas[r];
+    const int p = static_cast<int>(groups.size());
+    const int stages = p * schedule.chunks;
+    if (stages > layers) {
+      return invalid_argument("candidate: " + std::to_string(stages) + " stages for " +
+                              std::to_string(layers) + " layers");
+    }
+    PipelineSpec spec;
+    spec.groups = groups;
+    const int64_t guess = std::max<int64_t>(1, options.proportional_micro_batches
+                                                   ? std::llround(total * speed[r] / speed_sum)
+                                                   : total / replicas);
+    if (options.partition == PartitionMode::kUniform) {
+      spec.bounds = uniform_bounds(layers, stages);
+      spec.recompute.assign(stages, options.uniform_recompute);
+    } else {
+      const std::vector<int> stage_group = shape_stage_group(schedule, p);
+      PartitionRequest req;
+      req.num_layers = layers;
+      for (int s = 0; s < stages; ++s) {
+        const auto& g = groups[stage_group[s]];
+        req.stage_groups.push_back(DeviceGroup{g});
+        req.memory_budget.push_back(ctx.capacity(g[0]) / static_cast<double>(schedule.chunks));
+      }
+      req.in_flight = in_flight_targets(schedule, p, guess);
+      req.memory.data_parallel = replicas;
+      req.memory.zero1 = ctx.options().zero1;
+      if (schedule.chunks > 1) req.stage_owner = stage_group;
+      std::string key;
+      if (options.cache != nullptr) {
+        key = std::to_string(b) + "/" + std::to_string(static_cast<int>(schedule.shape)) + "/" +
+              std::to_string(schedule.chunks) + "/" + std::to_string(replicas) + "/" +
+              group_signature(ctx, groups) + "/";
+        for (int64_t x : req.in_flight) key += std::to_string(x) + ",";
+        key += adapts_to_memory(schedule) ? "a" : "f";
+      }
+      Result<Partition> part = infeasible("");
+      if (options.cache == nullptr || !options.cache->find(key, &part)) {
+        part = balanced_partition(req, ctx.cost(b));
+        // Schedules that adapt to memory can run with fewer micro-batches in flight.
+        if (!part.is_ok() && part.status().code() == StatusCode::kInfeasible &&
+            adapts_to_memory(schedule)) {
+          req.in_flight.assign(stages, 1);
+          part = balanced_partition(req, ctx.cost(b));
+        }
+        if (options.cache != nullptr) options.cache->put(key, part);
+      }
+      if (!part.is_ok()) return part.status();
+      spec.bounds = part->bounds;
+      spec.recompute = part->recompute;
+    }
+    spec.micro_batches = guess;
+    c.replicas.push_back(std::move(spec));
+  }
+
+  // Micro-batch counts: equal for replicas of the same make, else by estimated speed.
+  bool identical = true;
+  for (int r = 1; r < replicas; ++r) {
+    identical = identical && group_signature(ctx, layout.replicas[r]) ==
+                                 group_signature(ctx, layout.replicas[0]);
+  }
+  if (identical || !options.proportional_micro_batches) {
+    for (int r = 0; r < replicas; ++r) {
+      c.replicas[r].micro_batches = total / replicas + (r < total % replicas ? 1 : 0);
+    }
+  } else {
+    std::vector<double> slope, offset;
+    for (int r = 0; r < replicas; ++r) {
+      const double one = replica_estimate(ctx, c, r, 1);
+      const double two = replica_estimate(ctx, c, r, 2);
+      slope.push_back(two - one);
+      offset.push_back(one - (two - one));
+    }
+    const std::vector<int64_t> m = split_micro_batches(slope, offset, total);
+    for (int r = 0; r < replicas; ++r) c.replicas[r].micro_batches = m[r];
+  }
+  return c;
+}
+
+std::string describe_layout(const Context& ctx, const std::vector<PipelineSpec>& replicas) {
+  // Replicas of the same make are counted together.
+  std::vector<std::pair<std::string, int>> kinds;
+  for (const PipelineSpec& rep : replicas) {
+    std::string text;
+    size_t i = 0;
+    while (i < rep.groups.size()) {
+      size_t j = i;
+      const int type = ctx.type_of(rep.groups[i][0]);
+      const size_t tp = rep.groups[i].size();
+      while (j < rep.groups.size() && ctx.type_of(rep.groups[j][0]) == type &&
+             rep.groups[j].size() == tp) {
+        ++j;
+      }
+      text += (text.empty() ? "" : " | ") + ctx.types()[type].name + " x" + std::to_string(j - i) +
+              " TP" + std::to_string(tp);
+      i = j;
+    }
+    if (!kinds.empty() && kinds.back().first == text) {
+      ++kinds.back().second;
+    } else {
+      kinds.emplace_back(text, 1);
+    }
+  }
+  std::string out;
+  for (const auto& [text, count] : kinds) {
+    out += (out.empty() ? "" : " + ") + std::to_string(count) + " x [" + text + "]";
+  }
+  return out;
+}
+
+}  // namespace motley::tune_internal

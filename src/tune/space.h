@@ -1,0 +1,90 @@
+// Internal to tune/: the search space before simulation — layouts (which devices form which
+// tensor-parallel groups, pipelines and replicas), candidates built from a layout, a schedule
+// and a micro-batch size (balanced or uniform partition, micro-batch counts per replica), and the
+// cheap estimate used to prune before simulating. Pure functions over a Context; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "candidate.h"
+#include "context.h"
+#include "motley/tune/partition.h"
+
+namespace motley::tune_internal {
+
+// Replicas of device groups, each replica's groups in pipeline order.
+struct Layout {
+  std::vector<std::vector<std::vector<int>>> replicas;  // replica -> group -> device ids
+  std::string description;
+  bool operator==(const Layout&) const = default;
+};
+
+// The groups a type forms at tensor-parallel degree t, in cluster order (t consecutive devices
+// of one node each). REQUIRES: t is one of the type's tp_degrees.
+std::vector<std::vector<int>> type_groups(const TypeInfo& type, int t);
+
+// Megatron-LM's layout: devices in cluster order, replica k's group r = devices
+// [(k p + r) t, (k p + r + 1) t). Error when a group would cross a node or a device type, or the
+// cluster holds fewer than d p t devices.
+Result<Layout> cluster_order_layout(const Context& ctx, int t, int p, int d);
+
+// Layouts whose replicas all have the same composition: for a subset of the device types, a TP
+// degree per type, d replicas each holding 1/d of every type's groups as contiguous blocks in a
+// type order, pipelines within nodes (pp-inner) or across them (dp-inner).
+std::vector<Layout> mixed_layouts(const Context& ctx);
+// Layouts whose replicas each use one device type, with their own depth and TP degree.
+std::vector<Layout> separate_layouts(const Context& ctx);
+
+enum class PartitionMode { kBalanced, kUniform };
+
+// Balanced partitions already computed, keyed by everything they depend on; shared by the
+// threads that build candidates.
+class PartitionCache {
+ public:
+  bool find(const std::string& key, Result<Partition>* out) const;
+  void put(const std::string& key, const Result<Partition>& value);
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, Result<Partition>> map_;
+};
+
+struct BuildOptions {
+  PartitionMode partition = PartitionMode::kBalanced;
+  // Uniform partitions: one policy for every stage.
+  RecomputePolicy uniform_recompute = RecomputePolicy::kNone;
+  // Micro-batch counts: proportional to each replica's estimated speed (false: equal counts,
+  // the extra ones to the first replicas).
+  bool proportional_micro_batches = true;
+  PartitionCache* cache = nullptr;  // optional
+};
+
+// A candidate for `layout` with `schedule` and micro-batch size `b`. Errors: invalid_argument
+// when the shape does not fit (more stages than layers, a global batch that does not split),
+// infeasible when the balanced partition does not fit memory.
+Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
+                                  const ScheduleSpec& schedule, int64_t b,
+                                  const BuildOptions& options);
+
+// Splits `total` micro-batches over replicas whose estimated time for m micro-batches is
+// slope[k] * m + offset[k], minimizing the largest; every replica gets at least one.
+// REQUIRES: total >= slope.size().
+std::vector<int64_t> split_micro_batches(const std::vector<double>& slope,
+                                         const std::vector<double>& offset, int64_t total);
+
+// The cheap iteration-time estimate (seconds): per replica m * max group time plus the
+// schedule's share of the other groups' time (1F1B: all of it, as Metis's
+// (m-1) max + sum), the slowest boundary transfer where it exceeds compute, plus the exposed
+// data-parallel all-reduce of the first stage and the optimizer step.
+double estimate(const Context& ctx, const Candidate& c);
+// The same for one replica, without all-reduce and optimizer.
+double replica_estimate(const Context& ctx, const Candidate& c, int replica, int64_t m);
+
+// A short description: "TP 1 x PP 8 x DP 2", "2 x [H100-SXM x4 TP2] + 1 x [A100-80GB x8]".
+std::string describe_layout(const Context& ctx, const std::vector<PipelineSpec>& replicas);
+
+}  // namespace motley::tune_internal

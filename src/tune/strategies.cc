@@ -1,0 +1,969 @@
+#include "strategies.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+
+namespace motley::tune_internal {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+double score_of(const std::shared_ptr<const Evaluation>& e) { return e && e->ok ? e->score : kInf; }
+
+bool memory_failure(const Evaluation& e) {
+  return !e.ok && e.status.code() == StatusCode::kInfeasible &&
+         e.status.message().rfind("memory", 0) == 0;
+}
+
+RecomputePolicy more_recompute(RecomputePolicy p) {
+  return p == RecomputePolicy::kNone ? RecomputePolicy::kSelective : RecomputePolicy::kFull;
+}
+
+Layout layout_of(const Candidate& c) {
+  Layout l;
+  for (const PipelineSpec& r : c.replicas) l.replicas.push_back(r.groups);
+  return l;
+}
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+// The named schedules and adaptive variants motley considers.
+std::vector<ScheduleSpec> search_specs() {
+  return {
+      ScheduleSpec::named(ScheduleKind::k1f1b),
+      ScheduleSpec::named(ScheduleKind::kInterleaved, 2),
+      ScheduleSpec::named(ScheduleKind::kZbH1),
+      ScheduleSpec::named(ScheduleKind::kZbH2),
+      ScheduleSpec::named(ScheduleKind::kZbV),
+      ScheduleSpec::named(ScheduleKind::kDualPipeV),
+      ScheduleSpec::adaptive_on(Shape::kLinear, 1, AdaptivePriority::kBackwardFirst,
+                                WeightFill::kIfItFits),
+      ScheduleSpec::adaptive_on(Shape::kLinear, 1, AdaptivePriority::kForwardFirst,
+                                WeightFill::kIfItFits),
+      ScheduleSpec::adaptive_on(Shape::kV, 2, AdaptivePriority::kBackwardFirst,
+                                WeightFill::kIfItFits),
+  };
+}
+
+// Whether a schedule can run m micro-batches on p groups (the generators' requirements).
+bool schedule_accepts(const ScheduleSpec& s, int p, int64_t m) {
+  if (s.adaptive) return true;
+  if (s.kind == ScheduleKind::kInterleaved) return m % p == 0;
+  if (s.kind == ScheduleKind::kDualPipeV) return m >= 2 * static_cast<int64_t>(p);
+  return true;
+}
+
+bool accepts_all(const ScheduleSpec& s, const Candidate& c) {
+  for (const PipelineSpec& r : c.replicas) {
+    if (!schedule_accepts(s, static_cast<int>(r.groups.size()), r.micro_batches)) return false;
+  }
+  return true;
+}
+
+// Replicas with the same groups' make, bounds and recompute move together.
+std::vector<std::vector<int>> replica_classes(const Context& ctx, const Candidate& c) {
+  std::vector<std::vector<int>> classes;
+  std::vector<std::string> keys;
+  for (size_t r = 0; r < c.replicas.size(); ++r) {
+    const PipelineSpec& rep = c.replicas[r];
+    std::string key;
+    for (const auto& g : rep.groups) {
+      key += std::to_string(ctx.type_of(g[0])) + "x" + std::to_string(g.size()) + ",";
+    }
+    key += "|";
+    for (int b : rep.bounds) key += std::to_string(b) + ",";
+    for (RecomputePolicy p : rep.recompute) key += std::to_string(static_cast<int>(p));
+    auto it = std::find(keys.begin(), keys.end(), key);
+    if (it == keys.end()) {
+      keys.push_back(key);
+      classes.push_back({static_cast<int>(r)});
+    } else {
+      classes[it - keys.begin()].push_back(static_cast<int>(r));
+    }
+  }
+  return classes;
+}
+
+}  // namespace
+
+Searcher::Searcher(const Context& ctx, Evaluator& evaluator, ProgressFn progress)
+    : ctx_(ctx),
+      evaluator_(evaluator),
+      progress_(std::move(progress)),
+      rng_state_(ctx.options().seed) {}
+
+std::vector<std::shared_ptr<const Evaluation>> Searcher::evaluate(
+    const std::vector<Candidate>& batch) {
+  auto out = evaluator_.evaluate(batch, fidelity_);
+  if (progress_) progress_(phase_);
+  return out;
+}
+
+std::string Searcher::describe(const Candidate& c) const {
+  std::string text = describe_layout(ctx_, c.replicas) + ", " + c.schedule.name() +
+                     ", micro-batch size " + std::to_string(c.micro_batch_size);
+  int64_t lo = c.replicas[0].micro_batches, hi = lo;
+  for (const PipelineSpec& r : c.replicas) {
+    lo = std::min(lo, r.micro_batches);
+    hi = std::max(hi, r.micro_batches);
+  }
+  text += lo == hi
+              ? ", " + std::to_string(lo) + " micro-batches per replica"
+              : ", " + std::to_string(lo) + "-" + std::to_string(hi) + " micro-batches per replica";
+  return text;
+}
+
+Found Searcher::best_of(const std::vector<Candidate>& cands,
+                        const std::vector<std::shared_ptr<const Evaluation>>& evals,
+                        const std::string& detail_prefix) const {
+  Found f;
+  double best = kInf;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    if (score_of(evals[i]) < best) {
+      best = score_of(evals[i]);
+      f.ok = true;
+      f.candidate = cands[i];
+      f.eval = evals[i];
+    }
+  }
+  if (f.ok) {
+    f.detail = detail_prefix + describe(f.candidate);
+  } else {
+    f.why_not = "no candidate fits memory";
+    for (const auto& e : evals) {
+      if (e && !e->ok && !e->status.is_ok()) {
+        f.why_not = e->status.message();
+        break;
+      }
+    }
+  }
+  return f;
+}
+
+std::vector<Candidate> Searcher::finalists(
+    const std::vector<Candidate>& cands,
+    const std::vector<std::shared_ptr<const Evaluation>>& screened, const Found& improved) {
+  std::vector<size_t> order(cands.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return score_of(screened[a]) < score_of(screened[b]);
+  });
+  std::vector<Candidate> out;
+  if (improved.ok) out.push_back(improved.candidate);
+  for (size_t i : order) {
+    if (out.size() >= 4 || !screened[i]->ok) break;
+    out.push_back(cands[i]);
+  }
+  return out;
+}
+
+Found Searcher::best_of(const std::vector<Candidate>& cands, const std::string& detail_prefix) {
+  return best_of(cands, evaluate(cands), detail_prefix);
+}
+
+Found Searcher::megatron(const ScheduleSpec& spec) {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t simulated = evaluator_.simulated();
+  const int64_t b = ctx_.baseline_micro_batch_size();
+  const int64_t total = ctx_.global_batch() / b;
+  const int n = ctx_.num_devices();
+  std::map<int, int> per_node;
+  for (const Device& d : ctx_.devices()) ++per_node[d.node];
+  int smallest_node = n;
+  for (const auto& [node, count] : per_node) smallest_node = std::min(smallest_node, count);
+  std::vector<int> tps;
+  for (int t = 1; t <= std::min(8, smallest_node); t *= 2) tps.push_back(t);
+
+  Found found;
+  bool shaped = false;  // some TP x PP x DP met the shape's requirements
+  auto attempt = [&](int t, RecomputePolicy policy) {
+    if (n % t != 0) return false;
+    for (int p : divisors(n / t)) {
+      if (p * spec.chunks > ctx_.num_layers()) continue;
+      const int d = n / (t * p);
+      if (total % d != 0) continue;
+      const int64_t m = total / d;
+      if (!schedule_accepts(spec, p, m)) continue;
+      Result<Layout> layout = cluster_order_layout(ctx_, t, p, d);
+      if (!layout.is_ok()) continue;
+      shaped = true;
+      BuildOptions options;
+      options.partition = PartitionMode::kUniform;
+      options.uniform_recompute = policy;
+      options.proportional_micro_batches = false;
+      Result<Candidate> c = build_candidate(ctx_, layout.value(), spec, b, options);
+      if (!c.is_ok()) continue;
+      auto e = evaluate({c.value()})[0];
+      if (e->ok) {
+        found.ok = true;
+        found.candidate = c.value();
+        found.eval = e;
+        found.detail = "TP " + std::to_string(t) + " x PP " + std::to_string(p) + " x DP " +
+                       std::to_string(d) + ", " + spec.name() +
+                       ", uniform layers, devices in cluster order, recompute " +
+                       recompute_policy_name(policy) + ", " + std::to_string(m) +
+                       " micro-batches of " + std::to_string(b) + " per replica";
+        return true;
+      }
+    }
+    return false;
+  };
+  bool done = false;
+  for (int t : tps) {
+    if ((done = attempt(t, RecomputePolicy::kNone))) break;
+  }
+  for (RecomputePolicy policy : {RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
+    if (!done) done = attempt(tps.back(), policy);
+  }
+  for (RecomputePolicy policy : {RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
+    for (int t : tps) {
+      if (!done) done = attempt(t, policy);
+    }
+  }
+  if (!done && shaped) {
+    found.why_not = "no TP x PP x DP of Megatron-LM's rule fits memory with " + spec.name();
+  } else if (!done) {
+    found.why_not = "no TP x PP x DP in cluster order meets " + spec.name() +
+                    "'s requirements (PP x chunks <= layers, DP dividing the micro-batches" +
+                    (spec.kind == ScheduleKind::kInterleaved
+                         ? std::string(", micro-batches per replica a multiple of PP")
+                         : std::string()) +
+                    ")";
+  }
+  found.simulated = evaluator_.simulated() - simulated;
+  found.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return found;
+}
+
+Found Searcher::metis() {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t simulated = evaluator_.simulated();
+  const int64_t b = ctx_.baseline_micro_batch_size();
+  const ScheduleSpec spec = ScheduleSpec::named(ScheduleKind::k1f1b);
+  std::vector<std::pair<double, Candidate>> ranked;
+  for (const Layout& layout : mixed_layouts(ctx_)) {
+    size_t devices = 0;
+    for (const auto& rep : layout.replicas) {
+      for (const auto& g : rep) devices += g.size();
+    }
+    if (static_cast<int>(devices) != ctx_.num_devices()) continue;
+    BuildOptions options;
+    options.proportional_micro_batches = false;
+    options.cache = &partitions_;
+    Result<Candidate> c = build_candidate(ctx_, layout, spec, b, options);
+    if (!c.is_ok()) continue;
+    ranked.emplace_back(estimate(ctx_, c.value()), c.value());
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& x, const auto& y) { return x.first < y.first; });
+  // Metis trusts its cost model: the first plan in its order that runs is its choice.
+  Found found;
+  const size_t step = std::max(1, ctx_.options().threads);
+  for (size_t i = 0; i < ranked.size() && !found.ok; i += step) {
+    std::vector<Candidate> batch;
+    for (size_t j = i; j < std::min(ranked.size(), i + step); ++j)
+      batch.push_back(ranked[j].second);
+    auto evals = evaluate(batch);
+    for (size_t j = 0; j < batch.size(); ++j) {
+      if (evals[j]->ok) {
+        found.ok = true;
+        found.candidate = batch[j];
+        found.eval = evals[j];
+        found.detail = describe(batch[j]) + ", layers balanced by its cost model";
+        break;
+      }
+    }
+    if (evaluator_.out_of_time()) break;
+  }
+  if (!found.ok) found.why_not = "no heterogeneity-aware 1F1B plan fits memory";
+  found.simulated = evaluator_.simulated() - simulated;
+  found.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return found;
+}
+
+Found Searcher::partition_only(const Found& base) {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t simulated = evaluator_.simulated();
+  Found found;
+  if (!base.ok) {
+    found.why_not = base.why_not;
+    return found;
+  }
+  BuildOptions options;
+  options.proportional_micro_batches = false;
+  options.cache = &partitions_;
+  std::vector<Candidate> cands{base.candidate};
+  Result<Candidate> balanced =
+      build_candidate(ctx_, layout_of(base.candidate), base.candidate.schedule,
+                      base.candidate.micro_batch_size, options);
+  if (balanced.is_ok()) cands.push_back(balanced.value());
+  fidelity_ = Fidelity::kScreen;
+  found = best_of(cands, evaluate(cands), "");
+  found = improve(found, kMovePartition | kMoveRecompute, 1);
+  fidelity_ = Fidelity::kFull;
+  cands.push_back(found.candidate);
+  found = best_of(cands, evaluate(cands), "");
+  found.detail = "megatron-1f1b's placement and schedule with a balanced partition: " +
+                 describe(found.candidate);
+  found.simulated = evaluator_.simulated() - simulated;
+  found.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return found;
+}
+
+Found Searcher::placement_only() {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t simulated = evaluator_.simulated();
+  const int64_t b = ctx_.baseline_micro_batch_size();
+  const ScheduleSpec spec = ScheduleSpec::named(ScheduleKind::k1f1b);
+  std::vector<Layout> layouts = mixed_layouts(ctx_);
+  for (Layout& l : separate_layouts(ctx_)) layouts.push_back(std::move(l));
+  const int n = ctx_.num_devices();
+  for (int t : {1, 2, 4, 8}) {
+    if (n % t != 0) continue;
+    for (int p : divisors(n / t)) {
+      if (p > ctx_.num_layers()) continue;
+      Result<Layout> l = cluster_order_layout(ctx_, t, p, n / (t * p));
+      if (l.is_ok()) layouts.push_back(std::move(l.value()));
+    }
+  }
+  std::vector<std::pair<double, Candidate>> ranked;
+  for (const Layout& layout : layouts) {
+    BuildOptions options;
+    options.partition = PartitionMode::kUniform;
+    Result<Candidate> c = build_candidate(ctx_, layout, spec, b, options);
+    if (c.is_ok()) ranked.emplace_back(estimate(ctx_, c.value()), c.value());
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::vector<Candidate> cands;
+  std::set<std::string> seen;
+  for (const auto& [est, c] : ranked) {
+    if (cands.size() >= 16) break;
+    if (seen.insert(candidate_key(c)).second) cands.push_back(c);
+  }
+  fidelity_ = Fidelity::kScreen;
+  auto evals = evaluate(cands);
+  // Where memory is short, the same placement with uniform recompute.
+  for (int round = 0; round < 2; ++round) {
+    std::vector<Candidate> retry;
+    std::vector<size_t> where;
+    for (size_t i = 0; i < cands.size(); ++i) {
+      if (memory_failure(*evals[i]) &&
+          cands[i].replicas[0].recompute[0] != RecomputePolicy::kFull) {
+        Candidate c = cands[i];
+        for (PipelineSpec& r : c.replicas) {
+          for (RecomputePolicy& p : r.recompute) p = more_recompute(p);
+        }
+        retry.push_back(c);
+        where.push_back(i);
+      }
+    }
+    if (retry.empty()) break;
+    auto again = evaluate(retry);
+    for (size_t j = 0; j < retry.size(); ++j) {
+      cands[where[j]] = retry[j];
+      evals[where[j]] = again[j];
+    }
+  }
+  Found found = best_of(cands, evals, "");
+  if (found.ok) found = improve(found, kMoveMicroBatches, 0);
+  fidelity_ = Fidelity::kFull;
+  found = best_of(finalists(cands, evals, found), "");
+  if (found.ok)
+    found.detail = "uniform layers with 1F1B on the best placement: " + describe(found.candidate);
+  found.simulated = evaluator_.simulated() - simulated;
+  found.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return found;
+}
+
+Found Searcher::schedule_only(const Found& base) {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t simulated = evaluator_.simulated();
+  Found found;
+  if (!base.ok) {
+    found.why_not = base.why_not;
+    return found;
+  }
+  const Layout layout = layout_of(base.candidate);
+  const int64_t b = base.candidate.micro_batch_size;
+  std::vector<ScheduleSpec> specs = search_specs();
+  specs.push_back(ScheduleSpec::named(ScheduleKind::kInterleaved, 4));
+  specs.push_back(ScheduleSpec::adaptive_on(Shape::kLinear, 1, AdaptivePriority::kBackwardFirst,
+                                            WeightFill::kAlways));
+  std::vector<Candidate> cands{base.candidate};
+  fidelity_ = Fidelity::kScreen;
+  for (const ScheduleSpec& spec : specs) {
+    BuildOptions options;
+    options.partition = PartitionMode::kUniform;
+    options.uniform_recompute = base.candidate.replicas[0].recompute[0];
+    options.proportional_micro_batches = false;
+    Result<Candidate> c = build_candidate(ctx_, layout, spec, b, options);
+    if (c.is_ok() && accepts_all(spec, c.value())) cands.push_back(c.value());
+  }
+  auto evals = evaluate(cands);
+  for (int round = 0; round < 2; ++round) {
+    std::vector<Candidate> retry;
+    std::vector<size_t> where;
+    for (size_t i = 0; i < cands.size(); ++i) {
+      if (memory_failure(*evals[i]) &&
+          cands[i].replicas[0].recompute[0] != RecomputePolicy::kFull) {
+        Candidate c = cands[i];
+        for (PipelineSpec& r : c.replicas) {
+          for (RecomputePolicy& p : r.recompute) p = more_recompute(p);
+        }
+        retry.push_back(c);
+        where.push_back(i);
+      }
+    }
+    if (retry.empty()) break;
+    auto again = evaluate(retry);
+    for (size_t j = 0; j < retry.size(); ++j) {
+      cands[where[j]] = retry[j];
+      evals[where[j]] = again[j];
+    }
+  }
+  fidelity_ = Fidelity::kFull;
+  found = best_of(finalists(cands, evals, Found{}), "");
+  if (found.ok) {
+    found.detail = "megatron-1f1b's partition and placement with the best schedule: " +
+                   describe(found.candidate);
+  }
+  found.simulated = evaluator_.simulated() - simulated;
+  found.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return found;
+}
+
+std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation& e,
+                                           unsigned moves) const {
+  std::vector<Candidate> out;
+  std::set<std::string> seen{candidate_key(c)};
+  auto add = [&](Candidate x) {
+    if (seen.insert(candidate_key(x)).second) out.push_back(std::move(x));
+  };
+  const auto classes = replica_classes(ctx_, c);
+  for (const std::vector<int>& cls : classes) {
+    const PipelineSpec& rep = c.replicas[cls[0]];
+    const int p = static_cast<int>(rep.groups.size());
+    const int stages = static_cast<int>(rep.bounds.size()) - 1;
+    const std::vector<int> stage_group = shape_stage_group(c.schedule, p);
+    const std::vector<GroupStat>& stats = e.groups[cls[0]];
+    auto apply = [&](auto&& change) {
+      Candidate x = c;
+      for (int r : cls) change(x.replicas[r]);
+      add(std::move(x));
+    };
+    if (moves & kMovePartition) {
+      std::vector<int> order(p);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int a, int b) { return stats[a].busy > stats[b].busy; });
+      auto size = [&](int s) { return rep.bounds[s + 1] - rep.bounds[s]; };
+      // The busiest groups give a layer to a neighbouring stage; the idlest take one.
+      for (int rank = 0; rank < std::min(p, 2); ++rank) {
+        for (int s = 0; s < stages; ++s) {
+          if (stage_group[s] != order[rank] || size(s) <= 1) continue;
+          if (s > 0) apply([&](PipelineSpec& r) { ++r.bounds[s]; });
+          if (s + 1 < stages) apply([&](PipelineSpec& r) { --r.bounds[s + 1]; });
+        }
+      }
+      for (int s = 0; s < stages && p > 1; ++s) {
+        if (stage_group[s] != order[p - 1]) continue;
+        if (s > 0 && size(s - 1) > 1) apply([&](PipelineSpec& r) { --r.bounds[s]; });
+        if (s + 1 < stages && size(s + 1) > 1) apply([&](PipelineSpec& r) { ++r.bounds[s + 1]; });
+      }
+      // The group holding the first stage finishes its backward passes last, so its gradient
+      // all-reduce is the one left exposed at the end: lighten it.
+      if (c.replicas.size() > 1 && stages > 1) {
+        for (int s = 0; s < stages; ++s) {
+          if (stage_group[s] != stage_group[0] || size(s) <= 1) continue;
+          if (s + 1 < stages) apply([&](PipelineSpec& r) { --r.bounds[s + 1]; });
+          if (s > 0) apply([&](PipelineSpec& r) { ++r.bounds[s]; });
+        }
+      }
+    }
+    if (moves & kMovePartition) {
+      // A group left waiting on its input for long: the boundary into it crosses a slow link;
+      // try the nearby boundaries that carry the fewest bytes.
+      const CostModel& cost = ctx_.cost(c.micro_batch_size);
+      const double mean_busy =
+          std::accumulate(stats.begin(), stats.end(), 0.0,
+                          [](double a, const GroupStat& g) { return a + g.busy; }) /
+          static_cast<double>(p);
+      for (int s = 1; s < stages; ++s) {
+        if (stats[stage_group[s]].exposed < 0.05 * mean_busy ||
+            stage_group[s] == stage_group[s - 1]) {
+          continue;
+        }
+        int best = rep.bounds[s];
+        double fewest = cost.boundary_bytes(best - 1).value();
+        for (int b = std::max(rep.bounds[s - 1] + 1, rep.bounds[s] - 3);
+             b <= std::min(rep.bounds[s + 1] - 1, rep.bounds[s] + 3); ++b) {
+          const double bytes = cost.boundary_bytes(b - 1).value();
+          if (bytes < fewest) {
+            fewest = bytes;
+            best = b;
+          }
+        }
+        if (best != rep.bounds[s]) apply([&](PipelineSpec& r) { r.bounds[s] = best; });
+      }
+    }
+    if (moves & kMoveRecompute) {
+      for (int s = 0; s < stages; ++s) {
+        if (rep.recompute[s] == RecomputePolicy::kNone) continue;
+        apply([&](PipelineSpec& r) {
+          r.recompute[s] = r.recompute[s] == RecomputePolicy::kFull ? RecomputePolicy::kSelective
+                                                                    : RecomputePolicy::kNone;
+        });
+      }
+      // A group at its memory limit that idles more than most may be holding back its warm-up
+      // (schedules that adapt to memory): more recompute lets it keep more micro-batches.
+      if (c.schedule.adaptive || c.schedule.kind == ScheduleKind::kZbH1 ||
+          c.schedule.kind == ScheduleKind::kZbH2) {
+        double mean_busy = 0;
+        for (const GroupStat& g : stats) mean_busy += g.busy / static_cast<double>(p);
+        for (int s = 0; s < stages; ++s) {
+          const GroupStat& g = stats[stage_group[s]];
+          if (g.peak < 0.97 * g.capacity || g.busy > mean_busy ||
+              rep.recompute[s] == RecomputePolicy::kFull) {
+            continue;
+          }
+          apply([&](PipelineSpec& r) { r.recompute[s] = more_recompute(r.recompute[s]); });
+        }
+      }
+    }
+  }
+  if ((moves & kMoveMicroBatches) && classes.size() > 1) {
+    // From the replica whose busiest group works longest to the one whose works least.
+    std::vector<double> load;
+    for (const auto& groups : e.groups) {
+      double worst = 0;
+      for (const GroupStat& g : groups) worst = std::max(worst, g.busy);
+      load.push_back(worst);
+    }
+    const int hi = static_cast<int>(std::max_element(load.begin(), load.end()) - load.begin());
+    const int lo = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    const int64_t m = c.replicas[hi].micro_batches;
+    if (hi != lo && m > 1) {
+      for (int64_t k : {int64_t{1}, std::max<int64_t>(1, m / 8)}) {
+        Candidate x = c;
+        x.replicas[hi].micro_batches -= k;
+        x.replicas[lo].micro_batches += k;
+        add(std::move(x));
+      }
+    }
+  }
+  if ((moves & kMoveSchedule) && c.schedule.adaptive) {
+    for (AdaptivePriority pr :
+         {AdaptivePriority::kBackwardFirst, AdaptivePriority::kForwardFirst}) {
+      for (WeightFill wf : {WeightFill::kIfItFits, WeightFill::kAlways}) {
+        Candidate x = c;
+        x.schedule.priority = pr;
+        x.schedule.weight_fill = wf;
+        add(std::move(x));
+      }
+    }
+  }
+  return out;
+}
+
+Found Searcher::climb(const Found& start, unsigned moves) {
+  Found cur = start;
+  for (int it = 0; it < 60 && !evaluator_.out_of_time(); ++it) {
+    std::vector<Candidate> nb = neighbors(cur.candidate, *cur.eval, moves);
+    if (nb.empty()) break;
+    auto evals = evaluate(nb);
+    // A boundary move that runs out of memory may fit with more recompute where it landed.
+    std::vector<Candidate> bumped;
+    for (size_t i = 0; i < nb.size(); ++i) {
+      if (!memory_failure(*evals[i])) continue;
+      for (size_t r = 0; r < nb[i].replicas.size(); ++r) {
+        const PipelineSpec& before = cur.candidate.replicas[r];
+        const PipelineSpec& after = nb[i].replicas[r];
+        if (before.bounds == after.bounds) continue;
+        for (size_t s = 0; s + 1 < after.bounds.size(); ++s) {
+          const int grew =
+              (after.bounds[s + 1] - after.bounds[s]) - (before.bounds[s + 1] - before.bounds[s]);
+          if (grew > 0 && after.recompute[s] != RecomputePolicy::kFull) {
+            Candidate x = nb[i];
+            for (size_t q = 0; q < x.replicas.size(); ++q) {
+              if (x.replicas[q].bounds == after.bounds) {
+                x.replicas[q].recompute[s] = more_recompute(x.replicas[q].recompute[s]);
+              }
+            }
+            bumped.push_back(std::move(x));
+          }
+        }
+        break;
+      }
+    }
+    if (!bumped.empty()) {
+      auto more = evaluate(bumped);
+      nb.insert(nb.end(), bumped.begin(), bumped.end());
+      evals.insert(evals.end(), more.begin(), more.end());
+    }
+    int best = -1;
+    // A step must gain at least 0.01%: smaller gains are within the screening's error and
+    // would only lengthen the climb.
+    double best_score = score_of(cur.eval) * (1 - 1e-4);
+    for (size_t i = 0; i < nb.size(); ++i) {
+      if (score_of(evals[i]) < best_score) {
+        best_score = score_of(evals[i]);
+        best = static_cast<int>(i);
+      }
+    }
+    if (best < 0) break;
+    cur.candidate = nb[best];
+    cur.eval = evals[best];
+  }
+  return cur;
+}
+
+Found Searcher::improve(const Found& start, unsigned moves, int kicks) {
+  if (!start.ok) return start;
+  Found best = climb(start, moves);
+  std::mt19937_64 rng(rng_state_);
+  rng_state_ = rng();
+  for (int k = 0; k < kicks && !evaluator_.out_of_time(); ++k) {
+    // Perturb the best: shift a random boundary of a random replica class by up to 3 layers.
+    Candidate x = best.candidate;
+    const auto classes = replica_classes(ctx_, x);
+    const std::vector<int>& cls = classes[rng() % classes.size()];
+    std::vector<int>& bounds = x.replicas[cls[0]].bounds;
+    const int stages = static_cast<int>(bounds.size()) - 1;
+    if (stages < 2 || !(moves & kMovePartition)) break;
+    const int i = 1 + static_cast<int>(rng() % (stages - 1));
+    const int shift = static_cast<int>(rng() % 7) - 3;
+    const int moved = std::clamp(bounds[i] + shift, bounds[i - 1] + 1, bounds[i + 1] - 1);
+    if (moved == bounds[i]) continue;
+    for (int r : cls) x.replicas[r].bounds[i] = moved;
+    Found kicked = best;
+    kicked.candidate = x;
+    kicked.eval = evaluate({x})[0];
+    if (!kicked.eval->ok) continue;
+    kicked = climb(kicked, moves);
+    if (score_of(kicked.eval) < score_of(best.eval)) best = kicked;
+  }
+  best.detail = describe(best.candidate);
+  return best;
+}
+
+Found Searcher::motley(const std::vector<Found>& seeds) {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t simulated = evaluator_.simulated();
+  // Layouts, ranked by the best estimate of a balanced partition with ZB-H1 over the
+  // micro-batch sizes.
+  std::vector<Layout> layouts = mixed_layouts(ctx_);
+  for (Layout& l : separate_layouts(ctx_)) layouts.push_back(std::move(l));
+  const int n = ctx_.num_devices();
+  for (int t : {1, 2, 4, 8}) {
+    if (n % t != 0) continue;
+    for (int p : divisors(n / t)) {
+      if (p > ctx_.num_layers()) continue;
+      Result<Layout> l = cluster_order_layout(ctx_, t, p, n / (t * p));
+      if (l.is_ok() && std::find(layouts.begin(), layouts.end(), l.value()) == layouts.end()) {
+        layouts.push_back(std::move(l.value()));
+      }
+    }
+  }
+  fidelity_ = Fidelity::kScreen;
+  phase_ = "structures";
+  BuildOptions options;
+  options.cache = &partitions_;
+  std::vector<std::pair<double, size_t>> layout_rank;
+  const ScheduleSpec rank_spec = ScheduleSpec::named(ScheduleKind::kZbH1);
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    double best = kInf;
+    for (int64_t b : ctx_.micro_batch_sizes()) {
+      Result<Candidate> c = build_candidate(ctx_, layouts[i], rank_spec, b, options);
+      if (c.is_ok()) best = std::min(best, estimate(ctx_, c.value()));
+    }
+    if (best < kInf) layout_rank.emplace_back(best, i);
+  }
+  std::stable_sort(layout_rank.begin(), layout_rank.end());
+  // Effort by size: a larger cluster costs more per simulation, so fewer are screened. The
+  // sizes depend only on the instance, never on the clock, so the search stays deterministic.
+  const int n_devices = ctx_.num_devices();
+  const int size_class = n_devices <= 32 ? 0 : n_devices <= 128 ? 1 : 2;
+  const size_t keep_layouts = std::min<size_t>(layout_rank.size(), size_class == 0 ? 24 : 12);
+  const size_t screened = size_class == 0 ? 64 : size_class == 1 ? 48 : 32;
+  const size_t climbs = size_class == 0 ? 6 : size_class == 1 ? 4 : 3;
+  const int kicks = size_class == 0 ? 3 : size_class == 1 ? 2 : 1;
+
+  // Candidates: the kept layouts x schedules x micro-batch sizes, ranked by the estimate.
+  std::vector<std::pair<double, Candidate>> ranked;
+  for (size_t k = 0; k < keep_layouts; ++k) {
+    const Layout& layout = layouts[layout_rank[k].second];
+    for (const ScheduleSpec& spec : search_specs()) {
+      for (int64_t b : ctx_.micro_batch_sizes()) {
+        Result<Candidate> c = build_candidate(ctx_, layout, spec, b, options);
+        if (!c.is_ok() || !accepts_all(spec, c.value())) continue;
+        ranked.emplace_back(estimate(ctx_, c.value()), std::move(c.value()));
+      }
+    }
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::vector<Candidate> cands;
+  std::set<std::string> chosen;
+  auto take = [&](const Candidate& c) {
+    if (chosen.insert(candidate_key(c)).second) cands.push_back(c);
+  };
+  for (size_t i = 0; i < ranked.size() && cands.size() < screened; ++i) take(ranked[i].second);
+  // And the best-estimated candidate of every schedule, so that no schedule is judged by the
+  // estimate alone.
+  std::set<std::string> schedules;
+  for (const auto& [est, c] : ranked) {
+    if (schedules.insert(c.schedule.name()).second) take(c);
+  }
+  auto evals = evaluate(cands);
+
+  // Local search from the best distinct simulated candidates and the best seeds.
+  std::vector<Found> starts;
+  std::vector<size_t> order(cands.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return score_of(evals[a]) < score_of(evals[b]); });
+  for (size_t i : order) {
+    if (starts.size() >= climbs || !evals[i]->ok) break;
+    Found f;
+    f.ok = true;
+    f.candidate = cands[i];
+    f.eval = evals[i];
+    starts.push_back(f);
+  }
+  std::vector<Found> good_seeds;
+  for (const Found& s : seeds) {
+    if (s.ok) good_seeds.push_back(s);
+  }
+  std::stable_sort(good_seeds.begin(), good_seeds.end(), [](const Found& a, const Found& b) {
+    return score_of(a.eval) < score_of(b.eval);
+  });
+  for (size_t i = 0; i < good_seeds.size() && i < 2; ++i) {
+    // Climbs compare screened times, so a seed starts from its screened time too.
+    Found f = good_seeds[i];
+    f.eval = evaluate({f.candidate})[0];
+    if (f.eval->ok) starts.push_back(f);
+  }
+
+  phase_ = "local search";
+  for (const Found& s : starts) {
+    if (evaluator_.out_of_time()) break;
+    improve(s, kMoveAll, kicks);
+  }
+  // The best screened candidates, simulated whole, compete with the seeds: at most two per
+  // schedule, so that near-copies of one plan do not crowd out the others.
+  fidelity_ = Fidelity::kFull;
+  std::vector<Candidate> finalists;
+  std::map<std::string, int> per_schedule;
+  for (const Candidate& c : evaluator_.best_screened(16)) {
+    if (finalists.size() < 6 && per_schedule[c.schedule.name()]++ < 2) finalists.push_back(c);
+  }
+  Found best = best_of(finalists, evaluate(finalists), "");
+  for (const Found& s : good_seeds) {
+    if (score_of(s.eval) < score_of(best.eval)) best = s;
+  }
+  if (best.ok) {
+    best.detail = describe(best.candidate);
+  } else {
+    best.why_not = "no plan fits the cluster's memory";
+  }
+  best.simulated = evaluator_.simulated() - simulated;
+  best.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return best;
+}
+
+Found Searcher::exhaustive() {
+  const auto start = std::chrono::steady_clock::now();
+  phase_ = "exhaustive";
+  const int64_t simulated = evaluator_.simulated();
+  const int layers = ctx_.num_layers();
+  // Placements: the mixed layouts plus, for one pipeline, every order of the groups' types.
+  std::vector<Layout> layouts = mixed_layouts(ctx_);
+  {
+    const std::vector<TypeInfo>& types = ctx_.types();
+    std::vector<std::vector<int>> combos{{}};
+    for (const TypeInfo& t : types) {
+      std::vector<std::vector<int>> next;
+      for (const auto& c : combos) {
+        for (int tp : t.tp_degrees) {
+          auto x = c;
+          x.push_back(tp);
+          next.push_back(x);
+        }
+      }
+      combos = next;
+    }
+    for (const auto& tps : combos) {
+      std::vector<int> pattern;
+      std::vector<std::vector<std::vector<int>>> groups;
+      for (size_t t = 0; t < types.size(); ++t) {
+        groups.push_back(type_groups(types[t], tps[t]));
+        pattern.insert(pattern.end(), groups.back().size(), static_cast<int>(t));
+      }
+      if (static_cast<int>(pattern.size()) > layers) continue;
+      std::sort(pattern.begin(), pattern.end());
+      do {
+        std::vector<size_t> next(types.size(), 0);
+        Layout l;
+        l.replicas.emplace_back();
+        for (int t : pattern) l.replicas[0].push_back(groups[t][next[t]++]);
+        if (std::find(layouts.begin(), layouts.end(), l) == layouts.end()) layouts.push_back(l);
+      } while (std::next_permutation(pattern.begin(), pattern.end()));
+    }
+  }
+  const std::vector<ScheduleSpec> specs = {
+      ScheduleSpec::named(ScheduleKind::kGpipe),          ScheduleSpec::named(ScheduleKind::k1f1b),
+      ScheduleSpec::named(ScheduleKind::kInterleaved, 2), ScheduleSpec::named(ScheduleKind::kZbH1),
+      ScheduleSpec::named(ScheduleKind::kZbH2),           ScheduleSpec::named(ScheduleKind::kZbV),
+      ScheduleSpec::named(ScheduleKind::kDualPipeV)};
+  const std::vector<Shape> shapes = {Shape::kLinear, Shape::kInterleaved, Shape::kV};
+
+  // Every (micro-batch size, layout, shape, partition) with a bound: the busiest group's
+  // compute, which no schedule can beat.
+  struct Entry {
+    double bound;
+    int64_t b;
+    size_t layout;
+    int shape;
+    std::vector<int> bounds;
+  };
+  std::vector<Entry> entries;
+  for (int64_t b : ctx_.micro_batch_sizes()) {
+    const int64_t total = ctx_.global_batch() / b;
+    const CostModel& cost = ctx_.cost(b);
+    for (size_t li = 0; li < layouts.size(); ++li) {
+      const Layout& layout = layouts[li];
+      const int d = static_cast<int>(layout.replicas.size());
+      if (total < d) continue;
+      const int64_t m = (total + d - 1) / d;
+      const int p = static_cast<int>(layout.replicas[0].size());
+      double price = 0;
+      for (const auto& rep : layout.replicas) {
+        for (const auto& g : rep) {
+          for (int dev : g) price += ctx_.price_per_second(dev);
+        }
+      }
+      for (size_t si = 0; si < shapes.size(); ++si) {
+        ScheduleSpec shape_spec;
+        shape_spec.shape = shapes[si];
+        shape_spec.chunks = shapes[si] == Shape::kLinear ? 1 : 2;
+        const int stages = p * shape_spec.chunks;
+        if (stages > layers) continue;
+        const std::vector<int> stage_group = shape_stage_group(shape_spec, p);
+        // Compositions of the layers into `stages` parts, in lexicographic order.
+        std::vector<int> cut(stages + 1);
+        for (int s = 0; s <= stages; ++s) cut[s] = s;
+        cut[stages] = layers;
+        while (true) {
+          double worst = 0;
+          for (const auto& rep : layout.replicas) {
+            std::vector<double> load(p, 0);
+            for (int s = 0; s < stages; ++s) {
+              const ComputeTimes t =
+                  cost.compute(LayerRange{cut[s], cut[s + 1]}, DeviceGroup{rep[stage_group[s]]},
+                               RecomputePolicy::kNone);
+              load[stage_group[s]] += (t.forward + t.backward()).value();
+            }
+            worst = std::max(worst, *std::max_element(load.begin(), load.end()));
+          }
+          double bound = worst * static_cast<double>(m);
+          if (ctx_.options().objective == TuneObjective::kCost) bound *= price;
+          entries.push_back(Entry{bound, b, li, static_cast<int>(si), cut});
+          // Next composition: advance the last cut that can move, reset the ones after it.
+          int i = stages - 1;
+          while (i >= 1 && cut[i] == layers - (stages - i)) --i;
+          if (i < 1) break;
+          ++cut[i];
+          for (int j = i + 1; j < stages; ++j) cut[j] = cut[j - 1] + 1;
+        }
+      }
+    }
+  }
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const Entry& a, const Entry& b) { return a.bound < b.bound; });
+
+  Found best;
+  double best_score = kInf;
+  const size_t chunk = 32;
+  for (size_t i = 0; i < entries.size(); i += chunk) {
+    if (entries[i].bound >= best_score || evaluator_.out_of_time()) break;
+    std::vector<Candidate> batch;
+    for (size_t k = i; k < std::min(entries.size(), i + chunk); ++k) {
+      const Entry& e = entries[k];
+      if (e.bound >= best_score) break;
+      const Layout& layout = layouts[e.layout];
+      const int d = static_cast<int>(layout.replicas.size());
+      const int64_t total = ctx_.global_batch() / e.b;
+      for (const ScheduleSpec& spec : specs) {
+        if (spec.shape != shapes[e.shape]) continue;
+        Candidate c;
+        c.micro_batch_size = e.b;
+        c.schedule = spec;
+        for (int r = 0; r < d; ++r) {
+          PipelineSpec rep;
+          rep.groups = layout.replicas[r];
+          rep.bounds = e.bounds;
+          rep.recompute.assign(e.bounds.size() - 1, RecomputePolicy::kNone);
+          rep.micro_batches = total / d + (r < total % d ? 1 : 0);
+          c.replicas.push_back(std::move(rep));
+        }
+        if (accepts_all(spec, c)) batch.push_back(std::move(c));
+      }
+    }
+    auto evals = evaluate(batch);
+    // The least uniform recompute that fits.
+    for (int round = 0; round < 2; ++round) {
+      std::vector<Candidate> retry;
+      std::vector<size_t> where;
+      for (size_t k = 0; k < batch.size(); ++k) {
+        if (memory_failure(*evals[k]) &&
+            batch[k].replicas[0].recompute[0] != RecomputePolicy::kFull) {
+          Candidate c = batch[k];
+          for (PipelineSpec& r : c.replicas) {
+            for (RecomputePolicy& p : r.recompute) p = more_recompute(p);
+          }
+          retry.push_back(c);
+          where.push_back(k);
+        }
+      }
+      if (retry.empty()) break;
+      auto again = evaluate(retry);
+      for (size_t j = 0; j < retry.size(); ++j) {
+        batch[where[j]] = retry[j];
+        evals[where[j]] = again[j];
+      }
+    }
+    for (size_t k = 0; k < batch.size(); ++k) {
+      if (score_of(evals[k]) < best_score) {
+        best_score = score_of(evals[k]);
+        best.ok = true;
+        best.candidate = batch[k];
+        best.eval = evals[k];
+      }
+    }
+  }
+  if (best.ok) {
+    best.detail = "exhaustive: " + describe(best.candidate);
+  } else {
+    best.why_not = "no plan fits the cluster's memory";
+  }
+  best.simulated = evaluator_.simulated() - simulated;
+  best.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return best;
+}
+
+}  // namespace motley::tune_internal

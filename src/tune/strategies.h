@@ -1,0 +1,95 @@
+// Internal to tune/: the strategies — the named baselines (Megatron-LM's rule with its
+// schedules, Metis, and the three single-dimension optimizers), motley's full search (layouts,
+// schedules and micro-batch sizes ranked by the estimate, the best simulated, then improved by
+// bubble-aware local search) and the exhaustive enumeration for small instances. All of them
+// price candidates through one Evaluator, so cached plans are shared. Used from one thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "candidate.h"
+#include "context.h"
+#include "evaluator.h"
+#include "space.h"
+
+namespace motley::tune_internal {
+
+// A strategy's best candidate.
+struct Found {
+  bool ok = false;
+  Candidate candidate;
+  std::shared_ptr<const Evaluation> eval;
+  std::string detail;   // what the strategy chose, in words
+  std::string why_not;  // when !ok
+  int64_t simulated = 0;
+  double seconds = 0;  // search time
+};
+
+// Moves the local search may make.
+enum MoveSet : unsigned {
+  kMovePartition = 1,     // shift a stage boundary by a layer
+  kMoveRecompute = 2,     // lower a stage's recompute
+  kMoveMicroBatches = 4,  // move micro-batches between replicas of different speed
+  kMoveSchedule = 8,      // switch the adaptive scheduler's priorities
+  kMoveAll = 15,
+};
+
+class Searcher {
+ public:
+  // Called after every evaluated batch with the current phase ("baselines", "structures",
+  // "local search", "exhaustive").
+  using ProgressFn = std::function<void(const std::string& phase)>;
+  Searcher(const Context& ctx, Evaluator& evaluator, ProgressFn progress);
+
+  // Megatron-LM's rule: uniform layers per stage, devices in cluster order, TP the smallest
+  // power of two that fits (GPUs per node with recompute when nothing fits without), the
+  // smallest PP that fits, DP the rest, the same micro-batch count per replica.
+  Found megatron(const ScheduleSpec& schedule);
+  // Metis (ATC'24): heterogeneity-aware device grouping, TP/DP degrees and layer partition,
+  // chosen by its cost model (m-1) max(stage) + sum(stage) + all-reduce, with 1F1B.
+  Found metis();
+  // One dimension optimized, the others as megatron-1f1b (`base`).
+  Found partition_only(const Found& base);
+  Found placement_only();
+  Found schedule_only(const Found& base);
+  // The full search; `seeds` (e.g. the baselines' plans) join the candidates it improves.
+  Found motley(const std::vector<Found>& seeds);
+  // Every partition x placement x named schedule (small instances), branch and bound on the
+  // busiest group's compute.
+  Found exhaustive();
+
+  // Hill climbing from `start` with the given moves, then `kicks` random perturbations (from
+  // the seed) each followed by hill climbing; keeps the best.
+  Found improve(const Found& start, unsigned moves, int kicks);
+
+ private:
+  std::vector<std::shared_ptr<const Evaluation>> evaluate(const std::vector<Candidate>& batch);
+  Found best_of(const std::vector<Candidate>& cands,
+                const std::vector<std::shared_ptr<const Evaluation>>& evals,
+                const std::string& detail_prefix) const;
+  // Evaluates `cands` (at the current fidelity) and returns the best.
+  Found best_of(const std::vector<Candidate>& cands, const std::string& detail_prefix);
+  // The improved candidate and the best screened ones (up to four in all), to be simulated
+  // whole before a strategy reports its choice.
+  std::vector<Candidate> finalists(const std::vector<Candidate>& cands,
+                                   const std::vector<std::shared_ptr<const Evaluation>>& screened,
+                                   const Found& improved);
+  std::vector<Candidate> neighbors(const Candidate& c, const Evaluation& e, unsigned moves) const;
+  Found climb(const Found& start, unsigned moves);
+  std::string describe(const Candidate& c) const;
+
+  const Context& ctx_;
+  Evaluator& evaluator_;
+  ProgressFn progress_;
+  PartitionCache partitions_;
+  uint64_t rng_state_;
+  Fidelity fidelity_ = Fidelity::kFull;  // of evaluate(); motley's search screens
+  std::string phase_ = "baselines";      // reported with each evaluated batch
+};
+
+}  // namespace motley::tune_internal

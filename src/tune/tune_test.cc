@@ -1,0 +1,383 @@
+#include "motley/tune/tune.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "motley/core/json.h"
+#include "motley/cost/analytic_cost_model.h"
+#include "motley/model/presets.h"
+#include "motley/plan/plan_json.h"
+#include "motley/plan/validate.h"
+#include "test_util.h"
+
+namespace motley {
+namespace {
+
+using tune_testing::fixed_cluster;
+using tune_testing::layer_ms;
+using tune_testing::tiny_model;
+
+// A FixedCostModel whose times and activations grow with the micro-batch size.
+CostModelFactory fixed_factory(FixedCostSpec spec) {
+  return [spec](const ModelSpec&, const ClusterSpec& cluster, const Workload& w) {
+    FixedCostSpec scaled = spec;
+    const double b = static_cast<double>(w.micro_batch_size);
+    auto scale = [b](FixedLayerTimes& t) {
+      t.forward = t.forward * b;
+      t.backward_input = t.backward_input * b;
+      t.backward_weight = t.backward_weight * b;
+      t.recompute = t.recompute * b;
+    };
+    for (FixedLayer& l : scaled.layers) {
+      scale(l.times);
+      for (Bytes& a : l.activations) a = a * b;
+    }
+    for (auto& [type, times] : scaled.device_times) {
+      for (FixedLayerTimes& t : times) scale(t);
+    }
+    return std::unique_ptr<CostModel>(new FixedCostModel(cluster, scaled));
+  };
+}
+
+// A small instance: the model, the cluster and the options to tune it with.
+struct Case {
+  std::string name;
+  ModelSpec model;
+  ClusterSpec cluster;
+  TuneOptions options;
+};
+
+// Eight layers, the last (an LM head) three times as heavy, 15 GB of state each so that no
+// device holds the model alone; 4 H100 in one node.
+Case heavy_head() {
+  Case c{"heavy-head", tiny_model(8), fixed_cluster({"H100-SXM"}, 4), {}};
+  FixedCostSpec spec;
+  for (int i = 0; i < 8; ++i) {
+    const double k = i == 7 ? 3 : 1;
+    FixedLayer l = layer_ms(1 * k, 1 * k, 1 * k, 15, 1);
+    l.boundary = Bytes(1e6);
+    spec.layers.push_back(l);
+  }
+  c.options.global_batch = 16;
+  c.options.cost_model = fixed_factory(spec);
+  return c;
+}
+
+// Eight uniform layers on two H100 and two A100 that are twice as slow.
+Case two_generations() {
+  Case c{"two-generations", tiny_model(8), fixed_cluster({"H100-SXM", "A100-80GB"}, 2), {}};
+  FixedCostSpec spec;
+  std::vector<FixedLayerTimes> slow;
+  for (int i = 0; i < 8; ++i) {
+    FixedLayer l = layer_ms(1, 1.2, 0.8, 2, 1);
+    l.boundary = Bytes(1e6);
+    spec.layers.push_back(l);
+    slow.push_back({milliseconds(2), milliseconds(2.4), milliseconds(1.6), Seconds(0)});
+  }
+  spec.device_times = {{"A100-80GB", slow}};
+  c.options.global_batch = 16;
+  c.options.cost_model = fixed_factory(spec);
+  return c;
+}
+
+// Twelve layers whose activations are large: 1F1B's warm-up does not fit everywhere without
+// recompute or a shorter warm-up.
+Case memory_bound() {
+  Case c{"memory-bound", tiny_model(12), fixed_cluster({"A100-40GB"}, 4), {}};
+  FixedCostSpec spec;
+  for (int i = 0; i < 12; ++i) {
+    FixedLayer l = layer_ms(1, 1, 1, 1, 0);
+    l.times.recompute = milliseconds(1);
+    l.activations = {Bytes(5e9), Bytes(3e9), Bytes(0.5e9)};
+    l.boundary = Bytes(1e6);
+    spec.layers.push_back(l);
+  }
+  c.options.global_batch = 12;
+  c.options.micro_batch_size = 1;
+  c.options.cost_model = fixed_factory(spec);
+  return c;
+}
+
+// A real preset under the analytic cost model on a small PCIe cluster of two nodes.
+Case analytic_pcie() {
+  Result<Json> doc = parse_yaml(R"(
+name: small-pcie
+network: {kind: ethernet, bandwidth_GBps: 3.125, latency_us: 20}
+nodes:
+  - name: a10
+    count: 2
+    devices: {type: A10, count: 2}
+    nic: {bandwidth_GBps: 3.125, count: 1}
+)",
+                                "small-pcie");
+  MOTLEY_CHECK(doc.is_ok(), doc.status().message());
+  Result<ClusterSpec> cluster = cluster_from_json(doc.value(), "small-pcie");
+  MOTLEY_CHECK(cluster.is_ok(), cluster.status().message());
+  Result<ModelSpec> model = model_preset("tiny-hybrid");
+  MOTLEY_CHECK(model.is_ok(), model.status().message());
+  Case c{"analytic-pcie", model.value(), cluster.value(), {}};
+  c.options.global_batch = 16;
+  return c;
+}
+
+std::vector<Case> small_cases() {
+  return {heavy_head(), two_generations(), memory_bound(), analytic_pcie()};
+}
+
+// The checks a plan file gets from `motley simulate`, with the tuner's own cost model.
+void expect_runnable(const Case& c, const TuneOptions& options, const Plan& plan) {
+  std::unique_ptr<CostModel> cost;
+  const Workload w{plan.seq_len, plan.micro_batch_size, c.model.dtype, c.model.dropout};
+  if (options.cost_model) {
+    cost = options.cost_model(c.model, c.cluster, w);
+  } else {
+    AnalyticCostOptions analytic;
+    analytic.workload = w;
+    cost = std::make_unique<AnalyticCostModel>(c.model, c.cluster, analytic);
+  }
+  ValidateOptions validate;
+  validate.footprint = [&](int r, int g, int s) {
+    const Stage& st = plan.stages[s];
+    MemoryOptions m{st.recompute, 0, static_cast<int64_t>(plan.replicas.size()), plan.zero1};
+    StageMemory mem = cost->stage_memory(LayerRange{st.layer_begin, st.layer_end},
+                                         DeviceGroup{plan.replicas[r].groups[g].devices}, m);
+    return StageFootprint{mem.total(), mem.activations_per_micro_batch};
+  };
+  Status valid = validate_plan(plan, c.model, c.cluster, validate);
+  EXPECT_TRUE(valid.is_ok()) << c.name << ": " << valid.message();
+  Result<SimResult> sim = simulate(SimOptions{}, plan, *cost);
+  ASSERT_TRUE(sim.is_ok()) << sim.status().message();
+  EXPECT_TRUE(sim->fits_memory) << c.name;
+  ASSERT_TRUE(plan.predicted.has_value());
+  EXPECT_DOUBLE_EQ(plan.predicted->iteration_time.value(), sim->iteration_time.value());
+  EXPECT_EQ(plan.global_batch, options.global_batch);
+}
+
+TEST(TuneTest, SameSeedGivesTheSamePlanWhateverTheThreads) {
+  for (const Case& c : small_cases()) {
+    TuneOptions one = c.options;
+    one.threads = 1;
+    TuneOptions two = c.options;
+    two.threads = 2;
+    Result<TuneResult> a = tune(one, c.model, c.cluster);
+    Result<TuneResult> b = tune(two, c.model, c.cluster);
+    Result<TuneResult> again = tune(two, c.model, c.cluster);
+    ASSERT_TRUE(a.is_ok()) << c.name << ": " << a.status().message();
+    ASSERT_TRUE(b.is_ok() && again.is_ok()) << c.name;
+    EXPECT_EQ(plan_to_text(a->plan), plan_to_text(b->plan)) << c.name;
+    EXPECT_EQ(plan_to_text(b->plan), plan_to_text(again->plan)) << c.name;
+    EXPECT_EQ(a->explanation, b->explanation) << c.name;
+  }
+}
+
+TEST(TuneTest, ReturnsOnlyRunnablePlansThatFitMemory) {
+  for (const Case& c : small_cases()) {
+    Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+    ASSERT_TRUE(r.is_ok()) << c.name << ": " << r.status().message();
+    EXPECT_TRUE(r->simulation.fits_memory) << c.name;
+    expect_runnable(c, c.options, r->plan);
+    for (const DeviceStats& d : r->simulation.devices) EXPECT_LE(d.peak_memory, d.capacity);
+  }
+}
+
+TEST(TuneTest, MemoryBoundCaseUsesRecomputeOrAShorterWarmUp) {
+  // 1F1B on four stages of three layers holds 4 x 3 x 5 GB = 60 GB on stage 0, more than an
+  // A100-40GB: the plan recomputes somewhere or keeps fewer micro-batches in flight.
+  const Case c = memory_bound();
+  Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  bool recomputes = false;
+  for (const Stage& s : r->plan.stages) recomputes |= s.recompute != RecomputePolicy::kNone;
+  int64_t deepest = 0;
+  for (const DeviceStats& d : r->simulation.devices) {
+    EXPECT_LE(d.peak_memory, d.capacity) << d.device;
+    EXPECT_LE(d.capacity.value(), 40 * kGiB);
+    deepest = std::max(deepest, d.peak_in_flight);
+  }
+  EXPECT_TRUE(recomputes || r->plan.stages.size() < 4 || deepest * 3 * 5e9 <= 40 * kGiB)
+      << plan_to_text(r->plan);
+  // With room for nothing at all the tuner says so instead of returning a plan.
+  Case tight = c;
+  FixedCostSpec spec;
+  for (int i = 0; i < 12; ++i) spec.layers.push_back(layer_ms(1, 1, 1, 40, 1));
+  tight.options.cost_model = fixed_factory(spec);
+  Result<TuneResult> none = tune(tight.options, tight.model, tight.cluster);
+  ASSERT_FALSE(none.is_ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kInfeasible);
+  EXPECT_NE(none.status().message().find("strategy 'motley' found no plan"), std::string::npos)
+      << none.status().message();
+}
+
+TEST(TuneTest, EveryBaselineGivesAValidPlanAndMotleyIsNeverSlower) {
+  for (const Case& c : small_cases()) {
+    Result<TuneResult> full = tune(c.options, c.model, c.cluster);
+    ASSERT_TRUE(full.is_ok()) << c.name << ": " << full.status().message();
+    ASSERT_EQ(full->baselines.size(), tune_strategy_names().size() - 1);
+    for (const StrategyOutcome& b : full->baselines) {
+      ASSERT_TRUE(b.feasible) << c.name << " " << b.strategy << ": " << b.detail;
+      expect_runnable(c, c.options, b.plan);
+      EXPECT_LE(full->simulation.iteration_time.value(), b.iteration_time.value() * (1 + 1e-12))
+          << c.name << " vs " << b.strategy;
+    }
+    // Each baseline asked for by name returns the same plan as reported alongside motley.
+    for (const StrategyOutcome& b : full->baselines) {
+      TuneOptions o = c.options;
+      o.strategy = b.strategy;
+      Result<TuneResult> alone = tune(o, c.model, c.cluster);
+      ASSERT_TRUE(alone.is_ok()) << c.name << " " << b.strategy << ": " << alone.status().message();
+      EXPECT_EQ(alone->strategy, b.strategy);
+      EXPECT_TRUE(alone->baselines.empty());
+      expect_runnable(c, o, alone->plan);
+    }
+  }
+}
+
+TEST(TuneTest, DefaultSearchIsWithinTwoPercentOfExhaustive) {
+  for (const Case& c : small_cases()) {
+    TuneOptions ex = c.options;
+    ex.exhaustive = true;
+    ex.report_baselines = false;
+    ex.time_budget = Seconds(120);
+    Result<TuneResult> best = tune(ex, c.model, c.cluster);
+    ASSERT_TRUE(best.is_ok()) << c.name << ": " << best.status().message();
+    Result<TuneResult> found = tune(c.options, c.model, c.cluster);
+    ASSERT_TRUE(found.is_ok()) << c.name;
+    EXPECT_LE(found->simulation.iteration_time.value(),
+              1.02 * best->simulation.iteration_time.value())
+        << c.name << ": default " << found->simulation.iteration_time.value() << " s, exhaustive "
+        << best->simulation.iteration_time.value() << " s";
+    expect_runnable(c, ex, best->plan);
+  }
+}
+
+TEST(TuneTest, LowerBoundIsBelowEverySimulatedTime) {
+  for (const Case& c : small_cases()) {
+    Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+    ASSERT_TRUE(r.is_ok()) << c.name;
+    const double bound = r->lower_bound.value();
+    EXPECT_GT(bound, 0) << c.name;
+    EXPECT_LE(bound, r->simulation.iteration_time.value()) << c.name;
+    EXPECT_NEAR(r->efficiency, bound / r->simulation.iteration_time.value(), 1e-12);
+    for (const StrategyOutcome& b : r->baselines) {
+      EXPECT_LE(bound, b.iteration_time.value()) << c.name << " " << b.strategy;
+    }
+  }
+}
+
+TEST(TuneTest, LowerBoundIsTheWorkOverTheAggregateRate) {
+  // Eight layers of F + B + W = 3 ms on an H100, 6 ms on an A100, no memory traffic to update:
+  // two of each do 2/3 + 2/6 = 1 layer-micro-batch per ms, and 16 micro-batches of 8 layers
+  // take 128 ms at best.
+  Case c = two_generations();
+  FixedCostSpec spec;
+  std::vector<FixedLayerTimes> slow;
+  for (int i = 0; i < 8; ++i) {
+    spec.layers.push_back(layer_ms(1, 1, 1));
+    slow.push_back({milliseconds(2), milliseconds(2), milliseconds(2), Seconds(0)});
+  }
+  spec.device_times = {{"A100-80GB", slow}};
+  c.options.cost_model = fixed_factory(spec);
+  c.options.micro_batch_size = 1;
+  Result<Seconds> bound = iteration_lower_bound(c.options, c.model, c.cluster);
+  ASSERT_TRUE(bound.is_ok()) << bound.status().message();
+  EXPECT_NEAR(bound->value(), 0.128, 1e-9);
+  // One type: the work over the device count.
+  Case h = heavy_head();
+  h.options.micro_batch_size = 1;
+  bound = iteration_lower_bound(h.options, h.model, h.cluster);
+  ASSERT_TRUE(bound.is_ok());
+  // (7 x 3 ms + 9 ms) x 16 micro-batches, plus one optimizer pass over the 8 x 15 GB of weights
+  // at the H100's memory bandwidth, over 4 devices.
+  Result<const DeviceType*> h100 = find_device_type("H100-SXM");
+  ASSERT_TRUE(h100.is_ok());
+  const double step = 8 * 15e9 / h100.value()->memory_bandwidth.value();
+  EXPECT_NEAR(bound->value(), ((7 * 3e-3 + 9e-3) * 16 + step) / 4, 1e-12);
+}
+
+TEST(TuneTest, HeavyHeadGetsAStageOfItsOwnSize) {
+  // 8 x 15 GB does not fit one device: Megatron's rule pipelines 4 + 4 layers (12 ms and 18 ms
+  // per micro-batch); balancing by time gives the head's stage fewer layers.
+  const Case c = heavy_head();
+  Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  ASSERT_FALSE(r->baselines.empty());
+  const StrategyOutcome& megatron = r->baselines[0];
+  ASSERT_EQ(megatron.strategy, "megatron-1f1b");
+  ASSERT_EQ(megatron.plan.stages.size(), 2u);
+  EXPECT_EQ(megatron.plan.stages[1].layer_end - megatron.plan.stages[1].layer_begin, 4);
+  const Stage& last = r->plan.stages.back();
+  EXPECT_LT(last.layer_end - last.layer_begin, 4) << plan_to_text(r->plan);
+  EXPECT_LT(r->simulation.iteration_time, megatron.iteration_time);
+}
+
+TEST(TuneTest, ReportsProgressByPhase) {
+  Case c = heavy_head();
+  std::vector<std::string> phases;
+  int64_t last_count = 0;
+  bool monotone = true;
+  c.options.progress = [&](const TuneProgress& p) {
+    if (phases.empty() || phases.back() != p.phase) phases.push_back(p.phase);
+    monotone = monotone && p.candidates_evaluated >= last_count;
+    last_count = p.candidates_evaluated;
+  };
+  Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_TRUE(monotone);
+  ASSERT_GE(phases.size(), 3u);
+  EXPECT_EQ(phases.front(), "baselines");
+  EXPECT_EQ(phases.back(), "done");
+  EXPECT_NE(std::find(phases.begin(), phases.end(), "structures"), phases.end());
+  EXPECT_EQ(last_count, r->candidates_evaluated);
+}
+
+TEST(TuneTest, RejectsBadOptionsNamingThem) {
+  const Case c = heavy_head();
+  TuneOptions o = c.options;
+  o.global_batch = 0;
+  Result<TuneResult> r = tune(o, c.model, c.cluster);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "tune options: 'global_batch' must be a positive number of sequences, got 0");
+  o = c.options;
+  o.strategy = "fastest";
+  r = tune(o, c.model, c.cluster);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("'strategy' is 'fastest'; expected motley, megatron-1f1b"),
+            std::string::npos)
+      << r.status().message();
+  o = c.options;
+  o.micro_batch_size = 3;
+  r = tune(o, c.model, c.cluster);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(),
+            "tune options: 'micro_batch_size' (3) must divide 'global_batch' (16)");
+  o = c.options;
+  o.exhaustive = true;
+  Case big = c;
+  big.model = tiny_model(17);
+  r = tune(o, big.model, big.cluster);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("'exhaustive' needs at most 8 devices and 16 layers"),
+            std::string::npos)
+      << r.status().message();
+}
+
+TEST(TuneTest, ExplainsTheDecisionsAgainstMegatron) {
+  const Case c = heavy_head();
+  Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(r.is_ok());
+  ASSERT_GE(r->explanation.size(), 5u);
+  EXPECT_EQ(r->explanation[0].rfind("Placement: ", 0), 0u);
+  EXPECT_EQ(r->explanation[1].rfind("Partition: ", 0), 0u);
+  EXPECT_EQ(r->explanation[2].rfind("Recompute: ", 0), 0u);
+  EXPECT_EQ(r->explanation[3].rfind("Schedule: ", 0), 0u);
+  EXPECT_NE(r->explanation[4].find("x megatron-1f1b"), std::string::npos) << r->explanation[4];
+}
+
+}  // namespace
+}  // namespace motley
