@@ -488,6 +488,12 @@ Status RankExecutor::Impl::run_step() {
       status = run_action(*a);
       where = std::to_string(a->stage) + action_letter(a->kind) + std::to_string(a->micro_batch);
       MOTLEY_RETURN_IF_ERROR(status.with_context("at " + where));
+      if (options.after_action) {
+        // From when the inputs were there: waiting for a message is not the action's compute.
+        const std::chrono::duration<double> elapsed =
+            std::chrono::steady_clock::now() - std::max(start, ready);
+        options.after_action(rank, steps_done, *a, Seconds(elapsed.count()));
+      }
       record(TraceEvent::Kind::kAction, *a, where, start);
     } else {
       const CommOp& c = std::get<CommOp>(op);

@@ -7,9 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <mutex>
+#include <optional>
 #include <thread>
 
+#include "motley/core/json.h"
 #include "motley/exec/executor.h"
 #include "motley/exec/gloo_transport.h"
 #include "test_util.h"
@@ -67,6 +70,73 @@ TEST(Train, AFailingRankStopsTheRunWithItsError) {
   auto report = train_in_process(options, plan, model, *tokens);
   ASSERT_FALSE(report.is_ok());
   EXPECT_EQ(report.status().message(), "stage 1 broke");
+}
+
+TEST(Train, ResumingFromACheckpointContinuesTheRunExactly) {
+  const ModelSpec model = preset("tiny-llama");
+  const Plan plan = uniform_plan(model, {ScheduleKind::k1f1b, 3, 1, 3, 1});
+  auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 3), "corpus");
+  testing::single_threaded();
+  TrainOptions straight;
+  straight.exec = exec_options();
+  straight.steps = 4;
+  auto full = train_in_process(straight, plan, model, *tokens);
+  ASSERT_TRUE(full.is_ok()) << full.status().message();
+  ASSERT_EQ(full->losses.size(), 4u);
+  EXPECT_EQ(full->first_step, 0);
+  EXPECT_EQ(full->step_times.size(), 4u);
+
+  const std::string dir = ::testing::TempDir() + "/motley_train_resume";
+  std::filesystem::remove_all(dir);
+  TrainOptions first = straight;
+  first.steps = 3;
+  first.checkpoint_dir = dir;
+  first.checkpoint_every = 2;
+  // After the third step (index 2) and before its own save, the periodic save of step 2 is there.
+  std::optional<int64_t> manifest_step_seen_at_third_step;
+  first.on_rank_step = [&](int rank, const StepResult& result, Seconds) {
+    if (rank != 0 || result.step != 2) return;
+    auto manifest = read_json_file(dir + "/manifest.json");
+    if (manifest.is_ok()) manifest_step_seen_at_third_step = (*manifest)["step"].get<int64_t>();
+  };
+  auto head = train_in_process(first, plan, model, *tokens);
+  ASSERT_TRUE(head.is_ok()) << head.status().message();
+  EXPECT_EQ(manifest_step_seen_at_third_step, std::optional<int64_t>(2));
+
+  TrainOptions rest = straight;
+  rest.steps = 1;
+  rest.resume_from = dir;
+  std::mutex mu;
+  int rank_steps = 0;
+  rest.on_rank_step = [&](int, const StepResult& result, Seconds) {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(result.step, 3);
+    ++rank_steps;
+  };
+  auto tail = train_in_process(rest, plan, model, *tokens);
+  ASSERT_TRUE(tail.is_ok()) << tail.status().message();
+  EXPECT_EQ(tail->first_step, 3);
+  EXPECT_EQ(rank_steps, 3);  // every rank, once
+  ASSERT_EQ(head->losses.size(), 3u);
+  ASSERT_EQ(tail->losses.size(), 1u);
+  for (int s = 0; s < 3; ++s) EXPECT_EQ(head->losses[s], full->losses[s]);
+  EXPECT_EQ(tail->losses[0], full->losses[3]);  // same plan: bit-identical
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Train, AMissingCheckpointIsNotFound) {
+  const ModelSpec model = preset("tiny-llama");
+  const Plan plan = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 2, 1});
+  auto tokens = TokenStream::from_text(synthetic_corpus(4096, 3), "corpus");
+  TrainOptions options;
+  options.exec = exec_options();
+  options.resume_from = ::testing::TempDir() + "/motley_no_such_checkpoint";
+  auto report = train_in_process(options, plan, model, *tokens);
+  ASSERT_FALSE(report.is_ok());
+  EXPECT_EQ(report.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(report.status().message().find("motley_no_such_checkpoint/manifest.json"),
+            std::string::npos)
+      << report.status().message();
 }
 
 TEST(Gloo, ExecutorMatchesTheReferenceBitForBit) {

@@ -44,6 +44,11 @@ struct ExecOptions {
   OptimizerOptions optimizer;
   StageFactory stage_factory;
   bool record_trace = false;  // fill StepResult::events
+  // Called on the rank's thread right after each compute action of step `step` finished, with
+  // its measured compute time (from when its inputs were there, TraceEvent::ready, to its end),
+  // before the action is recorded in the trace (time spent here counts as the action's). A seam
+  // for emulated slower devices (emulation.h) and fault injection.
+  std::function<void(int rank, int64_t step, const Action& action, Seconds elapsed)> after_action;
 };
 
 // One measured piece of a step on one rank, timed by the rank's steady clock from the moment

@@ -1,0 +1,52 @@
+// `motley run ...` in the main executable: replaces this process with motley-run (found beside
+// this executable) so that only training pays for loading libtorch.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+
+namespace motley::cli {
+namespace {
+
+Status forward_to_motley_run(const std::vector<std::string>& args) {
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return internal_error("cannot locate the motley executable: " + ec.message());
+  std::string target = (self.parent_path() / "motley-run").string();
+  if (::access(target.c_str(), X_OK) != 0) {
+    return not_found("'motley run' needs " + target +
+                     ", built beside motley (cmake --build build builds it)");
+  }
+  std::vector<std::string> argv_storage = {target, "run"};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv(target.c_str(), argv.data());
+  return io_error("cannot start " + target + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
+void add_run_forwarder(CLI::App& app, Action* action) {
+  CLI::App* run =
+      app.add_subcommand("run",
+                         "Train under a plan with the executor: one rank per device group (see "
+                         "'motley run --help')");
+  // Everything after `run`, --help included, belongs to motley-run.
+  run->prefix_command();
+  run->allow_extras();
+  run->set_help_flag();
+  run->callback([run, action] {
+    std::vector<std::string> args = run->remaining();
+    *action = [args] { return forward_to_motley_run(args); };
+  });
+}
+
+}  // namespace motley::cli

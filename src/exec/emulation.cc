@@ -1,0 +1,209 @@
+#include "motley/exec/emulation.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace motley {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void sleep_for(Seconds duration) {
+  if (duration.value() > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(duration.value()));
+  }
+}
+
+// A send waiting for its due time, then the request `inner` returned for it.
+struct PendingSend {
+  at::Tensor tensor;
+  int peer = 0;
+  MessageTag tag = 0;
+  std::string what;
+  bool posted = false;  // guarded by DelayedTransport::mu_
+  Status post_status;
+  std::unique_ptr<TransportRequest> request;
+};
+
+class DelayedTransport;
+
+class DelayedRequest final : public TransportRequest {
+ public:
+  DelayedRequest(DelayedTransport* owner, std::shared_ptr<PendingSend> pending)
+      : owner_(owner), pending_(std::move(pending)) {}
+  Status wait() override;
+
+ private:
+  DelayedTransport* owner_;
+  std::shared_ptr<PendingSend> pending_;
+  bool finished_ = false;
+  Status status_;
+};
+
+class DelayedTransport final : public Transport {
+ public:
+  DelayedTransport(Transport& inner, MessageTime message_time, AllReduceTime all_reduce_time)
+      : inner_(inner),
+        message_time_(std::move(message_time)),
+        all_reduce_time_(std::move(all_reduce_time)),
+        poster_([this] { post_loop(); }) {}
+
+  ~DelayedTransport() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    poster_.join();
+  }
+
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+
+  Result<std::unique_ptr<TransportRequest>> send(const at::Tensor& tensor, int peer, MessageTag tag,
+                                                 std::string what) override {
+    auto pending = std::make_shared<PendingSend>();
+    pending->tensor = tensor;
+    pending->peer = peer;
+    pending->tag = tag;
+    pending->what = std::move(what);
+    const Seconds delay = message_time_
+                              ? message_time_(rank(), peer, static_cast<int64_t>(tensor.nbytes()))
+                              : Seconds(0);
+    const auto due = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(delay.value()));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.emplace(due, pending);
+    }
+    cv_.notify_all();
+    return std::unique_ptr<TransportRequest>(new DelayedRequest(this, std::move(pending)));
+  }
+
+  Result<std::unique_ptr<TransportRequest>> recv(const at::Tensor& buffer, int peer, MessageTag tag,
+                                                 std::string what) override {
+    std::lock_guard<std::mutex> lock(inner_mu_);
+    return inner_.recv(buffer, peer, tag, std::move(what));
+  }
+
+  Status all_reduce_sum(const std::vector<at::Tensor>& tensors,
+                        const std::vector<int>& ranks) override {
+    Status status;
+    {
+      std::lock_guard<std::mutex> lock(inner_mu_);
+      status = inner_.all_reduce_sum(tensors, ranks);
+    }
+    if (status.is_ok() && all_reduce_time_ && ranks.size() > 1) {
+      int64_t bytes = 0;
+      for (const at::Tensor& t : tensors) bytes += static_cast<int64_t>(t.nbytes());
+      sleep_for(all_reduce_time_(ranks, bytes));
+    }
+    return status;
+  }
+
+  Status barrier() override {
+    std::lock_guard<std::mutex> lock(inner_mu_);
+    return inner_.barrier();
+  }
+
+  // Blocks until the helper thread posted `pending` (at most its delay, or until shut down).
+  void await_posting(const PendingSend& pending) {
+    std::unique_lock<std::mutex> lock(mu_);
+    posted_cv_.wait(lock, [&] { return pending.posted; });
+  }
+
+ private:
+  void post_loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      if (queue_.empty()) {
+        if (stop_) return;
+        cv_.wait(lock);
+        continue;
+      }
+      auto first = queue_.begin();
+      if (!stop_ && Clock::now() < first->first) {
+        cv_.wait_until(lock, first->first);
+        continue;
+      }
+      std::shared_ptr<PendingSend> pending = first->second;
+      queue_.erase(first);
+      Status status;
+      std::unique_ptr<TransportRequest> request;
+      if (stop_) {
+        status = io_error("rank " + std::to_string(inner_.rank()) +
+                          ": the transport closed before " + pending->what + " was sent");
+      } else {
+        lock.unlock();
+        {
+          std::lock_guard<std::mutex> io(inner_mu_);
+          auto posted = inner_.send(pending->tensor, pending->peer, pending->tag, pending->what);
+          if (posted.is_ok()) {
+            request = std::move(posted).value();
+          } else {
+            status = posted.status();
+          }
+        }
+        lock.lock();
+      }
+      pending->post_status = status;
+      pending->request = std::move(request);
+      pending->posted = true;
+      posted_cv_.notify_all();
+    }
+  }
+
+  Transport& inner_;
+  MessageTime message_time_;
+  AllReduceTime all_reduce_time_;
+  std::mutex inner_mu_;  // one thread at a time in `inner_`
+  std::mutex mu_;        // guards the fields below and PendingSend::posted
+  std::condition_variable cv_;
+  std::condition_variable posted_cv_;
+  std::multimap<Clock::time_point, std::shared_ptr<PendingSend>> queue_;
+  bool stop_ = false;
+  std::thread poster_;  // last: starts once the fields above exist
+};
+
+Status DelayedRequest::wait() {
+  if (finished_) return status_;
+  owner_->await_posting(*pending_);
+  finished_ = true;
+  status_ = pending_->post_status.is_ok() ? pending_->request->wait() : pending_->post_status;
+  return status_;
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> make_delayed_transport(Transport& inner, MessageTime message_time,
+                                                  AllReduceTime all_reduce_time) {
+  return std::make_unique<DelayedTransport>(inner, std::move(message_time),
+                                            std::move(all_reduce_time));
+}
+
+void apply_emulation(const EmulationOptions& emulation, TrainOptions* options) {
+  auto previous = options->exec.after_action;
+  const std::vector<double> slowdown = emulation.compute_slowdown;
+  options->exec.after_action = [previous, slowdown](int rank, int64_t step, const Action& action,
+                                                    Seconds elapsed) {
+    if (previous) previous(rank, step, action, elapsed);
+    if (rank >= 0 && rank < static_cast<int>(slowdown.size()) && slowdown[rank] > 1) {
+      sleep_for((slowdown[rank] - 1) * elapsed);
+    }
+  };
+  if (emulation.message_time || emulation.all_reduce_time) {
+    MessageTime message_time = emulation.message_time;
+    AllReduceTime all_reduce_time = emulation.all_reduce_time;
+    options->decorate_transport = [message_time, all_reduce_time](Transport& inner) {
+      return make_delayed_transport(inner, message_time, all_reduce_time);
+    };
+  }
+}
+
+}  // namespace motley

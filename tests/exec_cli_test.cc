@@ -1,0 +1,281 @@
+// Whole-program tests of `motley run` and `motley launch`: the executor through the binary, as
+// threads and as Gloo processes, against the sequential reference; checkpoints resumed under
+// the same and another plan; the measured trace; emulation; bad input (exit 2, one message);
+// and a rank that dies or hangs.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string temp_path(const std::string& name) {
+  return "/tmp/motley_exec_cli_test_" + std::to_string(::getpid()) + "_" + name;
+}
+
+// Runs the binary with `env` (VAR=value ...) in a clean distributed environment.
+RunResult run_motley(const std::string& args, const std::string& env = "") {
+  static int counter = 0;
+  const std::string base = temp_path(std::to_string(counter++));
+  const std::string cmd =
+      "env -u WORLD_SIZE -u RANK -u OMPI_COMM_WORLD_SIZE -u OMPI_COMM_WORLD_RANK -u "
+      "MOTLEY_TEST_FAULT " +
+      env + " " + MOTLEY_BINARY + " " + args + " >" + base + ".out 2>" + base + ".err";
+  const int status = std::system(cmd.c_str());
+  RunResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(base + ".out");
+  r.err = slurp(base + ".err");
+  std::remove((base + ".out").c_str());
+  std::remove((base + ".err").c_str());
+  return r;
+}
+
+nlohmann::json run_json(const std::string& args, const std::string& env = "") {
+  RunResult r = run_motley(args, env);
+  EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+  try {
+    return nlohmann::json::parse(r.out);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << args << ": not one JSON object: " << e.what() << "\n" << r.out;
+    return nlohmann::json::object();
+  }
+}
+
+std::string example(const std::string& name) {
+  return std::string(MOTLEY_SOURCE_DIR) + "/examples/plans/" + name;
+}
+std::string data(const std::string& name) {
+  return std::string(MOTLEY_TEST_DATA_DIR) + "/run/" + name;
+}
+
+const std::string kFourStage = example("1f1b-4stage.json");
+
+std::vector<double> losses_of(const nlohmann::json& j) {
+  return j.value("losses", std::vector<double>{});
+}
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& want,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_LT(std::abs(got[i] - want[i]) / std::abs(want[i]), 1e-5)
+        << what << " step " << i << ": " << got[i] << " vs " << want[i];
+  }
+}
+
+// The sequential reference's losses on the 4-stage example (fp32, one thread), computed once.
+const std::vector<double>& reference_losses() {
+  static const std::vector<double> losses = losses_of(
+      run_json("run --plan " + kFourStage + " --steps 3 --json --sequential --threads 1"));
+  return losses;
+}
+
+// Bad input: exit 2, one "motley: error:" message naming each of `needles`, nothing on stdout.
+void expect_bad_input(const std::string& args, const std::vector<std::string>& needles,
+                      const std::string& env = "") {
+  RunResult r = run_motley(args, env);
+  EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+  EXPECT_EQ(r.out, "") << args;
+  EXPECT_NE(r.err.find("motley: error: "), std::string::npos) << r.err;
+  for (const auto& n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << n << "\n" << r.err;
+}
+
+TEST(RunTest, ThreadsMatchTheSequentialReferenceAndWriteTheMeasuredTrace) {
+  const std::string trace = temp_path("trace.json");
+  const nlohmann::json j =
+      run_json("run --plan " + kFourStage + " --steps 3 --json --trace " + trace);
+  EXPECT_EQ(j.value("mode", ""), "threads");
+  EXPECT_EQ(j.value("world_size", 0), 4);
+  EXPECT_EQ(j.value("first_step", -1), 0);
+  EXPECT_EQ(j["step_time_s"].size(), 3u);
+  EXPECT_GT(j.value("tokens_per_s", 0.0), 0.0);
+  EXPECT_EQ(j.value("tokens_per_step", 0.0), 8.0 * 64);  // global batch 8 x 64 tokens
+  EXPECT_EQ(j["ranks"].size(), 4u);
+  expect_close(losses_of(j), reference_losses(), "threads vs sequential");
+
+  // One track per rank; every compute action of every step (16 per rank per step in 1F1B with
+  // 8 micro-batches: 8 F and 8 fused B) as one complete event named like "2F5".
+  const nlohmann::json doc = nlohmann::json::parse(slurp(trace));
+  std::remove(trace.c_str());
+  EXPECT_EQ(doc["otherData"].value("measured", false), true);
+  int tracks = 0, actions = 0;
+  const std::regex action_name("[0-9]+[FBIWR][0-9]+");
+  for (const auto& e : doc["traceEvents"]) {
+    if (e.value("ph", "") == "M" && e.value("name", "") == "thread_name" &&
+        e["args"].value("name", "").rfind("rank ", 0) == 0) {
+      ++tracks;
+    }
+    if (e.value("ph", "") == "X" && std::regex_match(e.value("name", ""), action_name)) ++actions;
+  }
+  EXPECT_EQ(tracks, 4);
+  EXPECT_EQ(actions, 3 * 4 * 16);
+}
+
+TEST(RunTest, LaunchOverGlooMatchesTheSequentialReference) {
+  const nlohmann::json j =
+      run_json("launch --nproc 4 -- run --plan " + kFourStage + " --steps 3 --json");
+  EXPECT_EQ(j.value("mode", ""), "gloo");
+  EXPECT_EQ(j.value("rank", -1), 3);  // the last stage's rank computes the loss
+  expect_close(losses_of(j), reference_losses(), "gloo vs sequential");
+}
+
+TEST(RunTest, TextOutputIsOneLinePerStep) {
+  RunResult r = run_motley("run --plan " + kFourStage + " --steps 2 --data synthetic");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::regex line("step +[0-9]+  loss [0-9.]+  time +[0-9.]+ [mun]?s  .* tokens/s");
+  std::istringstream lines(r.out);
+  int steps = 0;
+  for (std::string l; std::getline(lines, l);) {
+    EXPECT_TRUE(std::regex_match(l, line)) << l;
+    ++steps;
+  }
+  EXPECT_EQ(steps, 2);
+}
+
+TEST(RunTest, ResumingEqualsAnUninterruptedRunUnderTheSameAndAnotherPlan) {
+  const std::string dir = temp_path("ckpt");
+  const std::string copy = temp_path("ckpt_copy");
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(copy);
+  const std::vector<double> straight =
+      losses_of(run_json("run --plan " + kFourStage + " --steps 4 --json"));
+  ASSERT_EQ(straight.size(), 4u);
+  const nlohmann::json head =
+      run_json("run --plan " + kFourStage + " --steps 2 --json --checkpoint-dir " + dir);
+  EXPECT_EQ(losses_of(head), std::vector<double>(straight.begin(), straight.begin() + 2));
+  std::filesystem::copy(dir, copy, std::filesystem::copy_options::recursive);
+
+  const nlohmann::json tail =
+      run_json("run --plan " + kFourStage + " --steps 2 --json --resume --checkpoint-dir " + dir);
+  EXPECT_EQ(tail.value("first_step", -1), 2);
+  // The same plan resumes bit for bit (JSON carries doubles exactly).
+  EXPECT_EQ(losses_of(tail), std::vector<double>(straight.begin() + 2, straight.end()));
+
+  // Two stages and two replicas (ZB-H1) over the same global batch continue within rounding.
+  const nlohmann::json other =
+      run_json("run --plan " + data("zb-h1-2stage-2replica-tiny-llama.json") +
+               " --steps 2 --json --resume --checkpoint-dir " + copy);
+  EXPECT_EQ(other.value("first_step", -1), 2);
+  EXPECT_EQ(other.value("world_size", 0), 4);
+  expect_close(losses_of(other), std::vector<double>(straight.begin() + 2, straight.end()),
+               "resumed under another plan");
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(copy);
+}
+
+TEST(RunTest, EmulationIsLabelledSlowsTheSlowerDeviceAndKeepsTheLosses) {
+  const std::string plan = data("1f1b-2stage-h100-a100.json");
+  const nlohmann::json native = run_json("run --plan " + plan + " --steps 2 --json");
+  const nlohmann::json emulated = run_json("run --plan " + plan + " --steps 2 --json --emulate");
+  EXPECT_EQ(losses_of(emulated), losses_of(native));  // delays change timing, never values
+  const nlohmann::json& e = emulated["emulation"];
+  ASSERT_TRUE(e.is_object()) << emulated.dump();
+  EXPECT_NE(e.value("note", "").find("emulated"), std::string::npos);
+  EXPECT_EQ(e.value("speeds", ""), "peak");
+  EXPECT_EQ(e["device_types"], (nlohmann::json{"H100-SXM", "A100-80GB"}));
+  // tiny-llama trains in fp32: the catalog's FP32 peaks, 66.9 and 19.5 TFLOP/s.
+  ASSERT_EQ(e["compute_slowdown"].size(), 2u);
+  EXPECT_DOUBLE_EQ(e["compute_slowdown"][0].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(e["compute_slowdown"][1].get<double>(), 66.9 / 19.5);
+  EXPECT_GT(e.value("time_scale", 0.0), 0.0);
+  EXPECT_DOUBLE_EQ(e.value("simulated_iteration_scaled_s", 0.0),
+                   e.value("simulated_iteration_s", 0.0) * e.value("time_scale", 0.0));
+  EXPECT_EQ(emulated.value("ranks", nlohmann::json::array()).size(), 2u);
+
+  RunResult text = run_motley("run --plan " + plan + " --steps 2 --emulate");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_EQ(text.out.rfind("EMULATION on this CPU, not a measurement of default", 0), 0u)
+      << text.out;
+}
+
+TEST(RunTest, TheEmulationComparisonPlansTrain) {
+  // The plans of docs/executor.md's emulated-vs-simulated table that no other test runs.
+  for (const char* name : {"1f1b-2stage-h100-h100.json", "1f1b-2stage-h100-a100-skewed.json"}) {
+    const nlohmann::json j = run_json("run --plan " + data(name) + " --steps 1 --json");
+    EXPECT_EQ(j.value("world_size", 0), 2) << name;
+    EXPECT_EQ(losses_of(j).size(), 1u) << name;
+  }
+}
+
+TEST(RunBadInputTest, APlanForAnotherWorldSize) {
+  expect_bad_input("run --plan " + kFourStage + " --steps 1",
+                   {"1f1b-4stage.json", "4 device groups", "WORLD_SIZE is 2"},
+                   "WORLD_SIZE=2 RANK=0");
+  // Through launch: each rank says so and launch exits 2 naming the first.
+  RunResult r = run_motley("launch --nproc 2 -- run --plan " + kFourStage + " --steps 1");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("[rank 0] motley: error: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("WORLD_SIZE is 2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exited with status 2"), std::string::npos) << r.err;
+}
+
+TEST(RunBadInputTest, MissingPlanFileAndOptions) {
+  expect_bad_input("run --plan /nonexistent/plan.json", {"/nonexistent/plan.json"});
+  expect_bad_input("run --plan " + kFourStage + " --resume", {"--resume", "--checkpoint-dir"});
+  expect_bad_input("run --plan " + kFourStage + " --steps 0", {"--steps"});
+  expect_bad_input("run --plan " + kFourStage + " --emulate --emulate-speeds fast",
+                   {"--emulate-speeds", "peak", "cost"});
+  expect_bad_input("run --plan " + kFourStage + " --steps 1", {"MOTLEY_TEST_FAULT"},
+                   "MOTLEY_TEST_FAULT=one");
+}
+
+TEST(RunBadInputTest, ACorruptCheckpoint) {
+  const std::string dir = temp_path("corrupt");
+  std::filesystem::remove_all(dir);
+  expect_bad_input("run --plan " + kFourStage + " --resume --checkpoint-dir " + dir,
+                   {dir + "/manifest.json", "no such file"});
+  RunResult saved = run_motley("run --plan " + kFourStage + " --steps 1 --checkpoint-dir " + dir);
+  ASSERT_EQ(saved.exit_code, 0) << saved.err;
+  {
+    std::ofstream garbage(dir + "/layer-3.bin", std::ios::trunc);
+    garbage << "not a tensor file";
+  }
+  expect_bad_input("run --plan " + kFourStage + " --resume --checkpoint-dir " + dir,
+                   {dir + "/layer-3.bin"});
+  std::filesystem::remove_all(dir);
+}
+
+TEST(LaunchFaultTest, AKilledRankStopsTheJobAndIsNamed) {
+  // Rank 1 dies (SIGKILL) after its first action of step 1.
+  RunResult r = run_motley("launch --nproc 4 -- run --plan " + kFourStage + " --steps 3",
+                           "MOTLEY_TEST_FAULT=1:1:exit");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("motley: error: rank 1 was killed by signal 9"), std::string::npos) << r.err;
+}
+
+TEST(LaunchFaultTest, AHungRankMakesTheOthersTimeOut) {
+  // Rank 1 stops answering in step 1; its neighbours time out after 2 s naming it.
+  RunResult r =
+      run_motley("launch --nproc 4 -- run --plan " + kFourStage + " --steps 3 --timeout 2",
+                 "MOTLEY_TEST_FAULT=1:1:hang");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("from rank 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("limit 2 s"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exited with status 1"), std::string::npos) << r.err;
+}
+
+}  // namespace
