@@ -143,6 +143,30 @@ TEST(RunTest, LaunchOverGlooMatchesTheSequentialReference) {
   expect_close(losses_of(j), reference_losses(), "gloo vs sequential");
 }
 
+// Every schedule kind, and an irregular order with non-uniform stages and two replicas of 3 and
+// 5 micro-batches, trains to the sequential reference's losses both as threads and as Gloo
+// processes (tests/data/run/schedules/: plans for tiny-llama on h100x8).
+class ScheduleThroughTheBinaryTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ScheduleThroughTheBinaryTest, ThreadsAndGlooMatchTheSequentialReference) {
+  const std::string plan = data("schedules/" + GetParam() + ".json");
+  const nlohmann::json doc = nlohmann::json::parse(slurp(plan));
+  int world = 0;
+  for (const auto& replica : doc["replicas"]) world += static_cast<int>(replica["groups"].size());
+  const std::vector<double> reference =
+      losses_of(run_json("run --plan " + plan + " --steps 3 --json --sequential --threads 1"));
+  ASSERT_EQ(reference.size(), 3u);
+  expect_close(losses_of(run_json("run --plan " + plan + " --steps 3 --json")), reference,
+               GetParam() + " threads vs sequential");
+  expect_close(losses_of(run_json("launch --nproc " + std::to_string(world) + " -- run --plan " +
+                                  plan + " --steps 3 --json")),
+               reference, GetParam() + " gloo vs sequential");
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, ScheduleThroughTheBinaryTest,
+                         ::testing::Values("gpipe", "interleaved", "zb-h1", "zb-v",
+                                           "irregular-uneven"));
+
 TEST(RunTest, TextOutputIsOneLinePerStep) {
   RunResult r = run_motley("run --plan " + kFourStage + " --steps 2 --data synthetic");
   ASSERT_EQ(r.exit_code, 0) << r.err;
