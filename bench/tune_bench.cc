@@ -12,46 +12,10 @@
 #include "motley/core/json.h"
 #include "motley/model/presets.h"
 #include "motley/tune/tune.h"
+#include "scaling_instance.h"
 
 namespace motley {
 namespace {
-
-ModelSpec model_128_layers() {
-  Result<ModelSpec> base = model_preset("llama-3-8b");  // embed, 32 blocks, head
-  MOTLEY_CHECK(base.is_ok(), base.status().message());
-  ModelSpec m = base.value();
-  m.name = "llama-3-8b-126-blocks";
-  std::vector<Layer> layers{m.layers.front()};
-  for (int i = 0; i < 126; ++i) {
-    Layer block = m.layers[1];
-    block.name = "layers." + std::to_string(i);
-    layers.push_back(block);
-  }
-  layers.push_back(m.layers.back());
-  m.layers = layers;
-  return m;
-}
-
-ClusterSpec two_generations(int devices) {
-  const int nodes = std::max(1, devices / 8);
-  const int h100 = (nodes + 1) / 2, a100 = nodes - h100;
-  std::string yaml = "name: bench-" + std::to_string(devices) +
-                     "\nnetwork: {kind: infiniband, bandwidth_GBps: 50, latency_us: 2}\nnodes:\n"
-                     "  - name: h100\n    count: " +
-                     std::to_string(h100) +
-                     "\n    devices: {type: H100-SXM, count: 8}\n    devices_per_pcie_switch: 2\n"
-                     "    nic: {bandwidth_GBps: 50, count: 8}\n";
-  if (a100 > 0) {
-    yaml += "  - name: a100\n    count: " + std::to_string(a100) +
-            "\n    devices: {type: A100-80GB, count: 8}\n    devices_per_pcie_switch: 2\n"
-            "    nic: {bandwidth_GBps: 25, count: 8}\n";
-  }
-  Result<Json> doc = parse_yaml(yaml, "bench");
-  MOTLEY_CHECK(doc.is_ok(), doc.status().message());
-  Result<ClusterSpec> cluster = cluster_from_json(doc.value(), "bench");
-  MOTLEY_CHECK(cluster.is_ok(), cluster.status().message());
-  return cluster.value();
-}
 
 void BM_Tune(benchmark::State& state) {
   const int devices = static_cast<int>(state.range(0));
