@@ -358,6 +358,20 @@ Found Searcher::placement_only() {
   fidelity_ = Fidelity::kScreen;
   auto evals = evaluate(cands);
   // Where memory is short, the same placement with uniform recompute.
+  retry_with_more_recompute(cands, evals);
+  Found found = best_of(cands, evals, "");
+  if (found.ok) found = improve(found, kMoveMicroBatches, 0);
+  fidelity_ = Fidelity::kFull;
+  found = best_of(finalists(cands, evals, found), "");
+  if (found.ok)
+    found.detail = "uniform layers with 1F1B on the best placement: " + describe(found.candidate);
+  found.simulated = evaluator_.simulated() - simulated;
+  found.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return found;
+}
+
+void Searcher::retry_with_more_recompute(std::vector<Candidate>& cands,
+                                         std::vector<std::shared_ptr<const Evaluation>>& evals) {
   for (int round = 0; round < 2; ++round) {
     std::vector<Candidate> retry;
     std::vector<size_t> where;
@@ -379,15 +393,6 @@ Found Searcher::placement_only() {
       evals[where[j]] = again[j];
     }
   }
-  Found found = best_of(cands, evals, "");
-  if (found.ok) found = improve(found, kMoveMicroBatches, 0);
-  fidelity_ = Fidelity::kFull;
-  found = best_of(finalists(cands, evals, found), "");
-  if (found.ok)
-    found.detail = "uniform layers with 1F1B on the best placement: " + describe(found.candidate);
-  found.simulated = evaluator_.simulated() - simulated;
-  found.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return found;
 }
 
 Found Searcher::schedule_only(const Found& base) {
@@ -415,27 +420,7 @@ Found Searcher::schedule_only(const Found& base) {
     if (c.is_ok() && accepts_all(spec, c.value())) cands.push_back(c.value());
   }
   auto evals = evaluate(cands);
-  for (int round = 0; round < 2; ++round) {
-    std::vector<Candidate> retry;
-    std::vector<size_t> where;
-    for (size_t i = 0; i < cands.size(); ++i) {
-      if (memory_failure(*evals[i]) &&
-          cands[i].replicas[0].recompute[0] != RecomputePolicy::kFull) {
-        Candidate c = cands[i];
-        for (PipelineSpec& r : c.replicas) {
-          for (RecomputePolicy& p : r.recompute) p = more_recompute(p);
-        }
-        retry.push_back(c);
-        where.push_back(i);
-      }
-    }
-    if (retry.empty()) break;
-    auto again = evaluate(retry);
-    for (size_t j = 0; j < retry.size(); ++j) {
-      cands[where[j]] = retry[j];
-      evals[where[j]] = again[j];
-    }
-  }
+  retry_with_more_recompute(cands, evals);
   fidelity_ = Fidelity::kFull;
   found = best_of(finalists(cands, evals, Found{}), "");
   if (found.ok) {
@@ -926,27 +911,7 @@ Found Searcher::exhaustive() {
     }
     auto evals = evaluate(batch);
     // The least uniform recompute that fits.
-    for (int round = 0; round < 2; ++round) {
-      std::vector<Candidate> retry;
-      std::vector<size_t> where;
-      for (size_t k = 0; k < batch.size(); ++k) {
-        if (memory_failure(*evals[k]) &&
-            batch[k].replicas[0].recompute[0] != RecomputePolicy::kFull) {
-          Candidate c = batch[k];
-          for (PipelineSpec& r : c.replicas) {
-            for (RecomputePolicy& p : r.recompute) p = more_recompute(p);
-          }
-          retry.push_back(c);
-          where.push_back(k);
-        }
-      }
-      if (retry.empty()) break;
-      auto again = evaluate(retry);
-      for (size_t j = 0; j < retry.size(); ++j) {
-        batch[where[j]] = retry[j];
-        evals[where[j]] = again[j];
-      }
-    }
+    retry_with_more_recompute(batch, evals);
     for (size_t k = 0; k < batch.size(); ++k) {
       if (score_of(evals[k]) < best_score) {
         best_score = score_of(evals[k]);

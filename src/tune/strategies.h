@@ -69,6 +69,11 @@ class Searcher {
 
  private:
   std::vector<std::shared_ptr<const Evaluation>> evaluate(const std::vector<Candidate>& batch);
+  // Candidates that ran out of memory are evaluated again with every stage one recompute
+  // policy further (none -> selective -> full), up to twice; `cands` and `evals` are updated
+  // in place.
+  void retry_with_more_recompute(std::vector<Candidate>& cands,
+                                 std::vector<std::shared_ptr<const Evaluation>>& evals);
   Found best_of(const std::vector<Candidate>& cands,
                 const std::vector<std::shared_ptr<const Evaluation>>& evals,
                 const std::string& detail_prefix) const;
