@@ -1,30 +1,11 @@
 #include "test_util.h"
 
+#include "../plan/test_plans.h"
+
 namespace motley::tune_testing {
 
 ModelSpec tiny_model(int layers, const std::string& name) {
-  ModelSpec m;
-  m.name = name;
-  m.family = "test";
-  m.default_seq_len = 128;
-  for (int i = 0; i < layers; ++i) {
-    Layer l;
-    l.name = "block." + std::to_string(i);
-    l.kind = LayerKind::kDecoderBlock;
-    AttentionShape a;
-    a.hidden = 64;
-    a.num_heads = 4;
-    a.num_kv_heads = 4;
-    a.head_dim = 16;
-    l.attention = a;
-    FeedForwardShape f;
-    f.hidden = 64;
-    f.ffn_size = 256;
-    l.ffn = f;
-    l.num_norms = 2;
-    m.layers.push_back(l);
-  }
-  return m;
+  return testing::small_model(layers, name);
 }
 
 ClusterSpec fixed_cluster(const std::vector<std::string>& node_types, int devices_per_node,
