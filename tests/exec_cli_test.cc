@@ -151,8 +151,10 @@ class ScheduleThroughTheBinaryTest : public ::testing::TestWithParam<std::string
 TEST_P(ScheduleThroughTheBinaryTest, ThreadsAndGlooMatchTheSequentialReference) {
   const std::string plan = data("schedules/" + GetParam() + ".json");
   const nlohmann::json doc = nlohmann::json::parse(slurp(plan));
-  int world = 0;
-  for (const auto& replica : doc["replicas"]) world += static_cast<int>(replica["groups"].size());
+  int world = 0;  // one rank per device
+  for (const auto& replica : doc["replicas"]) {
+    for (const auto& group : replica["groups"]) world += static_cast<int>(group["devices"].size());
+  }
   const std::vector<double> reference =
       losses_of(run_json("run --plan " + plan + " --steps 3 --json --sequential --threads 1"));
   ASSERT_EQ(reference.size(), 3u);
@@ -165,7 +167,7 @@ TEST_P(ScheduleThroughTheBinaryTest, ThreadsAndGlooMatchTheSequentialReference) 
 
 INSTANTIATE_TEST_SUITE_P(Schedules, ScheduleThroughTheBinaryTest,
                          ::testing::Values("gpipe", "interleaved", "zb-h1", "zb-v",
-                                           "irregular-uneven"));
+                                           "irregular-uneven", "zb-h1-tp2"));
 
 TEST(RunTest, TextOutputIsOneLinePerStep) {
   RunResult r = run_motley("run --plan " + kFourStage + " --steps 2 --data synthetic");
@@ -247,8 +249,7 @@ TEST(RunTest, TheEmulationComparisonPlansTrain) {
 
 TEST(RunBadInputTest, APlanForAnotherWorldSize) {
   expect_bad_input("run --plan " + kFourStage + " --steps 1",
-                   {"1f1b-4stage.json", "4 device groups", "WORLD_SIZE is 2"},
-                   "WORLD_SIZE=2 RANK=0");
+                   {"1f1b-4stage.json", "4 devices", "WORLD_SIZE is 2"}, "WORLD_SIZE=2 RANK=0");
   // Through launch: each rank says so and launch exits 2 naming the first.
   RunResult r = run_motley("launch --nproc 2 -- run --plan " + kFourStage + " --steps 1");
   EXPECT_EQ(r.exit_code, 2) << r.err;

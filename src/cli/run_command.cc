@@ -129,18 +129,6 @@ Result<std::optional<FaultHook>> fault_from_env() {
   return std::optional<FaultHook>(f);
 }
 
-int world_size_of(const Plan& plan) {
-  int world = 0;
-  for (const Replica& r : plan.replicas) world += static_cast<int>(r.groups.size());
-  return world;
-}
-
-std::string join_ints(const std::vector<int>& ids) {
-  std::string out;
-  for (int id : ids) out += (out.empty() ? "" : ",") + std::to_string(id);
-  return out;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Emulation: the numbers the executor's hooks need, from the cluster and the cost model.
 
@@ -151,23 +139,23 @@ struct Emulation {
   Seconds simulated_iteration;            // the simulator's iteration time on the cluster
 };
 
-// The devices a rank runs on and their type.
+// The device a rank stands for, its group and its type.
 struct RankDevices {
-  std::vector<int> devices;
+  int device = 0;
   std::string type;
-  FlopsPerSecond peak;  // the group's: devices x per-device peak in the model's dtype
+  FlopsPerSecond peak;  // the device's, in the model's dtype
 };
 
-std::vector<RankDevices> rank_devices(const Plan& plan, const RankLayout& layout,
-                                      const Topology& topology, DType dtype) {
+std::vector<RankDevices> rank_devices(const RankLayout& layout, const Topology& topology,
+                                      DType dtype) {
   std::vector<RankDevices> out;
   for (int r = 0; r < layout.world_size(); ++r) {
     const RankPlace place = layout.place_of(r);
     RankDevices d;
-    d.devices = plan.replicas[place.replica].groups[place.group].devices;
-    const DeviceType& type = topology.device_type(d.devices[0]);
+    d.device = place.device;
+    const DeviceType& type = topology.device_type(d.device);
     d.type = type.name;
-    d.peak = FlopsPerSecond(type.peak(dtype).value() * static_cast<double>(d.devices.size()));
+    d.peak = type.peak(dtype);
     out.push_back(d);
   }
   return out;
@@ -189,13 +177,15 @@ Result<Seconds> native_step_time(const ExecOptions& exec, const Plan& plan, cons
   return Seconds(best);
 }
 
-// Compute, by peak: the fastest group (highest peak) runs natively, a group with 1/f of its
+// Compute, by peak: the fastest device (highest peak) runs natively, a device with 1/f of its
 // peak sleeps (f - 1) x each action's time. By cost: f is the cost model's time of the rank's
-// stages on its group over their time on the fastest-peak group, divided by the smallest such
-// ratio (so the group the cost model finds fastest for its work runs natively). Time scale: the
-// native time of the whole model's step over the cost model's time for the same work on the
-// group that runs natively, so that links (the cost model's latency + bytes / bandwidth, for the
-// bytes the cluster would move in the model's dtype) and all-reduces are slowed as compute is.
+// stages on its device over their time on the fastest-peak device, divided by the smallest such
+// ratio (so the device the cost model finds fastest for its work runs natively). A rank of a
+// tensor-parallel group computes 1/t of its stages natively and is slowed the same way; the
+// group's all-reduces are communication, delayed like every other. Time scale: the native time
+// of the whole model's step over the cost model's time for the same work on the device that runs
+// natively, so that links (the cost model's latency + bytes / bandwidth, for the bytes the
+// cluster would move in the model's dtype) and all-reduces are slowed as compute is.
 Result<Emulation> make_emulation(const ExecOptions& exec, const Plan& plan, const ModelSpec& model,
                                  const ClusterSpec& cluster, const TokenStream& tokens,
                                  bool cost_speeds, Transport* world, const std::string& source) {
@@ -204,12 +194,12 @@ Result<Emulation> make_emulation(const ExecOptions& exec, const Plan& plan, cons
   MOTLEY_RETURN_IF_ERROR(AnalyticCostModel::validate(model, cost_options, model.name));
   auto cost = std::make_shared<AnalyticCostModel>(model, cluster, cost_options);
   const RankLayout layout(plan);
-  const std::vector<RankDevices> ranks = rank_devices(plan, layout, cost->topology(), model.dtype);
+  const std::vector<RankDevices> ranks = rank_devices(layout, cost->topology(), model.dtype);
   int fastest = 0;
   for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
     if (ranks[r].peak.value() > ranks[fastest].peak.value()) fastest = r;
   }
-  const DeviceGroup fastest_group{ranks[fastest].devices};
+  const DeviceGroup fastest_group{{ranks[fastest].device}};
   auto work = [&](const std::vector<int>& stages, const DeviceGroup& group) {
     double total = 0;
     for (int s : stages) {
@@ -223,7 +213,7 @@ Result<Emulation> make_emulation(const ExecOptions& exec, const Plan& plan, cons
   Emulation e;
   std::vector<double> ratio;
   for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
-    ratio.push_back(cost_speeds ? work(layout.stages_of(r), DeviceGroup{ranks[r].devices}) /
+    ratio.push_back(cost_speeds ? work(layout.stages_of(r), DeviceGroup{{ranks[r].device}}) /
                                       work(layout.stages_of(r), fastest_group)
                                 : ranks[fastest].peak.value() / ranks[r].peak.value());
     e.device_types.push_back(ranks[r].type);
@@ -248,17 +238,17 @@ Result<Emulation> make_emulation(const ExecOptions& exec, const Plan& plan, cons
   e.time_scale = scale;
   // The executor moves fp32; the cluster would move the model's dtype.
   const double dtype_ratio = static_cast<double>(dtype_bytes(model.dtype)) / 4.0;
-  auto first_devices = std::make_shared<std::vector<int>>();
-  for (const RankDevices& d : ranks) first_devices->push_back(d.devices[0]);
-  e.options.message_time = [cost, first_devices, scale, dtype_ratio](int src, int dst,
-                                                                     int64_t bytes) {
-    return scale * cost->p2p_time((*first_devices)[src], (*first_devices)[dst],
+  auto rank_device = std::make_shared<std::vector<int>>();
+  for (const RankDevices& d : ranks) rank_device->push_back(d.device);
+  e.options.message_time = [cost, rank_device, scale, dtype_ratio](int src, int dst,
+                                                                   int64_t bytes) {
+    return scale * cost->p2p_time((*rank_device)[src], (*rank_device)[dst],
                                   Bytes(static_cast<double>(bytes) * dtype_ratio));
   };
-  e.options.all_reduce_time = [cost, first_devices, scale, dtype_ratio](
+  e.options.all_reduce_time = [cost, rank_device, scale, dtype_ratio](
                                   const std::vector<int>& members, int64_t bytes) {
     std::vector<int> devices;
-    for (int r : members) devices.push_back((*first_devices)[r]);
+    for (int r : members) devices.push_back((*rank_device)[r]);
     std::sort(devices.begin(), devices.end());
     return scale * cost->collective_time(Collective::kAllReduce, devices,
                                          Bytes(static_cast<double>(bytes) * dtype_ratio),
@@ -479,16 +469,15 @@ Status run_command(const RunOptions& opt) {
   // Memory is the cluster's, not this CPU's: not checked here.
   Status valid = validate_plan(plan, model, cluster, ValidateOptions{});
   if (!valid.is_ok()) return valid.with_context(opt.plan);
-  const int world = world_size_of(plan);
+  const int world = RankLayout(plan).world_size();
 
   MOTLEY_ASSIGN_OR_RETURN(std::optional<Distributed> dist, distributed_from_env());
   if (dist && dist->gloo.world_size != world) {
-    return invalid_argument(opt.plan + ": the plan has " + std::to_string(world) +
-                            " device groups (one rank each) but WORLD_SIZE is " +
-                            std::to_string(dist->gloo.world_size) + "; start " +
-                            std::to_string(world) + " ranks (motley launch --nproc " +
-                            std::to_string(world) +
-                            " -- run ...) or unset WORLD_SIZE to run every rank as a thread");
+    return invalid_argument(
+        opt.plan + ": the plan has " + std::to_string(world) +
+        " devices (one rank each) but WORLD_SIZE is " + std::to_string(dist->gloo.world_size) +
+        "; start " + std::to_string(world) + " ranks (motley launch --nproc " +
+        std::to_string(world) + " -- run ...) or unset WORLD_SIZE to run every rank as a thread");
   }
   if (dist && opt.sequential) {
     return invalid_argument("--sequential runs in one process; unset WORLD_SIZE");
@@ -629,15 +618,15 @@ Status run_command(const RunOptions& opt) {
   const std::vector<Device> all_devices = cluster_devices(cluster);
   for (int r = 0; r < world; ++r) {
     const RankPlace place = layout.place_of(r);
-    const std::vector<int>& devices = plan.replicas[place.replica].groups[place.group].devices;
     std::string type;
     for (const Device& d : all_devices) {
-      if (d.id == devices[0]) type = d.type;
+      if (d.id == place.device) type = d.type;
     }
     rank_types.push_back(type);
-    track_names.push_back(fmt::format("rank {}: replica {} group {} (device{} {}, {})", r,
-                                      place.replica, place.group, devices.size() > 1 ? "s" : "",
-                                      join_ints(devices), type));
+    const std::string tp =
+        place.tp_size > 1 ? fmt::format(" tp {}/{}", place.tp_rank, place.tp_size) : "";
+    track_names.push_back(fmt::format("rank {}: replica {} group {}{} (device {}, {})", r,
+                                      place.replica, place.group, tp, place.device, type));
   }
 
   // The trace first: a failure to write it leaves no report claiming success.
@@ -744,8 +733,8 @@ void add_run_command(CLI::App& app, Action* action) {
       "  WORLD_SIZE set (torchrun, motley launch, Slurm; or OMPI_COMM_WORLD_SIZE under mpirun):\n"
       "    this process runs rank RANK over Gloo, meeting the others at MASTER_ADDR:MASTER_PORT\n"
       "    (default 127.0.0.1:29500; GLOO_SOCKET_IFNAME picks the interface). WORLD_SIZE must\n"
-      "    equal the plan's number of device groups. Intra-op threads = max(1, cores /\n"
-      "    LOCAL_WORLD_SIZE).\n"
+      "    equal the plan's number of devices (a group of t devices runs as t tensor-parallel\n"
+      "    ranks). Intra-op threads = max(1, cores / LOCAL_WORLD_SIZE).\n"
       "Output: a line per step from the rank that computes the loss (replica 0's last stage), or\n"
       "with --json one object with losses, step_time_s, tokens_per_s, mode and a per-rank\n"
       "breakdown of the step time. --emulate slows each rank to its device's peak relative to\n"

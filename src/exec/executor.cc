@@ -134,14 +134,25 @@ struct RankExecutor::Impl {
   ParameterStore store;
   std::map<int, std::unique_ptr<StageModule>> stages;
   std::map<int, std::vector<at::Tensor>> stage_params;  // what W and B differentiate
-  // Gradient sums: per set of ranks holding a parameter, that set's tensors (name order). The
-  // sets are visited in increasing order on every rank, so overlapping sets cannot deadlock.
-  std::map<std::vector<int>, std::vector<at::Tensor>> reduce_sets;
+  // One parameter's gradient sum. A plain shard (or an unsplit parameter) whose holders all
+  // split it alike sums its local gradient with the same-index ranks of the other holders;
+  // anything else (rows shared within a group, replicas with different tensor-parallel degrees)
+  // sums full-size contributions over every holding rank and keeps its rows.
+  struct Reduction {
+    at::Tensor param;
+    TensorSlice slice;
+    bool full_size = false;
+  };
+  // Gradient sums: per set of ranks, that set's parameters (name order). The sets are visited
+  // in increasing order on every rank, so overlapping sets cannot deadlock.
+  std::map<std::vector<int>, std::vector<Reduction>> reduce_sets;
   std::unique_ptr<internal::AdamWStep> optimizer;
-  // Every parameter of this rank with the layer it belongs to (its checkpoint file).
+  // Every parameter of this rank with the layer it belongs to (its checkpoint file) and the
+  // part of the model's tensor it holds.
   struct OwnedParameter {
     at::Tensor tensor;
     int layer = 0;
+    TensorSlice slice;
   };
   std::map<std::string, OwnedParameter> parameters_by_name;
   std::vector<int> stage_of_layer;
@@ -180,7 +191,13 @@ struct RankExecutor::Impl {
     return stage >= 0 && stage <= last_stage &&
            plan.replicas[place.replica].stage_group[stage] == place.group;
   }
-  int peer_rank(int peer_group) const { return layout.rank_of(place.replica, peer_group); }
+  // The sum over this rank's tensor-parallel group, for the stages' split layers.
+  void tensor_parallel_sum(at::Tensor& t) {
+    Status status = transport.all_reduce_sum({t}, group_ranks);
+    if (!status.is_ok())
+      throw std::runtime_error("tensor-parallel all-reduce: " + status.message());
+  }
+  std::vector<int> group_ranks;  // this rank's tensor-parallel group
 
   Status build();
   Status run_step();
@@ -193,13 +210,16 @@ struct RankExecutor::Impl {
   Status weight_backward(int s, int64_t j);
   Result<at::Tensor> take_receive(CommKind kind, int stage, int64_t j);
   Status reduce_and_update(StepResult* result);
+  // The full value of a split tensor of this rank's group (`local` has `slice`'s rows): a sum
+  // over the group in which each row comes from one rank. A collective of the group.
+  Result<at::Tensor> gather_full(const at::Tensor& local, const TensorSlice& slice);
 };
 
 Status RankExecutor::Impl::build() {
   rank = transport.rank();
   if (transport.world_size() != layout.world_size()) {
     return invalid_argument("the plan has " + std::to_string(layout.world_size()) +
-                            " device groups (one rank each) but the transport's world has " +
+                            " devices (one rank each) but the transport's world has " +
                             std::to_string(transport.world_size()) + " ranks");
   }
   for (const Stage& s : plan.stages) {
@@ -221,6 +241,7 @@ Status RankExecutor::Impl::build() {
     }
   }
   place = layout.place_of(rank);
+  group_ranks = layout.group_ranks(place.replica, place.group);
   last_stage = static_cast<int>(plan.stages.size()) - 1;
   total_micro_batches = motley::total_micro_batches(plan);
   const LoweredPlan lowered = lower_plan(plan);
@@ -233,8 +254,12 @@ Status RankExecutor::Impl::build() {
   StageFactory factory = options.stage_factory;
   if (!factory) {
     factory = [this](int s, ParameterStore& st) {
+      StageModuleOptions stage_options{options.seed, plan.seq_len, {}};
+      stage_options.tensor_parallel.rank = place.tp_rank;
+      stage_options.tensor_parallel.size = place.tp_size;
+      stage_options.tensor_parallel.all_reduce = [this](at::Tensor& t) { tensor_parallel_sum(t); };
       return make_transformer_stage(model, plan.stages[s].layer_begin, plan.stages[s].layer_end,
-                                    StageModuleOptions{options.seed, plan.seq_len}, st);
+                                    stage_options, st);
     };
   }
   // Which stage holds each layer, to find every rank that holds a parameter.
@@ -244,26 +269,44 @@ Status RankExecutor::Impl::build() {
       stage_of_layer[l] = static_cast<int>(s);
     }
   }
-  std::map<std::string, std::pair<at::Tensor, std::vector<int>>> by_name;  // -> (tensor, ranks)
+  std::map<std::string, std::pair<Reduction, std::vector<int>>> by_name;  // -> (sum, ranks)
   for (int s : layout.stages_of(rank)) {
     MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<StageModule> module, factory(s, store));
     for (const StageParameter& p : module->parameters()) {
       stage_params[s].push_back(p.tensor);
-      std::set<int> holders;
+      // The device groups (replica, group) that hold a layer reading the parameter.
+      std::set<std::pair<int, int>> holders;
       for (int l : p.layers) {
         const int holder_stage =
             l >= 0 && l < static_cast<int>(stage_of_layer.size()) ? stage_of_layer[l] : s;
-        for (int r : layout.stage_ranks(holder_stage)) holders.insert(r);
+        for (int r : layout.stage_ranks(holder_stage)) {
+          const RankPlace h = layout.place_of(r);
+          holders.insert({h.replica, h.group});
+        }
       }
-      by_name[p.name] = {p.tensor, std::vector<int>(holders.begin(), holders.end())};
-      parameters_by_name[p.name] = OwnedParameter{p.tensor, p.layers.empty() ? -1 : p.layers[0]};
+      bool alike = p.slice.exclusive;
+      for (const auto& [replica, group] : holders) {
+        alike = alike && layout.place_of(layout.rank_of(replica, group)).tp_size == place.tp_size;
+      }
+      std::set<int> ranks;
+      for (const auto& [replica, group] : holders) {
+        if (alike) {
+          ranks.insert(layout.rank_of(replica, group, place.tp_rank));
+        } else {
+          for (int r : layout.group_ranks(replica, group)) ranks.insert(r);
+        }
+      }
+      by_name[p.name] = {Reduction{p.tensor, p.slice, !alike},
+                         std::vector<int>(ranks.begin(), ranks.end())};
+      parameters_by_name[p.name] =
+          OwnedParameter{p.tensor, p.layers.empty() ? -1 : p.layers[0], p.slice};
     }
     stages[s] = std::move(module);
   }
   std::vector<at::Tensor> all_params;
   for (auto& [name, entry] : by_name) {
     reduce_sets[entry.second].push_back(entry.first);
-    all_params.push_back(entry.first);
+    all_params.push_back(entry.first.param);
   }
   optimizer = std::make_unique<internal::AdamWStep>(all_params, options.optimizer);
   return Status::ok();
@@ -292,10 +335,10 @@ Status RankExecutor::Impl::post_receives() {
     PostedReceive posted;
     posted.buffer = at::empty(
         boundary_shape(model, boundary_layer, plan.micro_batch_size, plan.seq_len), at::kFloat);
-    MOTLEY_ASSIGN_OR_RETURN(posted.request,
-                            transport.recv(posted.buffer, peer_rank(op.peer_group),
-                                           message_tag(steps_done, op.kind, op.sequence),
-                                           message_name(op.kind, op.stage, op.micro_batch)));
+    MOTLEY_ASSIGN_OR_RETURN(
+        posted.request, transport.recv(posted.buffer, layout.pipeline_source(rank, op.peer_group),
+                                       message_tag(steps_done, op.kind, op.sequence),
+                                       message_name(op.kind, op.stage, op.micro_batch)));
     receives[{op.kind, op.stage, op.micro_batch}] = std::move(posted);
   }
   return Status::ok();
@@ -435,28 +478,46 @@ Status RankExecutor::Impl::run_comm(const CommOp& op) {
     payload = it->second.contiguous();
     input_gradient.erase(it);
   }
-  MOTLEY_ASSIGN_OR_RETURN(auto request,
-                          transport.send(payload, peer_rank(op.peer_group),
-                                         message_tag(steps_done, op.kind, op.sequence),
-                                         message_name(op.kind, op.stage, op.micro_batch)));
-  sends.push_back(std::move(request));
+  // Every rank of the receiving group whose copy comes from this rank (rank_layout.h).
+  for (int peer : layout.pipeline_destinations(rank, op.peer_group)) {
+    MOTLEY_ASSIGN_OR_RETURN(
+        auto request, transport.send(payload, peer, message_tag(steps_done, op.kind, op.sequence),
+                                     message_name(op.kind, op.stage, op.micro_batch)));
+    sends.push_back(std::move(request));
+  }
   return Status::ok();
 }
 
 Status RankExecutor::Impl::reduce_and_update(StepResult* result) {
   auto start = std::chrono::steady_clock::now();
   optimizer->materialize_gradients();
-  at::Tensor loss = at::full({1}, loss_sum, at::kFloat);
+  // Every rank of a tensor-parallel group computes the same loss; one of them counts it.
+  at::Tensor loss = at::full({1}, place.tp_rank == 0 ? loss_sum : 0.0, at::kFloat);
   const std::vector<int>& loss_ranks = layout.stage_ranks(last_stage);
   const bool holds_loss = on_this_rank(last_stage);
   if (holds_loss && !reduce_sets.count(loss_ranks)) reduce_sets[loss_ranks] = {};
   for (auto& [ranks, params] : reduce_sets) {
     std::vector<at::Tensor> tensors;
-    for (const at::Tensor& p : params) tensors.push_back(p.grad());
+    for (const Reduction& r : params) {
+      const at::Tensor& grad = r.param.grad();
+      if (!r.full_size) {
+        tensors.push_back(grad);
+        continue;
+      }
+      const TensorSlice& s = r.slice;
+      tensors.push_back(at::zeros(s.full_shape, grad.options())
+                            .index_add_(s.dim, s.rows.index_select(0, s.grad_rows),
+                                        grad.index_select(s.dim, s.grad_rows)));
+    }
     if (holds_loss && ranks == loss_ranks) tensors.push_back(loss);
     if (tensors.empty()) continue;
     MOTLEY_RETURN_IF_ERROR(
         transport.all_reduce_sum(tensors, ranks).with_context("gradient all-reduce"));
+    for (size_t i = 0; i < params.size(); ++i) {
+      const Reduction& r = params[i];
+      if (r.full_size)
+        r.param.mutable_grad().copy_(tensors[i].index_select(r.slice.dim, r.slice.rows));
+    }
   }
   record(TraceEvent::Kind::kAllReduce, std::nullopt, "all_reduce", start);
   start = std::chrono::steady_clock::now();
@@ -515,6 +576,17 @@ Status RankExecutor::Impl::run_step() {
   MOTLEY_CHECK(live.empty() && receives.empty() && input_gradient.empty(),
                "a validated plan's step left work behind");
   return Status::ok();
+}
+
+Result<at::Tensor> RankExecutor::Impl::gather_full(const at::Tensor& local,
+                                                   const TensorSlice& slice) {
+  if (place.tp_size == 1) return local;
+  at::Tensor full = at::zeros(slice.full_shape, local.options());
+  full.index_copy_(slice.dim, slice.rows.index_select(0, slice.value_rows),
+                   local.index_select(slice.dim, slice.value_rows));
+  MOTLEY_RETURN_IF_ERROR(transport.all_reduce_sum({full}, group_ranks)
+                             .with_context("assembling tensor-parallel parameters"));
+  return full;
 }
 
 RankExecutor::RankExecutor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -592,20 +664,27 @@ Status RankExecutor::save_checkpoint_unchecked(const std::string& dir) {
   std::filesystem::create_directories(dir, error);
   if (error) return io_error(dir + ": cannot create the checkpoint directory: " + error.message());
   if (m.place.replica == 0) {
+    // A tensor-parallel group assembles its full tensors (a collective of the group, in name
+    // order on every member); its first rank writes them.
     std::map<int, TensorFile> files;
     for (const auto& [name, p] : m.parameters_by_name) {
       if (p.layer < 0 || !m.on_this_rank(m.stage_of_layer[p.layer])) continue;  // a tied copy
       TensorFile& file = files[p.layer];
       file.step = m.steps_done;
-      file.tensors.push_back({name, p.tensor});
+      MOTLEY_ASSIGN_OR_RETURN(at::Tensor value, m.gather_full(p.tensor.detach(), p.slice));
+      file.tensors.push_back({name, value});
       if (auto state = m.optimizer->state(p.tensor)) {
-        file.tensors.push_back({name + ".exp_avg", state->exp_avg});
-        file.tensors.push_back({name + ".exp_avg_sq", state->exp_avg_sq});
+        MOTLEY_ASSIGN_OR_RETURN(at::Tensor avg, m.gather_full(state->exp_avg, p.slice));
+        MOTLEY_ASSIGN_OR_RETURN(at::Tensor avg_sq, m.gather_full(state->exp_avg_sq, p.slice));
+        file.tensors.push_back({name + ".exp_avg", avg});
+        file.tensors.push_back({name + ".exp_avg_sq", avg_sq});
         file.tensors.push_back({name + ".step", at::full({1}, state->step, at::kLong)});
       }
     }
-    for (const auto& [layer, file] : files) {
-      MOTLEY_RETURN_IF_ERROR(write_tensor_file(layer_file(dir, layer), file));
+    if (m.place.tp_rank == 0) {
+      for (const auto& [layer, file] : files) {
+        MOTLEY_RETURN_IF_ERROR(write_tensor_file(layer_file(dir, layer), file));
+      }
     }
   }
   MOTLEY_RETURN_IF_ERROR(m.transport.barrier().with_context("saving checkpoint " + dir));
@@ -654,19 +733,26 @@ Status RankExecutor::load_checkpoint_unchecked(const std::string& dir) {
     }
     const std::string path = layer_file(dir, p.layer);
     auto value = it->second.find(name);
-    if (value == it->second.end() || !value->second.sizes().equals(p.tensor.sizes())) {
+    if (value == it->second.end() || !value->second.sizes().equals(p.slice.full_shape)) {
       return invalid_argument(path + ": no parameter '" + name + "' of the model's shape");
     }
+    // The checkpoint holds whole tensors; a tensor-parallel rank keeps its rows.
+    const TensorSlice& slice = p.slice;
+    auto mine = [&slice](const at::Tensor& full) {
+      return slice.rows.numel() == full.size(slice.dim) ? full
+                                                        : full.index_select(slice.dim, slice.rows);
+    };
     {
       at::NoGradGuard no_grad;
-      p.tensor.copy_(value->second);
+      p.tensor.copy_(mine(value->second));
     }
     auto avg = it->second.find(name + ".exp_avg");
     auto avg_sq = it->second.find(name + ".exp_avg_sq");
     auto count = it->second.find(name + ".step");
     if (avg != it->second.end() && avg_sq != it->second.end() && count != it->second.end()) {
-      m.optimizer->set_state(p.tensor, internal::AdamWStep::State{count->second.item<int64_t>(),
-                                                                  avg->second, avg_sq->second});
+      m.optimizer->set_state(
+          p.tensor, internal::AdamWStep::State{count->second.item<int64_t>(), mine(avg->second),
+                                               mine(avg_sq->second)});
     }
   }
   m.steps_done = step;
@@ -674,6 +760,12 @@ Status RankExecutor::load_checkpoint_unchecked(const std::string& dir) {
 }
 
 std::vector<NamedTensor> RankExecutor::parameters() const { return impl_->store.parameters(); }
+
+std::map<std::string, TensorSlice> RankExecutor::slices() const {
+  std::map<std::string, TensorSlice> out;
+  for (const auto& [name, p] : impl_->parameters_by_name) out[name] = p.slice;
+  return out;
+}
 
 int64_t RankExecutor::steps_done() const { return impl_->steps_done; }
 

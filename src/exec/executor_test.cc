@@ -332,7 +332,7 @@ TEST(Executor, RejectsAWorldOfTheWrongSize) {
   auto executor = RankExecutor::create(exec_options(), plan, model, *tokens, *transport);
   ASSERT_FALSE(executor.is_ok());
   EXPECT_EQ(executor.status().message(),
-            "the plan has 2 device groups (one rank each) but the transport's world has 3 ranks");
+            "the plan has 2 devices (one rank each) but the transport's world has 3 ranks");
 }
 
 TEST(Executor, TraceFollowsTheGroupOrder) {

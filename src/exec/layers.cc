@@ -1,11 +1,15 @@
 // The transformer layers the executor runs, written with ATen operations on explicit weight
 // tensors (no torch::nn modules, so parameters live in the rank's ParameterStore under stable
-// names and their initial values depend only on the layer's seed). fp32 throughout.
+// names and their initial values depend only on the layer's seed), whole or split over a
+// tensor-parallel group. fp32 throughout.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <set>
 
 #include "motley/exec/data.h"
 #include "motley/exec/stage_module.h"
@@ -34,39 +38,189 @@ constexpr double kNormEps = 1e-5;
 constexpr double kInitStd = 0.02;
 constexpr double kRopeTheta = 10000.0;
 
-// Draws one layer's parameters, in a fixed order, from a generator of its own seed.
+// ---------------------------------------------------------------------------------------------
+// Tensor parallelism (Shoeybi et al. 2019, Megatron-LM): the communication operators that mark
+// where a rank's partial results meet the replicated hidden state. Each is the identity on one
+// pass and a sum over the group on the other.
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+const TensorParallelGroup& group_of(AutogradContext* ctx) {
+  return *reinterpret_cast<const TensorParallelGroup*>(ctx->saved_data["group"].toInt());
+}
+
+at::Tensor summed(const TensorParallelGroup& group, const at::Tensor& x) {
+  at::Tensor out = x.contiguous().clone();
+  group.all_reduce(out);
+  return out;
+}
+
+// Megatron's f: the replicated input of a column-split layer. Forward: identity. Backward: each
+// rank's gradient covers only its columns' paths, so the input's gradient is their sum.
+struct CopyToGroup : torch::autograd::Function<CopyToGroup> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x,
+                            const TensorParallelGroup* group) {
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {summed(group_of(ctx), grads[0]), at::Tensor()};
+  }
+};
+
+// Megatron's g: the partial output of a row-split layer summed into the replicated hidden state.
+// Forward: sum. Backward: identity (every rank already holds the whole gradient).
+struct ReduceFromGroup : torch::autograd::Function<ReduceFromGroup> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x,
+                            const TensorParallelGroup* group) {
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
+    return summed(*group, x);
+  }
+  static variable_list backward(AutogradContext*, variable_list grads) {
+    return {grads[0], at::Tensor()};
+  }
+};
+
+// A sum whose result is used by split computations (the sum of squares of a norm over a split
+// width): each rank's gradient of the sum is partial, so both passes sum.
+struct SumOverGroup : torch::autograd::Function<SumOverGroup> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x,
+                            const TensorParallelGroup* group) {
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
+    return summed(*group, x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {summed(group_of(ctx), grads[0]), at::Tensor()};
+  }
+};
+
+// The group a layer runs on, shared by its closures (the autograd operators keep a pointer).
+using Group = std::shared_ptr<const TensorParallelGroup>;
+
+at::Tensor copy_to(const Group& g, const at::Tensor& x) {
+  return g->size == 1 ? x : CopyToGroup::apply(x, g.get());
+}
+at::Tensor reduce_from(const Group& g, const at::Tensor& x) {
+  return g->size == 1 ? x : ReduceFromGroup::apply(x, g.get());
+}
+at::Tensor sum_over(const Group& g, const at::Tensor& x) {
+  return g->size == 1 ? x : SumOverGroup::apply(x, g.get());
+}
+
+// [begin, begin + count): a contiguous run of full-tensor rows.
+struct RowRange {
+  int64_t begin = 0;
+  int64_t count = 0;
+};
+
+// Rank r's equal share of `total` rows (REQUIRES: size divides total), offset by `base`.
+RowRange share(const TensorParallelGroup& g, int64_t total, int64_t base = 0) {
+  const int64_t n = total / g.size;
+  return {base + g.rank * n, n};
+}
+
+// Which rows of a parameter each rank holds, as a function of the rank, and whether a shared
+// row's gradient is complete on every holder (replicated computation) or partial.
+struct SplitSpec {
+  int64_t dim = 0;
+  std::function<std::vector<RowRange>(int rank)> rows_of;
+  bool complete_gradient = false;
+};
+
+std::vector<int64_t> expand_rows(const std::vector<RowRange>& ranges) {
+  std::vector<int64_t> rows;
+  for (const RowRange& r : ranges) {
+    for (int64_t i = 0; i < r.count; ++i) rows.push_back(r.begin + i);
+  }
+  return rows;
+}
+
+at::Tensor index_tensor(const std::vector<int64_t>& v) {
+  return at::tensor(v.empty() ? std::vector<int64_t>{} : v, at::kLong);
+}
+
+TensorSlice make_slice(const TensorParallelGroup& g, at::IntArrayRef shape, const SplitSpec& spec) {
+  TensorSlice slice;
+  slice.dim = spec.dim;
+  slice.full_shape = shape.vec();
+  std::vector<std::set<int64_t>> held(static_cast<size_t>(g.size));
+  for (int r = 0; r < g.size; ++r) {
+    for (int64_t row : expand_rows(spec.rows_of(r))) held[r].insert(row);
+  }
+  const std::vector<int64_t> mine = expand_rows(spec.rows_of(g.rank));
+  std::vector<int64_t> value_rows, grad_rows;
+  bool shared_anywhere = false;
+  for (int r = 0; r < g.size && !shared_anywhere; ++r) {
+    for (int q = r + 1; q < g.size && !shared_anywhere; ++q) {
+      for (int64_t row : held[r]) {
+        if (held[q].count(row)) {
+          shared_anywhere = true;
+          break;
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < mine.size(); ++i) {
+    bool lower_holds = false;
+    for (int r = 0; r < g.rank; ++r) lower_holds = lower_holds || held[r].count(mine[i]) > 0;
+    if (!lower_holds) value_rows.push_back(static_cast<int64_t>(i));
+    if (!lower_holds || !spec.complete_gradient) grad_rows.push_back(static_cast<int64_t>(i));
+  }
+  slice.rows = index_tensor(mine);
+  slice.value_rows = index_tensor(value_rows);
+  slice.grad_rows = index_tensor(grad_rows);
+  slice.exclusive = !shared_anywhere;
+  return slice;
+}
+
+// Draws one layer's parameters, in a fixed order, from a generator of its own seed. A
+// tensor-parallel rank draws every full tensor (so the draws and values match the unsplit
+// model's) and keeps its rows.
 class Init {
  public:
   // `layers`: every layer that reads the parameters drawn here (StageParameter::layers).
-  Init(ParameterStore& store, std::string prefix, uint64_t seed, std::vector<int> layers)
+  Init(ParameterStore& store, std::string prefix, uint64_t seed, std::vector<int> layers,
+       Group group)
       : store_(store),
         prefix_(std::move(prefix)),
         generator_(at::make_generator<at::CPUGeneratorImpl>(seed)),
-        layers_(std::move(layers)) {}
+        layers_(std::move(layers)),
+        group_(std::move(group)) {}
 
-  at::Tensor normal(const std::string& name, at::IntArrayRef shape) {
+  // Every parameter below takes an optional split; without one, every rank holds the whole
+  // tensor and computes its whole gradient (replicated).
+  at::Tensor normal(const std::string& name, at::IntArrayRef shape,
+                    const std::optional<SplitSpec>& split = std::nullopt) {
     at::Tensor t = at::empty(shape, at::kFloat);
     t.normal_(0.0, kInitStd, generator_);
-    return adopt(name, t);
+    return adopt(name, t, split);
   }
-  at::Tensor ones(const std::string& name, at::IntArrayRef shape) {
-    return adopt(name, at::ones(shape, at::kFloat));
+  at::Tensor ones(const std::string& name, at::IntArrayRef shape,
+                  const std::optional<SplitSpec>& split = std::nullopt) {
+    return adopt(name, at::ones(shape, at::kFloat), split);
   }
-  at::Tensor zeros(const std::string& name, at::IntArrayRef shape) {
-    return adopt(name, at::zeros(shape, at::kFloat));
+  at::Tensor zeros(const std::string& name, at::IntArrayRef shape,
+                   const std::optional<SplitSpec>& split = std::nullopt) {
+    return adopt(name, at::zeros(shape, at::kFloat), split);
   }
   // A parameter computed from a uniform draw on [0, 1) by `transform`.
   at::Tensor from_uniform(const std::string& name, at::IntArrayRef shape,
-                          const std::function<at::Tensor(const at::Tensor&)>& transform) {
+                          const std::function<at::Tensor(const at::Tensor&)>& transform,
+                          const std::optional<SplitSpec>& split = std::nullopt) {
     at::Tensor u = at::empty(shape, at::kFloat);
     u.uniform_(0.0, 1.0, generator_);
-    return adopt(name, transform(u));
+    return adopt(name, transform(u), split);
   }
   // A parameter of fixed value.
-  at::Tensor value(const std::string& name, const at::Tensor& t) { return adopt(name, t); }
+  at::Tensor value(const std::string& name, const at::Tensor& t,
+                   const std::optional<SplitSpec>& split = std::nullopt) {
+    return adopt(name, t, split);
+  }
   // A sub-scope: "<prefix>.<name>".
   Init scope(const std::string& name) { return Init(*this, name); }
 
+  const Group& group() const { return group_; }
   std::vector<StageParameter>& used() { return *used_; }
 
  private:
@@ -75,12 +229,27 @@ class Init {
         prefix_(parent.prefix_ + "." + name),
         generator_(parent.generator_),
         layers_(parent.layers_),
+        group_(parent.group_),
         used_(parent.used_) {}
 
-  at::Tensor adopt(const std::string& name, const at::Tensor& t) {
-    const std::string full = prefix_ + "." + name;
-    at::Tensor p = store_.get_or_create(full, t);
-    used_->push_back({full, p, layers_});
+  at::Tensor adopt(const std::string& name, const at::Tensor& full,
+                   const std::optional<SplitSpec>& split) {
+    const std::string path = prefix_ + "." + name;
+    const TensorParallelGroup& g = *group_;
+    SplitSpec spec;
+    if (split) {
+      spec = *split;
+    } else {
+      const int64_t rows = full.size(0);
+      spec = SplitSpec{0, [rows](int) { return std::vector<RowRange>{{0, rows}}; }, true};
+    }
+    TensorSlice slice = make_slice(g, full.sizes(), spec);
+    at::Tensor local = full;
+    if (slice.rows.numel() != full.size(slice.dim)) {
+      local = full.index_select(slice.dim, slice.rows);
+    }
+    at::Tensor p = store_.get_or_create(path, local);
+    used_->push_back({path, p, layers_, std::move(slice)});
     return p;
   }
 
@@ -88,9 +257,24 @@ class Init {
   std::string prefix_;
   at::Generator generator_;  // shared with sub-scopes: one draw sequence per layer
   std::vector<int> layers_;
+  Group group_;
   std::shared_ptr<std::vector<StageParameter>> used_ =
       std::make_shared<std::vector<StageParameter>>();
 };
+
+// Rank r's equal share of a dimension of `total` rows split in contiguous blocks.
+SplitSpec split_evenly(int64_t dim, int64_t total, const Group& g) {
+  const int size = g->size;
+  return SplitSpec{dim, [total, size](int r) {
+                     return std::vector<RowRange>{{r * (total / size), total / size}};
+                   }};
+}
+
+// Replicated values whose gradient on each rank covers only its share of the work (the qk-norm
+// weights, applied to each rank's heads): summed over the group.
+SplitSpec replicated_partial(int64_t total) {
+  return SplitSpec{0, [total](int) { return std::vector<RowRange>{{0, total}}; }, false};
+}
 
 at::Tensor affine(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   return at::linear(x, w, b.defined() ? c10::optional<at::Tensor>(b) : c10::nullopt);
@@ -133,29 +317,43 @@ at::Tensor activate(Activation activation, const at::Tensor& x) {
   return x;
 }
 
+// Split: gate and up by rows (columns of the product), down by columns; the down bias is added
+// once, after the sum.
 class FeedForward {
  public:
   FeedForward(Init& init, int64_t hidden, int64_t ffn, Activation activation, bool bias)
-      : activation_(activation) {
+      : activation_(activation), group_(init.group()) {
+    const SplitSpec rows = split_evenly(0, ffn, group_);
     if (is_gated(activation)) {
-      w_gate_ = init.normal("w_gate", {ffn, hidden});
-      if (bias) b_gate_ = init.zeros("b_gate", {ffn});
+      w_gate_ = init.normal("w_gate", {ffn, hidden}, rows);
+      if (bias) b_gate_ = init.zeros("b_gate", {ffn}, rows);
     }
-    w_up_ = init.normal("w_up", {ffn, hidden});
-    if (bias) b_up_ = init.zeros("b_up", {ffn});
-    w_down_ = init.normal("w_down", {hidden, ffn});
+    w_up_ = init.normal("w_up", {ffn, hidden}, rows);
+    if (bias) b_up_ = init.zeros("b_up", {ffn}, rows);
+    w_down_ = init.normal("w_down", {hidden, ffn}, split_evenly(1, ffn, group_));
     if (bias) b_down_ = init.zeros("b_down", {hidden});
   }
 
   at::Tensor operator()(const at::Tensor& x) const {
-    at::Tensor up = affine(x, w_up_, b_up_);
-    at::Tensor inner = w_gate_.defined() ? activate(activation_, affine(x, w_gate_, b_gate_)) * up
-                                         : activate(activation_, up);
-    return affine(inner, w_down_, b_down_);
+    if (group_->size == 1) return affine(inner(x), w_down_, b_down_);
+    return add_bias(reduce_from(group_, partial(copy_to(group_, x))));
   }
+  // The row-split product before the group's sum and the bias: this rank's share of the output.
+  // `x` is already the group's copy (copy_to).
+  at::Tensor partial(const at::Tensor& x) const {
+    return at::linear(inner(x), w_down_, c10::nullopt);
+  }
+  at::Tensor add_bias(const at::Tensor& y) const { return b_down_.defined() ? y + b_down_ : y; }
 
  private:
+  at::Tensor inner(const at::Tensor& x) const {
+    at::Tensor up = affine(x, w_up_, b_up_);
+    return w_gate_.defined() ? activate(activation_, affine(x, w_gate_, b_gate_)) * up
+                             : activate(activation_, up);
+  }
+
   Activation activation_;
+  Group group_;
   at::Tensor w_gate_, b_gate_, w_up_, b_up_, w_down_, b_down_;
 };
 
@@ -173,32 +371,43 @@ at::Tensor apply_rope(const at::Tensor& x) {
   return x * cos + at::cat({-x2, x1}, -1) * sin;
 }
 
+// Split by heads: rank r holds query heads [r nh/t, (r+1) nh/t) and the key/value heads they
+// read, [r nkv/t, (r+1) nkv/t); the output projection by the matching columns.
 class Attention {
  public:
-  Attention(Init& init, const AttentionShape& a, bool rotary) : a_(a), rotary_(rotary) {
+  Attention(Init& init, const AttentionShape& a, bool rotary)
+      : a_(a), rotary_(rotary), group_(init.group()) {
     v_dim_ = a.v_head_dim > 0 ? a.v_head_dim : a.head_dim;
-    wq_ = init.normal("wq", {a.num_heads * a.head_dim, a.hidden});
-    wk_ = init.normal("wk", {a.num_kv_heads * a.head_dim, a.hidden});
-    wv_ = init.normal("wv", {a.num_kv_heads * v_dim_, a.hidden});
-    wo_ = init.normal("wo", {a.hidden, a.num_heads * v_dim_});
+    const int64_t t = group_->size;
+    heads_ = a.num_heads / t;
+    kv_heads_ = a.num_kv_heads / t;
+    const SplitSpec q_rows = split_evenly(0, a.num_heads * a.head_dim, group_);
+    const SplitSpec k_rows = split_evenly(0, a.num_kv_heads * a.head_dim, group_);
+    const SplitSpec v_rows = split_evenly(0, a.num_kv_heads * v_dim_, group_);
+    wq_ = init.normal("wq", {a.num_heads * a.head_dim, a.hidden}, q_rows);
+    wk_ = init.normal("wk", {a.num_kv_heads * a.head_dim, a.hidden}, k_rows);
+    wv_ = init.normal("wv", {a.num_kv_heads * v_dim_, a.hidden}, v_rows);
+    wo_ = init.normal("wo", {a.hidden, a.num_heads * v_dim_},
+                      split_evenly(1, a.num_heads * v_dim_, group_));
     if (a.qkv_bias) {
-      bq_ = init.zeros("bq", {a.num_heads * a.head_dim});
-      bk_ = init.zeros("bk", {a.num_kv_heads * a.head_dim});
-      bv_ = init.zeros("bv", {a.num_kv_heads * v_dim_});
+      bq_ = init.zeros("bq", {a.num_heads * a.head_dim}, q_rows);
+      bk_ = init.zeros("bk", {a.num_kv_heads * a.head_dim}, k_rows);
+      bv_ = init.zeros("bv", {a.num_kv_heads * v_dim_}, v_rows);
     }
     if (a.output_bias) bo_ = init.zeros("bo", {a.hidden});
     if (a.qk_norm) {
-      q_norm_ = init.ones("q_norm", {a.head_dim});
-      k_norm_ = init.ones("k_norm", {a.head_dim});
+      q_norm_ = init.ones("q_norm", {a.head_dim}, replicated_partial(a.head_dim));
+      k_norm_ = init.ones("k_norm", {a.head_dim}, replicated_partial(a.head_dim));
     }
-    if (a.sinks) sinks_ = init.zeros("sinks", {a.num_heads});
+    if (a.sinks) sinks_ = init.zeros("sinks", {a.num_heads}, split_evenly(0, a.num_heads, group_));
   }
 
-  at::Tensor operator()(const at::Tensor& x) const {
+  at::Tensor operator()(const at::Tensor& input) const {
+    const at::Tensor x = copy_to(group_, input);
     const int64_t b = x.size(0);
     const int64_t s = x.size(1);
-    const int64_t nh = a_.num_heads;
-    const int64_t nkv = a_.num_kv_heads;
+    const int64_t nh = heads_;
+    const int64_t nkv = kv_heads_;
     at::Tensor q = affine(x, wq_, bq_).view({b, s, nh, a_.head_dim}).transpose(1, 2);
     at::Tensor k = affine(x, wk_, bk_).view({b, s, nkv, a_.head_dim}).transpose(1, 2);
     at::Tensor v = affine(x, wv_, bv_).view({b, s, nkv, v_dim_}).transpose(1, 2);
@@ -226,7 +435,9 @@ class Attention {
       probs = at::softmax(scores, -1);
     }
     at::Tensor out = at::matmul(probs, v).transpose(1, 2).reshape({b, s, nh * v_dim_});
-    return affine(out, wo_, bo_);
+    if (group_->size == 1) return affine(out, wo_, bo_);
+    out = reduce_from(group_, at::linear(out, wo_, c10::nullopt));
+    return bo_.defined() ? out + bo_ : out;
   }
 
  private:
@@ -244,15 +455,21 @@ class Attention {
 
   AttentionShape a_;
   bool rotary_;
+  Group group_;
   int64_t v_dim_ = 0;
+  int64_t heads_ = 0;     // on this rank
+  int64_t kv_heads_ = 0;  // on this rank
   at::Tensor wq_, wk_, wv_, wo_, bq_, bk_, bv_, bo_, q_norm_, k_norm_, sinks_;
 };
 
 // Top-k routing over softmax probabilities, renormalized over the chosen experts (Mixtral's
-// rule); each expert runs on the tokens routed to it; shared experts run on every token.
+// rule); each expert runs on the tokens routed to it; shared experts run on every token. Split:
+// every rank routes (the router reads the replicated hidden state) and holds 1/t of every
+// expert's width; the experts' partial outputs are summed in one all-reduce before the routing
+// weights apply, so the router's gradient is complete on every rank.
 class Moe {
  public:
-  Moe(Init& init, const MoeShape& m) : m_(m) {
+  Moe(Init& init, const MoeShape& m) : m_(m), group_(init.group()) {
     router_ = init.normal("router", {m.num_experts, m.hidden});
     if (m.router_bias) router_bias_ = init.zeros("router_bias", {m.num_experts});
     for (int64_t e = 0; e < m.num_experts; ++e) {
@@ -274,25 +491,67 @@ class Moe {
     at::Tensor probs = at::softmax(affine(tokens, router_, router_bias_), -1);
     auto [top_probs, top_index] = at::topk(probs, m_.top_k, -1);
     at::Tensor weights = top_probs / top_probs.sum(-1, /*keepdim=*/true);
-    at::Tensor out = at::zeros_like(tokens);
+    std::vector<int64_t> chosen_experts;
+    std::vector<at::Tensor> rows_of, weight_of;
     for (int64_t e = 0; e < m_.num_experts; ++e) {
       at::Tensor chosen = top_index.eq(e);  // [T, k]
       at::Tensor rows = chosen.any(-1).nonzero().squeeze(1);
       if (rows.numel() == 0) continue;
-      at::Tensor w = (weights * chosen).sum(-1).index_select(0, rows).unsqueeze(1);
-      out = out.index_add(0, rows, experts_[e](tokens.index_select(0, rows)) * w);
+      chosen_experts.push_back(e);
+      rows_of.push_back(rows);
+      weight_of.push_back((weights * chosen).sum(-1).index_select(0, rows).unsqueeze(1));
+    }
+    at::Tensor out = at::zeros_like(tokens);
+    if (group_->size == 1) {
+      for (size_t i = 0; i < chosen_experts.size(); ++i) {
+        const FeedForward& expert = experts_[chosen_experts[i]];
+        out =
+            out.index_add(0, rows_of[i], expert(tokens.index_select(0, rows_of[i])) * weight_of[i]);
+      }
+      if (!shared_.empty()) {
+        at::Tensor s = shared_[0](tokens);
+        for (size_t e = 1; e < shared_.size(); ++e) s = s + shared_[e](tokens);
+        out = out + gate(tokens, s);
+      }
+      return out.view(shape);
+    }
+    // Every expert's and shared expert's partial output in one tensor, summed once.
+    const at::Tensor in = copy_to(group_, tokens);
+    std::vector<at::Tensor> partials;
+    for (size_t i = 0; i < chosen_experts.size(); ++i) {
+      partials.push_back(experts_[chosen_experts[i]].partial(in.index_select(0, rows_of[i])));
+    }
+    for (const FeedForward& s : shared_) partials.push_back(s.partial(in));
+    const at::Tensor sums = reduce_from(group_, at::cat(partials, 0));
+    int64_t offset = 0;
+    for (size_t i = 0; i < chosen_experts.size(); ++i) {
+      const int64_t n = rows_of[i].numel();
+      const at::Tensor y = experts_[chosen_experts[i]].add_bias(sums.narrow(0, offset, n));
+      out = out.index_add(0, rows_of[i], y * weight_of[i]);
+      offset += n;
     }
     if (!shared_.empty()) {
-      at::Tensor s = shared_[0](tokens);
-      for (size_t e = 1; e < shared_.size(); ++e) s = s + shared_[e](tokens);
-      if (shared_gate_.defined()) s = s * at::sigmoid(affine(tokens, shared_gate_, at::Tensor()));
-      out = out + s;
+      const int64_t n = tokens.size(0);
+      at::Tensor s;
+      for (const FeedForward& shared : shared_) {
+        at::Tensor y = shared.add_bias(sums.narrow(0, offset, n));
+        s = s.defined() ? s + y : y;
+        offset += n;
+      }
+      out = out + gate(tokens, s);
     }
     return out.view(shape);
   }
 
  private:
+  // The shared experts' output times the optional gate (read from the replicated tokens).
+  at::Tensor gate(const at::Tensor& tokens, const at::Tensor& s) const {
+    if (!shared_gate_.defined()) return s;
+    return s * at::sigmoid(affine(tokens, shared_gate_, at::Tensor()));
+  }
+
   MoeShape m_;
+  Group group_;
   at::Tensor router_, router_bias_, shared_gate_;
   std::vector<FeedForward> experts_;
   std::vector<FeedForward> shared_;
@@ -302,37 +561,82 @@ class Moe {
 // Hugging Face transformers' Mamba2 computes it without its chunked kernels: in_proj to z, x,
 // B, C, dt; causal depthwise convolution over x, B and C; per head a scalar decay exp(dt * A);
 // state h_t = exp(dt_t A) h_{t-1} + dt_t x_t B_t^T, output y_t = h_t C_t + D x_t; RMSNorm of
-// y * silu(z) (over the whole inner width); out_proj.
+// y * silu(z) (over the whole inner width); out_proj. Split by heads as Megatron-LM's Mamba
+// mixer is: rank r holds heads [r nh/t, (r+1) nh/t), their channels of z, x, the convolution,
+// dt, A, D and the norm, and the B / C groups those heads read (shared by several ranks when
+// t > n_groups, their gradients then partial); the norm's mean square is summed over the group.
 class Mamba2 {
  public:
-  Mamba2(Init& init, const MambaShape& m) : m_(m) {
-    const int64_t bc = 2 * m.n_groups * m.d_state;
+  Mamba2(Init& init, const MambaShape& m) : m_(m), group_(init.group()) {
+    const int t = group_->size;
+    const int64_t gn = m.n_groups * m.d_state;
+    const int64_t bc = 2 * gn;
     const int64_t conv_channels = m.d_inner + bc;
-    in_proj_ = init.normal("in_proj", {2 * m.d_inner + bc + m.n_heads, m.hidden});
-    if (m.proj_bias) in_proj_bias_ = init.zeros("in_proj_bias", {2 * m.d_inner + bc + m.n_heads});
-    conv_ = init.normal("conv", {conv_channels, 1, m.conv_kernel});
-    if (m.conv_bias) conv_bias_ = init.zeros("conv_bias", {conv_channels});
+    heads_ = m.n_heads / t;
+    inner_ = m.d_inner / t;
+    // The groups rank r's heads read: [first, last] of heads [r nh/t, (r+1) nh/t).
+    const int64_t heads_per_group = m.n_heads / m.n_groups;
+    auto groups_of = [heads = heads_, heads_per_group](int r) {
+      const int64_t first = r * heads / heads_per_group;
+      const int64_t last = ((r + 1) * heads - 1) / heads_per_group;
+      return RowRange{first, last - first + 1};
+    };
+    groups_ = groups_of(group_->rank).count;
+    const int64_t inner = inner_;
+    const int64_t heads = heads_;
+    const int64_t d_inner = m.d_inner;
+    const int64_t n = m.d_state;
+    auto group_rows = [groups_of, n](int r, int64_t base) {
+      const RowRange g = groups_of(r);
+      return RowRange{base + g.begin * n, g.count * n};
+    };
+    // in_proj's rows: z, x, B, C, dt.
+    const SplitSpec in_rows{0, [=](int r) {
+                              return std::vector<RowRange>{{r * inner, inner},
+                                                           {d_inner + r * inner, inner},
+                                                           group_rows(r, 2 * d_inner),
+                                                           group_rows(r, 2 * d_inner + gn),
+                                                           {2 * d_inner + bc + r * heads, heads}};
+                            }};
+    // The convolution's channels: x, B, C.
+    const SplitSpec conv_rows{0, [=](int r) {
+                                return std::vector<RowRange>{{r * inner, inner},
+                                                             group_rows(r, d_inner),
+                                                             group_rows(r, d_inner + gn)};
+                              }};
+    const SplitSpec head_rows = split_evenly(0, m.n_heads, group_);
+    in_proj_ = init.normal("in_proj", {2 * m.d_inner + bc + m.n_heads, m.hidden}, in_rows);
+    if (m.proj_bias) {
+      in_proj_bias_ = init.zeros("in_proj_bias", {2 * m.d_inner + bc + m.n_heads}, in_rows);
+    }
+    conv_ = init.normal("conv", {conv_channels, 1, m.conv_kernel}, conv_rows);
+    if (m.conv_bias) conv_bias_ = init.zeros("conv_bias", {conv_channels}, conv_rows);
     // dt starts log-uniform in [1e-3, 1e-1]; dt_bias is its inverse softplus (Mamba's init).
-    dt_bias_ = init.from_uniform("dt_bias", {m.n_heads}, [](const at::Tensor& u) {
-      at::Tensor dt = at::exp(u * (std::log(0.1) - std::log(1e-3)) + std::log(1e-3));
-      return dt + at::log(-at::expm1(-dt));
-    });
-    a_log_ = init.value("A_log", at::log(at::arange(1, m.n_heads + 1, at::kFloat)));
-    d_ = init.ones("D", {m.n_heads});
-    if (m.gated_norm) norm_ = init.ones("norm", {m.d_inner});
-    out_proj_ = init.normal("out_proj", {m.hidden, m.d_inner});
+    dt_bias_ = init.from_uniform(
+        "dt_bias", {m.n_heads},
+        [](const at::Tensor& u) {
+          at::Tensor dt = at::exp(u * (std::log(0.1) - std::log(1e-3)) + std::log(1e-3));
+          return dt + at::log(-at::expm1(-dt));
+        },
+        head_rows);
+    a_log_ = init.value("A_log", at::log(at::arange(1, m.n_heads + 1, at::kFloat)), head_rows);
+    d_ = init.ones("D", {m.n_heads}, head_rows);
+    if (m.gated_norm) norm_ = init.ones("norm", {m.d_inner}, split_evenly(0, m.d_inner, group_));
+    out_proj_ = init.normal("out_proj", {m.hidden, m.d_inner}, split_evenly(1, m.d_inner, group_));
     if (m.proj_bias) out_proj_bias_ = init.zeros("out_proj_bias", {m.hidden});
   }
 
-  at::Tensor operator()(const at::Tensor& u) const {
+  at::Tensor operator()(const at::Tensor& input) const {
+    const at::Tensor u = copy_to(group_, input);
     const int64_t b = u.size(0);
     const int64_t s = u.size(1);
-    const int64_t gn = m_.n_groups * m_.d_state;
-    const int64_t nh = m_.n_heads;
+    const int64_t gn = groups_ * m_.d_state;  // this rank's B (and C) width
+    const int64_t nh = heads_;
+    const int64_t inner = inner_;
     at::Tensor proj = affine(u, in_proj_, in_proj_bias_);
-    at::Tensor z = proj.narrow(-1, 0, m_.d_inner);
-    at::Tensor xbc = proj.narrow(-1, m_.d_inner, m_.d_inner + 2 * gn);
-    at::Tensor dt = proj.narrow(-1, 2 * m_.d_inner + 2 * gn, nh);
+    at::Tensor z = proj.narrow(-1, 0, inner);
+    at::Tensor xbc = proj.narrow(-1, inner, inner + 2 * gn);
+    at::Tensor dt = proj.narrow(-1, 2 * inner + 2 * gn, nh);
     // Causal depthwise convolution: pad K-1 on the left by padding both sides and keeping the
     // first s outputs.
     xbc = at::conv1d(xbc.transpose(1, 2), conv_,
@@ -342,15 +646,15 @@ class Mamba2 {
               .narrow(-1, 0, s)
               .transpose(1, 2);
     xbc = at::silu(xbc);
-    at::Tensor x = xbc.narrow(-1, 0, m_.d_inner).reshape({b, s, nh, m_.head_dim});
-    const int64_t heads_per_group = nh / m_.n_groups;
+    at::Tensor x = xbc.narrow(-1, 0, inner).reshape({b, s, nh, m_.head_dim});
+    const int64_t heads_per_group = nh / groups_;
     auto per_head = [&](const at::Tensor& t) {  // [b, s, G*N] -> [b, s, nh, N]
-      return t.reshape({b, s, m_.n_groups, 1, m_.d_state})
-          .expand({b, s, m_.n_groups, heads_per_group, m_.d_state})
+      return t.reshape({b, s, groups_, 1, m_.d_state})
+          .expand({b, s, groups_, heads_per_group, m_.d_state})
           .reshape({b, s, nh, m_.d_state});
     };
-    at::Tensor bmat = per_head(xbc.narrow(-1, m_.d_inner, gn));
-    at::Tensor cmat = per_head(xbc.narrow(-1, m_.d_inner + gn, gn));
+    at::Tensor bmat = per_head(xbc.narrow(-1, inner, gn));
+    at::Tensor cmat = per_head(xbc.narrow(-1, inner + gn, gn));
     dt = at::softplus(dt + dt_bias_);  // [b, s, nh]
     at::Tensor a = -at::exp(a_log_);   // [nh]
     at::Tensor state = at::zeros({b, nh, m_.head_dim, m_.d_state}, u.options());
@@ -363,16 +667,29 @@ class Mamba2 {
       state = state * decay + x_t.unsqueeze(-1) * bmat.select(1, t).unsqueeze(2);
       at::Tensor y_t = at::matmul(state, cmat.select(1, t).unsqueeze(-1)).squeeze(-1) +
                        x.select(1, t) * d_.unsqueeze(-1);
-      ys.push_back(y_t.reshape({b, m_.d_inner}));
+      ys.push_back(y_t.reshape({b, inner}));
     }
-    at::Tensor y = at::stack(ys, 1);  // [b, s, d_inner]
+    at::Tensor y = at::stack(ys, 1);  // [b, s, inner]
     y = y * at::silu(z);
-    if (norm_.defined()) y = rms_norm(y, norm_);
-    return affine(y, out_proj_, out_proj_bias_);
+    if (group_->size == 1) {
+      if (norm_.defined()) y = rms_norm(y, norm_);
+      return affine(y, out_proj_, out_proj_bias_);
+    }
+    if (norm_.defined()) {
+      // The mean square over the whole inner width: this rank's channels' sum, summed.
+      const at::Tensor squares = sum_over(group_, y.pow(2).sum({-1}, /*keepdim=*/true));
+      y = y * at::rsqrt(squares / static_cast<double>(m_.d_inner) + kNormEps) * norm_;
+    }
+    at::Tensor out = reduce_from(group_, at::linear(y, out_proj_, c10::nullopt));
+    return out_proj_bias_.defined() ? out + out_proj_bias_ : out;
   }
 
  private:
   MambaShape m_;
+  Group group_;
+  int64_t heads_ = 0;   // on this rank
+  int64_t inner_ = 0;   // on this rank: heads_ * head_dim
+  int64_t groups_ = 0;  // B / C groups this rank's heads read
   at::Tensor in_proj_, in_proj_bias_, conv_, conv_bias_, dt_bias_, a_log_, d_, norm_, out_proj_,
       out_proj_bias_;
 };
@@ -383,20 +700,36 @@ class LayerImpl {
   virtual at::Tensor forward(const at::Tensor& x, const at::Tensor& targets) = 0;
 };
 
+// Split by vocabulary (Megatron's VocabParallelEmbedding): rank r holds rows
+// [r V/t, (r+1) V/t), looks up the tokens that fall there (zeros for the others) and the group
+// sums the lookups.
 class EmbeddingLayer final : public LayerImpl {
  public:
-  EmbeddingLayer(Init& init, const EmbeddingShape& e) {
-    weight_ = init.normal("weight", {e.vocab, e.hidden});
+  EmbeddingLayer(Init& init, const EmbeddingShape& e) : group_(init.group()) {
+    weight_ = init.normal("weight", {e.vocab, e.hidden}, split_evenly(0, e.vocab, group_));
+    first_row_ = share(*group_, e.vocab).begin;
     if (e.learned_positions > 0)
       positions_ = init.normal("positions", {e.learned_positions, e.hidden});
   }
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor&) override {
-    at::Tensor h = at::embedding(weight_, tokens);
+    at::Tensor h;
+    if (group_->size == 1) {
+      h = at::embedding(weight_, tokens);
+    } else {
+      const int64_t rows = weight_.size(0);
+      const at::Tensor local = tokens - first_row_;
+      const at::Tensor here = local.ge(0).logical_and(local.lt(rows));
+      const at::Tensor found =
+          at::embedding(weight_, local.masked_fill(here.logical_not(), 0)) * here.unsqueeze(-1);
+      h = reduce_from(group_, found);
+    }
     if (positions_.defined()) h = h + positions_.narrow(0, 0, tokens.size(1));
     return h;
   }
 
  private:
+  Group group_;
+  int64_t first_row_ = 0;
   at::Tensor weight_, positions_;
 };
 
@@ -422,17 +755,50 @@ class ResidualLayer final : public LayerImpl {
   std::vector<Body> bodies_;
 };
 
+// Split by vocabulary with Megatron's vocabulary-parallel cross-entropy: rank r computes the
+// logits of its rows only; the row maximum, the sum of exponentials and the target's logit are
+// combined over the group, so no rank ever holds the full logits.
 class HeadLayer final : public LayerImpl {
  public:
-  HeadLayer(Norm norm, at::Tensor weight) : norm_(std::move(norm)), weight_(std::move(weight)) {}
+  HeadLayer(Norm norm, at::Tensor weight, Group group, int64_t vocab)
+      : norm_(std::move(norm)),
+        weight_(std::move(weight)),
+        group_(std::move(group)),
+        first_row_(share(*group_, vocab).begin) {}
   at::Tensor forward(const at::Tensor& x, const at::Tensor& targets) override {
-    at::Tensor logits = at::linear(norm_(x), weight_);
-    return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+    if (group_->size == 1) {
+      at::Tensor logits = at::linear(norm_(x), weight_);
+      return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+    }
+    const at::Tensor logits =
+        at::linear(copy_to(group_, norm_(x)), weight_).reshape({-1, weight_.size(0)});
+    const at::Tensor target = targets.reshape({-1});
+    const int64_t n = logits.size(0);
+    // The row maximum over the group, for stability only (no gradient flows through it):
+    // gathered by summing a zero tensor in which each rank fills its own row.
+    at::Tensor maximum;
+    {
+      at::NoGradGuard no_grad;
+      at::Tensor gathered = at::zeros({group_->size, n}, logits.options());
+      gathered.select(0, group_->rank).copy_(std::get<0>(logits.max(-1)));
+      group_->all_reduce(gathered);
+      maximum = std::get<0>(gathered.max(0));
+    }
+    const at::Tensor shifted = logits - maximum.unsqueeze(1);
+    const at::Tensor sum_exp = reduce_from(group_, shifted.exp().sum(-1));
+    const at::Tensor local = target - first_row_;
+    const at::Tensor here = local.ge(0).logical_and(local.lt(weight_.size(0)));
+    const at::Tensor picked =
+        shifted.gather(1, local.masked_fill(here.logical_not(), 0).unsqueeze(1)).squeeze(1) * here;
+    const at::Tensor target_logit = reduce_from(group_, picked);
+    return (sum_exp.log() - target_logit).mean();
   }
 
  private:
   Norm norm_;
   at::Tensor weight_;
+  Group group_;
+  int64_t first_row_ = 0;
 };
 
 class TransformerStage final : public StageModule {
@@ -473,6 +839,36 @@ int64_t layer_hidden(const Layer& l) {
 
 std::string layer_label(const Layer& l, int index) {
   return "layer " + std::to_string(index) + " ('" + l.name + "', " + layer_kind_name(l.kind) + ")";
+}
+
+// What a tensor-parallel degree t needs of a layer: every split width divisible by t.
+Status check_split(const Layer& l, const std::string& label, int t) {
+  if (t < 1) return invalid_argument(label + ": tensor-parallel degree " + std::to_string(t));
+  if (t == 1) return Status::ok();
+  std::vector<std::pair<std::string, int64_t>> widths;
+  if (l.embedding) widths.push_back({"vocab", l.embedding->vocab});
+  if (l.head) widths.push_back({"vocab", l.head->vocab});
+  if (l.attention) widths.push_back({"num_kv_heads", l.attention->num_kv_heads});
+  if (l.ffn) widths.push_back({"ffn_size", l.ffn->ffn_size});
+  if (l.moe) {
+    widths.push_back({"expert_ffn_size", l.moe->expert_ffn_size});
+    if (l.moe->num_shared_experts > 0)
+      widths.push_back({"shared_ffn_size", l.moe->shared_ffn_size});
+  }
+  if (l.mamba) widths.push_back({"n_heads", l.mamba->n_heads});
+  for (const auto& [field, width] : widths) {
+    if (width % t != 0) {
+      return invalid_argument(label + ": tensor parallelism over " + std::to_string(t) +
+                              " devices splits " + field + " (" + std::to_string(width) +
+                              ") evenly, which needs a multiple of " + std::to_string(t));
+    }
+  }
+  if (l.mamba && l.mamba->n_groups % t != 0 && t % l.mamba->n_groups != 0) {
+    return invalid_argument(label + ": tensor parallelism over " + std::to_string(t) +
+                            " devices needs n_groups (" + std::to_string(l.mamba->n_groups) +
+                            ") to divide or be divided by " + std::to_string(t));
+  }
+  return Status::ok();
 }
 
 Status check_layer(const ModelSpec& model, int index, const StageModuleOptions& options) {
@@ -538,6 +934,7 @@ Status check_layer(const ModelSpec& model, int index, const StageModuleOptions& 
   if (l.moe && (l.moe->latent_size > 0 || l.moe->top_k < 1 || l.moe->top_k > l.moe->num_experts)) {
     return invalid_argument(label + ": MoE needs 1 <= top_k <= num_experts and no latent_size");
   }
+  MOTLEY_RETURN_IF_ERROR(check_split(l, label, options.tensor_parallel.size));
   if (l.embedding && l.embedding->learned_positions > 0 &&
       l.embedding->learned_positions < options.seq_len) {
     return invalid_argument(label + ": " + std::to_string(l.embedding->learned_positions) +
@@ -573,12 +970,13 @@ int tied_head(const ModelSpec& model) {
 }
 
 std::unique_ptr<LayerImpl> build_layer(const ModelSpec& model, int index, uint64_t seed,
-                                       ParameterStore& store, std::vector<StageParameter>* used) {
+                                       const Group& group, ParameterStore& store,
+                                       std::vector<StageParameter>* used) {
   const Layer& l = model.layers[index];
   const bool rotary =
       !(model.layers[0].embedding && model.layers[0].embedding->learned_positions > 0);
   const int tied = tied_head(model);
-  Init init(store, l.name, seed + static_cast<uint64_t>(index), {index});
+  Init init(store, l.name, seed + static_cast<uint64_t>(index), {index}, group);
   std::unique_ptr<LayerImpl> out;
   auto mixer = [&](Init& scope) -> ResidualLayer::Body {
     if (l.moe) {
@@ -598,7 +996,7 @@ std::unique_ptr<LayerImpl> build_layer(const ModelSpec& model, int index, uint64
     case LayerKind::kEmbedding: {
       // With a tied head the embedding matrix (drawn first) is read by the head too.
       Init embed(store, l.name, seed + static_cast<uint64_t>(index),
-                 tied >= 0 ? std::vector<int>{index, tied} : std::vector<int>{index});
+                 tied >= 0 ? std::vector<int>{index, tied} : std::vector<int>{index}, group);
       out = std::make_unique<EmbeddingLayer>(embed, *l.embedding);
       for (auto& p : embed.used()) init.used().push_back(p);
       break;
@@ -640,13 +1038,15 @@ std::unique_ptr<LayerImpl> build_layer(const ModelSpec& model, int index, uint64
       if (l.head->tied) {
         // The embedding's matrix: drawn as the embedding layer draws it, shared by name.
         const Layer& e = model.layers[0];
-        Init embed(store, e.name, seed, {0, index});
-        weight = embed.normal("weight", {e.embedding->vocab, e.embedding->hidden});
+        Init embed(store, e.name, seed, {0, index}, group);
+        weight = embed.normal("weight", {e.embedding->vocab, e.embedding->hidden},
+                              split_evenly(0, e.embedding->vocab, group));
         for (auto& p : embed.used()) init.used().push_back(p);
       } else {
-        weight = init.normal("weight", {l.head->vocab, l.head->hidden});
+        weight = init.normal("weight", {l.head->vocab, l.head->hidden},
+                             split_evenly(0, l.head->vocab, group));
       }
-      out = std::make_unique<HeadLayer>(norm, weight);
+      out = std::make_unique<HeadLayer>(norm, weight, group, l.head->vocab);
       break;
     }
     default:
@@ -674,9 +1074,10 @@ Result<std::unique_ptr<StageModule>> make_transformer_stage(const ModelSpec& mod
   }
   std::vector<std::unique_ptr<LayerImpl>> layers;
   std::vector<StageParameter> used;
+  const auto group = std::make_shared<const TensorParallelGroup>(options.tensor_parallel);
   try {
     for (int i = layer_begin; i < layer_end; ++i) {
-      layers.push_back(build_layer(model, i, options.seed, store, &used));
+      layers.push_back(build_layer(model, i, options.seed, group, store, &used));
     }
   } catch (const std::exception& e) {
     return internal_error("model '" + model.name + "': building layers [" +

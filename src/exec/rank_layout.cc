@@ -9,28 +9,46 @@ namespace motley {
 RankLayout::RankLayout(const Plan& plan) : ranks_of_stage_(plan.stages.size()) {
   for (size_t r = 0; r < plan.replicas.size(); ++r) {
     const Replica& replica = plan.replicas[r];
-    first_rank_.push_back(static_cast<int>(places_.size()));
+    first_rank_.emplace_back();
     for (size_t g = 0; g < replica.groups.size(); ++g) {
-      places_.push_back(RankPlace{static_cast<int>(r), static_cast<int>(g)});
-      stages_of_rank_.emplace_back();
+      const std::vector<int>& devices = replica.groups[g].devices;
+      first_rank_[r].push_back(static_cast<int>(places_.size()));
+      for (size_t d = 0; d < devices.size(); ++d) {
+        places_.push_back(RankPlace{static_cast<int>(r), static_cast<int>(g), static_cast<int>(d),
+                                    static_cast<int>(devices.size()), devices[d]});
+        stages_of_rank_.emplace_back();
+      }
     }
     for (size_t s = 0; s < replica.stage_group.size(); ++s) {
-      const int rank = first_rank_[r] + replica.stage_group[s];
-      stages_of_rank_[rank].push_back(static_cast<int>(s));
-      ranks_of_stage_[s].push_back(rank);
+      for (int rank : group_ranks(static_cast<int>(r), replica.stage_group[s])) {
+        stages_of_rank_[rank].push_back(static_cast<int>(s));
+        ranks_of_stage_[s].push_back(rank);
+      }
     }
   }
   for (auto& ranks : ranks_of_stage_) std::sort(ranks.begin(), ranks.end());
 }
 
-int RankLayout::rank_of(int replica, int group) const {
+int RankLayout::rank_of(int replica, int group, int tp_rank) const {
   MOTLEY_CHECK(replica >= 0 && replica < static_cast<int>(first_rank_.size()), "no such replica");
-  return first_rank_[replica] + group;
+  MOTLEY_CHECK(group >= 0 && group < static_cast<int>(first_rank_[replica].size()),
+               "no such group");
+  const int rank = first_rank_[replica][group] + tp_rank;
+  MOTLEY_CHECK(tp_rank >= 0 && tp_rank < places_[first_rank_[replica][group]].tp_size,
+               "no such tensor-parallel rank");
+  return rank;
 }
 
 RankPlace RankLayout::place_of(int rank) const {
   MOTLEY_CHECK(rank >= 0 && rank < world_size(), "no such rank");
   return places_[rank];
+}
+
+std::vector<int> RankLayout::group_ranks(int replica, int group) const {
+  const int first = rank_of(replica, group);
+  std::vector<int> ranks(static_cast<size_t>(places_[first].tp_size));
+  for (size_t i = 0; i < ranks.size(); ++i) ranks[i] = first + static_cast<int>(i);
+  return ranks;
 }
 
 const std::vector<int>& RankLayout::stages_of(int rank) const {
@@ -41,6 +59,21 @@ const std::vector<int>& RankLayout::stages_of(int rank) const {
 const std::vector<int>& RankLayout::stage_ranks(int stage) const {
   MOTLEY_CHECK(stage >= 0 && stage < static_cast<int>(ranks_of_stage_.size()), "no such stage");
   return ranks_of_stage_[stage];
+}
+
+int RankLayout::pipeline_source(int rank, int sending_group) const {
+  const RankPlace me = place_of(rank);
+  const int first = rank_of(me.replica, sending_group);
+  return first + me.tp_rank % places_[first].tp_size;
+}
+
+std::vector<int> RankLayout::pipeline_destinations(int rank, int receiving_group) const {
+  const RankPlace me = place_of(rank);
+  std::vector<int> out;
+  for (int r : group_ranks(me.replica, receiving_group)) {
+    if (places_[r].tp_rank % me.tp_size == me.tp_rank) out.push_back(r);
+  }
+  return out;
 }
 
 MessageTag message_tag(int64_t step, CommKind kind, int64_t sequence) {

@@ -35,7 +35,7 @@ Result<std::unique_ptr<SequentialTrainer>> SequentialTrainer::create(const ExecO
   }
   MOTLEY_ASSIGN_OR_RETURN(
       impl->model,
-      make_transformer_stage(model, 0, layers, StageModuleOptions{options.seed, plan.seq_len},
+      make_transformer_stage(model, 0, layers, StageModuleOptions{options.seed, plan.seq_len, {}},
                              impl->store));
   std::vector<at::Tensor> params;
   for (const NamedTensor& p : impl->store.parameters()) params.push_back(p.tensor);

@@ -22,7 +22,8 @@ ModelSpec preset(const char* name) {
 
 std::unique_ptr<StageModule> stage(const ModelSpec& model, int begin, int end,
                                    ParameterStore& store, uint64_t seed = 5) {
-  auto module = make_transformer_stage(model, begin, end, StageModuleOptions{seed, kSeq}, store);
+  auto module =
+      make_transformer_stage(model, begin, end, StageModuleOptions{seed, kSeq, {}}, store);
   EXPECT_TRUE(module.is_ok()) << module.status().message();
   return std::move(module).value();
 }
@@ -252,7 +253,7 @@ TEST(TransformerStage, RejectsWhatTheExecutorDoesNotRun) {
   ModelSpec measured = preset("tiny-llama");
   measured.layers[2].kind = LayerKind::kMeasured;
   ParameterStore store;
-  auto module = make_transformer_stage(measured, 0, 3, StageModuleOptions{0, kSeq}, store);
+  auto module = make_transformer_stage(measured, 0, 3, StageModuleOptions{0, kSeq, {}}, store);
   ASSERT_FALSE(module.is_ok());
   EXPECT_EQ(module.status().message(),
             "model 'tiny-llama': layer 2 ('layers.1', measured): the executor does not run "
@@ -260,14 +261,17 @@ TEST(TransformerStage, RejectsWhatTheExecutorDoesNotRun) {
             "decoder_block and head");
   ModelSpec mamba1 = preset("tiny-hybrid");
   mamba1.layers[1].mamba->version = 1;
-  EXPECT_EQ(
-      make_transformer_stage(mamba1, 1, 2, StageModuleOptions{0, kSeq}, store).status().message(),
-      "model 'tiny-hybrid': layer 1 ('layers.0.mamba', mamba): the executor runs Mamba-2 "
-      "with n_heads a multiple of n_groups and d_inner = n_heads * head_dim");
-  EXPECT_FALSE(make_transformer_stage(mamba1, 3, 3, StageModuleOptions{0, kSeq}, store).is_ok());
+  EXPECT_EQ(make_transformer_stage(mamba1, 1, 2, StageModuleOptions{0, kSeq, {}}, store)
+                .status()
+                .message(),
+            "model 'tiny-hybrid': layer 1 ('layers.0.mamba', mamba): the executor runs Mamba-2 "
+            "with n_heads a multiple of n_groups and d_inner = n_heads * head_dim");
+  EXPECT_FALSE(
+      make_transformer_stage(mamba1, 3, 3, StageModuleOptions{0, kSeq, {}}, store).is_ok());
   ModelSpec short_positions = window_model(0, true);
   short_positions.layers[0].embedding->learned_positions = 8;
-  auto too_long = make_transformer_stage(short_positions, 0, 1, StageModuleOptions{0, kSeq}, store);
+  auto too_long =
+      make_transformer_stage(short_positions, 0, 1, StageModuleOptions{0, kSeq, {}}, store);
   EXPECT_EQ(too_long.status().message(),
             "model 'window': layer 0 ('embed', embedding): 8 learned positions cannot cover "
             "sequences of 24 tokens");

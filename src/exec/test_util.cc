@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "motley/cost/fixed_cost_model.h"
+#include "motley/exec/rank_layout.h"
 #include "motley/model/presets.h"
 #include "motley/plan/validate.h"
 #include "motley/schedule/uniform_plan.h"
@@ -29,7 +30,7 @@ ClusterSpec cluster_of(int devices) {
 
 Plan uniform_plan(const ModelSpec& model, const UniformCase& c, int64_t micro_batch_size,
                   int64_t seq_len) {
-  const ClusterSpec cluster = cluster_of(c.stages * c.data_parallel);
+  const ClusterSpec cluster = cluster_of(c.stages * c.data_parallel * c.tensor_parallel);
   FixedCostSpec spec;
   for (size_t i = 0; i < model.layers.size(); ++i) {
     FixedLayer layer;
@@ -44,6 +45,7 @@ Plan uniform_plan(const ModelSpec& model, const UniformCase& c, int64_t micro_ba
   options.virtual_stages = c.virtual_stages;
   options.micro_batches = c.micro_batches;
   options.data_parallel = c.data_parallel;
+  options.tensor_parallel = c.tensor_parallel;
   options.micro_batch_size = micro_batch_size;
   options.seq_len = seq_len;
   options.recompute = c.recompute;
@@ -61,11 +63,7 @@ ExecOptions exec_options() {
   return options;
 }
 
-int world_size(const Plan& plan) {
-  int world = 0;
-  for (const Replica& r : plan.replicas) world += static_cast<int>(r.groups.size());
-  return world;
-}
+int world_size(const Plan& plan) { return RankLayout(plan).world_size(); }
 
 WorldResult run_reference(const Plan& plan, const ModelSpec& model, const TokenStream& tokens,
                           int steps, GradientOrder order) {

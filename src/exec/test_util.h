@@ -31,8 +31,10 @@ struct UniformCase {
   int64_t micro_batches;
   int data_parallel;
   RecomputePolicy recompute = RecomputePolicy::kNone;
+  int tensor_parallel = 1;  // devices per group
 };
-// make_uniform_plan with every layer at 1 s for F, B and W, checked by validate_plan.
+// make_uniform_plan with every layer at 1 s for F, B and W on one node of as many H100s as the
+// plan uses, checked by validate_plan.
 Plan uniform_plan(const ModelSpec& model, const UniformCase& c, int64_t micro_batch_size = 2,
                   int64_t seq_len = 16);
 

@@ -9,6 +9,8 @@
 #include <optional>
 #include <thread>
 
+#include "motley/exec/rank_layout.h"
+
 namespace motley {
 
 void set_intra_op_threads(int threads) {
@@ -56,8 +58,7 @@ Result<TrainReport> train_rank(const TrainOptions& options, const Plan& plan,
 
 Result<TrainReport> train_in_process(const TrainOptions& options, const Plan& plan,
                                      const ModelSpec& model, const TokenStream& tokens) {
-  int world = 0;
-  for (const Replica& replica : plan.replicas) world += static_cast<int>(replica.groups.size());
+  const int world = RankLayout(plan).world_size();
   if (world == 0) return invalid_argument("the plan has no device groups to run");
   InProcessNetwork network(world, options.transport);
   std::mutex mu;

@@ -64,8 +64,8 @@ TEST(Train, AFailingRankStopsTheRunWithItsError) {
   options.exec.stage_factory = [&](int stage, ParameterStore& store) {
     if (stage == 1) return Result<std::unique_ptr<StageModule>>(internal_error("stage 1 broke"));
     return make_transformer_stage(model, plan.stages[stage].layer_begin,
-                                  plan.stages[stage].layer_end, StageModuleOptions{0, plan.seq_len},
-                                  store);
+                                  plan.stages[stage].layer_end,
+                                  StageModuleOptions{0, plan.seq_len, {}}, store);
   };
   auto report = train_in_process(options, plan, model, *tokens);
   ASSERT_FALSE(report.is_ok());

@@ -1,7 +1,8 @@
-// RankExecutor: trains a model under a plan from one rank's side — the rank runs one device
-// group of one replica (rank_layout.h), interprets that group's lowered action list each step
-// (receives posted early, sends asynchronous, F / I / W / fused B / R on its StageModules),
-// then sums gradients with the other replicas and takes an AdamW step; it also saves and loads
+// RankExecutor: trains a model under a plan from one rank's side — the rank is one device of a
+// device group of one replica (rank_layout.h; a group's devices split its layers as a
+// tensor-parallel group), interprets that group's lowered action list each step (receives
+// posted early, sends asynchronous, F / I / W / fused B / R on its StageModules), then sums
+// gradients with the other replicas and takes an AdamW step; it also saves and loads
 // per-layer checkpoints and records a measured trace. It does not validate plans
 // (plan/validate.h), launch processes or pick a transport (train.h). Not thread-safe: one thread
 // per RankExecutor; ranks of one world run concurrently (threads or processes).
@@ -9,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -82,9 +84,10 @@ class RankExecutor {
  public:
   // Builds this rank's stages. `transport` and `tokens` must outlive the executor.
   // REQUIRES: `plan` passed validate_plan for `model`.
-  // Errors (invalid_argument): a transport whose world size is not the plan's number of device
-  // groups, a model the stages cannot be built from (make_transformer_stage's errors), a
-  // vocabulary below 256 byte tokens, a channel longer than kMaxChannelSequence messages.
+  // Errors (invalid_argument): a transport whose world size is not the plan's number of
+  // devices (one rank per device; a group of t devices is a tensor-parallel group of t ranks), a
+  // model the stages cannot be built from (make_transformer_stage's errors), a vocabulary below 256
+  // byte tokens, a channel longer than kMaxChannelSequence messages.
   static Result<std::unique_ptr<RankExecutor>> create(const ExecOptions& options, const Plan& plan,
                                                       const ModelSpec& model,
                                                       const TokenStream& tokens,
@@ -113,6 +116,9 @@ class RankExecutor {
   // This rank's parameters (all stages it runs), in increasing name order. After a step each
   // tensor's grad() holds the gradient that step applied (summed over replicas).
   std::vector<NamedTensor> parameters() const;
+  // Which part of each model parameter the tensors of parameters() are (all of it unless the
+  // rank's device group is tensor-parallel), by name.
+  std::map<std::string, TensorSlice> slices() const;
   int64_t steps_done() const;
 
  private:

@@ -1,7 +1,8 @@
-// RankLayout: how a plan's device groups become executor ranks (one rank per device group,
-// replicas in order, groups in order within a replica), which ranks hold each stage, and the
-// message tags derived from the lowered plan's channel sequence numbers. Knows nothing of
-// tensors or transports. Immutable after construction; thread-safe.
+// RankLayout: how a plan's devices become executor ranks (one rank per device: replicas in
+// order, groups in order within a replica, a tensor-parallel group's devices in order), which
+// ranks hold each stage, which rank of a neighbouring group sends or receives each pipeline
+// message, and the message tags derived from the lowered plan's channel sequence numbers.
+// Knows nothing of tensors or transports. Immutable after construction; thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,10 @@ namespace motley {
 
 struct RankPlace {
   int replica = 0;
-  int group = 0;  // index into Plan::replicas[replica].groups
+  int group = 0;    // index into Plan::replicas[replica].groups
+  int tp_rank = 0;  // index into the group's devices
+  int tp_size = 1;  // the group's device count: its tensor-parallel degree
+  int device = 0;   // the cluster device id this rank stands for
 };
 
 class RankLayout {
@@ -24,19 +28,28 @@ class RankLayout {
   // REQUIRES: `plan` passed validate_plan (every group runs at least one stage).
   explicit RankLayout(const Plan& plan);
 
-  // The number of device groups over all replicas.
+  // The number of devices over all replicas' groups.
   int world_size() const { return static_cast<int>(places_.size()); }
-  // Rank = groups of the replicas before `replica` + `group`.
-  int rank_of(int replica, int group) const;
+  // Rank = devices of the groups before (`replica`, `group`) + `tp_rank`.
+  int rank_of(int replica, int group, int tp_rank = 0) const;
   RankPlace place_of(int rank) const;
+  // The ranks of one device group (its tensor-parallel group), increasing.
+  std::vector<int> group_ranks(int replica, int group) const;
   // The stages `rank` runs, increasing.
   const std::vector<int>& stages_of(int rank) const;
-  // The ranks that run `stage`, one per replica, increasing.
+  // Every rank that runs `stage`: each replica's group for it, all its devices; increasing.
   const std::vector<int>& stage_ranks(int stage) const;
+
+  // Pipeline messages between two groups of one replica. Every rank of a tensor-parallel group
+  // holds the whole hidden state, so a receiving rank with index i takes its copy from the
+  // sending group's rank i mod t_sender; a sending rank therefore serves every receiving rank
+  // whose index is congruent to its own (none when the receiver is smaller than its index).
+  int pipeline_source(int rank, int sending_group) const;
+  std::vector<int> pipeline_destinations(int rank, int receiving_group) const;
 
  private:
   std::vector<RankPlace> places_;
-  std::vector<int> first_rank_;  // [replica] -> rank of its group 0
+  std::vector<std::vector<int>> first_rank_;  // [replica][group] -> rank of its device 0
   std::vector<std::vector<int>> stages_of_rank_;
   std::vector<std::vector<int>> ranks_of_stage_;
 };

@@ -3,8 +3,11 @@
 // their weights. make_transformer_stage builds one from a ModelSpec (embedding, attention with
 // GQA / sliding window / qk-norm / sinks, RMSNorm, dense and gated feed-forward, MoE with a
 // top-k router and shared experts, Mamba-2, decoder blocks and their split forms, LM head with
-// cross-entropy), fp32 on the CPU. It does not schedule, communicate or optimize (executor.h).
-// Thread-compatible: one rank's thread uses its modules and store.
+// cross-entropy), fp32 on the CPU, whole or as one rank's slice of a tensor-parallel group
+// (Megatron-LM's column / row split, vocabulary-parallel embedding and cross-entropy). It does not
+// schedule, send pipeline messages or optimize (executor.h); a tensor-parallel stage calls the
+// group's all-reduce from its forward and backward. Thread-compatible: one rank's thread uses its
+// modules and store.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -43,6 +46,24 @@ class ParameterStore {
   std::map<std::string, at::Tensor> tensors_;
 };
 
+// Which part of a model parameter one rank of a tensor-parallel group holds: the rows `rows` (in
+// the local tensor's order) of the full tensor along dimension `dim`. Rows held by several ranks
+// of the group have the same value on each; their gradient on one rank is either complete
+// (replicated computation, e.g. a norm on the replicated hidden state) or a partial sum over the
+// rank's heads (e.g. qk-norm weights); `grad_rows` says which local rows add their gradient into
+// the full one, `value_rows` which local rows this rank writes when the full value is assembled
+// (each full row by exactly one rank of the group). Unsplit (t = 1): every row, all three.
+struct TensorSlice {
+  int64_t dim = 0;
+  std::vector<int64_t> full_shape;
+  at::Tensor rows;        // int64 [local rows]: full-tensor index of each local row
+  at::Tensor grad_rows;   // int64: local positions whose gradient is added into the full one
+  at::Tensor value_rows;  // int64: local positions this rank contributes to the full value
+  // True when the group's ranks hold disjoint rows and add every local row's gradient: the
+  // slice is a plain shard (Megatron's column or row split), so a shard-wise sum suffices.
+  bool exclusive = true;
+};
+
 // A parameter as a stage sees it, with every layer of the model that reads it (its own layer;
 // for the embedding matrix of a model with a tied head, also the head), so the executor can sum
 // its gradient over all ranks that hold any of those layers.
@@ -50,6 +71,17 @@ struct StageParameter {
   std::string name;
   at::Tensor tensor;
   std::vector<int> layers;  // increasing
+  TensorSlice slice;
+};
+
+// The tensor-parallel group a stage runs on: this rank's index in it, its size, and the sum
+// over its ranks. A stage of t > 1 holds 1/t of the heads, feed-forward width, experts' widths,
+// Mamba heads and vocabulary, and sums partial results with `all_reduce` (which throws
+// std::runtime_error on a transport failure; the executor reports it as the action's error).
+struct TensorParallelGroup {
+  int rank = 0;
+  int size = 1;
+  std::function<void(at::Tensor&)> all_reduce;  // in place; needed when size > 1
 };
 
 class StageModule {
@@ -70,14 +102,19 @@ class StageModule {
 struct StageModuleOptions {
   uint64_t seed = 0;  // layer i draws its initial weights from a generator seeded seed + i
   int64_t seq_len = 0;
+  TensorParallelGroup tensor_parallel;
 };
 
 // Builds layers [layer_begin, layer_end) of `model`, taking parameters from `store`. Weights
-// depend only on (seed, layer index), so any partition starts from the reference's weights.
+// depend only on (seed, layer index) — a tensor-parallel rank draws the full tensor and keeps
+// its slice — so any partition and any tensor-parallel degree start from the reference's
+// weights.
 // Errors (invalid_argument) name the layer and what the executor supports: layer kinds other
 // than those listed above (vision, projector, measured), Mamba-1, multi-head latent attention,
 // latent MoE, an embedding that is not layer 0 or a head that is not the last layer,
-// inconsistent widths, a sequence longer than a learned position table.
+// inconsistent widths, a sequence longer than a learned position table, and widths the
+// tensor-parallel degree does not divide (kv heads, feed-forward and expert widths, vocabulary,
+// Mamba heads; Mamba groups must divide or be divided by it).
 Result<std::unique_ptr<StageModule>> make_transformer_stage(const ModelSpec& model, int layer_begin,
                                                             int layer_end,
                                                             const StageModuleOptions& options,

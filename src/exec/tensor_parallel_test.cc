@@ -1,0 +1,298 @@
+// Tensor parallelism: a device group of t devices runs as t ranks, each holding 1/t of its
+// stages' heads, widths and vocabulary. Every rank's slice must equal the same rows of the
+// sequential reference's parameters, rows that several ranks hold must be identical bits, and
+// the losses must be the reference's. Ranks run as threads over the in-process transport.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "motley/exec/rank_layout.h"
+#include "motley/exec/reference.h"
+#include "motley/exec/train.h"
+#include "motley/plan/spec_hash.h"
+#include "motley/plan/validate.h"
+#include "test_util.h"
+
+namespace motley {
+namespace {
+
+using testing::cluster_of;
+using testing::exec_options;
+using testing::kSteps;
+using testing::preset;
+using testing::relative_difference;
+using testing::run_reference;
+using testing::uniform_plan;
+using testing::WorldResult;
+
+// What each rank ended with.
+struct RankResult {
+  std::vector<std::optional<double>> losses;
+  std::vector<NamedTensor> parameters;
+  std::map<std::string, TensorSlice> slices;
+};
+
+std::vector<RankResult> run_ranks(const Plan& plan, const ModelSpec& model,
+                                  const TokenStream& tokens, int steps) {
+  testing::single_threaded();
+  const int world = testing::world_size(plan);
+  InProcessNetwork network(world);
+  std::vector<RankResult> out(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      std::unique_ptr<Transport> transport = network.endpoint(rank);
+      auto executor = RankExecutor::create(exec_options(), plan, model, tokens, *transport);
+      if (!executor.is_ok()) {
+        ADD_FAILURE() << executor.status().message();
+        network.shut_down("rank " + std::to_string(rank) + " failed");
+        return;
+      }
+      for (int s = 0; s < steps; ++s) {
+        auto result = (*executor)->step();
+        if (!result.is_ok()) {
+          ADD_FAILURE() << result.status().message();
+          network.shut_down("rank " + std::to_string(rank) + " failed");
+          return;
+        }
+        out[rank].losses.push_back(result->loss);
+      }
+      out[rank].parameters = (*executor)->parameters();
+      out[rank].slices = (*executor)->slices();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+at::Tensor rows_of(const at::Tensor& full, const TensorSlice& slice) {
+  return full.index_select(slice.dim, slice.rows);
+}
+
+// Every rank's slices against the reference's rows. A split layer adds its products in another
+// order than the whole one (each rank sums over its half of the width, then the halves are
+// added), so values differ by rounding from the first forward on: the losses of every step and
+// the first step's gradients (taken at identical parameters) stay within 1e-5. Parameters after
+// several steps get a looser bound, because AdamW's first updates are nearly lr * sign(g): an
+// element whose gradient is at rounding level moves a whole step either way (with the tests'
+// lr of 1e-2, about half the initial weights' scale); a wrong slice or a missing sum is off by
+// orders of magnitude more.
+void expect_matches_reference(const Plan& plan, const ModelSpec& model, int steps) {
+  auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 3), "corpus");
+  ASSERT_TRUE(tokens.is_ok());
+  const std::vector<RankResult> ranks = run_ranks(plan, model, *tokens, steps);
+  const WorldResult reference =
+      run_reference(plan, model, *tokens, steps, GradientOrder::kSequential);
+  if (steps > 1) {
+    EXPECT_LT(reference.losses.back(), reference.losses[0]);  // it trains
+  }
+  const double parameter_bound = 1e-3;
+  const double gradient_bound = steps == 1 ? 1e-5 : 1e-2;
+  const RankLayout layout(plan);
+  const int last_stage = static_cast<int>(plan.stages.size()) - 1;
+  std::map<std::string, std::map<int64_t, at::Tensor>> rows_seen;  // name -> full row -> value
+  std::map<std::string, int64_t> split_dim;
+  std::set<std::string> names;
+  for (int rank = 0; rank < static_cast<int>(ranks.size()); ++rank) {
+    const RankResult& r = ranks[rank];
+    const bool holds_loss = std::count(layout.stage_ranks(last_stage).begin(),
+                                       layout.stage_ranks(last_stage).end(), rank) > 0;
+    ASSERT_EQ(r.losses.size(), static_cast<size_t>(steps)) << "rank " << rank;
+    for (int s = 0; s < steps; ++s) {
+      ASSERT_EQ(r.losses[s].has_value(), holds_loss) << "rank " << rank;
+      if (holds_loss) {
+        EXPECT_LT(std::abs(*r.losses[s] - reference.losses[s]) / reference.losses[s], 1e-5)
+            << "rank " << rank << " step " << s;
+      }
+    }
+    for (const NamedTensor& p : r.parameters) {
+      names.insert(p.name);
+      const TensorSlice& slice = r.slices.at(p.name);
+      split_dim[p.name] = slice.dim;
+      const at::Tensor& full = reference.parameters.at(p.name);
+      ASSERT_EQ(std::vector<int64_t>(full.sizes().begin(), full.sizes().end()), slice.full_shape)
+          << p.name;
+      EXPECT_LT(relative_difference(p.tensor, rows_of(full, slice)), parameter_bound)
+          << p.name << " on rank " << rank;
+      ASSERT_TRUE(p.tensor.grad().defined()) << p.name;
+      EXPECT_LT(relative_difference(p.tensor.grad(), rows_of(full.grad(), slice)), gradient_bound)
+          << p.name << " gradient on rank " << rank;
+      // Rows held by several ranks (replicas, a group's replicated rows) are the same bits.
+      auto rows = slice.rows.accessor<int64_t, 1>();
+      for (int64_t i = 0; i < rows.size(0); ++i) {
+        const at::Tensor value = p.tensor.select(slice.dim, i);
+        auto [it, inserted] = rows_seen[p.name].emplace(rows[i], value);
+        if (!inserted) {
+          EXPECT_TRUE(at::equal(it->second, value))
+              << p.name << " row " << rows[i] << " differs on rank " << rank;
+        }
+      }
+    }
+  }
+  // Every parameter of the model is held somewhere, every row of it by some rank.
+  EXPECT_EQ(names.size(), reference.parameters.size());
+  for (const auto& [name, rows] : rows_seen) {
+    EXPECT_EQ(static_cast<int64_t>(rows.size()),
+              reference.parameters.at(name).size(split_dim.at(name)))
+        << name;
+  }
+}
+
+void expect_matches_reference(const Plan& plan, const ModelSpec& model) {
+  {
+    SCOPED_TRACE("one step");
+    expect_matches_reference(plan, model, 1);
+  }
+  SCOPED_TRACE(std::to_string(kSteps) + " steps");
+  expect_matches_reference(plan, model, kSteps);
+}
+
+TEST(TensorParallel, LayoutNumbersDevicesAndPairsPipelinePeers) {
+  Plan plan = uniform_plan(preset("tiny-llama"),
+                           {ScheduleKind::k1f1b, 2, 1, 4, 1, RecomputePolicy::kNone, 2});
+  // Make the second group a single device: messages fan out from a group of 2 to 1 and back.
+  plan.replicas[0].groups[1].devices.resize(1);
+  const RankLayout layout(plan);
+  ASSERT_EQ(layout.world_size(), 3);
+  EXPECT_EQ(layout.rank_of(0, 0, 1), 1);
+  EXPECT_EQ(layout.rank_of(0, 1), 2);
+  EXPECT_EQ(layout.place_of(1).tp_rank, 1);
+  EXPECT_EQ(layout.place_of(1).tp_size, 2);
+  EXPECT_EQ(layout.place_of(2).tp_size, 1);
+  EXPECT_EQ(layout.group_ranks(0, 0), (std::vector<int>{0, 1}));
+  EXPECT_EQ(layout.stage_ranks(0), (std::vector<int>{0, 1}));
+  EXPECT_EQ(layout.stages_of(1), (std::vector<int>{0}));
+  // Group 1 (one rank) takes its copy from group 0's rank 0; group 0's ranks both take theirs
+  // from it.
+  EXPECT_EQ(layout.pipeline_source(2, 0), 0);
+  EXPECT_EQ(layout.pipeline_destinations(0, 1), (std::vector<int>{2}));
+  EXPECT_TRUE(layout.pipeline_destinations(1, 1).empty());
+  EXPECT_EQ(layout.pipeline_source(0, 1), 2);
+  EXPECT_EQ(layout.pipeline_source(1, 1), 2);
+  EXPECT_EQ(layout.pipeline_destinations(2, 0), (std::vector<int>{0, 1}));
+}
+
+TEST(TensorParallel, OneFOneBOverTwoGroupsOfTwoMatchesReference) {
+  const ModelSpec model = preset("tiny-llama");
+  expect_matches_reference(
+      uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 1, RecomputePolicy::kNone, 2}), model);
+}
+
+TEST(TensorParallel, ZeroBubbleMoeMatchesReference) {
+  const ModelSpec model = preset("tiny-moe");
+  expect_matches_reference(
+      uniform_plan(model, {ScheduleKind::kZbH1, 2, 1, 4, 1, RecomputePolicy::kNone, 2}), model);
+}
+
+TEST(TensorParallel, MambaWithSharedGroupsAndRecomputeMatchesReference) {
+  // One B/C group read by both ranks' heads: rows held by both, their gradients partial.
+  const ModelSpec model = preset("tiny-hybrid");
+  expect_matches_reference(
+      uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 1, RecomputePolicy::kFull, 2}), model);
+}
+
+TEST(TensorParallel, TiedVocabularyParallelHeadWithReplicasMatchesReference) {
+  // Gemma-style: tied embedding and head on different groups, four norms, sliding windows;
+  // two replicas of two groups of two.
+  const ModelSpec model = preset("tiny-gemma");
+  expect_matches_reference(
+      uniform_plan(model, {ScheduleKind::kInterleaved, 2, 2, 4, 2, RecomputePolicy::kNone, 2}),
+      model);
+}
+
+// Replica 0 on groups of two devices, replica 1 on single devices, with 3 and 5 micro-batches:
+// gradients of differently split replicas are summed at full size.
+TEST(TensorParallel, ReplicasOfDifferentDegreesMatchReference) {
+  const ModelSpec model = preset("tiny-llama");
+  const Plan base = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 2});
+  Plan plan = base;
+  plan.replicas[0].groups[0].devices = {0, 1};
+  plan.replicas[0].groups[1].devices = {2, 3};
+  plan.replicas[1].groups[0].devices = {4};
+  plan.replicas[1].groups[1].devices = {5};
+  plan.replicas[0].micro_batches = 3;
+  plan.replicas[1].micro_batches = 5;
+  const Plan r0 = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 3, 1});
+  const Plan r1 = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 5, 1});
+  for (size_t g = 0; g < 2; ++g) {
+    plan.replicas[0].groups[g].actions = r0.replicas[0].groups[g].actions;
+    plan.replicas[1].groups[g].actions = r1.replicas[0].groups[g].actions;
+  }
+  plan.global_batch = 8 * plan.micro_batch_size;
+  const ClusterSpec cluster = cluster_of(6);
+  plan.cluster = cluster_ref(cluster);
+  ASSERT_TRUE(validate_plan(plan, model, cluster, ValidateOptions{}).is_ok())
+      << validate_plan(plan, model, cluster, ValidateOptions{}).message();
+  expect_matches_reference(plan, model);
+}
+
+TEST(TensorParallel, GroupsOfDifferentSizesInOnePipelineMatchReference) {
+  const ModelSpec model = preset("tiny-llama");
+  Plan plan = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 1, RecomputePolicy::kNone, 2});
+  plan.replicas[0].groups[1].devices = {2};
+  expect_matches_reference(plan, model);
+}
+
+TEST(TensorParallel, RefusesWidthsTheDegreeDoesNotDivide) {
+  // tiny-llama has 2 key/value heads: 4 ranks cannot split them.
+  const ModelSpec model = preset("tiny-llama");
+  const Plan plan =
+      uniform_plan(model, {ScheduleKind::k1f1b, 1, 1, 2, 1, RecomputePolicy::kNone, 4});
+  auto tokens = TokenStream::from_text(synthetic_corpus(1 << 12, 3), "corpus");
+  ASSERT_TRUE(tokens.is_ok());
+  InProcessNetwork network(4);
+  auto transport = network.endpoint(0);
+  auto executor = RankExecutor::create(exec_options(), plan, model, *tokens, *transport);
+  ASSERT_FALSE(executor.is_ok());
+  EXPECT_EQ(executor.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(executor.status().message().find(
+                "tensor parallelism over 4 devices splits num_kv_heads (2) evenly"),
+            std::string::npos)
+      << executor.status().message();
+}
+
+// A checkpoint of a tensor-parallel run holds whole tensors: resuming it without tensor
+// parallelism (and the other way round) continues as the uninterrupted run does.
+TEST(TensorParallel, CheckpointsResumeUnderAnotherDegree) {
+  testing::single_threaded();
+  const ModelSpec model = preset("tiny-hybrid");
+  const Plan split =
+      uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 1, RecomputePolicy::kNone, 2});
+  const Plan whole = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 1});
+  auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 3), "corpus");
+  ASSERT_TRUE(tokens.is_ok());
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / "motley-tp-checkpoint").string();
+  for (const auto& [first, second] : {std::pair{&split, &whole}, std::pair{&whole, &split}}) {
+    std::filesystem::remove_all(dir);
+    TrainOptions options;
+    options.exec = exec_options();
+    options.steps = 4;
+    auto uninterrupted = train_in_process(options, *first, model, *tokens);
+    ASSERT_TRUE(uninterrupted.is_ok()) << uninterrupted.status().message();
+    options.steps = 2;
+    options.checkpoint_dir = dir;
+    auto before = train_in_process(options, *first, model, *tokens);
+    ASSERT_TRUE(before.is_ok()) << before.status().message();
+    options.checkpoint_dir.clear();
+    options.resume_from = dir;
+    auto after = train_in_process(options, *second, model, *tokens);
+    ASSERT_TRUE(after.is_ok()) << after.status().message();
+    ASSERT_EQ(after->losses.size(), 2u);
+    for (int s = 0; s < 2; ++s) {
+      EXPECT_LT(
+          std::abs(after->losses[s] - uninterrupted->losses[2 + s]) / uninterrupted->losses[2 + s],
+          1e-5)
+          << "step " << 2 + s;
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace motley
