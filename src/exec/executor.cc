@@ -146,7 +146,19 @@ struct RankExecutor::Impl {
   // Gradient sums: per set of ranks, that set's parameters (name order). The sets are visited
   // in increasing order on every rank, so overlapping sets cannot deadlock.
   std::map<std::vector<int>, std::vector<Reduction>> reduce_sets;
-  std::unique_ptr<internal::AdamWStep> optimizer;
+  // ZeRO-1 (Plan::zero1): the optimizer state of a set of replicas' identical parameters is
+  // split among them by whole tensors, as PyTorch's ZeroRedundancyOptimizer splits it (largest
+  // first, each to the member holding the fewest elements so far). Each member steps the tensors
+  // it owns; the new values then reach the others through a sum in which only the owner
+  // contributes.
+  struct ZeroSet {
+    std::vector<int> ranks;
+    std::vector<at::Tensor> params;  // the set's parameters, name order
+    std::vector<bool> owned;         // by this rank
+  };
+  std::vector<ZeroSet> zero_sets;  // in the order of their rank sets
+  std::vector<at::Tensor> all_params;
+  std::unique_ptr<internal::AdamWStep> optimizer;  // over the parameters this rank steps
   // Every parameter of this rank with the layer it belongs to (its checkpoint file) and the
   // part of the model's tensor it holds.
   struct OwnedParameter {
@@ -213,6 +225,35 @@ struct RankExecutor::Impl {
   // The full value of a split tensor of this rank's group (`local` has `slice`'s rows): a sum
   // over the group in which each row comes from one rank. A collective of the group.
   Result<at::Tensor> gather_full(const at::Tensor& local, const TensorSlice& slice);
+  // After the optimizer step: every ZeRO-1 set's owners send their new values to the others.
+  Status share_zero_updates();
+  // The AdamW moments of every ZeRO-1 set's parameters, from their owners (for checkpoints):
+  // by parameter TensorImpl. A collective of each set.
+  Result<std::map<const at::TensorImpl*, internal::AdamWStep::State>> gather_zero_state();
+  int64_t optimizer_state_elements() const;
+  // Whether this rank's optimizer steps `param` (not so for a ZeRO-1 parameter another member
+  // of its set owns).
+  bool steps_this_rank(const at::Tensor& param) const {
+    for (const ZeroSet& z : zero_sets) {
+      for (size_t i = 0; i < z.params.size(); ++i) {
+        if (z.params[i].unsafeGetTensorImpl() == param.unsafeGetTensorImpl()) return z.owned[i];
+      }
+    }
+    return true;
+  }
+  void zero_gradients() {
+    for (at::Tensor& p : all_params) {
+      if (p.grad().defined()) {
+        p.mutable_grad().detach_();
+        p.mutable_grad().zero_();
+      }
+    }
+  }
+  void materialize_gradients() {
+    for (at::Tensor& p : all_params) {
+      if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+    }
+  }
 };
 
 Status RankExecutor::Impl::build() {
@@ -303,12 +344,89 @@ Status RankExecutor::Impl::build() {
     }
     stages[s] = std::move(module);
   }
-  std::vector<at::Tensor> all_params;
   for (auto& [name, entry] : by_name) {
     reduce_sets[entry.second].push_back(entry.first);
     all_params.push_back(entry.first.param);
   }
-  optimizer = std::make_unique<internal::AdamWStep>(all_params, options.optimizer);
+  std::set<const at::TensorImpl*> not_mine;
+  if (plan.zero1) {
+    for (const auto& [ranks, reductions] : reduce_sets) {
+      const bool shardable =
+          ranks.size() > 1 && std::none_of(reductions.begin(), reductions.end(),
+                                           [](const Reduction& r) { return r.full_size; });
+      if (!shardable) continue;
+      ZeroSet z;
+      z.ranks = ranks;
+      const size_t me =
+          static_cast<size_t>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+      for (const Reduction& r : reductions) z.params.push_back(r.param);
+      std::vector<size_t> order(z.params.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(), [&z](size_t a, size_t b) {
+        return z.params[a].numel() > z.params[b].numel();
+      });
+      std::vector<int64_t> load(ranks.size(), 0);
+      z.owned.assign(z.params.size(), false);
+      for (size_t i : order) {
+        const size_t owner =
+            static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+        load[owner] += z.params[i].numel();
+        z.owned[i] = owner == me;
+        if (owner != me) not_mine.insert(z.params[i].unsafeGetTensorImpl());
+      }
+      zero_sets.push_back(std::move(z));
+    }
+  }
+  std::vector<at::Tensor> stepped;
+  for (const at::Tensor& p : all_params) {
+    if (!not_mine.count(p.unsafeGetTensorImpl())) stepped.push_back(p);
+  }
+  optimizer = std::make_unique<internal::AdamWStep>(stepped, options.optimizer);
+  return Status::ok();
+}
+
+Result<std::map<const at::TensorImpl*, internal::AdamWStep::State>>
+RankExecutor::Impl::gather_zero_state() {
+  std::map<const at::TensorImpl*, internal::AdamWStep::State> out;
+  if (steps_done == 0) return out;  // no moments before the first step
+  for (const ZeroSet& z : zero_sets) {
+    std::vector<at::Tensor> moments;  // exp_avg, exp_avg_sq per parameter
+    for (size_t i = 0; i < z.params.size(); ++i) {
+      const auto state = z.owned[i] ? optimizer->state(z.params[i]) : std::nullopt;
+      moments.push_back(state ? state->exp_avg.clone() : at::zeros_like(z.params[i]));
+      moments.push_back(state ? state->exp_avg_sq.clone() : at::zeros_like(z.params[i]));
+    }
+    MOTLEY_RETURN_IF_ERROR(transport.all_reduce_sum(moments, z.ranks)
+                               .with_context("gathering ZeRO-1 optimizer state"));
+    for (size_t i = 0; i < z.params.size(); ++i) {
+      out[z.params[i].unsafeGetTensorImpl()] =
+          internal::AdamWStep::State{steps_done, moments[2 * i], moments[2 * i + 1]};
+    }
+  }
+  return out;
+}
+
+int64_t RankExecutor::Impl::optimizer_state_elements() const {
+  int64_t n = 0;
+  for (const at::Tensor& p : all_params) {
+    if (optimizer->state(p)) n += 2 * p.numel();  // exp_avg and exp_avg_sq
+  }
+  return n;
+}
+
+Status RankExecutor::Impl::share_zero_updates() {
+  for (const ZeroSet& z : zero_sets) {
+    std::vector<at::Tensor> values;
+    for (size_t i = 0; i < z.params.size(); ++i) {
+      values.push_back(z.owned[i] ? z.params[i].detach().clone() : at::zeros_like(z.params[i]));
+    }
+    MOTLEY_RETURN_IF_ERROR(
+        transport.all_reduce_sum(values, z.ranks).with_context("sharing ZeRO-1 updates"));
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < z.params.size(); ++i) {
+      if (!z.owned[i]) z.params[i].copy_(values[i]);
+    }
+  }
   return Status::ok();
 }
 
@@ -490,7 +608,7 @@ Status RankExecutor::Impl::run_comm(const CommOp& op) {
 
 Status RankExecutor::Impl::reduce_and_update(StepResult* result) {
   auto start = std::chrono::steady_clock::now();
-  optimizer->materialize_gradients();
+  materialize_gradients();
   // Every rank of a tensor-parallel group computes the same loss; one of them counts it.
   at::Tensor loss = at::full({1}, place.tp_rank == 0 ? loss_sum : 0.0, at::kFloat);
   const std::vector<int>& loss_ranks = layout.stage_ranks(last_stage);
@@ -522,6 +640,7 @@ Status RankExecutor::Impl::reduce_and_update(StepResult* result) {
   record(TraceEvent::Kind::kAllReduce, std::nullopt, "all_reduce", start);
   start = std::chrono::steady_clock::now();
   optimizer->step();
+  MOTLEY_RETURN_IF_ERROR(share_zero_updates());
   record(TraceEvent::Kind::kOptimizer, std::nullopt, "optimizer", start);
   if (holds_loss) result->loss = loss.item<double>();
   result->events = std::move(events);
@@ -538,7 +657,7 @@ Status RankExecutor::Impl::run_step() {
   events.clear();
   loss_sum = 0;
   step_start = std::chrono::steady_clock::now();
-  optimizer->zero_gradients();
+  zero_gradients();
   MOTLEY_RETURN_IF_ERROR(post_receives());
   for (const LoweredOp& op : ops) {
     const auto start = std::chrono::steady_clock::now();
@@ -663,6 +782,8 @@ Status RankExecutor::save_checkpoint_unchecked(const std::string& dir) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) return io_error(dir + ": cannot create the checkpoint directory: " + error.message());
+  // ZeRO-1 moments come from their owners, whatever replica they are in.
+  MOTLEY_ASSIGN_OR_RETURN(auto zero_state, m.gather_zero_state());
   if (m.place.replica == 0) {
     // A tensor-parallel group assembles its full tensors (a collective of the group, in name
     // order on every member); its first rank writes them.
@@ -673,7 +794,11 @@ Status RankExecutor::save_checkpoint_unchecked(const std::string& dir) {
       file.step = m.steps_done;
       MOTLEY_ASSIGN_OR_RETURN(at::Tensor value, m.gather_full(p.tensor.detach(), p.slice));
       file.tensors.push_back({name, value});
-      if (auto state = m.optimizer->state(p.tensor)) {
+      std::optional<internal::AdamWStep::State> state = m.optimizer->state(p.tensor);
+      if (auto it = zero_state.find(p.tensor.unsafeGetTensorImpl()); it != zero_state.end()) {
+        state = it->second;
+      }
+      if (state) {
         MOTLEY_ASSIGN_OR_RETURN(at::Tensor avg, m.gather_full(state->exp_avg, p.slice));
         MOTLEY_ASSIGN_OR_RETURN(at::Tensor avg_sq, m.gather_full(state->exp_avg_sq, p.slice));
         file.tensors.push_back({name + ".exp_avg", avg});
@@ -749,7 +874,8 @@ Status RankExecutor::load_checkpoint_unchecked(const std::string& dir) {
     auto avg = it->second.find(name + ".exp_avg");
     auto avg_sq = it->second.find(name + ".exp_avg_sq");
     auto count = it->second.find(name + ".step");
-    if (avg != it->second.end() && avg_sq != it->second.end() && count != it->second.end()) {
+    if (avg != it->second.end() && avg_sq != it->second.end() && count != it->second.end() &&
+        m.steps_this_rank(p.tensor)) {
       m.optimizer->set_state(
           p.tensor, internal::AdamWStep::State{count->second.item<int64_t>(), mine(avg->second),
                                                mine(avg_sq->second)});
@@ -760,6 +886,10 @@ Status RankExecutor::load_checkpoint_unchecked(const std::string& dir) {
 }
 
 std::vector<NamedTensor> RankExecutor::parameters() const { return impl_->store.parameters(); }
+
+int64_t RankExecutor::optimizer_state_bytes() const {
+  return impl_->optimizer_state_elements() * static_cast<int64_t>(sizeof(float));
+}
 
 std::map<std::string, TensorSlice> RankExecutor::slices() const {
   std::map<std::string, TensorSlice> out;
