@@ -37,6 +37,7 @@
 #include "motley/report/timeline.h"
 #include "motley/report/units_format.h"
 #include "motley/sim/simulator.h"
+#include "rank_traces.h"
 
 #ifndef MOTLEY_DATA_DIR
 #define MOTLEY_DATA_DIR "data"
@@ -453,13 +454,6 @@ Result<std::vector<std::vector<double>>> gather_step_times(Transport& world,
   return out;
 }
 
-std::string with_rank_suffix(const std::string& path, int rank) {
-  std::filesystem::path p(path);
-  return (p.parent_path() /
-          (p.stem().string() + ".rank" + std::to_string(rank) + p.extension().string()))
-      .string();
-}
-
 std::string step_line(int64_t step, double loss, Seconds time, double tokens) {
   return fmt::format("step {:>4}  loss {:.6f}  time {:>9}  {}\n", step, loss, format_time(time),
                      format_tokens_per_second(tokens / time.value()));
@@ -681,7 +675,7 @@ Status run_command(const RunOptions& opt) {
 
   // The trace first: a failure to write it leaves no report claiming success.
   if (!opt.trace.empty()) {
-    const std::string path = dist ? with_rank_suffix(opt.trace, my_rank) : opt.trace;
+    const std::string path = dist ? rank_trace_path(opt.trace, my_rank) : opt.trace;
     std::vector<std::vector<double>> step_times;
     if (dist) {
       MOTLEY_ASSIGN_OR_RETURN(step_times,
@@ -775,7 +769,7 @@ Status run_command(const RunOptions& opt) {
       text += "checkpoint: " + opt.checkpoint_dir + "\n";
     }
     if (!opt.trace.empty() && (!dist || holds_loss || my_rank == 0)) {
-      text += "trace: " + (dist ? with_rank_suffix(opt.trace, my_rank) : opt.trace) + "\n";
+      text += "trace: " + (dist ? rank_trace_path(opt.trace, my_rank) : opt.trace) + "\n";
     }
     std::fputs(text.c_str(), stdout);
   }
@@ -817,7 +811,7 @@ void add_run_command(CLI::App& app, Action* action) {
                   "Also save after every K-th step (counted from step 0)");
   cmd->add_option("--trace", opt->trace,
                   "Write the measured Chrome trace (under WORLD_SIZE: one file per rank, "
-                  "NAME.rankK.json)");
+                  "NAME.rankK.json, on the common time axis; motley launch merges them)");
   cmd->add_flag("--json", opt->json, "Print one JSON object");
   cmd->add_flag("--sequential", opt->sequential,
                 "Run the sequential reference (same model, weights and global batch)");
