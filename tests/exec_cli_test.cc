@@ -1,7 +1,7 @@
 // Whole-program tests of `motley run` and `motley launch`: the executor through the binary, as
 // threads and as Gloo processes, against the sequential reference; checkpoints resumed under
-// the same and another plan; the measured trace; emulation; bad input (exit 2, one message);
-// and a rank that dies or hangs.
+// the same and another plan; the measured trace, and launch's merge of the ranks' traces;
+// emulation; bad input (exit 2, one message); and a rank that dies or hangs.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,8 +11,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -301,6 +303,100 @@ TEST(LaunchFaultTest, AHungRankMakesTheOthersTimeOut) {
   EXPECT_NE(r.err.find("from rank 1"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("limit 2 s"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("exited with status 1"), std::string::npos) << r.err;
+}
+
+// Under launch, the ranks' trace files become one trace like the thread mode's: every rank's
+// track, every action of the plan in every step, and step k on every track at or after the end
+// of step k - 1 on every track, although the ranks' clocks are not aligned.
+TEST(LaunchTraceTest, TheRanksTracesAreMergedIntoOneAlignedTrace) {
+  const std::string trace = temp_path("launch-trace.json");
+  const RunResult r =
+      run_motley("launch --nproc 4 -- run --plan " + kFourStage + " --steps 3 --trace " + trace);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("trace: " + trace), std::string::npos) << r.out;
+  for (int k = 0; k < 4; ++k) {
+    const std::string rank_file = temp_path("launch-trace.rank" + std::to_string(k) + ".json");
+    EXPECT_FALSE(std::filesystem::exists(rank_file)) << rank_file;
+  }
+  ASSERT_TRUE(std::filesystem::exists(trace));
+  const nlohmann::json doc = nlohmann::json::parse(slurp(trace));
+  std::remove(trace.c_str());
+  EXPECT_EQ(doc["otherData"].value("measured", false), true);
+  EXPECT_EQ(doc["otherData"].value("mode", ""), "gloo");
+  EXPECT_EQ(doc["otherData"].value("merged_ranks", 0), 4);
+
+  // Threads, each named after its rank ("rank 2: ...", a second lane "rank 2: ... #2").
+  std::map<std::pair<int, int>, int> rank_of_thread;
+  std::set<int> ranks;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e.value("ph", "") != "M" || e.value("name", "") != "thread_name") continue;
+    const std::string name = e["args"].value("name", "");
+    ASSERT_EQ(name.rfind("rank ", 0), 0u) << name;
+    const int rank = std::stoi(name.substr(5));
+    EXPECT_TRUE(
+        rank_of_thread.emplace(std::pair(e["pid"].get<int>(), e["tid"].get<int>()), rank).second)
+        << "two threads share pid " << e["pid"] << " tid " << e["tid"];
+    ranks.insert(rank);
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3}));
+
+  // Per rank and step, the compute actions; per step, where its events begin and end.
+  const nlohmann::json plan = nlohmann::json::parse(slurp(kFourStage));
+  const std::regex action_name("[0-9]+[FBIWR][0-9]+");
+  std::map<std::pair<int, int>, std::multiset<std::string>> actions;  // (rank, step)
+  std::map<int, double> begin_us, end_us;                             // by step
+  for (const auto& e : doc["traceEvents"]) {
+    if (e.value("ph", "") != "X") continue;
+    const auto thread = rank_of_thread.find({e["pid"].get<int>(), e["tid"].get<int>()});
+    ASSERT_NE(thread, rank_of_thread.end()) << e;
+    const int rank = thread->second;
+    EXPECT_EQ(e["args"].value("rank", -1), rank) << e;
+    const int step = e["args"].value("step", -1);
+    const double ts = e["ts"].get<double>(), end = ts + e["dur"].get<double>();
+    begin_us[step] = begin_us.count(step) ? std::min(begin_us[step], ts) : ts;
+    end_us[step] = end_us.count(step) ? std::max(end_us[step], end) : end;
+    const std::string name = e.value("name", "");
+    if (std::regex_match(name, action_name)) actions[std::pair(rank, step)].insert(name);
+  }
+  ASSERT_EQ(begin_us.size(), 3u);
+  for (int rank = 0; rank < 4; ++rank) {
+    std::multiset<std::string> want;
+    for (const auto& a : plan["replicas"][0]["groups"][rank]["actions"]) {
+      want.insert(a.get<std::string>());
+    }
+    for (int step = 0; step < 3; ++step) {
+      EXPECT_EQ(actions[std::pair(rank, step)], want) << "rank " << rank << " step " << step;
+    }
+  }
+  for (int step = 1; step < 3; ++step) {
+    // A nanosecond for rounding to microseconds.
+    EXPECT_GE(begin_us[step], end_us[step - 1] - 1e-3) << "step " << step;
+  }
+}
+
+TEST(LaunchTraceTest, AFailedRunWritesNoMergedTrace) {
+  const std::string trace = temp_path("failed-trace.json");
+  const RunResult r =
+      run_motley("launch --nproc 4 -- run --plan " + kFourStage + " --steps 3 --trace=" + trace,
+                 "MOTLEY_TEST_FAULT=1:1:exit");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(trace));
+}
+
+TEST(LaunchTraceTest, AMissingRankFileIsNamedAndTheOthersAreKept) {
+  // `run --help` succeeds without writing a trace; rank 0's file is left from before.
+  const std::string trace = temp_path("missing-trace.json");
+  const std::string rank0 = temp_path("missing-trace.rank0.json");
+  const std::string rank1 = temp_path("missing-trace.rank1.json");
+  std::ofstream(rank0) << "{\"traceEvents\": []}\n";
+  const RunResult r = run_motley("launch --nproc 2 -- run --help --trace " + trace);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("motley: error: merging the ranks' traces into " + trace + ": " + rank1),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(trace));
+  EXPECT_TRUE(std::filesystem::exists(rank0));
+  std::remove(rank0.c_str());
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "rank_traces.h"
 
 extern char** environ;
 
@@ -174,6 +175,22 @@ std::vector<std::string> child_environment(int rank, int world, int port, int th
   if (!has_blas) env.push_back("OPENBLAS_NUM_THREADS=" + std::to_string(threads));
   if (!has_omp) env.push_back("OMP_NUM_THREADS=" + std::to_string(threads));
   return env;
+}
+
+// The trace file of a `run` command (`--trace PATH` or `--trace=PATH`, the last one given), or
+// "" when it writes none: each rank then writes rank_trace_path(PATH, rank), merged afterwards.
+std::string run_trace_path(const std::vector<std::string>& command) {
+  if (command.empty() || command[0] != "run") return "";
+  const std::string flag = "--trace";
+  std::string path;
+  for (size_t i = 1; i < command.size(); ++i) {
+    if (command[i] == flag && i + 1 < command.size()) {
+      path = command[++i];
+    } else if (command[i].rfind(flag + "=", 0) == 0) {
+      path = command[i].substr(flag.size() + 1);
+    }
+  }
+  return path;
 }
 
 void stop_all(std::vector<Child>& children) {
@@ -330,6 +347,15 @@ Status launch_command(const LaunchOptions& opt) {
     // A rank's bad input (exit 2) is the launch's bad input.
     return code == 2 ? invalid_argument(message) : io_error(message);
   }
+  // Every rank succeeded, so every rank file should be there; a failed run keeps them as they are.
+  const std::string trace = run_trace_path(opt.command);
+  if (!trace.empty()) {
+    MOTLEY_RETURN_IF_ERROR(merge_rank_traces(trace, opt.nproc));
+    if (!capture_json) {
+      write_all(stdout, "trace: " + trace + " (the " + std::to_string(opt.nproc) +
+                            " ranks' files merged)\n");
+    }
+  }
   if (capture_json) {
     for (const Child& c : children) {
       if (c.out_all.find_first_not_of(" \t\r\n") != std::string::npos) {
@@ -354,7 +380,9 @@ void add_launch_command(CLI::App& app, Action* action) {
       "forwarded line by line as '[rank k] ...'. When the command has --json, stdout is kept\n"
       "and the first rank's non-empty output (the rank that computes the loss) is printed alone.\n"
       "When a rank exits non-zero, the others are stopped (SIGTERM, then SIGKILL after 2 s) and\n"
-      "launch fails naming the rank and how it ended.\n"
+      "launch fails naming the rank and how it ended. When every rank succeeded and the\n"
+      "command is 'run ... --trace t.json', the ranks' files (t.rank0.json, ...) are merged\n"
+      "into t.json (one trace, every rank's track) and removed.\n"
       "Example: motley launch --nproc 4 -- run --plan plan.json --steps 3");
   cmd->add_option("--nproc", opt->nproc, "Number of ranks (processes) to start")->required();
   cmd->add_option("--master-port", opt->master_port,

@@ -37,6 +37,7 @@
 #include "motley/report/timeline.h"
 #include "motley/report/units_format.h"
 #include "motley/sim/simulator.h"
+#include "rank_traces.h"
 
 #ifndef MOTLEY_DATA_DIR
 #define MOTLEY_DATA_DIR "data"
@@ -345,10 +346,30 @@ TimelineKind timeline_kind_of(const TraceEvent& e) {
   return TimelineKind::kForward;
 }
 
-// One compute track per rank; steps laid end to end, each rank's step aligned at its start
-// (ranks' clocks are not aligned with each other), step k starting when the slowest rank's
-// step k - 1 ended. An action that waited for its input shows the wait as a separate box.
+// Where each step begins on the trace's time axis: steps laid end to end, step k starting when
+// the slowest rank's step k - 1 ended. `step_times[r][k]` is rank r's wall time of step k, for
+// every rank of the world; the last element is the end of the last step.
+std::vector<double> step_offsets(const std::vector<std::vector<double>>& step_times) {
+  size_t steps = 0;
+  for (const std::vector<double>& times : step_times) steps = std::max(steps, times.size());
+  std::vector<double> offsets = {0};
+  for (size_t k = 0; k < steps; ++k) {
+    double longest = 0;
+    for (const std::vector<double>& times : step_times) {
+      if (k < times.size()) longest = std::max(longest, times[k]);
+    }
+    offsets.push_back(offsets.back() + longest);
+  }
+  return offsets;
+}
+
+// One compute track per rank in `by_rank` (every rank in thread mode, this process's under
+// WORLD_SIZE); each rank's step aligned at its start (ranks' clocks are not aligned with each
+// other) at the offset step_offsets gives, so that the per-rank traces of a distributed run
+// place their events where the thread mode's one trace would. An action that waited for its
+// input shows the wait as a separate box.
 Timeline measured_timeline(const std::map<int, std::vector<RankStep>>& by_rank,
+                           const std::vector<double>& offsets,
                            const std::vector<std::string>& track_names, int64_t first_step,
                            const Plan& plan) {
   Timeline t;
@@ -362,22 +383,17 @@ Timeline measured_timeline(const std::map<int, std::vector<RankStep>>& by_rank,
     track_of[rank] = static_cast<int>(t.tracks.size());
     t.tracks.push_back(track);
   }
-  size_t steps = 0;
-  for (const auto& [rank, s] : by_rank) steps = std::max(steps, s.size());
-  double offset = 0;
-  for (size_t k = 0; k < steps; ++k) {
-    double longest = 0;
-    for (const auto& [rank, s] : by_rank) {
-      if (k >= s.size()) continue;
-      longest = std::max(longest, s[k].time.value());
-      const std::vector<int>& stages = layout.stages_of(rank);
+  for (const auto& [rank, s] : by_rank) {
+    const std::vector<int>& stages = layout.stages_of(rank);
+    for (size_t k = 0; k < s.size() && k + 1 < offsets.size(); ++k) {
+      const Seconds offset(offsets[k]);
       for (const TraceEvent& e : s[k].events) {
         TimelineEvent ev;
         ev.track = track_of[rank];
         ev.kind = timeline_kind_of(e);
         ev.name = e.name;
-        ev.start = Seconds(offset) + e.start;
-        ev.end = Seconds(offset) + e.end;
+        ev.start = offset + e.start;
+        ev.end = offset + e.end;
         ev.args = Json{{"rank", rank}, {"step", first_step + static_cast<int64_t>(k)}};
         if (e.action) {
           ev.args["stage"] = e.action->stage;
@@ -390,25 +406,42 @@ Timeline measured_timeline(const std::map<int, std::vector<RankStep>>& by_rank,
             wait.kind = TimelineKind::kTransfer;
             wait.name = "wait for " + e.name;
             wait.label.clear();
-            wait.end = Seconds(offset) + e.ready;
+            wait.end = offset + e.ready;
             t.events.push_back(wait);
-            ev.start = Seconds(offset) + e.ready;
+            ev.start = offset + e.ready;
           }
         }
         t.events.push_back(std::move(ev));
       }
     }
-    offset += longest;
   }
-  t.span = Seconds(offset);
+  t.span = Seconds(offsets.back());
   return t;
 }
 
-std::string with_rank_suffix(const std::string& path, int rank) {
-  std::filesystem::path p(path);
-  return (p.parent_path() /
-          (p.stem().string() + ".rank" + std::to_string(rank) + p.extension().string()))
-      .string();
+// Every rank's step times, [rank][step], from this rank's (`mine`): an all-gather as a sum over
+// the world of a zero-filled [world, steps] matrix in which each rank fills its own row; adding
+// zeros is exact, so every rank gets the times bit for bit. REQUIRES: every rank of the world
+// calls it, with the same `steps`, after its last step.
+Result<std::vector<std::vector<double>>> gather_step_times(Transport& world,
+                                                           const std::vector<RankStep>& mine,
+                                                           int64_t steps) {
+  const int64_t n = world.world_size();
+  at::Tensor times = at::zeros({n, steps}, at::kDouble);  // contiguous, row-major
+  double* row = times.data_ptr<double>() + world.rank() * steps;
+  for (int64_t k = 0; k < steps && k < static_cast<int64_t>(mine.size()); ++k) {
+    row[k] = mine[k].time.value();
+  }
+  std::vector<int> all(n);
+  for (int r = 0; r < n; ++r) all[r] = r;
+  MOTLEY_RETURN_IF_ERROR(world.all_reduce_sum({times}, all)
+                             .with_context("exchanging the ranks' step times for the trace"));
+  std::vector<std::vector<double>> out;
+  const double* gathered = times.data_ptr<double>();
+  for (int64_t r = 0; r < n; ++r) {
+    out.emplace_back(gathered + r * steps, gathered + (r + 1) * steps);
+  }
+  return out;
 }
 
 std::string step_line(int64_t step, double loss, Seconds time, double tokens) {
@@ -631,8 +664,19 @@ Status run_command(const RunOptions& opt) {
 
   // The trace first: a failure to write it leaves no report claiming success.
   if (!opt.trace.empty()) {
-    const std::string path = dist ? with_rank_suffix(opt.trace, my_rank) : opt.trace;
-    const Timeline timeline = measured_timeline(by_rank, track_names, report->first_step, plan);
+    const std::string path = dist ? rank_trace_path(opt.trace, my_rank) : opt.trace;
+    std::vector<std::vector<double>> step_times;
+    if (dist) {
+      MOTLEY_ASSIGN_OR_RETURN(step_times,
+                              gather_step_times(*transport, by_rank[my_rank], opt.steps));
+    } else {
+      for (const auto& [rank, steps] : by_rank) {
+        step_times.emplace_back();
+        for (const RankStep& step : steps) step_times.back().push_back(step.time.value());
+      }
+    }
+    const Timeline timeline =
+        measured_timeline(by_rank, step_offsets(step_times), track_names, report->first_step, plan);
     Json other{{"model", model.name},
                {"cluster", cluster.name},
                {"schedule", plan.schedule},
@@ -714,7 +758,7 @@ Status run_command(const RunOptions& opt) {
       text += "checkpoint: " + opt.checkpoint_dir + "\n";
     }
     if (!opt.trace.empty() && (!dist || holds_loss || my_rank == 0)) {
-      text += "trace: " + (dist ? with_rank_suffix(opt.trace, my_rank) : opt.trace) + "\n";
+      text += "trace: " + (dist ? rank_trace_path(opt.trace, my_rank) : opt.trace) + "\n";
     }
     std::fputs(text.c_str(), stdout);
   }
@@ -756,7 +800,7 @@ void add_run_command(CLI::App& app, Action* action) {
                   "Also save after every K-th step (counted from step 0)");
   cmd->add_option("--trace", opt->trace,
                   "Write the measured Chrome trace (under WORLD_SIZE: one file per rank, "
-                  "NAME.rankK.json)");
+                  "NAME.rankK.json, on the common time axis; motley launch merges them)");
   cmd->add_flag("--json", opt->json, "Print one JSON object");
   cmd->add_flag("--sequential", opt->sequential,
                 "Run the sequential reference (same model, weights and global batch)");

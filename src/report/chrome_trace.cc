@@ -1,12 +1,24 @@
 #include "motley/report/chrome_trace.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "motley/core/check.h"
 
 namespace motley {
 namespace {
 
 constexpr int kComputeProcess = 1;
 constexpr int kCommunicationProcess = 2;
+
+// An event's "name", or "" when it has none (or not a string).
+std::string name_of(const Json& event) {
+  const auto it = event.find("name");
+  return it != event.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
 
 Json metadata(const char* name, int pid, int tid, Json args) {
   Json m = {{"name", name}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", std::move(args)}};
@@ -96,6 +108,66 @@ Json chrome_trace_document(const Timeline& timeline, const Json& other_data,
               {"displayTimeUnit", "ms"},
               {"otherData", other_data.is_object() ? other_data : Json::object()}};
   return doc;
+}
+
+Status check_chrome_trace(const Json& document) {
+  if (!document.is_object()) return invalid_argument("expected a JSON object (a Chrome trace)");
+  const auto events = document.find("traceEvents");
+  if (events == document.end() || !events->is_array()) {
+    return invalid_argument("expected a \"traceEvents\" array");
+  }
+  for (size_t i = 0; i < events->size(); ++i) {
+    const Json& e = (*events)[i];
+    const bool ok = e.is_object() && e.contains("pid") && e["pid"].is_number_integer() &&
+                    e.contains("tid") && e["tid"].is_number_integer() && e.contains("ph") &&
+                    e["ph"].is_string();
+    if (!ok) {
+      return invalid_argument("traceEvents[" + std::to_string(i) +
+                              "]: expected an object with integer \"pid\" and \"tid\" and a "
+                              "string \"ph\"");
+    }
+  }
+  return Status::ok();
+}
+
+Json merge_chrome_traces(const std::vector<Json>& documents) {
+  MOTLEY_CHECK(!documents.empty(), "merge_chrome_traces: no documents");
+  Json metadata_events = Json::array();
+  Json other_events = Json::array();
+  std::set<std::pair<std::string, int64_t>> processes;  // (name, pid) of kept process metadata
+  int64_t offset = 0;  // the largest thread id of the documents merged so far
+  for (const Json& doc : documents) {
+    int64_t largest = 0;
+    for (const Json& event : doc.at("traceEvents")) {
+      Json e = event;
+      const int64_t tid = e["tid"].get<int64_t>();
+      const bool is_metadata = e["ph"] == "M";
+      if (is_metadata && tid == 0) {
+        if (processes.insert({name_of(e), e["pid"].get<int64_t>()}).second) {
+          metadata_events.push_back(std::move(e));
+        }
+        continue;
+      }
+      largest = std::max(largest, tid);
+      e["tid"] = tid + offset;
+      if (is_metadata && name_of(e) == "thread_sort_index" && e.contains("args") &&
+          e["args"].is_object() && e["args"].contains("sort_index") &&
+          e["args"]["sort_index"].is_number_integer()) {
+        e["args"]["sort_index"] = e["args"]["sort_index"].get<int64_t>() + offset;
+      }
+      (is_metadata ? metadata_events : other_events).push_back(std::move(e));
+    }
+    offset += largest;
+  }
+  for (Json& e : other_events) metadata_events.push_back(std::move(e));
+  const Json& first = documents.front();
+  const bool has_unit = first.contains("displayTimeUnit") && first["displayTimeUnit"].is_string();
+  Json merged = {{"traceEvents", std::move(metadata_events)},
+                 {"displayTimeUnit", has_unit ? first["displayTimeUnit"] : Json("ms")},
+                 {"otherData", first.contains("otherData") && first["otherData"].is_object()
+                                   ? first["otherData"]
+                                   : Json::object()}};
+  return merged;
 }
 
 std::string chrome_trace_json(const Plan& plan, const SimResult& result, const Topology& topology,

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -229,6 +230,84 @@ TEST(ChromeTraceTest, GenericTimelinesConvertDirectly) {
   EXPECT_EQ(xs[1]["pid"], 2);
   EXPECT_EQ(thread_names(reparsed).at({2, 2}), "nic <0> & \"x\"");
   EXPECT_EQ(reparsed["otherData"]["source"], "measured");
+}
+
+// Every event of a document as its JSON text, sorted: equal documents up to event order.
+std::vector<std::string> sorted_events(const Json& doc) {
+  std::vector<std::string> out;
+  for (const Json& e : doc["traceEvents"]) out.push_back(e.dump());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Per-rank documents on one time axis merge into the document of the whole timeline: the same
+// process metadata once, the same thread ids, names and sort indices (lanes included), the same
+// events.
+TEST(ChromeTraceMergeTest, PerTrackDocumentsMergeIntoTheWholeTimelinesDocument) {
+  Timeline whole;
+  for (int r = 0; r < 3; ++r) {
+    whole.tracks.push_back(TimelineTrack{"rank " + std::to_string(r), TrackRole::kCompute, r, 0});
+  }
+  auto add = [&](int track, const std::string& name, double start_us, double end_us) {
+    TimelineEvent e;
+    e.track = track;
+    e.name = name;
+    e.start = microseconds(start_us);
+    e.end = microseconds(end_us);
+    e.args = {{"rank", track}};
+    whole.events.push_back(e);
+  };
+  add(0, "0F0", 0, 10);
+  add(0, "0B0", 30, 45);
+  add(1, "1F0", 10, 20);
+  add(1, "send", 15, 25);  // overlaps 1F0: rank 1 has two lanes
+  add(1, "1B0", 20, 30);
+  add(2, "2F0", 20, 30);
+  const Json expected = chrome_trace_document(whole, {{"rank", 0}});
+
+  std::vector<Json> parts;
+  for (int r = 0; r < 3; ++r) {
+    Timeline part;
+    part.tracks = {whole.tracks[r]};
+    for (TimelineEvent e : whole.events) {
+      if (e.track != r) continue;
+      e.track = 0;
+      part.events.push_back(e);
+    }
+    parts.push_back(chrome_trace_document(part, {{"rank", r}}));
+    ASSERT_TRUE(check_chrome_trace(parts.back()).is_ok());
+  }
+  const Json merged = merge_chrome_traces(parts);
+  EXPECT_EQ(sorted_events(merged), sorted_events(expected));
+  EXPECT_EQ(thread_names(merged).at({1, 3}), "rank 1 #2");
+  EXPECT_EQ(merged["otherData"], (Json{{"rank", 0}}));
+  EXPECT_EQ(merged["displayTimeUnit"], "ms");
+  // Metadata comes first, as chrome_trace_document writes it.
+  bool seen_complete = false;
+  for (const Json& e : merged["traceEvents"]) {
+    if (e["ph"] == "X") seen_complete = true;
+    if (e["ph"] == "M") {
+      EXPECT_FALSE(seen_complete) << e.dump();
+    }
+  }
+}
+
+TEST(ChromeTraceMergeTest, OneDocumentMergesIntoItself) {
+  Timeline tl;
+  tl.tracks = {TimelineTrack{"rank 0", TrackRole::kCompute, 0, 0}};
+  const Json doc = chrome_trace_document(tl, {{"measured", true}});
+  EXPECT_EQ(merge_chrome_traces({doc}), doc);
+}
+
+TEST(ChromeTraceMergeTest, CheckRejectsWhatIsNotATrace) {
+  auto message = [](const Json& doc) { return check_chrome_trace(doc).message(); };
+  EXPECT_NE(message(Json::array()).find("JSON object"), std::string::npos);
+  EXPECT_NE(message(Json{{"events", Json::array()}}).find("traceEvents"), std::string::npos);
+  const Json no_tid = {{"traceEvents", {{{"ph", "X"}, {"pid", 1}}}}};
+  EXPECT_NE(message(no_tid).find("traceEvents[0]"), std::string::npos);
+  const Json string_pid = {{"traceEvents", {{{"ph", "X"}, {"pid", "1"}, {"tid", 1}}}}};
+  EXPECT_EQ(check_chrome_trace(string_pid).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(check_chrome_trace(Json{{"traceEvents", Json::array()}}).is_ok());
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Chrome trace: a Timeline as Trace Event Format JSON (the "JSON Object Format" that
 // chrome://tracing and Perfetto open): metadata naming and ordering the tracks, one complete
-// event per timeline event, reserved Chrome colour names per kind. Layout and colours are
-// documented in docs/report-formats.md. Writes no files (the caller does, atomically).
+// event per timeline event, reserved Chrome colour names per kind; and the merge of such
+// documents into one. Layout and colours are documented in docs/report-formats.md. Reads and
+// writes no files (the caller does, atomically).
 // Pure functions; thread-safe.
 #pragma once
 
@@ -10,6 +11,7 @@
 
 #include "motley/cluster/cluster.h"
 #include "motley/core/json.h"
+#include "motley/core/status.h"
 #include "motley/plan/plan.h"
 #include "motley/report/timeline.h"
 #include "motley/sim/simulator.h"
@@ -40,6 +42,20 @@ const char* chrome_color_name(TimelineKind kind);
 // microseconds, name, cat (the kind's label), cname, args. Tracks in `skip_roles` are dropped.
 Json chrome_trace_document(const Timeline& timeline, const Json& other_data,
                            const std::vector<TrackRole>& skip_roles = {});
+
+// OK when `document` has the shape merge_chrome_traces reads (chrome_trace_document's): an
+// object whose "traceEvents" is an array of objects, each with integer "pid" and "tid" and a
+// string "ph"; otherwise invalid_argument saying what is wrong (the caller adds the source).
+Status check_chrome_trace(const Json& document);
+
+// One document with every event of `documents`, each laid out by chrome_trace_document on one
+// shared time axis (e.g. the per-rank traces of a distributed run): metadata first, then the
+// other events in document order. Process metadata (tid 0) is kept once per (name, pid), the
+// first document's; each document's thread ids (and their thread_sort_index values) are shifted
+// past the largest thread id of the documents before it, so every thread keeps its name and
+// relative order and no two documents share one. displayTimeUnit and otherData are the first
+// document's. REQUIRES: check_chrome_trace(d) is OK for every d; documents is not empty.
+Json merge_chrome_traces(const std::vector<Json>& documents);
 
 // The simulated iteration as trace JSON text: timeline_from_simulation, then
 // chrome_trace_document with otherData {model, cluster, schedule, iteration_time_ms,
