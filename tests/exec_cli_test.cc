@@ -171,6 +171,31 @@ INSTANTIATE_TEST_SUITE_P(Schedules, ScheduleThroughTheBinaryTest,
                          ::testing::Values("gpipe", "interleaved", "zb-h1", "zb-v",
                                            "irregular-uneven", "zb-h1-tp2"));
 
+// ZeRO-1 in the plan: the same losses bit for bit, half the optimizer state per rank.
+TEST(RunTest, ZeroOneHalvesTheOptimizerStateAndChangesNoLoss) {
+  const std::string plain = data("zb-h1-2stage-2replica-tiny-llama.json");
+  nlohmann::json doc = nlohmann::json::parse(slurp(plain));
+  doc["zero1"] = true;
+  const std::string sharded = temp_path("zero1-plan.json");
+  {
+    std::ofstream out(sharded);
+    out << doc.dump(1) << "\n";
+  }
+  const nlohmann::json a = run_json("run --plan " + plain + " --steps 2 --json");
+  const nlohmann::json b = run_json("run --plan " + sharded + " --steps 2 --json");
+  EXPECT_EQ(losses_of(b), losses_of(a));
+  ASSERT_EQ(a["ranks"].size(), 4u);
+  ASSERT_EQ(b["ranks"].size(), 4u);
+  for (size_t r = 0; r < 4; ++r) {
+    const double full = a["ranks"][r].value("optimizer_state_bytes", 0.0);
+    const double shard = b["ranks"][r].value("optimizer_state_bytes", 0.0);
+    EXPECT_GT(full, 0) << "rank " << r;
+    EXPECT_GT(shard, 0.4 * full) << "rank " << r;
+    EXPECT_LT(shard, 0.6 * full) << "rank " << r;
+  }
+  std::filesystem::remove(sharded);
+}
+
 TEST(RunTest, TextOutputIsOneLinePerStep) {
   RunResult r = run_motley("run --plan " + kFourStage + " --steps 2 --data synthetic");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -268,6 +268,7 @@ Result<Emulation> make_emulation(const ExecOptions& exec, const Plan& plan, cons
 struct RankStep {
   Seconds time;
   std::vector<TraceEvent> events;
+  int64_t optimizer_state_bytes = 0;
 };
 
 // Per rank, the mean over steps (after the first, which allocates, when there are several) of
@@ -635,7 +636,7 @@ Status run_command(const RunOptions& opt) {
   std::optional<int64_t> first_step;
   train.on_rank_step = [&](int rank, const StepResult& result, Seconds time) {
     std::lock_guard<std::mutex> lock(mu);
-    by_rank[rank].push_back(RankStep{time, result.events});
+    by_rank[rank].push_back(RankStep{time, result.events, result.optimizer_state_bytes});
     if (!first_step) first_step = result.step;
     if (prints_steps && rank == reporter && result.loss) {
       std::fputs(step_line(result.step, *result.loss, time, tokens_per_step).c_str(), stdout);
@@ -713,7 +714,8 @@ Status run_command(const RunOptions& opt) {
                            {"send_post_s", b.send_post},
                            {"all_reduce_s", b.all_reduce},
                            {"optimizer_s", b.optimizer},
-                           {"other_s", b.other}});
+                           {"other_s", b.other},
+                           {"optimizer_state_bytes", steps.back().optimizer_state_bytes}});
     }
     out["ranks"] = ranks;
     if (emulation) {

@@ -643,6 +643,7 @@ Status RankExecutor::Impl::reduce_and_update(StepResult* result) {
   MOTLEY_RETURN_IF_ERROR(share_zero_updates());
   record(TraceEvent::Kind::kOptimizer, std::nullopt, "optimizer", start);
   if (holds_loss) result->loss = loss.item<double>();
+  result->optimizer_state_bytes = optimizer_state_elements() * static_cast<int64_t>(sizeof(float));
   result->events = std::move(events);
   events.clear();
   return Status::ok();

@@ -77,7 +77,8 @@ struct StepResult {
   int64_t step = 0;
   // The mean loss over the global batch, on ranks that run the last stage; nullopt elsewhere.
   std::optional<double> loss;
-  std::vector<TraceEvent> events;  // in execution order, when ExecOptions::record_trace
+  std::vector<TraceEvent> events;     // in execution order, when ExecOptions::record_trace
+  int64_t optimizer_state_bytes = 0;  // after the step (RankExecutor::optimizer_state_bytes)
 };
 
 class RankExecutor {
