@@ -124,17 +124,23 @@ TEST(RunTest, ThreadsMatchTheSequentialReferenceAndWriteTheMeasuredTrace) {
   const nlohmann::json doc = nlohmann::json::parse(slurp(trace));
   std::remove(trace.c_str());
   EXPECT_EQ(doc["otherData"].value("measured", false), true);
-  int tracks = 0, actions = 0;
+  int tracks = 0, actions = 0, sum_tracks = 0, sums = 0;
   const std::regex action_name("[0-9]+[FBIWR][0-9]+");
   for (const auto& e : doc["traceEvents"]) {
-    if (e.value("ph", "") == "M" && e.value("name", "") == "thread_name" &&
-        e["args"].value("name", "").rfind("rank ", 0) == 0) {
-      ++tracks;
-    }
+    const std::string name = e.value("ph", "") == "M" && e.value("name", "") == "thread_name"
+                                 ? e["args"].value("name", "")
+                                 : "";
+    if (name.rfind("rank ", 0) == 0 && name.find("gradient sums") == std::string::npos) ++tracks;
+    if (name.find("gradient sums") != std::string::npos) ++sum_tracks;
     if (e.value("ph", "") == "X" && std::regex_match(e.value("name", ""), action_name)) ++actions;
+    if (e.value("ph", "") == "X" && e.value("name", "").rfind("sum ", 0) == 0) ++sums;
   }
   EXPECT_EQ(tracks, 4);
   EXPECT_EQ(actions, 3 * 4 * 16);
+  // Each rank's gradient sums (one per layer, and the loss on the last stage: 6 layers and the
+  // loss over the 4 ranks) on tracks of their own.
+  EXPECT_GE(sum_tracks, 4);
+  EXPECT_EQ(sums, 3 * (6 + 1));
 }
 
 TEST(RunTest, LaunchOverGlooMatchesTheSequentialReference) {

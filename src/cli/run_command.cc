@@ -304,6 +304,8 @@ Breakdown breakdown_of(const std::vector<RankStep>& steps) {
         case TraceEvent::Kind::kAllReduce:
           b.all_reduce += span;
           break;
+        case TraceEvent::Kind::kGradientSum:
+          break;  // overlaps the actions; its exposed part is the kAllReduce wait
         case TraceEvent::Kind::kOptimizer:
           b.optimizer += span;
           break;
@@ -340,6 +342,7 @@ TimelineKind timeline_kind_of(const TraceEvent& e) {
     case TraceEvent::Kind::kFinishSends:
       return TimelineKind::kTransfer;
     case TraceEvent::Kind::kAllReduce:
+    case TraceEvent::Kind::kGradientSum:
       return TimelineKind::kAllReduce;
     case TraceEvent::Kind::kOptimizer:
       return TimelineKind::kOptimizerStep;
@@ -384,13 +387,26 @@ Timeline measured_timeline(const std::map<int, std::vector<RankStep>>& by_rank,
     track_of[rank] = static_cast<int>(t.tracks.size());
     t.tracks.push_back(track);
   }
+  // A rank's gradient sums overlap its actions and each other: a collective track of their own.
+  std::map<int, int> sums_track_of;
+  auto sums_track = [&](int rank) {
+    auto it = sums_track_of.find(rank);
+    if (it != sums_track_of.end()) return it->second;
+    TimelineTrack track;
+    track.name = "rank " + std::to_string(rank) + ": gradient sums";
+    track.role = TrackRole::kCollective;
+    track.sort_key = rank;
+    track.replica = layout.place_of(rank).replica;
+    t.tracks.push_back(track);
+    return sums_track_of[rank] = static_cast<int>(t.tracks.size()) - 1;
+  };
   for (const auto& [rank, s] : by_rank) {
     const std::vector<int>& stages = layout.stages_of(rank);
     for (size_t k = 0; k < s.size() && k + 1 < offsets.size(); ++k) {
       const Seconds offset(offsets[k]);
       for (const TraceEvent& e : s[k].events) {
         TimelineEvent ev;
-        ev.track = track_of[rank];
+        ev.track = e.kind == TraceEvent::Kind::kGradientSum ? sums_track(rank) : track_of[rank];
         ev.kind = timeline_kind_of(e);
         ev.name = e.name;
         ev.start = offset + e.start;

@@ -46,6 +46,35 @@ class DelayedRequest final : public TransportRequest {
   Status status_;
 };
 
+// An all-reduce that completes the emulated link time after the real sum did.
+class DelayedCollective final : public TransportRequest {
+ public:
+  DelayedCollective(std::unique_ptr<TransportRequest> inner, Seconds delay)
+      : inner_(std::move(inner)), delay_(delay), posted_(Clock::now()) {}
+
+  Status wait() override {
+    if (finished_) return status_;
+    finished_ = true;
+    const auto called = Clock::now();
+    status_ = inner_->wait();
+    if (!status_.is_ok()) return status_;
+    const auto returned = Clock::now();
+    const bool blocked = returned - called > std::chrono::milliseconds(1);
+    const auto end =
+        (blocked ? returned : posted_) +
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(delay_.value()));
+    std::this_thread::sleep_until(end);
+    return status_;
+  }
+
+ private:
+  std::unique_ptr<TransportRequest> inner_;
+  Seconds delay_;
+  Clock::time_point posted_;
+  bool finished_ = false;
+  Status status_;
+};
+
 class DelayedTransport final : public Transport {
  public:
   DelayedTransport(Transport& inner, MessageTime message_time, AllReduceTime all_reduce_time)
@@ -94,17 +123,33 @@ class DelayedTransport final : public Transport {
 
   Status all_reduce_sum(const std::vector<at::Tensor>& tensors,
                         const std::vector<int>& ranks) override {
-    Status status;
+    MOTLEY_ASSIGN_OR_RETURN(auto request, all_reduce_sum_async(tensors, ranks));
+    return request->wait();
+  }
+
+  // Posted into the inner transport under the lock that serializes calls into it, waited on
+  // outside it (a rank blocked in an all-reduce must not keep the helper thread from posting
+  // its delayed sends). The emulated time runs from when the sum was complete: when wait()
+  // blocked, from its return; otherwise from the posting (the members posted about together).
+  Result<std::unique_ptr<TransportRequest>> all_reduce_sum_async(
+      const std::vector<at::Tensor>& tensors, const std::vector<int>& ranks) override {
+    std::unique_ptr<TransportRequest> inner;
     {
       std::lock_guard<std::mutex> lock(inner_mu_);
-      status = inner_.all_reduce_sum(tensors, ranks);
+      MOTLEY_ASSIGN_OR_RETURN(inner, inner_.all_reduce_sum_async(tensors, ranks));
     }
-    if (status.is_ok() && all_reduce_time_ && ranks.size() > 1) {
+    Seconds delay(0);
+    if (all_reduce_time_ && ranks.size() > 1) {
       int64_t bytes = 0;
       for (const at::Tensor& t : tensors) bytes += static_cast<int64_t>(t.nbytes());
-      sleep_for(all_reduce_time_(ranks, bytes));
+      delay = all_reduce_time_(ranks, bytes);
     }
-    return status;
+    return std::unique_ptr<TransportRequest>(new DelayedCollective(std::move(inner), delay));
+  }
+
+  Status prepare_collectives(const std::vector<std::vector<int>>& sets) override {
+    std::lock_guard<std::mutex> lock(inner_mu_);
+    return inner_.prepare_collectives(sets);
   }
 
   Status barrier() override {

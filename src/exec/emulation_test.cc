@@ -133,9 +133,9 @@ TEST(Emulation, TrainsExactlyAsANativeRunAndSeesEveryComputeAction) {
   EXPECT_EQ(actions_seen, (std::vector<int>{24, 24, 24, 24}));
   // Per step and replica the one boundary carries 4 activations forward and 4 gradients back.
   EXPECT_EQ(messages.load(), 2 * 2 * (4 + 4));
-  // Per step, the two replicas of each stage sum its gradients (ranks {0, 2} and {1, 3}; the
-  // loss rides with the last stage's): one all-reduce per rank.
-  EXPECT_EQ(all_reduces.load(), 2 * 4);
+  // Per step, the two replicas of each stage sum its gradients (ranks {0, 2} and {1, 3}), one
+  // all-reduce per layer (layers 0-2 on stage 0, 3-5 on stage 1) and one for the loss.
+  EXPECT_EQ(all_reduces.load(), 2 * (3 + 4 + 3 + 4));
 }
 
 }  // namespace

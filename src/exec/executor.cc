@@ -5,6 +5,9 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/optim/adamw.h>
 
 #include <algorithm>
@@ -142,6 +145,25 @@ struct RankExecutor::Impl {
     at::Tensor param;
     TensorSlice slice;
     bool full_size = false;
+    int layer = 0;  // the layer it belongs to (the embedding's, for a tied matrix)
+  };
+  // The unit of an overlapped gradient sum (PyTorch DDP's bucket): one rank set's parameters of
+  // one layer, and the loss as a bucket of its own. A bucket is posted (asynchronously) as soon
+  // as its gradients are final on this rank — during the backward that finishes them, from the
+  // parameters' gradient-accumulation hooks — but only after the set's earlier buckets in one
+  // order every member shares (the loss first, then decreasing layer), so the members of a set
+  // post its sums in the same order. All buckets are waited on after the rank's last action.
+  struct Bucket {
+    std::vector<int> ranks;
+    std::vector<Reduction> reductions;
+    bool loss = false;
+    int final_op = -1;  // index into `ops` of the action after which it is final
+    int pending = 0;    // parameters whose final accumulation has not happened yet this step
+    bool posted = false;
+    std::vector<at::Tensor> tensors;  // what travels: gradients or full-size contributions
+    at::Tensor loss_value;
+    std::unique_ptr<TransportRequest> request;
+    std::chrono::steady_clock::time_point posted_at;
   };
   // Gradient sums: per set of ranks, that set's parameters (name order). The sets are visited
   // in increasing order on every rank, so overlapping sets cannot deadlock.
@@ -157,6 +179,15 @@ struct RankExecutor::Impl {
     std::vector<bool> owned;         // by this rank
   };
   std::vector<ZeroSet> zero_sets;  // in the order of their rank sets
+  std::vector<Bucket> buckets;
+  std::map<std::vector<int>, std::vector<size_t>> set_buckets;  // each set's, in posting order
+  std::map<std::vector<int>, size_t> next_bucket;               // per set: next to post
+  std::map<const at::TensorImpl*, size_t> bucket_of;
+  std::map<const at::TensorImpl*, int> final_of_param;  // op index of its last accumulation
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // keep the hooks alive
+  int running_op = -1;    // the op being run (gradient hooks fire inside it)
+  int completed_op = -1;  // every op up to this one has finished
+  Status post_failure;    // a failed post, reported at the end of the step
   std::vector<at::Tensor> all_params;
   std::unique_ptr<internal::AdamWStep> optimizer;  // over the parameters this rank steps
   // Every parameter of this rank with the layer it belongs to (its checkpoint file) and the
@@ -227,6 +258,25 @@ struct RankExecutor::Impl {
   Result<at::Tensor> gather_full(const at::Tensor& local, const TensorSlice& slice);
   // After the optimizer step: every ZeRO-1 set's owners send their new values to the others.
   Status share_zero_updates();
+  // Overlapped gradient sums (Bucket).
+  void build_buckets();
+  void install_gradient_hooks();
+  void on_gradient_final(const at::TensorImpl* param);
+  void post_ready_buckets(const std::vector<int>& ranks);
+  Status post_bucket(Bucket& b);
+  void reset_buckets() {
+    for (auto& [ranks, next] : next_bucket) next = 0;
+    for (Bucket& b : buckets) {
+      b.posted = false;
+      b.pending = 0;
+      for (const Reduction& r : b.reductions) {
+        if (final_of_param.at(r.param.unsafeGetTensorImpl()) == b.final_op) ++b.pending;
+      }
+    }
+    post_failure = Status::ok();
+    running_op = -1;
+    completed_op = -1;
+  }
   // The AdamW moments of every ZeRO-1 set's parameters, from their owners (for checkpoints):
   // by parameter TensorImpl. A collective of each set.
   Result<std::map<const at::TensorImpl*, internal::AdamWStep::State>> gather_zero_state();
@@ -337,7 +387,7 @@ Status RankExecutor::Impl::build() {
           for (int r : layout.group_ranks(replica, group)) ranks.insert(r);
         }
       }
-      by_name[p.name] = {Reduction{p.tensor, p.slice, !alike},
+      by_name[p.name] = {Reduction{p.tensor, p.slice, !alike, p.layers.empty() ? 0 : p.layers[0]},
                          std::vector<int>(ranks.begin(), ranks.end())};
       parameters_by_name[p.name] =
           OwnedParameter{p.tensor, p.layers.empty() ? -1 : p.layers[0], p.slice};
@@ -382,7 +432,14 @@ Status RankExecutor::Impl::build() {
     if (!not_mine.count(p.unsafeGetTensorImpl())) stepped.push_back(p);
   }
   optimizer = std::make_unique<internal::AdamWStep>(stepped, options.optimizer);
-  return Status::ok();
+  build_buckets();
+  install_gradient_hooks();
+  // Set up every rank set this rank sums over, in increasing order on every rank (Gloo creates
+  // a process group per set, a rendezvous of its members), so that posting sums in the order
+  // gradients become final cannot leave two ranks waiting for each other's set-up.
+  std::set<std::vector<int>> sets = {group_ranks};
+  for (const auto& [ranks, reductions] : reduce_sets) sets.insert(ranks);
+  return transport.prepare_collectives(std::vector<std::vector<int>>(sets.begin(), sets.end()));
 }
 
 Result<std::map<const at::TensorImpl*, internal::AdamWStep::State>>
@@ -606,43 +663,163 @@ Status RankExecutor::Impl::run_comm(const CommOp& op) {
   return Status::ok();
 }
 
-Status RankExecutor::Impl::reduce_and_update(StepResult* result) {
-  auto start = std::chrono::steady_clock::now();
-  materialize_gradients();
-  // Every rank of a tensor-parallel group computes the same loss; one of them counts it.
-  at::Tensor loss = at::full({1}, place.tp_rank == 0 ? loss_sum : 0.0, at::kFloat);
+void RankExecutor::Impl::build_buckets() {
+  // The last action of this rank's list that accumulates into each stage's weights.
+  std::map<int, int> last_weight_op;  // stage -> op index
+  int last_loss_op = -1;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const auto* a = std::get_if<Action>(&ops[i]);
+    if (a == nullptr) continue;
+    if (a->kind == ActionKind::kBackwardWeight || a->kind == ActionKind::kBackward) {
+      last_weight_op[a->stage] = static_cast<int>(i);
+    }
+    if (a->kind == ActionKind::kForward && a->stage == last_stage) {
+      last_loss_op = static_cast<int>(i);
+    }
+  }
+  std::map<const at::TensorImpl*, int>& final_of = final_of_param;
+  for (const auto& [stage, params] : stage_params) {
+    for (const at::Tensor& p : params) {
+      int& f = final_of.emplace(p.unsafeGetTensorImpl(), -1).first->second;
+      f = std::max(f, last_weight_op.count(stage) ? last_weight_op.at(stage) : -1);
+    }
+  }
   const std::vector<int>& loss_ranks = layout.stage_ranks(last_stage);
   const bool holds_loss = on_this_rank(last_stage);
   if (holds_loss && !reduce_sets.count(loss_ranks)) reduce_sets[loss_ranks] = {};
-  for (auto& [ranks, params] : reduce_sets) {
-    std::vector<at::Tensor> tensors;
-    for (const Reduction& r : params) {
-      const at::Tensor& grad = r.param.grad();
-      if (!r.full_size) {
-        tensors.push_back(grad);
-        continue;
-      }
-      const TensorSlice& s = r.slice;
-      tensors.push_back(at::zeros(s.full_shape, grad.options())
-                            .index_add_(s.dim, s.rows.index_select(0, s.grad_rows),
-                                        grad.index_select(s.dim, s.grad_rows)));
+  for (const auto& [ranks, reductions] : reduce_sets) {
+    std::vector<size_t>& order = set_buckets[ranks];
+    auto add_bucket = [&]() -> Bucket& {
+      order.push_back(buckets.size());
+      buckets.emplace_back();
+      buckets.back().ranks = set_buckets.find(ranks)->first;
+      return buckets.back();
+    };
+    if (holds_loss && ranks == loss_ranks) {
+      Bucket& b = add_bucket();
+      b.loss = true;
+      b.final_op = last_loss_op;
     }
-    if (holds_loss && ranks == loss_ranks) tensors.push_back(loss);
-    if (tensors.empty()) continue;
-    MOTLEY_RETURN_IF_ERROR(
-        transport.all_reduce_sum(tensors, ranks).with_context("gradient all-reduce"));
-    for (size_t i = 0; i < params.size(); ++i) {
-      const Reduction& r = params[i];
-      if (r.full_size)
-        r.param.mutable_grad().copy_(tensors[i].index_select(r.slice.dim, r.slice.rows));
+    std::map<int, std::vector<Reduction>, std::greater<int>> by_layer;
+    for (const Reduction& r : reductions) by_layer[r.layer].push_back(r);
+    for (auto& [layer, members] : by_layer) {
+      Bucket& b = add_bucket();
+      for (const Reduction& r : members) {
+        b.final_op = std::max(b.final_op, final_of.at(r.param.unsafeGetTensorImpl()));
+      }
+      b.reductions = std::move(members);
     }
   }
+  for (size_t k = 0; k < buckets.size(); ++k) {
+    for (const Reduction& r : buckets[k].reductions) bucket_of[r.param.unsafeGetTensorImpl()] = k;
+  }
+}
+
+void RankExecutor::Impl::install_gradient_hooks() {
+  // Runs after autograd accumulated into the parameter's .grad (a post hook of its
+  // AccumulateGrad node), for every backward that reaches it.
+  struct Accumulated final : torch::autograd::FunctionPostHook {
+    std::function<void()> done;
+    torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                              const torch::autograd::variable_list&) override {
+      done();
+      return outputs;
+    }
+  };
+  for (const at::Tensor& p : all_params) {
+    std::shared_ptr<torch::autograd::Node> node = torch::autograd::impl::grad_accumulator(p);
+    auto hook = std::make_unique<Accumulated>();
+    const at::TensorImpl* key = p.unsafeGetTensorImpl();
+    hook->done = [this, key] { on_gradient_final(key); };
+    node->add_post_hook(std::move(hook));
+    accumulators.push_back(std::move(node));
+  }
+}
+
+void RankExecutor::Impl::on_gradient_final(const at::TensorImpl* param) {
+  // Under an after_action hook (emulation slows an action down after it ran) a bucket waits for
+  // the end of the action, so that nothing leaves before the emulated device would be done.
+  if (options.after_action) return;
+  auto it = bucket_of.find(param);
+  if (it == bucket_of.end()) return;
+  Bucket& b = buckets[it->second];
+  if (b.posted || b.final_op != running_op) return;  // not its last accumulation this step
+  if (--b.pending == 0) post_ready_buckets(b.ranks);
+}
+
+void RankExecutor::Impl::post_ready_buckets(const std::vector<int>& ranks) {
+  const std::vector<size_t>& order = set_buckets.at(ranks);
+  size_t& next = next_bucket[ranks];
+  while (next < order.size()) {
+    Bucket& b = buckets[order[next]];
+    const bool ready = b.final_op <= completed_op || (b.final_op == running_op && b.pending <= 0);
+    if (!ready) return;
+    if (!post_failure.is_ok()) return;
+    post_failure = post_bucket(b);
+    ++next;
+  }
+}
+
+Status RankExecutor::Impl::post_bucket(Bucket& b) {
+  b.tensors.clear();
+  for (const Reduction& r : b.reductions) {
+    at::Tensor& grad = r.param.mutable_grad();
+    if (!grad.defined()) grad = at::zeros_like(r.param);  // not reached this step
+    if (!r.full_size) {
+      b.tensors.push_back(grad);
+      continue;
+    }
+    const TensorSlice& s = r.slice;
+    b.tensors.push_back(at::zeros(s.full_shape, grad.options())
+                            .index_add_(s.dim, s.rows.index_select(0, s.grad_rows),
+                                        grad.index_select(s.dim, s.grad_rows)));
+  }
+  if (b.loss) {
+    // Every rank of a tensor-parallel group computes the same loss; one of them counts it.
+    b.loss_value = at::full({1}, place.tp_rank == 0 ? loss_sum : 0.0, at::kFloat);
+    b.tensors.push_back(b.loss_value);
+  }
+  b.posted = true;
+  b.posted_at = std::chrono::steady_clock::now();
+  MOTLEY_ASSIGN_OR_RETURN(b.request, transport.all_reduce_sum_async(b.tensors, b.ranks));
+  return Status::ok();
+}
+
+Status RankExecutor::Impl::reduce_and_update(StepResult* result) {
+  auto start = std::chrono::steady_clock::now();
+  running_op = -1;
+  completed_op = static_cast<int>(ops.size());  // everything is final now
+  for (const auto& [ranks, order] : set_buckets) post_ready_buckets(ranks);
+  MOTLEY_RETURN_IF_ERROR(post_failure.with_context("gradient all-reduce"));
+  for (Bucket& b : buckets) {
+    MOTLEY_RETURN_IF_ERROR(b.request->wait().with_context("gradient all-reduce"));
+    if (options.record_trace) {
+      TraceEvent e;
+      e.kind = TraceEvent::Kind::kGradientSum;
+      e.name = b.loss ? "sum loss"
+                      : "sum layer " + std::to_string(b.reductions.front().layer) + " gradients";
+      e.start = since_start(b.posted_at);
+      e.ready = e.start;
+      e.end = since_start(std::chrono::steady_clock::now());
+      events.push_back(std::move(e));
+    }
+    for (size_t i = 0; i < b.reductions.size(); ++i) {
+      const Reduction& r = b.reductions[i];
+      if (r.full_size) {
+        r.param.mutable_grad().copy_(b.tensors[i].index_select(r.slice.dim, r.slice.rows));
+      }
+    }
+    if (b.loss) result->loss = b.loss_value.item<double>();
+    // Holding no gradient between steps lets autograd accumulate into .grad in place.
+    b.tensors.clear();
+    b.request.reset();
+  }
+  materialize_gradients();  // parameters no bucket holds (a set of this rank alone)
   record(TraceEvent::Kind::kAllReduce, std::nullopt, "all_reduce", start);
   start = std::chrono::steady_clock::now();
   optimizer->step();
   MOTLEY_RETURN_IF_ERROR(share_zero_updates());
   record(TraceEvent::Kind::kOptimizer, std::nullopt, "optimizer", start);
-  if (holds_loss) result->loss = loss.item<double>();
   result->optimizer_state_bytes = optimizer_state_elements() * static_cast<int64_t>(sizeof(float));
   result->events = std::move(events);
   events.clear();
@@ -659,10 +836,13 @@ Status RankExecutor::Impl::run_step() {
   loss_sum = 0;
   step_start = std::chrono::steady_clock::now();
   zero_gradients();
+  reset_buckets();
   MOTLEY_RETURN_IF_ERROR(post_receives());
-  for (const LoweredOp& op : ops) {
+  for (size_t op_index = 0; op_index < ops.size(); ++op_index) {
+    const LoweredOp& op = ops[op_index];
     const auto start = std::chrono::steady_clock::now();
     ready = start;
+    running_op = static_cast<int>(op_index);
     Status status;
     std::string where;
     if (const auto* a = std::get_if<Action>(&op)) {
@@ -689,8 +869,11 @@ Status RankExecutor::Impl::run_step() {
                start);
       }
     }
+    completed_op = static_cast<int>(op_index);
+    for (const auto& [ranks, order] : set_buckets) post_ready_buckets(ranks);
   }
   const auto start = std::chrono::steady_clock::now();
+  running_op = -1;
   for (auto& send : sends) MOTLEY_RETURN_IF_ERROR(send->wait().with_context("finishing sends"));
   record(TraceEvent::Kind::kFinishSends, std::nullopt, "finish_sends", start);
   MOTLEY_CHECK(live.empty() && receives.empty() && input_gradient.empty(),

@@ -360,7 +360,15 @@ TEST(Executor, TraceFollowsTheGroupOrder) {
     std::vector<std::string> actions;
     std::vector<std::string> others;
     Seconds previous_end(0);
+    std::vector<TraceEvent> sums;  // recorded when waited on, so out of order
+    Seconds last_action_end(0), all_reduce_end(0);
     for (const TraceEvent& e : events[rank]) {
+      if (e.kind == TraceEvent::Kind::kGradientSum) {
+        sums.push_back(e);
+        continue;
+      }
+      if (e.kind == TraceEvent::Kind::kAction) last_action_end = e.end;
+      if (e.kind == TraceEvent::Kind::kAllReduce) all_reduce_end = e.end;
       EXPECT_LE(previous_end, e.start);
       EXPECT_LE(e.start, e.ready);
       EXPECT_LE(e.ready, e.end);
@@ -383,6 +391,17 @@ TEST(Executor, TraceFollowsTheGroupOrder) {
     const std::string sent = rank == 0 ? "send_activation 0/" : "send_gradient 1/";
     EXPECT_EQ(others, (std::vector<std::string>{sent + "0", sent + "1", sent + "2", "finish_sends",
                                                 "all_reduce", "optimizer"}));
+    // One sum per layer (three per stage) and the loss's on the last stage. The last W
+    // finishes its layers' gradients one by one, and each layer's sum leaves from inside that
+    // backward, before the action ends: the sums overlap the compute.
+    ASSERT_EQ(sums.size(), rank == 0 ? 3u : 4u);
+    int posted_inside = 0;
+    for (const TraceEvent& e : sums) {
+      EXPECT_LE(e.start, e.end);
+      EXPECT_LE(e.end, all_reduce_end);
+      if (e.start < last_action_end) ++posted_inside;
+    }
+    EXPECT_GE(posted_inside, 2) << "rank " << rank;
   }
 }
 

@@ -71,6 +71,37 @@ class GlooRequest final : public TransportRequest {
   Status status_;
 };
 
+// A posted all-reduce of several tensors as one flat buffer: once the sum arrived, wait() copies
+// it back into the tensors.
+class FlatAllReduce final : public TransportRequest {
+ public:
+  explicit FlatAllReduce(std::vector<at::Tensor> tensors) : tensors_(std::move(tensors)) {}
+  FlatAllReduce(std::vector<at::Tensor> tensors, at::Tensor buffer,
+                std::unique_ptr<GlooRequest> request)
+      : tensors_(std::move(tensors)), buffer_(std::move(buffer)), request_(std::move(request)) {}
+
+  Status wait() override {
+    if (!request_ || done_) return status_;
+    done_ = true;
+    status_ = request_->wait();
+    if (!status_.is_ok()) return status_;
+    int64_t offset = 0;
+    for (const at::Tensor& t : tensors_) {
+      const int64_t n = t.numel();
+      t.copy_(buffer_.narrow(0, offset, n).view(t.sizes()));
+      offset += n;
+    }
+    return status_;
+  }
+
+ private:
+  std::vector<at::Tensor> tensors_;
+  at::Tensor buffer_;
+  std::unique_ptr<GlooRequest> request_;
+  bool done_ = false;
+  Status status_;
+};
+
 class GlooTransport final : public Transport {
  public:
   GlooTransport(const GlooOptions& options, c10::intrusive_ptr<c10d::Store> store,
@@ -120,6 +151,12 @@ class GlooTransport final : public Transport {
   // shapes travel as one flat buffer.
   Status all_reduce_sum(const std::vector<at::Tensor>& tensors,
                         const std::vector<int>& ranks) override {
+    MOTLEY_ASSIGN_OR_RETURN(auto request, all_reduce_sum_async(tensors, ranks));
+    return request->wait();
+  }
+
+  Result<std::unique_ptr<TransportRequest>> all_reduce_sum_async(
+      const std::vector<at::Tensor>& tensors, const std::vector<int>& ranks) override {
     if (std::find(ranks.begin(), ranks.end(), rank()) == ranks.end() ||
         !std::is_sorted(ranks.begin(), ranks.end()) ||
         std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end()) {
@@ -127,7 +164,9 @@ class GlooTransport final : public Transport {
                               ranks_key(ranks) +
                               "}: expected sorted distinct ranks including this one");
     }
-    if (ranks.size() == 1 || tensors.empty()) return Status::ok();
+    if (ranks.size() == 1 || tensors.empty()) {
+      return std::unique_ptr<TransportRequest>(new FlatAllReduce(tensors));
+    }
     const std::string description =
         "rank " + std::to_string(rank()) + ": all-reduce over ranks {" + ranks_key(ranks) + "}";
     try {
@@ -135,18 +174,28 @@ class GlooTransport final : public Transport {
       std::vector<at::Tensor> flat_views;
       for (const at::Tensor& t : tensors) flat_views.push_back(t.reshape({-1}));
       std::vector<at::Tensor> buffer = {at::cat(flat_views)};
-      group->allreduce(buffer)->wait(to_ms(options_.transport.timeout));
-      int64_t offset = 0;
-      for (const at::Tensor& t : tensors) {
-        const int64_t n = t.numel();
-        t.copy_(buffer[0].narrow(0, offset, n).view(t.sizes()));
-        offset += n;
-      }
-      return Status::ok();
+      auto work = group->allreduce(buffer);
+      return std::unique_ptr<TransportRequest>(new FlatAllReduce(
+          tensors, buffer[0],
+          std::make_unique<GlooRequest>(std::move(work), options_.transport.timeout, description)));
     } catch (const std::exception& e) {
-      return io_error(description + " failed or timed out (limit " +
-                      format_seconds(options_.transport.timeout) + "): " + first_line(e.what()));
+      return io_error(description + " failed: " + first_line(e.what()));
     }
+  }
+
+  Status prepare_collectives(const std::vector<std::vector<int>>& sets) override {
+    for (const std::vector<int>& ranks : sets) {
+      if (ranks.size() < 2 || std::find(ranks.begin(), ranks.end(), rank()) == ranks.end()) {
+        continue;
+      }
+      try {
+        MOTLEY_RETURN_IF_ERROR(subgroup(ranks).status());
+      } catch (const std::exception& e) {
+        return io_error("rank " + std::to_string(rank()) + ": setting up collectives over ranks {" +
+                        ranks_key(ranks) + "}: " + first_line(e.what()));
+      }
+    }
+    return Status::ok();
   }
 
   Status barrier() override {

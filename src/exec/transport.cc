@@ -146,6 +146,64 @@ class InProcessRequest final : public TransportRequest {
   std::string what_;
 };
 
+// A collective this rank posted: done once every member posted; waiting bounded by the timeout
+// from the call to wait().
+class CollectiveRequest final : public TransportRequest {
+ public:
+  CollectiveRequest(std::shared_ptr<State> state, std::pair<std::vector<int>, int64_t> key,
+                    int rank)
+      : state_(std::move(state)), key_(std::move(key)), rank_(rank) {}
+
+  Status wait() override {
+    if (waited_) return status_;
+    waited_ = true;
+    std::unique_lock<std::mutex> lock(state_->mu);
+    CollectiveCall& call = state_->collectives[key_];
+    const auto deadline = Clock::now() + to_duration(state_->options.timeout);
+    const bool woken = state_->cv.wait_until(
+        lock, deadline, [&] { return call.done || !state_->shutdown.is_ok(); });
+    const std::vector<int>& ranks = key_.first;
+    if (!call.done) {
+      std::string missing;
+      for (size_t i = 0; i < ranks.size(); ++i) {
+        if (call.arrived[i]) continue;
+        if (!missing.empty()) missing += ", ";
+        missing += std::to_string(ranks[i]);
+      }
+      call.done = true;
+      const std::string where = " in all-reduce #" + std::to_string(key_.second) + " over ranks " +
+                                format_ranks(ranks) + "; not arrived: rank(s) " + missing;
+      call.status =
+          io_error("rank " + std::to_string(rank_) + ": " +
+                   (woken ? "stopped" + where + ": " + state_->shutdown.message()
+                          : "timed out after " + format_seconds(state_->options.timeout) + where));
+      state_->cv.notify_all();
+    }
+    status_ = call.status;
+    if (++call.num_departed == call.num_arrived &&
+        call.num_arrived == static_cast<int>(ranks.size())) {
+      state_->collectives.erase(key_);
+    }
+    return status_;
+  }
+
+ private:
+  std::shared_ptr<State> state_;
+  std::pair<std::vector<int>, int64_t> key_;
+  int rank_;
+  bool waited_ = false;
+  Status status_;
+};
+
+class CompletedRequest final : public TransportRequest {
+ public:
+  explicit CompletedRequest(Status status = Status::ok()) : status_(std::move(status)) {}
+  Status wait() override { return status_; }
+
+ private:
+  Status status_;
+};
+
 class InProcessTransport final : public Transport {
  public:
   InProcessTransport(std::shared_ptr<State> state, int rank)
@@ -166,6 +224,12 @@ class InProcessTransport final : public Transport {
 
   Status all_reduce_sum(const std::vector<at::Tensor>& tensors,
                         const std::vector<int>& ranks) override {
+    MOTLEY_ASSIGN_OR_RETURN(auto request, all_reduce_sum_async(tensors, ranks));
+    return request->wait();
+  }
+
+  Result<std::unique_ptr<TransportRequest>> all_reduce_sum_async(
+      const std::vector<at::Tensor>& tensors, const std::vector<int>& ranks) override {
     auto self = std::find(ranks.begin(), ranks.end(), rank_);
     if (self == ranks.end() || !std::is_sorted(ranks.begin(), ranks.end()) ||
         std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end()) {
@@ -173,10 +237,9 @@ class InProcessTransport final : public Transport {
                               format_ranks(ranks) +
                               ": expected sorted distinct ranks including this one");
     }
-    if (ranks.size() == 1) return Status::ok();
+    if (ranks.size() == 1) return std::unique_ptr<TransportRequest>(new CompletedRequest());
     const size_t position = static_cast<size_t>(self - ranks.begin());
-
-    std::unique_lock<std::mutex> lock(state_->mu);
+    std::lock_guard<std::mutex> lock(state_->mu);
     const int64_t index = state_->calls_made[rank_][ranks]++;
     const auto key = std::make_pair(ranks, index);
     CollectiveCall& call = state_->collectives[key];
@@ -190,31 +253,7 @@ class InProcessTransport final : public Transport {
       reduce(call, ranks);
       state_->cv.notify_all();
     }
-    const auto deadline = Clock::now() + to_duration(state_->options.timeout);
-    const bool woken = state_->cv.wait_until(
-        lock, deadline, [&] { return call.done || !state_->shutdown.is_ok(); });
-    if (!call.done) {
-      std::string missing;
-      for (size_t i = 0; i < ranks.size(); ++i) {
-        if (call.arrived[i]) continue;
-        if (!missing.empty()) missing += ", ";
-        missing += std::to_string(ranks[i]);
-      }
-      call.done = true;
-      const std::string where = " in all-reduce #" + std::to_string(index) + " over ranks " +
-                                format_ranks(ranks) + "; not arrived: rank(s) " + missing;
-      call.status =
-          io_error("rank " + std::to_string(rank_) + ": " +
-                   (woken ? "stopped" + where + ": " + state_->shutdown.message()
-                          : "timed out after " + format_seconds(state_->options.timeout) + where));
-      state_->cv.notify_all();
-    }
-    Status status = call.status;
-    if (++call.num_departed == call.num_arrived &&
-        call.num_arrived == static_cast<int>(ranks.size())) {
-      state_->collectives.erase(key);
-    }
-    return status;
+    return std::unique_ptr<TransportRequest>(new CollectiveRequest(state_, key, rank_));
   }
 
   Status barrier() override {
@@ -290,6 +329,13 @@ class InProcessTransport final : public Transport {
 };
 
 }  // namespace
+
+Result<std::unique_ptr<TransportRequest>> Transport::all_reduce_sum_async(
+    const std::vector<at::Tensor>& tensors, const std::vector<int>& ranks) {
+  return std::unique_ptr<TransportRequest>(new CompletedRequest(all_reduce_sum(tensors, ranks)));
+}
+
+Status Transport::prepare_collectives(const std::vector<std::vector<int>>&) { return Status::ok(); }
 
 InProcessNetwork::InProcessNetwork(int world_size, TransportOptions options)
     : state_(std::make_shared<State>(world_size, options)) {

@@ -57,9 +57,13 @@ struct ExecOptions {
 // the step began there (ranks' clocks are not aligned with each other).
 struct TraceEvent {
   enum class Kind {
-    kAction,      // one compute action of the plan; `action` says which
-    kSend,        // posting one send (the transfer itself is asynchronous)
-    kAllReduce,   // the gradient all-reduces across replicas
+    kAction,     // one compute action of the plan; `action` says which
+    kSend,       // posting one send (the transfer itself is asynchronous)
+    kAllReduce,  // waiting, after the last action, for the gradient sums still in flight
+    // One gradient bucket's sum (a layer's parameters, or the loss): `start` when it was posted
+    // (during the backward that finished its gradients, or after the action), `end` when the
+    // wait for it returned. Recorded at that wait, so out of order, and overlapping actions.
+    kGradientSum,
     kOptimizer,   // the AdamW step
     kFinishSends  // waiting for the step's sends to complete
   };

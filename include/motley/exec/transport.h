@@ -64,6 +64,18 @@ class Transport {
   // order (the executor uses increasing order of the sets). A one-member set returns at once.
   virtual Status all_reduce_sum(const std::vector<at::Tensor>& tensors,
                                 const std::vector<int>& ranks) = 0;
+  // The same sum, posted: returns at once, and the tensors hold the sum once wait() on the
+  // request returned ok (they must not be modified before). Members post the all-reduces of one
+  // rank set in the same order; all-reduces of different sets may be posted in any order
+  // relative to each other once prepare_collectives has set the sets up. The default runs the
+  // blocking all_reduce_sum and returns a completed request.
+  virtual Result<std::unique_ptr<TransportRequest>> all_reduce_sum_async(
+      const std::vector<at::Tensor>& tensors, const std::vector<int>& ranks);
+  // Sets up whatever the transport needs for collectives over each of `sets` (Gloo: one process
+  // group per set), in the given order; members call it with their sets in one agreed order
+  // (the executor: increasing). A collective over a set not prepared is set up on first use.
+  // The default does nothing.
+  virtual Status prepare_collectives(const std::vector<std::vector<int>>& sets);
 
   // Returns once every rank of the world has entered the barrier.
   virtual Status barrier() = 0;
