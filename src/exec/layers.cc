@@ -271,7 +271,10 @@ class Moe {
   at::Tensor operator()(const at::Tensor& x) const {
     const auto shape = x.sizes().vec();
     at::Tensor tokens = x.reshape({-1, m_.hidden});
-    at::Tensor probs = at::softmax(affine(tokens, router_, router_bias_), -1);
+    // Routing probabilities in fp32 also under autocast (as Hugging Face's Mixtral computes them):
+    // bf16 would round near-ties in the top-k choice, and index_add below needs the weighted
+    // expert outputs in the fp32 of `out`.
+    at::Tensor probs = at::softmax(affine(tokens, router_, router_bias_), -1, at::kFloat);
     auto [top_probs, top_index] = at::topk(probs, m_.top_k, -1);
     at::Tensor weights = top_probs / top_probs.sum(-1, /*keepdim=*/true);
     at::Tensor out = at::zeros_like(tokens);
@@ -448,7 +451,12 @@ class TransformerStage final : public StageModule {
   bool produces_loss() const override { return produces_loss_; }
   at::Tensor forward(const at::Tensor& input, const at::Tensor& targets) override {
     at::Tensor h = input;
-    for (auto& layer : layers_) h = layer->forward(h, targets);
+    for (auto& layer : layers_) {
+      h = layer->forward(h, targets);
+      // Every layer boundary in fp32, also under autocast: a stage boundary is one, so a stage's
+      // output fits the fp32 receive buffers and any partition sees the whole model's numbers.
+      if (h.scalar_type() != at::kFloat) h = h.to(at::kFloat);
+    }
     return h;
   }
   std::vector<StageParameter> parameters() const override { return params_; }
