@@ -1,7 +1,7 @@
 // Whole-program tests of `motley run` and `motley launch`: the executor through the binary, as
 // threads and as Gloo processes, against the sequential reference; checkpoints resumed under
 // the same and another plan; the measured trace, and launch's merge of the ranks' traces;
-// emulation; bad input (exit 2, one message); and a rank that dies or hangs.
+// emulation; bf16 autocast; bad input (exit 2, one message); and a rank that dies or hangs.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -112,6 +112,7 @@ TEST(RunTest, ThreadsMatchTheSequentialReferenceAndWriteTheMeasuredTrace) {
       run_json("run --plan " + kFourStage + " --steps 3 --json --trace " + trace);
   EXPECT_EQ(j.value("mode", ""), "threads");
   EXPECT_EQ(j.value("world_size", 0), 4);
+  EXPECT_EQ(j.value("precision", ""), "fp32");
   EXPECT_EQ(j.value("first_step", -1), 0);
   EXPECT_EQ(j["step_time_s"].size(), 3u);
   EXPECT_GT(j.value("tokens_per_s", 0.0), 0.0);
@@ -200,6 +201,22 @@ TEST(RunTest, ZeroOneHalvesTheOptimizerStateAndChangesNoLoss) {
     EXPECT_LT(shard, 0.6 * full) << "rank " << r;
   }
   std::filesystem::remove(sharded);
+}
+
+TEST(RunTest, Bf16AutocastMatchesItsSequentialRunAndStaysNearFp32) {
+  const std::string args = "run --plan " + kFourStage + " --steps 3 --json --threads 1";
+  const nlohmann::json threads = run_json(args + " --precision bf16");
+  const nlohmann::json sequential = run_json(args + " --precision bf16 --sequential");
+  EXPECT_EQ(threads.value("precision", ""), "bf16");
+  EXPECT_EQ(sequential.value("precision", ""), "bf16");
+  expect_close(losses_of(threads), losses_of(sequential), "bf16 threads vs sequential");
+  const std::vector<double> bf16 = losses_of(threads);
+  const std::vector<double>& fp32 = reference_losses();
+  ASSERT_EQ(bf16.size(), fp32.size());
+  for (size_t i = 0; i < bf16.size(); ++i) {
+    EXPECT_NE(bf16[i], fp32[i]) << "step " << i << ": autocast did not engage";
+    EXPECT_LT(std::abs(bf16[i] - fp32[i]) / fp32[i], 2e-2) << "step " << i;
+  }
 }
 
 TEST(RunTest, TextOutputIsOneLinePerStep) {
@@ -297,6 +314,8 @@ TEST(RunBadInputTest, MissingPlanFileAndOptions) {
   expect_bad_input("run --plan " + kFourStage + " --steps 0", {"--steps"});
   expect_bad_input("run --plan " + kFourStage + " --emulate --emulate-speeds fast",
                    {"--emulate-speeds", "peak", "cost"});
+  expect_bad_input("run --plan " + kFourStage + " --precision fp16",
+                   {"--precision", "fp16", "fp32", "bf16"});
   expect_bad_input("run --plan " + kFourStage + " --steps 1", {"MOTLEY_TEST_FAULT"},
                    "MOTLEY_TEST_FAULT=one");
 }

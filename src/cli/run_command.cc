@@ -27,6 +27,7 @@
 #include "motley/exec/emulation.h"
 #include "motley/exec/executor.h"
 #include "motley/exec/gloo_transport.h"
+#include "motley/exec/precision.h"
 #include "motley/exec/rank_layout.h"
 #include "motley/exec/reference.h"
 #include "motley/exec/train.h"
@@ -71,6 +72,7 @@ struct RunOptions {
   double rendezvous_timeout_s = 300;
   int threads = 0;  // 0: max(1, cores / ranks on this machine)
   std::string emulate_speeds = "peak";
+  std::string precision = "fp32";  // or "bf16": CPU autocast (precision.h)
 };
 
 // Where this process's rank comes from: none (every rank as a thread), or the variables a
@@ -548,6 +550,16 @@ Status run_command(const RunOptions& opt) {
   ExecOptions exec;
   exec.seed = opt.seed;
   exec.optimizer.learning_rate = opt.learning_rate;
+  const Precision requested = opt.precision == "bf16" ? Precision::kBf16Autocast : Precision::kFp32;
+  exec.precision = effective_precision(requested);
+  std::string precision_note;
+  if (exec.precision != requested) {
+    std::string why;
+    cpu_bf16_autocast_available(&why);
+    precision_note = "--precision bf16: this libtorch cannot autocast to bf16 on the CPU (" + why +
+                     "); running in fp32";
+    std::fprintf(stderr, "motley: note: %s\n", precision_note.c_str());
+  }
 
   Json out{{"mode", mode},
            {"plan", opt.plan},
@@ -556,9 +568,11 @@ Status run_command(const RunOptions& opt) {
            {"schedule", plan.schedule},
            {"world_size", opt.sequential ? 1 : world},
            {"threads_per_rank", threads},
+           {"precision", precision_name(exec.precision)},
            {"global_batch", plan.global_batch},
            {"seq_len", plan.seq_len},
            {"tokens_per_step", tokens_per_step}};
+  if (!precision_note.empty()) out["precision_note"] = precision_note;
 
   // ---- The sequential reference.
   if (opt.sequential) {
@@ -830,6 +844,11 @@ void add_run_command(CLI::App& app, Action* action) {
       ->capture_default_str();
   cmd->add_option("--seed", opt->seed, "Seed of the initial weights")->capture_default_str();
   cmd->add_option("--lr", opt->learning_rate, "AdamW learning rate")->capture_default_str();
+  cmd->add_option("--precision", opt->precision,
+                  "fp32, or bf16: forward and backward under CPU autocast to bf16 (weights, "
+                  "gradients, optimizer and messages stay fp32; fp32 when this libtorch cannot)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   cmd->add_option("--threads", opt->threads,
                   "Intra-op threads per rank (default: max(1, cores / ranks on this machine))");
   cmd->add_option("--timeout", opt->timeout_s,

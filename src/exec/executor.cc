@@ -79,8 +79,8 @@ void AdamWStep::set_state(const at::Tensor& param, const State& state) {
   impl_->optimizer->state()[c10::guts::to_string(param.unsafeGetTensorImpl())] = std::move(adamw);
 }
 
-at::Tensor loss_seed(int64_t total_micro_batches) {
-  return at::full({}, 1.0 / static_cast<double>(total_micro_batches), at::kFloat);
+at::Tensor loss_seed(int64_t total_micro_batches, const at::Tensor& loss) {
+  return at::full({}, 1.0 / static_cast<double>(total_micro_batches), loss.scalar_type());
 }
 
 }  // namespace internal
@@ -581,7 +581,7 @@ Status RankExecutor::Impl::input_backward(int s, int64_t j, bool fused) {
   StageModule& module = *stages.at(s);
   at::Tensor grad_output;
   if (module.produces_loss()) {
-    grad_output = internal::loss_seed(total_micro_batches);
+    grad_output = internal::loss_seed(total_micro_batches, state.output);
   } else if (on_this_rank(s + 1)) {
     auto g = input_gradient.find({s + 1, j});
     MOTLEY_CHECK(g != input_gradient.end(), "B before the next stage's B on one rank");
@@ -827,6 +827,7 @@ Status RankExecutor::Impl::reduce_and_update(StepResult* result) {
 }
 
 Status RankExecutor::Impl::run_step() {
+  const AutocastGuard autocast(options.precision);  // this thread's F, R, I, W, B; not AdamW
   live.clear();
   local_activation.clear();
   input_gradient.clear();

@@ -50,8 +50,10 @@ const TensorParallelGroup& group_of(AutogradContext* ctx) {
   return *reinterpret_cast<const TensorParallelGroup*>(ctx->saved_data["group"].toInt());
 }
 
+// Sums in fp32 whatever the operand's type (a bf16 partial product under autocast): the
+// transports move fp32, and the sum of bf16 partials would round once per rank.
 at::Tensor summed(const TensorParallelGroup& group, const at::Tensor& x) {
-  at::Tensor out = x.contiguous().clone();
+  at::Tensor out = x.to(at::kFloat).contiguous().clone();
   group.all_reduce(out);
   return out;
 }
@@ -488,7 +490,10 @@ class Moe {
   at::Tensor operator()(const at::Tensor& x) const {
     const auto shape = x.sizes().vec();
     at::Tensor tokens = x.reshape({-1, m_.hidden});
-    at::Tensor probs = at::softmax(affine(tokens, router_, router_bias_), -1);
+    // Routing probabilities in fp32 also under autocast (as Hugging Face's Mixtral computes them):
+    // bf16 would round near-ties in the top-k choice, and index_add below needs the weighted
+    // expert outputs in the fp32 of `out`.
+    at::Tensor probs = at::softmax(affine(tokens, router_, router_bias_), -1, at::kFloat);
     auto [top_probs, top_index] = at::topk(probs, m_.top_k, -1);
     at::Tensor weights = top_probs / top_probs.sum(-1, /*keepdim=*/true);
     std::vector<int64_t> chosen_experts;
@@ -779,7 +784,7 @@ class HeadLayer final : public LayerImpl {
     at::Tensor maximum;
     {
       at::NoGradGuard no_grad;
-      at::Tensor gathered = at::zeros({group_->size, n}, logits.options());
+      at::Tensor gathered = at::zeros({group_->size, n}, at::kFloat);
       gathered.select(0, group_->rank).copy_(std::get<0>(logits.max(-1)));
       group_->all_reduce(gathered);
       maximum = std::get<0>(gathered.max(0));
@@ -814,7 +819,12 @@ class TransformerStage final : public StageModule {
   bool produces_loss() const override { return produces_loss_; }
   at::Tensor forward(const at::Tensor& input, const at::Tensor& targets) override {
     at::Tensor h = input;
-    for (auto& layer : layers_) h = layer->forward(h, targets);
+    for (auto& layer : layers_) {
+      h = layer->forward(h, targets);
+      // Every layer boundary in fp32, also under autocast: a stage boundary is one, so a stage's
+      // output fits the fp32 receive buffers and any partition sees the whole model's numbers.
+      if (h.scalar_type() != at::kFloat) h = h.to(at::kFloat);
+    }
     return h;
   }
   std::vector<StageParameter> parameters() const override { return params_; }

@@ -12,6 +12,7 @@ struct SequentialTrainer::Impl {
   Plan plan;
   const TokenStream& tokens;
   GradientOrder order;
+  Precision precision = Precision::kFp32;
   std::vector<at::Tensor> params;
   ParameterStore store;
   std::unique_ptr<StageModule> model;
@@ -28,6 +29,7 @@ Result<std::unique_ptr<SequentialTrainer>> SequentialTrainer::create(const ExecO
                                                                      const TokenStream& tokens,
                                                                      GradientOrder order) {
   auto impl = std::make_unique<Impl>(plan, tokens, order);
+  impl->precision = options.precision;
   const int layers = static_cast<int>(model.layers.size());
   if (options.stage_factory) {
     // A custom factory builds stages; the reference is then the plan's stages in one chain.
@@ -57,9 +59,10 @@ Result<double> SequentialTrainer::step() {
         at::Tensor inputs, targets;
         micro_batch_tensors(m.tokens, g, m.plan.micro_batch_size, m.plan.seq_len, &inputs,
                             &targets);
+        const AutocastGuard autocast(m.precision);  // as the executor: F and B, not AdamW
         at::Tensor loss = m.model->forward(inputs, targets);
         loss_sum += loss.item<double>() / static_cast<double>(total);
-        torch::autograd::backward({loss}, {internal::loss_seed(total)});
+        torch::autograd::backward({loss}, {internal::loss_seed(total, loss)});
       }
       if (m.order == GradientOrder::kByReplica) {
         m.optimizer->materialize_gradients();

@@ -42,7 +42,7 @@ class AdamWStep {
 };
 
 // The gradient seed of one micro-batch's mean loss: 1 / (micro-batches in the global batch), so
-// the accumulated gradient is that of the mean loss over the global batch.
-at::Tensor loss_seed(int64_t total_micro_batches);
+// the accumulated gradient is that of the mean loss over the global batch; in `loss`'s dtype.
+at::Tensor loss_seed(int64_t total_micro_batches, const at::Tensor& loss);
 
 }  // namespace motley::internal

@@ -19,6 +19,7 @@
 #include "motley/core/status.h"
 #include "motley/core/units.h"
 #include "motley/exec/data.h"
+#include "motley/exec/precision.h"
 #include "motley/exec/stage_module.h"
 #include "motley/exec/transport.h"
 #include "motley/model/model.h"
@@ -46,6 +47,8 @@ struct ExecOptions {
   OptimizerOptions optimizer;
   StageFactory stage_factory;
   bool record_trace = false;  // fill StepResult::events
+  // Forward and backward under bf16 autocast (precision.h) or in fp32; AdamW is fp32 either way.
+  Precision precision = Precision::kFp32;
   // Called on the rank's thread right after each compute action of step `step` finished, with
   // its measured compute time (from when its inputs were there, TraceEvent::ready, to its end),
   // before the action is recorded in the trace (time spent here counts as the action's). A seam

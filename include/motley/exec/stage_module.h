@@ -3,7 +3,8 @@
 // their weights. make_transformer_stage builds one from a ModelSpec (embedding, attention with
 // GQA / sliding window / qk-norm / sinks, RMSNorm, dense and gated feed-forward, MoE with a
 // top-k router and shared experts, Mamba-2, decoder blocks and their split forms, LM head with
-// cross-entropy), fp32 on the CPU, whole or as one rank's slice of a tensor-parallel group
+// cross-entropy), fp32 on the CPU (under bf16 autocast, precision.h, the matrix products run in
+// bf16 and every layer's output is fp32), whole or as one rank's slice of a tensor-parallel group
 // (Megatron-LM's column / row split, vocabulary-parallel embedding and cross-entropy). It does not
 // schedule, send pipeline messages or optimize (executor.h); a tensor-parallel stage calls the
 // group's all-reduce from its forward and backward. Thread-compatible: one rank's thread uses its
@@ -92,7 +93,8 @@ class StageModule {
   // previous stage's hidden state [b, s, h] (float32).
   virtual bool takes_tokens() const = 0;
   // A stage whose last layer is the head returns the mean cross-entropy over the b*s `targets`
-  // ([b, s], int64) as a scalar; others return their hidden state and ignore `targets`.
+  // ([b, s], int64) as a scalar; others return their hidden state and ignore `targets`. Both
+  // come out in float32, also under autocast.
   virtual bool produces_loss() const = 0;
   virtual at::Tensor forward(const at::Tensor& input, const at::Tensor& targets) = 0;
   // The parameters this stage reads (from the rank's store), in increasing name order.

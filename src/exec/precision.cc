@@ -1,0 +1,94 @@
+#include "motley/exec/precision.h"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+
+#include <exception>
+
+namespace motley {
+
+namespace {
+
+struct Probe {
+  bool available = false;
+  std::string why;
+};
+
+std::string first_line(const char* what) {
+  std::string text = what;
+  const size_t end = text.find('\n');
+  return end == std::string::npos ? text : text.substr(0, end);
+}
+
+}  // namespace
+
+const char* precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kBf16Autocast:
+      return "bf16";
+  }
+  return "fp32";
+}
+
+bool cpu_bf16_autocast_available(std::string* why) {
+  // Once per process (a thread-safe static); the probe's own guard skips this check.
+  static const Probe probe = [] {
+    Probe p;
+    try {
+      const at::Tensor a = at::full({2, 2}, 1.5, at::kFloat);
+      at::Tensor product;
+      {
+        AutocastGuard guard(Precision::kBf16Autocast, AutocastGuard::Unchecked{});
+        product = at::matmul(a, a);
+      }
+      if (product.scalar_type() != at::kBFloat16) {
+        p.why = std::string("a matrix product of fp32 tensors under CPU autocast came out in ") +
+                c10::toString(product.scalar_type());
+      } else if (!at::equal(product.to(at::kFloat), at::full({2, 2}, 4.5, at::kFloat))) {
+        p.why = "a bf16 matrix product under CPU autocast gave a wrong result";
+      } else {
+        p.available = true;
+      }
+    } catch (const std::exception& e) {
+      p.why = "CPU autocast to bf16 failed: " + first_line(e.what());
+    }
+    return p;
+  }();
+  if (why != nullptr) *why = probe.why;
+  return probe.available;
+}
+
+Precision effective_precision(Precision requested) {
+  return requested == Precision::kBf16Autocast && cpu_bf16_autocast_available()
+             ? Precision::kBf16Autocast
+             : Precision::kFp32;
+}
+
+AutocastGuard::AutocastGuard(Precision precision)
+    : AutocastGuard(effective_precision(precision), Unchecked{}) {}
+
+// What torch.autocast("cpu", torch.bfloat16, cache_enabled=False).__enter__ does (torch/amp/
+// autocast_mode.py, 1.13).
+AutocastGuard::AutocastGuard(Precision precision, Unchecked) {
+  if (precision != Precision::kBf16Autocast) return;
+  engaged_ = true;
+  previous_cache_enabled_ = at::autocast::is_autocast_cache_enabled();
+  previous_enabled_ = at::autocast::is_cpu_enabled();
+  previous_dtype_ = at::autocast::get_autocast_cpu_dtype();
+  at::autocast::set_cpu_enabled(true);
+  at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+  at::autocast::increment_nesting();
+  at::autocast::set_autocast_cache_enabled(false);
+}
+
+AutocastGuard::~AutocastGuard() {
+  if (!engaged_) return;
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  at::autocast::set_cpu_enabled(previous_enabled_);
+  at::autocast::set_autocast_cpu_dtype(previous_dtype_);
+  at::autocast::set_autocast_cache_enabled(previous_cache_enabled_);
+}
+
+}  // namespace motley
