@@ -214,8 +214,8 @@ TEST(Precision, StageOutputsAndTheLossStayFp32UnderAutocast) {
   const ModelSpec model = preset("tiny-llama");
   const int layers = static_cast<int>(model.layers.size());
   ParameterStore store;
-  auto first = make_transformer_stage(model, 0, 2, StageModuleOptions{11, 16}, store);
-  auto last = make_transformer_stage(model, 2, layers, StageModuleOptions{11, 16}, store);
+  auto first = make_transformer_stage(model, 0, 2, StageModuleOptions{11, 16, {}}, store);
+  auto last = make_transformer_stage(model, 2, layers, StageModuleOptions{11, 16, {}}, store);
   ASSERT_TRUE(first.is_ok() && last.is_ok());
   const at::Tensor tokens = at::randint(0, 256, {2, 16}, at::kLong);
   const AutocastGuard autocast(Precision::kBf16Autocast);
