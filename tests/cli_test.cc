@@ -91,6 +91,111 @@ TEST(CliTest, ModelShowTableEndsWithTotals) {
   EXPECT_NE(r.out.find("embedding"), std::string::npos);
 }
 
+// The line of `text` that starts with `prefix` after leading spaces; "" when none does.
+std::string line_starting(const std::string& text, const std::string& prefix) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const size_t first = line.find_first_not_of(' ');
+    if (first != std::string::npos && line.compare(first, prefix.size(), prefix) == 0) return line;
+  }
+  return "";
+}
+
+// A profile's layers have measured times, not FLOPs: the table shows the times (not "0 FLOP"),
+// says where they were measured, and totals them.
+TEST(CliTest, ModelShowOfAProfileShowsMeasuredTimes) {
+  RunResult r = run_motley("model show " + data("small_profile.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("0 FLOP"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\ntimes measured on H100-SXM, per micro-batch"), std::string::npos);
+  EXPECT_NE(line_starting(r.out, "#").find("F time   B time   W time"), std::string::npos);
+  EXPECT_NE(line_starting(r.out, "1  block.0").find("4.00 ms  6.00 ms  2.00 ms"),
+            std::string::npos);
+  EXPECT_NE(line_starting(r.out, "total").find("12.0 ms  17.0 ms  5.00 ms"), std::string::npos);
+  // Times on other device types: only those measured, the others "-".
+  EXPECT_NE(r.out.find("times measured on other device types"), std::string::npos);
+  EXPECT_NE(r.out.find("2  block.1  A100-80GB  9.00 ms       -       -"), std::string::npos);
+  EXPECT_NE(r.out.find("measured time per micro-batch on H100-SXM 34.0 ms (F 12.0 ms, B 17.0 ms, W "
+                       "5.00 ms)"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST(CliTest, ModelShowJsonCarriesMeasuredTimes) {
+  RunResult r = run_motley("model show " + data("small_profile.json") + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto& block = j["layers"][1];
+  EXPECT_EQ(block["name"], "block.0");
+  EXPECT_EQ(block["forward_flops"].get<double>(), 0.0);  // the existing fields stay
+  const auto& m = block["measured"];
+  EXPECT_EQ(m["measured_on"], "H100-SXM");
+  EXPECT_DOUBLE_EQ(m["forward_s"].get<double>(), 0.004);
+  EXPECT_DOUBLE_EQ(m["backward_input_s"].get<double>(), 0.006);
+  EXPECT_DOUBLE_EQ(m["backward_weight_s"].get<double>(), 0.002);
+  EXPECT_EQ(m["seq_len"], 1024);
+  EXPECT_EQ(m["micro_batch_size"], 1);
+  EXPECT_DOUBLE_EQ(m["token_scale"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(m["times_by_device"]["A100-80GB"]["forward_s"].get<double>(), 0.009);
+  EXPECT_FALSE(m["times_by_device"]["A100-80GB"].contains("backward_input_s"));
+  const auto& totals = j["measured_totals"];
+  EXPECT_EQ(totals["measured_on"], "H100-SXM");
+  EXPECT_EQ(totals["layers"], 4);
+  EXPECT_DOUBLE_EQ(totals["forward_s"].get<double>(), 0.012);
+  EXPECT_DOUBLE_EQ(totals["backward_input_s"].get<double>(), 0.017);
+  EXPECT_DOUBLE_EQ(totals["backward_weight_s"].get<double>(), 0.005);
+  // Analytic models get neither.
+  RunResult a = run_motley("model show tiny-llama --json");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const auto ja = nlohmann::json::parse(a.out);
+  EXPECT_FALSE(ja.contains("measured_totals"));
+  for (const auto& l : ja["layers"]) EXPECT_FALSE(l.contains("measured"));
+}
+
+// At another sequence length the times scale with the tokens, as the cost model scales them.
+TEST(CliTest, ModelShowScalesMeasuredTimesToTheMicroBatch) {
+  RunResult r = run_motley("model show " + data("small_profile.json") + " --seq-len 2048");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("scaled linearly from the 1 x 1024 tokens they were measured at to 1 x "
+                       "2048"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(line_starting(r.out, "1  block.0").find("8.00 ms  12.0 ms  4.00 ms"),
+            std::string::npos);
+  RunResult j = run_motley("model show " + data("small_profile.json") + " --seq-len 2048 --json");
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const auto m = nlohmann::json::parse(j.out)["layers"][1]["measured"];
+  EXPECT_DOUBLE_EQ(m["forward_s"].get<double>(), 0.008);
+  EXPECT_DOUBLE_EQ(m["token_scale"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(m["times_by_device"]["A100-80GB"]["forward_s"].get<double>(), 0.018);
+}
+
+// Analytic and measured layers in one model: FLOPs where known, "-" where not, times beside
+// them; measured on two device types, the times have no total.
+TEST(CliTest, ModelShowOfMixedLayersShowsBothAndNoMeaninglessTotal) {
+  RunResult r = run_motley("model show " + data("mixed_measured.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string header = line_starting(r.out, "#");
+  for (const char* column : {" F ", " W ", "F time", "W time", "measured on"}) {
+    EXPECT_NE(header.find(column), std::string::npos) << column << "\n" << r.out;
+  }
+  const std::string block = line_starting(r.out, "1  block.0");
+  EXPECT_NE(block.find("-           -           -  2.00 ms  3.00 ms  1.00 ms  A100-80GB"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(line_starting(r.out, "3  head").find("MFLOP"), std::string::npos);
+  EXPECT_NE(r.out.find("measured layers not counted"), std::string::npos);
+  EXPECT_NE(r.out.find("measured times are on several device types (A100-80GB, H100-SXM): no "
+                       "total"),
+            std::string::npos);
+  const auto j = nlohmann::json::parse(
+      run_motley("model show " + data("mixed_measured.json") + " --json").out);
+  EXPECT_FALSE(j.contains("measured_totals"));
+  EXPECT_FALSE(j["layers"][0].contains("measured"));
+  EXPECT_EQ(j["layers"][2]["measured"]["measured_on"], "H100-SXM");
+  EXPECT_DOUBLE_EQ(j["layers"][2]["measured"]["backward_weight_s"].get<double>(), 0.0005);
+}
+
 TEST(CliTest, ClusterShowJsonListsDevices) {
   RunResult r = run_motley("cluster show default --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -370,10 +370,10 @@ std::vector<double> step_offsets(const std::vector<std::vector<double>>& step_ti
 }
 
 // One compute track per rank in `by_rank` (every rank in thread mode, this process's under
-// WORLD_SIZE); each rank's step aligned at its start (ranks' clocks are not aligned with each
-// other) at the offset step_offsets gives, so that the per-rank traces of a distributed run
-// place their events where the thread mode's one trace would. An action that waited for its
-// input shows the wait as a separate box.
+// WORLD_SIZE), listed in pipeline order (order_tracks); each rank's step aligned at its start
+// (ranks' clocks are not aligned with each other) at the offset step_offsets gives, so that the
+// per-rank traces of a distributed run place their events where the thread mode's one trace would.
+// An action that waited for its input shows the wait as a separate box.
 Timeline measured_timeline(const std::map<int, std::vector<RankStep>>& by_rank,
                            const std::vector<double>& offsets,
                            const std::vector<std::string>& track_names, int64_t first_step,
@@ -386,6 +386,7 @@ Timeline measured_timeline(const std::map<int, std::vector<RankStep>>& by_rank,
     track.name = track_names[rank];
     track.sort_key = rank;
     track.replica = layout.place_of(rank).replica;
+    track.first_stage = layout.stages_of(rank).empty() ? -1 : layout.stages_of(rank).front();
     track_of[rank] = static_cast<int>(t.tracks.size());
     t.tracks.push_back(track);
   }
@@ -435,6 +436,7 @@ Timeline measured_timeline(const std::map<int, std::vector<RankStep>>& by_rank,
     }
   }
   t.span = Seconds(offsets.back());
+  order_tracks(&t);
   return t;
 }
 

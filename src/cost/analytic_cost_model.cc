@@ -222,14 +222,8 @@ AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& 
     if (layer.kind == LayerKind::kMeasured && layer.measured) {
       const MeasuredLayer& m = *layer.measured;
       MeasuredRates& rates = measured_[i];
-      // Linear in tokens, by the rule layer_cost() scales the profile's bytes with: when the
-      // profile states its shape, tokens per micro-batch over the measured ones.
-      double scale = 1;
-      if (m.seq_len > 0 && m.micro_batch_size > 0) {
-        scale = static_cast<double>(w.micro_batch_size) * tokens_per_sample(layer, w.seq_len) /
-                (static_cast<double>(m.micro_batch_size) * static_cast<double>(m.seq_len));
-      }
-      rates.token_scale = scale;
+      // Linear in tokens, by the rule layer_cost() scales the profile's bytes with.
+      rates.token_scale = measured_token_scale(layer, w);
       Result<const DeviceType*> on = find_device_type(m.measured_on);
       if (on.is_ok()) {
         rates.measured_on = on.value()->name;

@@ -326,13 +326,8 @@ void mamba1(CostBuilder& c, const MambaShape& m, double rows) {
   c.output_dropout(rows, h);
 }
 
-LayerCost measured_cost(const MeasuredLayer& m, double batch, double n) {
-  // Bytes scale with the tokens of a micro-batch when it differs from the measured one.
-  double scale = 1.0;
-  if (m.seq_len > 0 && m.micro_batch_size > 0) {
-    scale =
-        (batch * n) / (static_cast<double>(m.micro_batch_size) * static_cast<double>(m.seq_len));
-  }
+// Bytes scale with the tokens of a micro-batch when it differs from the measured one.
+LayerCost measured_cost(const MeasuredLayer& m, double scale) {
   LayerCost cost;
   const Bytes kept = m.activation_bytes * scale;
   cost.activation_bytes[static_cast<int>(RecomputePolicy::kNone)] = kept;
@@ -468,10 +463,8 @@ LayerCost formula_cost(const Layer& layer, const Workload& w) {
 LayerCost layer_cost(const Layer& layer, const Workload& workload) {
   LayerCost cost;
   if (layer.kind == LayerKind::kMeasured) {
-    const double n = static_cast<double>(layer.tokens_per_sample > 0 ? layer.tokens_per_sample
-                                                                     : workload.seq_len);
     cost = measured_cost(shape(layer.measured, layer, "measured"),
-                         static_cast<double>(workload.micro_batch_size), n);
+                         measured_token_scale(layer, workload));
   } else {
     cost = formula_cost(layer, workload);
   }
@@ -479,6 +472,15 @@ LayerCost layer_cost(const Layer& layer, const Workload& workload) {
   cost.stored_params = layer_stored_params(layer);
   cost.active_params = layer_active_params(layer);
   return cost;
+}
+
+double measured_token_scale(const Layer& layer, const Workload& workload) {
+  const MeasuredLayer& m = shape(layer.measured, layer, "measured");
+  if (m.seq_len <= 0 || m.micro_batch_size <= 0) return 1.0;
+  const double n =
+      static_cast<double>(layer.tokens_per_sample > 0 ? layer.tokens_per_sample : workload.seq_len);
+  return static_cast<double>(workload.micro_batch_size) * n /
+         (static_cast<double>(m.micro_batch_size) * static_cast<double>(m.seq_len));
 }
 
 ModelTotals model_totals(const ModelSpec& model, const Workload& workload) {

@@ -147,7 +147,7 @@ TEST(ChromeTraceTest, MetadataNamesAndOrdersEveryTrack) {
   }
   EXPECT_EQ(processes, (std::map<int, std::string>{{1, "compute"}, {2, "communication"}}));
   const auto names = thread_names(doc);
-  // Compute tracks first, in device order, with increasing sort indices.
+  // Compute tracks first, in pipeline order replica by replica, with increasing sort indices.
   std::vector<std::string> compute;
   int previous = 0;
   for (const auto& [key, name] : names) {
@@ -157,9 +157,9 @@ TEST(ChromeTraceTest, MetadataNamesAndOrdersEveryTrack) {
     previous = key.second;
     if (key.first == 1) compute.push_back(name);
   }
-  EXPECT_EQ(compute, (std::vector<std::string>{"device 0 (H100-SXM)", "device 1 (H100-SXM)",
-                                               "replica 0 group 1: devices 4,5 (H100-SXM)",
-                                               "replica 1 group 1: devices 6,7 (H100-SXM)"}));
+  EXPECT_EQ(compute, (std::vector<std::string>{
+                         "device 0 (H100-SXM)", "replica 0 group 1: devices 4,5 (H100-SXM)",
+                         "device 1 (H100-SXM)", "replica 1 group 1: devices 6,7 (H100-SXM)"}));
   // The two all-reduces overlap ([7.5, 10.5] and [10, 11] ms): two lanes.
   std::set<std::string> all;
   for (const auto& [key, name] : names) all.insert(name);

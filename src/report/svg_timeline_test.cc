@@ -151,6 +151,31 @@ TEST(SvgTimelineTest, SimulatedIterationIsWellFormedWithOneBoxPerComputeTask) {
   EXPECT_NE(svg.find(">replica 1 group 1: devices 6,7 (H100-SXM)</text>"), std::string::npos);
 }
 
+// Rows in pipeline order, replica by replica: one gap between the replicas, not one between
+// every pair of rows as when devices 0 and 1 (the replicas' first stages) came first.
+TEST(SvgTimelineTest, ComputeRowsReadInPipelineOrder) {
+  const Topology topology(two_nodes());
+  SvgOptions options;
+  options.all_reduce_row = false;
+  const std::string svg = svg_timeline(two_replica_plan(), two_replica_result(), topology, options);
+  const std::regex label("<text class=\"label\" x=\"[^\"]*\" y=\"([^\"]*)\"[^>]*>([^<]*)</text>");
+  std::vector<std::string> names;
+  std::vector<double> ys;
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), label); it != std::sregex_iterator();
+       ++it) {
+    ys.push_back(std::stod((*it)[1].str()));
+    names.push_back((*it)[2].str());
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "device 0 (H100-SXM)", "replica 0 group 1: devices 4,5 (H100-SXM)",
+                       "device 1 (H100-SXM)", "replica 1 group 1: devices 6,7 (H100-SXM)"}));
+  ASSERT_EQ(ys.size(), 4u);
+  const double row = ys[1] - ys[0];
+  EXPECT_GT(row, 0);
+  EXPECT_NEAR(ys[2] - ys[1], row + 6, 1e-6);  // the gap between replicas
+  EXPECT_NEAR(ys[3] - ys[2], row, 1e-6);
+}
+
 TEST(SvgTimelineTest, LinkRowsAreOptional) {
   const Topology topology(two_nodes());
   SvgOptions options;

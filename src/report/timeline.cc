@@ -40,7 +40,7 @@ class Builder {
     for (const SimTask& t : result_.timeline) add_task(t);
     out_.span = result_.iteration_time;
     for (const TimelineEvent& e : out_.events) out_.span = std::max(out_.span, e.end);
-    sort_tracks();
+    order_tracks(&out_);
     return std::move(out_);
   }
 
@@ -69,12 +69,13 @@ class Builder {
                        std::to_string(g) + ": devices " + format_id_list(devices) + " (" + type +
                        ")";
         }
-        compute_track_[{static_cast<int>(r), static_cast<int>(g)}] = new_track(std::move(track));
         // Chunks: the group's stages in increasing order.
         std::vector<int>& stages = group_stages_[{static_cast<int>(r), static_cast<int>(g)}];
         for (size_t s = 0; s < rep.stage_group.size(); ++s) {
           if (rep.stage_group[s] == static_cast<int>(g)) stages.push_back(static_cast<int>(s));
         }
+        track.first_stage = stages.empty() ? -1 : stages.front();
+        compute_track_[{static_cast<int>(r), static_cast<int>(g)}] = new_track(std::move(track));
       }
     }
   }
@@ -93,7 +94,15 @@ class Builder {
     track.replica = t.replica;
     const int id = new_track(std::move(track));
     compute_track_[{t.replica, t.group}] = id;
+    unplanned_.insert(id);
     return id;
+  }
+
+  // A track the plan does not describe learns its first stage from its tasks.
+  void note_stage(int track, int stage) {
+    if (stage < 0 || unplanned_.count(track) == 0) return;
+    int& first = out_.tracks[track].first_stage;
+    if (first < 0 || stage < first) first = stage;
   }
 
   int named_track(std::map<int, int>& tracks, int key, TrackRole role, const std::string& name) {
@@ -135,6 +144,7 @@ class Builder {
                   {"group", t.group}};
         e.label = std::to_string(t.micro_batch);
         e.chunk = chunk_of(t);
+        note_stage(e.track, t.stage);
         break;
       case SimTaskKind::kOptimizerStep:
         e.track = compute_track(t);
@@ -192,30 +202,6 @@ class Builder {
     }
   }
 
-  // Compute tracks by first device, then collectives, then links by id; events renumbered.
-  void sort_tracks() {
-    std::vector<int> order(out_.tracks.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-      const TimelineTrack& x = out_.tracks[a];
-      const TimelineTrack& y = out_.tracks[b];
-      return std::make_tuple(role_order(x.role), x.sort_key, x.replica) <
-             std::make_tuple(role_order(y.role), y.sort_key, y.replica);
-    });
-    std::vector<int> new_index(order.size());
-    std::vector<TimelineTrack> tracks;
-    tracks.reserve(order.size());
-    for (size_t i = 0; i < order.size(); ++i) {
-      new_index[order[i]] = static_cast<int>(i);
-      tracks.push_back(std::move(out_.tracks[order[i]]));
-    }
-    out_.tracks = std::move(tracks);
-    for (TimelineEvent& e : out_.events) {
-      e.track = new_index[e.track];
-      if (e.source_track >= 0) e.source_track = new_index[e.source_track];
-    }
-  }
-
   const Plan& plan_;
   const SimResult& result_;
   const Topology& topology_;
@@ -224,6 +210,7 @@ class Builder {
   std::map<std::pair<int, int>, std::vector<int>> group_stages_;
   std::map<int, int> collective_track_;
   std::map<int, int> link_track_;  // Link id -> track
+  std::set<int> unplanned_;        // compute tracks of groups the plan lacks
   std::set<TaskKey> critical_;
 };
 
@@ -277,6 +264,34 @@ TimelineKind timeline_kind(SimTaskKind kind) {
 Timeline timeline_from_simulation(const Plan& plan, const SimResult& result,
                                   const Topology& topology) {
   return Builder(plan, result, topology).build();
+}
+
+void order_tracks(Timeline* timeline) {
+  std::vector<TimelineTrack>& tracks = timeline->tracks;
+  auto key = [](const TimelineTrack& t) {
+    if (t.role != TrackRole::kCompute) {
+      return std::make_tuple(role_order(t.role), 0, 0, t.sort_key);
+    }
+    const int stage = t.first_stage >= 0 ? t.first_stage : std::numeric_limits<int>::max();
+    return std::make_tuple(role_order(t.role), t.replica, stage, t.sort_key);
+  };
+  std::vector<int> order(tracks.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return key(tracks[a]) < key(tracks[b]); });
+  std::vector<int> new_index(order.size());
+  std::vector<TimelineTrack> sorted;
+  sorted.reserve(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    new_index[order[i]] = static_cast<int>(i);
+    sorted.push_back(std::move(tracks[order[i]]));
+  }
+  tracks = std::move(sorted);
+  const int n = static_cast<int>(tracks.size());
+  for (TimelineEvent& e : timeline->events) {
+    if (e.track >= 0 && e.track < n) e.track = new_index[e.track];
+    if (e.source_track >= 0 && e.source_track < n) e.source_track = new_index[e.source_track];
+  }
 }
 
 std::vector<int> assign_lanes(const std::vector<const TimelineEvent*>& events, int* lane_count) {

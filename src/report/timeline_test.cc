@@ -42,15 +42,19 @@ TEST(TimelineTest, LanesSeparateOverlapsAndReuseFreedLanes) {
   EXPECT_EQ(none, 1);
 }
 
-TEST(TimelineTest, TracksAreComputeByDeviceThenAllReduceThenLinks) {
+TEST(TimelineTest, TracksAreComputeInPipelineOrderThenAllReduceThenLinks) {
   const Topology topology(two_nodes());
   const Timeline tl = timeline_from_simulation(two_replica_plan(), two_replica_result(), topology);
   ASSERT_GE(tl.tracks.size(), 5u);
+  // Replica by replica, each in stage order: not device 0, 1, 4-5, 6-7.
   EXPECT_EQ(tl.tracks[0].name, "device 0 (H100-SXM)");
-  EXPECT_EQ(tl.tracks[1].name, "device 1 (H100-SXM)");
-  EXPECT_EQ(tl.tracks[2].name, "replica 0 group 1: devices 4,5 (H100-SXM)");
+  EXPECT_EQ(tl.tracks[1].name, "replica 0 group 1: devices 4,5 (H100-SXM)");
+  EXPECT_EQ(tl.tracks[2].name, "device 1 (H100-SXM)");
   EXPECT_EQ(tl.tracks[3].name, "replica 1 group 1: devices 6,7 (H100-SXM)");
-  EXPECT_EQ(tl.tracks[1].replica, 1);
+  EXPECT_EQ(tl.tracks[1].replica, 0);
+  EXPECT_EQ(tl.tracks[2].replica, 1);
+  EXPECT_EQ(tl.tracks[1].first_stage, 1);
+  EXPECT_EQ(tl.tracks[2].first_stage, 0);
   EXPECT_EQ(tl.tracks[4].name, "all-reduce");
   EXPECT_EQ(tl.tracks[4].role, TrackRole::kCollective);
   // The link tracks: exactly the links the fixture's transfers cross, by id.
@@ -177,6 +181,104 @@ TEST(TimelineTest, UnknownGroupsGetTheirOwnTrack) {
   ASSERT_EQ(tl.tracks.size(), 1u);
   EXPECT_EQ(tl.tracks[0].name, "replica 3 group 9");
   EXPECT_EQ(tl.events[0].track, 0);
+}
+
+SimTask forward(int replica, int group, int stage, int device, double start_s) {
+  SimTask t;
+  t.kind = SimTaskKind::kForward;
+  t.replica = replica;
+  t.group = group;
+  t.stage = stage;
+  t.device = device;
+  t.start = Seconds(start_s);
+  t.end = Seconds(start_s + 1);
+  return t;
+}
+
+// Rows read in pipeline order even when the first stage sits on higher-numbered devices than
+// the next one, and when a replica's group indices do not follow its stages.
+TEST(TimelineTest, ComputeTracksFollowTheStagesNotTheDeviceIds) {
+  Plan plan;
+  plan.stages = {Stage{0, 1}, Stage{1, 2}};
+  Replica r0;
+  r0.micro_batches = 1;
+  r0.stage_group = {0, 1};
+  r0.groups = {DeviceGroupSchedule{{5}, {}}, DeviceGroupSchedule{{1}, {}}};
+  Replica r1;
+  r1.micro_batches = 1;
+  r1.stage_group = {1, 0};  // group 1 runs stage 0
+  r1.groups = {DeviceGroupSchedule{{0}, {}}, DeviceGroupSchedule{{6, 7}, {}}};
+  plan.replicas = {r0, r1};
+  SimResult res;
+  res.timeline = {forward(0, 0, 0, 5, 0), forward(0, 1, 1, 1, 2), forward(1, 1, 0, 6, 0),
+                  forward(1, 0, 1, 0, 2)};
+  SimTask send = forward(0, 0, 0, 5, 1);
+  send.kind = SimTaskKind::kSendActivation;
+  send.peer_group = 1;
+  send.peer_device = 1;
+  res.timeline.push_back(send);
+  const Topology topology(report_testing::two_nodes());
+  const Timeline tl = timeline_from_simulation(plan, res, topology);
+
+  ASSERT_GE(tl.tracks.size(), 5u);
+  EXPECT_EQ(tl.tracks[0].name, "device 5 (H100-SXM)");                        // replica 0, stage 0
+  EXPECT_EQ(tl.tracks[1].name, "device 1 (H100-SXM)");                        // replica 0, stage 1
+  EXPECT_EQ(tl.tracks[2].name, "replica 1 group 1: devices 6,7 (H100-SXM)");  // stage 0
+  EXPECT_EQ(tl.tracks[3].name, "device 0 (H100-SXM)");                        // stage 1
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(tl.tracks[i].role, TrackRole::kCompute);
+    EXPECT_EQ(tl.tracks[i].replica, i / 2);
+    EXPECT_EQ(tl.tracks[i].first_stage, i % 2);
+  }
+  for (size_t i = 4; i < tl.tracks.size(); ++i) EXPECT_EQ(tl.tracks[i].role, TrackRole::kLink);
+  // Events follow their tracks through the reordering.
+  for (const TimelineEvent& e : tl.events) {
+    if (e.kind == TimelineKind::kTransfer) {
+      EXPECT_EQ(e.source_track, 0);
+      continue;
+    }
+    const int replica = e.args["replica"].get<int>();
+    const int stage = e.args["stage"].get<int>();
+    EXPECT_EQ(e.track, 2 * replica + stage) << e.name;
+  }
+}
+
+// Without a plan, tracks are still grouped by replica and ordered by the stages they ran.
+TEST(TimelineTest, TracksWithoutAPlanFollowTheirTasksStages) {
+  SimResult res;
+  res.timeline = {forward(1, 0, 0, 3, 0), forward(0, 0, 1, 0, 2), forward(0, 1, 0, 3, 0),
+                  forward(0, 0, 2, 0, 3)};
+  const Topology topology(report_testing::two_nodes());
+  const Timeline tl = timeline_from_simulation(Plan{}, res, topology);
+  ASSERT_EQ(tl.tracks.size(), 3u);
+  EXPECT_EQ(tl.tracks[0].name, "replica 0 group 1");  // ran stage 0
+  EXPECT_EQ(tl.tracks[1].name, "replica 0 group 0");  // ran stages 1 and 2
+  EXPECT_EQ(tl.tracks[1].first_stage, 1);
+  EXPECT_EQ(tl.tracks[2].name, "replica 1 group 0");
+}
+
+// order_tracks is usable on any timeline: a measured one states replicas and stages itself.
+TEST(TimelineTest, OrderTracksRenumbersEvents) {
+  Timeline tl;
+  tl.tracks = {TimelineTrack{"link", TrackRole::kLink, 0, -1, -1},
+               TimelineTrack{"rank 0", TrackRole::kCompute, 0, 0, 1},
+               TimelineTrack{"rank 1", TrackRole::kCompute, 1, 0, 0},
+               TimelineTrack{"rank 2", TrackRole::kCompute, 2, 0, -1}};
+  for (int t = 0; t < 4; ++t) {
+    TimelineEvent e;
+    e.track = t;
+    e.name = tl.tracks[t].name;
+    e.source_track = t == 0 ? 1 : -1;
+    tl.events.push_back(e);
+  }
+  order_tracks(&tl);
+  ASSERT_EQ(tl.tracks.size(), 4u);
+  EXPECT_EQ(tl.tracks[0].name, "rank 1");
+  EXPECT_EQ(tl.tracks[1].name, "rank 0");
+  EXPECT_EQ(tl.tracks[2].name, "rank 2");  // stage unknown: after the known ones
+  EXPECT_EQ(tl.tracks[3].name, "link");
+  for (const TimelineEvent& e : tl.events) EXPECT_EQ(tl.tracks[e.track].name, e.name);
+  EXPECT_EQ(tl.events[0].source_track, 1);  // "rank 0", wherever it moved
 }
 
 }  // namespace

@@ -50,6 +50,11 @@ int64_t layer_active_params(const Layer& layer);
 // without tensor parallelism. REQUIRES: the layer carries the shape its kind needs.
 LayerCost layer_cost(const Layer& layer, const Workload& workload);
 
+// What a measured layer's profile figures (times and bytes) are multiplied by for `workload`:
+// its tokens per micro-batch over the measured ones, or 1 when the profile does not state the
+// shape it was measured at. REQUIRES: layer.measured is set.
+double measured_token_scale(const Layer& layer, const Workload& workload);
+
 struct ModelTotals {
   int64_t total_params = 0;   // sum over ModelSpec::layers
   int64_t active_params = 0;  // per token

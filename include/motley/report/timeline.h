@@ -41,9 +41,12 @@ enum class TrackRole {
 struct TimelineTrack {
   std::string name;  // "device 3 (H100-SXM)", "group 2: devices 4,5 (H100-SXM)", a Link name
   TrackRole role = TrackRole::kCompute;
-  // Order among the tracks of its role: the first device id of a compute track, the Link id.
+  // Order among the tracks of its role (for compute tracks after replica and first_stage): the
+  // first device id of a compute track, the Link id.
   int sort_key = 0;
   int replica = -1;  // compute tracks: the data-parallel replica; -1 otherwise
+  // Compute tracks: the lowest pipeline stage the track runs; -1 when not known.
+  int first_stage = -1;
 };
 
 struct TimelineEvent {
@@ -75,10 +78,16 @@ struct Timeline {
 // (H100-SXM)" for one device, "group 2: devices 4-5 (H100-SXM)" for a tensor-parallel group,
 // "replica 1 group 2: ..." when there are several replicas), one "all-reduce" track when any
 // all-reduce ran, and one per Link that carried a transfer (a transfer appears on every Link of
-// its path, in path order). Tracks are listed compute (by first device), collective, links
-// (by Link id). A task whose replica or group the plan lacks gets a track named after them.
+// its path, in path order). Tracks are in order_tracks' order. A task whose replica or group
+// the plan lacks gets a track named after them, placed by the lowest stage of its tasks.
 Timeline timeline_from_simulation(const Plan& plan, const SimResult& result,
                                   const Topology& topology);
+
+// Puts the tracks in the order views list them, renumbering events to match, so that rows read
+// in pipeline order: compute tracks replica by replica, within a replica by first_stage (the
+// group running stage 0 first; unknown stages last), then by sort_key; then collective tracks;
+// then link tracks by sort_key. Tracks with equal keys keep their relative order.
+void order_tracks(Timeline* timeline);
 
 // Splits a track's events into lanes in which no two events overlap (an event may start where
 // the previous one ended): greedy by start time, the lowest free lane first. Returns one lane
