@@ -364,6 +364,7 @@ TEST(LaunchTraceTest, TheRanksTracesAreMergedIntoOneAlignedTrace) {
       run_motley("launch --nproc 4 -- run --plan " + kFourStage + " --steps 3 --trace " + trace);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("trace: " + trace), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(".rank"), std::string::npos) << "no rank names its own file\n" << r.out;
   for (int k = 0; k < 4; ++k) {
     const std::string rank_file = temp_path("launch-trace.rank" + std::to_string(k) + ".json");
     EXPECT_FALSE(std::filesystem::exists(rank_file)) << rank_file;

@@ -153,8 +153,9 @@ Result<pid_t> spawn(const std::vector<std::string>& argv, const std::vector<std:
 }
 
 std::vector<std::string> child_environment(int rank, int world, int port, int threads) {
-  static const char* const kOwn[] = {"RANK",        "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                                     "MASTER_ADDR", "MASTER_PORT"};
+  static const char* const kOwn[] = {
+      "RANK",        "WORLD_SIZE",  "LOCAL_RANK",   "LOCAL_WORLD_SIZE",
+      "MASTER_ADDR", "MASTER_PORT", "MOTLEY_LAUNCH"};
   std::vector<std::string> env;
   bool has_blas = false, has_omp = false;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -171,6 +172,7 @@ std::vector<std::string> child_environment(int rank, int world, int port, int th
   env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(world));
   env.push_back("MASTER_ADDR=127.0.0.1");
   env.push_back("MASTER_PORT=" + std::to_string(port));
+  env.push_back("MOTLEY_LAUNCH=1");  // the ranks leave naming the merged trace to launch
   // OpenBLAS sizes its pool when it is loaded, before the rank can limit it.
   if (!has_blas) env.push_back("OPENBLAS_NUM_THREADS=" + std::to_string(threads));
   if (!has_omp) env.push_back("OMP_NUM_THREADS=" + std::to_string(threads));

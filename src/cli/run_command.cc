@@ -791,7 +791,9 @@ Status run_command(const RunOptions& opt) {
     if (!opt.checkpoint_dir.empty() && (!dist || my_rank == 0)) {
       text += "checkpoint: " + opt.checkpoint_dir + "\n";
     }
-    if (!opt.trace.empty() && (!dist || holds_loss || my_rank == 0)) {
+    // Under motley launch the rank files are merged into opt.trace, which launch names.
+    const bool launched = std::getenv("MOTLEY_LAUNCH") != nullptr;
+    if (!opt.trace.empty() && (!dist || ((holds_loss || my_rank == 0) && !launched))) {
       text += "trace: " + (dist ? rank_trace_path(opt.trace, my_rank) : opt.trace) + "\n";
     }
     std::fputs(text.c_str(), stdout);
