@@ -21,6 +21,7 @@ namespace motley {
 namespace {
 
 using testing::cluster_of;
+using testing::DelayingTransport;
 using testing::exec_options;
 using testing::kSteps;
 using testing::preset;
@@ -28,53 +29,6 @@ using testing::relative_difference;
 using testing::run_reference;
 using testing::uniform_plan;
 using testing::WorldResult;
-
-// Sleeps a random 0-2 ms before each send is posted and before each wait, so the ranks'
-// interleavings vary from run to run; a fault-injecting wrapper around any transport.
-class DelayingTransport final : public Transport {
- public:
-  DelayingTransport(std::unique_ptr<Transport> base, uint64_t seed)
-      : base_(std::move(base)), random_(seed) {}
-  int rank() const override { return base_->rank(); }
-  int world_size() const override { return base_->world_size(); }
-  Result<std::unique_ptr<TransportRequest>> send(const at::Tensor& tensor, int peer, MessageTag tag,
-                                                 std::string what) override {
-    delay();
-    MOTLEY_ASSIGN_OR_RETURN(auto request, base_->send(tensor, peer, tag, std::move(what)));
-    return std::unique_ptr<TransportRequest>(new Request(std::move(request), this));
-  }
-  Result<std::unique_ptr<TransportRequest>> recv(const at::Tensor& buffer, int peer, MessageTag tag,
-                                                 std::string what) override {
-    MOTLEY_ASSIGN_OR_RETURN(auto request, base_->recv(buffer, peer, tag, std::move(what)));
-    return std::unique_ptr<TransportRequest>(new Request(std::move(request), this));
-  }
-  Status all_reduce_sum(const std::vector<at::Tensor>& tensors,
-                        const std::vector<int>& ranks) override {
-    delay();
-    return base_->all_reduce_sum(tensors, ranks);
-  }
-  Status barrier() override { return base_->barrier(); }
-
- private:
-  class Request final : public TransportRequest {
-   public:
-    Request(std::unique_ptr<TransportRequest> base, DelayingTransport* owner)
-        : base_(std::move(base)), owner_(owner) {}
-    Status wait() override {
-      owner_->delay();
-      return base_->wait();
-    }
-
-   private:
-    std::unique_ptr<TransportRequest> base_;
-    DelayingTransport* owner_;
-  };
-
-  void delay() { std::this_thread::sleep_for(std::chrono::microseconds(random_() % 2000)); }
-
-  std::unique_ptr<Transport> base_;
-  std::mt19937_64 random_;
-};
 
 WorldResult run_world(const Plan& plan, const ModelSpec& model, const TokenStream& tokens,
                       int steps, bool delays = false,

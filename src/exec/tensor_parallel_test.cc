@@ -38,7 +38,7 @@ struct RankResult {
 };
 
 std::vector<RankResult> run_ranks(const Plan& plan, const ModelSpec& model,
-                                  const TokenStream& tokens, int steps) {
+                                  const TokenStream& tokens, int steps, bool delays = false) {
   testing::single_threaded();
   const int world = testing::world_size(plan);
   InProcessNetwork network(world);
@@ -47,6 +47,9 @@ std::vector<RankResult> run_ranks(const Plan& plan, const ModelSpec& model,
   for (int rank = 0; rank < world; ++rank) {
     threads.emplace_back([&, rank] {
       std::unique_ptr<Transport> transport = network.endpoint(rank);
+      if (delays) {
+        transport = std::make_unique<testing::DelayingTransport>(std::move(transport), 31 + rank);
+      }
       auto executor = RankExecutor::create(exec_options(), plan, model, tokens, *transport);
       if (!executor.is_ok()) {
         ADD_FAILURE() << executor.status().message();
@@ -82,10 +85,11 @@ at::Tensor rows_of(const at::Tensor& full, const TensorSlice& slice) {
 // element whose gradient is at rounding level moves a whole step either way (with the tests'
 // lr of 1e-2, about half the initial weights' scale); a wrong slice or a missing sum is off by
 // orders of magnitude more.
-void expect_matches_reference(const Plan& plan, const ModelSpec& model, int steps) {
+void expect_matches_reference(const Plan& plan, const ModelSpec& model, int steps,
+                              bool delays = false) {
   auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 3), "corpus");
   ASSERT_TRUE(tokens.is_ok());
-  const std::vector<RankResult> ranks = run_ranks(plan, model, *tokens, steps);
+  const std::vector<RankResult> ranks = run_ranks(plan, model, *tokens, steps, delays);
   const WorldResult reference =
       run_reference(plan, model, *tokens, steps, GradientOrder::kSequential);
   if (steps > 1) {
@@ -236,6 +240,28 @@ TEST(TensorParallel, GroupsOfDifferentSizesInOnePipelineMatchReference) {
   Plan plan = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 1, RecomputePolicy::kNone, 2});
   plan.replicas[0].groups[1].devices = {2};
   expect_matches_reference(plan, model);
+}
+
+// Replicas of tensor-parallel groups with messages of 4 MiB (the activations and the groups'
+// sums), random delays before every post and wait on every rank, and gradient sums posted from
+// inside the backward: the step completes and gives the reference's numbers.
+TEST(TensorParallel, RandomDelaysAndLargeMessagesComplete) {
+  ModelSpec model = preset("tiny-llama");
+  constexpr int64_t kWide = 8192;
+  model.layers[0].embedding->hidden = kWide;
+  for (int i = 1; i <= 4; ++i) {
+    Layer ffn;
+    ffn.name = "wide." + std::to_string(i);
+    ffn.kind = LayerKind::kFeedForward;
+    ffn.ffn = FeedForwardShape{kWide, 8, Activation::kSwiGlu, false};
+    ffn.num_norms = 1;
+    model.layers[i] = ffn;
+  }
+  model.layers[5].head->hidden = kWide;
+  const Plan plan =
+      uniform_plan(model, {ScheduleKind::kZbH1, 2, 1, 3, 2, RecomputePolicy::kNone, 2},
+                   /*micro_batch_size=*/2, /*seq_len=*/64);
+  expect_matches_reference(plan, model, 1, /*delays=*/true);
 }
 
 TEST(TensorParallel, RefusesWidthsTheDegreeDoesNotDivide) {

@@ -8,6 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
+
 #include "motley/cost/fixed_cost_model.h"
 #include "motley/exec/rank_layout.h"
 #include "motley/model/presets.h"
@@ -54,6 +57,60 @@ Plan uniform_plan(const ModelSpec& model, const UniformCase& c, int64_t micro_ba
   Status valid = validate_plan(*plan, model, cluster, ValidateOptions{});
   EXPECT_TRUE(valid.is_ok()) << valid.message();
   return *plan;
+}
+
+namespace {
+
+// Delays before its base's wait.
+class DelayedWait final : public TransportRequest {
+ public:
+  DelayedWait(std::unique_ptr<TransportRequest> base, DelayingTransport* owner)
+      : base_(std::move(base)), owner_(owner) {}
+  Status wait() override {
+    owner_->delay();
+    return base_->wait();
+  }
+
+ private:
+  std::unique_ptr<TransportRequest> base_;
+  DelayingTransport* owner_;
+};
+
+}  // namespace
+
+DelayingTransport::DelayingTransport(std::unique_ptr<Transport> base, uint64_t seed)
+    : base_(std::move(base)), random_(seed) {}
+
+Result<std::unique_ptr<TransportRequest>> DelayingTransport::send(const at::Tensor& tensor,
+                                                                  int peer, MessageTag tag,
+                                                                  std::string what) {
+  delay();
+  MOTLEY_ASSIGN_OR_RETURN(auto request, base_->send(tensor, peer, tag, std::move(what)));
+  return std::unique_ptr<TransportRequest>(new DelayedWait(std::move(request), this));
+}
+
+Result<std::unique_ptr<TransportRequest>> DelayingTransport::recv(const at::Tensor& buffer,
+                                                                  int peer, MessageTag tag,
+                                                                  std::string what) {
+  MOTLEY_ASSIGN_OR_RETURN(auto request, base_->recv(buffer, peer, tag, std::move(what)));
+  return std::unique_ptr<TransportRequest>(new DelayedWait(std::move(request), this));
+}
+
+Status DelayingTransport::all_reduce_sum(const std::vector<at::Tensor>& tensors,
+                                         const std::vector<int>& ranks) {
+  delay();
+  return base_->all_reduce_sum(tensors, ranks);
+}
+
+Result<std::unique_ptr<TransportRequest>> DelayingTransport::all_reduce_sum_async(
+    const std::vector<at::Tensor>& tensors, const std::vector<int>& ranks) {
+  delay();
+  MOTLEY_ASSIGN_OR_RETURN(auto request, base_->all_reduce_sum_async(tensors, ranks));
+  return std::unique_ptr<TransportRequest>(new DelayedWait(std::move(request), this));
+}
+
+void DelayingTransport::delay() {
+  std::this_thread::sleep_for(std::chrono::microseconds(random_() % 2000));
 }
 
 ExecOptions exec_options() {

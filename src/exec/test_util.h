@@ -5,6 +5,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <map>
+#include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "motley/exec/data.h"
 #include "motley/exec/executor.h"
 #include "motley/exec/reference.h"
+#include "motley/exec/transport.h"
 #include "motley/model/model.h"
 #include "motley/plan/plan.h"
 #include "motley/schedule/schedule.h"
@@ -53,6 +56,33 @@ WorldResult run_reference(const Plan& plan, const ModelSpec& model, const TokenS
 // ||a - b|| / ||b|| (Frobenius): how far a whole tensor is from the reference; ||a|| when b is
 // zero (an expert no token chose).
 double relative_difference(const at::Tensor& a, const at::Tensor& b);
+
+// Sleeps a random 0-2 ms before each send and all-reduce is posted and before each wait, so the
+// ranks' interleavings vary from run to run; a fault-injecting wrapper around any transport.
+class DelayingTransport final : public Transport {
+ public:
+  DelayingTransport(std::unique_ptr<Transport> base, uint64_t seed);
+  int rank() const override { return base_->rank(); }
+  int world_size() const override { return base_->world_size(); }
+  Result<std::unique_ptr<TransportRequest>> send(const at::Tensor& tensor, int peer, MessageTag tag,
+                                                 std::string what) override;
+  Result<std::unique_ptr<TransportRequest>> recv(const at::Tensor& buffer, int peer, MessageTag tag,
+                                                 std::string what) override;
+  Status all_reduce_sum(const std::vector<at::Tensor>& tensors,
+                        const std::vector<int>& ranks) override;
+  Result<std::unique_ptr<TransportRequest>> all_reduce_sum_async(
+      const std::vector<at::Tensor>& tensors, const std::vector<int>& ranks) override;
+  Status prepare_collectives(const std::vector<std::vector<int>>& sets) override {
+    return base_->prepare_collectives(sets);
+  }
+  Status barrier() override { return base_->barrier(); }
+
+  void delay();
+
+ private:
+  std::unique_ptr<Transport> base_;
+  std::mt19937_64 random_;
+};
 
 // A localhost port that was free a moment ago.
 int free_port();

@@ -197,11 +197,7 @@ class CollectiveRequest final : public TransportRequest {
 
 class CompletedRequest final : public TransportRequest {
  public:
-  explicit CompletedRequest(Status status = Status::ok()) : status_(std::move(status)) {}
-  Status wait() override { return status_; }
-
- private:
-  Status status_;
+  Status wait() override { return Status::ok(); }
 };
 
 class InProcessTransport final : public Transport {
@@ -329,11 +325,6 @@ class InProcessTransport final : public Transport {
 };
 
 }  // namespace
-
-Result<std::unique_ptr<TransportRequest>> Transport::all_reduce_sum_async(
-    const std::vector<at::Tensor>& tensors, const std::vector<int>& ranks) {
-  return std::unique_ptr<TransportRequest>(new CompletedRequest(all_reduce_sum(tensors, ranks)));
-}
 
 Status Transport::prepare_collectives(const std::vector<std::vector<int>>&) { return Status::ok(); }
 

@@ -64,13 +64,14 @@ class Transport {
   // order (the executor uses increasing order of the sets). A one-member set returns at once.
   virtual Status all_reduce_sum(const std::vector<at::Tensor>& tensors,
                                 const std::vector<int>& ranks) = 0;
-  // The same sum, posted: returns at once, and the tensors hold the sum once wait() on the
-  // request returned ok (they must not be modified before). Members post the all-reduces of one
-  // rank set in the same order; all-reduces of different sets may be posted in any order
-  // relative to each other once prepare_collectives has set the sets up. The default runs the
-  // blocking all_reduce_sum and returns a completed request.
+  // The same sum, posted: returns at once, never waiting for another rank, and the tensors
+  // hold the sum once wait() on the request returned ok (they must not be modified before).
+  // Members post the all-reduces of one rank set in the same order; all-reduces of different
+  // sets may be posted in any order relative to each other once prepare_collectives has set the
+  // sets up. (The executor posts gradient sums from inside the backward: a post that blocked
+  // could wait on a rank that waits on this one's next message.)
   virtual Result<std::unique_ptr<TransportRequest>> all_reduce_sum_async(
-      const std::vector<at::Tensor>& tensors, const std::vector<int>& ranks);
+      const std::vector<at::Tensor>& tensors, const std::vector<int>& ranks) = 0;
   // Sets up whatever the transport needs for collectives over each of `sets` (Gloo: one process
   // group per set), in the given order; members call it with their sets in one agreed order
   // (the executor: increasing). A collective over a set not prepared is set up on first use.
