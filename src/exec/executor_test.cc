@@ -227,18 +227,7 @@ TEST(Executor, IrregularScheduleWithUnevenReplicasMatchesReference) {
 TEST(Executor, LargeMessagesAndRandomDelaysComplete) {
   // A wide model whose activations are 4 MiB per micro-batch (2 x 64 x 8192 floats), so no
   // message is small enough to slip through a buffer; random delays on every rank.
-  ModelSpec model = preset("tiny-llama");
-  constexpr int64_t kWide = 8192;
-  model.layers[0].embedding->hidden = kWide;
-  for (int i = 1; i <= 4; ++i) {
-    Layer ffn;
-    ffn.name = "wide." + std::to_string(i);
-    ffn.kind = LayerKind::kFeedForward;
-    ffn.ffn = FeedForwardShape{kWide, 8, Activation::kSwiGlu, false};
-    ffn.num_norms = 1;
-    model.layers[i] = ffn;
-  }
-  model.layers[5].head->hidden = kWide;
+  const ModelSpec model = testing::wide_model(8192);
   for (ScheduleKind kind : {ScheduleKind::k1f1b, ScheduleKind::kZbV}) {
     const int v = kind == ScheduleKind::kZbV ? 2 : 1;
     const Plan plan = uniform_plan(model, {kind, 3, v, 6, 1}, /*micro_batch_size=*/2,

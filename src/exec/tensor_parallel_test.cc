@@ -246,18 +246,7 @@ TEST(TensorParallel, GroupsOfDifferentSizesInOnePipelineMatchReference) {
 // sums), random delays before every post and wait on every rank, and gradient sums posted from
 // inside the backward: the step completes and gives the reference's numbers.
 TEST(TensorParallel, RandomDelaysAndLargeMessagesComplete) {
-  ModelSpec model = preset("tiny-llama");
-  constexpr int64_t kWide = 8192;
-  model.layers[0].embedding->hidden = kWide;
-  for (int i = 1; i <= 4; ++i) {
-    Layer ffn;
-    ffn.name = "wide." + std::to_string(i);
-    ffn.kind = LayerKind::kFeedForward;
-    ffn.ffn = FeedForwardShape{kWide, 8, Activation::kSwiGlu, false};
-    ffn.num_norms = 1;
-    model.layers[i] = ffn;
-  }
-  model.layers[5].head->hidden = kWide;
+  const ModelSpec model = testing::wide_model(8192);
   const Plan plan =
       uniform_plan(model, {ScheduleKind::kZbH1, 2, 1, 3, 2, RecomputePolicy::kNone, 2},
                    /*micro_batch_size=*/2, /*seq_len=*/64);

@@ -25,6 +25,21 @@ ModelSpec preset(const char* name) {
   return *model;
 }
 
+ModelSpec wide_model(int64_t hidden) {
+  ModelSpec model = preset("tiny-llama");
+  model.layers[0].embedding->hidden = hidden;
+  for (int i = 1; i <= 4; ++i) {
+    Layer ffn;
+    ffn.name = "wide." + std::to_string(i);
+    ffn.kind = LayerKind::kFeedForward;
+    ffn.ffn = FeedForwardShape{hidden, 8, Activation::kSwiGlu, false};
+    ffn.num_norms = 1;
+    model.layers[i] = ffn;
+  }
+  model.layers[5].head->hidden = hidden;
+  return model;
+}
+
 ClusterSpec cluster_of(int devices) {
   const LinkSpec intra{LinkKind::kNvlink, BytesPerSecond(1e11), Seconds(0)};
   const LinkSpec inter{LinkKind::kInfiniband, BytesPerSecond(1e10), Seconds(0)};

@@ -24,6 +24,9 @@ namespace motley::testing {
 inline constexpr int kSteps = 3;
 
 ModelSpec preset(const char* name);
+// tiny-llama with its four blocks replaced by feed-forward layers of width `hidden` (inner width
+// 8): activations of 2 x 64 x 8192 floats are 4 MiB, so no message slips through a buffer.
+ModelSpec wide_model(int64_t hidden);
 // One node of `devices` H100s (FixedCostModel's cluster).
 ClusterSpec cluster_of(int devices);
 
