@@ -854,29 +854,9 @@ std::string layer_label(const Layer& l, int index) {
 // What a tensor-parallel degree t needs of a layer: every split width divisible by t.
 Status check_split(const Layer& l, const std::string& label, int t) {
   if (t < 1) return invalid_argument(label + ": tensor-parallel degree " + std::to_string(t));
-  if (t == 1) return Status::ok();
-  std::vector<std::pair<std::string, int64_t>> widths;
-  if (l.embedding) widths.push_back({"vocab", l.embedding->vocab});
-  if (l.head) widths.push_back({"vocab", l.head->vocab});
-  if (l.attention) widths.push_back({"num_kv_heads", l.attention->num_kv_heads});
-  if (l.ffn) widths.push_back({"ffn_size", l.ffn->ffn_size});
-  if (l.moe) {
-    widths.push_back({"expert_ffn_size", l.moe->expert_ffn_size});
-    if (l.moe->num_shared_experts > 0)
-      widths.push_back({"shared_ffn_size", l.moe->shared_ffn_size});
-  }
-  if (l.mamba) widths.push_back({"n_heads", l.mamba->n_heads});
-  for (const auto& [field, width] : widths) {
-    if (width % t != 0) {
-      return invalid_argument(label + ": tensor parallelism over " + std::to_string(t) +
-                              " devices splits " + field + " (" + std::to_string(width) +
-                              ") evenly, which needs a multiple of " + std::to_string(t));
-    }
-  }
-  if (l.mamba && l.mamba->n_groups % t != 0 && t % l.mamba->n_groups != 0) {
+  if (auto obstacle = tensor_parallel_obstacle(l, t, /*vocabulary=*/true)) {
     return invalid_argument(label + ": tensor parallelism over " + std::to_string(t) +
-                            " devices needs n_groups (" + std::to_string(l.mamba->n_groups) +
-                            ") to divide or be divided by " + std::to_string(t));
+                            " devices splits it evenly, but " + *obstacle);
   }
   return Status::ok();
 }

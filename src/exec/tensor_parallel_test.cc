@@ -266,7 +266,8 @@ TEST(TensorParallel, RefusesWidthsTheDegreeDoesNotDivide) {
   ASSERT_FALSE(executor.is_ok());
   EXPECT_EQ(executor.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(executor.status().message().find(
-                "tensor parallelism over 4 devices splits num_kv_heads (2) evenly"),
+                "tensor parallelism over 4 devices splits it evenly, but num_kv_heads (2) is "
+                "not a multiple of 4"),
             std::string::npos)
       << executor.status().message();
 }

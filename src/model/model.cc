@@ -127,4 +127,35 @@ std::optional<LayerKind> parse_layer_kind(std::string_view name) {
 
 std::vector<std::string> layer_kind_names() { return all_names(kKinds, layer_kind_name); }
 
+std::optional<std::string> tensor_parallel_obstacle(const Layer& layer, int t, bool vocabulary) {
+  if (t <= 1) return std::nullopt;
+  std::vector<std::pair<const char*, int64_t>> widths;
+  if (vocabulary && layer.embedding) widths.push_back({"vocab", layer.embedding->vocab});
+  if (vocabulary && layer.head) widths.push_back({"vocab", layer.head->vocab});
+  if (layer.attention) {
+    widths.push_back({"num_heads", layer.attention->num_heads});
+    widths.push_back({"num_kv_heads", layer.attention->num_kv_heads});
+  }
+  if (layer.ffn) widths.push_back({"ffn_size", layer.ffn->ffn_size});
+  if (layer.moe) {
+    widths.push_back({"expert_ffn_size", layer.moe->expert_ffn_size});
+    if (layer.moe->num_shared_experts > 0) {
+      widths.push_back({"shared_ffn_size", layer.moe->shared_ffn_size});
+    }
+  }
+  if (layer.mamba) widths.push_back({"n_heads", layer.mamba->n_heads});
+  for (const auto& [field, width] : widths) {
+    if (width % t != 0) {
+      return std::string(field) + " (" + std::to_string(width) + ") is not a multiple of " +
+             std::to_string(t);
+    }
+  }
+  if (layer.mamba && layer.mamba->n_groups > 0 && layer.mamba->n_groups % t != 0 &&
+      t % layer.mamba->n_groups != 0) {
+    return "n_groups (" + std::to_string(layer.mamba->n_groups) + ") neither divides nor is a " +
+           "multiple of " + std::to_string(t);
+  }
+  return std::nullopt;
+}
+
 }  // namespace motley

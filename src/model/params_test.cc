@@ -297,5 +297,38 @@ TEST(Params, MeasuredLayerFromBf16Bytes) {
   EXPECT_EQ(layer_active_params(l), 1000000);
 }
 
+TEST(TensorParallelObstacle, NamesTheFirstWidthTheDegreeDoesNotDivide) {
+  Layer block;
+  block.kind = LayerKind::kDecoderBlock;
+  block.attention = AttentionShape{};
+  block.attention->num_heads = 8;
+  block.attention->num_kv_heads = 2;
+  block.ffn = FeedForwardShape{};
+  block.ffn->ffn_size = 100;
+  EXPECT_EQ(tensor_parallel_obstacle(block, 1, true), std::nullopt);
+  EXPECT_EQ(tensor_parallel_obstacle(block, 2, true), std::nullopt);
+  EXPECT_EQ(tensor_parallel_obstacle(block, 4, true), "num_kv_heads (2) is not a multiple of 4");
+  block.attention->num_kv_heads = 8;
+  EXPECT_EQ(tensor_parallel_obstacle(block, 4, true), std::nullopt);
+  EXPECT_EQ(tensor_parallel_obstacle(block, 8, true), "ffn_size (100) is not a multiple of 8");
+
+  Layer head;
+  head.kind = LayerKind::kHead;
+  head.head = HeadShape{};
+  head.head->vocab = 50257;  // GPT-2's: Megatron pads it, the executor needs it whole
+  EXPECT_EQ(tensor_parallel_obstacle(head, 2, false), std::nullopt);
+  EXPECT_EQ(tensor_parallel_obstacle(head, 2, true), "vocab (50257) is not a multiple of 2");
+
+  Layer mamba;
+  mamba.kind = LayerKind::kMamba;
+  mamba.mamba = MambaShape{};
+  mamba.mamba->n_heads = 24;
+  mamba.mamba->n_groups = 1;
+  EXPECT_EQ(tensor_parallel_obstacle(mamba, 8, true), std::nullopt);  // one group, shared
+  mamba.mamba->n_groups = 3;
+  EXPECT_EQ(tensor_parallel_obstacle(mamba, 2, true),
+            "n_groups (3) neither divides nor is a multiple of 2");
+}
+
 }  // namespace
 }  // namespace motley

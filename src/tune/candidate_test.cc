@@ -58,6 +58,30 @@ FixedCostSpec uniform_spec(int layers) {
   return spec;
 }
 
+// Tensor-parallel degrees must tile the node and split every layer evenly: 2 key/value heads
+// allow t = 1 and 2 on a node of 8, whatever the node would allow.
+TEST(ContextTest, TensorParallelDegreesSplitTheHeads) {
+  ModelSpec model = tiny_model(4);
+  for (Layer& l : model.layers) l.attention->num_kv_heads = 2;
+  TuneOptions options;
+  options.global_batch = 8;
+  options.micro_batch_size = 1;
+  const FixedCostSpec spec = uniform_spec(4);
+  options.cost_model = [spec](const ModelSpec&, const ClusterSpec& c, const Workload&) {
+    return std::unique_ptr<CostModel>(new FixedCostModel(c, spec));
+  };
+  const ClusterSpec cluster = fixed_cluster({"H100-SXM"}, 8);
+  auto ctx = Context::create(options, model, cluster);
+  ASSERT_TRUE(ctx.is_ok()) << ctx.status().message();
+  ASSERT_EQ((*ctx)->types().size(), 1u);
+  EXPECT_EQ((*ctx)->types()[0].tp_degrees, (std::vector<int>{1, 2}));
+  model.layers[0].attention->num_kv_heads = 4;
+  for (Layer& l : model.layers) l.attention->num_kv_heads = 4;
+  auto four = Context::create(options, model, cluster);
+  ASSERT_TRUE(four.is_ok());
+  EXPECT_EQ((*four)->types()[0].tp_degrees, (std::vector<int>{1, 2, 4}));  // 4 query heads
+}
+
 TEST(SplitMicroBatchesTest, FasterReplicaGetsMore) {
   // Times m and 2m: nine micro-batches split 6 + 3, both finishing at 6.
   EXPECT_EQ(split_micro_batches({1, 2}, {0, 0}, 9), (std::vector<int64_t>{6, 3}));

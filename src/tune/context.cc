@@ -129,6 +129,10 @@ Result<std::unique_ptr<Context>> Context::create(const TuneOptions& options, con
     for (int tp : {1, 2, 4, 8}) {
       bool tiles = true;
       for (const auto& nd : info.node_devices) tiles = tiles && nd.size() % tp == 0;
+      // Only degrees that split every layer evenly (heads, widths), as Megatron-LM requires.
+      for (const Layer& layer : model.layers) {
+        tiles = tiles && !tensor_parallel_obstacle(layer, tp, /*vocabulary=*/false);
+      }
       if (tiles) info.tp_degrees.push_back(tp);
     }
   }
