@@ -165,8 +165,9 @@ struct RankExecutor::Impl {
     std::unique_ptr<TransportRequest> request;
     std::chrono::steady_clock::time_point posted_at;
   };
-  // Gradient sums: per set of ranks, that set's parameters (name order). The sets are visited
-  // in increasing order on every rank, so overlapping sets cannot deadlock.
+  // Gradient sums: per set of ranks, that set's parameters (name order), summed in Buckets.
+  // Blocking collectives over these sets after the step (ZeRO-1) go in increasing set order on
+  // every rank, so overlapping sets cannot deadlock.
   std::map<std::vector<int>, std::vector<Reduction>> reduce_sets;
   // ZeRO-1 (Plan::zero1): the optimizer state of a set of replicas' identical parameters is
   // split among them by whole tensors, as PyTorch's ZeroRedundancyOptimizer splits it (largest

@@ -60,8 +60,10 @@ class Transport {
 
   // Replaces each tensor, in place, by its sum over `ranks` (sorted, distinct, containing this
   // rank); every member passes tensors of the same shapes in the same order and every member
-  // gets the same bits. Members must call all-reduces over overlapping rank sets in one agreed
-  // order (the executor uses increasing order of the sets). A one-member set returns at once.
+  // gets the same bits. Members call one set's all-reduces in the same order, and blocking
+  // all-reduces over overlapping rank sets in one agreed order (the executor's blocking ones,
+  // after a step's gradient sums, go in increasing order of the sets). A one-member set returns
+  // at once.
   virtual Status all_reduce_sum(const std::vector<at::Tensor>& tensors,
                                 const std::vector<int>& ranks) = 0;
   // The same sum, posted: returns at once, never waiting for another rank, and the tensors
