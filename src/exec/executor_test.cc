@@ -170,6 +170,18 @@ TEST(Executor, HybridMambaModelMatchesReference) {
                            Exactness::kBitIdentical);
 }
 
+TEST(Executor, Mamba1HybridModelMatchesReference) {
+  // tiny-hybrid with Mamba-1 mixers: with Jamba's inner norms under ZB-H1 (the weight
+  // gradients in their own pass), without them under 1F1B.
+  for (bool inner_norms : {true, false}) {
+    SCOPED_TRACE(inner_norms ? "inner norms" : "no inner norms");
+    const ModelSpec model = testing::mamba1_hybrid(inner_norms);
+    const ScheduleKind kind = inner_norms ? ScheduleKind::kZbH1 : ScheduleKind::k1f1b;
+    expect_matches_reference(uniform_plan(model, {kind, 4, 1, 4, 1}), model,
+                             Exactness::kBitIdentical);
+  }
+}
+
 TEST(Executor, TiedWeightsAcrossRanksAndReplicasMatchReference) {
   // 1F1B over 3 groups, two replicas: the tied matrix lives on ranks 0, 2, 3 and 5.
   const ModelSpec model = preset("tiny-gemma");

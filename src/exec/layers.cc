@@ -562,6 +562,26 @@ class Moe {
   std::vector<FeedForward> shared_;
 };
 
+// Mamba's time-step bias (Gu & Dao 2023; both versions): dt starts log-uniform in
+// [1e-3, 1e-1] (from a uniform draw `u` on [0, 1)), and the bias is its inverse softplus, so
+// that softplus(bias) is that dt.
+at::Tensor initial_dt_bias(const at::Tensor& u) {
+  at::Tensor dt = at::exp(u * (std::log(0.1) - std::log(1e-3)) + std::log(1e-3));
+  return dt + at::log(-at::expm1(-dt));
+}
+
+// The causal depthwise convolution of Mamba's mixers over x: [b, s, c] with weight [c, 1, K]:
+// pads K-1 on both sides and keeps the first s outputs.
+at::Tensor causal_conv(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  const int64_t s = x.size(1);
+  const int64_t kernel = weight.size(-1);
+  return at::conv1d(x.transpose(1, 2), weight,
+                    bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt,
+                    /*stride=*/1, /*padding=*/kernel - 1, /*dilation=*/1, /*groups=*/x.size(-1))
+      .narrow(-1, 0, s)
+      .transpose(1, 2);
+}
+
 // Mamba-2's mixer (Dao & Gu 2024) with a sequential scan, as the reference implementation in
 // Hugging Face transformers' Mamba2 computes it without its chunked kernels: in_proj to z, x,
 // B, C, dt; causal depthwise convolution over x, B and C; per head a scalar decay exp(dt * A);
@@ -616,14 +636,7 @@ class Mamba2 {
     }
     conv_ = init.normal("conv", {conv_channels, 1, m.conv_kernel}, conv_rows);
     if (m.conv_bias) conv_bias_ = init.zeros("conv_bias", {conv_channels}, conv_rows);
-    // dt starts log-uniform in [1e-3, 1e-1]; dt_bias is its inverse softplus (Mamba's init).
-    dt_bias_ = init.from_uniform(
-        "dt_bias", {m.n_heads},
-        [](const at::Tensor& u) {
-          at::Tensor dt = at::exp(u * (std::log(0.1) - std::log(1e-3)) + std::log(1e-3));
-          return dt + at::log(-at::expm1(-dt));
-        },
-        head_rows);
+    dt_bias_ = init.from_uniform("dt_bias", {m.n_heads}, initial_dt_bias, head_rows);
     a_log_ = init.value("A_log", at::log(at::arange(1, m.n_heads + 1, at::kFloat)), head_rows);
     d_ = init.ones("D", {m.n_heads}, head_rows);
     if (m.gated_norm) norm_ = init.ones("norm", {m.d_inner}, split_evenly(0, m.d_inner, group_));
@@ -642,15 +655,7 @@ class Mamba2 {
     at::Tensor z = proj.narrow(-1, 0, inner);
     at::Tensor xbc = proj.narrow(-1, inner, inner + 2 * gn);
     at::Tensor dt = proj.narrow(-1, 2 * inner + 2 * gn, nh);
-    // Causal depthwise convolution: pad K-1 on the left by padding both sides and keeping the
-    // first s outputs.
-    xbc = at::conv1d(xbc.transpose(1, 2), conv_,
-                     conv_bias_.defined() ? c10::optional<at::Tensor>(conv_bias_) : c10::nullopt,
-                     /*stride=*/1, /*padding=*/m_.conv_kernel - 1, /*dilation=*/1,
-                     /*groups=*/xbc.size(-1))
-              .narrow(-1, 0, s)
-              .transpose(1, 2);
-    xbc = at::silu(xbc);
+    xbc = at::silu(causal_conv(xbc, conv_, conv_bias_));
     at::Tensor x = xbc.narrow(-1, 0, inner).reshape({b, s, nh, m_.head_dim});
     const int64_t heads_per_group = nh / groups_;
     auto per_head = [&](const at::Tensor& t) {  // [b, s, G*N] -> [b, s, nh, N]
@@ -697,6 +702,100 @@ class Mamba2 {
   int64_t groups_ = 0;  // B / C groups this rank's heads read
   at::Tensor in_proj_, in_proj_bias_, conv_, conv_bias_, dt_bias_, a_log_, d_, norm_, out_proj_,
       out_proj_bias_;
+};
+
+// Mamba-1's mixer (Gu & Dao 2023) with a sequential scan, as Hugging Face transformers'
+// MambaMixer computes it without its CUDA kernels, and with JambaMambaMixer's learned RMSNorms
+// of dt, B and C when the shape has inner norms: in_proj to x and z; causal depthwise
+// convolution over x, then SiLU; x_proj to a low-rank dt, B and C; dt_proj back to d_inner
+// (with its bias), then softplus; per channel and state a decay exp(dt A); state
+// h_t = exp(dt_t A) h_{t-1} + dt_t B_t x_t, output y_t = C_t h_t + D x_t; y * silu(z); out_proj.
+// Split by channels as Megatron-LM's Mamba mixer is: rank r holds channels [r d/t, (r+1) d/t)
+// of x, z, the convolution, dt_proj, A and D, and the matching columns of x_proj and out_proj.
+// dt, B and C read every channel: each rank's x_proj product over its channels is summed over
+// the group, in both passes (sum_over), since the channels that use them are split; for the
+// same reason the inner norms' weights are replicated with partial gradients.
+class Mamba1 {
+ public:
+  Mamba1(Init& init, const MambaShape& m) : m_(m), group_(init.group()) {
+    inner_ = m.d_inner / group_->size;
+    const int64_t inner = inner_;
+    const int64_t d_inner = m.d_inner;
+    const int64_t xp = m.dt_rank + 2 * m.d_state;
+    // in_proj's rows: x, then z.
+    const SplitSpec in_rows{
+        0, [=](int r) {
+          return std::vector<RowRange>{{r * inner, inner}, {d_inner + r * inner, inner}};
+        }};
+    const SplitSpec channels = split_evenly(0, d_inner, group_);
+    in_proj_ = init.normal("in_proj", {2 * d_inner, m.hidden}, in_rows);
+    if (m.proj_bias) in_proj_bias_ = init.zeros("in_proj_bias", {2 * d_inner}, in_rows);
+    conv_ = init.normal("conv", {d_inner, 1, m.conv_kernel}, channels);
+    if (m.conv_bias) conv_bias_ = init.zeros("conv_bias", {d_inner}, channels);
+    x_proj_ = init.normal("x_proj", {xp, d_inner}, split_evenly(1, d_inner, group_));
+    if (m.inner_norms) {
+      dt_norm_ = init.ones("dt_norm", {m.dt_rank}, replicated_partial(m.dt_rank));
+      b_norm_ = init.ones("b_norm", {m.d_state}, replicated_partial(m.d_state));
+      c_norm_ = init.ones("c_norm", {m.d_state}, replicated_partial(m.d_state));
+    }
+    // Mamba's init: dt_proj's weight uniform in [-dt_rank^-1/2, dt_rank^-1/2], its bias the
+    // inverse softplus of a log-uniform dt; A_log = log(1..N) in every channel (S4D-real).
+    const double dt_scale = 1.0 / std::sqrt(static_cast<double>(m.dt_rank));
+    dt_proj_ = init.from_uniform(
+        "dt_proj", {d_inner, m.dt_rank},
+        [dt_scale](const at::Tensor& u) { return (u * 2.0 - 1.0) * dt_scale; }, channels);
+    dt_proj_bias_ = init.from_uniform("dt_proj_bias", {d_inner}, initial_dt_bias, channels);
+    a_log_ = init.value(
+        "A_log", at::log(at::arange(1, m.d_state + 1, at::kFloat)).repeat({d_inner, 1}), channels);
+    d_ = init.ones("D", {d_inner}, channels);
+    out_proj_ = init.normal("out_proj", {m.hidden, d_inner}, split_evenly(1, d_inner, group_));
+    if (m.proj_bias) out_proj_bias_ = init.zeros("out_proj_bias", {m.hidden});
+  }
+
+  at::Tensor operator()(const at::Tensor& input) const {
+    const at::Tensor u = copy_to(group_, input);
+    const int64_t b = u.size(0);
+    const int64_t s = u.size(1);
+    const int64_t inner = inner_;  // this rank's channels
+    const int64_t n = m_.d_state;
+    const int64_t rank = m_.dt_rank;
+    const at::Tensor proj = affine(u, in_proj_, in_proj_bias_);
+    const at::Tensor x = at::silu(causal_conv(proj.narrow(-1, 0, inner), conv_, conv_bias_));
+    const at::Tensor z = proj.narrow(-1, inner, inner);
+    // [b, s, R + 2N]: every channel's contribution, summed over the group.
+    const at::Tensor ssm = sum_over(group_, at::linear(x, x_proj_, c10::nullopt));
+    at::Tensor dt = ssm.narrow(-1, 0, rank);
+    at::Tensor bmat = ssm.narrow(-1, rank, n);
+    at::Tensor cmat = ssm.narrow(-1, rank + n, n);
+    if (dt_norm_.defined()) {
+      dt = rms_norm(dt, dt_norm_);
+      bmat = rms_norm(bmat, b_norm_);
+      cmat = rms_norm(cmat, c_norm_);
+    }
+    dt = at::softplus(affine(dt, dt_proj_, dt_proj_bias_));  // [b, s, inner]
+    const at::Tensor a = -at::exp(a_log_);                   // [inner, N]
+    at::Tensor state = at::zeros({b, inner, n}, u.options());
+    std::vector<at::Tensor> ys;
+    ys.reserve(static_cast<size_t>(s));
+    for (int64_t t = 0; t < s; ++t) {
+      const at::Tensor dt_t = dt.select(1, t);  // [b, inner]
+      const at::Tensor x_t = x.select(1, t);
+      const at::Tensor decay = at::exp(dt_t.unsqueeze(-1) * a);  // [b, inner, N]
+      state = state * decay + (dt_t * x_t).unsqueeze(-1) * bmat.select(1, t).unsqueeze(1);
+      ys.push_back(at::matmul(state, cmat.select(1, t).unsqueeze(-1)).squeeze(-1) + x_t * d_);
+    }
+    const at::Tensor y = at::stack(ys, 1) * at::silu(z);  // [b, s, inner]
+    if (group_->size == 1) return affine(y, out_proj_, out_proj_bias_);
+    at::Tensor out = reduce_from(group_, at::linear(y, out_proj_, c10::nullopt));
+    return out_proj_bias_.defined() ? out + out_proj_bias_ : out;
+  }
+
+ private:
+  MambaShape m_;
+  Group group_;
+  int64_t inner_ = 0;  // channels on this rank
+  at::Tensor in_proj_, in_proj_bias_, conv_, conv_bias_, x_proj_, dt_norm_, b_norm_, c_norm_,
+      dt_proj_, dt_proj_bias_, a_log_, d_, out_proj_, out_proj_bias_;
 };
 
 class LayerImpl {
@@ -902,11 +1001,17 @@ Status check_layer(const ModelSpec& model, int index, const StageModuleOptions& 
   }
   if (l.mamba) {
     const MambaShape& m = *l.mamba;
-    if (m.version != 2 || m.n_heads <= 0 || m.n_groups <= 0 || m.n_heads % m.n_groups != 0 ||
-        m.d_inner != m.n_heads * m.head_dim || m.conv_kernel < 1 || m.d_state <= 0) {
+    if (m.version == 1) {
+      if (m.d_inner <= 0 || m.d_state <= 0 || m.dt_rank <= 0 || m.conv_kernel < 1) {
+        return invalid_argument(label +
+                                ": the executor runs Mamba-1 with positive d_inner, d_state, "
+                                "dt_rank and conv_kernel");
+      }
+    } else if (m.version != 2 || m.n_heads <= 0 || m.n_groups <= 0 || m.n_heads % m.n_groups != 0 ||
+               m.d_inner != m.n_heads * m.head_dim || m.conv_kernel < 1 || m.d_state <= 0) {
       return invalid_argument(label +
-                              ": the executor runs Mamba-2 with n_heads a multiple of n_groups "
-                              "and d_inner = n_heads * head_dim");
+                              ": the executor runs Mamba-1, and Mamba-2 with n_heads a multiple "
+                              "of n_groups and d_inner = n_heads * head_dim");
     }
   }
   if (l.attention) {
@@ -1013,8 +1118,13 @@ std::unique_ptr<LayerImpl> build_layer(const ModelSpec& model, int index, uint64
         body = attention(init);
       } else if (l.kind == LayerKind::kMamba) {
         Init scope = init.scope("mixer");
-        auto mamba = std::make_shared<Mamba2>(scope, *l.mamba);
-        body = [mamba](const at::Tensor& x) { return (*mamba)(x); };
+        if (l.mamba->version == 1) {
+          auto mamba = std::make_shared<Mamba1>(scope, *l.mamba);
+          body = [mamba](const at::Tensor& x) { return (*mamba)(x); };
+        } else {
+          auto mamba = std::make_shared<Mamba2>(scope, *l.mamba);
+          body = [mamba](const at::Tensor& x) { return (*mamba)(x); };
+        }
       } else {
         Init scope = init.scope(l.kind == LayerKind::kMoe ? "moe" : "mlp");
         body = mixer(scope);

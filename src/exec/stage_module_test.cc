@@ -1,13 +1,16 @@
 #include "motley/exec/stage_module.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "motley/exec/data.h"
 #include "motley/model/layer_cost.h"
 #include "motley/model/presets.h"
+#include "test_util.h"
 
 namespace motley {
 namespace {
@@ -60,15 +63,25 @@ TEST(TransformerStage, UniformLogitsGiveLogVocabLoss) {
   EXPECT_NEAR(head->forward(hidden, targets).item<float>(), std::log(256.0), 1e-5);
 }
 
-TEST(TransformerStage, FreshModelLossIsNearLogVocab) {
+// The presets, and tiny-hybrid with Mamba-1 mixers with and without inner norms.
+std::vector<ModelSpec> every_kind_of_model() {
+  std::vector<ModelSpec> models;
   for (const char* name : {"tiny-llama", "tiny-moe", "tiny-gemma", "tiny-hybrid"}) {
-    const ModelSpec model = preset(name);
+    models.push_back(preset(name));
+  }
+  models.push_back(testing::mamba1_hybrid(/*inner_norms=*/true));
+  models.push_back(testing::mamba1_hybrid(/*inner_norms=*/false));
+  return models;
+}
+
+TEST(TransformerStage, FreshModelLossIsNearLogVocab) {
+  for (const ModelSpec& model : every_kind_of_model()) {
     ParameterStore store;
     auto whole = stage(model, 0, static_cast<int>(model.layers.size()), store);
     at::Tensor in, target;
     batch(0, &in, &target);
     const float loss = whole->forward(in, target).item<float>();
-    EXPECT_NEAR(loss, std::log(256.0), 0.1) << name;
+    EXPECT_NEAR(loss, std::log(256.0), 0.1) << model.name;
   }
 }
 
@@ -164,9 +177,15 @@ ModelSpec window_model(int64_t window, bool causal) {
 }
 
 // Which output positions change when the token at position `t` changes.
-std::vector<bool> influenced(const ModelSpec& model, int64_t t) {
+// `adjust`, when given, changes the fresh parameters first.
+std::vector<bool> influenced(const ModelSpec& model, int64_t t,
+                             const std::function<void(const NamedTensor&)>& adjust = nullptr) {
   ParameterStore store;
   auto body = stage(model, 0, 2, store);
+  if (adjust) {
+    at::NoGradGuard no_grad;
+    for (const NamedTensor& p : store.parameters()) adjust(p);
+  }
   at::Tensor in, target;
   batch(0, &in, &target);
   at::Tensor changed = in.clone();
@@ -260,12 +279,19 @@ TEST(TransformerStage, RejectsWhatTheExecutorDoesNotRun) {
             "this layer kind yet; it runs embedding, attention, feed_forward, moe, mamba, "
             "decoder_block and head");
   ModelSpec mamba1 = preset("tiny-hybrid");
-  mamba1.layers[1].mamba->version = 1;
+  mamba1.layers[1].mamba->version = 1;  // with tiny-hybrid's dt_rank of 0
   EXPECT_EQ(make_transformer_stage(mamba1, 1, 2, StageModuleOptions{0, kSeq, {}}, store)
                 .status()
                 .message(),
-            "model 'tiny-hybrid': layer 1 ('layers.0.mamba', mamba): the executor runs Mamba-2 "
-            "with n_heads a multiple of n_groups and d_inner = n_heads * head_dim");
+            "model 'tiny-hybrid': layer 1 ('layers.0.mamba', mamba): the executor runs Mamba-1 "
+            "with positive d_inner, d_state, dt_rank and conv_kernel");
+  ModelSpec mamba2 = preset("tiny-hybrid");
+  mamba2.layers[1].mamba->head_dim = 8;
+  EXPECT_EQ(make_transformer_stage(mamba2, 1, 2, StageModuleOptions{0, kSeq, {}}, store)
+                .status()
+                .message(),
+            "model 'tiny-hybrid': layer 1 ('layers.0.mamba', mamba): the executor runs Mamba-1, "
+            "and Mamba-2 with n_heads a multiple of n_groups and d_inner = n_heads * head_dim");
   EXPECT_FALSE(
       make_transformer_stage(mamba1, 3, 3, StageModuleOptions{0, kSeq, {}}, store).is_ok());
   ModelSpec short_positions = window_model(0, true);
@@ -279,13 +305,12 @@ TEST(TransformerStage, RejectsWhatTheExecutorDoesNotRun) {
 
 TEST(TransformerStage, ParameterCountsAreTheModelsAnalyticCounts) {
   // Every tensor the executor creates is one the model module counts, and no more.
-  for (const char* name : {"tiny-llama", "tiny-moe", "tiny-gemma", "tiny-hybrid"}) {
-    const ModelSpec model = preset(name);
+  for (const ModelSpec& model : every_kind_of_model()) {
     ParameterStore store;
     stage(model, 0, static_cast<int>(model.layers.size()), store);
     int64_t count = 0;
     for (const NamedTensor& p : store.parameters()) count += p.tensor.numel();
-    EXPECT_EQ(count, model_totals(model, Workload{}).total_params) << name;
+    EXPECT_EQ(count, model_totals(model, Workload{}).total_params) << model.name;
   }
 }
 
@@ -300,6 +325,120 @@ TEST(Mamba, StateCarriesEveryEarlierTokenForwardButNothingBackward) {
   m.layers[1] = mixer;
   const auto changed = influenced(m, 10);
   for (int64_t i = 0; i < kSeq; ++i) EXPECT_EQ(changed[i], i >= 10) << i;
+}
+
+TEST(Mamba1, StateCarriesEveryEarlierTokenForwardButNothingBackward) {
+  for (bool inner_norms : {true, false}) {
+    SCOPED_TRACE(inner_norms ? "inner norms" : "no inner norms");
+    ModelSpec m = window_model(0, true);
+    Layer mixer = testing::mamba1_hybrid(inner_norms).layers[1];
+    mixer.mamba->hidden = 32;
+    mixer.mamba->d_inner = 64;
+    m.layers[1] = mixer;
+    // Without the norms, B and C start so small (x_proj's weights of 0.02 on the convolution's
+    // small outputs) that the state's share of the output, about 1e-8 of it, vanishes in fp32
+    // rounding: larger x_proj weights make it visible.
+    const auto changed = influenced(m, 10, [](const NamedTensor& p) {
+      if (p.name == "layers.0.mamba.mixer.x_proj") p.tensor.mul_(100.0);
+    });
+    for (int64_t i = 0; i < kSeq; ++i) EXPECT_EQ(changed[i], i >= 10) << i;
+  }
+}
+
+std::map<std::string, at::Tensor> by_name(const ParameterStore& store) {
+  std::map<std::string, at::Tensor> out;
+  for (const NamedTensor& p : store.parameters()) out[p.name] = p.tensor;
+  return out;
+}
+
+TEST(Mamba1, StartsFromMambasInitialization) {
+  ParameterStore store;
+  stage(testing::mamba1_hybrid(/*inner_norms=*/true), 1, 2, store);
+  const auto p = by_name(store);
+  const std::string m = "layers.0.mamba.mixer.";
+  // A = -(1..N) in every channel (S4D-real), D ones.
+  const at::Tensor a_log = p.at(m + "A_log");
+  ASSERT_EQ(a_log.sizes().vec(), (std::vector<int64_t>{128, 8}));
+  EXPECT_TRUE(at::allclose(-at::exp(a_log), -at::arange(1, 9, at::kFloat).expand({128, 8})));
+  EXPECT_TRUE(at::equal(p.at(m + "D"), at::ones({128})));
+  // softplus(dt_proj's bias) is a dt in [1e-3, 1e-1]; dt_proj's weight within dt_rank^-1/2.
+  const at::Tensor dt = at::softplus(p.at(m + "dt_proj_bias"));
+  EXPECT_GE(dt.min().item<float>(), 1e-3f * 0.999f);
+  EXPECT_LE(dt.max().item<float>(), 1e-1f * 1.001f);
+  EXPECT_LT(dt.min().item<float>(), 2e-3f);  // spread over the range
+  EXPECT_GT(dt.max().item<float>(), 5e-2f);
+  const at::Tensor dt_proj = p.at(m + "dt_proj");
+  EXPECT_EQ(dt_proj.sizes().vec(), (std::vector<int64_t>{128, 4}));
+  EXPECT_LE(dt_proj.abs().max().item<float>(), 0.5f);
+  EXPECT_EQ(p.at(m + "x_proj").sizes().vec(), (std::vector<int64_t>{4 + 2 * 8, 128}));
+  EXPECT_EQ(p.at(m + "in_proj").sizes().vec(), (std::vector<int64_t>{2 * 128, 64}));
+  EXPECT_EQ(p.at(m + "dt_norm").sizes().vec(), (std::vector<int64_t>{4}));
+  EXPECT_EQ(p.at(m + "b_norm").sizes().vec(), (std::vector<int64_t>{8}));
+  EXPECT_EQ(p.at(m + "c_norm").sizes().vec(), (std::vector<int64_t>{8}));
+}
+
+// Hugging Face transformers' MambaMixer.slow_forward (channels first, the whole discretization
+// at once, then the scan), with JambaMambaMixer's norms, behind the layer's pre-norm and residual.
+at::Tensor hugging_face_mamba1(const std::map<std::string, at::Tensor>& p, const at::Tensor& h,
+                               bool inner_norms) {
+  const std::string m = "layers.0.mamba.mixer.";
+  const int64_t s = h.size(1);
+  const int64_t d = 128;
+  auto rms = [](const at::Tensor& x, const at::Tensor& w) {
+    return x * at::rsqrt(x.pow(2).mean({-1}, true) + 1e-5) * w;
+  };
+  const at::Tensor normed = rms(h, p.at("layers.0.mamba.norm.weight"));
+  const at::Tensor projected = at::linear(normed, p.at(m + "in_proj")).transpose(1, 2);
+  const auto chunks = projected.chunk(2, 1);
+  const at::Tensor hidden =
+      at::silu(at::conv1d(chunks[0], p.at(m + "conv"), p.at(m + "conv_bias"), 1, 3, 1, d)
+                   .narrow(-1, 0, s));  // [b, d, s]
+  const at::Tensor gate = chunks[1];
+  const auto parts =
+      at::linear(hidden.transpose(1, 2), p.at(m + "x_proj")).split_with_sizes({4, 8, 8}, -1);
+  at::Tensor time_step = parts[0], bmat = parts[1], cmat = parts[2];
+  if (inner_norms) {
+    time_step = rms(time_step, p.at(m + "dt_norm"));
+    bmat = rms(bmat, p.at(m + "b_norm"));
+    cmat = rms(cmat, p.at(m + "c_norm"));
+  }
+  const at::Tensor dt =
+      at::softplus(at::linear(time_step, p.at(m + "dt_proj"), p.at(m + "dt_proj_bias")))
+          .transpose(1, 2);  // [b, d, s]
+  const at::Tensor a = -at::exp(p.at(m + "A_log"));
+  const at::Tensor discrete_a = at::exp(a.unsqueeze(0).unsqueeze(2) * dt.unsqueeze(-1));
+  const at::Tensor delta_b_u = dt.unsqueeze(-1) * bmat.unsqueeze(1) * hidden.unsqueeze(-1);
+  at::Tensor state = at::zeros({h.size(0), d, 8});
+  std::vector<at::Tensor> ys;
+  for (int64_t i = 0; i < s; ++i) {
+    state = discrete_a.select(2, i) * state + delta_b_u.select(2, i);
+    ys.push_back(at::matmul(state, cmat.select(1, i).unsqueeze(-1)));  // [b, d, 1]
+  }
+  at::Tensor y = at::cat(ys, -1) + hidden * p.at(m + "D").view({1, d, 1});
+  y = y * at::silu(gate);
+  return h + at::linear(y.transpose(1, 2), p.at(m + "out_proj"));
+}
+
+TEST(Mamba1, ComputesWhatHuggingFacesMambaMixerComputes) {
+  for (bool inner_norms : {true, false}) {
+    const ModelSpec model = testing::mamba1_hybrid(inner_norms);
+    ParameterStore store;
+    auto layer = stage(model, 1, 2, store);
+    const auto p = by_name(store);
+    {
+      // Move every parameter off its initial value (norms of ones, zero biases, D of ones).
+      at::NoGradGuard no_grad;
+      at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(3);
+      for (const auto& [name, tensor] : p) {
+        tensor.add_(at::empty_like(tensor).normal_(0.0, 0.1, generator));
+      }
+    }
+    at::NoGradGuard no_grad;
+    const at::Tensor h = at::randn({2, kSeq, 64}, at::make_generator<at::CPUGeneratorImpl>(4));
+    const at::Tensor mine = layer->forward(h, at::Tensor());
+    const at::Tensor theirs = hugging_face_mamba1(p, h, inner_norms);
+    EXPECT_LT(testing::relative_difference(mine - h, theirs - h), 1e-5) << inner_norms;
+  }
 }
 
 }  // namespace

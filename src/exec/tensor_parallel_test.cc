@@ -200,6 +200,18 @@ TEST(TensorParallel, MambaWithSharedGroupsAndRecomputeMatchesReference) {
       uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 1, RecomputePolicy::kFull, 2}), model);
 }
 
+TEST(TensorParallel, Mamba1SplitByChannelsMatchesReference) {
+  // x_proj's partial products (dt, B and C) summed over the group in both passes; the inner
+  // norms' weights replicated with partial gradients.
+  for (bool inner_norms : {true, false}) {
+    SCOPED_TRACE(inner_norms ? "inner norms" : "no inner norms");
+    const ModelSpec model = testing::mamba1_hybrid(inner_norms);
+    const ScheduleKind kind = inner_norms ? ScheduleKind::k1f1b : ScheduleKind::kZbH1;
+    expect_matches_reference(uniform_plan(model, {kind, 2, 1, 4, 1, RecomputePolicy::kNone, 2}),
+                             model);
+  }
+}
+
 TEST(TensorParallel, TiedVocabularyParallelHeadWithReplicasMatchesReference) {
   // Gemma-style: tied embedding and head on different groups, four norms, sliding windows;
   // two replicas of two groups of two.

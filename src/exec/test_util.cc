@@ -40,6 +40,25 @@ ModelSpec wide_model(int64_t hidden) {
   return model;
 }
 
+ModelSpec mamba1_hybrid(bool inner_norms) {
+  ModelSpec model = preset("tiny-hybrid");
+  model.name = inner_norms ? "tiny-hybrid-mamba1-norms" : "tiny-hybrid-mamba1";
+  for (Layer& l : model.layers) {
+    if (!l.mamba) continue;
+    MambaShape m;
+    m.version = 1;
+    m.hidden = l.mamba->hidden;
+    m.d_inner = 128;
+    m.d_state = 8;
+    m.dt_rank = 4;
+    m.conv_kernel = 4;
+    m.gated_norm = false;
+    m.inner_norms = inner_norms;
+    l.mamba = m;
+  }
+  return model;
+}
+
 ClusterSpec cluster_of(int devices) {
   const LinkSpec intra{LinkKind::kNvlink, BytesPerSecond(1e11), Seconds(0)};
   const LinkSpec inter{LinkKind::kInfiniband, BytesPerSecond(1e10), Seconds(0)};

@@ -27,6 +27,10 @@ ModelSpec preset(const char* name);
 // tiny-llama with its four blocks replaced by feed-forward layers of width `hidden` (inner width
 // 8): activations of 2 x 64 x 8192 floats are 4 MiB, so no message slips through a buffer.
 ModelSpec wide_model(int64_t hidden);
+// tiny-hybrid with Mamba-1 mixers (Jamba's shape in miniature: d_inner 128, d_state 8, dt_rank
+// 4, kernel 4) in place of its Mamba-2 ones; with learned RMSNorms of dt, B and C (Jamba) or
+// none (Mamba).
+ModelSpec mamba1_hybrid(bool inner_norms);
 // One node of `devices` H100s (FixedCostModel's cluster).
 ClusterSpec cluster_of(int devices);
 

@@ -143,14 +143,17 @@ std::optional<std::string> tensor_parallel_obstacle(const Layer& layer, int t, b
       widths.push_back({"shared_ffn_size", layer.moe->shared_ffn_size});
     }
   }
-  if (layer.mamba) widths.push_back({"n_heads", layer.mamba->n_heads});
+  // Mamba-1 splits its channels; Mamba-2 its heads, and their groups by the rule below.
+  const bool mamba2 = layer.mamba && layer.mamba->version != 1;
+  if (layer.mamba && !mamba2) widths.push_back({"d_inner", layer.mamba->d_inner});
+  if (mamba2) widths.push_back({"n_heads", layer.mamba->n_heads});
   for (const auto& [field, width] : widths) {
     if (width % t != 0) {
       return std::string(field) + " (" + std::to_string(width) + ") is not a multiple of " +
              std::to_string(t);
     }
   }
-  if (layer.mamba && layer.mamba->n_groups > 0 && layer.mamba->n_groups % t != 0 &&
+  if (mamba2 && layer.mamba->n_groups > 0 && layer.mamba->n_groups % t != 0 &&
       t % layer.mamba->n_groups != 0) {
     return "n_groups (" + std::to_string(layer.mamba->n_groups) + ") neither divides nor is a " +
            "multiple of " + std::to_string(t);

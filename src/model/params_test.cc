@@ -328,6 +328,13 @@ TEST(TensorParallelObstacle, NamesTheFirstWidthTheDegreeDoesNotDivide) {
   mamba.mamba->n_groups = 3;
   EXPECT_EQ(tensor_parallel_obstacle(mamba, 2, true),
             "n_groups (3) neither divides nor is a multiple of 2");
+
+  // Mamba-1 has no heads or groups: its channels are split.
+  mamba.mamba = MambaShape{};
+  mamba.mamba->version = 1;
+  mamba.mamba->d_inner = 96;
+  EXPECT_EQ(tensor_parallel_obstacle(mamba, 32, true), std::nullopt);
+  EXPECT_EQ(tensor_parallel_obstacle(mamba, 64, true), "d_inner (96) is not a multiple of 64");
 }
 
 }  // namespace

@@ -2,13 +2,13 @@
 // hidden state in, a hidden state or the loss out — and the rank's ParameterStore that owns
 // their weights. make_transformer_stage builds one from a ModelSpec (embedding, attention with
 // GQA / sliding window / qk-norm / sinks, RMSNorm, dense and gated feed-forward, MoE with a
-// top-k router and shared experts, Mamba-2, decoder blocks and their split forms, LM head with
-// cross-entropy), fp32 on the CPU (under bf16 autocast, precision.h, the matrix products run in
-// bf16 and every layer's output is fp32), whole or as one rank's slice of a tensor-parallel group
-// (Megatron-LM's column / row split, vocabulary-parallel embedding and cross-entropy). It does not
-// schedule, send pipeline messages or optimize (executor.h); a tensor-parallel stage calls the
-// group's all-reduce from its forward and backward. Thread-compatible: one rank's thread uses its
-// modules and store.
+// top-k router and shared experts, Mamba-1 and -2, decoder blocks and their split forms, LM head
+// with cross-entropy), fp32 on the CPU (under bf16 autocast, precision.h, the matrix products run
+// in bf16 and every layer's output is fp32), whole or as one rank's slice of a tensor-parallel
+// group (Megatron-LM's column / row split, vocabulary-parallel embedding and cross-entropy). It
+// does not schedule, send pipeline messages or optimize (executor.h); a tensor-parallel stage calls
+// the group's all-reduce from its forward and backward. Thread-compatible: one rank's thread uses
+// its modules and store.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -77,8 +77,9 @@ struct StageParameter {
 
 // The tensor-parallel group a stage runs on: this rank's index in it, its size, and the sum
 // over its ranks. A stage of t > 1 holds 1/t of the heads, feed-forward width, experts' widths,
-// Mamba heads and vocabulary, and sums partial results with `all_reduce` (which throws
-// std::runtime_error on a transport failure; the executor reports it as the action's error).
+// Mamba heads (Mamba-2) or channels (Mamba-1) and vocabulary, and sums partial results with
+// `all_reduce` (which throws std::runtime_error on a transport failure; the executor reports it as
+// the action's error).
 struct TensorParallelGroup {
   int rank = 0;
   int size = 1;
@@ -112,11 +113,11 @@ struct StageModuleOptions {
 // its slice — so any partition and any tensor-parallel degree start from the reference's
 // weights.
 // Errors (invalid_argument) name the layer and what the executor supports: layer kinds other
-// than those listed above (vision, projector, measured), Mamba-1, multi-head latent attention,
-// latent MoE, an embedding that is not layer 0 or a head that is not the last layer,
-// inconsistent widths, a sequence longer than a learned position table, and widths the
-// tensor-parallel degree does not divide (kv heads, feed-forward and expert widths, vocabulary,
-// Mamba heads; Mamba groups must divide or be divided by it).
+// than those listed above (vision, projector, measured), multi-head latent attention, latent
+// MoE, an embedding that is not layer 0 or a head that is not the last layer, inconsistent
+// widths, a sequence longer than a learned position table, and widths the tensor-parallel
+// degree does not divide (kv heads, feed-forward and expert widths, vocabulary, Mamba-2 heads,
+// Mamba-1 channels; Mamba-2 groups must divide or be divided by it).
 Result<std::unique_ptr<StageModule>> make_transformer_stage(const ModelSpec& model, int layer_begin,
                                                             int layer_end,
                                                             const StageModuleOptions& options,

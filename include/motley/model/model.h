@@ -195,11 +195,11 @@ struct ModelSpec {
 };
 
 // Whether a tensor-parallel group of t devices can split `layer` evenly the way Megatron-LM
-// does: query and key/value heads, feed-forward and expert widths, Mamba heads (with Mamba
-// groups dividing or divided by t) and, when `vocabulary`, the embedding's and head's
-// vocabulary (Megatron pads it instead; motley's executor does not). Returns the first obstacle
-// as "<field> (<value>) is not a multiple of <t>" (or the Mamba groups' rule), nullopt when
-// there is none. REQUIRES: t >= 1.
+// does: query and key/value heads, feed-forward and expert widths, Mamba-2 heads (with Mamba
+// groups dividing or divided by t), Mamba-1 channels (d_inner) and, when `vocabulary`, the
+// embedding's and head's vocabulary (Megatron pads it instead; motley's executor does not).
+// Returns the first obstacle as "<field> (<value>) is not a multiple of <t>" (or the Mamba
+// groups' rule), nullopt when there is none. REQUIRES: t >= 1.
 std::optional<std::string> tensor_parallel_obstacle(const Layer& layer, int t, bool vocabulary);
 
 }  // namespace motley
