@@ -373,6 +373,48 @@ at::Tensor apply_rope(const at::Tensor& x) {
   return x * cos + at::cat({-x2, x1}, -1) * sin;
 }
 
+// 0 where query i may see key j, -inf elsewhere: causal (j <= i) and, with a window w,
+// i - j < w (bidirectional: |i - j| < w).
+at::Tensor attention_mask(const AttentionShape& a, int64_t s) {
+  at::Tensor i = at::arange(s, at::kLong).unsqueeze(1);
+  at::Tensor j = at::arange(s, at::kLong).unsqueeze(0);
+  at::Tensor allowed = at::ones({s, s}, at::kBool);
+  if (a.causal) allowed = allowed.logical_and(j.le(i));
+  if (a.sliding_window > 0) allowed = allowed.logical_and((i - j).abs().lt(a.sliding_window));
+  return at::zeros({s, s}, at::kFloat)
+      .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+}
+
+// Scaled dot-product attention over q, k [b, nh, s, d] and v [b, nh, s, dv] with the shape's
+// mask and, when `sinks` is defined, a learned logit per head that competes in the softmax and
+// is then dropped. Returns [b, s, nh * dv].
+at::Tensor attend(const AttentionShape& a, const at::Tensor& q, const at::Tensor& k,
+                  const at::Tensor& v, const at::Tensor& sinks) {
+  const int64_t b = q.size(0);
+  const int64_t nh = q.size(1);
+  const int64_t s = q.size(2);
+  at::Tensor scores =
+      at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  scores = scores + attention_mask(a, s);
+  at::Tensor probs;
+  if (sinks.defined()) {
+    at::Tensor sink = sinks.view({1, nh, 1, 1}).expand({b, nh, s, 1});
+    probs = at::softmax(at::cat({scores, sink}, -1), -1).narrow(-1, 0, s);
+  } else {
+    probs = at::softmax(scores, -1);
+  }
+  return at::matmul(probs, v).transpose(1, 2).reshape({b, s, nh * v.size(-1)});
+}
+
+// The output projection of this rank's heads (wo split by columns), summed over the group; the
+// bias is added once, after the sum.
+at::Tensor project_out(const Group& group, const at::Tensor& heads, const at::Tensor& wo,
+                       const at::Tensor& bo) {
+  if (group->size == 1) return affine(heads, wo, bo);
+  at::Tensor out = reduce_from(group, at::linear(heads, wo, c10::nullopt));
+  return bo.defined() ? out + bo : out;
+}
+
 // Split by heads: rank r holds query heads [r nh/t, (r+1) nh/t) and the key/value heads they
 // read, [r nkv/t, (r+1) nkv/t); the output projection by the matching columns.
 class Attention {
@@ -425,36 +467,10 @@ class Attention {
       k = k.repeat_interleave(nh / nkv, 1);
       v = v.repeat_interleave(nh / nkv, 1);
     }
-    at::Tensor scores =
-        at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(a_.head_dim));
-    scores = scores + mask(s);
-    at::Tensor probs;
-    if (sinks_.defined()) {
-      // A learned logit per head competes in the softmax and is then dropped.
-      at::Tensor sink = sinks_.view({1, nh, 1, 1}).expand({b, nh, s, 1});
-      probs = at::softmax(at::cat({scores, sink}, -1), -1).narrow(-1, 0, s);
-    } else {
-      probs = at::softmax(scores, -1);
-    }
-    at::Tensor out = at::matmul(probs, v).transpose(1, 2).reshape({b, s, nh * v_dim_});
-    if (group_->size == 1) return affine(out, wo_, bo_);
-    out = reduce_from(group_, at::linear(out, wo_, c10::nullopt));
-    return bo_.defined() ? out + bo_ : out;
+    return project_out(group_, attend(a_, q, k, v, sinks_), wo_, bo_);
   }
 
  private:
-  // 0 where query i may see key j, -inf elsewhere: causal (j <= i) and, with a window w,
-  // i - j < w (bidirectional: |i - j| < w).
-  at::Tensor mask(int64_t s) const {
-    at::Tensor i = at::arange(s, at::kLong).unsqueeze(1);
-    at::Tensor j = at::arange(s, at::kLong).unsqueeze(0);
-    at::Tensor allowed = at::ones({s, s}, at::kBool);
-    if (a_.causal) allowed = allowed.logical_and(j.le(i));
-    if (a_.sliding_window > 0) allowed = allowed.logical_and((i - j).abs().lt(a_.sliding_window));
-    return at::zeros({s, s}, at::kFloat)
-        .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
-  }
-
   AttentionShape a_;
   bool rotary_;
   Group group_;
