@@ -182,6 +182,25 @@ TEST(Executor, Mamba1HybridModelMatchesReference) {
   }
 }
 
+TEST(Executor, LatentAttentionMatchesReference) {
+  // Queries projected directly, 1F1B over four stages; through a bottleneck, with biases and
+  // full recomputation over three.
+  const ModelSpec direct = testing::mla_model(0);
+  expect_matches_reference(uniform_plan(direct, {ScheduleKind::k1f1b, 4, 1, 6, 1}), direct,
+                           Exactness::kBitIdentical);
+  const ModelSpec bottleneck = testing::mla_model(24, /*bias=*/true);
+  expect_matches_reference(
+      uniform_plan(bottleneck, {ScheduleKind::k1f1b, 3, 1, 5, 1, RecomputePolicy::kFull}),
+      bottleneck, Exactness::kBitIdentical);
+}
+
+TEST(Executor, DeepSeekV2LiteMiniatureMatchesReference) {
+  // MLA with dense and MoE blocks (two shared experts), ZB-H1 over three stages.
+  const ModelSpec model = testing::deepseek_v2_lite_miniature();
+  expect_matches_reference(uniform_plan(model, {ScheduleKind::kZbH1, 3, 1, 6, 1}), model,
+                           Exactness::kBitIdentical);
+}
+
 TEST(Executor, TiedWeightsAcrossRanksAndReplicasMatchReference) {
   // 1F1B over 3 groups, two replicas: the tied matrix lives on ranks 0, 2, 3 and 5.
   const ModelSpec model = preset("tiny-gemma");

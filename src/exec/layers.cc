@@ -373,6 +373,48 @@ at::Tensor apply_rope(const at::Tensor& x) {
   return x * cos + at::cat({-x2, x1}, -1) * sin;
 }
 
+// 0 where query i may see key j, -inf elsewhere: causal (j <= i) and, with a window w,
+// i - j < w (bidirectional: |i - j| < w).
+at::Tensor attention_mask(const AttentionShape& a, int64_t s) {
+  at::Tensor i = at::arange(s, at::kLong).unsqueeze(1);
+  at::Tensor j = at::arange(s, at::kLong).unsqueeze(0);
+  at::Tensor allowed = at::ones({s, s}, at::kBool);
+  if (a.causal) allowed = allowed.logical_and(j.le(i));
+  if (a.sliding_window > 0) allowed = allowed.logical_and((i - j).abs().lt(a.sliding_window));
+  return at::zeros({s, s}, at::kFloat)
+      .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+}
+
+// Scaled dot-product attention over q, k [b, nh, s, d] and v [b, nh, s, dv] with the shape's
+// mask and, when `sinks` is defined, a learned logit per head that competes in the softmax and
+// is then dropped. Returns [b, s, nh * dv].
+at::Tensor attend(const AttentionShape& a, const at::Tensor& q, const at::Tensor& k,
+                  const at::Tensor& v, const at::Tensor& sinks) {
+  const int64_t b = q.size(0);
+  const int64_t nh = q.size(1);
+  const int64_t s = q.size(2);
+  at::Tensor scores =
+      at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  scores = scores + attention_mask(a, s);
+  at::Tensor probs;
+  if (sinks.defined()) {
+    at::Tensor sink = sinks.view({1, nh, 1, 1}).expand({b, nh, s, 1});
+    probs = at::softmax(at::cat({scores, sink}, -1), -1).narrow(-1, 0, s);
+  } else {
+    probs = at::softmax(scores, -1);
+  }
+  return at::matmul(probs, v).transpose(1, 2).reshape({b, s, nh * v.size(-1)});
+}
+
+// The output projection of this rank's heads (wo split by columns), summed over the group; the
+// bias is added once, after the sum.
+at::Tensor project_out(const Group& group, const at::Tensor& heads, const at::Tensor& wo,
+                       const at::Tensor& bo) {
+  if (group->size == 1) return affine(heads, wo, bo);
+  at::Tensor out = reduce_from(group, at::linear(heads, wo, c10::nullopt));
+  return bo.defined() ? out + bo : out;
+}
+
 // Split by heads: rank r holds query heads [r nh/t, (r+1) nh/t) and the key/value heads they
 // read, [r nkv/t, (r+1) nkv/t); the output projection by the matching columns.
 class Attention {
@@ -425,36 +467,10 @@ class Attention {
       k = k.repeat_interleave(nh / nkv, 1);
       v = v.repeat_interleave(nh / nkv, 1);
     }
-    at::Tensor scores =
-        at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(a_.head_dim));
-    scores = scores + mask(s);
-    at::Tensor probs;
-    if (sinks_.defined()) {
-      // A learned logit per head competes in the softmax and is then dropped.
-      at::Tensor sink = sinks_.view({1, nh, 1, 1}).expand({b, nh, s, 1});
-      probs = at::softmax(at::cat({scores, sink}, -1), -1).narrow(-1, 0, s);
-    } else {
-      probs = at::softmax(scores, -1);
-    }
-    at::Tensor out = at::matmul(probs, v).transpose(1, 2).reshape({b, s, nh * v_dim_});
-    if (group_->size == 1) return affine(out, wo_, bo_);
-    out = reduce_from(group_, at::linear(out, wo_, c10::nullopt));
-    return bo_.defined() ? out + bo_ : out;
+    return project_out(group_, attend(a_, q, k, v, sinks_), wo_, bo_);
   }
 
  private:
-  // 0 where query i may see key j, -inf elsewhere: causal (j <= i) and, with a window w,
-  // i - j < w (bidirectional: |i - j| < w).
-  at::Tensor mask(int64_t s) const {
-    at::Tensor i = at::arange(s, at::kLong).unsqueeze(1);
-    at::Tensor j = at::arange(s, at::kLong).unsqueeze(0);
-    at::Tensor allowed = at::ones({s, s}, at::kBool);
-    if (a_.causal) allowed = allowed.logical_and(j.le(i));
-    if (a_.sliding_window > 0) allowed = allowed.logical_and((i - j).abs().lt(a_.sliding_window));
-    return at::zeros({s, s}, at::kFloat)
-        .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
-  }
-
   AttentionShape a_;
   bool rotary_;
   Group group_;
@@ -462,6 +478,91 @@ class Attention {
   int64_t heads_ = 0;     // on this rank
   int64_t kv_heads_ = 0;  // on this rank
   at::Tensor wq_, wk_, wv_, wo_, bq_, bk_, bv_, bo_, q_norm_, k_norm_, sinks_;
+};
+
+// Multi-head latent attention (DeepSeek-AI 2024, DeepSeek-V2) as Hugging Face transformers'
+// DeepseekV2 / DeepseekV3 attention computes it. Queries come from the hidden state directly
+// (wq) or through a low-rank bottleneck (wq_a, RMSNorm, wq_b); per head q = [q_nope, q_pe].
+// Keys and values come from one compressed latent: wkv_a maps the hidden state to the latent
+// (kv_lora_rank) and a rotary key k_pe (qk_rope_head_dim) that all heads share; the latent is
+// normed and wkv_b expands it to [k_nope, v] per head; k = [k_nope, k_pe]. The rotary embedding
+// applies to q_pe and k_pe only; the softmax scale is 1/sqrt(qk_nope + qk_rope). apply_rope
+// rotates the pairs (i, i + d/2) as the other attention here does, where DeepSeek's checkpoints
+// rotate interleaved pairs (2i, 2i + 1): one fixed permutation of the rope rows of wq (wq_b) and
+// wkv_a maps either onto the other, so both span the same functions.
+// Split by heads: rank r holds heads [r nh/t, (r+1) nh/t): their rows of wq (wq_b) and wkv_b,
+// their columns of wo, their sinks. The down projections wq_a and wkv_a and the two latent norms
+// are replicated: every rank computes them from the group's copy of the hidden state, but each
+// feeds only the rank's heads onwards, so their gradients (and the hidden state's, summed at
+// copy_to) are partial per rank and summed over the group.
+class LatentAttention {
+ public:
+  LatentAttention(Init& init, const AttentionShape& a, bool rotary)
+      : a_(a), rotary_(rotary), group_(init.group()) {
+    v_dim_ = a.v_head_dim > 0 ? a.v_head_dim : a.head_dim;
+    qk_dim_ = a.qk_nope_head_dim + a.qk_rope_head_dim;
+    heads_ = a.num_heads / group_->size;
+    const int64_t q_out = a.num_heads * qk_dim_;
+    if (a.q_lora_rank > 0) {
+      const int64_t r = a.q_lora_rank;
+      wq_a_ = init.normal("wq_a", {r, a.hidden}, replicated_partial(r));
+      if (a.qkv_bias) bq_a_ = init.zeros("bq_a", {r}, replicated_partial(r));
+      q_a_norm_ = init.ones("q_a_norm", {r}, replicated_partial(r));
+      wq_b_ = init.normal("wq_b", {q_out, r}, split_evenly(0, q_out, group_));
+    } else {
+      wq_ = init.normal("wq", {q_out, a.hidden}, split_evenly(0, q_out, group_));
+    }
+    const int64_t kv_a_out = a.kv_lora_rank + a.qk_rope_head_dim;
+    wkv_a_ = init.normal("wkv_a", {kv_a_out, a.hidden}, replicated_partial(kv_a_out));
+    if (a.qkv_bias) bkv_a_ = init.zeros("bkv_a", {kv_a_out}, replicated_partial(kv_a_out));
+    kv_a_norm_ = init.ones("kv_a_norm", {a.kv_lora_rank}, replicated_partial(a.kv_lora_rank));
+    const int64_t kv_b_out = a.num_heads * (a.qk_nope_head_dim + v_dim_);
+    wkv_b_ = init.normal("wkv_b", {kv_b_out, a.kv_lora_rank}, split_evenly(0, kv_b_out, group_));
+    wo_ = init.normal("wo", {a.hidden, a.num_heads * v_dim_},
+                      split_evenly(1, a.num_heads * v_dim_, group_));
+    if (a.output_bias) bo_ = init.zeros("bo", {a.hidden});
+    if (a.sinks) sinks_ = init.zeros("sinks", {a.num_heads}, split_evenly(0, a.num_heads, group_));
+  }
+
+  at::Tensor operator()(const at::Tensor& input) const {
+    // Every consumer of the hidden state, replicated or split, reads this copy: each rank's
+    // gradient of it covers only the rank's heads, and copy_to's backward sums them.
+    const at::Tensor x = copy_to(group_, input);
+    const int64_t b = x.size(0);
+    const int64_t s = x.size(1);
+    const int64_t nh = heads_;
+    const int64_t nope = a_.qk_nope_head_dim;
+    const int64_t rope = a_.qk_rope_head_dim;
+    at::Tensor q = wq_.defined() ? at::linear(x, wq_)
+                                 : at::linear(rms_norm(affine(x, wq_a_, bq_a_), q_a_norm_), wq_b_);
+    q = q.view({b, s, nh, qk_dim_}).transpose(1, 2);
+    at::Tensor q_nope = q.narrow(-1, 0, nope);
+    at::Tensor q_pe = q.narrow(-1, nope, rope);
+    const at::Tensor kv_a = affine(x, wkv_a_, bkv_a_);
+    const at::Tensor latent = rms_norm(kv_a.narrow(-1, 0, a_.kv_lora_rank), kv_a_norm_);
+    at::Tensor k_pe = kv_a.narrow(-1, a_.kv_lora_rank, rope).unsqueeze(1);  // [b, 1, s, rope]
+    const at::Tensor kv =
+        at::linear(latent, wkv_b_).view({b, s, nh, nope + v_dim_}).transpose(1, 2);
+    const at::Tensor k_nope = kv.narrow(-1, 0, nope);
+    const at::Tensor v = kv.narrow(-1, nope, v_dim_);
+    if (rotary_ && rope > 0) {
+      q_pe = apply_rope(q_pe);
+      k_pe = apply_rope(k_pe);
+    }
+    q = at::cat({q_nope, q_pe}, -1);
+    const at::Tensor k = at::cat({k_nope, k_pe.expand({b, nh, s, rope})}, -1);
+    return project_out(group_, attend(a_, q, k, v, sinks_), wo_, bo_);
+  }
+
+ private:
+  AttentionShape a_;
+  bool rotary_;
+  Group group_;
+  int64_t v_dim_ = 0;
+  int64_t qk_dim_ = 0;
+  int64_t heads_ = 0;  // on this rank
+  at::Tensor wq_, wq_a_, bq_a_, q_a_norm_, wq_b_, wkv_a_, bkv_a_, kv_a_norm_, wkv_b_, wo_, bo_,
+      sinks_;
 };
 
 // Top-k routing over softmax probabilities, renormalized over the chosen experts (Mixtral's
@@ -1017,10 +1118,17 @@ Status check_layer(const ModelSpec& model, int index, const StageModuleOptions& 
   if (l.attention) {
     const AttentionShape& a = *l.attention;
     if (a.mla) {
-      return invalid_argument(label + ": multi-head latent attention is not run by the executor");
-    }
-    if (a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0 ||
-        a.head_dim <= 0 || a.head_dim % 2 != 0) {
+      const int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+      if (a.num_heads <= 0 || a.q_lora_rank < 0 || a.kv_lora_rank <= 0 || a.qk_nope_head_dim <= 0 ||
+          a.qk_rope_head_dim < 0 || a.qk_rope_head_dim % 2 != 0 || a.head_dim != qk ||
+          a.v_head_dim < 0 || a.qk_norm) {
+        return invalid_argument(label +
+                                ": multi-head latent attention needs positive num_heads, "
+                                "kv_lora_rank and qk_nope_head_dim, an even qk_rope_head_dim, "
+                                "head_dim = qk_nope_head_dim + qk_rope_head_dim and no qk_norm");
+      }
+    } else if (a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0 ||
+               a.head_dim <= 0 || a.head_dim % 2 != 0) {
       return invalid_argument(label +
                               ": attention needs num_heads a positive multiple of "
                               "num_kv_heads and an even head_dim");
@@ -1084,6 +1192,10 @@ std::unique_ptr<LayerImpl> build_layer(const ModelSpec& model, int index, uint64
   };
   auto attention = [&](Init& scope) -> ResidualLayer::Body {
     Init attn_scope = scope.scope("attn");
+    if (l.attention->mla) {
+      auto attn = std::make_shared<LatentAttention>(attn_scope, *l.attention, rotary);
+      return [attn](const at::Tensor& x) { return (*attn)(x); };
+    }
     auto attn = std::make_shared<Attention>(attn_scope, *l.attention, rotary);
     return [attn](const at::Tensor& x) { return (*attn)(x); };
   };

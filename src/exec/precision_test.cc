@@ -172,7 +172,8 @@ class Bf16PipelineTest : public ::testing::TestWithParam<PipelineCase> {};
 // so the same bits, as in fp32.
 TEST_P(Bf16PipelineTest, EqualsTheSequentialReferenceUnderBf16BitForBit) {
   SKIP_WITHOUT_BF16_AUTOCAST();
-  const ModelSpec model = preset(GetParam().model);
+  const std::string name = GetParam().model;
+  const ModelSpec model = name == "tiny-mla" ? testing::mla_model(24) : preset(name.c_str());
   const Plan plan = uniform_plan(model, GetParam().plan);
   const TokenStream tokens = corpus();
   const ExecOptions bf16 = options_for(Precision::kBf16Autocast);
@@ -206,7 +207,9 @@ INSTANTIATE_TEST_SUITE_P(
         // Split I / W backwards; fp32 routing over a bf16 router product; bf16 experts.
         PipelineCase{"ZeroBubbleH1Moe", "tiny-moe", {ScheduleKind::kZbH1, 3, 1, 6, 1}},
         // Mamba-2's convolution and scan.
-        PipelineCase{"HybridMamba", "tiny-hybrid", {ScheduleKind::k1f1b, 4, 1, 4, 1}}),
+        PipelineCase{"HybridMamba", "tiny-hybrid", {ScheduleKind::k1f1b, 4, 1, 4, 1}},
+        // Latent attention: fp32 rotary halves beside bf16 products.
+        PipelineCase{"LatentAttention", "tiny-mla", {ScheduleKind::k1f1b, 3, 1, 4, 1}}),
     [](const ::testing::TestParamInfo<PipelineCase>& info) { return info.param.name; });
 
 TEST(Precision, StageOutputsAndTheLossStayFp32UnderAutocast) {

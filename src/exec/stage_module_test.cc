@@ -71,6 +71,9 @@ std::vector<ModelSpec> every_kind_of_model() {
   }
   models.push_back(testing::mamba1_hybrid(/*inner_norms=*/true));
   models.push_back(testing::mamba1_hybrid(/*inner_norms=*/false));
+  models.push_back(testing::mla_model(0));
+  models.push_back(testing::mla_model(24));
+  models.push_back(testing::deepseek_v2_lite_miniature());
   return models;
 }
 
@@ -294,6 +297,14 @@ TEST(TransformerStage, RejectsWhatTheExecutorDoesNotRun) {
             "and Mamba-2 with n_heads a multiple of n_groups and d_inner = n_heads * head_dim");
   EXPECT_FALSE(
       make_transformer_stage(mamba1, 3, 3, StageModuleOptions{0, kSeq, {}}, store).is_ok());
+  ModelSpec latent_qk_norm = testing::mla_model(0);
+  latent_qk_norm.layers[1].attention->qk_norm = true;
+  EXPECT_EQ(make_transformer_stage(latent_qk_norm, 1, 2, StageModuleOptions{0, kSeq, {}}, store)
+                .status()
+                .message(),
+            "model 'tiny-mla': layer 1 ('layers.0', decoder_block): multi-head latent attention "
+            "needs positive num_heads, kv_lora_rank and qk_nope_head_dim, an even "
+            "qk_rope_head_dim, head_dim = qk_nope_head_dim + qk_rope_head_dim and no qk_norm");
   ModelSpec short_positions = window_model(0, true);
   short_positions.layers[0].embedding->learned_positions = 8;
   auto too_long =
@@ -311,6 +322,139 @@ TEST(TransformerStage, ParameterCountsAreTheModelsAnalyticCounts) {
     int64_t count = 0;
     for (const NamedTensor& p : store.parameters()) count += p.tensor.numel();
     EXPECT_EQ(count, model_totals(model, Workload{}).total_params) << model.name;
+  }
+}
+
+TEST(LatentAttention, ParameterCountsAreTheModelsAnalyticCounts) {
+  for (int64_t q_lora_rank : {0, 24}) {
+    for (bool bias : {false, true}) {
+      for (bool sinks : {false, true}) {
+        ModelSpec model = testing::mla_model(q_lora_rank, bias);
+        for (int i = 1; i <= 4; ++i) model.layers[i].attention->sinks = sinks;
+        ParameterStore store;
+        stage(model, 0, static_cast<int>(model.layers.size()), store);
+        int64_t count = 0;
+        for (const NamedTensor& p : store.parameters()) count += p.tensor.numel();
+        EXPECT_EQ(count, model_totals(model, Workload{}).total_params)
+            << "q_lora_rank " << q_lora_rank << " bias " << bias << " sinks " << sinks;
+      }
+    }
+  }
+  const ModelSpec miniature = testing::deepseek_v2_lite_miniature();
+  ParameterStore store;
+  stage(miniature, 0, static_cast<int>(miniature.layers.size()), store);
+  int64_t count = 0;
+  for (const NamedTensor& p : store.parameters()) count += p.tensor.numel();
+  EXPECT_EQ(count, model_totals(miniature, Workload{}).total_params) << miniature.name;
+}
+
+TEST(LatentAttention, ParameterNamesAndShapes) {
+  ParameterStore store;
+  auto block = stage(testing::mla_model(24, /*bias=*/true), 1, 2, store);
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (auto& p : block->parameters()) {
+    if (p.name.rfind("layers.0.attn.", 0) == 0) shapes[p.name.substr(14)] = p.tensor.sizes().vec();
+  }
+  // 4 heads; queries of 16 + 8 through a bottleneck of 24; a latent of 32 plus the rope key.
+  const std::map<std::string, std::vector<int64_t>> expected = {
+      {"wq_a", {24, 64}},  {"bq_a", {24}},  {"q_a_norm", {24}},  {"wq_b", {96, 24}},
+      {"wkv_a", {40, 64}}, {"bkv_a", {40}}, {"kv_a_norm", {32}}, {"wkv_b", {128, 32}},
+      {"wo", {64, 64}},    {"bo", {64}}};
+  EXPECT_EQ(shapes, expected);
+}
+
+// Rotates interleaved pairs (2i, 2i + 1) of x [..., s, d] by position * 10000^(-2i/d), as
+// DeepSeek's checkpoints do.
+at::Tensor interleaved_rope(const at::Tensor& x) {
+  const int64_t s = x.size(-2);
+  const int64_t d = x.size(-1);
+  at::Tensor inv_freq =
+      at::pow(10000.0, at::arange(0, d, 2, at::kDouble) / static_cast<double>(d)).reciprocal();
+  at::Tensor angles = at::outer(at::arange(s, at::kDouble), inv_freq).to(at::kFloat);
+  at::Tensor even = x.slice(-1, 0, d, 2);
+  at::Tensor odd = x.slice(-1, 1, d, 2);
+  at::Tensor rotated_even = even * angles.cos() - odd * angles.sin();
+  at::Tensor rotated_odd = even * angles.sin() + odd * angles.cos();
+  return at::stack({rotated_even, rotated_odd}, -1).flatten(-2);
+}
+
+// The rows (or entries) of `w` at [base, base + d) reordered from halves (i, i + d/2) to
+// interleaved pairs (2i, 2i + 1): the weights a DeepSeek checkpoint would hold for the same
+// function.
+at::Tensor interleave_rows(const at::Tensor& w, int64_t base, int64_t d) {
+  at::Tensor out = w.clone();
+  for (int64_t i = 0; i < d / 2; ++i) {
+    out[base + 2 * i] = w[base + i];
+    out[base + 2 * i + 1] = w[base + i + d / 2];
+  }
+  return out;
+}
+
+at::Tensor rms(const at::Tensor& x, const at::Tensor& weight) {
+  return x * at::rsqrt(x.pow(2).mean({-1}, true) + 1e-5) * weight;
+}
+
+// The attention sub-layer against Hugging Face's DeepseekV2Attention written out head by head,
+// with its interleaved rotary embedding on the permuted weights: the same outputs.
+TEST(LatentAttention, IsDeepSeekAttentionUpToARopePermutation) {
+  for (int64_t q_lora_rank : {0, 24}) {
+    SCOPED_TRACE("q_lora_rank " + std::to_string(q_lora_rank));
+    const ModelSpec model = testing::mla_model(q_lora_rank, /*bias=*/true);
+    const AttentionShape& a = *model.layers[1].attention;
+    ParameterStore store;
+    auto block = stage(model, 1, 2, store);
+    std::map<std::string, at::Tensor> w;
+    {
+      // Weights well away from their initial values, so every one of them shows in the output.
+      at::NoGradGuard no_grad;
+      at::manual_seed(3);
+      for (auto& p : store.parameters()) {
+        p.tensor.copy_(p.tensor.dim() == 1 ? 1.0 + 0.3 * at::randn_like(p.tensor)
+                                           : 0.3 * at::randn_like(p.tensor));
+        const std::string prefix = "layers.0.attn.";
+        if (p.name.rfind(prefix, 0) == 0) w[p.name.substr(prefix.size())] = p.tensor.clone();
+        if (p.name == "layers.0.attn_norm.weight") w["norm"] = p.tensor.clone();
+      }
+    }
+    const int64_t b = 2, nh = a.num_heads, nope = a.qk_nope_head_dim, rope = a.qk_rope_head_dim;
+    const int64_t qk = nope + rope, vd = a.v_head_dim, c = a.kv_lora_rank;
+    at::Tensor h = at::randn({b, kSeq, a.hidden});
+    // The sub-layer's output: the block's minus its input, with the feed-forward sub-layer's
+    // down projection zeroed.
+    at::Tensor out;
+    {
+      at::NoGradGuard no_grad;
+      for (auto& p : store.parameters()) {
+        if (p.name == "layers.0.mlp.w_down") p.tensor.zero_();
+      }
+      out = block->forward(h, at::Tensor()) - h;
+    }
+    at::Tensor x = rms(h, w["norm"]);
+    at::Tensor wq = q_lora_rank > 0 ? w["wq_b"] : w["wq"];
+    for (int64_t head = 0; head < nh; ++head) wq = interleave_rows(wq, head * qk + nope, rope);
+    const at::Tensor wkv_a = interleave_rows(w["wkv_a"], c, rope);
+    const at::Tensor bkv_a = interleave_rows(w["bkv_a"], c, rope);
+    at::Tensor q = q_lora_rank > 0
+                       ? at::linear(rms(at::linear(x, w["wq_a"], w["bq_a"]), w["q_a_norm"]), wq)
+                       : at::linear(x, wq);
+    const at::Tensor kv_a = at::linear(x, wkv_a, bkv_a);
+    const at::Tensor kv = at::linear(rms(kv_a.narrow(-1, 0, c), w["kv_a_norm"]), w["wkv_b"]);
+    const at::Tensor k_pe = interleaved_rope(kv_a.narrow(-1, c, rope));
+    const at::Tensor causal = at::ones({kSeq, kSeq}, at::kBool).triu(1).logical_not();
+    std::vector<at::Tensor> heads;
+    for (int64_t head = 0; head < nh; ++head) {
+      const at::Tensor qh = q.narrow(-1, head * qk, qk);
+      const at::Tensor kvh = kv.narrow(-1, head * (nope + vd), nope + vd);
+      const at::Tensor query =
+          at::cat({qh.narrow(-1, 0, nope), interleaved_rope(qh.narrow(-1, nope, rope))}, -1);
+      const at::Tensor key = at::cat({kvh.narrow(-1, 0, nope), k_pe}, -1);
+      at::Tensor scores = at::matmul(query, key.transpose(-2, -1)) * std::pow(qk, -0.5);
+      scores = scores.masked_fill(causal.logical_not(), -INFINITY);
+      heads.push_back(at::matmul(at::softmax(scores, -1), kvh.narrow(-1, nope, vd)));
+    }
+    const at::Tensor reference = at::linear(at::cat(heads, -1), w["wo"], w["bo"]);
+    EXPECT_LT(testing::relative_difference(out, reference), 1e-5);
+    EXPECT_GT(reference.abs().max().item<float>(), 1.0f);
   }
 }
 

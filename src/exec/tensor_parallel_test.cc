@@ -221,6 +221,30 @@ TEST(TensorParallel, TiedVocabularyParallelHeadWithReplicasMatchesReference) {
       model);
 }
 
+TEST(TensorParallel, LatentAttentionMatchesReference) {
+  // Split by heads; the down projections and latent norms are replicated with partial
+  // gradients, and the hidden state's gradient sums every path through them.
+  {
+    SCOPED_TRACE("queries projected directly");
+    const ModelSpec model = testing::mla_model(0);
+    expect_matches_reference(
+        uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 1, RecomputePolicy::kNone, 2}), model);
+  }
+  {
+    SCOPED_TRACE("query bottleneck, biases, sinks");
+    ModelSpec model = testing::mla_model(24, /*bias=*/true);
+    for (int i = 1; i <= 4; ++i) model.layers[i].attention->sinks = true;
+    expect_matches_reference(
+        uniform_plan(model, {ScheduleKind::kZbH1, 2, 1, 4, 1, RecomputePolicy::kNone, 2}), model);
+  }
+  {
+    SCOPED_TRACE("deepseek-v2-lite in miniature");
+    const ModelSpec model = testing::deepseek_v2_lite_miniature();
+    expect_matches_reference(
+        uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 1, RecomputePolicy::kFull, 2}), model);
+  }
+}
+
 // Replica 0 on groups of two devices, replica 1 on single devices, with 3 and 5 micro-batches:
 // gradients of differently split replicas are summed at full size.
 TEST(TensorParallel, ReplicasOfDifferentDegreesMatchReference) {

@@ -59,6 +59,53 @@ ModelSpec mamba1_hybrid(bool inner_norms) {
   return model;
 }
 
+ModelSpec mla_model(int64_t q_lora_rank, bool bias) {
+  ModelSpec model = preset("tiny-llama");
+  model.name = "tiny-mla";
+  for (int i = 1; i <= 4; ++i) {
+    AttentionShape& a = *model.layers[i].attention;
+    a.num_heads = 4;
+    a.num_kv_heads = 4;
+    a.mla = true;
+    a.q_lora_rank = q_lora_rank;
+    a.kv_lora_rank = 32;
+    a.qk_nope_head_dim = 16;
+    a.qk_rope_head_dim = 8;
+    a.head_dim = 24;
+    a.v_head_dim = 16;
+    a.qkv_bias = bias;
+    a.output_bias = bias;
+  }
+  return model;
+}
+
+ModelSpec deepseek_v2_lite_miniature() {
+  const ModelSpec full = preset("deepseek-v2-lite");
+  const AttentionShape attention = *mla_model(0).layers[1].attention;
+  ModelSpec model = full;
+  model.name = "deepseek-v2-lite-miniature";
+  model.dtype = DType::kFloat32;
+  model.layers = {full.layers[0], full.layers[1], full.layers[2], full.layers[3],
+                  full.layers.back()};
+  for (Layer& l : model.layers) {
+    if (l.embedding) *l.embedding = EmbeddingShape{256, 64, 0};
+    if (l.head) *l.head = HeadShape{256, 64, false};
+    if (l.attention) l.attention = attention;
+    if (l.ffn) {
+      l.ffn->hidden = 64;
+      l.ffn->ffn_size = 176;
+    }
+    if (l.moe) {
+      l.moe->hidden = 64;
+      l.moe->num_experts = 8;
+      l.moe->top_k = 2;
+      l.moe->expert_ffn_size = 32;
+      l.moe->shared_ffn_size = 32;
+    }
+  }
+  return model;
+}
+
 ClusterSpec cluster_of(int devices) {
   const LinkSpec intra{LinkKind::kNvlink, BytesPerSecond(1e11), Seconds(0)};
   const LinkSpec inter{LinkKind::kInfiniband, BytesPerSecond(1e10), Seconds(0)};

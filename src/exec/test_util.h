@@ -31,6 +31,13 @@ ModelSpec wide_model(int64_t hidden);
 // 4, kernel 4) in place of its Mamba-2 ones; with learned RMSNorms of dt, B and C (Jamba) or
 // none (Mamba).
 ModelSpec mamba1_hybrid(bool inner_norms);
+// tiny-llama (named tiny-mla) with multi-head latent attention in its four blocks: 4 heads,
+// kv_lora_rank 32, qk_nope_head_dim 16, qk_rope_head_dim 8, v_head_dim 16, queries through a
+// bottleneck of `q_lora_rank` (0: projected directly); `bias`: DeepSeek's attention_bias.
+ModelSpec mla_model(int64_t q_lora_rank, bool bias = false);
+// The deepseek-v2-lite preset in miniature: its embedding, first (dense) block, two MoE blocks
+// and head, at tiny-mla's widths with 8 routed experts (top 2) of width 32 and its 2 shared ones.
+ModelSpec deepseek_v2_lite_miniature();
 // One node of `devices` H100s (FixedCostModel's cluster).
 ClusterSpec cluster_of(int devices);
 

@@ -134,7 +134,8 @@ std::optional<std::string> tensor_parallel_obstacle(const Layer& layer, int t, b
   if (vocabulary && layer.head) widths.push_back({"vocab", layer.head->vocab});
   if (layer.attention) {
     widths.push_back({"num_heads", layer.attention->num_heads});
-    widths.push_back({"num_kv_heads", layer.attention->num_kv_heads});
+    // Latent attention's keys and values come per head from a shared latent: heads only.
+    if (!layer.attention->mla) widths.push_back({"num_kv_heads", layer.attention->num_kv_heads});
   }
   if (layer.ffn) widths.push_back({"ffn_size", layer.ffn->ffn_size});
   if (layer.moe) {
