@@ -297,6 +297,27 @@ TEST(RunTest, TheEmulationComparisonPlansTrain) {
   }
 }
 
+// A plan for a model whose training state cannot fit this machine (mixtral-8x7b: about 700 GiB
+// of fp32 weights, gradients and moments) is refused before anything is allocated, as threads,
+// as the sequential reference and as one of 16 Gloo ranks on this machine.
+TEST(RunBadInputTest, AModelTooLargeForThisMachine) {
+  const std::string plan = temp_path("mixtral-plan.json");
+  const RunResult made = run_motley(
+      "simulate --model mixtral-8x7b --cluster h100x16 --schedule "
+      "1f1b --stages 16 --micro-batches 16 --recompute full --out " +
+      plan);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  expect_bad_input("run --plan " + plan + " --steps 1",
+                   {"mixtral-plan.json", "'mixtral-8x7b'", "its 16 ranks in this process need",
+                    "GiB", "available", "tiny-llama"});
+  expect_bad_input("run --plan " + plan + " --steps 1 --sequential",
+                   {"its one rank in this process needs"});
+  expect_bad_input("run --plan " + plan + " --steps 1",
+                   {"rank 3 needs", "GiB", "a share of 1/16 per rank"},
+                   "WORLD_SIZE=16 RANK=3 LOCAL_WORLD_SIZE=16");
+  std::filesystem::remove(plan);
+}
+
 TEST(RunBadInputTest, APlanForAnotherWorldSize) {
   expect_bad_input("run --plan " + kFourStage + " --steps 1",
                    {"1f1b-4stage.json", "4 devices", "WORLD_SIZE is 2"}, "WORLD_SIZE=2 RANK=0");

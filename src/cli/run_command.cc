@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -31,6 +32,7 @@
 #include "motley/exec/rank_layout.h"
 #include "motley/exec/reference.h"
 #include "motley/exec/train.h"
+#include "motley/model/layer_cost.h"
 #include "motley/model/model_json.h"
 #include "motley/plan/plan_json.h"
 #include "motley/plan/validate.h"
@@ -130,6 +132,70 @@ Result<std::optional<FaultHook>> fault_from_env() {
   f.step = step;
   f.hang = std::string(what) == "hang";
   return std::optional<FaultHook>(f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host memory: the executor trains on this CPU, so a plan for a real-sized model must be refused
+// before it allocates rather than killed by the kernel half-way.
+
+// MemAvailable of /proc/meminfo in bytes; nullopt where it cannot be read.
+std::optional<double> available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  double value = 0;
+  while (in >> key >> value >> unit) {
+    if (key == "MemAvailable:") return value * 1024.0;
+  }
+  return std::nullopt;
+}
+
+// Bytes of fp32 training state (weights, gradients, AdamW's two moments: 16 per parameter; 8 +
+// 8 / replicas with ZeRO-1) that the ranks of this process hold, and how many ranks that is.
+// Activations come on top.
+std::pair<double, int> training_state_bytes(const Plan& plan, const ModelSpec& model,
+                                            bool sequential, int only_rank) {
+  if (sequential) {
+    return {16.0 * static_cast<double>(model_totals(model, Workload{}).total_params), 1};
+  }
+  const RankLayout layout(plan);
+  const double moments = plan.zero1 ? 8.0 / static_cast<double>(plan.replicas.size()) : 8.0;
+  double bytes = 0;
+  int ranks = 0;
+  for (int r = 0; r < layout.world_size(); ++r) {
+    if (only_rank >= 0 && r != only_rank) continue;
+    ++ranks;
+    double params = 0;
+    for (int s : layout.stages_of(r)) {
+      for (int l = plan.stages[s].layer_begin; l < plan.stages[s].layer_end; ++l) {
+        params += static_cast<double>(layer_params(model.layers[l]));
+      }
+    }
+    bytes += params / layout.place_of(r).tp_size * (8.0 + moments);
+  }
+  return {bytes, ranks};
+}
+
+Status check_host_memory(const std::string& source, const Plan& plan, const ModelSpec& model,
+                         bool sequential, int only_rank, int local_ranks) {
+  const std::optional<double> available = available_memory_bytes();
+  if (!available) return Status::ok();
+  const auto [needed, ranks] = training_state_bytes(plan, model, sequential, only_rank);
+  const double share = *available / std::max(1, local_ranks);
+  if (needed <= share) return Status::ok();
+  const std::string where =
+      only_rank >= 0 ? fmt::format("rank {} needs", only_rank)
+                     : fmt::format("{} in this process need{}",
+                                   ranks == 1 ? "its one rank" : fmt::format("its {} ranks", ranks),
+                                   ranks == 1 ? "s" : "");
+  return invalid_argument(fmt::format(
+      "{}: training model '{}' here: {} at least {} for fp32 weights, gradients and AdamW "
+      "moments (16 bytes per parameter{}), but this machine has {} available{}; the executor "
+      "trains on this CPU, so run it with a model that fits (e.g. a plan for tiny-llama: "
+      "motley simulate --model tiny-llama --schedule 1f1b --stages 4 --out plan.json)",
+      source, model.name, where, format_bytes(Bytes(needed)),
+      plan.zero1 && !sequential ? ", moments sharded by ZeRO-1" : "",
+      format_bytes(Bytes(*available)),
+      local_ranks > 1 ? fmt::format(" (a share of 1/{} per rank)", local_ranks) : ""));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -536,6 +602,9 @@ Status run_command(const RunOptions& opt) {
   if (dist && opt.sequential) {
     return invalid_argument("--sequential runs in one process; unset WORLD_SIZE");
   }
+  MOTLEY_RETURN_IF_ERROR(check_host_memory(opt.plan, plan, model, opt.sequential,
+                                           dist ? dist->gloo.rank : -1,
+                                           dist ? std::max(1, dist->local_world_size) : 1));
   MOTLEY_ASSIGN_OR_RETURN(std::optional<FaultHook> fault, fault_from_env());
   MOTLEY_ASSIGN_OR_RETURN(TokenStream tokens, load_tokens(opt));
 
