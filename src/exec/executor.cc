@@ -157,8 +157,9 @@ struct RankExecutor::Impl {
     std::vector<int> ranks;
     std::vector<Reduction> reductions;
     bool loss = false;
-    int final_op = -1;  // index into `ops` of the action after which it is final
-    int pending = 0;    // parameters whose final accumulation has not happened yet this step
+    int final_op = -1;     // index into `ops` of the action after which it is final
+    int final_params = 0;  // its parameters whose last accumulation happens in that action
+    int pending = 0;       // of those, the ones not accumulated yet this step
     bool posted = false;
     std::vector<at::Tensor> tensors;  // what travels: gradients or full-size contributions
     at::Tensor loss_value;
@@ -179,12 +180,12 @@ struct RankExecutor::Impl {
     std::vector<at::Tensor> params;  // the set's parameters, name order
     std::vector<bool> owned;         // by this rank
   };
-  std::vector<ZeroSet> zero_sets;  // in the order of their rank sets
+  std::vector<ZeroSet> zero_sets;                   // in the order of their rank sets
+  std::set<const at::TensorImpl*> owned_elsewhere;  // ZeRO-1 parameters another member steps
   std::vector<Bucket> buckets;
   std::map<std::vector<int>, std::vector<size_t>> set_buckets;  // each set's, in posting order
   std::map<std::vector<int>, size_t> next_bucket;               // per set: next to post
   std::map<const at::TensorImpl*, size_t> bucket_of;
-  std::map<const at::TensorImpl*, int> final_of_param;  // op index of its last accumulation
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // keep the hooks alive
   int running_op = -1;    // the op being run (gradient hooks fire inside it)
   int completed_op = -1;  // every op up to this one has finished
@@ -269,10 +270,7 @@ struct RankExecutor::Impl {
     for (auto& [ranks, next] : next_bucket) next = 0;
     for (Bucket& b : buckets) {
       b.posted = false;
-      b.pending = 0;
-      for (const Reduction& r : b.reductions) {
-        if (final_of_param.at(r.param.unsafeGetTensorImpl()) == b.final_op) ++b.pending;
-      }
+      b.pending = b.final_params;
     }
     post_failure = Status::ok();
     running_op = -1;
@@ -281,16 +279,11 @@ struct RankExecutor::Impl {
   // The AdamW moments of every ZeRO-1 set's parameters, from their owners (for checkpoints):
   // by parameter TensorImpl. A collective of each set.
   Result<std::map<const at::TensorImpl*, internal::AdamWStep::State>> gather_zero_state();
-  int64_t optimizer_state_elements() const;
+  int64_t optimizer_state_bytes() const;
   // Whether this rank's optimizer steps `param` (not so for a ZeRO-1 parameter another member
   // of its set owns).
   bool steps_this_rank(const at::Tensor& param) const {
-    for (const ZeroSet& z : zero_sets) {
-      for (size_t i = 0; i < z.params.size(); ++i) {
-        if (z.params[i].unsafeGetTensorImpl() == param.unsafeGetTensorImpl()) return z.owned[i];
-      }
-    }
-    return true;
+    return owned_elsewhere.count(param.unsafeGetTensorImpl()) == 0;
   }
   void zero_gradients() {
     for (at::Tensor& p : all_params) {
@@ -399,7 +392,6 @@ Status RankExecutor::Impl::build() {
     reduce_sets[entry.second].push_back(entry.first);
     all_params.push_back(entry.first.param);
   }
-  std::set<const at::TensorImpl*> not_mine;
   if (plan.zero1) {
     for (const auto& [ranks, reductions] : reduce_sets) {
       const bool shardable =
@@ -423,14 +415,14 @@ Status RankExecutor::Impl::build() {
             static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
         load[owner] += z.params[i].numel();
         z.owned[i] = owner == me;
-        if (owner != me) not_mine.insert(z.params[i].unsafeGetTensorImpl());
+        if (owner != me) owned_elsewhere.insert(z.params[i].unsafeGetTensorImpl());
       }
       zero_sets.push_back(std::move(z));
     }
   }
   std::vector<at::Tensor> stepped;
   for (const at::Tensor& p : all_params) {
-    if (!not_mine.count(p.unsafeGetTensorImpl())) stepped.push_back(p);
+    if (steps_this_rank(p)) stepped.push_back(p);
   }
   optimizer = std::make_unique<internal::AdamWStep>(stepped, options.optimizer);
   build_buckets();
@@ -464,12 +456,12 @@ RankExecutor::Impl::gather_zero_state() {
   return out;
 }
 
-int64_t RankExecutor::Impl::optimizer_state_elements() const {
+int64_t RankExecutor::Impl::optimizer_state_bytes() const {
   int64_t n = 0;
   for (const at::Tensor& p : all_params) {
     if (optimizer->state(p)) n += 2 * p.numel();  // exp_avg and exp_avg_sq
   }
-  return n;
+  return n * static_cast<int64_t>(sizeof(float));
 }
 
 Status RankExecutor::Impl::share_zero_updates() {
@@ -678,7 +670,7 @@ void RankExecutor::Impl::build_buckets() {
       last_loss_op = static_cast<int>(i);
     }
   }
-  std::map<const at::TensorImpl*, int>& final_of = final_of_param;
+  std::map<const at::TensorImpl*, int> final_of;  // parameter -> op of its last accumulation
   for (const auto& [stage, params] : stage_params) {
     for (const at::Tensor& p : params) {
       int& f = final_of.emplace(p.unsafeGetTensorImpl(), -1).first->second;
@@ -707,6 +699,9 @@ void RankExecutor::Impl::build_buckets() {
       Bucket& b = add_bucket();
       for (const Reduction& r : members) {
         b.final_op = std::max(b.final_op, final_of.at(r.param.unsafeGetTensorImpl()));
+      }
+      for (const Reduction& r : members) {
+        if (final_of.at(r.param.unsafeGetTensorImpl()) == b.final_op) ++b.final_params;
       }
       b.reductions = std::move(members);
     }
@@ -821,7 +816,7 @@ Status RankExecutor::Impl::reduce_and_update(StepResult* result) {
   optimizer->step();
   MOTLEY_RETURN_IF_ERROR(share_zero_updates());
   record(TraceEvent::Kind::kOptimizer, std::nullopt, "optimizer", start);
-  result->optimizer_state_bytes = optimizer_state_elements() * static_cast<int64_t>(sizeof(float));
+  result->optimizer_state_bytes = optimizer_state_bytes();
   result->events = std::move(events);
   events.clear();
   return Status::ok();
@@ -1073,9 +1068,7 @@ Status RankExecutor::load_checkpoint_unchecked(const std::string& dir) {
 
 std::vector<NamedTensor> RankExecutor::parameters() const { return impl_->store.parameters(); }
 
-int64_t RankExecutor::optimizer_state_bytes() const {
-  return impl_->optimizer_state_elements() * static_cast<int64_t>(sizeof(float));
-}
+int64_t RankExecutor::optimizer_state_bytes() const { return impl_->optimizer_state_bytes(); }
 
 std::map<std::string, TensorSlice> RankExecutor::slices() const {
   std::map<std::string, TensorSlice> out;
