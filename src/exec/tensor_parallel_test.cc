@@ -9,7 +9,6 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <thread>
 
 #include "motley/exec/rank_layout.h"
 #include "motley/exec/reference.h"
@@ -30,49 +29,6 @@ using testing::run_reference;
 using testing::uniform_plan;
 using testing::WorldResult;
 
-// What each rank ended with.
-struct RankResult {
-  std::vector<std::optional<double>> losses;
-  std::vector<NamedTensor> parameters;
-  std::map<std::string, TensorSlice> slices;
-};
-
-std::vector<RankResult> run_ranks(const Plan& plan, const ModelSpec& model,
-                                  const TokenStream& tokens, int steps, bool delays = false) {
-  testing::single_threaded();
-  const int world = testing::world_size(plan);
-  InProcessNetwork network(world);
-  std::vector<RankResult> out(world);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      std::unique_ptr<Transport> transport = network.endpoint(rank);
-      if (delays) {
-        transport = std::make_unique<testing::DelayingTransport>(std::move(transport), 31 + rank);
-      }
-      auto executor = RankExecutor::create(exec_options(), plan, model, tokens, *transport);
-      if (!executor.is_ok()) {
-        ADD_FAILURE() << executor.status().message();
-        network.shut_down("rank " + std::to_string(rank) + " failed");
-        return;
-      }
-      for (int s = 0; s < steps; ++s) {
-        auto result = (*executor)->step();
-        if (!result.is_ok()) {
-          ADD_FAILURE() << result.status().message();
-          network.shut_down("rank " + std::to_string(rank) + " failed");
-          return;
-        }
-        out[rank].losses.push_back(result->loss);
-      }
-      out[rank].parameters = (*executor)->parameters();
-      out[rank].slices = (*executor)->slices();
-    });
-  }
-  for (auto& t : threads) t.join();
-  return out;
-}
-
 at::Tensor rows_of(const at::Tensor& full, const TensorSlice& slice) {
   return full.index_select(slice.dim, slice.rows);
 }
@@ -89,7 +45,8 @@ void expect_matches_reference(const Plan& plan, const ModelSpec& model, int step
                               bool delays = false) {
   auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 3), "corpus");
   ASSERT_TRUE(tokens.is_ok());
-  const std::vector<RankResult> ranks = run_ranks(plan, model, *tokens, steps, delays);
+  const std::vector<testing::RankRun> ranks =
+      testing::run_ranks(plan, model, *tokens, steps, delays);
   const WorldResult reference =
       run_reference(plan, model, *tokens, steps, GradientOrder::kSequential);
   if (steps > 1) {
@@ -103,7 +60,7 @@ void expect_matches_reference(const Plan& plan, const ModelSpec& model, int step
   std::map<std::string, int64_t> split_dim;
   std::set<std::string> names;
   for (int rank = 0; rank < static_cast<int>(ranks.size()); ++rank) {
-    const RankResult& r = ranks[rank];
+    const testing::RankRun& r = ranks[rank];
     const bool holds_loss = std::count(layout.stage_ranks(last_stage).begin(),
                                        layout.stage_ranks(last_stage).end(), rank) > 0;
     ASSERT_EQ(r.losses.size(), static_cast<size_t>(steps)) << "rank " << rank;

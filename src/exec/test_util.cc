@@ -218,6 +218,41 @@ WorldResult run_reference(const Plan& plan, const ModelSpec& model, const TokenS
   return out;
 }
 
+std::vector<RankRun> run_ranks(const Plan& plan, const ModelSpec& model, const TokenStream& tokens,
+                               int steps, bool delays) {
+  single_threaded();
+  const int world = world_size(plan);
+  InProcessNetwork network(world);
+  std::vector<RankRun> out(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      std::unique_ptr<Transport> transport = network.endpoint(rank);
+      if (delays) transport = std::make_unique<DelayingTransport>(std::move(transport), 31 + rank);
+      auto executor = RankExecutor::create(exec_options(), plan, model, tokens, *transport);
+      if (!executor.is_ok()) {
+        ADD_FAILURE() << executor.status().message();
+        network.shut_down("rank " + std::to_string(rank) + " failed");
+        return;
+      }
+      for (int s = 0; s < steps; ++s) {
+        auto result = (*executor)->step();
+        if (!result.is_ok()) {
+          ADD_FAILURE() << result.status().message();
+          network.shut_down("rank " + std::to_string(rank) + " failed");
+          return;
+        }
+        out[rank].losses.push_back(result->loss);
+      }
+      out[rank].parameters = (*executor)->parameters();
+      out[rank].slices = (*executor)->slices();
+      out[rank].optimizer_state_bytes = (*executor)->optimizer_state_bytes();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
 double relative_difference(const at::Tensor& a, const at::Tensor& b) {
   const double scale = b.norm().item<double>();
   return (a - b).norm().item<double>() / (scale > 0 ? scale : 1.0);

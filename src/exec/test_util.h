@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -66,6 +67,19 @@ struct WorldResult {
 };
 WorldResult run_reference(const Plan& plan, const ModelSpec& model, const TokenStream& tokens,
                           int steps, GradientOrder order);
+
+// What one rank ended a run of run_ranks with.
+struct RankRun {
+  std::vector<std::optional<double>> losses;  // per step; set on the ranks holding the loss
+  std::vector<NamedTensor> parameters;        // RankExecutor::parameters, with the last gradients
+  std::map<std::string, TensorSlice> slices;  // RankExecutor::slices
+  int64_t optimizer_state_bytes = 0;
+};
+// Every rank of `plan` as a thread over an InProcessNetwork for `steps` steps (behind a
+// DelayingTransport each when `delays`). A rank's failure is a test failure and shuts the
+// network down, so the others stop.
+std::vector<RankRun> run_ranks(const Plan& plan, const ModelSpec& model, const TokenStream& tokens,
+                               int steps, bool delays = false);
 
 // ||a - b|| / ||b|| (Frobenius): how far a whole tensor is from the reference; ||a|| when b is
 // zero (an expert no token chose).

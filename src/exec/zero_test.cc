@@ -7,7 +7,6 @@
 
 #include <filesystem>
 #include <map>
-#include <thread>
 
 #include "motley/exec/executor.h"
 #include "motley/exec/train.h"
@@ -20,66 +19,32 @@ using testing::exec_options;
 using testing::preset;
 using testing::uniform_plan;
 
-struct RunResult {
-  std::vector<std::vector<std::optional<double>>> losses;  // [rank][step]
-  std::vector<std::map<std::string, at::Tensor>> parameters;
-  std::vector<int64_t> state_bytes;
-};
-
-RunResult run(const Plan& plan, const ModelSpec& model, int steps) {
-  testing::single_threaded();
+std::vector<testing::RankRun> run(const Plan& plan, const ModelSpec& model, int steps) {
   auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 3), "corpus");
   EXPECT_TRUE(tokens.is_ok());
-  const int world = testing::world_size(plan);
-  InProcessNetwork network(world);
-  RunResult out;
-  out.losses.resize(world);
-  out.parameters.resize(world);
-  out.state_bytes.resize(world);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      std::unique_ptr<Transport> transport = network.endpoint(rank);
-      auto executor = RankExecutor::create(exec_options(), plan, model, *tokens, *transport);
-      if (!executor.is_ok()) {
-        ADD_FAILURE() << executor.status().message();
-        network.shut_down("failed");
-        return;
-      }
-      for (int s = 0; s < steps; ++s) {
-        auto result = (*executor)->step();
-        if (!result.is_ok()) {
-          ADD_FAILURE() << result.status().message();
-          network.shut_down("failed");
-          return;
-        }
-        out.losses[rank].push_back(result->loss);
-      }
-      for (const NamedTensor& p : (*executor)->parameters())
-        out.parameters[rank][p.name] = p.tensor;
-      out.state_bytes[rank] = (*executor)->optimizer_state_bytes();
-    });
-  }
-  for (auto& t : threads) t.join();
-  return out;
+  return testing::run_ranks(plan, model, *tokens, steps);
 }
 
-void expect_identical(const RunResult& a, const RunResult& b) {
-  ASSERT_EQ(a.losses.size(), b.losses.size());
-  for (size_t r = 0; r < a.losses.size(); ++r) {
-    EXPECT_EQ(a.losses[r], b.losses[r]) << "rank " << r;
-    ASSERT_EQ(a.parameters[r].size(), b.parameters[r].size());
-    for (const auto& [name, tensor] : a.parameters[r]) {
-      EXPECT_TRUE(at::equal(tensor, b.parameters[r].at(name))) << name << " on rank " << r;
-      EXPECT_TRUE(at::equal(tensor.grad(), b.parameters[r].at(name).grad()))
-          << name << " gradient on rank " << r;
+void expect_identical(const std::vector<testing::RankRun>& a,
+                      const std::vector<testing::RankRun>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t r = 0; r < a.size(); ++r) {
+    EXPECT_EQ(a[r].losses, b[r].losses) << "rank " << r;
+    ASSERT_EQ(a[r].parameters.size(), b[r].parameters.size());
+    for (size_t i = 0; i < a[r].parameters.size(); ++i) {  // both in name order
+      const NamedTensor& x = a[r].parameters[i];
+      const NamedTensor& y = b[r].parameters[i];
+      ASSERT_EQ(x.name, y.name);
+      EXPECT_TRUE(at::equal(x.tensor, y.tensor)) << x.name << " on rank " << r;
+      EXPECT_TRUE(at::equal(x.tensor.grad(), y.tensor.grad()))
+          << x.name << " gradient on rank " << r;
     }
   }
 }
 
-int64_t parameter_bytes(const RunResult& r, size_t rank) {
+int64_t parameter_bytes(const testing::RankRun& r) {
   int64_t n = 0;
-  for (const auto& [name, t] : r.parameters[rank]) n += t.numel() * 4;
+  for (const NamedTensor& p : r.parameters) n += p.tensor.numel() * 4;
   return n;
 }
 
@@ -88,18 +53,20 @@ TEST(ZeroOne, ShardsTheMomentsAndChangesNoBit) {
   Plan plain = uniform_plan(model, {ScheduleKind::kZbH1, 2, 1, 4, 2});
   Plan sharded = plain;
   sharded.zero1 = true;
-  const RunResult a = run(plain, model, 3);
-  const RunResult b = run(sharded, model, 3);
+  const std::vector<testing::RankRun> a = run(plain, model, 3);
+  const std::vector<testing::RankRun> b = run(sharded, model, 3);
   expect_identical(b, a);
-  for (size_t r = 0; r < a.state_bytes.size(); ++r) {
+  for (size_t r = 0; r < a.size(); ++r) {
     // Unsharded: both moments of every parameter. Sharded over two replicas by whole tensors:
     // about half of that, the greedy split within the largest tensor of an even one.
-    EXPECT_EQ(a.state_bytes[r], 2 * parameter_bytes(a, r)) << "rank " << r;
-    EXPECT_LT(b.state_bytes[r], 0.6 * a.state_bytes[r]) << "rank " << r;
-    EXPECT_GT(b.state_bytes[r], 0.4 * a.state_bytes[r]) << "rank " << r;
+    const int64_t full = a[r].optimizer_state_bytes;
+    const int64_t shard = b[r].optimizer_state_bytes;
+    EXPECT_EQ(full, 2 * parameter_bytes(a[r])) << "rank " << r;
+    EXPECT_LT(shard, 0.6 * full) << "rank " << r;
+    EXPECT_GT(shard, 0.4 * full) << "rank " << r;
   }
   // The two replicas' holders of a stage own complementary halves.
-  EXPECT_EQ(b.state_bytes[0] + b.state_bytes[2], a.state_bytes[0]);
+  EXPECT_EQ(b[0].optimizer_state_bytes + b[2].optimizer_state_bytes, a[0].optimizer_state_bytes);
 }
 
 TEST(ZeroOne, WithTensorParallelismChangesNoBit) {
