@@ -1,14 +1,14 @@
 // StageModule: the layers of one pipeline stage as a differentiable function — tokens or a
 // hidden state in, a hidden state or the loss out — and the rank's ParameterStore that owns
 // their weights. make_transformer_stage builds one from a ModelSpec (embedding, attention with
-// GQA / sliding window / qk-norm / sinks, RMSNorm, dense and gated feed-forward, MoE with a
-// top-k router and shared experts, Mamba-1 and -2, decoder blocks and their split forms, LM head
-// with cross-entropy), fp32 on the CPU (under bf16 autocast, precision.h, the matrix products run
-// in bf16 and every layer's output is fp32), whole or as one rank's slice of a tensor-parallel
-// group (Megatron-LM's column / row split, vocabulary-parallel embedding and cross-entropy). It
-// does not schedule, send pipeline messages or optimize (executor.h); a tensor-parallel stage calls
-// the group's all-reduce from its forward and backward. Thread-compatible: one rank's thread uses
-// its modules and store.
+// GQA / sliding window / qk-norm / sinks, multi-head latent attention, RMSNorm, dense and gated
+// feed-forward, MoE with a top-k router and shared experts, Mamba-1 and -2, decoder blocks and
+// their split forms, LM head with cross-entropy), fp32 on the CPU (under bf16 autocast,
+// precision.h, the matrix products run in bf16 and every layer's output is fp32), whole or as one
+// rank's slice of a tensor-parallel group (Megatron-LM's column / row split, vocabulary-parallel
+// embedding and cross-entropy). It does not schedule, send pipeline messages or optimize
+// (executor.h); a tensor-parallel stage calls the group's all-reduce from its forward and backward.
+// Thread-compatible: one rank's thread uses its modules and store.
 #pragma once
 
 #include <ATen/core/Tensor.h>
