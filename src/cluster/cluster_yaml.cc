@@ -342,14 +342,18 @@ std::string quoted(const std::string& s) { return Json(s).dump(); }
 }  // namespace
 
 Result<ClusterSpec> cluster_from_json(const Json& doc, const std::string& source) {
-  JsonField root(doc, source);
+  return cluster_from_json(JsonField(doc, source));
+}
+
+Result<ClusterSpec> cluster_from_json(const JsonField& root) {
   if (!root.is_object()) {
     return root.error("expected a mapping with 'name', 'nodes' and 'network', got " +
-                      describe_json_value(doc));
+                      describe_json_value(root.json()));
   }
   MOTLEY_RETURN_IF_ERROR(root.check_keys({"name", "nodes", "network"}));
   ClusterSpec cluster;
-  std::string stem = std::filesystem::path(source).stem().string();
+  std::string stem =
+      root.path().empty() ? std::filesystem::path(root.source()).stem().string() : "";
   MOTLEY_ASSIGN_OR_RETURN(cluster.name,
                           root.get_string_or("name", stem.empty() ? "cluster" : stem));
   if (cluster.name.empty()) return root.child_error("name", "expected a non-empty name");

@@ -805,7 +805,14 @@ Json model_to_json(const ModelSpec& model) {
 }
 
 Result<ModelSpec> model_from_json(const Json& json, const std::string& source) {
-  JsonField root(json, source);
+  return model_from_json(JsonField(json, source));
+}
+
+Result<ModelSpec> model_from_json(const JsonField& root) {
+  if (!root.is_object()) {
+    return root.error(std::string("expected a motley model (an object with \"format\": \"") +
+                      kModelFormat + "\"), got " + describe_json_value(root.json()));
+  }
   MOTLEY_RETURN_IF_ERROR(root.check_keys({"format", "name", "family", "default_seq_len", "dtype",
                                           "dropout", "layers", "extra_layers"}));
   MOTLEY_ASSIGN_OR_RETURN(std::string format, root.get_string("format"));
@@ -833,7 +840,9 @@ Result<ModelSpec> model_from_json(const Json& json, const std::string& source) {
   if (std::optional<JsonField> extra = root.find("extra_layers")) {
     MOTLEY_ASSIGN_OR_RETURN(model.extra_layers, layers_from_json(*extra));
   }
-  MOTLEY_RETURN_IF_ERROR(validate_model(model, source));
+  MOTLEY_RETURN_IF_ERROR(
+      validate_model(model, root.path().empty() ? root.source()
+                                                : root.source() + ": field '" + root.path() + "'"));
   return model;
 }
 

@@ -106,6 +106,9 @@ class Topology {
 // Cluster YAML (see docs/cluster-format.md). Errors name the file and field. Applies the
 // catalog defaults and expands `count: N` nodes.
 Result<ClusterSpec> cluster_from_json(const Json& doc, const std::string& source);
+// The same for a cluster inside another document (a plan file's "cluster_spec"): errors name
+// the field's path within that document.
+Result<ClusterSpec> cluster_from_json(const JsonField& root);
 Result<ClusterSpec> load_cluster_yaml(const std::string& path);
 // Writes every field explicitly (after expansion), so that load(dump(c)) == c.
 std::string cluster_to_yaml(const ClusterSpec& cluster);

@@ -15,6 +15,9 @@ inline constexpr const char* kModelFormat = "motley.model/1";
 
 Json model_to_json(const ModelSpec& model);
 Result<ModelSpec> model_from_json(const Json& json, const std::string& source);
+// The same for a model inside another document (a plan file's "model_spec"): errors name the
+// field's path within that document.
+Result<ModelSpec> model_from_json(const JsonField& root);
 
 // A preset name, or the path of a Hugging Face config.json (or of a directory holding one), a
 // motley profile or a motley model file (recognized by content: "format" or "model_type").
