@@ -7,6 +7,9 @@
 #include <optional>
 #include <vector>
 
+#include "motley/model/model_json.h"
+#include "motley/plan/spec_hash.h"
+
 namespace motley {
 namespace {
 
@@ -217,7 +220,9 @@ const std::vector<std::string>& preferred_key_order() {
                                                  "stage_group",
                                                  "groups",
                                                  "devices",
-                                                 "actions"};
+                                                 "actions",
+                                                 "model_spec",
+                                                 "cluster_spec"};
   return order;
 }
 
@@ -348,22 +353,53 @@ Json plan_to_json(const Plan& plan) {
   return j;
 }
 
-Result<Plan> plan_from_json(const Json& json, const std::string& source) {
+Json plan_to_json(const Plan& plan, const ModelSpec& model, const ClusterSpec& cluster) {
+  MOTLEY_CHECK(model_ref(model) == plan.model, "plan_to_json: the model is not the plan's");
+  MOTLEY_CHECK(cluster_ref(cluster) == plan.cluster, "plan_to_json: the cluster is not the plan's");
+  Json j = plan_to_json(plan);
+  j["model_spec"] = model_to_json(model);
+  j["cluster_spec"] = cluster_canonical_json(cluster);
+  return j;
+}
+
+namespace {
+
+// An embedded spec must be the one its reference names: a hand edit of either shows here
+// rather than as a confusing hash mismatch later.
+Status check_embedded(const JsonField& spec, const char* what, const SpecRef& recorded,
+                      const SpecRef& actual, const std::string& ref_field) {
+  if (actual == recorded) return Status::ok();
+  return spec.error(std::string("the embedded ") + what + " is '" + actual.name + "' (hash " +
+                    actual.hash + ") but field '" + ref_field + "' says '" + recorded.name +
+                    "' (hash " + recorded.hash + "); it was changed after the plan was made. " +
+                    "Make the plan again from the changed " + what + ", or restore it");
+}
+
+}  // namespace
+
+Result<PlanFile> plan_file_from_json(const Json& json, const std::string& source) {
   JsonField root(json, source);
   if (!root.is_object()) {
     return root.error(std::string("expected a plan (a JSON object with \"format\": \"") +
                       kPlanFormat + "\"), got " + describe_json_value(json));
   }
   MOTLEY_ASSIGN_OR_RETURN(std::string format, root.get_string("format"));
-  if (format != kPlanFormat) {
-    return root.child_error(
-        "format", std::string("expected \"") + kPlanFormat + "\", got \"" + format + "\"");
+  const bool v1 = format == kPlanFormatV1;
+  if (format != kPlanFormat && !v1) {
+    return root.child_error("format", std::string("expected \"") + kPlanFormat + "\" (or \"" +
+                                          kPlanFormatV1 + "\"), got \"" + format + "\"");
   }
-  MOTLEY_RETURN_IF_ERROR(
-      root.check_keys({"format", "units", "model", "cluster", "micro_batch_size", "seq_len",
-                       "global_batch", "stages", "replicas", "schedule", "zero1", "predicted"}));
+  std::vector<std::string_view> keys = {
+      "format", "units",    "model",    "cluster", "micro_batch_size", "seq_len", "global_batch",
+      "stages", "replicas", "schedule", "zero1",   "predicted"};
+  if (!v1) {
+    keys.push_back("model_spec");
+    keys.push_back("cluster_spec");
+  }
+  MOTLEY_RETURN_IF_ERROR(root.check_keys(keys));
   MOTLEY_RETURN_IF_ERROR(check_units(root));
-  Plan plan;
+  PlanFile file;
+  Plan& plan = file.plan;
   MOTLEY_ASSIGN_OR_RETURN(plan.model, spec_ref_from_json(root, "model"));
   MOTLEY_ASSIGN_OR_RETURN(plan.cluster, spec_ref_from_json(root, "cluster"));
   MOTLEY_ASSIGN_OR_RETURN(plan.micro_batch_size, root.get_positive_int("micro_batch_size"));
@@ -388,23 +424,110 @@ Result<Plan> plan_from_json(const Json& json, const std::string& source) {
     MOTLEY_ASSIGN_OR_RETURN(PredictedMetrics p, predicted_from_json(*predicted));
     plan.predicted = std::move(p);
   }
-  return plan;
+  if (std::optional<JsonField> spec = root.find("model_spec")) {
+    MOTLEY_ASSIGN_OR_RETURN(ModelSpec model, model_from_json(*spec));
+    MOTLEY_RETURN_IF_ERROR(check_embedded(*spec, "model", plan.model, model_ref(model), "model"));
+    file.model = std::move(model);
+  }
+  if (std::optional<JsonField> spec = root.find("cluster_spec")) {
+    MOTLEY_ASSIGN_OR_RETURN(ClusterSpec cluster, cluster_from_json(*spec));
+    MOTLEY_RETURN_IF_ERROR(
+        check_embedded(*spec, "cluster", plan.cluster, cluster_ref(cluster), "cluster"));
+    file.cluster = std::move(cluster);
+  }
+  return file;
+}
+
+Result<Plan> plan_from_json(const Json& json, const std::string& source) {
+  MOTLEY_ASSIGN_OR_RETURN(PlanFile file, plan_file_from_json(json, source));
+  return std::move(file.plan);
+}
+
+Result<PlanFile> load_plan_file(const std::string& path) {
+  MOTLEY_ASSIGN_OR_RETURN(Json json, read_json_file(path));
+  return plan_file_from_json(json, path);
 }
 
 Result<Plan> load_plan(const std::string& path) {
-  MOTLEY_ASSIGN_OR_RETURN(Json json, read_json_file(path));
-  return plan_from_json(json, path);
+  MOTLEY_ASSIGN_OR_RETURN(PlanFile file, load_plan_file(path));
+  return std::move(file.plan);
 }
 
-std::string plan_to_text(const Plan& plan) {
+namespace {
+
+std::string text_of(const Json& json) {
   std::string text;
-  pretty_print(plan_to_json(plan), 0, &text);
+  pretty_print(json, 0, &text);
   text += "\n";
   return text;
 }
 
+// One spec of a plan: the override, the embedded one, or the one the plan names. `load` is
+// load_model or load_cluster; `what` is "model" or "cluster".
+template <typename Spec, typename Load, typename Ref>
+Result<Spec> resolve_spec(const std::string& path, const char* what, const SpecRef& recorded,
+                          const std::optional<Spec>& embedded, const std::string& override_name,
+                          Load load, Ref ref) {
+  const std::string flag = std::string("--") + what;
+  if (!override_name.empty()) {
+    MOTLEY_ASSIGN_OR_RETURN(Spec spec, load(override_name));
+    const SpecRef given = ref(spec);
+    if (given.hash == recorded.hash) return spec;
+    return invalid_argument(path + ": field '" + what + "': the plan was made for " + what + " '" +
+                            recorded.name + "' (hash " + recorded.hash + ") but " + flag + " " +
+                            override_name + " is '" + given.name + "' (hash " + given.hash + "); " +
+                            (embedded
+                                 ? "leave out " + flag + " to use the " + what + " the plan carries"
+                                 : "pass the " + std::string(what) + " the plan was made for") +
+                            ", or make a new plan for this " + what);
+  }
+  if (embedded) return *embedded;
+  // A plan without its spec (motley.plan/1): the name is all there is to go on.
+  Result<Spec> named = load(recorded.name);
+  if (!named.is_ok()) {
+    return Status(named.status().code(),
+                  path + ": field '" + what + "': the plan names " + what + " '" + recorded.name +
+                      "' but does not carry it (an older plan file), and it cannot be found: " +
+                      named.status().message() + "; pass " + flag + " with the " + what +
+                      " the plan was made for");
+  }
+  const SpecRef found = ref(named.value());
+  if (found.hash == recorded.hash) return named;
+  return invalid_argument(path + ": field '" + what + "': the plan was made for " + what + " '" +
+                          recorded.name + "' (hash " + recorded.hash + ") but the " + what +
+                          " of that name here has hash " + found.hash +
+                          "; the plan does not carry its " + what + " (an older plan file): pass " +
+                          flag + " with the one it was made for");
+}
+
+}  // namespace
+
+std::string plan_to_text(const Plan& plan) { return text_of(plan_to_json(plan)); }
+
+std::string plan_to_text(const Plan& plan, const ModelSpec& model, const ClusterSpec& cluster) {
+  return text_of(plan_to_json(plan, model, cluster));
+}
+
 Status save_plan(const Plan& plan, const std::string& path) {
   return write_file_atomically(path, plan_to_text(plan));
+}
+
+Status save_plan(const Plan& plan, const ModelSpec& model, const ClusterSpec& cluster,
+                 const std::string& path) {
+  return write_file_atomically(path, plan_to_text(plan, model, cluster));
+}
+
+Result<PlanInputs> load_plan_inputs(const std::string& path, const PlanSpecOverrides& overrides) {
+  MOTLEY_ASSIGN_OR_RETURN(PlanFile file, load_plan_file(path));
+  PlanInputs in;
+  MOTLEY_ASSIGN_OR_RETURN(
+      in.model, resolve_spec<ModelSpec>(path, "model", file.plan.model, file.model, overrides.model,
+                                        load_model, model_ref));
+  MOTLEY_ASSIGN_OR_RETURN(
+      in.cluster, resolve_spec<ClusterSpec>(path, "cluster", file.plan.cluster, file.cluster,
+                                            overrides.cluster, load_cluster, cluster_ref));
+  in.plan = std::move(file.plan);
+  return in;
 }
 
 }  // namespace motley

@@ -7,12 +7,17 @@
 #include <functional>
 #include <string>
 
+#include "motley/model/model_json.h"
+#include "motley/plan/spec_hash.h"
 #include "test_plans.h"
 
 namespace motley {
 namespace {
 
 using ::motley::testing::actions;
+using ::motley::testing::one_f_one_b_plan;
+using ::motley::testing::single_device_nodes;
+using ::motley::testing::small_model;
 
 // A plan that uses every field and every action kind (not a runnable schedule: the schema
 // does not care).
@@ -93,7 +98,7 @@ TEST(PlanJson, RoundTripsWithoutPrediction) {
 
 TEST(PlanJson, WritesDocumentedFields) {
   const Json j = plan_to_json(full_plan());
-  EXPECT_EQ(j.at("format"), "motley.plan/1");
+  EXPECT_EQ(j.at("format"), "motley.plan/2");
   EXPECT_EQ(j.at("units"), (Json{{"time", "s"}, {"memory", "bytes"}}));
   EXPECT_EQ(j.at("stages")[1], (Json{{"layers", {3, 5}}, {"recompute", "selective"}}));
   EXPECT_EQ(j.at("replicas")[0].at("stage_group"), (Json{0, 1, 0}));
@@ -105,7 +110,7 @@ TEST(PlanJson, WritesDocumentedFields) {
 
 TEST(PlanJson, TextPutsFormatFirstAndActionsOnOneLine) {
   const std::string text = plan_to_text(full_plan());
-  EXPECT_EQ(text.rfind("{\n  \"format\": \"motley.plan/1\",\n  \"units\": {", 0), 0u) << text;
+  EXPECT_EQ(text.rfind("{\n  \"format\": \"motley.plan/2\",\n  \"units\": {", 0), 0u) << text;
   EXPECT_NE(text.find("\"actions\": [\"0F1\", \"1F1\", \"2F1\", \"2B1\", \"1B1\", \"0B1\"]"),
             std::string::npos)
       << text;
@@ -114,7 +119,7 @@ TEST(PlanJson, TextPutsFormatFirstAndActionsOnOneLine) {
   EXPECT_EQ(parsed.value(), plan_to_json(full_plan()));
 }
 
-class PlanFile : public ::testing::Test {
+class PlanFileIo : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ =
@@ -125,7 +130,7 @@ class PlanFile : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
-TEST_F(PlanFile, SaveThenLoadIsIdentity) {
+TEST_F(PlanFileIo, SaveThenLoadIsIdentity) {
   const std::string path = (dir_ / "plan.json").string();
   ASSERT_TRUE(save_plan(full_plan(), path).is_ok());
   Result<Plan> back = load_plan(path);
@@ -138,7 +143,7 @@ TEST_F(PlanFile, SaveThenLoadIsIdentity) {
   EXPECT_EQ(load_plan(path).value().schedule, "1f1b");
 }
 
-TEST_F(PlanFile, MissingFileIsNotFound) {
+TEST_F(PlanFileIo, MissingFileIsNotFound) {
   Result<Plan> p = load_plan((dir_ / "absent.json").string());
   ASSERT_FALSE(p.is_ok());
   EXPECT_EQ(p.status().code(), StatusCode::kNotFound);
@@ -180,8 +185,8 @@ INSTANTIATE_TEST_SUITE_P(
                    "input-gradient backward, weight-gradient backward, full backward, "
                    "recompute)"},
         BadFixture{"wrong-format.json",
-                   "field 'format': expected \"motley.plan/1\", got "
-                   "\"motley.plan/2\""},
+                   "field 'format': expected \"motley.plan/2\" (or \"motley.plan/1\"), got "
+                   "\"motley.plan/3\""},
         BadFixture{"unknown-key.json",
                    "field 'replicas[0].groups[0].device': unknown field; allowed fields here: "
                    "devices or actions"}));
@@ -227,7 +232,7 @@ TEST(PlanJsonErrors, NameTheField) {
   EXPECT_EQ(error_after([](Json& j) { j["zero1"] = "yes"; }),
             "plan.json: field 'zero1': expected true or false, got \"yes\"");
   EXPECT_EQ(error_after([](Json& j) { j = Json::array(); }),
-            "plan.json: expected a plan (a JSON object with \"format\": \"motley.plan/1\"), got "
+            "plan.json: expected a plan (a JSON object with \"format\": \"motley.plan/2\"), got "
             "an array");
 }
 
@@ -247,6 +252,162 @@ TEST(PlanJson, OptionalFieldsTakeDefaults) {
   EXPECT_EQ(p->schedule, "");
   EXPECT_FALSE(p->zero1);
   EXPECT_EQ(p->stages[0].recompute, RecomputePolicy::kNone);
+}
+
+// ---- Plans that carry their model and cluster (format 2).
+
+struct Specs {
+  ModelSpec model = small_model(3, "carried");
+  ClusterSpec cluster = single_device_nodes(3);
+  Plan plan = one_f_one_b_plan(model, cluster, 4);
+};
+
+TEST(SelfContainedPlan, EmbedsModelAndClusterAndReadsThemBack) {
+  const Specs s;
+  const Json j = plan_to_json(s.plan, s.model, s.cluster);
+  EXPECT_EQ(j.at("model_spec"), model_to_json(s.model));
+  EXPECT_EQ(j.at("cluster_spec"), cluster_canonical_json(s.cluster));
+  Result<PlanFile> back = plan_file_from_json(j, "plan.json");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->plan, s.plan);
+  ASSERT_TRUE(back->model && back->cluster);
+  EXPECT_EQ(model_to_json(*back->model), model_to_json(s.model));
+  EXPECT_EQ(*back->cluster, s.cluster);
+  EXPECT_EQ(model_ref(*back->model), s.plan.model);
+  EXPECT_EQ(cluster_ref(*back->cluster), s.plan.cluster);
+}
+
+TEST(SelfContainedPlan, TextKeepsTheScheduleAboveTheSpecs) {
+  const Specs s;
+  const std::string text = plan_to_text(s.plan, s.model, s.cluster);
+  const size_t replicas = text.find("\"replicas\"");
+  const size_t model = text.find("\"model_spec\"");
+  const size_t cluster = text.find("\"cluster_spec\"");
+  ASSERT_NE(model, std::string::npos);
+  EXPECT_LT(replicas, model);
+  EXPECT_LT(model, cluster);
+  Result<Json> parsed = parse_json(text, "text");
+  ASSERT_TRUE(parsed.is_ok());
+  EXPECT_EQ(parsed.value(), plan_to_json(s.plan, s.model, s.cluster));
+}
+
+TEST(SelfContainedPlan, AnEditedEmbeddedSpecIsNamedWithBothHashes) {
+  const Specs s;
+  Json j = plan_to_json(s.plan, s.model, s.cluster);
+  j["model_spec"]["layers"][1]["ffn"]["ffn_size"] = 512;
+  Result<PlanFile> p = plan_file_from_json(j, "plan.json");
+  ASSERT_FALSE(p.is_ok());
+  const std::string& msg = p.status().message();
+  EXPECT_EQ(msg.rfind("plan.json: field 'model_spec': the embedded model is 'carried' (hash ", 0),
+            0u)
+      << msg;
+  EXPECT_NE(msg.find("but field 'model' says 'carried' (hash " + s.plan.model.hash + ")"),
+            std::string::npos)
+      << msg;
+
+  j = plan_to_json(s.plan, s.model, s.cluster);
+  j["cluster_spec"]["nodes"][0]["price_per_hour"] = 1.5;
+  p = plan_file_from_json(j, "plan.json");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_NE(p.status().message().find("field 'cluster_spec': the embedded cluster is"),
+            std::string::npos)
+      << p.status().message();
+}
+
+TEST(SelfContainedPlan, AMalformedEmbeddedSpecNamesItsField) {
+  const Specs s;
+  Json j = plan_to_json(s.plan, s.model, s.cluster);
+  j["model_spec"]["layers"][2]["attention"]["num_heads"] = "four";
+  Result<PlanFile> p = plan_file_from_json(j, "plan.json");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(
+      p.status().message().rfind(
+          "plan.json: field 'model_spec.layers[2].attention.num_heads': expected an integer", 0),
+      0u)
+      << p.status().message();
+}
+
+TEST(SelfContainedPlan, FormatOneFilesStillReadButTakeNoSpecs) {
+  const Specs s;
+  Json j = plan_to_json(s.plan);
+  j["format"] = "motley.plan/1";
+  Result<PlanFile> p = plan_file_from_json(j, "old.json");
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p->plan, s.plan);
+  EXPECT_FALSE(p->model.has_value());
+  EXPECT_FALSE(p->cluster.has_value());
+  j["model_spec"] = model_to_json(s.model);
+  p = plan_file_from_json(j, "old.json");
+  ASSERT_FALSE(p.is_ok());
+  EXPECT_EQ(p.status().message().rfind("old.json: field 'model_spec': unknown field", 0), 0u)
+      << p.status().message();
+}
+
+class PlanInputsTest : public PlanFileIo {
+ protected:
+  std::string write(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    EXPECT_TRUE(write_file_atomically(path, text).is_ok());
+    return path;
+  }
+  Specs s_;
+};
+
+TEST_F(PlanInputsTest, TheFileAloneIsEnough) {
+  const std::string path = write("plan.json", plan_to_text(s_.plan, s_.model, s_.cluster));
+  Result<PlanInputs> in = load_plan_inputs(path);
+  ASSERT_TRUE(in.is_ok()) << in.status().message();
+  EXPECT_EQ(in->plan, s_.plan);
+  EXPECT_EQ(model_ref(in->model), s_.plan.model);
+  EXPECT_EQ(in->cluster, s_.cluster);
+}
+
+TEST_F(PlanInputsTest, AnOverrideMustHaveThePlansHash) {
+  const std::string path = write("plan.json", plan_to_text(s_.plan, s_.model, s_.cluster));
+  // The same model from a file of its own is accepted.
+  const std::string same = write("same.json", model_to_json(s_.model).dump());
+  Result<PlanInputs> in = load_plan_inputs(path, PlanSpecOverrides{same, ""});
+  ASSERT_TRUE(in.is_ok()) << in.status().message();
+  // Another one is refused, naming both hashes and what to do.
+  const std::string other = write("other.json", model_to_json(small_model(3, "other")).dump());
+  in = load_plan_inputs(path, PlanSpecOverrides{other, ""});
+  ASSERT_FALSE(in.is_ok());
+  EXPECT_EQ(in.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(in.status().message(),
+            path + ": field 'model': the plan was made for model 'carried' (hash " +
+                s_.plan.model.hash + ") but --model " + other + " is 'other' (hash " +
+                model_ref(small_model(3, "other")).hash +
+                "); leave out --model to use the model the plan carries, or make a new plan "
+                "for this model");
+}
+
+TEST_F(PlanInputsTest, AFileWithoutSpecsFindsThemByName) {
+  // A plan without its specs (format 1, or written without them) finds presets by name.
+  Result<ModelSpec> preset = load_model("tiny-llama");
+  Result<ClusterSpec> cluster = load_cluster("h100x8");
+  ASSERT_TRUE(preset.is_ok() && cluster.is_ok());
+  Plan plan = s_.plan;
+  plan.model = model_ref(preset.value());
+  plan.cluster = cluster_ref(cluster.value());
+  const std::string path = write("old.json", plan_to_text(plan));
+  Result<PlanInputs> in = load_plan_inputs(path);
+  ASSERT_TRUE(in.is_ok()) << in.status().message();
+  EXPECT_EQ(in->model.name, "tiny-llama");
+  EXPECT_EQ(in->cluster, cluster.value());
+
+  // One made for a model file that is not here says so and names --model.
+  const std::string orphan = write("orphan.json", plan_to_text(s_.plan));
+  in = load_plan_inputs(orphan);
+  ASSERT_FALSE(in.is_ok());
+  EXPECT_EQ(in.status().code(), StatusCode::kNotFound);
+  const std::string& msg = in.status().message();
+  EXPECT_EQ(msg.rfind(orphan + ": field 'model': the plan names model 'carried' but does not "
+                               "carry it (an older plan file), and it cannot be found: ",
+                      0),
+            0u)
+      << msg;
+  EXPECT_NE(msg.find("pass --model with the model the plan was made for"), std::string::npos)
+      << msg;
 }
 
 }  // namespace

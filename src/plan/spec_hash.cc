@@ -30,14 +30,17 @@ SpecRef model_ref(const ModelSpec& model) {
   return SpecRef{model.name, fnv1a_64_hex(model_to_json(model).dump())};
 }
 
-SpecRef cluster_ref(const ClusterSpec& cluster) {
-  // Hashing the parsed tree rather than the YAML text keeps the hash independent of how the
-  // YAML writer lays out (or comments) its output.
-  const std::string yaml = cluster_to_yaml(cluster);
-  Result<Json> tree = parse_yaml(yaml, "cluster_to_yaml");
+Json cluster_canonical_json(const ClusterSpec& cluster) {
+  // The parsed tree rather than the YAML text keeps the hash independent of how the YAML
+  // writer lays out (or comments) its output.
+  Result<Json> tree = parse_yaml(cluster_to_yaml(cluster), "cluster_to_yaml");
   MOTLEY_CHECK(tree.is_ok(),
                "cluster_to_yaml wrote YAML that does not parse: " + tree.status().message());
-  return SpecRef{cluster.name, fnv1a_64_hex(tree.value().dump())};
+  return std::move(tree).value();
+}
+
+SpecRef cluster_ref(const ClusterSpec& cluster) {
+  return SpecRef{cluster.name, fnv1a_64_hex(cluster_canonical_json(cluster).dump())};
 }
 
 }  // namespace motley

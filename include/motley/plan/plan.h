@@ -2,7 +2,8 @@
 // layers with a recompute policy), placement (device groups per stage, data-parallel replicas
 // with their own micro-batch counts) and schedule (an ordered action list per device group),
 // plus the predicted metrics a tool filled in. Pure data with a versioned JSON form
-// (plan_json.h); validation and lowering live in validate.h and lower.h. Thread-compatible.
+// (plan_json.h, which also carries the model and cluster specs beside it); validation and
+// lowering live in validate.h and lower.h. Thread-compatible.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,10 @@
 
 namespace motley {
 
-inline constexpr const char* kPlanFormat = "motley.plan/1";
+// What every tool writes: the plan with the model and cluster it was made for. Files of the
+// first format (references only) are still read.
+inline constexpr const char* kPlanFormat = "motley.plan/2";
+inline constexpr const char* kPlanFormatV1 = "motley.plan/1";
 
 enum class ActionKind {
   kForward,         // F: forward of one stage for one micro-batch

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "motley/cluster/cluster.h"
+#include "motley/core/json.h"
 #include "motley/model/model.h"
 #include "motley/plan/plan.h"
 
@@ -13,5 +14,10 @@ namespace motley {
 
 SpecRef model_ref(const ModelSpec& model);
 SpecRef cluster_ref(const ClusterSpec& cluster);
+
+// The canonical tree the cluster hash covers, which is also how a plan file embeds a cluster:
+// cluster_to_yaml's output (every field explicit, nodes expanded) read back as JSON.
+// cluster_from_json reads it back to an equal ClusterSpec.
+Json cluster_canonical_json(const ClusterSpec& cluster);
 
 }  // namespace motley
