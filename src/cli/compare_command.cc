@@ -143,8 +143,9 @@ Status compare_command(const CompareOptions& opt) {
     std::filesystem::create_directories(opt.out_dir, ec);
     if (ec) return io_error("--out-dir: cannot create '" + opt.out_dir + "': " + ec.message());
     for (const StrategyOutcome& b : rows) {
-      if (b.feasible)
-        MOTLEY_RETURN_IF_ERROR(save_plan(b.plan, opt.out_dir + "/" + b.strategy + ".json"));
+      if (!b.feasible) continue;
+      MOTLEY_RETURN_IF_ERROR(
+          save_plan(b.plan, model, cluster, opt.out_dir + "/" + b.strategy + ".json"));
     }
   }
   std::fputs(out.c_str(), stdout);

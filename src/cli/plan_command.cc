@@ -136,7 +136,7 @@ Status plan_command(const PlanOptions& opt) {
       if (!file->empty()) out += "wrote " + *file + "\n";
     }
   }
-  if (!opt.out.empty()) MOTLEY_RETURN_IF_ERROR(save_plan(r.plan, opt.out));
+  if (!opt.out.empty()) MOTLEY_RETURN_IF_ERROR(save_plan(r.plan, model, cluster, opt.out));
   if (!opt.trace.empty()) MOTLEY_RETURN_IF_ERROR(write_file_atomically(opt.trace, trace));
   if (!opt.svg.empty()) MOTLEY_RETURN_IF_ERROR(write_file_atomically(opt.svg, svg));
   std::fputs(out.c_str(), stdout);

@@ -581,11 +581,11 @@ Result<TokenStream> load_tokens(const RunOptions& opt) {
 
 Status run_command(const RunOptions& opt) {
   MOTLEY_RETURN_IF_ERROR(check_options(opt));
-  MOTLEY_ASSIGN_OR_RETURN(Plan plan, load_plan(opt.plan));
-  MOTLEY_ASSIGN_OR_RETURN(ModelSpec model,
-                          load_model(opt.model.empty() ? plan.model.name : opt.model));
-  MOTLEY_ASSIGN_OR_RETURN(ClusterSpec cluster,
-                          load_cluster(opt.cluster.empty() ? plan.cluster.name : opt.cluster));
+  MOTLEY_ASSIGN_OR_RETURN(PlanInputs inputs,
+                          load_plan_inputs(opt.plan, PlanSpecOverrides{opt.model, opt.cluster}));
+  const Plan& plan = inputs.plan;
+  const ModelSpec& model = inputs.model;
+  const ClusterSpec& cluster = inputs.cluster;
   // Memory is the cluster's, not this CPU's: not checked here.
   Status valid = validate_plan(plan, model, cluster, ValidateOptions{});
   if (!valid.is_ok()) return valid.with_context(opt.plan);
@@ -891,9 +891,13 @@ void add_run_command(CLI::App& app, Action* action) {
       "output is labelled as emulation.\n"
       "Test hook: MOTLEY_TEST_FAULT=RANK:STEP:exit kills rank RANK (SIGKILL) after its first\n"
       "compute action of step STEP; RANK:STEP:hang makes it sleep forever there.");
-  cmd->add_option("--plan", opt->plan, "A motley.plan/1 file")->required();
-  cmd->add_option("--model", opt->model, "Model (default: the one the plan names)");
-  cmd->add_option("--cluster", opt->cluster, "Cluster (default: the one the plan names)");
+  cmd->add_option("--plan", opt->plan,
+                  "A plan file (it carries its model and cluster; motley.plan/1 files name them)")
+      ->required();
+  cmd->add_option("--model", opt->model,
+                  "Model (default: the one the plan carries; must have the plan's hash)");
+  cmd->add_option("--cluster", opt->cluster,
+                  "Cluster (default: the one the plan carries; must have the plan's hash)");
   cmd->add_option("--steps", opt->steps, "Training steps to run now")->capture_default_str();
   cmd->add_option("--data", opt->data,
                   "Text file to train on (bytes as tokens), or 'synthetic' (default: " +

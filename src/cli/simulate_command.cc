@@ -48,14 +48,10 @@ struct Scenario {
 };
 
 Result<Scenario> scenario_from_plan_file(const SimulateOptions& opt) {
-  Scenario s;
-  MOTLEY_ASSIGN_OR_RETURN(s.plan, load_plan(opt.plan));
-  // The plan names what it was made for; --model and --cluster override where it came from a
-  // file rather than a preset.
-  MOTLEY_ASSIGN_OR_RETURN(s.model, load_model(opt.model.empty() ? s.plan.model.name : opt.model));
-  MOTLEY_ASSIGN_OR_RETURN(s.cluster,
-                          load_cluster(opt.cluster.empty() ? s.plan.cluster.name : opt.cluster));
-  return s;
+  // The plan carries what it was made for; --model and --cluster may stand in for it.
+  MOTLEY_ASSIGN_OR_RETURN(PlanInputs in,
+                          load_plan_inputs(opt.plan, PlanSpecOverrides{opt.model, opt.cluster}));
+  return Scenario{std::move(in.model), std::move(in.cluster), std::move(in.plan)};
 }
 
 Result<Scenario> scenario_from_schedule(const SimulateOptions& opt) {
@@ -184,7 +180,7 @@ Status simulate_command(const SimulateOptions& opt) {
   } else {
     out = simulation_summary(s.plan, result, topo, SummaryOptions{});
   }
-  if (!opt.out.empty()) MOTLEY_RETURN_IF_ERROR(save_plan(s.plan, opt.out));
+  if (!opt.out.empty()) MOTLEY_RETURN_IF_ERROR(save_plan(s.plan, s.model, s.cluster, opt.out));
   if (!opt.trace.empty()) MOTLEY_RETURN_IF_ERROR(write_file_atomically(opt.trace, trace));
   if (!opt.svg.empty()) MOTLEY_RETURN_IF_ERROR(write_file_atomically(opt.svg, svg));
   std::fputs(out.c_str(), stdout);
@@ -197,11 +193,14 @@ void add_simulate_command(CLI::App& app, Action* action) {
   auto opt = std::make_shared<SimulateOptions>();
   CLI::App* cmd = app.add_subcommand(
       "simulate", "Simulate one training iteration of a plan file or of a named schedule");
-  cmd->add_option("--plan", opt->plan, "A motley.plan/1 file");
+  cmd->add_option("--plan", opt->plan,
+                  "A plan file (it carries its model and cluster; motley.plan/1 files name them)");
   cmd->add_option("--model", opt->model,
-                  std::string("Model (default: the plan's, or ") + kDefaultModel + ")");
+                  std::string("Model (default: the one the plan carries, or ") + kDefaultModel +
+                      "); with --plan it must be the plan's (same hash)");
   cmd->add_option("--cluster", opt->cluster,
-                  std::string("Cluster (default: the plan's, or ") + kDefaultCluster + ")");
+                  std::string("Cluster (default: the one the plan carries, or ") + kDefaultCluster +
+                      "); with --plan it must be the plan's (same hash)");
   cmd->add_option("--schedule", opt->schedule,
                   "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v or dualpipev");
   cmd->add_option("--stages", opt->stages,
