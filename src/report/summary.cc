@@ -9,32 +9,22 @@
 #include <utility>
 #include <vector>
 
+#include "motley/report/text_table.h"
 #include "motley/report/timeline.h"
 #include "motley/report/units_format.h"
 
 namespace motley {
 namespace {
 
-// Columns padded to their widest cell; `right[i]` aligns column i to the right.
+// A table of `rows` without a header; `right[i]` aligns column i to the right.
 std::string table(const std::vector<std::vector<std::string>>& rows,
                   const std::vector<bool>& right) {
-  std::vector<size_t> width;
-  for (const auto& row : rows) {
-    if (width.size() < row.size()) width.resize(row.size(), 0);
-    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
-  }
-  std::string out;
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i) {
-      if (i > 0) line += "  ";
-      const std::string pad(width[i] - row[i].size(), ' ');
-      const bool r = i < right.size() && right[i];
-      line += r ? pad + row[i] : row[i] + (i + 1 < row.size() ? pad : "");
-    }
-    out += line + "\n";
-  }
-  return out;
+  TextTable t;
+  std::vector<TextTable::Align> alignment;
+  for (bool r : right) alignment.push_back(r ? TextTable::Align::kRight : TextTable::Align::kLeft);
+  t.set_alignment(std::move(alignment));
+  for (const auto& row : rows) t.add_row(row);
+  return t.to_string();
 }
 
 std::string ratio(double part, double whole) {
