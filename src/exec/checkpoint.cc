@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "motley/core/hash.h"
 #include "motley/core/json.h"
 
 namespace motley {
@@ -17,15 +18,6 @@ static_assert(std::endian::native == std::endian::little,
 
 constexpr char kMagic[8] = {'M', 'O', 'T', 'L', 'E', 'Y', 'T', '1'};
 constexpr uint32_t kVersion = 1;
-
-uint64_t fnv1a(std::string_view bytes) {
-  uint64_t hash = 0xcbf29ce484222325ULL;
-  for (unsigned char c : bytes) {
-    hash ^= c;
-    hash *= 0x100000001b3ULL;
-  }
-  return hash;
-}
 
 template <class T>
 void put(std::string& out, T value) {
@@ -84,7 +76,7 @@ Status write_tensor_file(const std::string& path, const TensorFile& file) {
     put<uint64_t>(out, nbytes);
     out.append(static_cast<const char*>(data.data_ptr()), nbytes);
   }
-  put<uint64_t>(out, fnv1a(out));
+  put<uint64_t>(out, fnv1a_64(out));
   return write_file_atomically(path, out);
 }
 
@@ -102,7 +94,8 @@ Result<TensorFile> read_tensor_file(const std::string& path) {
   const std::string_view body(bytes.data(), bytes.size() - sizeof(uint64_t));
   uint64_t stored = 0;
   std::memcpy(&stored, bytes.data() + body.size(), sizeof(stored));
-  if (stored != fnv1a(body)) return corrupt("checksum mismatch: the file is corrupt or truncated");
+  if (stored != fnv1a_64(body))
+    return corrupt("checksum mismatch: the file is corrupt or truncated");
 
   Reader r(body.substr(sizeof(kMagic)));
   if (r.get<uint32_t>() != kVersion) return corrupt("unsupported tensor file version");

@@ -1,29 +1,10 @@
 #include "motley/plan/spec_hash.h"
 
-#include <cstdint>
-#include <cstdio>
-#include <string_view>
-
+#include "motley/core/hash.h"
 #include "motley/core/json.h"
 #include "motley/model/model_json.h"
 
 namespace motley {
-namespace {
-
-// 64-bit FNV-1a (Fowler, Noll, Vo): enough to catch a plan used with the wrong spec; this is
-// not a defence against anyone forging a spec.
-std::string fnv1a_64_hex(std::string_view bytes) {
-  uint64_t h = 14695981039346656037ULL;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
-
-}  // namespace
 
 SpecRef model_ref(const ModelSpec& model) {
   // Json keeps object keys sorted and dump() adds no whitespace: a canonical text.
