@@ -2,10 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <map>
 #include <random>
-#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -18,6 +16,7 @@ namespace {
 
 using ::motley::testing::actions;
 using ::motley::testing::one_f_one_b_plan;
+using ::motley::testing::random_plan;
 using ::motley::testing::single_device_nodes;
 using ::motley::testing::small_model;
 
@@ -165,64 +164,6 @@ TEST(Lower, EveryReplicaIsLowered) {
   EXPECT_EQ(group_text(lowered.replicas[1].groups[1]), "RA(0,0)<0#0 1F0 1B0 SG(1,0)>0#0");
 }
 
-// A random valid plan: random stage -> group mapping, fused or split backwards at random, and
-// each group's order the restriction of one random topological order of the dependencies.
-Plan random_plan(std::mt19937& rng, int* stages_out) {
-  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  const int stages = pick(2, 5);
-  const int groups = pick(1, stages);
-  const int m = pick(1, 4);
-  std::vector<int> stage_group(stages);
-  for (int s = 0; s < stages; ++s) stage_group[s] = s < groups ? s : pick(0, groups - 1);
-  std::shuffle(stage_group.begin(), stage_group.end(), rng);
-  std::vector<std::vector<bool>> split(stages, std::vector<bool>(m));
-  for (auto& row : split) {
-    for (size_t j = 0; j < row.size(); ++j) row[j] = pick(0, 1) == 1;
-  }
-  // done[kind][s][j]
-  std::map<std::tuple<ActionKind, int, int>, bool> done;
-  auto is_done = [&](ActionKind k, int s, int j) { return done.count({k, s, j}) > 0; };
-  auto backward_done = [&](int s, int j) {
-    return is_done(ActionKind::kBackward, s, j) || is_done(ActionKind::kBackwardInput, s, j);
-  };
-  std::vector<std::vector<Action>> orders(groups);
-  const int total = stages * m * 2 + [&] {
-    int n = 0;
-    for (auto& row : split)
-      for (bool b : row) n += b ? 1 : 0;
-    return n;
-  }();
-  for (int placed = 0; placed < total; ++placed) {
-    std::vector<Action> ready;
-    for (int s = 0; s < stages; ++s) {
-      for (int j = 0; j < m; ++j) {
-        if (!is_done(ActionKind::kForward, s, j) &&
-            (s == 0 || is_done(ActionKind::kForward, s - 1, j))) {
-          ready.push_back({ActionKind::kForward, s, j});
-        }
-        const bool can_backward = is_done(ActionKind::kForward, s, j) &&
-                                  (s == stages - 1 ? true : backward_done(s + 1, j));
-        if (!backward_done(s, j) && can_backward) {
-          ready.push_back({split[s][j] ? ActionKind::kBackwardInput : ActionKind::kBackward, s, j});
-        }
-        if (split[s][j] && is_done(ActionKind::kBackwardInput, s, j) &&
-            !is_done(ActionKind::kBackwardWeight, s, j)) {
-          ready.push_back({ActionKind::kBackwardWeight, s, j});
-        }
-      }
-    }
-    const Action a = ready[pick(0, static_cast<int>(ready.size()) - 1)];
-    done[{a.kind, a.stage, a.micro_batch}] = true;
-    orders[stage_group[a.stage]].push_back(a);
-  }
-  Plan p = one_f_one_b_plan(small_model(stages), single_device_nodes(stages), m);
-  p.replicas[0].stage_group = stage_group;
-  p.replicas[0].groups.resize(groups);
-  for (int g = 0; g < groups; ++g) p.replicas[0].groups[g].actions = orders[g];
-  *stages_out = stages;
-  return p;
-}
-
 TEST(Lower, SendsAndReceivesPairUpOnRandomPlans) {
   std::mt19937 rng(20240611);
   for (int trial = 0; trial < 200; ++trial) {
@@ -264,6 +205,20 @@ TEST(Lower, SendsAndReceivesPairUpOnRandomPlans) {
     size_t crossing = 0;
     for (int s = 0; s + 1 < stages; ++s) crossing += sg[s] != sg[s + 1] ? 2 : 0;
     EXPECT_EQ(sent.size(), crossing * p.replicas[0].micro_batches);
+  }
+}
+
+// One Lowering over plans of different shapes gives what a fresh lower_plan gives.
+TEST(Lower, ReusedLoweringGivesTheSameOps) {
+  std::mt19937 rng(7);
+  Lowering lowering;
+  for (int trial = 0; trial < 50; ++trial) {
+    int stages = 0;
+    const Plan p = random_plan(rng, &stages);
+    const LoweredPlan& reused = lowering.lower(p);
+    const LoweredPlan fresh = lower_plan(p);
+    ASSERT_EQ(reused.replicas.size(), 1u);
+    EXPECT_EQ(reused.replicas[0].groups, fresh.replicas[0].groups) << plan_to_text(p);
   }
 }
 

@@ -1,7 +1,9 @@
 #include "test_plans.h"
 
 #include <algorithm>
+#include <map>
 #include <sstream>
+#include <tuple>
 
 #include "motley/core/check.h"
 #include "motley/plan/plan_json.h"
@@ -120,6 +122,62 @@ Plan one_f_one_b_plan(const ModelSpec& model, const ClusterSpec& cluster, int mi
   }
   plan.replicas.push_back(std::move(replica));
   return plan;
+}
+
+Plan random_plan(std::mt19937& rng, int* stages_out) {
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const int stages = pick(2, 5);
+  const int groups = pick(1, stages);
+  const int m = pick(1, 4);
+  std::vector<int> stage_group(stages);
+  for (int s = 0; s < stages; ++s) stage_group[s] = s < groups ? s : pick(0, groups - 1);
+  std::shuffle(stage_group.begin(), stage_group.end(), rng);
+  std::vector<std::vector<bool>> split(stages, std::vector<bool>(m));
+  for (auto& row : split) {
+    for (size_t j = 0; j < row.size(); ++j) row[j] = pick(0, 1) == 1;
+  }
+  // done[kind][s][j]
+  std::map<std::tuple<ActionKind, int, int>, bool> done;
+  auto is_done = [&](ActionKind k, int s, int j) { return done.count({k, s, j}) > 0; };
+  auto backward_done = [&](int s, int j) {
+    return is_done(ActionKind::kBackward, s, j) || is_done(ActionKind::kBackwardInput, s, j);
+  };
+  std::vector<std::vector<Action>> orders(groups);
+  const int total = stages * m * 2 + [&] {
+    int n = 0;
+    for (auto& row : split)
+      for (bool b : row) n += b ? 1 : 0;
+    return n;
+  }();
+  for (int placed = 0; placed < total; ++placed) {
+    std::vector<Action> ready;
+    for (int s = 0; s < stages; ++s) {
+      for (int j = 0; j < m; ++j) {
+        if (!is_done(ActionKind::kForward, s, j) &&
+            (s == 0 || is_done(ActionKind::kForward, s - 1, j))) {
+          ready.push_back({ActionKind::kForward, s, j});
+        }
+        const bool can_backward = is_done(ActionKind::kForward, s, j) &&
+                                  (s == stages - 1 ? true : backward_done(s + 1, j));
+        if (!backward_done(s, j) && can_backward) {
+          ready.push_back({split[s][j] ? ActionKind::kBackwardInput : ActionKind::kBackward, s, j});
+        }
+        if (split[s][j] && is_done(ActionKind::kBackwardInput, s, j) &&
+            !is_done(ActionKind::kBackwardWeight, s, j)) {
+          ready.push_back({ActionKind::kBackwardWeight, s, j});
+        }
+      }
+    }
+    const Action a = ready[pick(0, static_cast<int>(ready.size()) - 1)];
+    done[{a.kind, a.stage, a.micro_batch}] = true;
+    orders[stage_group[a.stage]].push_back(a);
+  }
+  Plan p = one_f_one_b_plan(small_model(stages), single_device_nodes(stages), m);
+  p.replicas[0].stage_group = stage_group;
+  p.replicas[0].groups.resize(groups);
+  for (int g = 0; g < groups; ++g) p.replicas[0].groups[g].actions = orders[g];
+  *stages_out = stages;
+  return p;
 }
 
 }  // namespace motley::testing

@@ -1,6 +1,7 @@
 // Small hand-built models, clusters and plans shared by the plan module's tests.
 #pragma once
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -29,5 +30,10 @@ std::vector<Action> one_f_one_b_order(int stages, int rank, int micro_batches, b
 // model and cluster references filled in from the given specs.
 Plan one_f_one_b_plan(const ModelSpec& model, const ClusterSpec& cluster, int micro_batches,
                       bool split = false);
+
+// A random valid plan of 2-5 stages on 1-5 groups with 1-4 micro-batches: random stage ->
+// group mapping, fused or split backwards at random, and each group's order the restriction of
+// one random topological order of the dependencies. Sets *stages_out to its stage count.
+Plan random_plan(std::mt19937& rng, int* stages_out);
 
 }  // namespace motley::testing

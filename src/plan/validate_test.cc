@@ -144,57 +144,63 @@ TEST(Validate, RejectsRecomputeWithoutPolicy) {
   Status s = check_two_stage(two_stage("0F0 0F1 0R0 0B0 0B1", "1F0 1B0 1F1 1B1"));
   ASSERT_FALSE(s.is_ok());
   EXPECT_EQ(s.message(),
-            "device group 0 (device 0), action 2 (0R0): recompute of stage 0, micro-batch 0, but "
-            "stage 0 keeps its activations (recompute \"none\")");
+            "field 'replicas[0].groups[0].actions[2]': 0R0 on device group 0 (device 0): "
+            "recompute of stage 0, micro-batch 0, but stage 0 keeps its activations (recompute "
+            "\"none\")");
 }
 
 TEST(Validate, RejectsMissingWeightGradient) {
   Status s = check_two_stage(two_stage("0F0 0F1 0B0 0B1", "1F0 1I0 1W0 1F1 1I1"));
   ASSERT_FALSE(s.is_ok());
   EXPECT_EQ(s.message(),
-            "stage 1, micro-batch 1 has an input-gradient backward (1I1) but no weight-gradient "
-            "backward: device group 1 (device 1) must list 1W1");
+            "field 'replicas[0].groups[1].actions': stage 1, micro-batch 1 has an input-gradient "
+            "backward (1I1) but no weight-gradient backward: device group 1 (device 1) must list "
+            "1W1");
 }
 
 TEST(Validate, RejectsMissingForwardAndBackward) {
   Status no_f = check_two_stage(two_stage("0F0 0B0 0B1", "1F0 1B0 1F1 1B1"));
   EXPECT_EQ(no_f.message(),
-            "stage 0, micro-batch 1 has no forward: device group 0 (device 0) must list 0F1");
+            "field 'replicas[0].groups[0].actions': stage 0, micro-batch 1 has no forward: "
+            "device group 0 (device 0) must list 0F1");
   Status no_b = check_two_stage(two_stage("0F0 0F1 0B0 0B1", "1F0 1B0 1F1"));
   EXPECT_EQ(no_b.message(),
-            "stage 1, micro-batch 1 has no backward: device group 1 (device 1) must list 1B1, or "
-            "1I1 and 1W1");
+            "field 'replicas[0].groups[1].actions': stage 1, micro-batch 1 has no backward: "
+            "device group 1 (device 1) must list 1B1, or 1I1 and 1W1");
   Status w_only = check_two_stage(two_stage("0F0 0F1 0B0 0W1", "1F0 1B0 1F1 1B1"));
   EXPECT_EQ(w_only.message(),
-            "stage 0, micro-batch 1 has a weight-gradient backward (0W1) but no input-gradient "
-            "backward: device group 0 (device 0) must list 0I1 before it");
+            "field 'replicas[0].groups[0].actions': stage 0, micro-batch 1 has a weight-gradient "
+            "backward (0W1) but no input-gradient backward: device group 0 (device 0) must list "
+            "0I1 before it");
   Status both = check_two_stage(two_stage("0F0 0F1 0B0 0I1 0W1 0B1", "1F0 1B0 1F1 1B1"));
   EXPECT_EQ(both.message(),
-            "stage 0, micro-batch 1 has both a full backward (0B1) and a split one (0I1) in "
-            "device group 0 (device 0); list either 0B1 or 0I1 and 0W1");
+            "field 'replicas[0].groups[0].actions': stage 0, micro-batch 1 has both a full "
+            "backward (0B1) and a split one (0I1) in device group 0 (device 0); list either 0B1 "
+            "or 0I1 and 0W1");
 }
 
 TEST(Validate, RejectsDuplicateForward) {
   Status s = check_two_stage(two_stage("0F0 0F1 0B0 0F1 0B1", "1F0 1B0 1F1 1B1"));
   ASSERT_FALSE(s.is_ok());
   EXPECT_EQ(s.message(),
-            "device group 0 (device 0) lists 0F1 (stage 0, micro-batch 1) twice (actions 1 and "
-            "3); each runs exactly once");
+            "field 'replicas[0].groups[0].actions[3]': device group 0 (device 0) lists 0F1 "
+            "(stage 0, micro-batch 1) twice (actions 1 and 3); each runs exactly once");
 }
 
 TEST(Validate, RejectsActionsOnTheWrongGroupOrOutOfRange) {
   Status wrong = check_two_stage(two_stage("0F0 0F1 0B0 0B1 1F0", "1B0 1F1 1B1"));
   EXPECT_EQ(wrong.message(),
-            "device group 0 (device 0), action 4 (1F0): stage 1 runs on device group 1 (device "
-            "1), so its actions belong in that group's list");
+            "field 'replicas[0].groups[0].actions[4].stage': 1F0 on device group 0 (device 0): "
+            "stage 1 runs on device group 1 (device 1), so its actions belong in that group's "
+            "list");
   Status mb = check_two_stage(two_stage("0F0 0F1 0F2 0B0 0B1", "1F0 1B0 1F1 1B1"));
   EXPECT_EQ(mb.message(),
-            "device group 0 (device 0), action 2 (0F2): micro-batch 2 does not exist; the "
-            "replica has micro-batches 0-1");
+            "field 'replicas[0].groups[0].actions[2].micro_batch': 0F2 on device group 0 (device "
+            "0): micro-batch 2 does not exist; the replica has micro-batches 0-1");
   Status stage = check_two_stage(two_stage("0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1 2F0"));
   EXPECT_EQ(stage.message(),
-            "device group 1 (device 1), action 4 (2F0): stage 2 does not exist; the plan has "
-            "stages 0-1");
+            "field 'replicas[0].groups[1].actions[4].stage': 2F0 on device group 1 (device 1): "
+            "stage 2 does not exist; the plan has stages 0-1");
 }
 
 TEST(Validate, RejectsTensorParallelGroupAcrossNodes) {
@@ -259,8 +265,8 @@ TEST(Validate, RejectsDeviceOutOfRange) {
   p.replicas[0].groups[1].devices = {2};
   Status s = check_two_stage(p);
   EXPECT_EQ(s.message(),
-            "device group 1 (device 2), which runs stage 1, uses device 2, but cluster 'nodes-2' "
-            "has devices 0-1");
+            "field 'replicas[0].groups[1].devices[0]': device group 1 (device 2), which runs "
+            "stage 1, uses device 2, but cluster 'nodes-2' has devices 0-1");
 }
 
 TEST(Validate, RejectsMoreMicroBatchesThanActions) {
@@ -268,8 +274,9 @@ TEST(Validate, RejectsMoreMicroBatchesThanActions) {
   p.replicas[0].micro_batches = 1000000000000;
   p.global_batch = 2000000000000;
   EXPECT_EQ(check_two_stage(p).message(),
-            "replica 0 runs 1000000000000 micro-batches but its groups list only 8 actions; "
-            "every micro-batch needs a forward and a backward on each stage");
+            "field 'replicas[0].micro_batches': replica 0 runs 1000000000000 micro-batches but "
+            "its groups list only 8 actions; every micro-batch needs a forward and a backward on "
+            "each stage");
 }
 
 TEST(Validate, RejectsGlobalBatchMismatch) {
@@ -310,24 +317,27 @@ TEST(Validate, RejectsBadPartitions) {
   Plan gap = one_f_one_b_plan(model, cluster, 2);
   gap.stages[2].layer_begin = 3;
   EXPECT_EQ(validate_plan(gap, model, cluster, opts).message(),
-            "stage 2 (layers [3, 3)) starts at layer 3 but stage 1 ends at layer 2; stages must "
-            "cover the model's layers contiguously, in order");
+            "field 'stages[2].layer_begin': stage 2 (layers [3, 3)) starts at layer 3 but stage "
+            "1 ends at layer 2; stages must cover the model's layers contiguously, in order");
   Plan empty = one_f_one_b_plan(model, cluster, 2);
   empty.stages[1].layer_end = 1;
   empty.stages[2].layer_begin = 1;
   EXPECT_EQ(validate_plan(empty, model, cluster, opts).message(),
-            "stage 1 (layers [1, 1)) is empty; a stage needs at least one layer");
+            "field 'stages[1]': stage 1 (layers [1, 1)) is empty; a stage needs at least one "
+            "layer");
   const Plan short_plan = one_f_one_b_plan(small_model(3), single_device_nodes(3), 2);
   EXPECT_EQ(validate_plan(short_plan, model, cluster, opts).message(),
-            "the last stage ends at layer 3 but model 'small' has 4 layers; the stages must "
-            "cover them all");
+            "field 'stages[2].layer_end': the last stage ends at layer 3 but model 'small' has 4 "
+            "layers; the stages must cover them all");
   EXPECT_EQ(
       validate_plan(one_f_one_b_plan(model, cluster, 2), small_model(3), cluster, opts).message(),
-      "stage 3 (layers [3, 4)) ends past the last layer: model 'small' has 3 layers");
+      "field 'stages[3].layer_end': stage 3 (layers [3, 4)) ends past the last layer: model "
+      "'small' has 3 layers");
   Plan wrong_map = one_f_one_b_plan(model, cluster, 2);
   wrong_map.replicas[0].stage_group.pop_back();
   EXPECT_EQ(validate_plan(wrong_map, model, cluster, opts).message(),
-            "replica 0 maps 3 stages to device groups (stage_group) but the plan has 4 stages");
+            "field 'replicas[0].stage_group': replica 0 maps 3 stages to device groups "
+            "(stage_group) but the plan has 4 stages");
 }
 
 TEST(Validate, MemoryOverCapacityNamesDeviceAndAction) {

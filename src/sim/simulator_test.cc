@@ -501,29 +501,31 @@ TEST(Simulate, BadReferencesNameTheField) {
   Result<SimResult> r = simulate(options, plan, cost);
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r.status().message(),
-            "p.json: field 'replicas[0].groups[1].actions[1].micro_batch': expected a "
-            "micro-batch 0..0, got 3");
+            "p.json: field 'replicas[0].groups[1].actions[1].micro_batch': 1B3 on device group 1 "
+            "(device 1): micro-batch 3 does not exist; the replica has only micro-batch 0");
 
   plan = pipeline_plan(2, 2, 1, {acts("0F0 0B0"), acts("1F0 0B0")});
   EXPECT_EQ(simulate(options, plan, cost).status().message(),
-            "p.json: field 'replicas[0].groups[1].actions[1].stage': stage 0 runs on group 0, "
-            "not on this group");
+            "p.json: field 'replicas[0].groups[1].actions[1].stage': 0B0 on device group 1 "
+            "(device 1): stage 0 runs on device group 0 (device 0), so its actions belong in that "
+            "group's list");
 
   plan = pipeline_plan(2, 2, 1, {acts("0F0 0B0 0F0"), acts("1F0 1B0")});
   EXPECT_EQ(simulate(options, plan, cost).status().message(),
-            "p.json: field 'replicas[0].groups[0].actions[2]': duplicates F of stage 0 "
-            "micro-batch 0 (each runs exactly once)");
+            "p.json: field 'replicas[0].groups[0].actions[2]': device group 0 (device 0) lists "
+            "0F0 (stage 0, micro-batch 0) twice (actions 0 and 2); each runs exactly once");
 
   plan = pipeline_plan(2, 2, 1, {acts("0F0 0I0"), acts("1F0 1B0")});
   EXPECT_EQ(simulate(options, plan, cost).status().message(),
-            "p.json: field 'replicas[0].groups[0].actions': has an I but no W of stage 0 "
-            "micro-batch 0");
+            "p.json: field 'replicas[0].groups[0].actions': stage 0, micro-batch 0 has an "
+            "input-gradient backward (0I0) but no weight-gradient backward: device group 0 "
+            "(device 0) must list 0W0");
 
   plan = pipeline_plan(2, 2, 1, {acts("0F0 0B0"), acts("1F0 1B0")});
   plan.replicas[0].groups[1].devices = {7};
   EXPECT_EQ(simulate(options, plan, cost).status().message(),
-            "p.json: field 'replicas[0].groups[1].devices[0]': expected a device id 0..1 of the "
-            "cost model's cluster, got 7");
+            "p.json: field 'replicas[0].groups[1].devices[0]': device group 1 (device 7), which "
+            "runs stage 1, uses device 7, but the cost model's cluster has devices 0-1");
 }
 
 // The simulator object reuses its workspace: a second, smaller run is unaffected by the first.

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "motley/core/check.h"
 #include "motley/plan/plan.h"
 
 namespace motley {
@@ -33,34 +34,24 @@ struct Dependency {
   friend bool operator==(const Dependency&, const Dependency&) = default;
 };
 
-// At most three inputs, without allocating (the simulator asks this for every task).
-class Dependencies {
+// At most N items, without allocating: what an action consumes is asked for every task of
+// every plan a tuner simulates. REQUIRES: no more than N push_backs.
+template <typename T, int N>
+class ShortList {
  public:
-  const Dependency* begin() const { return items_.data(); }
-  const Dependency* end() const { return items_.data() + size_; }
+  const T* begin() const { return items_.data(); }
+  const T* end() const { return items_.data() + size_; }
   int size() const { return size_; }
-  const Dependency& operator[](int i) const { return items_[i]; }
-  void push_back(const Dependency& d) { items_[size_++] = d; }
+  const T& operator[](int i) const { return items_[i]; }
+  void push_back(const T& item) { items_[size_++] = item; }
 
  private:
-  std::array<Dependency, 3> items_{};
+  std::array<T, N> items_{};
   int size_ = 0;
 };
 
-// The inputs of `action` in a pipeline of `num_stages` stages, the same-stage one first:
-//   F(s)      <- F(s-1)                      (s > 0; crosses stages)
-//   R(s)      <- F(s)
-//   I(s), B(s) <- F(s), input backward of s+1 (s < last; crosses stages), R(s) (optional)
-//   W(s)      <- I(s)
-// REQUIRES: 0 <= action.stage < num_stages.
-Dependencies data_dependencies(const Action& action, int num_stages);
-
-// The action of another stage that consumes `action`'s output — the activation of F(s) goes to
-// F(s+1), the input gradient of I(s) or B(s) to the input backward of s-1 — or nullopt (the
-// last stage's F, the first stage's backward, W and R). The inverse of the crossing inputs of
-// data_dependencies: its `stage` and `micro_batch` name the consumer, `producer` the kind of
-// the consumer's own action (kForward or kInputBackward).
-std::optional<Dependency> downstream_consumer(const Action& action, int num_stages);
+// An action has at most three inputs.
+using Dependencies = ShortList<Dependency, 3>;
 
 // The memory rule validation, the simulator and the tuner share: F allocates a micro-batch's
 // activations of its stage, W (or a fused B) releases them; I and R change nothing.
@@ -71,6 +62,54 @@ inline bool frees_activations(ActionKind kind) {
 // I or fused B: the actions that produce a stage input's gradient.
 inline bool is_input_backward(ActionKind kind) {
   return kind == ActionKind::kBackwardInput || kind == ActionKind::kBackward;
+}
+
+// The inputs of `action` in a pipeline of `num_stages` stages, the same-stage one first:
+//   F(s)      <- F(s-1)                      (s > 0; crosses stages)
+//   R(s)      <- F(s)
+//   I(s), B(s) <- F(s), input backward of s+1 (s < last; crosses stages), R(s) (optional)
+//   W(s)      <- I(s)
+// REQUIRES: 0 <= action.stage < num_stages. Inline: lowering, the task graph and the simulator
+// ask it for every action of every plan.
+inline Dependencies data_dependencies(const Action& a, int num_stages) {
+  MOTLEY_CHECK(a.stage >= 0 && a.stage < num_stages, "data_dependencies: stage out of range");
+  const int s = a.stage;
+  const int j = a.micro_batch;
+  Dependencies deps;
+  switch (a.kind) {
+    case ActionKind::kForward:
+      if (s > 0) deps.push_back({Producer::kForward, s - 1, j, false, true});
+      break;
+    case ActionKind::kRecompute:
+      deps.push_back({Producer::kForward, s, j, false, false});
+      break;
+    case ActionKind::kBackwardInput:
+    case ActionKind::kBackward:
+      deps.push_back({Producer::kForward, s, j, false, false});
+      if (s + 1 < num_stages) deps.push_back({Producer::kInputBackward, s + 1, j, false, true});
+      deps.push_back({Producer::kRecompute, s, j, true, false});
+      break;
+    case ActionKind::kBackwardWeight:
+      deps.push_back({Producer::kBackwardInput, s, j, false, false});
+      break;
+  }
+  return deps;
+}
+
+// The action of another stage that consumes `action`'s output — the activation of F(s) goes to
+// F(s+1), the input gradient of I(s) or B(s) to the input backward of s-1 — or nullopt (the
+// last stage's F, the first stage's backward, W and R). The inverse of the crossing inputs of
+// data_dependencies: its `stage` and `micro_batch` name the consumer, `producer` the kind of
+// the consumer's own action (kForward or kInputBackward).
+inline std::optional<Dependency> downstream_consumer(const Action& a, int num_stages) {
+  MOTLEY_CHECK(a.stage >= 0 && a.stage < num_stages, "downstream_consumer: stage out of range");
+  if (a.kind == ActionKind::kForward && a.stage + 1 < num_stages) {
+    return Dependency{Producer::kForward, a.stage + 1, a.micro_batch, false, true};
+  }
+  if (is_input_backward(a.kind) && a.stage > 0) {
+    return Dependency{Producer::kInputBackward, a.stage - 1, a.micro_batch, false, true};
+  }
+  return std::nullopt;
 }
 
 }  // namespace motley

@@ -3,7 +3,7 @@
 // consuming action on the other. Messages on each channel (ordered pair of groups, direction)
 // are numbered in the sender's order, and both ends use these numbers, so an executor that
 // posts receives early (in channel order) and sends asynchronously cannot deadlock on a
-// validated plan. Deterministic. Thread-safe free function.
+// validated plan. Deterministic. Thread-safe free function; a Lowering is thread-compatible.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +42,21 @@ struct LoweredPlan {
   std::vector<LoweredReplica> replicas;
 };
 
-// REQUIRES: `plan` passed validate_plan.
+// REQUIRES: `plan` passed check_plan_structure (structure.h), as validate_plan ensures.
 LoweredPlan lower_plan(const Plan& plan);
+
+// lower_plan keeping its buffers between calls, for a caller that lowers thousands of plans
+// (the simulator): lowering plans no larger, group by group, than earlier ones allocates
+// nothing.
+class Lowering {
+ public:
+  // The lowering of `plan`, valid until the next call. REQUIRES as lower_plan.
+  const LoweredPlan& lower(const Plan& plan);
+
+ private:
+  LoweredPlan out_;
+  std::vector<int64_t> sequence_;  // per payload, stage and micro-batch: its message number
+  std::vector<int64_t> next_;      // per channel: the next message number
+};
 
 }  // namespace motley

@@ -1,0 +1,270 @@
+// Graph building; docs/simulator.md, "Task graph", gives the tasks, their durations and
+// predecessors. Everything here is linear in tasks and writes into memory kept between plans.
+#include "sim_graph.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace motley::sim_internal {
+namespace {
+
+size_t kind_index(ActionKind kind) { return static_cast<size_t>(kind); }
+
+class Builder {
+ public:
+  Builder(const SimOptions& options, const Plan& plan, const CostModel& cost, SimGraph& out)
+      : options_(options),
+        plan_(plan),
+        cost_(cost),
+        topology_(cost.topology()),
+        out_(out),
+        scratch_(out.scratch),
+        stages_(static_cast<int>(plan.stages.size())) {}
+
+  Status build() {
+    PlanBounds bounds;
+    bounds.num_devices = static_cast<int>(topology_.devices().size());
+    bounds.cluster = "the cost model's cluster";
+    const Status structure = scratch_.checker.check(plan_, bounds);
+    if (!structure.is_ok()) return structure.with_context(options_.source);
+    out_.graph.assign(plan_, scratch_.lowering.lower(plan_));
+    price_stages();
+    price_actions_and_messages();
+    add_all_reduces_and_optimizer_steps();
+    out_.graph.link();
+    for (int32_t id = 0; id < out_.graph.size(); ++id) {
+      out_.tasks[id].pending = out_.graph.indegree(id);
+    }
+    return Status::ok();
+  }
+
+ private:
+  size_t at(int r, int s) const { return static_cast<size_t>(r) * stages_ + s; }
+
+  // Per (replica, stage): times, memory and boundary bytes, from the cost model once.
+  void price_stages() {
+    const TaskGraph& graph = out_.graph;
+    const int n_rep = static_cast<int>(plan_.replicas.size());
+    scratch_.explicit_recompute.assign(static_cast<size_t>(n_rep) * stages_, 0);
+    for (int32_t id = 0; id < graph.num_actions(); ++id) {
+      const TaskNode& n = graph.node(id);
+      if (n.kind == TaskKind::kRecompute) scratch_.explicit_recompute[at(n.replica, n.stage)] = 1;
+    }
+    scratch_.stage_times.assign(static_cast<size_t>(n_rep) * stages_, SimGraph::StageTimes{});
+    out_.stage_memory.assign(static_cast<size_t>(n_rep) * stages_, StageMemory{});
+    scratch_.boundary_bytes.assign(stages_, 0);
+    for (int s = 0; s < stages_; ++s) {
+      scratch_.boundary_bytes[s] = cost_.boundary_bytes(plan_.stages[s].layer_end - 1).value();
+    }
+    DeviceGroup group;
+    for (int r = 0; r < n_rep; ++r) {
+      const Replica& rep = plan_.replicas[r];
+      for (int s = 0; s < stages_; ++s) {
+        const Stage& st = plan_.stages[s];
+        const LayerRange layers{st.layer_begin, st.layer_end};
+        group.devices = rep.groups[rep.stage_group[s]].devices;
+        const ComputeTimes t = cost_.compute(layers, group, st.recompute);
+        // Without an explicit R the recompute runs inside the backward that needs it.
+        const double folded = scratch_.explicit_recompute[at(r, s)] ? 0.0 : t.recompute.value();
+        SimGraph::StageTimes& times = scratch_.stage_times[at(r, s)];
+        times[kind_index(ActionKind::kForward)] = t.forward.value();
+        times[kind_index(ActionKind::kBackwardInput)] = t.backward_input.value() + folded;
+        times[kind_index(ActionKind::kBackwardWeight)] = t.backward_weight.value();
+        times[kind_index(ActionKind::kBackward)] =
+            t.backward_input.value() + t.backward_weight.value() + folded;
+        times[kind_index(ActionKind::kRecompute)] = t.recompute.value();
+        MemoryOptions mem;
+        mem.recompute = st.recompute;
+        mem.in_flight_micro_batches = 0;
+        mem.data_parallel = n_rep;
+        mem.zero1 = plan_.zero1;
+        out_.stage_memory[at(r, s)] = cost_.stage_memory(layers, group, mem);
+      }
+    }
+  }
+
+  // Compute tasks take their stage's time; a message its path's latency before its bytes.
+  void price_actions_and_messages() {
+    const TaskGraph& graph = out_.graph;
+    out_.tasks.assign(graph.size(), TaskState{});
+    out_.transfers.clear();
+    for (int32_t id = 0; id < graph.num_actions(); ++id) {
+      const TaskNode& n = graph.node(id);
+      out_.tasks[id].duration =
+          scratch_.stage_times[at(n.replica, n.stage)][kind_index(action_kind(n.kind))];
+    }
+    for (int32_t id = graph.num_actions(); id < graph.size(); ++id) {
+      const TaskNode& n = graph.node(id);
+      const Replica& rep = plan_.replicas[n.replica];
+      Transfer x;
+      x.task = id;
+      x.src_device = rep.groups[n.group].devices[0];
+      x.dst_device = rep.groups[n.peer_group].devices[0];
+      x.path = &topology_.path(x.src_device, x.dst_device);
+      x.bytes = scratch_.boundary_bytes[n.stage];
+      TaskState& t = out_.tasks[id];
+      t.duration = x.path->latency.value();
+      t.transfer = static_cast<int32_t>(out_.transfers.size());
+      t.communication = true;
+      out_.transfers.push_back(x);
+    }
+  }
+
+  int32_t add_task(const TaskNode& node, double duration, bool communication) {
+    TaskState t;
+    t.duration = duration;
+    t.communication = communication;
+    out_.tasks.push_back(t);
+    return out_.graph.add_node(node);
+  }
+
+  // Gradient all-reduce per stage (one replica: none) and the optimizer step per group.
+  void add_all_reduces_and_optimizer_steps() {
+    TaskGraph& graph = out_.graph;
+    const int n_rep = static_cast<int>(plan_.replicas.size());
+    std::vector<int32_t>& all_reduce = scratch_.all_reduce;
+    all_reduce.assign(stages_, -1);
+    if (options_.gradient_all_reduce && n_rep > 1) {
+      std::vector<int>& devices = scratch_.devices;
+      for (int s = 0; s < stages_; ++s) {
+        // Each replica's TP rank k reduces with the other replicas' rank k; the rings run at
+        // once, so the slowest prices the stage. Unequal TP degrees: one ring over all.
+        bool same_tp = true;
+        double bytes = 0;
+        for (int r = 0; r < n_rep; ++r) {
+          const Replica& rep = plan_.replicas[r];
+          same_tp = same_tp &&
+                    rep.groups[rep.stage_group[s]].devices.size() ==
+                        plan_.replicas[0].groups[plan_.replicas[0].stage_group[s]].devices.size();
+          bytes = std::max(bytes, out_.stage_memory[at(r, s)].gradients.value());
+        }
+        const size_t tp = plan_.replicas[0].groups[plan_.replicas[0].stage_group[s]].devices.size();
+        double duration = 0;
+        for (size_t k = 0; k < (same_tp ? tp : 1); ++k) {
+          devices.clear();
+          for (int r = 0; r < n_rep; ++r) {
+            const Replica& rep = plan_.replicas[r];
+            const std::vector<int>& d = rep.groups[rep.stage_group[s]].devices;
+            if (same_tp) {
+              devices.push_back(d[k]);
+            } else {
+              devices.insert(devices.end(), d.begin(), d.end());
+            }
+          }
+          duration =
+              std::max(duration, cost_
+                                     .collective_time(Collective::kAllReduce, devices, Bytes(bytes),
+                                                      options_.all_reduce_algorithm)
+                                     .value());
+        }
+        all_reduce[s] =
+            add_task(TaskNode{TaskKind::kExternal, -1, -1, s, -1, -1, -1, -1}, duration, true);
+      }
+    }
+
+    std::vector<std::pair<int32_t, int>>& order = scratch_.order;
+    for (int r = 0; r < n_rep; ++r) {
+      const Replica& rep = plan_.replicas[r];
+      for (size_t gi = 0; gi < rep.groups.size(); ++gi) {
+        const int g = static_cast<int>(gi);
+        // The group's all-reduces are issued on its communication stream in the order their
+        // last backward appears in its list.
+        order.clear();
+        for (int s = 0; s < stages_; ++s) {
+          if (rep.stage_group[s] != g || all_reduce[s] < 0) continue;
+          int32_t last = -1;
+          for (int j = 0; j < rep.micro_batches; ++j) {
+            const int32_t w = graph.find(r, ActionKind::kBackwardWeight, s, j);
+            last = std::max(last, w >= 0 ? w : graph.input_backward(r, s, j));
+          }
+          order.emplace_back(last, s);
+        }
+        std::sort(order.begin(), order.end());
+        for (size_t i = 0; i < order.size(); ++i) {
+          graph.add_edge(order[i].first, all_reduce[order[i].second]);
+          if (i > 0) graph.add_edge(all_reduce[order[i - 1].second], all_reduce[order[i].second]);
+        }
+        if (options_.optimizer_step == OptimizerStepModel::kNone) continue;
+        double duration = options_.optimizer_step_time.value();
+        if (options_.optimizer_step == OptimizerStepModel::kMemoryBound) {
+          const double bandwidth =
+              topology_.device_type(rep.groups[g].devices[0]).memory_bandwidth.value();
+          double bytes = 0;
+          for (int s = 0; s < stages_; ++s) {
+            if (rep.stage_group[s] != g) continue;
+            const StageMemory& m = out_.stage_memory[at(r, s)];
+            bytes += (m.gradients + m.optimizer_state * 2.0 + m.weights).value();
+          }
+          duration = bytes / bandwidth;
+        }
+        const int32_t step =
+            add_task(TaskNode{TaskKind::kExternal, r, g, -1, -1, -1, -1, -1}, duration, false);
+        const int32_t n = graph.group_size(r, g);
+        if (n > 0) graph.add_edge(graph.group_begin(r, g) + n - 1, step);
+        for (const auto& [last, s] : order) graph.add_edge(all_reduce[s], step);
+      }
+    }
+  }
+
+  const SimOptions& options_;
+  const Plan& plan_;
+  const CostModel& cost_;
+  const Topology& topology_;
+  SimGraph& out_;
+  SimGraph::Scratch& scratch_;
+  const int stages_;
+};
+
+}  // namespace
+
+SimTaskKind SimGraph::kind(int32_t id) const {
+  const TaskNode& n = graph.node(id);
+  switch (n.kind) {
+    case TaskKind::kForward:
+      return SimTaskKind::kForward;
+    case TaskKind::kBackwardInput:
+      return SimTaskKind::kBackwardInput;
+    case TaskKind::kBackwardWeight:
+      return SimTaskKind::kBackwardWeight;
+    case TaskKind::kBackward:
+      return SimTaskKind::kBackward;
+    case TaskKind::kRecompute:
+      return SimTaskKind::kRecompute;
+    case TaskKind::kActivationMessage:
+      return SimTaskKind::kSendActivation;
+    case TaskKind::kGradientMessage:
+      return SimTaskKind::kSendGradient;
+    case TaskKind::kExternal:
+      break;
+  }
+  // The simulator's own tasks: an all-reduce spans every replica, a step belongs to a group.
+  return n.replica < 0 ? SimTaskKind::kGradientAllReduce : SimTaskKind::kOptimizerStep;
+}
+
+SimTask SimGraph::task(const Plan& plan, int32_t id) const {
+  const TaskNode& n = graph.node(id);
+  const TaskState& st = tasks[id];
+  SimTask t;
+  t.kind = kind(id);
+  t.replica = n.replica;
+  t.group = n.group;
+  t.stage = n.stage;
+  t.micro_batch = n.micro_batch;
+  t.peer_group = n.peer_group;
+  if (st.transfer >= 0) {
+    t.device = transfers[st.transfer].src_device;
+    t.peer_device = transfers[st.transfer].dst_device;
+  } else if (n.replica >= 0) {
+    t.device = plan.replicas[n.replica].groups[n.group].devices[0];
+  }
+  t.start = Seconds(st.start);
+  t.end = Seconds(st.end);
+  return t;
+}
+
+Status build_sim_graph(const SimOptions& options, const Plan& plan, const CostModel& cost,
+                       SimGraph& out) {
+  return Builder(options, plan, cost, out).build();
+}
+
+}  // namespace motley::sim_internal

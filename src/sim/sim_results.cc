@@ -1,0 +1,112 @@
+// Result assembly; docs/simulator.md, "Metrics", defines each figure.
+#include "sim_results.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "motley/plan/dependencies.h"
+
+namespace motley::sim_internal {
+
+SimResult assemble_results(const SimOptions& options, const Plan& plan, const Topology& topology,
+                           const SimGraph& graph) {
+  SimResult out;
+  const std::vector<TaskState>& tasks = graph.tasks;
+  const int32_t n = static_cast<int32_t>(tasks.size());
+  const size_t stages = plan.stages.size();
+  out.tasks = n;
+  int32_t last = -1;
+  double iteration = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    if (last < 0 || tasks[i].end >= iteration) {
+      iteration = tasks[i].end;
+      last = i;
+    }
+  }
+  out.iteration_time = Seconds(iteration);
+  if (iteration > 0) {
+    out.throughput_tokens_per_s =
+        static_cast<double>(plan.global_batch) * static_cast<double>(plan.seq_len) / iteration;
+  }
+
+  // Per (replica, group) stream: busy and exposed communication of its compute tasks and
+  // optimizer step (the tasks that are neither messages nor all-reduces, which span replicas).
+  std::vector<size_t> first_stream(plan.replicas.size() + 1, 0);
+  for (size_t r = 0; r < plan.replicas.size(); ++r) {
+    first_stream[r + 1] = first_stream[r] + plan.replicas[r].groups.size();
+  }
+  std::vector<double> busy(first_stream.back(), 0), exposed(first_stream.back(), 0);
+  for (int32_t i = 0; i < n; ++i) {
+    const TaskNode& node = graph.graph.node(i);
+    if (is_message(node.kind) || node.replica < 0) continue;
+    const TaskState& t = tasks[i];
+    const size_t k = first_stream[node.replica] + node.group;
+    busy[k] += t.duration;
+    exposed[k] += std::max(0.0, t.start - t.data_ready);
+  }
+
+  double idle_total = 0;
+  for (size_t ri = 0; ri < plan.replicas.size(); ++ri) {
+    const int r = static_cast<int>(ri);
+    const Replica& rep = plan.replicas[r];
+    for (size_t gi = 0; gi < rep.groups.size(); ++gi) {
+      const int g = static_cast<int>(gi);
+      // Memory follows the group's order (dependencies.h: what allocates and frees).
+      double fixed = 0, live = 0, peak = 0;
+      int64_t in_flight = 0, peak_in_flight = 0;
+      for (size_t s = 0; s < stages; ++s) {
+        if (rep.stage_group[s] != g) continue;
+        StageMemory m = graph.stage_memory[ri * stages + s];
+        m.activations = Bytes(0);
+        fixed += m.total().value();
+      }
+      for (const Action& a : rep.groups[g].actions) {
+        const double act =
+            graph.stage_memory[ri * stages + a.stage].activations_per_micro_batch.value();
+        if (allocates_activations(a.kind)) {
+          live += act;
+          ++in_flight;
+          if (live > peak || (live == peak && in_flight > peak_in_flight)) {
+            peak = live;
+            peak_in_flight = in_flight;
+          }
+        } else if (frees_activations(a.kind)) {
+          live -= act;
+          --in_flight;
+        }
+      }
+      const size_t k = first_stream[r] + g;
+      for (int device : rep.groups[g].devices) {
+        DeviceStats d;
+        d.device = device;
+        d.replica = r;
+        d.group = g;
+        d.busy = Seconds(busy[k]);
+        d.idle = Seconds(iteration - busy[k]);
+        d.exposed_communication = Seconds(exposed[k]);
+        d.fixed_memory = Bytes(fixed);
+        d.peak_memory = Bytes(fixed + peak);
+        d.peak_in_flight = peak_in_flight;
+        d.capacity = topology.device_type(device).memory;
+        out.fits_memory = out.fits_memory && d.peak_memory <= d.capacity;
+        idle_total += d.idle.value();
+        out.devices.push_back(d);
+      }
+    }
+  }
+  if (iteration > 0 && !out.devices.empty()) {
+    out.bubble_fraction = idle_total / (iteration * static_cast<double>(out.devices.size()));
+  }
+
+  for (int32_t t = last; t >= 0; t = tasks[t].critical_pred) {
+    out.critical_path.push_back(graph.task(plan, t));
+  }
+  std::reverse(out.critical_path.begin(), out.critical_path.end());
+  if (options.record_timeline) {
+    out.timeline.reserve(n);
+    for (int32_t i = 0; i < n; ++i) out.timeline.push_back(graph.task(plan, i));
+  }
+  return out;
+}
+
+}  // namespace motley::sim_internal
