@@ -1,5 +1,6 @@
-// Helpers shared by the executor's tests: presets, plans from the schedule generators, the
-// options every run uses, the sequential reference's results, and a free localhost port.
+// Helpers shared by the executor's tests: model variants, the options every run uses, ranks as
+// threads, the sequential reference's results, and a free localhost port (presets and plans
+// from the schedule generators are test_plans.h's).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -19,12 +20,12 @@
 #include "motley/model/model.h"
 #include "motley/plan/plan.h"
 #include "motley/schedule/schedule.h"
+#include "test_plans.h"
 
 namespace motley::testing {
 
 inline constexpr int kSteps = 3;
 
-ModelSpec preset(const char* name);
 // tiny-llama with its four blocks replaced by feed-forward layers of width `hidden` (inner width
 // 8): activations of 2 x 64 x 8192 floats are 4 MiB, so no message slips through a buffer.
 ModelSpec wide_model(int64_t hidden);
@@ -39,23 +40,6 @@ ModelSpec mla_model(int64_t q_lora_rank, bool bias = false);
 // The deepseek-v2-lite preset in miniature: its embedding, first (dense) block, two MoE blocks
 // and head, at tiny-mla's widths with 8 routed experts (top 2) of width 32 and its 2 shared ones.
 ModelSpec deepseek_v2_lite_miniature();
-// One node of `devices` H100s (FixedCostModel's cluster).
-ClusterSpec cluster_of(int devices);
-
-struct UniformCase {
-  ScheduleKind kind;
-  int stages;  // device groups per replica
-  int virtual_stages;
-  int64_t micro_batches;
-  int data_parallel;
-  RecomputePolicy recompute = RecomputePolicy::kNone;
-  int tensor_parallel = 1;  // devices per group
-};
-// make_uniform_plan with every layer at 1 s for F, B and W on one node of as many H100s as the
-// plan uses, checked by validate_plan.
-Plan uniform_plan(const ModelSpec& model, const UniformCase& c, int64_t micro_batch_size = 2,
-                  int64_t seq_len = 16);
-
 // Seed 11 and AdamW with a learning rate of 1e-2 (three steps move every weight).
 ExecOptions exec_options();
 
