@@ -150,6 +150,13 @@ void DelayingTransport::delay() {
   std::this_thread::sleep_for(std::chrono::microseconds(random_() % 2000));
 }
 
+void RecordingTransport::record(const std::vector<at::Tensor>& tensors,
+                                const std::vector<int>& ranks, bool posted) {
+  Sum sum{ranks, {}, posted};
+  for (const at::Tensor& t : tensors) sum.shapes.push_back(t.sizes().vec());
+  sums_.push_back(std::move(sum));
+}
+
 ExecOptions exec_options() {
   ExecOptions options;
   options.seed = 11;

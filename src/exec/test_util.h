@@ -96,6 +96,53 @@ class DelayingTransport final : public Transport {
   std::mt19937_64 random_;
 };
 
+// Passes everything to `base` and records what was asked of it, in order: the rank sets of
+// prepare_collectives and of every all-reduce (posted or blocking) with its tensors' shapes.
+class RecordingTransport final : public Transport {
+ public:
+  struct Sum {
+    std::vector<int> ranks;
+    std::vector<std::vector<int64_t>> shapes;
+    bool posted = false;  // all_reduce_sum_async
+  };
+  explicit RecordingTransport(std::unique_ptr<Transport> base) : base_(std::move(base)) {}
+  int rank() const override { return base_->rank(); }
+  int world_size() const override { return base_->world_size(); }
+  Result<std::unique_ptr<TransportRequest>> send(const at::Tensor& tensor, int peer, MessageTag tag,
+                                                 std::string what) override {
+    return base_->send(tensor, peer, tag, std::move(what));
+  }
+  Result<std::unique_ptr<TransportRequest>> recv(const at::Tensor& buffer, int peer, MessageTag tag,
+                                                 std::string what) override {
+    return base_->recv(buffer, peer, tag, std::move(what));
+  }
+  Status all_reduce_sum(const std::vector<at::Tensor>& tensors,
+                        const std::vector<int>& ranks) override {
+    record(tensors, ranks, false);
+    return base_->all_reduce_sum(tensors, ranks);
+  }
+  Result<std::unique_ptr<TransportRequest>> all_reduce_sum_async(
+      const std::vector<at::Tensor>& tensors, const std::vector<int>& ranks) override {
+    record(tensors, ranks, true);
+    return base_->all_reduce_sum_async(tensors, ranks);
+  }
+  Status prepare_collectives(const std::vector<std::vector<int>>& sets) override {
+    prepared_.insert(prepared_.end(), sets.begin(), sets.end());
+    return base_->prepare_collectives(sets);
+  }
+  Status barrier() override { return base_->barrier(); }
+
+  const std::vector<std::vector<int>>& prepared() const { return prepared_; }
+  const std::vector<Sum>& sums() const { return sums_; }
+
+ private:
+  void record(const std::vector<at::Tensor>& tensors, const std::vector<int>& ranks, bool posted);
+
+  std::unique_ptr<Transport> base_;
+  std::vector<std::vector<int>> prepared_;
+  std::vector<Sum> sums_;
+};
+
 // A localhost port that was free a moment ago.
 int free_port();
 
