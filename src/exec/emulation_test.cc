@@ -214,7 +214,8 @@ TEST(Emulation, EveryRankSetTheExecutorSumsOverIsPriced) {
   }
 }
 
-TEST(Emulation, OptionsFromFactorsScaleTheirTimes) {
+// The options scale the factors' times by the time scale, on which a world's ranks agree.
+TEST(Emulation, OptionsScaleTheFactorsByOneTimeScaleTheRanksAgreeOn) {
   EmulationFactors f;
   f.speeds = "peak";
   f.device_types = {"a", "b"};
@@ -232,9 +233,7 @@ TEST(Emulation, OptionsFromFactorsScaleTheirTimes) {
   EXPECT_EQ(options.message_time(0, 1, 4000).value(), 3.0 * (1e-5 + 2000 / 1e9));
   EXPECT_EQ(options.message_time(1, 0, 4000).value(), 0);
   EXPECT_EQ(options.all_reduce_time({0, 1}, 2000000).value(), 3.0 * 1e-3);
-}
 
-TEST(Emulation, TheRanksOfAWorldAgreeOnOneTimeScale) {
   testing::single_threaded();
   const ModelSpec model = preset("tiny-llama");
   const Plan plan = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 2, 1});

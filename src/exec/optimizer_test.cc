@@ -17,7 +17,7 @@ void set_gradient(at::Tensor& p, float scale) {
   p.mutable_grad() = at::arange(p.numel(), at::kFloat).mul_(scale).sub_(1.0);
 }
 
-TEST(AdamWStep, SplittingTheParametersOverOptimizersChangesNoBit) {
+TEST(AdamWStep, SplittingTheParametersOverOptimizersChangesNoBitAndAStateResumes) {
   const OptimizerOptions options;
   at::Tensor a = leaf({0.5f, -1.0f, 2.0f}), b = leaf({3.0f, 0.25f});
   at::Tensor a2 = a.detach().clone().requires_grad_(true);
@@ -38,9 +38,19 @@ TEST(AdamWStep, SplittingTheParametersOverOptimizersChangesNoBit) {
   EXPECT_TRUE(at::equal(b, b2));
   EXPECT_EQ(together.state(a)->step, 3);
   EXPECT_TRUE(at::equal(together.state(b)->exp_avg_sq, second.state(b2)->exp_avg_sq));
+
+  // And a state set from another optimizer (a checkpoint's) continues its steps exactly.
+  at::Tensor q = a.detach().clone().requires_grad_(true);
+  AdamWStep resumed({q}, options);
+  resumed.set_state(q, *together.state(a));
+  for (at::Tensor* t : {&a, &q}) set_gradient(*t, -0.2f);
+  together.step();
+  resumed.step();
+  EXPECT_TRUE(at::equal(a, q));
+  EXPECT_EQ(resumed.state(q)->step, 4);
 }
 
-TEST(AdamWStep, AParameterWithoutAGradientStillDecays) {
+TEST(AdamWStep, AParameterWithoutAGradientStillDecaysAndTheSeedIsOneOverTheMicroBatches) {
   OptimizerOptions options;
   options.learning_rate = 0.5;
   options.weight_decay = 0.25;
@@ -51,28 +61,8 @@ TEST(AdamWStep, AParameterWithoutAGradientStillDecays) {
   EXPECT_TRUE(at::equal(p, at::tensor({1.75f, -3.5f})));
   ASSERT_TRUE(adamw.state(p).has_value());
   EXPECT_TRUE(at::equal(adamw.state(p)->exp_avg, at::zeros({2})));
-}
 
-TEST(AdamWStep, ASetStateContinuesTheStepsExactly) {
-  const OptimizerOptions options;
-  at::Tensor p = leaf({1.0f, 2.0f, 3.0f});
-  AdamWStep original({p}, options);
-  for (int step = 0; step < 2; ++step) {
-    original.zero_gradients();
-    set_gradient(p, 0.5f);
-    original.step();
-  }
-  at::Tensor q = p.detach().clone().requires_grad_(true);
-  AdamWStep resumed({q}, options);
-  resumed.set_state(q, *original.state(p));
-  for (at::Tensor* t : {&p, &q}) set_gradient(*t, -0.2f);
-  original.step();
-  resumed.step();
-  EXPECT_TRUE(at::equal(p, q));
-  EXPECT_EQ(resumed.state(q)->step, 3);
-}
-
-TEST(LossSeed, IsOneOverTheGlobalBatchsMicroBatchesInTheLossDtype) {
+  // The loss seed: 1 / (micro-batches of the global batch), in the loss's dtype.
   const at::Tensor seed = loss_seed(8, at::zeros({}, at::kFloat));
   EXPECT_EQ(seed.scalar_type(), at::kFloat);
   EXPECT_EQ(seed.item<float>(), 0.125f);

@@ -106,12 +106,10 @@ void round_trip(int from, int to) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(RankCheckpoint, ATensorParallelSaveLoadsUnsplit) { round_trip(2, 1); }
-
-TEST(RankCheckpoint, AnUnsplitSaveLoadsIntoATensorParallelGroup) { round_trip(1, 2); }
-
-TEST(RankCheckpoint, OnlyTheGroupsFirstRankWritesOneFilePerLayerAndRankZeroTheManifest) {
-  testing::single_threaded();
+TEST(RankCheckpoint, RoundTripsBetweenDegreesInOneFilePerLayer) {
+  round_trip(2, 1);  // a tensor-parallel save loads unsplit
+  round_trip(1, 2);  // and an unsplit one into a tensor-parallel group
+  // The group's first rank writes each layer's file, rank 0 the manifest.
   const ModelSpec model = testing::preset("tiny-llama");
   const std::string dir = temp_dir("files");
   on_group(model, 2, 1.0f, [&](int, const RankCheckpoint& c, Transport& t, Group&) {

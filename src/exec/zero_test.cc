@@ -51,16 +51,6 @@ int64_t parameter_bytes(const testing::RankRun& r) {
   return n;
 }
 
-TEST(ZeroOneOwners, LargestFirstEachToTheLeastLoadedMember) {
-  using internal::zero1_owners;
-  // 10 -> 0; 7 -> 1; 5 -> 1 (7 < 10); 3 -> 0 (10 < 12); 3 -> 1 (12 < 13).
-  EXPECT_EQ(zero1_owners({3, 10, 5, 7, 3}, 2), (std::vector<size_t>{0, 0, 1, 1, 1}));
-  // Equal sizes in their order, ties to the lowest member.
-  EXPECT_EQ(zero1_owners({4, 4, 4, 4}, 3), (std::vector<size_t>{0, 1, 2, 0}));
-  EXPECT_EQ(zero1_owners({5, 6}, 1), (std::vector<size_t>{0, 0}));
-  EXPECT_TRUE(zero1_owners({}, 2).empty());
-}
-
 // Two stages over two replicas (no tied matrix): every parameter of rank r is summed with rank
 // r + 2 alone, so the pair splits r's parameters by zero1_owners, member 0 being r.
 TEST(ZeroOne, EachReplicaHoldsTheMomentsOfExactlyTheTensorsItOwns) {
@@ -81,9 +71,18 @@ TEST(ZeroOne, EachReplicaHoldsTheMomentsOfExactlyTheTensorsItOwns) {
   }
 }
 
-// The set {0, 1} of three tensors of 6, 4 and 3 elements: rank 0 owns the first, rank 1 the
-// others. Each rank starts from values of its own; the owners' values and moments win.
-TEST(ZeroOne, OwnersShareTheirValuesAndGatherTheirMoments) {
+// Ownership by zero1_owners; then the set {0, 1} of three tensors of 6, 4 and 3 elements: rank 0
+// owns the first, rank 1 the others. Each rank starts from values of its own; the owners'
+// values and moments win.
+TEST(ZeroOne, OwnersAreLargestFirstToTheLeastLoadedAndShareTheirValuesAndMoments) {
+  using internal::zero1_owners;
+  // 10 -> 0; 7 -> 1; 5 -> 1 (7 < 10); 3 -> 0 (10 < 12); 3 -> 1 (12 < 13).
+  EXPECT_EQ(zero1_owners({3, 10, 5, 7, 3}, 2), (std::vector<size_t>{0, 0, 1, 1, 1}));
+  // Equal sizes in their order, ties to the lowest member.
+  EXPECT_EQ(zero1_owners({4, 4, 4, 4}, 3), (std::vector<size_t>{0, 1, 2, 0}));
+  EXPECT_EQ(zero1_owners({5, 6}, 1), (std::vector<size_t>{0, 0}));
+  EXPECT_TRUE(zero1_owners({}, 2).empty());
+
   InProcessNetwork network(2);
   std::vector<std::vector<at::Tensor>> after(2), avg(2);
   std::vector<std::thread> threads;
