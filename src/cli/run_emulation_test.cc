@@ -85,7 +85,7 @@ TEST(EmulationFactors, PeakSpeedsSlowEachRankByTheFastestPeakOverItsOwn) {
   EXPECT_GT(by_cost->compute_slowdown[1], 1.0);
 }
 
-TEST(EmulationFactors, MessagesCostTheCostModelsPointToPointTimeExactly) {
+TEST(EmulationFactors, MessagesAndAllReducesCostTheCostModelsTimes) {
   const RunInputs in = two_node_inputs();
   auto f = compute_emulation_factors(in, false, "plan");
   ASSERT_TRUE(f.is_ok()) << f.status().message();
@@ -102,15 +102,8 @@ TEST(EmulationFactors, MessagesCostTheCostModelsPointToPointTimeExactly) {
       }
     }
   }
-}
 
-TEST(EmulationFactors, AllReducesCostTheCostModelsTimeAtEveryPricedSize) {
-  const RunInputs in = two_node_inputs();
-  auto f = compute_emulation_factors(in, false, "plan");
-  ASSERT_TRUE(f.is_ok()) << f.status().message();
-  const AnalyticCostModel cost = cost_model_of(in);
-  const RankLayout layout(in.plan);
-  const EmulatedNetwork network(*f);
+  // All-reduces: the cost model's time at every priced size, and in between.
   std::vector<std::vector<int>> priced;
   for (const EmulatedAllReduce& a : f->all_reduces) priced.push_back(a.ranks);
   EXPECT_EQ(priced, emulated_rank_sets(in.plan));
