@@ -96,6 +96,18 @@ const std::vector<double>& reference_losses() {
   return losses;
 }
 
+// Whether motley-run has the fault-injection hook (CMake's MOTLEY_TEST_HOOKS): its help says so.
+bool fault_hook_compiled_in() {
+  static const bool compiled_in =
+      run_motley("run --help").out.find("MOTLEY_TEST_FAULT") != std::string::npos;
+  return compiled_in;
+}
+
+#define SKIP_WITHOUT_FAULT_HOOK()                                                     \
+  if (!fault_hook_compiled_in()) {                                                    \
+    GTEST_SKIP() << "motley-run was built without MOTLEY_TEST_HOOKS (no fault hook)"; \
+  }
+
 // Bad input: exit 2, one "motley: error:" message naming each of `needles`, nothing on stdout.
 void expect_bad_input(const std::string& args, const std::vector<std::string>& needles,
                       const std::string& env = "") {
@@ -286,6 +298,18 @@ TEST(RunTest, EmulationIsLabelledSlowsTheSlowerDeviceAndKeepsTheLosses) {
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_EQ(text.out.rfind("EMULATION on this CPU, not a measurement of default", 0), 0u)
       << text.out;
+
+  // Under launch each rank's motley computes the same factors, and the ranks agree on a scale.
+  const nlohmann::json launched =
+      run_json("launch --nproc 2 -- run --plan " + plan + " --steps 2 --json --emulate");
+  EXPECT_EQ(launched.value("mode", ""), "gloo");
+  EXPECT_EQ(losses_of(launched), losses_of(native));
+  const nlohmann::json& l = launched["emulation"];
+  ASSERT_TRUE(l.is_object()) << launched.dump();
+  EXPECT_EQ(l["compute_slowdown"], e["compute_slowdown"]);
+  EXPECT_EQ(l["device_types"], e["device_types"]);
+  EXPECT_EQ(l["simulated_iteration_s"], e["simulated_iteration_s"]);
+  EXPECT_GT(l.value("time_scale", 0.0), 0.0);
 }
 
 TEST(RunTest, TheEmulationComparisonPlansTrain) {
@@ -337,8 +361,27 @@ TEST(RunBadInputTest, MissingPlanFileAndOptions) {
                    {"--emulate-speeds", "peak", "cost"});
   expect_bad_input("run --plan " + kFourStage + " --precision fp16",
                    {"--precision", "fp16", "fp32", "bf16"});
+}
+
+TEST(RunBadInputTest, AMalformedFaultHook) {
+  SKIP_WITHOUT_FAULT_HOOK();
   expect_bad_input("run --plan " + kFourStage + " --steps 1", {"MOTLEY_TEST_FAULT"},
                    "MOTLEY_TEST_FAULT=one");
+}
+
+// motley-run takes the emulation's factors from motley only.
+TEST(RunBadInputTest, EmulationWithoutMotleysFactors) {
+  const std::string run_binary =
+      std::filesystem::path(MOTLEY_BINARY).parent_path().string() + "/motley-run";
+  const std::string out = temp_path("direct.out"), err = temp_path("direct.err");
+  const int status = std::system(
+      (run_binary + " run --plan " + kFourStage + " --steps 1 --emulate >" + out + " 2>" + err)
+          .c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status;
+  EXPECT_NE(slurp(err).find("run it as 'motley run ... --emulate'"), std::string::npos)
+      << slurp(err);
+  std::remove(out.c_str());
+  std::remove(err.c_str());
 }
 
 TEST(RunBadInputTest, ACorruptCheckpoint) {
@@ -358,6 +401,7 @@ TEST(RunBadInputTest, ACorruptCheckpoint) {
 }
 
 TEST(LaunchFaultTest, AKilledRankStopsTheJobAndIsNamed) {
+  SKIP_WITHOUT_FAULT_HOOK();
   // Rank 1 dies (SIGKILL) after its first action of step 1.
   RunResult r = run_motley("launch --nproc 4 -- run --plan " + kFourStage + " --steps 3",
                            "MOTLEY_TEST_FAULT=1:1:exit");
@@ -366,6 +410,7 @@ TEST(LaunchFaultTest, AKilledRankStopsTheJobAndIsNamed) {
 }
 
 TEST(LaunchFaultTest, AHungRankMakesTheOthersTimeOut) {
+  SKIP_WITHOUT_FAULT_HOOK();
   // Rank 1 stops answering in step 1; its neighbours time out after 2 s naming it.
   RunResult r =
       run_motley("launch --nproc 4 -- run --plan " + kFourStage + " --steps 3 --timeout 2",
@@ -447,6 +492,7 @@ TEST(LaunchTraceTest, TheRanksTracesAreMergedIntoOneAlignedTrace) {
 }
 
 TEST(LaunchTraceTest, AFailedRunWritesNoMergedTrace) {
+  SKIP_WITHOUT_FAULT_HOOK();
   const std::string trace = temp_path("failed-trace.json");
   const RunResult r =
       run_motley("launch --nproc 4 -- run --plan " + kFourStage + " --steps 3 --trace=" + trace,

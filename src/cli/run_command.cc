@@ -2,17 +2,20 @@
 // thread of this process, or this process's one rank of a torch-style distributed job — or the
 // sequential reference; prints a line per step (or one JSON object) and optionally writes a
 // checkpoint and the measured Chrome trace. With --emulate, each rank's compute and each message
-// is slowed to stand in for the plan's devices and links. The one command that includes libtorch.
+// is slowed to stand in for the plan's devices and links, by factors motley computed
+// (run_emulation.h). The one command that includes libtorch.
 #include <ATen/ATen.h>
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -21,26 +24,25 @@
 #include <vector>
 
 #include "commands.h"
-#include "motley/cluster/cluster.h"
 #include "motley/core/json.h"
-#include "motley/cost/analytic_cost_model.h"
 #include "motley/exec/data.h"
 #include "motley/exec/emulation.h"
+#include "motley/exec/emulation_factors.h"
 #include "motley/exec/executor.h"
 #include "motley/exec/gloo_transport.h"
+#include "motley/exec/host_memory.h"
 #include "motley/exec/precision.h"
 #include "motley/exec/rank_layout.h"
 #include "motley/exec/reference.h"
 #include "motley/exec/train.h"
-#include "motley/model/layer_cost.h"
-#include "motley/model/model_json.h"
-#include "motley/plan/plan_json.h"
-#include "motley/plan/validate.h"
 #include "motley/report/chrome_trace.h"
 #include "motley/report/timeline.h"
 #include "motley/report/units_format.h"
-#include "motley/sim/simulator.h"
 #include "rank_traces.h"
+#include "run_options.h"
+#if MOTLEY_TEST_HOOKS
+#include "run_fault_hook.h"
+#endif
 
 #ifndef MOTLEY_DATA_DIR
 #define MOTLEY_DATA_DIR "data"
@@ -52,30 +54,6 @@ namespace {
 // The text trained on when --data is not given (data/README.md names its sources).
 constexpr const char* kDefaultDataFile = MOTLEY_DATA_DIR "/gettysburg-declaration.txt";
 constexpr int64_t kSyntheticBytes = int64_t{1} << 16;
-// The test hook (docs/executor.md, "Fault injection"): RANK:STEP:exit|hang.
-constexpr const char* kFaultVariable = "MOTLEY_TEST_FAULT";
-
-struct RunOptions {
-  std::string plan;
-  std::string model;
-  std::string cluster;
-  int64_t steps = 10;
-  std::string data;
-  std::string checkpoint_dir;
-  bool resume = false;
-  int64_t checkpoint_every = 0;
-  std::string trace;
-  bool json = false;
-  bool sequential = false;
-  bool emulate = false;
-  uint64_t seed = 0;
-  double learning_rate = 1e-3;
-  double timeout_s = 30;
-  double rendezvous_timeout_s = 300;
-  int threads = 0;  // 0: max(1, cores / ranks on this machine)
-  std::string emulate_speeds = "peak";
-  std::string precision = "fp32";  // or "bf16": CPU autocast (precision.h)
-};
 
 // Where this process's rank comes from: none (every rank as a thread), or the variables a
 // torch-style launcher (torchrun, motley launch, Slurm scripts) or mpirun sets.
@@ -112,76 +90,14 @@ Result<std::optional<Distributed>> distributed_from_env() {
   return std::optional<Distributed>(d);
 }
 
-struct FaultHook {
-  int rank = -1;
-  int64_t step = 0;
-  bool hang = false;
-};
-
-Result<std::optional<FaultHook>> fault_from_env() {
-  const char* value = env(kFaultVariable);
-  if (value == nullptr) return std::optional<FaultHook>();
-  FaultHook f;
-  char what[16] = {0};
-  long long step = 0;
-  if (std::sscanf(value, "%d:%lld:%15s", &f.rank, &step, what) != 3 || f.rank < 0 || step < 0 ||
-      (std::string(what) != "exit" && std::string(what) != "hang")) {
-    return invalid_argument(std::string("environment variable ") + kFaultVariable +
-                            ": expected RANK:STEP:exit or RANK:STEP:hang, got '" + value + "'");
-  }
-  f.step = step;
-  f.hang = std::string(what) == "hang";
-  return std::optional<FaultHook>(f);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Host memory: the executor trains on this CPU, so a plan for a real-sized model must be refused
-// before it allocates rather than killed by the kernel half-way.
-
-// MemAvailable of /proc/meminfo in bytes; nullopt where it cannot be read.
-std::optional<double> available_memory_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key, unit;
-  double value = 0;
-  while (in >> key >> value >> unit) {
-    if (key == "MemAvailable:") return value * 1024.0;
-  }
-  return std::nullopt;
-}
-
-// Bytes of fp32 training state (weights, gradients, AdamW's two moments: 16 per parameter; 8 +
-// 8 / replicas with ZeRO-1) that the ranks of this process hold, and how many ranks that is.
-// Activations come on top.
-std::pair<double, int> training_state_bytes(const Plan& plan, const ModelSpec& model,
-                                            bool sequential, int only_rank) {
-  if (sequential) {
-    return {16.0 * static_cast<double>(model_totals(model, Workload{}).total_params), 1};
-  }
-  const RankLayout layout(plan);
-  const double moments = plan.zero1 ? 8.0 / static_cast<double>(plan.replicas.size()) : 8.0;
-  double bytes = 0;
-  int ranks = 0;
-  for (int r = 0; r < layout.world_size(); ++r) {
-    if (only_rank >= 0 && r != only_rank) continue;
-    ++ranks;
-    double params = 0;
-    for (int s : layout.stages_of(r)) {
-      for (int l = plan.stages[s].layer_begin; l < plan.stages[s].layer_end; ++l) {
-        params += static_cast<double>(layer_params(model.layers[l]));
-      }
-    }
-    bytes += params / layout.place_of(r).tp_size * (8.0 + moments);
-  }
-  return {bytes, ranks};
-}
-
+// The executor trains on this CPU (exec/host_memory.h): a plan whose training state does not
+// fit is refused, saying what it needs and what there is.
 Status check_host_memory(const std::string& source, const Plan& plan, const ModelSpec& model,
                          bool sequential, int only_rank, int local_ranks) {
-  const std::optional<double> available = available_memory_bytes();
-  if (!available) return Status::ok();
-  const auto [needed, ranks] = training_state_bytes(plan, model, sequential, only_rank);
-  const double share = *available / std::max(1, local_ranks);
-  if (needed <= share) return Status::ok();
+  const std::optional<HostMemoryShortfall> shortfall = host_memory_shortfall(
+      plan, model, sequential, only_rank, local_ranks, available_memory_bytes());
+  if (!shortfall) return Status::ok();
+  const int ranks = shortfall->needed.ranks;
   const std::string where =
       only_rank >= 0 ? fmt::format("rank {} needs", only_rank)
                      : fmt::format("{} in this process need{}",
@@ -192,141 +108,64 @@ Status check_host_memory(const std::string& source, const Plan& plan, const Mode
       "moments (16 bytes per parameter{}), but this machine has {} available{}; the executor "
       "trains on this CPU, so run it with a model that fits (e.g. a plan for tiny-llama: "
       "motley simulate --model tiny-llama --schedule 1f1b --stages 4 --out plan.json)",
-      source, model.name, where, format_bytes(Bytes(needed)),
+      source, model.name, where, format_bytes(shortfall->needed.bytes),
       plan.zero1 && !sequential ? ", moments sharded by ZeRO-1" : "",
-      format_bytes(Bytes(*available)),
-      local_ranks > 1 ? fmt::format(" (a share of 1/{} per rank)", local_ranks) : ""));
+      format_bytes(shortfall->available),
+      shortfall->local_ranks > 1
+          ? fmt::format(" (a share of 1/{} per rank)", shortfall->local_ranks)
+          : ""));
 }
 
 // ---------------------------------------------------------------------------------------------
-// Emulation: the numbers the executor's hooks need, from the cluster and the cost model.
+// Emulation: motley's factors (read from the descriptor it handed over) and this CPU's scale.
 
 struct Emulation {
+  EmulationFactors factors;
+  double time_scale = 0;  // emulated seconds per second of the cluster
   EmulationOptions options;
-  double time_scale = 0;                  // emulated seconds per second of the cluster
-  std::vector<std::string> device_types;  // per rank
-  Seconds simulated_iteration;            // the simulator's iteration time on the cluster
 };
 
-// The device a rank stands for, its group and its type.
-struct RankDevices {
-  int device = 0;
-  std::string type;
-  FlopsPerSecond peak;  // the device's, in the model's dtype
-};
-
-std::vector<RankDevices> rank_devices(const RankLayout& layout, const Topology& topology,
-                                      DType dtype) {
-  std::vector<RankDevices> out;
-  for (int r = 0; r < layout.world_size(); ++r) {
-    const RankPlace place = layout.place_of(r);
-    RankDevices d;
-    d.device = place.device;
-    const DeviceType& type = topology.device_type(d.device);
-    d.type = type.name;
-    d.peak = type.peak(dtype);
-    out.push_back(d);
+// What motley wrote into `fd` (run_emulation.h): the factors, or the error it met. Closes `fd`.
+Result<EmulationFactors> read_emulation_factors(int fd) {
+  const std::string source =
+      "the emulation's factors from motley (--emulation-fd " + std::to_string(fd) + ")";
+  if (fd < 0) {
+    return invalid_argument(
+        "--emulate: the emulation's factors come from motley, which computes them with the cost "
+        "model and the simulator; run it as 'motley run ... --emulate'");
   }
-  return out;
-}
-
-// Seconds the sequential reference takes per step on this machine, with this process's thread
-// settings: the whole model over the global batch, as one device would run it.
-Result<Seconds> native_step_time(const ExecOptions& exec, const Plan& plan, const ModelSpec& model,
-                                 const TokenStream& tokens) {
-  MOTLEY_ASSIGN_OR_RETURN(auto trainer, SequentialTrainer::create(exec, plan, model, tokens));
-  MOTLEY_RETURN_IF_ERROR(trainer->step().status());  // warm-up: first allocations
-  double best = 0;
-  for (int i = 0; i < 2; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    MOTLEY_RETURN_IF_ERROR(trainer->step().status());
-    const std::chrono::duration<double> t = std::chrono::steady_clock::now() - start;
-    best = i == 0 ? t.count() : std::min(best, t.count());
-  }
-  return Seconds(best);
-}
-
-// Compute, by peak: the fastest device (highest peak) runs natively, a device with 1/f of its
-// peak sleeps (f - 1) x each action's time. By cost: f is the cost model's time of the rank's
-// stages on its device over their time on the fastest-peak device, divided by the smallest such
-// ratio (so the device the cost model finds fastest for its work runs natively). A rank of a
-// tensor-parallel group computes 1/t of its stages natively and is slowed the same way; the
-// group's all-reduces are communication, delayed like every other. Time scale: the native time
-// of the whole model's step over the cost model's time for the same work on the device that runs
-// natively, so that links (the cost model's latency + bytes / bandwidth, for the bytes the
-// cluster would move in the model's dtype) and all-reduces are slowed as compute is.
-Result<Emulation> make_emulation(const ExecOptions& exec, const Plan& plan, const ModelSpec& model,
-                                 const ClusterSpec& cluster, const TokenStream& tokens,
-                                 bool cost_speeds, Transport* world, const std::string& source) {
-  AnalyticCostOptions cost_options;
-  cost_options.workload = Workload{plan.seq_len, plan.micro_batch_size, model.dtype, model.dropout};
-  MOTLEY_RETURN_IF_ERROR(AnalyticCostModel::validate(model, cost_options, model.name));
-  auto cost = std::make_shared<AnalyticCostModel>(model, cluster, cost_options);
-  const RankLayout layout(plan);
-  const std::vector<RankDevices> ranks = rank_devices(layout, cost->topology(), model.dtype);
-  int fastest = 0;
-  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
-    if (ranks[r].peak.value() > ranks[fastest].peak.value()) fastest = r;
-  }
-  const DeviceGroup fastest_group{{ranks[fastest].device}};
-  auto work = [&](const std::vector<int>& stages, const DeviceGroup& group) {
-    double total = 0;
-    for (int s : stages) {
-      const Stage& st = plan.stages[s];
-      const ComputeTimes t =
-          cost->compute(LayerRange{st.layer_begin, st.layer_end}, group, st.recompute);
-      total += (t.forward + t.backward() + t.recompute).value();
+  std::string text;
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      return io_error(source + ": " + why);
     }
-    return total;
-  };
+    if (n == 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  MOTLEY_ASSIGN_OR_RETURN(Json json, parse_json(text, source));
+  return emulation_factors_from_json(json, source);
+}
+
+// The factors, the time scale measured here (agreed on by the world when there is one) and
+// the options they make. REQUIRES: the factors were computed for `plan` with `opt`'s speeds.
+Result<Emulation> start_emulation(const RunOptions& opt, const ExecOptions& exec, const Plan& plan,
+                                  const ModelSpec& model, const TokenStream& tokens,
+                                  Transport* world) {
   Emulation e;
-  std::vector<double> ratio;
-  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
-    ratio.push_back(cost_speeds ? work(layout.stages_of(r), DeviceGroup{{ranks[r].device}}) /
-                                      work(layout.stages_of(r), fastest_group)
-                                : ranks[fastest].peak.value() / ranks[r].peak.value());
-    e.device_types.push_back(ranks[r].type);
+  MOTLEY_ASSIGN_OR_RETURN(e.factors, read_emulation_factors(opt.emulation_fd));
+  if (e.factors.speeds != opt.emulate_speeds ||
+      static_cast<int>(e.factors.compute_slowdown.size()) != RankLayout(plan).world_size()) {
+    return internal_error("the emulation's factors from motley are not for this run");
   }
-  const double native_ratio = *std::min_element(ratio.begin(), ratio.end());
-  for (double f : ratio) e.options.compute_slowdown.push_back(f / native_ratio);
-  std::vector<int> all_stages(plan.stages.size());
-  for (size_t s = 0; s < all_stages.size(); ++s) all_stages[s] = static_cast<int>(s);
-  const double cluster_step = work(all_stages, fastest_group) * native_ratio *
-                              static_cast<double>(total_micro_batches(plan));
-  MOTLEY_ASSIGN_OR_RETURN(Seconds native, native_step_time(exec, plan, model, tokens));
-  double scale = native.value() / cluster_step;
-  if (world != nullptr) {
-    // One scale for the whole world: the mean of every rank's measurement.
-    std::vector<int> all(world->world_size());
-    for (int r = 0; r < world->world_size(); ++r) all[r] = r;
-    std::vector<at::Tensor> value = {at::full({1}, scale, at::kDouble)};
-    MOTLEY_RETURN_IF_ERROR(
-        world->all_reduce_sum(value, all).with_context("agreeing on the emulation's time scale"));
-    scale = value[0].item<double>() / world->world_size();
-  }
-  e.time_scale = scale;
-  // The executor moves fp32; the cluster would move the model's dtype.
-  const double dtype_ratio = static_cast<double>(dtype_bytes(model.dtype)) / 4.0;
-  auto rank_device = std::make_shared<std::vector<int>>();
-  for (const RankDevices& d : ranks) rank_device->push_back(d.device);
-  e.options.message_time = [cost, rank_device, scale, dtype_ratio](int src, int dst,
-                                                                   int64_t bytes) {
-    return scale * cost->p2p_time((*rank_device)[src], (*rank_device)[dst],
-                                  Bytes(static_cast<double>(bytes) * dtype_ratio));
-  };
-  e.options.all_reduce_time = [cost, rank_device, scale, dtype_ratio](
-                                  const std::vector<int>& members, int64_t bytes) {
-    std::vector<int> devices;
-    for (int r : members) devices.push_back((*rank_device)[r]);
-    std::sort(devices.begin(), devices.end());
-    return scale * cost->collective_time(Collective::kAllReduce, devices,
-                                         Bytes(static_cast<double>(bytes) * dtype_ratio),
-                                         CollectiveAlgorithm::kAuto);
-  };
-  SimOptions sim_options;
-  sim_options.source = source;
-  MOTLEY_ASSIGN_OR_RETURN(SimResult sim, simulate(sim_options, plan, *cost));
-  e.simulated_iteration = sim.iteration_time;
+  MOTLEY_ASSIGN_OR_RETURN(
+      e.time_scale, emulation_time_scale(exec, plan, model, tokens, e.factors.cluster_step, world));
+  e.options = emulation_options(e.factors, e.time_scale);
   return e;
 }
 
@@ -537,6 +376,7 @@ std::string step_line(int64_t step, double loss, Seconds time, double tokens) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The steps of a run.
 
 Status check_options(const RunOptions& opt) {
   if (opt.plan.empty()) return invalid_argument("--plan: give the plan file to run");
@@ -579,293 +419,359 @@ Result<TokenStream> load_tokens(const RunOptions& opt) {
   return TokenStream::from_file(kDefaultDataFile);
 }
 
-Status run_command(const RunOptions& opt) {
-  MOTLEY_RETURN_IF_ERROR(check_options(opt));
-  MOTLEY_ASSIGN_OR_RETURN(PlanInputs inputs,
-                          load_plan_inputs(opt.plan, PlanSpecOverrides{opt.model, opt.cluster}));
-  const Plan& plan = inputs.plan;
-  const ModelSpec& model = inputs.model;
-  const ClusterSpec& cluster = inputs.cluster;
-  // Memory is the cluster's, not this CPU's: not checked here.
-  Status valid = validate_plan(plan, model, cluster, ValidateOptions{});
-  if (!valid.is_ok()) return valid.with_context(opt.plan);
-  const int world = RankLayout(plan).world_size();
+// How this process runs: every rank as a thread, one rank of a distributed job, or the
+// sequential reference; and the intra-op threads its ranks get.
+struct Mode {
+  std::string name;  // "threads", "gloo" or "sequential"
+  std::optional<Distributed> dist;
+  int world = 0;        // ranks of the plan
+  int cores = 1;        // of this machine
+  int local_ranks = 1;  // ranks sharing them
+  int threads = 1;      // intra-op threads per rank
+  int rank() const { return dist ? dist->gloo.rank : -1; }
+};
 
-  MOTLEY_ASSIGN_OR_RETURN(std::optional<Distributed> dist, distributed_from_env());
-  if (dist && dist->gloo.world_size != world) {
-    return invalid_argument(
-        opt.plan + ": the plan has " + std::to_string(world) +
-        " devices (one rank each) but WORLD_SIZE is " + std::to_string(dist->gloo.world_size) +
-        "; start " + std::to_string(world) + " ranks (motley launch --nproc " +
-        std::to_string(world) + " -- run ...) or unset WORLD_SIZE to run every rank as a thread");
+// The mode from the environment, refusing a world of another size and a training state this
+// machine cannot hold.
+Result<Mode> choose_mode(const RunOptions& opt, const RunInputs& in) {
+  Mode mode;
+  mode.world = RankLayout(in.plan).world_size();
+  MOTLEY_ASSIGN_OR_RETURN(mode.dist, distributed_from_env());
+  const std::optional<Distributed>& dist = mode.dist;
+  if (dist && dist->gloo.world_size != mode.world) {
+    const std::string world = std::to_string(mode.world);
+    return invalid_argument(opt.plan + ": the plan has " + world +
+                            " devices (one rank each) but WORLD_SIZE is " +
+                            std::to_string(dist->gloo.world_size) + "; start " + world +
+                            " ranks (motley launch --nproc " + world +
+                            " -- run ...) or unset WORLD_SIZE to run every rank as a thread");
   }
   if (dist && opt.sequential) {
     return invalid_argument("--sequential runs in one process; unset WORLD_SIZE");
   }
-  MOTLEY_RETURN_IF_ERROR(check_host_memory(opt.plan, plan, model, opt.sequential,
-                                           dist ? dist->gloo.rank : -1,
+  MOTLEY_RETURN_IF_ERROR(check_host_memory(opt.plan, in.plan, in.model, opt.sequential, mode.rank(),
                                            dist ? std::max(1, dist->local_world_size) : 1));
-  MOTLEY_ASSIGN_OR_RETURN(std::optional<FaultHook> fault, fault_from_env());
-  MOTLEY_ASSIGN_OR_RETURN(TokenStream tokens, load_tokens(opt));
+  mode.name = opt.sequential ? "sequential" : dist ? "gloo" : "threads";
+  mode.cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  mode.local_ranks = opt.sequential ? 1 : dist ? std::max(1, dist->local_world_size) : mode.world;
+  mode.threads = opt.threads > 0 ? opt.threads : std::max(1, mode.cores / mode.local_ranks);
+  return mode;
+}
 
-  // Intra-op threads: the ranks of this process (or of this machine) share its cores.
-  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  const int local_ranks = opt.sequential ? 1 : dist ? std::max(1, dist->local_world_size) : world;
-  const int threads = opt.threads > 0 ? opt.threads : std::max(1, cores / local_ranks);
-  ::setenv("OPENBLAS_NUM_THREADS", std::to_string(threads).c_str(), 1);
-  set_intra_op_threads(threads);
+// Intra-op threads: the ranks of this process (or of this machine) share its cores.
+void limit_threads(const Mode& mode) {
+  ::setenv("OPENBLAS_NUM_THREADS", std::to_string(mode.threads).c_str(), 1);
+  set_intra_op_threads(mode.threads);
+}
 
-  const std::string mode = opt.sequential ? "sequential" : dist ? "gloo" : "threads";
-  const double tokens_per_step =
-      static_cast<double>(plan.global_batch) * static_cast<double>(plan.seq_len);
+// Seed, learning rate and precision; a note on stderr (and in `*note`) when bf16 was asked for
+// and this libtorch cannot.
+ExecOptions exec_options(const RunOptions& opt, std::string* note) {
   ExecOptions exec;
   exec.seed = opt.seed;
   exec.optimizer.learning_rate = opt.learning_rate;
   const Precision requested = opt.precision == "bf16" ? Precision::kBf16Autocast : Precision::kFp32;
   exec.precision = effective_precision(requested);
-  std::string precision_note;
   if (exec.precision != requested) {
     std::string why;
     cpu_bf16_autocast_available(&why);
-    precision_note = "--precision bf16: this libtorch cannot autocast to bf16 on the CPU (" + why +
-                     "); running in fp32";
-    std::fprintf(stderr, "motley: note: %s\n", precision_note.c_str());
+    *note = "--precision bf16: this libtorch cannot autocast to bf16 on the CPU (" + why +
+            "); running in fp32";
+    std::fprintf(stderr, "motley: note: %s\n", note->c_str());
   }
+  return exec;
+}
 
-  Json out{{"mode", mode},
+double tokens_per_step(const Plan& plan) {
+  return static_cast<double>(plan.global_batch) * static_cast<double>(plan.seq_len);
+}
+
+// The --json fields every mode prints.
+Json run_header(const RunOptions& opt, const RunInputs& in, const Mode& mode,
+                const ExecOptions& exec, const std::string& precision_note) {
+  Json out{{"mode", mode.name},
            {"plan", opt.plan},
-           {"model", model.name},
-           {"cluster", cluster.name},
-           {"schedule", plan.schedule},
-           {"world_size", opt.sequential ? 1 : world},
-           {"threads_per_rank", threads},
+           {"model", in.model.name},
+           {"cluster", in.cluster.name},
+           {"schedule", in.plan.schedule},
+           {"world_size", opt.sequential ? 1 : mode.world},
+           {"threads_per_rank", mode.threads},
            {"precision", precision_name(exec.precision)},
-           {"global_batch", plan.global_batch},
-           {"seq_len", plan.seq_len},
-           {"tokens_per_step", tokens_per_step}};
+           {"global_batch", in.plan.global_batch},
+           {"seq_len", in.plan.seq_len},
+           {"tokens_per_step", tokens_per_step(in.plan)}};
   if (!precision_note.empty()) out["precision_note"] = precision_note;
+  return out;
+}
 
-  // ---- The sequential reference.
-  if (opt.sequential) {
-    MOTLEY_ASSIGN_OR_RETURN(auto trainer, SequentialTrainer::create(exec, plan, model, tokens));
-    std::vector<double> losses, times;
-    for (int64_t s = 0; s < opt.steps; ++s) {
-      const auto start = std::chrono::steady_clock::now();
-      MOTLEY_ASSIGN_OR_RETURN(double loss, trainer->step());
-      const std::chrono::duration<double> t = std::chrono::steady_clock::now() - start;
-      losses.push_back(loss);
-      times.push_back(t.count());
-      if (!opt.json) {
-        std::fputs(step_line(s, loss, Seconds(t.count()), tokens_per_step).c_str(), stdout);
-        std::fflush(stdout);
-      }
+// The sequential reference: a line per step, or `out` completed and printed.
+Status run_sequential(const RunOptions& opt, const RunInputs& in, const ExecOptions& exec,
+                      const TokenStream& tokens, Json out) {
+  MOTLEY_ASSIGN_OR_RETURN(auto trainer, SequentialTrainer::create(exec, in.plan, in.model, tokens));
+  std::vector<double> losses, times;
+  for (int64_t s = 0; s < opt.steps; ++s) {
+    const auto start = std::chrono::steady_clock::now();
+    MOTLEY_ASSIGN_OR_RETURN(double loss, trainer->step());
+    const std::chrono::duration<double> t = std::chrono::steady_clock::now() - start;
+    losses.push_back(loss);
+    times.push_back(t.count());
+    if (!opt.json) {
+      std::fputs(step_line(s, loss, Seconds(t.count()), tokens_per_step(in.plan)).c_str(), stdout);
+      std::fflush(stdout);
     }
-    double total = 0;
-    for (double t : times) total += t;
-    out["first_step"] = 0;
-    out["losses"] = losses;
-    out["step_time_s"] = times;
-    out["tokens_per_s"] = tokens_per_step * static_cast<double>(opt.steps) / total;
-    if (opt.json) std::fputs((out.dump(2) + "\n").c_str(), stdout);
-    return Status::ok();
   }
+  double total = 0;
+  for (double t : times) total += t;
+  out["first_step"] = 0;
+  out["losses"] = losses;
+  out["step_time_s"] = times;
+  out["tokens_per_s"] = tokens_per_step(in.plan) * static_cast<double>(opt.steps) / total;
+  if (opt.json) std::fputs((out.dump(2) + "\n").c_str(), stdout);
+  return Status::ok();
+}
 
-  // ---- The executor.
-  const RankLayout layout(plan);
-  const int last_stage = static_cast<int>(plan.stages.size()) - 1;
-  const int reporter = layout.stage_ranks(last_stage)[0];  // replica 0's loss
-  std::unique_ptr<Transport> transport;
-  if (dist) {
-    dist->gloo.transport.timeout = Seconds(opt.timeout_s);
-    dist->gloo.rendezvous_timeout = Seconds(opt.rendezvous_timeout_s);
-    MOTLEY_ASSIGN_OR_RETURN(transport, connect_gloo(dist->gloo));
-  }
-  const int my_rank = dist ? dist->gloo.rank : -1;
-  const bool prints_steps = !opt.json && (!dist || my_rank == reporter);
-
-  TrainOptions train;
-  train.exec = exec;
-  train.exec.record_trace = true;  // cheap; feeds --trace and the breakdown
-  train.steps = opt.steps;
-  train.transport.timeout = Seconds(opt.timeout_s);
-  if (!opt.checkpoint_dir.empty()) train.checkpoint_dir = opt.checkpoint_dir;
-  train.checkpoint_every = opt.checkpoint_every;
-  if (opt.resume) train.resume_from = opt.checkpoint_dir;
-  if (fault) {
-    const FaultHook f = *fault;
-    train.exec.after_action = [f](int rank, int64_t step, const ::motley::Action&, Seconds) {
-      if (rank != f.rank || step != f.step) return;
-      if (f.hang) {
-        while (true) std::this_thread::sleep_for(std::chrono::hours(1));
-      }
-      std::raise(SIGKILL);  // a crash: no cleanup, no message, sockets closed by the kernel
-    };
-  }
-
+// What an executor run leaves for the trace and the output.
+struct ExecutorRun {
+  std::unique_ptr<Transport> transport;  // this rank's, under WORLD_SIZE
+  int reporter = 0;                      // the rank that prints: replica 0's loss
   std::optional<Emulation> emulation;
-  if (opt.emulate) {
-    MOTLEY_ASSIGN_OR_RETURN(
-        emulation, make_emulation(exec, plan, model, cluster, tokens, opt.emulate_speeds == "cost",
-                                  transport.get(), opt.plan));
-    apply_emulation(emulation->options, &train);
-    if (!opt.json && (!dist || my_rank == reporter)) {
-      std::string text = fmt::format(
-          "EMULATION on this CPU, not a measurement of {}: compute of each rank slowed by {} "
-          "relative to the fastest, messages and all-reduces delayed by the cost model's times "
-          "x {:.4g} (native CPU seconds per cluster second)\n",
-          cluster.name,
-          opt.emulate_speeds == "cost" ? "the cost model's time for its stages"
-                                       : "its device's peak rate",
-          emulation->time_scale);
-      if (local_ranks > cores) {
-        text += fmt::format(
-            "  note: {} ranks share {} cores here, so they also wait for each other's CPU time; "
-            "the emulated step is at least the total work / {}\n",
-            local_ranks, cores, cores);
-      }
-      for (int r = 0; r < world; ++r) {
-        text += fmt::format("  rank {} ({}): compute x {:.3g}\n", r, emulation->device_types[r],
-                            emulation->options.compute_slowdown[r]);
-      }
-      std::fputs(text.c_str(), stdout);
-      std::fflush(stdout);
-    }
-  }
-
-  std::mutex mu;
   std::map<int, std::vector<RankStep>> by_rank;
-  std::optional<int64_t> first_step;
-  train.on_rank_step = [&](int rank, const StepResult& result, Seconds time) {
-    std::lock_guard<std::mutex> lock(mu);
-    by_rank[rank].push_back(RankStep{time, result.events, result.optimizer_state_bytes});
-    if (!first_step) first_step = result.step;
-    if (prints_steps && rank == reporter && result.loss) {
-      std::fputs(step_line(result.step, *result.loss, time, tokens_per_step).c_str(), stdout);
-      std::fflush(stdout);
-    }
-  };
+  TrainReport report;
+  std::vector<std::string> rank_types;   // per rank, its device's type
+  std::vector<std::string> track_names;  // per rank, for the trace
+};
 
-  Result<TrainReport> report = dist ? train_rank(train, plan, model, tokens, *transport)
-                                    : train_in_process(train, plan, model, tokens);
-  if (!report.is_ok()) return report.status();
+// The text saying the run is an emulation and how each rank is slowed.
+std::string emulation_banner(const RunOptions& opt, const RunInputs& in, const Mode& mode,
+                             const Emulation& emulation) {
+  std::string text = fmt::format(
+      "EMULATION on this CPU, not a measurement of {}: compute of each rank slowed by {} "
+      "relative to the fastest, messages and all-reduces delayed by the cost model's times "
+      "x {:.4g} (native CPU seconds per cluster second)\n",
+      in.cluster.name,
+      opt.emulate_speeds == "cost" ? "the cost model's time for its stages"
+                                   : "its device's peak rate",
+      emulation.time_scale);
+  if (mode.local_ranks > mode.cores) {
+    text += fmt::format(
+        "  note: {} ranks share {} cores here, so they also wait for each other's CPU time; "
+        "the emulated step is at least the total work / {}\n",
+        mode.local_ranks, mode.cores, mode.cores);
+  }
+  for (int r = 0; r < mode.world; ++r) {
+    text += fmt::format("  rank {} ({}): compute x {:.3g}\n", r, emulation.factors.device_types[r],
+                        emulation.options.compute_slowdown[r]);
+  }
+  return text;
+}
 
-  std::vector<std::string> track_names, rank_types;
-  const std::vector<Device> all_devices = cluster_devices(cluster);
-  for (int r = 0; r < world; ++r) {
+// Per rank, its device's type and its track's name in the trace.
+void name_ranks(const RunInputs& in, const Mode& mode, ExecutorRun* run) {
+  const RankLayout layout(in.plan);
+  const std::vector<Device> all_devices = cluster_devices(in.cluster);
+  for (int r = 0; r < mode.world; ++r) {
     const RankPlace place = layout.place_of(r);
     std::string type;
     for (const Device& d : all_devices) {
       if (d.id == place.device) type = d.type;
     }
-    rank_types.push_back(type);
+    run->rank_types.push_back(type);
     const std::string tp =
         place.tp_size > 1 ? fmt::format(" tp {}/{}", place.tp_rank, place.tp_size) : "";
-    track_names.push_back(fmt::format("rank {}: replica {} group {}{} (device {}, {})", r,
-                                      place.replica, place.group, tp, place.device, type));
+    run->track_names.push_back(fmt::format("rank {}: replica {} group {}{} (device {}, {})", r,
+                                           place.replica, place.group, tp, place.device, type));
   }
+}
 
-  // The trace first: a failure to write it leaves no report claiming success.
-  if (!opt.trace.empty()) {
-    const std::string path = dist ? rank_trace_path(opt.trace, my_rank) : opt.trace;
-    std::vector<std::vector<double>> step_times;
-    if (dist) {
-      MOTLEY_ASSIGN_OR_RETURN(step_times,
-                              gather_step_times(*transport, by_rank[my_rank], opt.steps));
-    } else {
-      for (const auto& [rank, steps] : by_rank) {
-        step_times.emplace_back();
-        for (const RankStep& step : steps) step_times.back().push_back(step.time.value());
-      }
+// Trains with the executor (threads, or this rank over Gloo), under emulation when asked;
+// prints a line per step from the reporting rank unless --json.
+Result<ExecutorRun> run_executor(const RunOptions& opt, const RunInputs& in, const Mode& mode,
+                                 const ExecOptions& exec,
+                                 const decltype(ExecOptions::after_action)& fault,
+                                 const TokenStream& tokens) {
+  ExecutorRun run;
+  const RankLayout layout(in.plan);
+  const int last_stage = static_cast<int>(in.plan.stages.size()) - 1;
+  run.reporter = layout.stage_ranks(last_stage)[0];
+  if (mode.dist) {
+    GlooOptions gloo = mode.dist->gloo;
+    gloo.transport.timeout = Seconds(opt.timeout_s);
+    gloo.rendezvous_timeout = Seconds(opt.rendezvous_timeout_s);
+    MOTLEY_ASSIGN_OR_RETURN(run.transport, connect_gloo(gloo));
+  }
+  const bool reports = !mode.dist || mode.rank() == run.reporter;
+  const bool prints_steps = !opt.json && reports;
+
+  TrainOptions train;
+  train.exec = exec;
+  train.exec.record_trace = true;  // cheap; feeds --trace and the breakdown
+  train.exec.after_action = fault;
+  train.steps = opt.steps;
+  train.transport.timeout = Seconds(opt.timeout_s);
+  if (!opt.checkpoint_dir.empty()) train.checkpoint_dir = opt.checkpoint_dir;
+  train.checkpoint_every = opt.checkpoint_every;
+  if (opt.resume) train.resume_from = opt.checkpoint_dir;
+  if (opt.emulate) {
+    MOTLEY_ASSIGN_OR_RETURN(
+        run.emulation, start_emulation(opt, exec, in.plan, in.model, tokens, run.transport.get()));
+    apply_emulation(run.emulation->options, &train);
+    if (!opt.json && reports) {
+      std::fputs(emulation_banner(opt, in, mode, *run.emulation).c_str(), stdout);
+      std::fflush(stdout);
     }
-    const Timeline timeline =
-        measured_timeline(by_rank, step_offsets(step_times), track_names, report->first_step, plan);
-    Json other{{"model", model.name},
-               {"cluster", cluster.name},
-               {"schedule", plan.schedule},
-               {"measured", true},
-               {"mode", mode},
-               {"emulated", opt.emulate},
-               {"first_step", report->first_step}};
-    if (emulation) other["emulation_time_scale"] = emulation->time_scale;
-    MOTLEY_RETURN_IF_ERROR(
-        write_file_atomically(path, chrome_trace_document(timeline, other).dump() + "\n"));
   }
 
-  const bool holds_loss = !report->losses.empty();
-  if (opt.json && holds_loss) {
-    std::vector<double> times;
+  std::mutex mu;
+  std::optional<int64_t> first_step;
+  train.on_rank_step = [&](int rank, const StepResult& result, Seconds time) {
+    std::lock_guard<std::mutex> lock(mu);
+    run.by_rank[rank].push_back(RankStep{time, result.events, result.optimizer_state_bytes});
+    if (!first_step) first_step = result.step;
+    if (prints_steps && rank == run.reporter && result.loss) {
+      std::fputs(step_line(result.step, *result.loss, time, tokens_per_step(in.plan)).c_str(),
+                 stdout);
+      std::fflush(stdout);
+    }
+  };
+  MOTLEY_ASSIGN_OR_RETURN(run.report,
+                          mode.dist ? train_rank(train, in.plan, in.model, tokens, *run.transport)
+                                    : train_in_process(train, in.plan, in.model, tokens));
+  name_ranks(in, mode, &run);
+  return run;
+}
+
+// The measured trace (under WORLD_SIZE this rank's file, on the common time axis).
+Status write_trace(const RunOptions& opt, const RunInputs& in, const Mode& mode, ExecutorRun& run) {
+  const std::string path = mode.dist ? rank_trace_path(opt.trace, mode.rank()) : opt.trace;
+  std::vector<std::vector<double>> step_times;
+  if (mode.dist) {
+    MOTLEY_ASSIGN_OR_RETURN(step_times,
+                            gather_step_times(*run.transport, run.by_rank[mode.rank()], opt.steps));
+  } else {
+    for (const auto& [rank, steps] : run.by_rank) {
+      step_times.emplace_back();
+      for (const RankStep& step : steps) step_times.back().push_back(step.time.value());
+    }
+  }
+  const Timeline timeline = measured_timeline(run.by_rank, step_offsets(step_times),
+                                              run.track_names, run.report.first_step, in.plan);
+  Json other{{"model", in.model.name},
+             {"cluster", in.cluster.name},
+             {"schedule", in.plan.schedule},
+             {"measured", true},
+             {"mode", mode.name},
+             {"emulated", opt.emulate},
+             {"first_step", run.report.first_step}};
+  if (run.emulation) other["emulation_time_scale"] = run.emulation->time_scale;
+  return write_file_atomically(path, chrome_trace_document(timeline, other).dump() + "\n");
+}
+
+// `out` completed with the losses, step times and the per-rank breakdown.
+Json json_output(const Mode& mode, const RunOptions& opt, const RunInputs& in,
+                 const ExecutorRun& run, Json out) {
+  std::vector<double> times;
+  double total = 0;
+  for (Seconds t : run.report.step_times) {
+    times.push_back(t.value());
+    total += t.value();
+  }
+  out["first_step"] = run.report.first_step;
+  out["losses"] = run.report.losses;
+  out["step_time_s"] = times;
+  out["tokens_per_s"] = tokens_per_step(in.plan) * static_cast<double>(times.size()) / total;
+  if (mode.dist) out["rank"] = mode.rank();
+  Json ranks = Json::array();
+  for (const auto& [rank, steps] : run.by_rank) {
+    const Breakdown b = breakdown_of(steps);
+    ranks.push_back(Json{{"rank", rank},
+                         {"device_type", run.rank_types[rank]},
+                         {"step_s", b.step},
+                         {"compute_s", b.compute},
+                         {"waiting_s", b.waiting},
+                         {"send_post_s", b.send_post},
+                         {"all_reduce_s", b.all_reduce},
+                         {"optimizer_s", b.optimizer},
+                         {"other_s", b.other},
+                         {"optimizer_state_bytes", steps.back().optimizer_state_bytes}});
+  }
+  out["ranks"] = ranks;
+  if (run.emulation) {
+    const Emulation& e = *run.emulation;
+    Json slowdown = e.options.compute_slowdown;
+    out["emulation"] = Json{
+        {"note",
+         "emulated heterogeneity on this CPU: compute slowed per device, messages delayed; "
+         "not a measurement of the cluster"},
+        {"speeds", opt.emulate_speeds},
+        {"time_scale", e.time_scale},
+        {"compute_slowdown", slowdown},
+        {"device_types", e.factors.device_types},
+        {"simulated_iteration_s", e.factors.simulated_iteration.value()},
+        {"simulated_iteration_scaled_s", e.factors.simulated_iteration.value() * e.time_scale}};
+  }
+  return out;
+}
+
+// The text after the steps: a summary from ranks that do not report, the emulated step against
+// the simulated one, and where the checkpoint and the trace went.
+std::string text_output(const Mode& mode, const RunOptions& opt, const RunInputs& in,
+                        const ExecutorRun& run) {
+  const std::vector<Seconds>& step_times = run.report.step_times;
+  const bool reports = !mode.dist || mode.rank() == run.reporter;
+  std::string text;
+  if (!reports) {
     double total = 0;
-    for (Seconds t : report->step_times) {
-      times.push_back(t.value());
-      total += t.value();
-    }
-    out["first_step"] = report->first_step;
-    out["losses"] = report->losses;
-    out["step_time_s"] = times;
-    out["tokens_per_s"] = tokens_per_step * static_cast<double>(times.size()) / total;
-    if (dist) out["rank"] = my_rank;
-    Json ranks = Json::array();
-    for (const auto& [rank, steps] : by_rank) {
-      const Breakdown b = breakdown_of(steps);
-      ranks.push_back(Json{{"rank", rank},
-                           {"device_type", rank_types[rank]},
-                           {"step_s", b.step},
-                           {"compute_s", b.compute},
-                           {"waiting_s", b.waiting},
-                           {"send_post_s", b.send_post},
-                           {"all_reduce_s", b.all_reduce},
-                           {"optimizer_s", b.optimizer},
-                           {"other_s", b.other},
-                           {"optimizer_state_bytes", steps.back().optimizer_state_bytes}});
-    }
-    out["ranks"] = ranks;
-    if (emulation) {
-      Json slowdown = emulation->options.compute_slowdown;
-      out["emulation"] =
-          Json{{"note",
-                "emulated heterogeneity on this CPU: compute slowed per device, messages delayed; "
-                "not a measurement of the cluster"},
-               {"speeds", opt.emulate_speeds},
-               {"time_scale", emulation->time_scale},
-               {"compute_slowdown", slowdown},
-               {"device_types", emulation->device_types},
-               {"simulated_iteration_s", emulation->simulated_iteration.value()},
-               {"simulated_iteration_scaled_s",
-                emulation->simulated_iteration.value() * emulation->time_scale}};
-    }
-    std::fputs((out.dump(2) + "\n").c_str(), stdout);
+    for (Seconds t : step_times) total += t.value();
+    text = fmt::format("rank {}: {} steps done, {} per step\n", mode.rank(), step_times.size(),
+                       format_time(Seconds(total / std::max<size_t>(1, step_times.size()))));
+  }
+  if (run.emulation && reports) {
+    const Emulation& e = *run.emulation;
+    double total = 0;
+    const size_t first = step_times.size() > 1 ? 1 : 0;
+    for (size_t i = first; i < step_times.size(); ++i) total += step_times[i].value();
+    const double mean = total / static_cast<double>(step_times.size() - first);
+    text += fmt::format(
+        "emulated step {} (mean after the first); simulated iteration on {} {} x time scale "
+        "{:.4g} = {}\n",
+        format_time(Seconds(mean)), in.cluster.name, format_time(e.factors.simulated_iteration),
+        e.time_scale, format_time(Seconds(e.factors.simulated_iteration.value() * e.time_scale)));
+  }
+  if (!opt.checkpoint_dir.empty() && (!mode.dist || mode.rank() == 0)) {
+    text += "checkpoint: " + opt.checkpoint_dir + "\n";
+  }
+  // Under motley launch the rank files are merged into opt.trace, which launch names.
+  const bool launched = std::getenv("MOTLEY_LAUNCH") != nullptr;
+  const bool holds_loss = !run.report.losses.empty();
+  if (!opt.trace.empty() && (!mode.dist || ((holds_loss || mode.rank() == 0) && !launched))) {
+    text += "trace: " + (mode.dist ? rank_trace_path(opt.trace, mode.rank()) : opt.trace) + "\n";
+  }
+  return text;
+}
+
+Status run_command(const RunOptions& opt) {
+  MOTLEY_RETURN_IF_ERROR(check_options(opt));
+  MOTLEY_ASSIGN_OR_RETURN(const RunInputs in, load_run_inputs(opt));
+  MOTLEY_RETURN_IF_ERROR(validate_run_inputs(in, opt));
+  MOTLEY_ASSIGN_OR_RETURN(const Mode mode, choose_mode(opt, in));
+  decltype(ExecOptions::after_action) fault;
+#if MOTLEY_TEST_HOOKS
+  MOTLEY_ASSIGN_OR_RETURN(fault, fault_hook_from_env());
+#endif
+  MOTLEY_ASSIGN_OR_RETURN(TokenStream tokens, load_tokens(opt));
+  limit_threads(mode);
+  std::string precision_note;
+  const ExecOptions exec = exec_options(opt, &precision_note);
+  Json out = run_header(opt, in, mode, exec, precision_note);
+  if (opt.sequential) return run_sequential(opt, in, exec, tokens, std::move(out));
+
+  MOTLEY_ASSIGN_OR_RETURN(ExecutorRun run, run_executor(opt, in, mode, exec, fault, tokens));
+  // The trace first: a failure to write it leaves no report claiming success.
+  if (!opt.trace.empty()) MOTLEY_RETURN_IF_ERROR(write_trace(opt, in, mode, run));
+  if (opt.json && !run.report.losses.empty()) {
+    std::fputs((json_output(mode, opt, in, run, std::move(out)).dump(2) + "\n").c_str(), stdout);
   } else if (!opt.json) {
-    std::string text;
-    if (dist && my_rank != reporter) {
-      double total = 0;
-      for (Seconds t : report->step_times) total += t.value();
-      text =
-          fmt::format("rank {}: {} steps done, {} per step\n", my_rank, report->step_times.size(),
-                      format_time(Seconds(total / std::max<size_t>(1, report->step_times.size()))));
-    }
-    if (emulation && (!dist || my_rank == reporter)) {
-      double total = 0;
-      const size_t first = report->step_times.size() > 1 ? 1 : 0;
-      for (size_t i = first; i < report->step_times.size(); ++i) {
-        total += report->step_times[i].value();
-      }
-      const double mean = total / static_cast<double>(report->step_times.size() - first);
-      text += fmt::format(
-          "emulated step {} (mean after the first); simulated iteration on {} {} x time scale "
-          "{:.4g} = {}\n",
-          format_time(Seconds(mean)), cluster.name, format_time(emulation->simulated_iteration),
-          emulation->time_scale,
-          format_time(Seconds(emulation->simulated_iteration.value() * emulation->time_scale)));
-    }
-    if (!opt.checkpoint_dir.empty() && (!dist || my_rank == 0)) {
-      text += "checkpoint: " + opt.checkpoint_dir + "\n";
-    }
-    // Under motley launch the rank files are merged into opt.trace, which launch names.
-    const bool launched = std::getenv("MOTLEY_LAUNCH") != nullptr;
-    if (!opt.trace.empty() && (!dist || ((holds_loss || my_rank == 0) && !launched))) {
-      text += "trace: " + (dist ? rank_trace_path(opt.trace, my_rank) : opt.trace) + "\n";
-    }
-    std::fputs(text.c_str(), stdout);
+    std::fputs(text_output(mode, opt, in, run).c_str(), stdout);
   }
   return Status::ok();
 }
@@ -875,7 +781,7 @@ Status run_command(const RunOptions& opt) {
 void add_run_command(CLI::App& app, Action* action) {
   auto opt = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Train a model under a plan with the executor");
-  cmd->footer(
+  std::string footer =
       "Modes:\n"
       "  WORLD_SIZE unset: every rank of the plan runs as a thread of this process over an\n"
       "    in-process transport; intra-op threads per rank = max(1, cores / ranks).\n"
@@ -888,52 +794,14 @@ void add_run_command(CLI::App& app, Action* action) {
       "with --json one object with losses, step_time_s, tokens_per_s, mode and a per-rank\n"
       "breakdown of the step time. --emulate slows each rank to its device's peak relative to\n"
       "the fastest and delays messages by the cluster's link times, scaled to this CPU; its\n"
-      "output is labelled as emulation.\n"
-      "Test hook: MOTLEY_TEST_FAULT=RANK:STEP:exit kills rank RANK (SIGKILL) after its first\n"
-      "compute action of step STEP; RANK:STEP:hang makes it sleep forever there.");
-  cmd->add_option("--plan", opt->plan,
-                  "A plan file (it carries its model and cluster; motley.plan/1 files name them)")
-      ->required();
-  cmd->add_option("--model", opt->model,
-                  "Model (default: the one the plan carries; must have the plan's hash)");
-  cmd->add_option("--cluster", opt->cluster,
-                  "Cluster (default: the one the plan carries; must have the plan's hash)");
-  cmd->add_option("--steps", opt->steps, "Training steps to run now")->capture_default_str();
-  cmd->add_option("--data", opt->data,
-                  "Text file to train on (bytes as tokens), or 'synthetic' (default: " +
-                      std::string(kDefaultDataFile) + ")");
-  cmd->add_option("--checkpoint-dir", opt->checkpoint_dir,
-                  "Save a checkpoint here after the last step");
-  cmd->add_flag("--resume", opt->resume, "Load the checkpoint in --checkpoint-dir first");
-  cmd->add_option("--checkpoint-every", opt->checkpoint_every,
-                  "Also save after every K-th step (counted from step 0)");
-  cmd->add_option("--trace", opt->trace,
-                  "Write the measured Chrome trace (under WORLD_SIZE: one file per rank, "
-                  "NAME.rankK.json, on the common time axis; motley launch merges them)");
-  cmd->add_flag("--json", opt->json, "Print one JSON object");
-  cmd->add_flag("--sequential", opt->sequential,
-                "Run the sequential reference (same model, weights and global batch)");
-  cmd->add_flag("--emulate", opt->emulate,
-                "Emulate the plan's heterogeneous devices and links (scaled CPU time)");
-  cmd->add_option("--emulate-speeds", opt->emulate_speeds,
-                  "With --emulate, each device's speed: peak (its peak rate in the model's dtype) "
-                  "or cost (the cost model's time for the rank's stages)")
-      ->capture_default_str();
-  cmd->add_option("--seed", opt->seed, "Seed of the initial weights")->capture_default_str();
-  cmd->add_option("--lr", opt->learning_rate, "AdamW learning rate")->capture_default_str();
-  cmd->add_option("--precision", opt->precision,
-                  "fp32, or bf16: forward and backward under CPU autocast to bf16 (weights, "
-                  "gradients, optimizer and messages stay fp32; fp32 when this libtorch cannot)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
-      ->capture_default_str();
-  cmd->add_option("--threads", opt->threads,
-                  "Intra-op threads per rank (default: max(1, cores / ranks on this machine))");
-  cmd->add_option("--timeout", opt->timeout_s,
-                  "Seconds any wait on another rank may take before the run fails")
-      ->capture_default_str();
-  cmd->add_option("--rendezvous-timeout", opt->rendezvous_timeout_s,
-                  "Seconds for joining the world and forming replica groups (under WORLD_SIZE)")
-      ->capture_default_str();
+      "output is labelled as emulation.";
+#if MOTLEY_TEST_HOOKS
+  footer += std::string("\n") + kFaultHookHelp;
+#endif
+  cmd->footer(footer);
+  add_run_options(cmd, opt.get(), kDefaultDataFile);
+  // motley's forwarder passes the emulation's factors here (run_emulation.h); hidden.
+  cmd->add_option("--emulation-fd", opt->emulation_fd)->group("");
   cmd->callback([opt, action] { *action = [opt] { return run_command(*opt); }; });
 }
 

@@ -1,15 +1,19 @@
 // `motley run ...` in the main executable: replaces this process with motley-run (found beside
-// this executable) so that only training pays for loading libtorch.
+// this executable) so that only training pays for loading libtorch. With --emulate it first
+// computes the emulation's factors, which need the cost model and the simulator that motley-run
+// does not link, and hands them over (run_emulation.h).
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "commands.h"
+#include "run_emulation.h"
 
 namespace motley::cli {
 namespace {
@@ -23,13 +27,21 @@ Status forward_to_motley_run(const std::vector<std::string>& args) {
     return not_found("'motley run' needs " + target +
                      ", built beside motley (cmake --build build builds it)");
   }
+  MOTLEY_ASSIGN_OR_RETURN(std::optional<int> emulation, emulation_handover(args));
+  // The hidden option goes first: anything after a `--` in `args` would be positional.
   std::vector<std::string> argv_storage = {target, "run"};
+  if (emulation) {
+    argv_storage.push_back("--emulation-fd");
+    argv_storage.push_back(std::to_string(*emulation));
+  }
   argv_storage.insert(argv_storage.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& a : argv_storage) argv.push_back(a.data());
   argv.push_back(nullptr);
   ::execv(target.c_str(), argv.data());
-  return io_error("cannot start " + target + ": " + std::strerror(errno));
+  const std::string why = std::strerror(errno);
+  if (emulation) ::close(*emulation);
+  return io_error("cannot start " + target + ": " + why);
 }
 
 }  // namespace

@@ -87,6 +87,48 @@ TEST(RankLayout, OneRankPerGroupInReplicaOrder) {
   EXPECT_EQ(layout.stage_ranks(1), (std::vector<int>{1, 2}));
 }
 
+TEST(RankLayout, GradientSumsRunOverEveryHolderOfTheReadingLayers) {
+  const RankLayout layout(two_replica_plan());
+  EXPECT_EQ(layout.stage_of_layer(0), 0);
+  EXPECT_EQ(layout.stage_of_layer(3), 1);
+  EXPECT_EQ(layout.stage_of_layer(4), -1);
+  // A layer of stage 0: its holders in both replicas; single-device groups sum shards.
+  RankLayout::GradientSumRanks sum = layout.gradient_sum_ranks(0, 0, {1}, true);
+  EXPECT_EQ(sum.ranks, (std::vector<int>{0, 2}));
+  EXPECT_FALSE(sum.full_size);
+  // Stage 1 lives on rank 1 (replica 0) and rank 2 (replica 1, with stage 0).
+  EXPECT_EQ(layout.gradient_sum_ranks(2, 1, {2}, true).ranks, (std::vector<int>{1, 2}));
+  // A matrix read by layers 0 and 3 (an embedding and its tied head): every holder of either.
+  EXPECT_EQ(layout.gradient_sum_ranks(1, 1, {0, 3}, true).ranks, (std::vector<int>{0, 1, 2}));
+  // Not a plain shard: full-size sums, over the same ranks when every group has one device.
+  sum = layout.gradient_sum_ranks(0, 0, {1}, false);
+  EXPECT_EQ(sum.ranks, (std::vector<int>{0, 2}));
+  EXPECT_TRUE(sum.full_size);
+  // A layer no stage holds counts as the asking stage's.
+  EXPECT_EQ(layout.gradient_sum_ranks(1, 1, {7}, true).ranks, (std::vector<int>{1, 2}));
+}
+
+TEST(RankLayout, GradientSumsOfShardsPairRanksOfOneIndexUnlessDegreesDiffer) {
+  Plan plan = two_replica_plan();
+  plan.replicas[0].groups[0].devices = {0, 1};  // replica 0's stage 0 on two devices
+  plan.replicas[0].groups[1].devices = {2, 3};
+  plan.replicas[1].groups[0].devices = {4, 5};
+  const RankLayout layout(plan);  // ranks 0-1, 2-3 (replica 0), 4-5 (replica 1)
+  // Stage 0: two groups of two, split alike: shard sums pair the ranks of one index.
+  EXPECT_EQ(layout.gradient_sum_ranks(1, 0, {0}, true).ranks, (std::vector<int>{1, 5}));
+  EXPECT_FALSE(layout.gradient_sum_ranks(1, 0, {0}, true).full_size);
+  // A parameter replicated within the group sums full-size contributions of all holders.
+  const RankLayout::GradientSumRanks replicated = layout.gradient_sum_ranks(1, 0, {0}, false);
+  EXPECT_EQ(replicated.ranks, (std::vector<int>{0, 1, 4, 5}));
+  EXPECT_TRUE(replicated.full_size);
+  // Replica 1's group on one device: the replicas' shards no longer line up.
+  plan.replicas[1].groups[0].devices = {4};
+  const RankLayout uneven(plan);
+  const RankLayout::GradientSumRanks mixed = uneven.gradient_sum_ranks(0, 0, {0}, true);
+  EXPECT_EQ(mixed.ranks, (std::vector<int>{0, 1, 4}));
+  EXPECT_TRUE(mixed.full_size);
+}
+
 TEST(MessageTag, PacksPayloadSequenceAndStep) {
   EXPECT_EQ(message_tag(0, CommKind::kSendActivation, 0), 0);
   EXPECT_EQ(message_tag(0, CommKind::kRecvActivation, 3), 6);

@@ -1,6 +1,6 @@
 #include "motley/exec/emulation.h"
 
-#include <ATen/core/Tensor.h>
+#include <ATen/ATen.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -8,6 +8,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+
+#include "motley/exec/reference.h"
 
 namespace motley {
 namespace {
@@ -230,6 +232,43 @@ std::unique_ptr<Transport> make_delayed_transport(Transport& inner, MessageTime 
                                                   AllReduceTime all_reduce_time) {
   return std::make_unique<DelayedTransport>(inner, std::move(message_time),
                                             std::move(all_reduce_time));
+}
+
+EmulationOptions emulation_options(const EmulationFactors& factors, double time_scale) {
+  EmulationOptions e;
+  e.compute_slowdown = factors.compute_slowdown;
+  auto network = std::make_shared<const EmulatedNetwork>(factors);
+  e.message_time = [network, time_scale](int src, int dst, int64_t bytes) {
+    return time_scale * network->message_time(src, dst, bytes);
+  };
+  e.all_reduce_time = [network, time_scale](const std::vector<int>& ranks, int64_t bytes) {
+    return time_scale * network->all_reduce_time(ranks, bytes);
+  };
+  return e;
+}
+
+Result<double> emulation_time_scale(const ExecOptions& exec, const Plan& plan,
+                                    const ModelSpec& model, const TokenStream& tokens,
+                                    Seconds cluster_step, Transport* world) {
+  MOTLEY_ASSIGN_OR_RETURN(auto trainer, SequentialTrainer::create(exec, plan, model, tokens));
+  MOTLEY_RETURN_IF_ERROR(trainer->step().status());  // warm-up: first allocations
+  double best = 0;
+  for (int i = 0; i < 2; ++i) {
+    const auto start = Clock::now();
+    MOTLEY_RETURN_IF_ERROR(trainer->step().status());
+    const std::chrono::duration<double> t = Clock::now() - start;
+    best = i == 0 ? t.count() : std::min(best, t.count());
+  }
+  double scale = best / cluster_step.value();
+  if (world != nullptr) {
+    std::vector<int> all(world->world_size());
+    for (int r = 0; r < world->world_size(); ++r) all[r] = r;
+    std::vector<at::Tensor> value = {at::full({1}, scale, at::kDouble)};
+    MOTLEY_RETURN_IF_ERROR(
+        world->all_reduce_sum(value, all).with_context("agreeing on the emulation's time scale"));
+    scale = value[0].item<double>() / world->world_size();
+  }
+  return scale;
 }
 
 void apply_emulation(const EmulationOptions& emulation, TrainOptions* options) {

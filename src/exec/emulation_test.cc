@@ -1,12 +1,17 @@
 // Emulation: the delayed transport delivers what was sent, to the right receive, and asks for
-// the delays with the exact message sizes; an emulated run trains exactly as a native one.
+// the delays with the exact message sizes; an emulated run trains exactly as a native one; the
+// factors motley computes price every rank set the executor sums over; and the ranks of a world
+// agree on one time scale.
 #include "motley/exec/emulation.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "test_util.h"
@@ -136,6 +141,119 @@ TEST(Emulation, TrainsExactlyAsANativeRunAndSeesEveryComputeAction) {
   // Per step, the two replicas of each stage sum its gradients (ranks {0, 2} and {1, 3}), one
   // all-reduce per layer (layers 0-2 on stage 0, 3-5 on stage 1) and one for the loss.
   EXPECT_EQ(all_reduces.load(), 2 * (3 + 4 + 3 + 4));
+}
+
+// The rank sets of two or more that the ranks of `plan` prepare and all-reduce over in a step
+// and a checkpoint save (tensor-parallel sums, gradient sums, ZeRO-1 shares and gathers).
+std::set<std::vector<int>> sets_used(const Plan& plan, const ModelSpec& model) {
+  testing::single_threaded();
+  auto tokens = TokenStream::from_text(synthetic_corpus(4096, 3), "corpus");
+  EXPECT_TRUE(tokens.is_ok());
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("motley-emulated-sets-" + std::to_string(::getpid())))
+                              .string();
+  std::filesystem::remove_all(dir);
+  const int world = testing::world_size(plan);
+  InProcessNetwork network(world);
+  std::mutex mu;
+  std::set<std::vector<int>> used;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      testing::RecordingTransport transport(network.endpoint(rank));
+      auto executor = RankExecutor::create(exec_options(), plan, model, *tokens, transport);
+      ASSERT_TRUE(executor.is_ok()) << executor.status().message();
+      ASSERT_TRUE((*executor)->step().is_ok());
+      ASSERT_TRUE((*executor)->save_checkpoint(dir).is_ok());
+      std::lock_guard<std::mutex> lock(mu);
+      for (const std::vector<int>& set : transport.prepared()) {
+        if (set.size() > 1) used.insert(set);
+      }
+      for (const testing::RecordingTransport::Sum& sum : transport.sums()) {
+        if (sum.ranks.size() > 1) used.insert(sum.ranks);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::filesystem::remove_all(dir);
+  return used;
+}
+
+void expect_every_set_priced(const Plan& plan, const ModelSpec& model) {
+  const std::vector<std::vector<int>> priced = emulated_rank_sets(plan);
+  const std::set<std::vector<int>> used = sets_used(plan, model);
+  EXPECT_FALSE(used.empty());
+  for (const std::vector<int>& set : used) {
+    EXPECT_NE(std::find(priced.begin(), priced.end(), set), priced.end())
+        << "a sum over " << ::testing::PrintToString(set) << " is not priced";
+  }
+}
+
+TEST(Emulation, EveryRankSetTheExecutorSumsOverIsPriced) {
+  {
+    SCOPED_TRACE("tied head on another group, two replicas of groups of two, ZeRO-1");
+    const ModelSpec model = preset("tiny-gemma");
+    Plan plan = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 2, 2, RecomputePolicy::kNone, 2});
+    plan.zero1 = true;
+    expect_every_set_priced(plan, model);
+  }
+  {
+    SCOPED_TRACE("V shape: the tied embedding and head on one group");
+    const ModelSpec model = preset("tiny-gemma");
+    expect_every_set_priced(uniform_plan(model, {ScheduleKind::kZbV, 2, 2, 2, 2}), model);
+  }
+  {
+    SCOPED_TRACE("replicas of different tensor-parallel degrees");
+    const ModelSpec model = preset("tiny-llama");
+    Plan plan = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 2, 2});
+    plan.replicas[0].groups[0].devices = {0, 1};
+    plan.replicas[0].groups[1].devices = {2, 3};
+    plan.replicas[1].groups[0].devices = {4};
+    plan.replicas[1].groups[1].devices = {5};
+    expect_every_set_priced(plan, model);
+  }
+}
+
+// The options scale the factors' times by the time scale, on which a world's ranks agree.
+TEST(Emulation, OptionsScaleTheFactorsByOneTimeScaleTheRanksAgreeOn) {
+  EmulationFactors f;
+  f.speeds = "peak";
+  f.device_types = {"a", "b"};
+  f.compute_slowdown = {1.0, 2.5};
+  f.cluster_step = Seconds(1);
+  f.wire_bytes_per_byte = 0.5;
+  f.links = {EmulatedLink{0, 1, Seconds(1e-5), BytesPerSecond(1e9)}};
+  EmulatedAllReduce a;
+  a.ranks = {0, 1};
+  a.bytes = {0, 1e6};
+  a.seconds = {1e-5, 1e-3};
+  f.all_reduces = {a};
+  const EmulationOptions options = emulation_options(f, 3.0);
+  EXPECT_EQ(options.compute_slowdown, f.compute_slowdown);
+  EXPECT_EQ(options.message_time(0, 1, 4000).value(), 3.0 * (1e-5 + 2000 / 1e9));
+  EXPECT_EQ(options.message_time(1, 0, 4000).value(), 0);
+  EXPECT_EQ(options.all_reduce_time({0, 1}, 2000000).value(), 3.0 * 1e-3);
+
+  testing::single_threaded();
+  const ModelSpec model = preset("tiny-llama");
+  const Plan plan = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 2, 1});
+  auto tokens = TokenStream::from_text(synthetic_corpus(4096, 3), "corpus");
+  ASSERT_TRUE(tokens.is_ok());
+  InProcessNetwork network(2);
+  std::vector<double> scale(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto world = network.endpoint(rank);
+      auto s =
+          emulation_time_scale(exec_options(), plan, model, *tokens, Seconds(1e-3), world.get());
+      ASSERT_TRUE(s.is_ok()) << s.status().message();
+      scale[rank] = *s;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_GT(scale[0], 0);
+  EXPECT_EQ(scale[0], scale[1]);
 }
 
 }  // namespace

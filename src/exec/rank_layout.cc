@@ -1,6 +1,8 @@
 #include "motley/exec/rank_layout.h"
 
 #include <algorithm>
+#include <set>
+#include <utility>
 
 #include "motley/core/check.h"
 
@@ -27,6 +29,18 @@ RankLayout::RankLayout(const Plan& plan) : ranks_of_stage_(plan.stages.size()) {
     }
   }
   for (auto& ranks : ranks_of_stage_) std::sort(ranks.begin(), ranks.end());
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    const int end = std::max(0, plan.stages[s].layer_end);
+    if (static_cast<int>(stage_of_layer_.size()) < end) stage_of_layer_.resize(end, -1);
+    for (int l = std::max(0, plan.stages[s].layer_begin); l < end; ++l) {
+      stage_of_layer_[l] = static_cast<int>(s);
+    }
+  }
+}
+
+int RankLayout::stage_of_layer(int layer) const {
+  return layer >= 0 && layer < static_cast<int>(stage_of_layer_.size()) ? stage_of_layer_[layer]
+                                                                        : -1;
 }
 
 int RankLayout::rank_of(int replica, int group, int tp_rank) const {
@@ -76,7 +90,33 @@ std::vector<int> RankLayout::pipeline_destinations(int rank, int receiving_group
   return out;
 }
 
-MessageTag message_tag(int64_t step, CommKind kind, int64_t sequence) {
+RankLayout::GradientSumRanks RankLayout::gradient_sum_ranks(int rank, int stage,
+                                                            const std::vector<int>& layers,
+                                                            bool plain_shard) const {
+  const RankPlace me = place_of(rank);
+  std::set<std::pair<int, int>> holders;  // (replica, group)
+  for (int l : layers) {
+    const int holder = stage_of_layer(l);
+    for (int r : stage_ranks(holder >= 0 ? holder : stage)) {
+      holders.insert({places_[r].replica, places_[r].group});
+    }
+  }
+  bool alike = plain_shard;
+  for (const auto& [replica, group] : holders) {
+    alike = alike && places_[rank_of(replica, group)].tp_size == me.tp_size;
+  }
+  std::set<int> ranks;
+  for (const auto& [replica, group] : holders) {
+    if (alike) {
+      ranks.insert(rank_of(replica, group, me.tp_rank));
+    } else {
+      for (int r : group_ranks(replica, group)) ranks.insert(r);
+    }
+  }
+  return GradientSumRanks{std::vector<int>(ranks.begin(), ranks.end()), !alike};
+}
+
+int64_t message_tag(int64_t step, CommKind kind, int64_t sequence) {
   MOTLEY_CHECK(sequence >= 0 && sequence < kMaxChannelSequence, "channel sequence out of range");
   MOTLEY_CHECK(step >= 0, "negative step");
   const bool gradient = kind == CommKind::kSendGradient || kind == CommKind::kRecvGradient;

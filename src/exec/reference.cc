@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include "training.h"
+#include "optimizer.h"
 
 namespace motley {
 

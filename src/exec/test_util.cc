@@ -11,19 +11,9 @@
 #include <chrono>
 #include <thread>
 
-#include "motley/cost/fixed_cost_model.h"
 #include "motley/exec/rank_layout.h"
-#include "motley/model/presets.h"
-#include "motley/plan/validate.h"
-#include "motley/schedule/uniform_plan.h"
 
 namespace motley::testing {
-
-ModelSpec preset(const char* name) {
-  auto model = model_preset(name);
-  EXPECT_TRUE(model.is_ok()) << model.status().message();
-  return *model;
-}
 
 ModelSpec wide_model(int64_t hidden) {
   ModelSpec model = preset("tiny-llama");
@@ -106,40 +96,6 @@ ModelSpec deepseek_v2_lite_miniature() {
   return model;
 }
 
-ClusterSpec cluster_of(int devices) {
-  const LinkSpec intra{LinkKind::kNvlink, BytesPerSecond(1e11), Seconds(0)};
-  const LinkSpec inter{LinkKind::kInfiniband, BytesPerSecond(1e10), Seconds(0)};
-  return make_fixed_cluster({"H100-SXM"}, devices, intra, inter);
-}
-
-Plan uniform_plan(const ModelSpec& model, const UniformCase& c, int64_t micro_batch_size,
-                  int64_t seq_len) {
-  const ClusterSpec cluster = cluster_of(c.stages * c.data_parallel * c.tensor_parallel);
-  FixedCostSpec spec;
-  for (size_t i = 0; i < model.layers.size(); ++i) {
-    FixedLayer layer;
-    layer.times = {Seconds(1), Seconds(1), Seconds(1), Seconds(1)};
-    layer.boundary = Bytes(1e6);
-    spec.layers.push_back(layer);
-  }
-  const FixedCostModel cost(cluster, spec);
-  UniformPlanOptions options;
-  options.kind = c.kind;
-  options.stages = c.stages;
-  options.virtual_stages = c.virtual_stages;
-  options.micro_batches = c.micro_batches;
-  options.data_parallel = c.data_parallel;
-  options.tensor_parallel = c.tensor_parallel;
-  options.micro_batch_size = micro_batch_size;
-  options.seq_len = seq_len;
-  options.recompute = c.recompute;
-  auto plan = make_uniform_plan(options, model, cluster, cost);
-  EXPECT_TRUE(plan.is_ok()) << plan.status().message();
-  Status valid = validate_plan(*plan, model, cluster, ValidateOptions{});
-  EXPECT_TRUE(valid.is_ok()) << valid.message();
-  return *plan;
-}
-
 namespace {
 
 // Delays before its base's wait.
@@ -192,6 +148,13 @@ Result<std::unique_ptr<TransportRequest>> DelayingTransport::all_reduce_sum_asyn
 
 void DelayingTransport::delay() {
   std::this_thread::sleep_for(std::chrono::microseconds(random_() % 2000));
+}
+
+void RecordingTransport::record(const std::vector<at::Tensor>& tensors,
+                                const std::vector<int>& ranks, bool posted) {
+  Sum sum{ranks, {}, posted};
+  for (const at::Tensor& t : tensors) sum.shapes.push_back(t.sizes().vec());
+  sums_.push_back(std::move(sum));
 }
 
 ExecOptions exec_options() {

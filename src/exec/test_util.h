@@ -1,5 +1,6 @@
-// Helpers shared by the executor's tests: presets, plans from the schedule generators, the
-// options every run uses, the sequential reference's results, and a free localhost port.
+// Helpers shared by the executor's tests: model variants, the options every run uses, ranks as
+// threads, the sequential reference's results, and a free localhost port (presets and plans
+// from the schedule generators are test_plans.h's).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -19,12 +20,12 @@
 #include "motley/model/model.h"
 #include "motley/plan/plan.h"
 #include "motley/schedule/schedule.h"
+#include "test_plans.h"
 
 namespace motley::testing {
 
 inline constexpr int kSteps = 3;
 
-ModelSpec preset(const char* name);
 // tiny-llama with its four blocks replaced by feed-forward layers of width `hidden` (inner width
 // 8): activations of 2 x 64 x 8192 floats are 4 MiB, so no message slips through a buffer.
 ModelSpec wide_model(int64_t hidden);
@@ -39,23 +40,6 @@ ModelSpec mla_model(int64_t q_lora_rank, bool bias = false);
 // The deepseek-v2-lite preset in miniature: its embedding, first (dense) block, two MoE blocks
 // and head, at tiny-mla's widths with 8 routed experts (top 2) of width 32 and its 2 shared ones.
 ModelSpec deepseek_v2_lite_miniature();
-// One node of `devices` H100s (FixedCostModel's cluster).
-ClusterSpec cluster_of(int devices);
-
-struct UniformCase {
-  ScheduleKind kind;
-  int stages;  // device groups per replica
-  int virtual_stages;
-  int64_t micro_batches;
-  int data_parallel;
-  RecomputePolicy recompute = RecomputePolicy::kNone;
-  int tensor_parallel = 1;  // devices per group
-};
-// make_uniform_plan with every layer at 1 s for F, B and W on one node of as many H100s as the
-// plan uses, checked by validate_plan.
-Plan uniform_plan(const ModelSpec& model, const UniformCase& c, int64_t micro_batch_size = 2,
-                  int64_t seq_len = 16);
-
 // Seed 11 and AdamW with a learning rate of 1e-2 (three steps move every weight).
 ExecOptions exec_options();
 
@@ -110,6 +94,53 @@ class DelayingTransport final : public Transport {
  private:
   std::unique_ptr<Transport> base_;
   std::mt19937_64 random_;
+};
+
+// Passes everything to `base` and records what was asked of it, in order: the rank sets of
+// prepare_collectives and of every all-reduce (posted or blocking) with its tensors' shapes.
+class RecordingTransport final : public Transport {
+ public:
+  struct Sum {
+    std::vector<int> ranks;
+    std::vector<std::vector<int64_t>> shapes;
+    bool posted = false;  // all_reduce_sum_async
+  };
+  explicit RecordingTransport(std::unique_ptr<Transport> base) : base_(std::move(base)) {}
+  int rank() const override { return base_->rank(); }
+  int world_size() const override { return base_->world_size(); }
+  Result<std::unique_ptr<TransportRequest>> send(const at::Tensor& tensor, int peer, MessageTag tag,
+                                                 std::string what) override {
+    return base_->send(tensor, peer, tag, std::move(what));
+  }
+  Result<std::unique_ptr<TransportRequest>> recv(const at::Tensor& buffer, int peer, MessageTag tag,
+                                                 std::string what) override {
+    return base_->recv(buffer, peer, tag, std::move(what));
+  }
+  Status all_reduce_sum(const std::vector<at::Tensor>& tensors,
+                        const std::vector<int>& ranks) override {
+    record(tensors, ranks, false);
+    return base_->all_reduce_sum(tensors, ranks);
+  }
+  Result<std::unique_ptr<TransportRequest>> all_reduce_sum_async(
+      const std::vector<at::Tensor>& tensors, const std::vector<int>& ranks) override {
+    record(tensors, ranks, true);
+    return base_->all_reduce_sum_async(tensors, ranks);
+  }
+  Status prepare_collectives(const std::vector<std::vector<int>>& sets) override {
+    prepared_.insert(prepared_.end(), sets.begin(), sets.end());
+    return base_->prepare_collectives(sets);
+  }
+  Status barrier() override { return base_->barrier(); }
+
+  const std::vector<std::vector<int>>& prepared() const { return prepared_; }
+  const std::vector<Sum>& sums() const { return sums_; }
+
+ private:
+  void record(const std::vector<at::Tensor>& tensors, const std::vector<int>& ranks, bool posted);
+
+  std::unique_ptr<Transport> base_;
+  std::vector<std::vector<int>> prepared_;
+  std::vector<Sum> sums_;
 };
 
 // A localhost port that was free a moment ago.

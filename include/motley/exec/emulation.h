@@ -1,9 +1,10 @@
 // Emulated heterogeneity: lets one CPU stand in for a cluster of unequal devices and links by
 // slowing each rank's compute actions by a per-rank factor and holding back each message (and
 // adding time to each all-reduce) by an emulated transfer time. Numbers and callbacks only: it
-// knows nothing of clusters or cost models (the command line derives the factors from them,
-// docs/executor.md, "Emulation"). Thread-safe free functions; a delayed transport follows the
-// Transport contract (one thread at a time) and runs one helper thread of its own.
+// knows nothing of clusters or cost models (motley derives the factors from them,
+// emulation_factors.h, docs/executor.md, "Emulation"); what it measures is this CPU's time
+// scale. Thread-safe free functions; a delayed transport follows the Transport contract (one
+// thread at a time) and runs one helper thread of its own.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,10 @@
 #include <memory>
 #include <vector>
 
+#include "motley/core/status.h"
 #include "motley/core/units.h"
+#include "motley/exec/data.h"
+#include "motley/exec/emulation_factors.h"
 #include "motley/exec/train.h"
 #include "motley/exec/transport.h"
 
@@ -33,6 +37,20 @@ struct EmulationOptions {
   // each member.
   AllReduceTime all_reduce_time;
 };
+
+// The emulation `factors` describe, on a CPU that runs the cluster's seconds in `time_scale`
+// of its own: each rank's compute slowdown, and messages and all-reduces delayed by
+// time_scale x the factors' times (EmulatedNetwork).
+EmulationOptions emulation_options(const EmulationFactors& factors, double time_scale);
+
+// This CPU's seconds per second of the cluster: the sequential reference's time per step here,
+// with this process's thread settings (best of two after a warm-up), over `cluster_step`, the
+// cost model's time of the same work (EmulationFactors::cluster_step). With `world` (every rank
+// of a distributed run calls it), the mean over the world's ranks, so all agree on one scale.
+// REQUIRES: `plan` passed validate_plan for `model`. Errors: the reference's, the all-reduce's.
+Result<double> emulation_time_scale(const ExecOptions& exec, const Plan& plan,
+                                    const ModelSpec& model, const TokenStream& tokens,
+                                    Seconds cluster_step, Transport* world);
 
 // Installs `emulation` into `options`: chains the compute slowdown after any
 // options->exec.after_action already set, and wraps each rank's transport when message_time or

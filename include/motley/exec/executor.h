@@ -135,8 +135,6 @@ class RankExecutor {
  private:
   struct Impl;
   explicit RankExecutor(std::unique_ptr<Impl> impl);
-  Status save_checkpoint_unchecked(const std::string& dir);  // may throw c10::Error
-  Status load_checkpoint_unchecked(const std::string& dir);
   std::unique_ptr<Impl> impl_;
 };
 

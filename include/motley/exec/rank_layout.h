@@ -8,8 +8,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "motley/core/status.h"
-#include "motley/exec/transport.h"
 #include "motley/plan/lower.h"
 #include "motley/plan/plan.h"
 
@@ -35,6 +33,8 @@ class RankLayout {
   RankPlace place_of(int rank) const;
   // The ranks of one device group (its tensor-parallel group), increasing.
   std::vector<int> group_ranks(int replica, int group) const;
+  // The stage whose layer range holds model layer `layer`; -1 for a layer no stage holds.
+  int stage_of_layer(int layer) const;
   // The stages `rank` runs, increasing.
   const std::vector<int>& stages_of(int rank) const;
   // Every rank that runs `stage`: each replica's group for it, all its devices; increasing.
@@ -47,11 +47,26 @@ class RankLayout {
   int pipeline_source(int rank, int sending_group) const;
   std::vector<int> pipeline_destinations(int rank, int receiving_group) const;
 
+  // Which ranks sum the gradient of a parameter that `rank` holds for its stage `stage` and that
+  // model layers `layers` read (StageParameter::layers; a layer no stage holds counts as
+  // `stage`'s): the ranks of every group running a stage that holds one of them. When
+  // `plain_shard` (TensorSlice::exclusive) and every such group has this rank's degree, only the
+  // rank of this rank's index in each group, summing local shards; otherwise all their ranks,
+  // summing full-size contributions (`full_size`). docs/executor.md, "Which ranks sum which
+  // gradient".
+  struct GradientSumRanks {
+    std::vector<int> ranks;  // increasing
+    bool full_size = false;
+  };
+  GradientSumRanks gradient_sum_ranks(int rank, int stage, const std::vector<int>& layers,
+                                      bool plain_shard) const;
+
  private:
   std::vector<RankPlace> places_;
   std::vector<std::vector<int>> first_rank_;  // [replica][group] -> rank of its device 0
   std::vector<std::vector<int>> stages_of_rank_;
   std::vector<std::vector<int>> ranks_of_stage_;
+  std::vector<int> stage_of_layer_;
 };
 
 // Tags: bit 0 the payload (0 activation, 1 gradient), bits 1..22 the message's sequence number
@@ -59,8 +74,8 @@ class RankLayout {
 // direction and payload, so (peer, tag) names exactly one message of a step; the step bits
 // keep a fast sender's next step apart from a slow receiver's current one.
 inline constexpr int64_t kMaxChannelSequence = int64_t{1} << 22;
-// REQUIRES: 0 <= sequence < kMaxChannelSequence, step >= 0.
-MessageTag message_tag(int64_t step, CommKind kind, int64_t sequence);
+// The tag is a MessageTag (transport.h). REQUIRES: 0 <= sequence < kMaxChannelSequence, step >= 0.
+int64_t message_tag(int64_t step, CommKind kind, int64_t sequence);
 
 // The largest sequence number in `lowered` plus one (0 when nothing is sent); a plan whose
 // value exceeds kMaxChannelSequence cannot be run.

@@ -1,5 +1,7 @@
-// Pieces the executor and the sequential reference share, so that both apply the same update:
-// the AdamW step and the loss seed of one micro-batch. Internal to exec/. Not thread-safe.
+// The update the executor's ranks and the sequential reference share, so that both apply the
+// same one: the AdamW step over a set of parameters and the loss seed of one micro-batch. It
+// does not decide which rank steps which parameter (zero1.h) or sum gradients
+// (gradient_buckets.h). Internal to exec/. Not thread-safe.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,0 +1,147 @@
+#include "run_emulation.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "motley/core/dtype.h"
+#include "motley/cost/analytic_cost_model.h"
+#include "motley/exec/data.h"
+#include "motley/exec/rank_layout.h"
+#include "motley/sim/simulator.h"
+
+namespace motley::cli {
+
+Result<EmulationFactors> compute_emulation_factors(const RunInputs& inputs, bool cost_speeds,
+                                                   const std::string& source) {
+  const Plan& plan = inputs.plan;
+  const ModelSpec& model = inputs.model;
+  AnalyticCostOptions cost_options;
+  cost_options.workload = Workload{plan.seq_len, plan.micro_batch_size, model.dtype, model.dropout};
+  MOTLEY_RETURN_IF_ERROR(AnalyticCostModel::validate(model, cost_options, model.name));
+  const AnalyticCostModel cost(model, inputs.cluster, cost_options);
+  const Topology& topology = cost.topology();
+  const RankLayout layout(plan);
+  std::vector<int> device;  // per rank
+  for (int r = 0; r < layout.world_size(); ++r) device.push_back(layout.place_of(r).device);
+  auto peak = [&](int rank) { return topology.device_type(device[rank]).peak(model.dtype); };
+  int fastest = 0;
+  for (int r = 0; r < layout.world_size(); ++r) {
+    if (peak(r).value() > peak(fastest).value()) fastest = r;
+  }
+  const DeviceGroup fastest_group{{device[fastest]}};
+  auto work = [&](const std::vector<int>& stages, const DeviceGroup& group) {
+    double total = 0;
+    for (int s : stages) {
+      const Stage& st = plan.stages[s];
+      const ComputeTimes t =
+          cost.compute(LayerRange{st.layer_begin, st.layer_end}, group, st.recompute);
+      total += (t.forward + t.backward() + t.recompute).value();
+    }
+    return total;
+  };
+  EmulationFactors f;
+  f.speeds = cost_speeds ? "cost" : "peak";
+  std::vector<double> ratio;
+  for (int r = 0; r < layout.world_size(); ++r) {
+    ratio.push_back(cost_speeds ? work(layout.stages_of(r), DeviceGroup{{device[r]}}) /
+                                      work(layout.stages_of(r), fastest_group)
+                                : peak(fastest).value() / peak(r).value());
+    f.device_types.push_back(topology.device_type(device[r]).name);
+  }
+  const double native_ratio = *std::min_element(ratio.begin(), ratio.end());
+  for (double x : ratio) f.compute_slowdown.push_back(x / native_ratio);
+  std::vector<int> all_stages(plan.stages.size());
+  for (size_t s = 0; s < all_stages.size(); ++s) all_stages[s] = static_cast<int>(s);
+  f.cluster_step = Seconds(work(all_stages, fastest_group) * native_ratio *
+                           static_cast<double>(total_micro_batches(plan)));
+  // The executor moves fp32; the cluster would move the model's dtype.
+  f.wire_bytes_per_byte = static_cast<double>(dtype_bytes(model.dtype)) / 4.0;
+  // The cost model's point-to-point time is the path's latency + bytes / its bandwidth
+  // (CostModel::p2p_time), so the path's two numbers price every message exactly.
+  for (int src = 0; src < layout.world_size(); ++src) {
+    for (int dst = 0; dst < layout.world_size(); ++dst) {
+      if (device[src] == device[dst]) continue;
+      const Path& path = topology.path(device[src], device[dst]);
+      f.links.push_back(EmulatedLink{src, dst, path.latency, path.bandwidth});
+    }
+  }
+  const std::vector<double> grid = all_reduce_grid();
+  for (const std::vector<int>& ranks : emulated_rank_sets(plan)) {
+    EmulatedAllReduce priced;
+    priced.ranks = ranks;
+    std::vector<int> devices;
+    for (int r : ranks) devices.push_back(device[r]);
+    std::sort(devices.begin(), devices.end());
+    for (double bytes : grid) {
+      priced.bytes.push_back(bytes);
+      priced.seconds.push_back(cost.collective_time(Collective::kAllReduce, devices, Bytes(bytes),
+                                                    CollectiveAlgorithm::kAuto)
+                                   .value());
+    }
+    f.all_reduces.push_back(std::move(priced));
+  }
+  SimOptions sim_options;
+  sim_options.source = source;
+  MOTLEY_ASSIGN_OR_RETURN(SimResult sim, simulate(sim_options, plan, cost));
+  f.simulated_iteration = sim.iteration_time;
+  return f;
+}
+
+namespace {
+
+// The factors of the run `opt` describes, or the error met computing them.
+Json emulation_document(const RunOptions& opt) {
+  auto factors = [&opt]() -> Result<EmulationFactors> {
+    MOTLEY_ASSIGN_OR_RETURN(RunInputs inputs, load_run_inputs(opt));
+    MOTLEY_RETURN_IF_ERROR(validate_run_inputs(inputs, opt));
+    return compute_emulation_factors(inputs, opt.emulate_speeds == "cost", opt.plan);
+  }();
+  return factors.is_ok() ? emulation_factors_to_json(*factors)
+                         : emulation_error_to_json(factors.status());
+}
+
+}  // namespace
+
+Result<std::optional<int>> emulation_handover(const std::vector<std::string>& args) {
+  RunOptions opt;
+  CLI::App app;
+  add_run_options(&app, &opt, "");
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // as CLI11 takes them
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError&) {
+    return std::optional<int>();  // motley-run reports it
+  }
+  if (!opt.emulate) return std::optional<int>();
+  const std::string text = emulation_document(opt).dump() + "\n";
+  // Anonymous memory: nothing on disk to remove, and only this process (and what it execs)
+  // holds it. Not close-on-exec, so that motley-run inherits it.
+  const int fd = ::memfd_create("motley-emulation", 0);
+  if (fd < 0) {
+    return io_error(std::string("cannot create the emulation's in-memory file: ") +
+                    std::strerror(errno));
+  }
+  size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      return io_error("cannot write the emulation's in-memory file: " + why);
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::lseek(fd, 0, SEEK_SET) != 0) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    return io_error("cannot rewind the emulation's in-memory file: " + why);
+  }
+  return std::optional<int>(fd);
+}
+
+}  // namespace motley::cli

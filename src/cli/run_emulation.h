@@ -1,0 +1,38 @@
+// The emulation's factors for `motley run --emulate` (exec/emulation_factors.h), computed in
+// motley, which links the cost model and the simulator, and handed to motley-run, which does
+// not: from the analytic cost model, each rank's device type and compute slowdown, the step's
+// work on the device that runs natively, the links and the all-reduces of the executor's rank
+// sets; from the simulator, the plan's iteration time. The handover is an anonymous in-memory
+// file inherited across exec (docs/executor.md, "Emulation"). It measures nothing (motley-run
+// measures this CPU's time scale). Free functions; thread-safe.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "motley/core/status.h"
+#include "motley/exec/emulation_factors.h"
+#include "run_options.h"
+
+namespace motley::cli {
+
+// Compute, by peak (`cost_speeds` false): the fastest device (highest peak in the model's
+// dtype) runs natively, a device with 1/f of its peak is slowed by f. By cost: f is the cost
+// model's time of the rank's stages on its device over their time on the fastest-peak device,
+// divided by the smallest such ratio (so the device the cost model finds fastest for its work
+// runs natively). A rank of a tensor-parallel group computes 1/t of its stages natively and is
+// slowed the same way; the group's all-reduces are communication, priced like every other.
+// `source` names the plan in errors. REQUIRES: `inputs.plan` passed validate_run_inputs.
+// Errors: a model the analytic cost model cannot price, the simulator's.
+Result<EmulationFactors> compute_emulation_factors(const RunInputs& inputs, bool cost_speeds,
+                                                   const std::string& source);
+
+// For motley's forwarder, given the arguments after `run`: nullopt unless they parse as
+// `motley run` options with --emulate; otherwise a file descriptor, open across exec and read
+// from its start, holding the factors of that run — or, when they cannot be computed, the error
+// (motley-run reports it where it would have met it, after its own checks). Errors: the
+// operating system refusing the in-memory file.
+Result<std::optional<int>> emulation_handover(const std::vector<std::string>& args);
+
+}  // namespace motley::cli

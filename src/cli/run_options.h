@@ -1,0 +1,58 @@
+// The options of `motley run` and what they name: the RunOptions struct, their declaration on
+// a CLI11 command, and the plan, model and cluster a run trains. Shared by motley-run, which
+// runs them, and by motley's forwarder, which reads the same arguments to compute an
+// emulation's factors before handing over (run_emulation.h). It runs nothing. Thread-compatible.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "motley/cluster/cluster.h"
+#include "motley/core/status.h"
+#include "motley/model/model.h"
+#include "motley/plan/plan.h"
+#include "motley/plan/plan_json.h"
+
+namespace motley::cli {
+
+struct RunOptions {
+  std::string plan;
+  std::string model;
+  std::string cluster;
+  int64_t steps = 10;
+  std::string data;
+  std::string checkpoint_dir;
+  bool resume = false;
+  int64_t checkpoint_every = 0;
+  std::string trace;
+  bool json = false;
+  bool sequential = false;
+  bool emulate = false;
+  uint64_t seed = 0;
+  double learning_rate = 1e-3;
+  double timeout_s = 30;
+  double rendezvous_timeout_s = 300;
+  int threads = 0;  // 0: max(1, cores / ranks on this machine)
+  std::string emulate_speeds = "peak";
+  std::string precision = "fp32";  // or "bf16": CPU autocast (precision.h)
+  // The emulation's factors, computed by motley (not an option users give; see run_emulation.h).
+  int emulation_fd = -1;
+};
+
+// Declares every user-facing option of `motley run` on `cmd`, writing into `opt`;
+// `default_data` is what --data's help names as its default.
+void add_run_options(CLI::App* cmd, RunOptions* opt, const std::string& default_data);
+
+// What a run trains: the plan, and the model and cluster it carries (or --model / --cluster).
+using RunInputs = PlanInputs;
+
+// Loads the plan file `opt.plan` and the model and cluster a run uses with it
+// (load_plan_inputs). Errors: a missing or malformed file, a spec that is not the plan's.
+Result<RunInputs> load_run_inputs(const RunOptions& opt);
+
+// validate_plan with the specs' hashes but without memory limits (the cluster's memory is not
+// this CPU's); errors name the plan file.
+Status validate_run_inputs(const RunInputs& inputs, const RunOptions& opt);
+
+}  // namespace motley::cli

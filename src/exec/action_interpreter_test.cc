@@ -1,0 +1,105 @@
+// The action interpreter alone — no gradient sums, no optimizer — over a two-stage 1F1B plan:
+// it must leave the sequential reference's first-step loss and gradients, bit for bit, and tell
+// its callers of every op and compute action in list order. Ranks run as threads over the
+// in-process transport.
+#include "action_interpreter.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "motley/plan/lower.h"
+#include "motley/plan/plan_json.h"
+#include "test_util.h"
+
+namespace motley::internal {
+namespace {
+
+TEST(ActionInterpreter, TwoStagesLeaveTheReferencesLossAndGradientsBitForBit) {
+  testing::single_threaded();
+  const ModelSpec model = testing::preset("tiny-llama");
+  const Plan plan = testing::uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 1});
+  auto tokens = TokenStream::from_text(synthetic_corpus(4096, 3), "corpus");
+  ASSERT_TRUE(tokens.is_ok());
+  const LoweredPlan lowered = lower_plan(plan);
+  const RankLayout layout(plan);
+  InProcessNetwork network(2);
+  std::vector<double> loss(2);
+  std::vector<std::map<std::string, at::Tensor>> gradients(2);
+  std::vector<std::vector<int>> started(2), finished(2);
+  std::vector<std::vector<std::string>> computed(2), traced(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto transport = network.endpoint(rank);
+      ParameterStore store;
+      const Stage& stage = plan.stages[rank];
+      auto module = make_transformer_stage(model, stage.layer_begin, stage.layer_end,
+                                           StageModuleOptions{11, plan.seq_len, {}}, store);
+      ASSERT_TRUE(module.is_ok()) << module.status().message();
+      std::vector<at::Tensor> params;
+      for (const StageParameter& p : (*module)->parameters()) params.push_back(p.tensor);
+      auto after_action = [&, rank](int r, int64_t step, const Action& a, Seconds elapsed) {
+        EXPECT_EQ(r, rank);
+        EXPECT_EQ(step, 0);
+        EXPECT_GE(elapsed.value(), 0);
+        computed[rank].push_back(action_to_string(a));
+      };
+      ActionInterpreter interpreter(plan, model, *tokens, layout, rank,
+                                    lowered.replicas[0].groups[rank], {{rank, module->get()}},
+                                    {{rank, params}}, after_action, *transport);
+      EXPECT_TRUE(interpreter.runs_stage(rank));
+      EXPECT_FALSE(interpreter.runs_stage(1 - rank));
+      const OpCallbacks callbacks{[&, rank](int op) { started[rank].push_back(op); },
+                                  [&, rank](int op) { finished[rank].push_back(op); }};
+      StepTrace trace(true);
+      trace.begin();
+      ASSERT_TRUE(interpreter.run_step(0, Precision::kFp32, callbacks, trace).is_ok());
+      loss[rank] = interpreter.loss_sum();
+      for (const NamedTensor& p : store.parameters()) gradients[rank][p.name] = p.tensor.grad();
+      for (const TraceEvent& e : trace.take()) traced[rank].push_back(e.name);
+    });
+  }
+  for (auto& t : threads) t.join();
+
+  const testing::WorldResult reference =
+      testing::run_reference(plan, model, *tokens, 1, GradientOrder::kSequential);
+  EXPECT_EQ(loss[0], 0.0);  // no loss off the last stage
+  EXPECT_EQ(loss[1], reference.losses[0]);
+  size_t compared = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    for (const auto& [name, grad] : gradients[rank]) {
+      ASSERT_TRUE(grad.defined()) << name;
+      EXPECT_TRUE(at::equal(grad, reference.parameters.at(name).grad())) << name;
+      ++compared;
+    }
+    // Every op of the list, started and finished in order; every action after it ran; the
+    // trace's actions, sends and the wait for them.
+    const std::vector<LoweredOp>& ops = lowered.replicas[0].groups[rank];
+    std::vector<int> all(ops.size());
+    for (size_t i = 0; i < ops.size(); ++i) all[i] = static_cast<int>(i);
+    EXPECT_EQ(started[rank], all);
+    EXPECT_EQ(finished[rank], all);
+    std::vector<std::string> actions, expected_trace;
+    for (const Action& a : plan.replicas[0].groups[rank].actions) {
+      actions.push_back(action_to_string(a));
+    }
+    EXPECT_EQ(computed[rank], actions);
+    for (const LoweredOp& op : ops) {
+      if (const auto* a = std::get_if<Action>(&op)) {
+        expected_trace.push_back(action_to_string(*a));
+      } else if (const CommOp& c = std::get<CommOp>(op);
+                 c.kind == CommKind::kSendActivation || c.kind == CommKind::kSendGradient) {
+        expected_trace.push_back(std::string(comm_kind_name(c.kind)) + " " +
+                                 std::to_string(c.stage) + "/" + std::to_string(c.micro_batch));
+      }
+    }
+    expected_trace.push_back("finish_sends");
+    EXPECT_EQ(traced[rank], expected_trace);
+  }
+  EXPECT_EQ(compared, reference.parameters.size());
+}
+
+}  // namespace
+}  // namespace motley::internal

@@ -1,0 +1,76 @@
+// RankCheckpoint: one rank's part of a checkpoint in the per-layer layout of
+// RankExecutor::save_checkpoint (executor.h): which of its parameters it writes (replica 0's
+// copies, a tied copy once, with the embedding), the full tensors a tensor-parallel group
+// assembles before its first rank writes them, and on loading the rows of the checkpoint's
+// whole tensors this rank holds, so that a checkpoint resumes under another partition,
+// placement, replica layout or tensor-parallel degree. The file format is checkpoint.h's; the
+// optimizer state comes in and goes out through callbacks. Internal to exec/. Not thread-safe:
+// one rank's thread.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "motley/core/status.h"
+#include "motley/exec/rank_layout.h"
+#include "motley/exec/stage_module.h"
+#include "motley/exec/transport.h"
+#include "motley/model/model.h"
+#include "optimizer.h"
+
+namespace motley::internal {
+
+// A parameter of the rank as the checkpoint sees it.
+struct CheckpointParameter {
+  at::Tensor tensor;
+  int layer = -1;     // whose file holds it: its first reading layer (StageParameter::layers)
+  TensorSlice slice;  // the part of the model's tensor this rank holds
+  // Whether this rank's copy is the one written (its layer's stage runs on this rank; not so
+  // for a tied head's copy of the embedding on another rank).
+  bool saved_here = true;
+};
+
+class RankCheckpoint {
+ public:
+  // The optimizer state of a parameter to save (nullopt: none yet), and a state to restore.
+  using StateOf = std::function<std::optional<AdamWStep::State>(const at::Tensor& param)>;
+  using Restore = std::function<void(const at::Tensor& param, const AdamWStep::State& state)>;
+
+  // `parameters`: every parameter of the rank by name; `place` and `group_ranks` (its
+  // tensor-parallel group) are rank `rank`'s in the plan's layout.
+  RankCheckpoint(const ModelSpec& model, int rank, RankPlace place, std::vector<int> group_ranks,
+                 std::map<std::string, CheckpointParameter> parameters);
+
+  const std::map<std::string, CheckpointParameter>& parameters() const { return parameters_; }
+
+  // Writes this rank's layer files of the state after `step` steps into `dir` (which exists),
+  // then, after a barrier, rank 0 the manifest, then a second barrier; every rank of the world
+  // calls it. A tensor-parallel group's members assemble each full tensor together (in name
+  // order), so every member takes part. May throw c10::Error.
+  Status save(const std::string& dir, int64_t step, const StateOf& state_of,
+              Transport& transport) const;
+  // Loads this rank's rows of every parameter and, through `restore`, the optimizer state saved
+  // with it; returns the checkpoint's step. Errors as RankExecutor::load_checkpoint's. May throw
+  // c10::Error.
+  Result<int64_t> load(const std::string& dir, const Restore& restore) const;
+
+ private:
+  // The full value of a split tensor of this rank's group (`local` has `slice`'s rows): a sum
+  // over the group in which each row comes from one rank. A collective of the group.
+  Result<at::Tensor> gather_full(const at::Tensor& local, const TensorSlice& slice,
+                                 Transport& transport) const;
+
+  const ModelSpec& model_;
+  int rank_;
+  RankPlace place_;
+  std::vector<int> group_ranks_;
+  std::map<std::string, CheckpointParameter> parameters_;
+};
+
+}  // namespace motley::internal
