@@ -5,6 +5,8 @@
 // made.
 #include "motley/sim/simulator.h"
 
+#include <fmt/format.h>
+
 #include <string>
 
 #include "event_loop.h"
@@ -44,27 +46,29 @@ bool is_communication(SimTaskKind kind) {
 bool is_compute(SimTaskKind kind) { return !is_communication(kind); }
 
 std::string sim_task_name(const SimTask& t) {
-  const std::string s = std::to_string(t.stage);
-  const std::string sj = " s" + s + " mb" + std::to_string(t.micro_batch);
+  // "F s0 mb3": what the task is, its stage and its micro-batch.
+  auto on = [&t](const char* what) {
+    return fmt::format("{} s{} mb{}", what, t.stage, t.micro_batch);
+  };
   switch (t.kind) {
     case SimTaskKind::kForward:
-      return "F" + sj;
+      return on("F");
     case SimTaskKind::kBackwardInput:
-      return "I" + sj;
+      return on("I");
     case SimTaskKind::kBackwardWeight:
-      return "W" + sj;
+      return on("W");
     case SimTaskKind::kBackward:
-      return "B" + sj;
+      return on("B");
     case SimTaskKind::kRecompute:
-      return "R" + sj;
+      return on("R");
     case SimTaskKind::kSendActivation:
     case SimTaskKind::kSendGradient:
-      return std::string(t.kind == SimTaskKind::kSendActivation ? "act" : "grad") + sj + " g" +
-             std::to_string(t.group) + "->g" + std::to_string(t.peer_group);
+      return fmt::format("{} g{}->g{}", on(t.kind == SimTaskKind::kSendActivation ? "act" : "grad"),
+                         t.group, t.peer_group);
     case SimTaskKind::kGradientAllReduce:
-      return "allreduce s" + s;
+      return fmt::format("allreduce s{}", t.stage);
     case SimTaskKind::kOptimizerStep:
-      return "optimizer g" + std::to_string(t.group);
+      return fmt::format("optimizer g{}", t.group);
   }
   return "?";
 }
