@@ -12,8 +12,8 @@
 #include "context.h"
 #include "motley/core/status.h"
 #include "motley/plan/plan.h"
+#include "motley/schedule/adaptive_schedule.h"
 #include "motley/schedule/schedule.h"
-#include "motley/tune/adaptive_schedule.h"
 
 namespace motley::tune_internal {
 

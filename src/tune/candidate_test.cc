@@ -9,19 +9,19 @@
 #include <string>
 #include <vector>
 
+#include "../schedule/test_util.h"
 #include "evaluator.h"
 #include "motley/plan/plan_json.h"
 #include "motley/plan/validate.h"
 #include "motley/sim/simulator.h"
 #include "space.h"
-#include "test_util.h"
 
 namespace motley::tune_internal {
 namespace {
 
-using tune_testing::fixed_cluster;
-using tune_testing::layer_ms;
-using tune_testing::tiny_model;
+using schedule_testing::fixed_cluster;
+using schedule_testing::layer_ms;
+using schedule_testing::tiny_model;
 
 std::string order_text(const std::vector<Action>& actions) {
   std::string out;

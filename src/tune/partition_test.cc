@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <vector>
 
-#include "test_util.h"
+#include "../schedule/test_util.h"
 
 namespace motley {
 namespace {
 
-using tune_testing::fixed_cluster;
-using tune_testing::layer_ms;
+using schedule_testing::fixed_cluster;
+using schedule_testing::layer_ms;
 
 constexpr double kBig = 1e15;  // bytes: a budget that never binds
 

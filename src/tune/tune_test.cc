@@ -7,19 +7,19 @@
 #include <string>
 #include <vector>
 
+#include "../schedule/test_util.h"
 #include "motley/core/json.h"
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/model/presets.h"
 #include "motley/plan/plan_json.h"
 #include "motley/plan/validate.h"
-#include "test_util.h"
 
 namespace motley {
 namespace {
 
-using tune_testing::fixed_cluster;
-using tune_testing::layer_ms;
-using tune_testing::tiny_model;
+using schedule_testing::fixed_cluster;
+using schedule_testing::layer_ms;
+using schedule_testing::tiny_model;
 
 // A FixedCostModel whose times and activations grow with the micro-batch size.
 CostModelFactory fixed_factory(FixedCostSpec spec) {

@@ -1,4 +1,4 @@
-#include "motley/tune/adaptive_schedule.h"
+#include "motley/schedule/adaptive_schedule.h"
 
 #include <gtest/gtest.h>
 
@@ -15,9 +15,9 @@
 namespace motley {
 namespace {
 
-using tune_testing::fixed_cluster;
-using tune_testing::layer_ms;
-using tune_testing::tiny_model;
+using schedule_testing::fixed_cluster;
+using schedule_testing::layer_ms;
+using schedule_testing::tiny_model;
 
 std::string order_text(const std::vector<Action>& actions) {
   std::string out;

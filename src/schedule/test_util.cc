@@ -2,7 +2,7 @@
 
 #include "../plan/test_plans.h"
 
-namespace motley::tune_testing {
+namespace motley::schedule_testing {
 
 ModelSpec tiny_model(int layers, const std::string& name) {
   return testing::small_model(layers, name);
@@ -23,4 +23,4 @@ FixedLayer layer_ms(double f, double b, double w, double weights_gb, double act_
   return l;
 }
 
-}  // namespace motley::tune_testing
+}  // namespace motley::schedule_testing
