@@ -26,12 +26,6 @@ PartitionRequest request(int layers, const std::vector<int>& devices) {
   return r;
 }
 
-TEST(UniformBoundsTest, RemainderGoesToTheFirstStages) {
-  EXPECT_EQ(uniform_bounds(10, 4), (std::vector<int>{0, 3, 6, 8, 10}));
-  EXPECT_EQ(uniform_bounds(6, 6), (std::vector<int>{0, 1, 2, 3, 4, 5, 6}));
-  EXPECT_EQ(uniform_bounds(7, 1), (std::vector<int>{0, 7}));
-}
-
 TEST(BalancedPartitionTest, HeavyLastLayerGetsItsOwnStage) {
   // Forward times 1, 1, 1, 1, 1, 4 ms on three stages: the bottleneck is the 4 ms layer alone,
   // and every earlier stage takes as much as fits under it.

@@ -12,6 +12,7 @@
 
 #include "candidate.h"
 #include "context.h"
+#include "motley/schedule/layer_split.h"
 #include "motley/tune/partition.h"
 
 namespace motley::tune_internal {

@@ -50,11 +50,11 @@ std::vector<ScheduleSpec> search_specs() {
       ScheduleSpec::named(ScheduleKind::kZbH2),
       ScheduleSpec::named(ScheduleKind::kZbV),
       ScheduleSpec::named(ScheduleKind::kDualPipeV),
-      ScheduleSpec::adaptive_on(Shape::kLinear, 1, AdaptivePriority::kBackwardFirst,
+      ScheduleSpec::adaptive_on(StageShape::kLinear, 1, AdaptivePriority::kBackwardFirst,
                                 WeightFill::kIfItFits),
-      ScheduleSpec::adaptive_on(Shape::kLinear, 1, AdaptivePriority::kForwardFirst,
+      ScheduleSpec::adaptive_on(StageShape::kLinear, 1, AdaptivePriority::kForwardFirst,
                                 WeightFill::kIfItFits),
-      ScheduleSpec::adaptive_on(Shape::kV, 2, AdaptivePriority::kBackwardFirst,
+      ScheduleSpec::adaptive_on(StageShape::kV, 2, AdaptivePriority::kBackwardFirst,
                                 WeightFill::kIfItFits),
   };
 }
@@ -407,8 +407,8 @@ Found Searcher::schedule_only(const Found& base) {
   const int64_t b = base.candidate.micro_batch_size;
   std::vector<ScheduleSpec> specs = search_specs();
   specs.push_back(ScheduleSpec::named(ScheduleKind::kInterleaved, 4));
-  specs.push_back(ScheduleSpec::adaptive_on(Shape::kLinear, 1, AdaptivePriority::kBackwardFirst,
-                                            WeightFill::kAlways));
+  specs.push_back(ScheduleSpec::adaptive_on(StageShape::kLinear, 1,
+                                            AdaptivePriority::kBackwardFirst, WeightFill::kAlways));
   std::vector<Candidate> cands{base.candidate};
   fidelity_ = Fidelity::kScreen;
   for (const ScheduleSpec& spec : specs) {
@@ -815,7 +815,8 @@ Found Searcher::exhaustive() {
       ScheduleSpec::named(ScheduleKind::kInterleaved, 2), ScheduleSpec::named(ScheduleKind::kZbH1),
       ScheduleSpec::named(ScheduleKind::kZbH2),           ScheduleSpec::named(ScheduleKind::kZbV),
       ScheduleSpec::named(ScheduleKind::kDualPipeV)};
-  const std::vector<Shape> shapes = {Shape::kLinear, Shape::kInterleaved, Shape::kV};
+  const std::vector<StageShape> shapes = {StageShape::kLinear, StageShape::kInterleaved,
+                                          StageShape::kV};
 
   // Every (micro-batch size, layout, shape, partition) with a bound: the busiest group's
   // compute, which no schedule can beat.
@@ -845,7 +846,7 @@ Found Searcher::exhaustive() {
       for (size_t si = 0; si < shapes.size(); ++si) {
         ScheduleSpec shape_spec;
         shape_spec.shape = shapes[si];
-        shape_spec.chunks = shapes[si] == Shape::kLinear ? 1 : 2;
+        shape_spec.chunks = shapes[si] == StageShape::kLinear ? 1 : 2;
         const int stages = p * shape_spec.chunks;
         if (stages > layers) continue;
         const std::vector<int> stage_group = shape_stage_group(shape_spec, p);

@@ -1,8 +1,8 @@
 // make_uniform_plan: the complete Plan behind `motley simulate --schedule X --stages N
-// --virtual-stages V --micro-batches M` — the model's layers split evenly over the stages,
-// device groups taken in cluster order, the rest of the cluster as data-parallel replicas, and
-// each replica's orders from generate_schedule. It does not price or validate the plan
-// (sim/, plan/validate.h) and chooses nothing: the tuner does. Thread-safe free function.
+// --virtual-stages V --micro-batches M` — the model's layers split evenly over the stages
+// (uniform_bounds), device groups in cluster order, the rest of the cluster as data-parallel
+// replicas — assembled as a candidate by assemble_plan. It neither prices nor validates the
+// plan (sim/, plan/validate.h) and chooses nothing: the tuner does. Thread-safe free function.
 #pragma once
 
 #include <cstdint>
