@@ -4,13 +4,11 @@
 #include <cmath>
 #include <deque>
 #include <limits>
-#include <optional>
 #include <queue>
 #include <string>
 #include <utility>
 
 #include "estimated_timeline.h"
-#include "motley/plan/dependencies.h"
 
 namespace motley {
 namespace {
@@ -174,11 +172,10 @@ class ListScheduler {
     }
     // The group consuming this output on another stage: its next-ready estimate is exact from
     // now on, and the input arrives after the hop.
-    const std::optional<Dependency> consumer = downstream_consumer(a, stages_);
-    if (consumer && timeline_.group_of(consumer->stage) != g) {
-      const int other = timeline_.group_of(consumer->stage);
-      wake(other, t);
-      wake(other, end + timeline_.transfer(s, consumer->stage));
+    const internal::Consumer& consumer = timeline_.consumer(a);
+    if (consumer.group >= 0) {
+      wake(consumer.group, t);
+      wake(consumer.group, end + consumer.hop);
     }
   }
 

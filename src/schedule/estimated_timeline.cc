@@ -1,18 +1,13 @@
 #include "estimated_timeline.h"
 
 #include <algorithm>
-#include <limits>
+#include <optional>
 #include <utility>
 
 #include "motley/core/check.h"
 #include "motley/plan/dependencies.h"
 
 namespace motley::internal {
-namespace {
-
-constexpr double kNotRun = -1.0;  // estimated times are never negative
-
-}  // namespace
 
 StageDurations stage_durations(const ComputeTimes& t, bool split_backward) {
   StageDurations d;
@@ -25,70 +20,59 @@ StageDurations stage_durations(const ComputeTimes& t, bool split_backward) {
 
 EstimatedTimeline::EstimatedTimeline(TimelineSpec spec)
     : spec_(std::move(spec)),
+      resolved_(spec_.stage_group.size()),
       free_at_(spec_.num_groups, 0.0),
-      forward_end_(spec_.stage_group.size() * static_cast<size_t>(spec_.micro_batches), kNotRun),
-      input_backward_end_(forward_end_.size(), kNotRun) {}
-
-double EstimatedTimeline::duration(const Action& a) const {
-  const StageDurations& d = spec_.durations[a.stage];
-  switch (a.kind) {
-    case ActionKind::kForward:
-      return d.forward;
-    case ActionKind::kBackwardInput:
-    case ActionKind::kBackward:
-      return d.input_backward;
-    case ActionKind::kBackwardWeight:
-      return d.weight;
-    default:
-      MOTLEY_CHECK(false, "estimated timeline: no duration for this action kind");
+      ends_(2 * spec_.stage_group.size() * static_cast<size_t>(spec_.micro_batches), kNotRun) {
+  const int stages = num_stages();
+  const size_t no_input = ends_.size();
+  ends_.resize(ends_.size() + static_cast<size_t>(spec_.micro_batches), 0.0);
+  for (int s = 0; s < stages; ++s) {
+    const ActionKind kinds[] = {ActionKind::kForward, ActionKind::kBackwardInput,
+                                ActionKind::kBackwardWeight};
+    for (int slot = 0; slot < 3; ++slot) {
+      const ActionKind kind = kinds[slot];
+      const Action action{kind, s, 0};
+      Resolved& r = resolved_[s][slot];
+      const StageDurations& own = spec_.durations[s];
+      r.duration = slot == 0 ? own.forward : slot == 1 ? own.input_backward : own.weight;
+      r.group = group_of(s);
+      r.records = kind != ActionKind::kBackwardWeight;
+      r.row = row(kind == ActionKind::kForward, s);
+      for (Input& in : r.inputs) in.row = no_input;
+      int inputs = 0;
+      for (const Dependency& d : data_dependencies(action, stages)) {
+        // These orders list no R: its work is part of the input backward's duration.
+        if (d.optional) continue;
+        MOTLEY_CHECK(d.micro_batch == 0 && inputs < 2,
+                     "estimated timeline: an input of another micro-batch, or too many inputs");
+        const bool forward = d.producer == Producer::kForward;
+        const StageDurations& p = spec_.durations[d.stage];
+        Input& in = r.inputs[inputs++];
+        in.row = row(forward, d.stage);
+        in.hop = d.crosses_stages ? transfer(d.stage, s) : 0.0;
+        in.other_stage = d.stage != s;
+        in.producer_duration = forward ? p.forward : p.input_backward;
+      }
+      const std::optional<Dependency> next = downstream_consumer(action, stages);
+      if (next && group_of(next->stage) != group_of(s)) {
+        r.consumer = Consumer{group_of(next->stage), transfer(s, next->stage)};
+      }
+    }
   }
-  return 0;
+}
+
+double EstimatedTimeline::longest_time() const {
+  double longest = 0;
+  for (const StageDurations& d : spec_.durations) {
+    longest = std::max({longest, d.forward, d.input_backward, d.weight});
+  }
+  for (double hop : spec_.hop) longest = std::max(longest, hop);
+  return longest;
 }
 
 double EstimatedTimeline::transfer(int from, int to) const {
   if (group_of(from) == group_of(to)) return 0.0;
   return spec_.hop[std::min(from, to)];
-}
-
-Readiness EstimatedTimeline::readiness(const Action& a, double now) const {
-  Readiness r;
-  for (const Dependency& d : data_dependencies(a, num_stages())) {
-    // These orders list no R: its work is part of the input backward's duration.
-    if (d.optional) continue;
-    const Action producer{
-        d.producer == Producer::kForward ? ActionKind::kForward : ActionKind::kBackwardInput,
-        d.stage, d.micro_batch};
-    const size_t at = cell(d.stage, d.micro_batch);
-    const double end =
-        producer.kind == ActionKind::kForward ? forward_end_[at] : input_backward_end_[at];
-    const double hop = d.crosses_stages ? transfer(d.stage, a.stage) : 0.0;
-    double available;
-    if (end != kNotRun) {
-      available = end + hop;
-    } else if (d.crosses_stages) {
-      r.known = false;
-      available = now + duration(producer) + hop;
-    } else {
-      r.known = false;
-      available = std::numeric_limits<double>::infinity();
-    }
-    r.time = std::max(r.time, available);
-  }
-  return r;
-}
-
-double EstimatedTimeline::run(const Action& a, double start) {
-  const int g = group_of(a.stage);
-  MOTLEY_CHECK(start >= free_at_[g],
-               "estimated timeline: an action starts before its group is free");
-  const double end = start + duration(a);
-  free_at_[g] = end;
-  if (a.kind == ActionKind::kForward) {
-    forward_end_[cell(a.stage, a.micro_batch)] = end;
-  } else if (is_input_backward(a.kind)) {
-    input_backward_end_[cell(a.stage, a.micro_batch)] = end;
-  }
-  return end;
 }
 
 }  // namespace motley::internal

@@ -7,7 +7,10 @@
 // Not thread-safe: one timeline per replay.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "motley/cost/cost_model.h"
@@ -42,38 +45,101 @@ struct Readiness {
   bool known = true;  // every producer has run on the timeline, so `time` is exact
 };
 
+// Another group waiting for an action's output (the activation of F, the gradient of I or B).
+struct Consumer {
+  int group = -1;  // -1: none (no consumer, or one on the action's own group)
+  double hop = 0;  // the transfer to it
+};
+
 class EstimatedTimeline {
  public:
-  // REQUIRES: the spec's sizes agree (checked by the generators' request checks).
+  // Reads data_dependencies and downstream_consumer once per stage and action kind (the rule
+  // does not depend on the micro-batch). REQUIRES: the spec's sizes agree (checked by the
+  // generators' request checks).
   explicit EstimatedTimeline(TimelineSpec spec);
 
   int num_stages() const { return static_cast<int>(spec_.stage_group.size()); }
   int group_of(int stage) const { return spec_.stage_group[stage]; }
   double free_at(int group) const { return free_at_[group]; }
-  double duration(const Action& action) const;
-  // What an input adds on its way from stage `from` to the adjacent stage `to`: the boundary's
-  // hop when their groups differ, else 0.
-  double transfer(int from, int to) const;
+  double duration(const Action& action) const { return resolved(action).duration; }
+  const Consumer& consumer(const Action& action) const { return resolved(action).consumer; }
+  // The longest duration or hop of the spec (the scale of its times).
+  double longest_time() const;
 
   // When `action`'s inputs are available. Exact once every producer has run; before that a
   // lower bound, taking a producer of another stage that has not run to start at `now` and a
-  // producer of the action's own stage that has not run as never (infinity).
-  Readiness readiness(const Action& action, double now) const;
+  // producer of the action's own stage that has not run as never (infinity). Inline, like
+  // run(): the generators ask it for every candidate action at every step.
+  Readiness readiness(const Action& action, double now) const {
+    const Resolved& r = resolved(action);
+    Readiness out;
+    out.time = std::max(arrival(r.inputs[0], action.micro_batch, now, &out.known),
+                        arrival(r.inputs[1], action.micro_batch, now, &out.known));
+    return out;
+  }
 
   // Runs `action` on its stage's group from `start`; returns its end, which is when the group
   // is free again. REQUIRES: start >= free_at(group_of(action.stage)); kind F, I, B or W.
-  double run(const Action& action, double start);
-
- private:
-  size_t cell(int stage, int micro_batch) const {
-    return static_cast<size_t>(stage) * static_cast<size_t>(spec_.micro_batches) +
-           static_cast<size_t>(micro_batch);
+  double run(const Action& action, double start) {
+    const Resolved& r = resolved(action);
+    const double end = start + r.duration;
+    free_at_[r.group] = end;
+    if (r.records) ends_[r.row + static_cast<size_t>(action.micro_batch)] = end;
+    return end;
   }
 
+ private:
+  static constexpr double kNotRun = -1.0;  // estimated times are never negative
+
+  // One input of an action, resolved for its stage. An action with fewer than two inputs has
+  // the others read the row of zeros at the end of ends_: available from the start.
+  struct Input {
+    size_t row = 0;            // the producer's row of ends_
+    double hop = 0;            // added to the producer's end (0 on the same group)
+    bool other_stage = false;  // the producer's stage is not the action's
+    double producer_duration = 0;
+  };
+  // What the timeline knows of one action kind on one stage.
+  struct Resolved {
+    std::array<Input, 2> inputs{};
+    double duration = 0;
+    int group = 0;         // the stage's
+    bool records = false;  // F and the input backward record their end (in ends_), W does not
+    size_t row = 0;        // of ends_, where they do
+    Consumer consumer;
+  };
+
+  // When the input `in` of micro-batch `j` is available (readiness()'s rule); clears `*known`
+  // when its producer has not run.
+  double arrival(const Input& in, int j, double now, bool* known) const {
+    const double end = ends_[in.row + static_cast<size_t>(j)];
+    if (end != kNotRun) return end + in.hop;
+    *known = false;
+    return in.other_stage ? now + in.producer_duration + in.hop
+                          : std::numeric_limits<double>::infinity();
+  }
+  // What the timeline knows of the action's kind on its stage: the slot of F, of the input
+  // backward (I or B) or of W, by ActionKind's order (F, I, W, B, R).
+  const Resolved& resolved(const Action& action) const {
+    static constexpr int kSlot[] = {0, 1, 2, 1, 1};  // R: unused (REQUIRES)
+    return resolved_[action.stage][kSlot[static_cast<int>(action.kind)]];
+  }
+  // The row of ends_ holding the ends of F (forward) or of the input backward of a stage.
+  size_t row(bool forward, int stage) const {
+    return (static_cast<size_t>(forward ? 0 : 1) * spec_.stage_group.size() +
+            static_cast<size_t>(stage)) *
+           static_cast<size_t>(spec_.micro_batches);
+  }
+  // What an input adds on its way between the adjacent stages `a` and `b`: the boundary's hop
+  // when their groups differ, else 0.
+  double transfer(int a, int b) const;
+
   TimelineSpec spec_;
+  std::vector<std::array<Resolved, 3>> resolved_;  // per stage, per slot
   std::vector<double> free_at_;
-  std::vector<double> forward_end_;
-  std::vector<double> input_backward_end_;
+  // The ends of every stage's F, then of every stage's input backward, per micro-batch, then a
+  // row of zeros (no input).
+  std::vector<double> ends_;
 };
 
 }  // namespace motley::internal

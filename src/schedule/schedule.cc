@@ -9,6 +9,7 @@
 #include <cmath>
 #include <deque>
 #include <string>
+#include <utility>
 
 #include "weight_placement.h"
 
@@ -390,24 +391,25 @@ Result<GroupOrders> zero_bubble(ScheduleKind kind, const ScheduleRequest& req,
     }
   }
 
-  internal::TimelineSpec timeline;
-  timeline.num_groups = p;
-  timeline.stage_group = req.stage_group;
-  timeline.micro_batches = m;
-  timeline.hop.assign(req.num_stages - 1, req.p2p_time.value());
+  internal::TimelineSpec spec;
+  spec.num_groups = p;
+  spec.stage_group = req.stage_group;
+  spec.micro_batches = m;
+  spec.hop.assign(req.num_stages - 1, req.p2p_time.value());
   const ComputeTimes design_point{Seconds(1), Seconds(1), Seconds(1), Seconds(0)};
   for (int s = 0; s < req.num_stages; ++s) {
-    timeline.durations.push_back(internal::stage_durations(
+    spec.durations.push_back(internal::stage_durations(
         req.stage_times.empty() ? design_point : req.stage_times[s], /*split_backward=*/true));
   }
   // Both gap policies are tried and the shorter estimate kept (ties: the one that never
   // delays an F or B), as the ZB paper's heuristic tries its variants.
+  const internal::EstimatedTimeline start(std::move(spec));
   MOTLEY_ASSIGN_OR_RETURN(
       internal::PlacedOrders fit,
-      internal::place_weight_passes(timeline, limit, skeleton, WeightFill::kIfItFits));
+      internal::place_weight_passes(start, limit, skeleton, WeightFill::kIfItFits));
   MOTLEY_ASSIGN_OR_RETURN(
       internal::PlacedOrders always,
-      internal::place_weight_passes(timeline, limit, skeleton, WeightFill::kAlways));
+      internal::place_weight_passes(start, limit, skeleton, WeightFill::kAlways));
   const double tolerance = 1e-9 * std::max(fit.makespan, 1e-30);
   return always.makespan < fit.makespan - tolerance ? std::move(always.orders)
                                                     : std::move(fit.orders);

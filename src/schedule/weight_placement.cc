@@ -22,20 +22,14 @@ struct GroupState {
 
 }  // namespace
 
-Result<PlacedOrders> place_weight_passes(const TimelineSpec& spec,
+Result<PlacedOrders> place_weight_passes(EstimatedTimeline timeline,
                                          const std::vector<int64_t>& limit,
                                          const GroupOrders& skeleton, WeightFill fill) {
   // Gaps compare sums of durations taken in different orders; a tolerance keeps a W that fits
   // exactly (the textbook case) from being rejected by rounding.
-  double longest = 0;
-  for (const StageDurations& d : spec.durations) {
-    longest = std::max({longest, d.forward, d.input_backward, d.weight});
-  }
-  for (double hop : spec.hop) longest = std::max(longest, hop);
-  const double tolerance = 1e-9 * longest;
-
-  EstimatedTimeline timeline(spec);
-  std::vector<GroupState> groups(spec.num_groups);
+  const double tolerance = 1e-9 * timeline.longest_time();
+  const int num_groups = static_cast<int>(skeleton.size());
+  std::vector<GroupState> groups(num_groups);
   const auto put_w = [&](int gi) {
     GroupState& g = groups[gi];
     const Action w = g.pending_w.front();
@@ -48,7 +42,7 @@ Result<PlacedOrders> place_weight_passes(const TimelineSpec& spec,
   bool progress = true;
   while (progress) {
     progress = false;
-    for (int gi = 0; gi < spec.num_groups; ++gi) {
+    for (int gi = 0; gi < num_groups; ++gi) {
       GroupState& g = groups[gi];
       const std::vector<Action>& order = skeleton[gi];
       while (g.next < order.size()) {
@@ -87,7 +81,7 @@ Result<PlacedOrders> place_weight_passes(const TimelineSpec& spec,
   }
 
   PlacedOrders result;
-  for (int gi = 0; gi < spec.num_groups; ++gi) {
+  for (int gi = 0; gi < num_groups; ++gi) {
     GroupState& g = groups[gi];
     if (g.next < skeleton[gi].size()) {
       const Action& a = skeleton[gi][g.next];
