@@ -1,28 +1,53 @@
 #include "candidate.h"
 
-#include <sstream>
+#include <charconv>
+#include <cstdint>
 #include <string>
 
 namespace motley::tune_internal {
 
+namespace {
+
+void append_number(std::string* out, int64_t x) {
+  char buf[24];
+  const auto end = std::to_chars(buf, buf + sizeof(buf), x).ptr;
+  out->append(buf, end);
+}
+
+}  // namespace
+
+// Built by appending rather than through a string stream: the search asks for a key for every
+// candidate it evaluates.
 std::string candidate_key(const Candidate& c) {
-  std::ostringstream k;
-  k << c.micro_batch_size << '|' << c.schedule.name() << (c.schedule.limit_in_flight ? "" : "!")
-    << '|';
+  std::string k;
+  k.reserve(64);
+  append_number(&k, c.micro_batch_size);
+  k += '|';
+  k += c.schedule.name();
+  if (!c.schedule.limit_in_flight) k += '!';
+  k += '|';
   for (const PipelineSpec& r : c.replicas) {
-    k << 'm' << r.micro_batches << ':';
+    k += 'm';
+    append_number(&k, r.micro_batches);
+    k += ':';
     for (const auto& g : r.groups) {
-      k << '[';
-      for (int d : g) k << d << ',';
-      k << ']';
+      k += '[';
+      for (int d : g) {
+        append_number(&k, d);
+        k += ',';
+      }
+      k += ']';
     }
-    k << 'b';
-    for (int b : r.bounds) k << b << ',';
-    k << 'r';
-    for (RecomputePolicy p : r.recompute) k << static_cast<int>(p);
-    k << ';';
+    k += 'b';
+    for (int b : r.bounds) {
+      append_number(&k, b);
+      k += ',';
+    }
+    k += 'r';
+    for (RecomputePolicy p : r.recompute) append_number(&k, static_cast<int>(p));
+    k += ';';
   }
-  return k.str();
+  return k;
 }
 
 std::vector<std::vector<GroupLoad>> group_loads(const Context& ctx, const Candidate& c) {
