@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "motley/plan/plan_json.h"
 #include "motley/plan/spec_hash.h"
 #include "motley/plan/validate.h"
 #include "motley/sim/simulator.h"
@@ -16,16 +15,8 @@ namespace {
 
 using schedule_testing::fixed_cluster;
 using schedule_testing::layer_ms;
+using schedule_testing::order_text;
 using schedule_testing::tiny_model;
-
-std::string order_text(const std::vector<Action>& actions) {
-  std::string out;
-  for (const Action& a : actions) {
-    if (!out.empty()) out += ' ';
-    out += action_to_string(a);
-  }
-  return out;
-}
 
 AssembleOptions options_for(const ModelSpec& model, const ClusterSpec& cluster) {
   AssembleOptions o;

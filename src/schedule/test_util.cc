@@ -1,6 +1,7 @@
 #include "test_util.h"
 
 #include "../plan/test_plans.h"
+#include "motley/plan/plan_json.h"
 
 namespace motley::schedule_testing {
 
@@ -21,6 +22,15 @@ FixedLayer layer_ms(double f, double b, double w, double weights_gb, double act_
   l.weights = Bytes(weights_gb * kGiga);
   l.activations = {Bytes(act_gb * kGiga), Bytes(act_gb * kGiga), Bytes(act_gb * kGiga)};
   return l;
+}
+
+std::string order_text(const std::vector<Action>& actions) {
+  std::string out;
+  for (const Action& a : actions) {
+    if (!out.empty()) out += ' ';
+    out += action_to_string(a);
+  }
+  return out;
 }
 
 }  // namespace motley::schedule_testing

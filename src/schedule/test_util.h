@@ -7,6 +7,7 @@
 #include "motley/cluster/cluster.h"
 #include "motley/cost/fixed_cost_model.h"
 #include "motley/model/model.h"
+#include "motley/plan/plan.h"
 
 namespace motley::schedule_testing {
 
@@ -20,5 +21,8 @@ ClusterSpec fixed_cluster(const std::vector<std::string>& node_types, int device
 // A layer taking `f`, `b`, `w` ms, `weights_gb` GB of fixed memory (all in weights) and
 // `act_gb` GB of activations per micro-batch under every recompute policy.
 FixedLayer layer_ms(double f, double b, double w, double weights_gb = 0, double act_gb = 0);
+
+// The actions as plan files write them, space-separated: "0F0 0F1 0I0 0W0".
+std::string order_text(const std::vector<Action>& actions);
 
 }  // namespace motley::schedule_testing
