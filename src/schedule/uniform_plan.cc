@@ -7,7 +7,6 @@
 
 #include "motley/plan/spec_hash.h"
 #include "motley/schedule/assemble.h"
-#include "motley/schedule/layer_split.h"
 
 namespace motley {
 namespace {
@@ -107,18 +106,22 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
 
   const int num_stages = p * chunks;
   const int layers = static_cast<int>(model.layers.size());
-  if (layers < num_stages) {
-    return invalid_argument(std::string(kWhat) + "model '" + model.name + "' has " +
-                            std::to_string(layers) + " layers, fewer than the " +
-                            std::to_string(num_stages) + " stages of " + std::to_string(p) +
-                            " groups x " + std::to_string(chunks) + " chunks");
+  if (max_stages(o.partition, model) < num_stages) {
+    const bool megatron = o.partition == LayerSplit::kMegatron;
+    return invalid_argument(
+        std::string(kWhat) + "model '" + model.name + "' has " +
+        std::to_string(max_stages(o.partition, model)) +
+        (megatron ? " decoder layers" : " layers") + ", fewer than the " +
+        std::to_string(num_stages) + " stages of " + std::to_string(p) + " groups x " +
+        std::to_string(chunks) + " chunks" +
+        (megatron ? " (the megatron partition splits the decoder layers)" : ""));
   }
 
   // A uniform plan is a candidate: every replica the same bounds, groups in cluster order.
   Candidate c;
   c.micro_batch_size = o.micro_batch_size;
   c.schedule = ScheduleSpec::named(o.kind, chunks);
-  const std::vector<int> bounds = uniform_bounds(layers, num_stages);
+  const std::vector<int> bounds = split_bounds(o.partition, model, num_stages);
   for (int k = 0; k < replicas; ++k) {
     PipelineSpec replica;
     replica.bounds = bounds;

@@ -451,8 +451,14 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
     const int64_t guess = std::max<int64_t>(1, options.proportional_micro_batches
                                                    ? std::llround(total * speed[r] / speed_sum)
                                                    : total / replicas);
-    if (options.partition == PartitionMode::kUniform) {
-      spec.bounds = uniform_bounds(layers, stages);
+    if (options.split) {
+      if (stages > max_stages(*options.split, ctx.model())) {
+        return invalid_argument("candidate: " + std::to_string(stages) + " stages for the " +
+                                std::to_string(max_stages(*options.split, ctx.model())) +
+                                " layers the " + layer_split_name(*options.split) +
+                                " partition splits");
+      }
+      spec.bounds = split_bounds(*options.split, ctx.model(), stages);
       spec.recompute.assign(stages, options.uniform_recompute);
     } else {
       const std::vector<int> stage_group = shape_stage_group(schedule, p);

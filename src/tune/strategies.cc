@@ -187,13 +187,14 @@ Found Searcher::megatron(const ScheduleSpec& spec) {
   for (const auto& [node, count] : per_node) smallest_node = std::min(smallest_node, count);
   std::vector<int> tps;
   for (int t = 1; t <= std::min(8, smallest_node); t *= 2) tps.push_back(t);
+  const int most_stages = max_stages(LayerSplit::kMegatron, ctx_.model());
 
   Found found;
   bool shaped = false;  // some TP x PP x DP met the shape's requirements
   auto attempt = [&](int t, RecomputePolicy policy) {
     if (n % t != 0) return false;
     for (int p : divisors(n / t)) {
-      if (p * spec.chunks > ctx_.num_layers()) continue;
+      if (p * spec.chunks > most_stages) continue;
       const int d = n / (t * p);
       if (total % d != 0) continue;
       const int64_t m = total / d;
@@ -202,7 +203,7 @@ Found Searcher::megatron(const ScheduleSpec& spec) {
       if (!layout.is_ok()) continue;
       shaped = true;
       BuildOptions options;
-      options.partition = PartitionMode::kUniform;
+      options.split = LayerSplit::kMegatron;
       options.uniform_recompute = policy;
       options.proportional_micro_batches = false;
       Result<Candidate> c = build_candidate(ctx_, layout.value(), spec, b, options);
@@ -214,7 +215,7 @@ Found Searcher::megatron(const ScheduleSpec& spec) {
         found.eval = e;
         found.detail = "TP " + std::to_string(t) + " x PP " + std::to_string(p) + " x DP " +
                        std::to_string(d) + ", " + spec.name() +
-                       ", uniform layers, devices in cluster order, recompute " +
+                       ", Megatron-LM's layer split, devices in cluster order, recompute " +
                        recompute_policy_name(policy) + ", " + std::to_string(m) +
                        " micro-batches of " + std::to_string(b) + " per replica";
         return true;
@@ -237,12 +238,13 @@ Found Searcher::megatron(const ScheduleSpec& spec) {
   if (!done && shaped) {
     found.why_not = "no TP x PP x DP of Megatron-LM's rule fits memory with " + spec.name();
   } else if (!done) {
-    found.why_not = "no TP x PP x DP in cluster order meets " + spec.name() +
-                    "'s requirements (PP x chunks <= layers, DP dividing the micro-batches" +
-                    (spec.kind == ScheduleKind::kInterleaved
-                         ? std::string(", micro-batches per replica a multiple of PP")
-                         : std::string()) +
-                    ")";
+    found.why_not =
+        "no TP x PP x DP in cluster order meets " + spec.name() +
+        "'s requirements (PP x chunks <= decoder layers, DP dividing the micro-batches" +
+        (spec.kind == ScheduleKind::kInterleaved
+             ? std::string(", micro-batches per replica a multiple of PP")
+             : std::string()) +
+        ")";
   }
   found.simulated = evaluator_.simulated() - simulated;
   found.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -332,10 +334,11 @@ Found Searcher::placement_only() {
   std::vector<Layout> layouts = mixed_layouts(ctx_);
   for (Layout& l : separate_layouts(ctx_)) layouts.push_back(std::move(l));
   const int n = ctx_.num_devices();
+  const int most_stages = max_stages(LayerSplit::kMegatron, ctx_.model());
   for (int t : {1, 2, 4, 8}) {
     if (n % t != 0) continue;
     for (int p : divisors(n / t)) {
-      if (p > ctx_.num_layers()) continue;
+      if (p > most_stages) continue;
       Result<Layout> l = cluster_order_layout(ctx_, t, p, n / (t * p));
       if (l.is_ok()) layouts.push_back(std::move(l.value()));
     }
@@ -343,7 +346,7 @@ Found Searcher::placement_only() {
   std::vector<std::pair<double, Candidate>> ranked;
   for (const Layout& layout : layouts) {
     BuildOptions options;
-    options.partition = PartitionMode::kUniform;
+    options.split = LayerSplit::kMegatron;
     Result<Candidate> c = build_candidate(ctx_, layout, spec, b, options);
     if (c.is_ok()) ranked.emplace_back(estimate(ctx_, c.value()), c.value());
   }
@@ -364,7 +367,8 @@ Found Searcher::placement_only() {
   fidelity_ = Fidelity::kFull;
   found = best_of(finalists(cands, evals, found), "");
   if (found.ok)
-    found.detail = "uniform layers with 1F1B on the best placement: " + describe(found.candidate);
+    found.detail =
+        "Megatron-LM's layer split with 1F1B on the best placement: " + describe(found.candidate);
   found.simulated = evaluator_.simulated() - simulated;
   found.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return found;
@@ -413,7 +417,7 @@ Found Searcher::schedule_only(const Found& base) {
   fidelity_ = Fidelity::kScreen;
   for (const ScheduleSpec& spec : specs) {
     BuildOptions options;
-    options.partition = PartitionMode::kUniform;
+    options.split = LayerSplit::kMegatron;
     options.uniform_recompute = base.candidate.replicas[0].recompute[0];
     options.proportional_micro_batches = false;
     Result<Candidate> c = build_candidate(ctx_, layout, spec, b, options);

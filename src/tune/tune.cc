@@ -115,7 +115,7 @@ std::vector<std::string> explain(const Context& ctx, const Found& best, const Si
                           " layers; the busiest device group needs " + ms(bottleneck(ctx, c)) +
                           " per micro-batch";
   if (megatron.ok) {
-    partition += " (megatron-1f1b's uniform split: " + ms(bottleneck(ctx, megatron.candidate)) +
+    partition += " (megatron-1f1b's split: " + ms(bottleneck(ctx, megatron.candidate)) +
                  " with micro-batches of " + std::to_string(megatron.candidate.micro_batch_size) +
                  ")";
   }
