@@ -20,9 +20,14 @@ class ProgressLine {
   ~ProgressLine() {
     if (shown_) std::fprintf(stderr, "\r%*s\r", static_cast<int>(width_), "");
   }
-  void update(const TuneProgress& p, Seconds budget) {
+  // The bar fills with whichever budget is nearer its end.
+  void update(const TuneProgress& p, Seconds budget, int64_t max_plans) {
     if (!enabled_ || p.elapsed < Seconds(1)) return;
-    const int filled = static_cast<int>(20 * std::min(1.0, p.elapsed / budget));
+    double spent = p.elapsed / budget;
+    if (max_plans > 0) {
+      spent = std::max(spent, static_cast<double>(p.candidates_evaluated) / max_plans);
+    }
+    const int filled = static_cast<int>(20 * std::min(1.0, spent));
     std::string line =
         fmt::format("[{}{}] {:<12} {} plans, best {}, {:.1f} s", std::string(filled, '#'),
                     std::string(20 - filled, '.'), p.phase, p.candidates_evaluated,
@@ -54,6 +59,10 @@ void add_tune_options(CLI::App* cmd, TuneCliOptions* opt) {
   cmd->add_option("--objective", opt->objective, "throughput or cost")->capture_default_str();
   cmd->add_option("--time-budget", opt->time_budget, "Search time limit in seconds")
       ->capture_default_str();
+  cmd->add_option("--max-plans", opt->max_plans,
+                  "Stop the search after simulating this many plans (0: no limit); unlike the "
+                  "time budget, the plan found then does not depend on the machine's speed")
+      ->capture_default_str();
   cmd->add_option("--seed", opt->seed, "Seed of the search's random moves")->capture_default_str();
   cmd->add_option("--threads", opt->threads, "Plans simulated in parallel")->capture_default_str();
   cmd->add_flag("--zero1", opt->zero1, "Shard optimizer state across data-parallel replicas");
@@ -75,6 +84,9 @@ Result<TuneSetup> prepare_tune(const TuneCliOptions& opt) {
     return invalid_argument("--micro-batch-size: expected a positive integer (0: choose)");
   }
   if (!(opt.time_budget > 0)) return invalid_argument("--time-budget: expected positive seconds");
+  if (opt.max_plans < 0) {
+    return invalid_argument("--max-plans: expected a positive number of plans (0: no limit)");
+  }
   if (opt.threads < 1) return invalid_argument("--threads: expected at least 1");
   MOTLEY_ASSIGN_OR_RETURN(setup.model, load_model(opt.model.empty() ? kDefaultModel : opt.model));
   MOTLEY_ASSIGN_OR_RETURN(setup.cluster,
@@ -84,6 +96,7 @@ Result<TuneSetup> prepare_tune(const TuneCliOptions& opt) {
   options.seq_len = opt.seq_len;
   options.micro_batch_size = opt.micro_batch_size;
   options.time_budget = Seconds(opt.time_budget);
+  options.max_evaluations = opt.max_plans;
   options.seed = opt.seed;
   options.threads = opt.threads;
   options.zero1 = opt.zero1;
@@ -93,8 +106,9 @@ Result<TuneSetup> prepare_tune(const TuneCliOptions& opt) {
 Result<TuneResult> tune_with_progress(const TuneSetup& setup, bool quiet) {
   TuneOptions options = setup.options;
   auto progress = std::make_shared<ProgressLine>(!quiet);
-  options.progress = [progress, budget = options.time_budget](const TuneProgress& p) {
-    progress->update(p, budget);
+  options.progress = [progress, budget = options.time_budget,
+                      most = options.max_evaluations](const TuneProgress& p) {
+    progress->update(p, budget, most);
   };
   // The bar is cleared when the last reference (the options' copy) goes, before returning.
   return tune(options, setup.model, setup.cluster);

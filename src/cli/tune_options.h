@@ -21,6 +21,7 @@ struct TuneCliOptions {
   int64_t micro_batch_size = 0;  // 0: the tuner chooses
   std::string objective = "throughput";
   double time_budget = 8;
+  int64_t max_plans = 0;  // 0: no limit
   uint64_t seed = 1;
   int threads = 2;
   bool zero1 = false;

@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -94,7 +93,7 @@ TEST(EvaluatorTest, ScreeningMatchesTheWholePlanOnUniformStages) {
     c.replicas.push_back(
         PipelineSpec{{{2 * r}, {2 * r + 1}}, {0, 2, 4}, std::vector<RecomputePolicy>(2), 32});
   }
-  Evaluator evaluator(*fx.ctx, std::chrono::steady_clock::now() + std::chrono::hours(1));
+  Evaluator evaluator(*fx.ctx, fx.ctx->now() + Seconds(3600));
   auto full = evaluator.evaluate({c}, Fidelity::kFull)[0];
   auto screen = evaluator.evaluate({c}, Fidelity::kScreen)[0];
   ASSERT_TRUE(full->ok) << full->status.message();

@@ -1,6 +1,7 @@
 #include "context.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "motley/cost/analytic_cost_model.h"
@@ -42,6 +43,10 @@ Status check_options(const TuneOptions& o, const ModelSpec& model, const Cluster
   }
   if (!(o.time_budget.value() > 0)) {
     return invalid_argument(pre + "'time_budget' must be a positive number of seconds");
+  }
+  if (o.max_evaluations < 0) {
+    return invalid_argument(pre + "'max_evaluations' must be 0 (no limit) or positive, got " +
+                            std::to_string(o.max_evaluations));
   }
   const std::vector<std::string> names = tune_strategy_names();
   if (std::find(names.begin(), names.end(), o.strategy) == names.end()) {
@@ -157,6 +162,12 @@ Result<std::unique_ptr<Context>> Context::create(const TuneOptions& options, con
   }
   for (size_t i = 0; i < ctx->types_.size(); ++i) ctx->types_[i].relative_speed = rate[i] / fastest;
   return ctx;
+}
+
+Seconds clock_now(const TuneOptions& options) {
+  if (options.clock) return options.clock();
+  return Seconds(
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count());
 }
 
 Bytes Context::capacity(int device) const { return types_[type_of_device_[device]].type->memory; }

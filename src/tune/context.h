@@ -18,6 +18,9 @@
 
 namespace motley::tune_internal {
 
+// options.clock(), or the steady clock's time when it is empty.
+Seconds clock_now(const TuneOptions& options);
+
 // Devices of one catalog type.
 struct TypeInfo {
   std::string name;
@@ -54,6 +57,9 @@ class Context {
   int64_t baseline_micro_batch_size() const { return micro_batch_sizes_.front(); }
   // REQUIRES: b is in micro_batch_sizes().
   const CostModel& cost(int64_t b) const;
+
+  // The search's clock (clock_now of the options). Thread-safe.
+  Seconds now() const { return clock_now(options_); }
 
   const SpecRef& model_ref() const { return model_ref_; }
   const SpecRef& cluster_ref() const { return cluster_ref_; }

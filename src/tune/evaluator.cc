@@ -71,7 +71,7 @@ bool identical_replicas(const Context& ctx, const Candidate& c) {
 
 }  // namespace
 
-Evaluator::Evaluator(const Context& ctx, std::chrono::steady_clock::time_point deadline)
+Evaluator::Evaluator(const Context& ctx, Seconds deadline)
     : ctx_(ctx), deadline_(deadline) {
   for (int i = 0; i < ctx.options().threads; ++i) {
     simulators_.push_back(std::make_unique<Simulator>());
@@ -79,6 +79,11 @@ Evaluator::Evaluator(const Context& ctx, std::chrono::steady_clock::time_point d
 }
 
 Evaluator::~Evaluator() = default;
+
+bool Evaluator::out_of_evaluations() const {
+  const int64_t most = ctx_.options().max_evaluations;
+  return most > 0 && simulated_ >= most;
+}
 
 Evaluation Evaluator::run(const Candidate& c, Fidelity fidelity, Simulator& sim) {
   Evaluation e;
@@ -211,19 +216,24 @@ std::vector<std::shared_ptr<const Evaluation>> Evaluator::evaluate(
       todo.push_back(i);
     }
   }
+  // The evaluation budget takes a prefix of the batch, so what is simulated does not depend on
+  // the threads' timing.
+  size_t allowed = todo.size();
+  const int64_t most = ctx_.options().max_evaluations;
+  if (most > 0) allowed = std::min<size_t>(allowed, std::max<int64_t>(0, most - simulated_));
   std::vector<std::shared_ptr<const Evaluation>> fresh(todo.size());
   std::vector<char> reached(todo.size(), 0);  // not vector<bool>: written by several threads
   std::atomic<size_t> next{0};
   auto worker = [&](Simulator& sim) {
-    for (size_t i = next++; i < todo.size(); i = next++) {
-      if (out_of_time()) continue;
+    for (size_t i = next++; i < allowed; i = next++) {
+      if (past_deadline()) continue;
       fresh[i] = std::make_shared<const Evaluation>(run(batch[todo[i]], fidelity, sim));
       reached[i] = 1;
     }
   };
-  const size_t threads = std::min(simulators_.size(), todo.size());
+  const size_t threads = std::min(simulators_.size(), allowed);
   if (threads <= 1) {
-    if (!todo.empty()) worker(*simulators_[0]);
+    if (allowed > 0) worker(*simulators_[0]);
   } else {
     std::vector<std::thread> pool;
     for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker, std::ref(*simulators_[t]));
@@ -247,7 +257,9 @@ std::vector<std::shared_ptr<const Evaluation>> Evaluator::evaluate(
       }
     } else {
       auto e = std::make_shared<Evaluation>();
-      e->status = Status(StatusCode::kInfeasible, "not evaluated: the time budget ran out");
+      e->status = Status(StatusCode::kInfeasible,
+                         i < allowed ? "not evaluated: the time budget ran out"
+                                     : "not evaluated: the evaluation budget ran out");
       fresh[i] = e;
     }
   }

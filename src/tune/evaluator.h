@@ -1,6 +1,7 @@
 // Internal to tune/: evaluating candidates — assembling their plans and simulating them on
 // several threads, each with its own Simulator — with a cache keyed by candidate, a count of the
-// plans simulated and the search's deadline. Screening simulates two of a candidate's identical
+// plans simulated and the search's budgets (a deadline on the context's clock, a number of
+// simulations). Screening simulates two of a candidate's identical
 // replicas (the all-reduce priced over all of them) and about 4p micro-batches per replica,
 // extrapolating the rest at the steady state's period (docs/planner.md, "Screening").
 // Results come back in input order whatever the thread count, so the search stays
@@ -8,7 +9,6 @@
 // evaluate().
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -46,18 +46,22 @@ enum class Fidelity {
 
 class Evaluator {
  public:
-  Evaluator(const Context& ctx, std::chrono::steady_clock::time_point deadline);
+  // `deadline` on ctx.now(); ctx.options().max_evaluations bounds simulated().
+  Evaluator(const Context& ctx, Seconds deadline);
   ~Evaluator();
 
   // Evaluates every candidate (the cached ones are not simulated again); results in input
-  // order. Candidates not reached before the deadline come back !ok with a deadline status.
+  // order. Candidates not reached before the deadline, and those past the evaluation budget
+  // (the first uncached ones in input order are simulated), come back !ok with a status saying
+  // which budget ran out.
   std::vector<std::shared_ptr<const Evaluation>> evaluate(const std::vector<Candidate>& batch,
                                                           Fidelity fidelity = Fidelity::kFull);
 
   // The best screened candidates so far (by score, then key), at most `k`.
   std::vector<Candidate> best_screened(size_t k) const;
 
-  bool out_of_time() const { return std::chrono::steady_clock::now() >= deadline_; }
+  // Whether either budget is spent: the search should stop.
+  bool out_of_time() const { return out_of_evaluations() || past_deadline(); }
   int64_t simulated() const { return simulated_; }
   // The shortest iteration of a feasible candidate so far; 0 before the first.
   double best_iteration_time() const { return best_iteration_time_; }
@@ -67,9 +71,11 @@ class Evaluator {
 
  private:
   Evaluation run(const Candidate& c, Fidelity fidelity, Simulator& sim);
+  bool past_deadline() const { return ctx_.now() >= deadline_; }
+  bool out_of_evaluations() const;
 
   const Context& ctx_;
-  std::chrono::steady_clock::time_point deadline_;
+  Seconds deadline_;
   std::vector<std::unique_ptr<Simulator>> simulators_;
   std::map<std::string, std::shared_ptr<const Evaluation>> cache_;
   int64_t simulated_ = 0;

@@ -1,7 +1,6 @@
 #include "strategies.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -176,7 +175,7 @@ Found Searcher::best_of(const std::vector<Candidate>& cands, const std::string& 
 }
 
 Found Searcher::megatron(const ScheduleSpec& spec) {
-  const auto start = std::chrono::steady_clock::now();
+  const Seconds start = ctx_.now();
   const int64_t simulated = evaluator_.simulated();
   const int64_t b = ctx_.baseline_micro_batch_size();
   const int64_t total = ctx_.global_batch() / b;
@@ -247,12 +246,12 @@ Found Searcher::megatron(const ScheduleSpec& spec) {
         ")";
   }
   found.simulated = evaluator_.simulated() - simulated;
-  found.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  found.seconds = (ctx_.now() - start).value();
   return found;
 }
 
 Found Searcher::metis() {
-  const auto start = std::chrono::steady_clock::now();
+  const Seconds start = ctx_.now();
   const int64_t simulated = evaluator_.simulated();
   const int64_t b = ctx_.baseline_micro_batch_size();
   const ScheduleSpec spec = ScheduleSpec::named(ScheduleKind::k1f1b);
@@ -293,12 +292,12 @@ Found Searcher::metis() {
   }
   if (!found.ok) found.why_not = "no heterogeneity-aware 1F1B plan fits memory";
   found.simulated = evaluator_.simulated() - simulated;
-  found.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  found.seconds = (ctx_.now() - start).value();
   return found;
 }
 
 Found Searcher::partition_only(const Found& base) {
-  const auto start = std::chrono::steady_clock::now();
+  const Seconds start = ctx_.now();
   const int64_t simulated = evaluator_.simulated();
   Found found;
   if (!base.ok) {
@@ -322,12 +321,12 @@ Found Searcher::partition_only(const Found& base) {
   found.detail = "megatron-1f1b's placement and schedule with a balanced partition: " +
                  describe(found.candidate);
   found.simulated = evaluator_.simulated() - simulated;
-  found.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  found.seconds = (ctx_.now() - start).value();
   return found;
 }
 
 Found Searcher::placement_only() {
-  const auto start = std::chrono::steady_clock::now();
+  const Seconds start = ctx_.now();
   const int64_t simulated = evaluator_.simulated();
   const int64_t b = ctx_.baseline_micro_batch_size();
   const ScheduleSpec spec = ScheduleSpec::named(ScheduleKind::k1f1b);
@@ -370,7 +369,7 @@ Found Searcher::placement_only() {
     found.detail =
         "Megatron-LM's layer split with 1F1B on the best placement: " + describe(found.candidate);
   found.simulated = evaluator_.simulated() - simulated;
-  found.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  found.seconds = (ctx_.now() - start).value();
   return found;
 }
 
@@ -400,7 +399,7 @@ void Searcher::retry_with_more_recompute(std::vector<Candidate>& cands,
 }
 
 Found Searcher::schedule_only(const Found& base) {
-  const auto start = std::chrono::steady_clock::now();
+  const Seconds start = ctx_.now();
   const int64_t simulated = evaluator_.simulated();
   Found found;
   if (!base.ok) {
@@ -432,7 +431,7 @@ Found Searcher::schedule_only(const Found& base) {
                    describe(found.candidate);
   }
   found.simulated = evaluator_.simulated() - simulated;
-  found.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  found.seconds = (ctx_.now() - start).value();
   return found;
 }
 
@@ -651,7 +650,7 @@ Found Searcher::improve(const Found& start, unsigned moves, int kicks) {
 }
 
 Found Searcher::motley(const std::vector<Found>& seeds) {
-  const auto start = std::chrono::steady_clock::now();
+  const Seconds start = ctx_.now();
   const int64_t simulated = evaluator_.simulated();
   // Layouts, ranked by the best estimate of a balanced partition with ZB-H1 over the
   // micro-batch sizes.
@@ -771,12 +770,12 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
     best.why_not = "no plan fits the cluster's memory";
   }
   best.simulated = evaluator_.simulated() - simulated;
-  best.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  best.seconds = (ctx_.now() - start).value();
   return best;
 }
 
 Found Searcher::exhaustive() {
-  const auto start = std::chrono::steady_clock::now();
+  const Seconds start = ctx_.now();
   phase_ = "exhaustive";
   const int64_t simulated = evaluator_.simulated();
   const int layers = ctx_.num_layers();
@@ -932,7 +931,7 @@ Found Searcher::exhaustive() {
     best.why_not = "no plan fits the cluster's memory";
   }
   best.simulated = evaluator_.simulated() - simulated;
-  best.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  best.seconds = (ctx_.now() - start).value();
   return best;
 }
 

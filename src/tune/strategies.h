@@ -5,7 +5,6 @@
 // price candidates through one Evaluator, so cached plans are shared. Used from one thread.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>

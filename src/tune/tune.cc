@@ -1,7 +1,6 @@
 #include "motley/tune/tune.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -210,11 +209,9 @@ Result<Seconds> iteration_lower_bound(const TuneOptions& options, const ModelSpe
 
 Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
                         const ClusterSpec& cluster) {
-  const auto start = std::chrono::steady_clock::now();
+  const Seconds start = tune_internal::clock_now(options);
   MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<Context> ctx, Context::create(options, model, cluster));
-  const auto deadline = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                    std::chrono::duration<double>(options.time_budget.value()));
-  Evaluator evaluator(*ctx, deadline);
+  Evaluator evaluator(*ctx, start + options.time_budget);
   std::string phase = "baselines";
   auto report = [&](const std::string& searcher_phase) {
     if (!options.progress) return;
@@ -222,8 +219,7 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
     p.phase = searcher_phase.empty() ? phase : searcher_phase;
     p.candidates_evaluated = evaluator.simulated();
     p.best_iteration_time = Seconds(evaluator.best_iteration_time());
-    p.elapsed =
-        Seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    p.elapsed = ctx->now() - start;
     options.progress(p);
   };
   Searcher searcher(*ctx, evaluator, report);
@@ -281,8 +277,16 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
   phase = "done";
   report("");
   if (!chosen.ok) {
+    std::string why = chosen.why_not;
+    if (evaluator.out_of_time()) {
+      why += options.max_evaluations > 0 && evaluator.simulated() >= options.max_evaluations
+                 ? " (the search stopped at its evaluation budget, 'max_evaluations' " +
+                       std::to_string(options.max_evaluations) + ")"
+                 : " (the search stopped at its time budget, 'time_budget' " +
+                       fixed(options.time_budget.value(), 1) + " s)";
+    }
     return infeasible("tune: strategy '" + options.strategy + "' found no plan for model '" +
-                      model.name + "' on cluster '" + cluster.name + "': " + chosen.why_not);
+                      model.name + "' on cluster '" + cluster.name + "': " + why);
   }
 
   // The winner's plan and full simulation, checked the way `motley simulate` checks a file.
@@ -338,8 +342,7 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
       result.baselines.push_back(std::move(o));
     }
   }
-  result.search_time =
-      Seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  result.search_time = ctx->now() - start;
   return result;
 }
 

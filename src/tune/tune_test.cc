@@ -43,7 +43,13 @@ CostModelFactory fixed_factory(FixedCostSpec spec) {
   };
 }
 
-// A small instance: the model, the cluster and the options to tune it with.
+// A clock that never moves: the time budget never runs out, so a search always runs to its end
+// and the tests that compare searches cannot depend on the machine's speed.
+TuneClock frozen_clock() {
+  return [] { return Seconds(0); };
+}
+
+// A small instance: the model, the cluster and the options to tune it with (on a frozen clock).
 struct Case {
   std::string name;
   ModelSpec model;
@@ -64,6 +70,7 @@ Case heavy_head() {
   }
   c.options.global_batch = 16;
   c.options.cost_model = fixed_factory(spec);
+  c.options.clock = frozen_clock();
   return c;
 }
 
@@ -81,6 +88,7 @@ Case two_generations() {
   spec.device_times = {{"A100-80GB", slow}};
   c.options.global_batch = 16;
   c.options.cost_model = fixed_factory(spec);
+  c.options.clock = frozen_clock();
   return c;
 }
 
@@ -99,6 +107,7 @@ Case memory_bound() {
   c.options.global_batch = 12;
   c.options.micro_batch_size = 1;
   c.options.cost_model = fixed_factory(spec);
+  c.options.clock = frozen_clock();
   return c;
 }
 
@@ -121,6 +130,7 @@ nodes:
   MOTLEY_CHECK(model.is_ok(), model.status().message());
   Case c{"analytic-pcie", model.value(), cluster.value(), {}};
   c.options.global_batch = 16;
+  c.options.clock = frozen_clock();
   return c;
 }
 
@@ -172,6 +182,75 @@ TEST(TuneTest, SameSeedGivesTheSamePlanWhateverTheThreads) {
     EXPECT_EQ(plan_to_text(b->plan), plan_to_text(again->plan)) << c.name;
     EXPECT_EQ(a->explanation, b->explanation) << c.name;
   }
+}
+
+TEST(TuneTest, EvaluationBudgetCutsTheSearchAlikeOnAnyThreads) {
+  for (const Case& c : small_cases()) {
+    Result<TuneResult> whole = tune(c.options, c.model, c.cluster);
+    ASSERT_TRUE(whole.is_ok()) << c.name << ": " << whole.status().message();
+    TuneOptions one = c.options;
+    one.max_evaluations = whole->candidates_evaluated / 2;
+    one.threads = 1;
+    TuneOptions two = one;
+    two.threads = 2;
+    Result<TuneResult> a = tune(one, c.model, c.cluster);
+    Result<TuneResult> b = tune(two, c.model, c.cluster);
+    ASSERT_TRUE(a.is_ok() && b.is_ok()) << c.name << ": " << a.status().message();
+    // The search stops at the budget exactly, and both thread counts simulate the same plans.
+    EXPECT_EQ(a->candidates_evaluated, one.max_evaluations) << c.name;
+    EXPECT_EQ(b->candidates_evaluated, one.max_evaluations) << c.name;
+    EXPECT_EQ(plan_to_text(a->plan), plan_to_text(b->plan)) << c.name;
+    // A budget the search does not reach changes nothing.
+    TuneOptions roomy = c.options;
+    roomy.max_evaluations = whole->candidates_evaluated;
+    Result<TuneResult> same = tune(roomy, c.model, c.cluster);
+    ASSERT_TRUE(same.is_ok()) << c.name;
+    EXPECT_EQ(plan_to_text(same->plan), plan_to_text(whole->plan)) << c.name;
+    EXPECT_EQ(same->candidates_evaluated, whole->candidates_evaluated) << c.name;
+  }
+  // One plan is not enough for heavy-head: its first Megatron-LM layout (8 x 15 GB on one H100)
+  // does not fit, and the error says that the budget stopped the search.
+  Case h = heavy_head();
+  h.options.max_evaluations = 1;
+  Result<TuneResult> none = tune(h.options, h.model, h.cluster);
+  ASSERT_FALSE(none.is_ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kInfeasible);
+  EXPECT_NE(none.status().message().find(
+                "(the search stopped at its evaluation budget, 'max_evaluations' 1)"),
+            std::string::npos)
+      << none.status().message();
+  h.options.max_evaluations = -1;
+  none = tune(h.options, h.model, h.cluster);
+  ASSERT_FALSE(none.is_ok());
+  EXPECT_EQ(none.status().message(),
+            "tune options: 'max_evaluations' must be 0 (no limit) or positive, got -1");
+}
+
+TEST(TuneTest, TimeBudgetIsReadFromTheInjectedClock) {
+  // A clock that advances a second at every reading: an 8 s budget stops the search after a few
+  // readings, the same way on every run (one thread reads it in a fixed order).
+  Case c = heavy_head();
+  c.options.threads = 1;
+  Result<TuneResult> whole = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(whole.is_ok()) << whole.status().message();
+  auto ticking = [] {
+    auto readings = std::make_shared<int64_t>(0);
+    return [readings] { return Seconds(static_cast<double>((*readings)++)); };
+  };
+  TuneOptions cut = c.options;
+  cut.clock = ticking();
+  Result<TuneResult> a = tune(cut, c.model, c.cluster);
+  cut.clock = ticking();
+  Result<TuneResult> b = tune(cut, c.model, c.cluster);
+  ASSERT_TRUE(a.is_ok() && b.is_ok()) << a.status().message();
+  EXPECT_LT(a->candidates_evaluated, whole->candidates_evaluated);
+  EXPECT_EQ(a->candidates_evaluated, b->candidates_evaluated);
+  EXPECT_EQ(plan_to_text(a->plan), plan_to_text(b->plan));
+  // The search time is on that clock too: past the budget, and the same on both runs.
+  EXPECT_GE(a->search_time, c.options.time_budget);
+  EXPECT_EQ(a->search_time, b->search_time);
+  // The frozen clock's search took no time at all.
+  EXPECT_EQ(whole->search_time, Seconds(0));
 }
 
 TEST(TuneTest, ReturnsOnlyRunnablePlansThatFitMemory) {
@@ -241,7 +320,6 @@ TEST(TuneTest, DefaultSearchIsWithinTwoPercentOfExhaustive) {
     TuneOptions ex = c.options;
     ex.exhaustive = true;
     ex.report_baselines = false;
-    ex.time_budget = Seconds(120);
     Result<TuneResult> best = tune(ex, c.model, c.cluster);
     ASSERT_TRUE(best.is_ok()) << c.name << ": " << best.status().message();
     Result<TuneResult> found = tune(c.options, c.model, c.cluster);
@@ -303,6 +381,7 @@ TEST(TuneTest, MegatronBaselinesSplitTheDecoderLayers) {
   // splits the 8 blocks 2 per stage with the embedding first and the head last (3, 2, 2, 3
   // layers; counting every layer would give 3, 3, 2, 2), and interleaved, 1 per chunk.
   Case c{"megatron-split", tiny_model(10), fixed_cluster({"H100-SXM"}, 4), {}};
+  c.options.clock = frozen_clock();
   c.model.layers.front().kind = LayerKind::kEmbedding;
   c.model.layers.back().kind = LayerKind::kHead;
   FixedCostSpec spec;

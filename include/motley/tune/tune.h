@@ -43,15 +43,26 @@ struct TuneProgress {
 using CostModelFactory = std::function<std::unique_ptr<CostModel>(
     const ModelSpec& model, const ClusterSpec& cluster, const Workload& workload)>;
 
+// Seconds since any fixed origin; only differences are read. Called from the evaluation
+// threads, so it must be thread-safe. Tests inject a fake one.
+using TuneClock = std::function<Seconds()>;
+
 struct TuneOptions {
   int64_t global_batch = 0;  // sequences per iteration; required, > 0
   int64_t seq_len = 0;       // 0: the model's default_seq_len
   // Sequences per micro-batch; 0 lets the tuner choose among 1, 2 and 4 (baselines use 1).
   int64_t micro_batch_size = 0;
   TuneObjective objective = TuneObjective::kThroughput;
-  // Wall-clock limit of the search. The result is deterministic for a seed whenever the search
-  // converges before the limit (the usual case); a search cut short returns the best so far.
+  // Time limit of the search, on `clock`. The result is deterministic for a seed whenever the
+  // search converges before the limit (the usual case); a search cut short returns the best so
+  // far, which then depends on the machine's speed.
   Seconds time_budget = Seconds(8);
+  // Limit on the candidates simulated (0: none). A search cut short by it returns the best so
+  // far, the same whatever the machine's speed and the thread count.
+  int64_t max_evaluations = 0;
+  // What time_budget, TuneProgress::elapsed and the search times are measured on; empty: the
+  // steady clock.
+  TuneClock clock;
   uint64_t seed = 1;
   int threads = 2;  // candidates simulated in parallel; the result does not depend on it
   // "motley" (the full search) or one of the baselines of tune_strategy_names().
