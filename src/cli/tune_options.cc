@@ -106,10 +106,8 @@ Result<TuneSetup> prepare_tune(const TuneCliOptions& opt) {
 Result<TuneResult> tune_with_progress(const TuneSetup& setup, bool quiet) {
   TuneOptions options = setup.options;
   auto progress = std::make_shared<ProgressLine>(!quiet);
-  options.progress = [progress, budget = options.time_budget,
-                      most = options.max_evaluations](const TuneProgress& p) {
-    progress->update(p, budget, most);
-  };
+  options.progress = [progress, budget = options.time_budget, most = options.max_evaluations](
+                         const TuneProgress& p) { progress->update(p, budget, most); };
   // The bar is cleared when the last reference (the options' copy) goes, before returning.
   return tune(options, setup.model, setup.cluster);
 }

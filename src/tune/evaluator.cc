@@ -71,8 +71,7 @@ bool identical_replicas(const Context& ctx, const Candidate& c) {
 
 }  // namespace
 
-Evaluator::Evaluator(const Context& ctx, Seconds deadline)
-    : ctx_(ctx), deadline_(deadline) {
+Evaluator::Evaluator(const Context& ctx, Seconds deadline) : ctx_(ctx), deadline_(deadline) {
   for (int i = 0; i < ctx.options().threads; ++i) {
     simulators_.push_back(std::make_unique<Simulator>());
   }
