@@ -18,6 +18,7 @@
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/model/model_json.h"
 #include "motley/plan/plan_json.h"
+#include "motley/plan/plan_workload.h"
 #include "motley/sim/simulator.h"
 #include "motley/tune/tune.h"
 #include "tune_options.h"
@@ -69,11 +70,11 @@ Status compare_command(const CompareOptions& opt) {
   for (size_t i = 0; i < rows.size(); ++i) {
     if (!rows[i].feasible) continue;
     const Plan& plan = rows[i].plan;
-    AnalyticCostOptions cost_options;
-    cost_options.workload =
-        Workload{plan.seq_len, plan.micro_batch_size, model.dtype, model.dropout};
-    AnalyticCostModel cost(model, cluster, cost_options);
-    MOTLEY_ASSIGN_OR_RETURN(SimResult sim, simulate(SimOptions{}, plan, cost));
+    MOTLEY_ASSIGN_OR_RETURN(
+        std::unique_ptr<AnalyticCostModel> cost,
+        AnalyticCostModel::create(model, cluster, AnalyticCostOptions{plan_workload(plan, model)},
+                                  model.name));
+    MOTLEY_ASSIGN_OR_RETURN(SimResult sim, simulate(SimOptions{}, plan, *cost));
     shapes[i].bubble = sim.bubble_fraction;
     for (const DeviceStats& d : sim.devices) {
       shapes[i].memory_ratio = std::max(shapes[i].memory_ratio, d.peak_memory / d.capacity);

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <set>
 #include <string>
 
@@ -83,8 +84,9 @@ Status estimate(const EstimateOptions& opt) {
   cost_options.workload.dtype = model.dtype;
   cost_options.workload.dropout = model.dropout;
   const Workload& w = cost_options.workload;
-  MOTLEY_RETURN_IF_ERROR(AnalyticCostModel::validate(model, cost_options, opt.model));
-  AnalyticCostModel cost(model, cluster, cost_options);
+  MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<AnalyticCostModel> analytic,
+                          AnalyticCostModel::create(model, cluster, cost_options, opt.model));
+  const AnalyticCostModel& cost = *analytic;
   const Topology& topo = cost.topology();
   ModelTotals totals = model_totals(model, w);
   LayerRange all{0, static_cast<int>(model.layers.size())};
@@ -130,8 +132,9 @@ Status estimate(const EstimateOptions& opt) {
       node.price_per_hour = t.price_on_demand_per_hour;
       single.nodes = {node};
       single.network = node.nic;
-      AnalyticCostModel single_cost(model, single, cost_options);
-      rows.push_back(estimate_device(single_cost, 0, all, micro_batches, tokens_per_step, false));
+      MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<AnalyticCostModel> single_cost,
+                              AnalyticCostModel::create(model, single, cost_options, opt.model));
+      rows.push_back(estimate_device(*single_cost, 0, all, micro_batches, tokens_per_step, false));
     }
   }
 

@@ -15,6 +15,7 @@
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/model/model_json.h"
 #include "motley/plan/plan_json.h"
+#include "motley/plan/plan_workload.h"
 #include "motley/report/chrome_trace.h"
 #include "motley/report/summary.h"
 #include "motley/report/svg_timeline.h"
@@ -64,10 +65,11 @@ Status plan_command(const PlanOptions& opt) {
 
   // The chosen plan simulated once more, recording its timeline, for the per-device summary,
   // the trace and the SVG.
-  AnalyticCostOptions cost_options;
-  cost_options.workload =
-      Workload{r.plan.seq_len, r.plan.micro_batch_size, model.dtype, model.dropout};
-  AnalyticCostModel cost(model, cluster, cost_options);
+  MOTLEY_ASSIGN_OR_RETURN(
+      std::unique_ptr<AnalyticCostModel> analytic,
+      AnalyticCostModel::create(model, cluster, AnalyticCostOptions{plan_workload(r.plan, model)},
+                                model.name));
+  const AnalyticCostModel& cost = *analytic;
   SimOptions sim_options;
   sim_options.record_timeline = !opt.trace.empty() || !opt.svg.empty();
   MOTLEY_ASSIGN_OR_RETURN(SimResult timeline, simulate(sim_options, r.plan, cost));

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 #include "motley/core/dtype.h"
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/exec/data.h"
 #include "motley/exec/rank_layout.h"
+#include "motley/plan/plan_workload.h"
 #include "motley/sim/simulator.h"
 
 namespace motley::cli {
@@ -19,10 +21,11 @@ Result<EmulationFactors> compute_emulation_factors(const RunInputs& inputs, bool
                                                    const std::string& source) {
   const Plan& plan = inputs.plan;
   const ModelSpec& model = inputs.model;
-  AnalyticCostOptions cost_options;
-  cost_options.workload = Workload{plan.seq_len, plan.micro_batch_size, model.dtype, model.dropout};
-  MOTLEY_RETURN_IF_ERROR(AnalyticCostModel::validate(model, cost_options, model.name));
-  const AnalyticCostModel cost(model, inputs.cluster, cost_options);
+  MOTLEY_ASSIGN_OR_RETURN(
+      std::unique_ptr<AnalyticCostModel> analytic,
+      AnalyticCostModel::create(model, inputs.cluster,
+                                AnalyticCostOptions{plan_workload(plan, model)}, model.name));
+  const AnalyticCostModel& cost = *analytic;
   const Topology& topology = cost.topology();
   const RankLayout layout(plan);
   std::vector<int> device;  // per rank

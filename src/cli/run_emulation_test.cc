@@ -8,11 +8,13 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <memory>
 #include <set>
 
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/exec/rank_layout.h"
 #include "motley/model/model_json.h"
+#include "motley/plan/plan_workload.h"
 #include "motley/plan/spec_hash.h"
 #include "motley/sim/simulator.h"
 
@@ -31,11 +33,11 @@ RunInputs inputs_of(const std::string& plan) {
   return *inputs;
 }
 
-AnalyticCostModel cost_model_of(const RunInputs& in) {
-  AnalyticCostOptions options;
-  options.workload =
-      Workload{in.plan.seq_len, in.plan.micro_batch_size, in.model.dtype, in.model.dropout};
-  return AnalyticCostModel(in.model, in.cluster, options);
+std::unique_ptr<AnalyticCostModel> cost_model_of(const RunInputs& in) {
+  Result<std::unique_ptr<AnalyticCostModel>> cost = AnalyticCostModel::create(
+      in.model, in.cluster, AnalyticCostOptions{plan_workload(in.plan, in.model)}, in.model.name);
+  MOTLEY_CHECK(cost.is_ok(), cost.status().message());
+  return std::move(cost.value());
 }
 
 // ZB-H1 over two replicas of two stages, moved onto the default cluster's two nodes: replica 0
@@ -63,7 +65,8 @@ TEST(EmulationFactors, PeakSpeedsSlowEachRankByTheFastestPeakOverItsOwn) {
   // tiny-llama trains in fp32: the catalog's FP32 peaks, 66.9 and 19.5 TFLOP/s.
   EXPECT_EQ(f->compute_slowdown, (std::vector<double>{1.0, 66.9 / 19.5}));
   EXPECT_EQ(f->wire_bytes_per_byte, 1.0);
-  const AnalyticCostModel cost = cost_model_of(in);
+  const std::unique_ptr<AnalyticCostModel> analytic = cost_model_of(in);
+  const AnalyticCostModel& cost = *analytic;
   SimOptions sim;
   sim.source = "plan";
   auto simulated = simulate(sim, in.plan, cost);
@@ -89,7 +92,8 @@ TEST(EmulationFactors, MessagesAndAllReducesCostTheCostModelsTimes) {
   const RunInputs in = two_node_inputs();
   auto f = compute_emulation_factors(in, false, "plan");
   ASSERT_TRUE(f.is_ok()) << f.status().message();
-  const AnalyticCostModel cost = cost_model_of(in);
+  const std::unique_ptr<AnalyticCostModel> analytic = cost_model_of(in);
+  const AnalyticCostModel& cost = *analytic;
   const RankLayout layout(in.plan);
   const EmulatedNetwork network(*f);
   for (int src = 0; src < layout.world_size(); ++src) {

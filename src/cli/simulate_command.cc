@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "commands.h"
@@ -13,6 +14,7 @@
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/model/model_json.h"
 #include "motley/plan/plan_json.h"
+#include "motley/plan/plan_workload.h"
 #include "motley/plan/validate.h"
 #include "motley/report/chrome_trace.h"
 #include "motley/report/summary.h"
@@ -104,9 +106,10 @@ Result<Scenario> scenario_from_schedule(const SimulateOptions& opt) {
 
   AnalyticCostOptions cost_options;
   cost_options.workload = Workload{u.seq_len, u.micro_batch_size, s.model.dtype, s.model.dropout};
-  MOTLEY_RETURN_IF_ERROR(AnalyticCostModel::validate(s.model, cost_options, s.model.name));
-  AnalyticCostModel cost(s.model, s.cluster, cost_options);
-  MOTLEY_ASSIGN_OR_RETURN(s.plan, make_uniform_plan(u, s.model, s.cluster, cost));
+  MOTLEY_ASSIGN_OR_RETURN(
+      std::unique_ptr<AnalyticCostModel> cost,
+      AnalyticCostModel::create(s.model, s.cluster, cost_options, s.model.name));
+  MOTLEY_ASSIGN_OR_RETURN(s.plan, make_uniform_plan(u, s.model, s.cluster, *cost));
   return s;
 }
 
@@ -134,11 +137,11 @@ Status simulate_command(const SimulateOptions& opt) {
       Scenario s, opt.plan.empty() ? scenario_from_schedule(opt) : scenario_from_plan_file(opt));
   const std::string source = opt.plan.empty() ? "plan" : opt.plan;
 
-  AnalyticCostOptions cost_options;
-  cost_options.workload =
-      Workload{s.plan.seq_len, s.plan.micro_batch_size, s.model.dtype, s.model.dropout};
-  MOTLEY_RETURN_IF_ERROR(AnalyticCostModel::validate(s.model, cost_options, s.model.name));
-  AnalyticCostModel cost(s.model, s.cluster, cost_options);
+  MOTLEY_ASSIGN_OR_RETURN(
+      std::unique_ptr<AnalyticCostModel> analytic,
+      AnalyticCostModel::create(s.model, s.cluster,
+                                AnalyticCostOptions{plan_workload(s.plan, s.model)}, s.model.name));
+  const AnalyticCostModel& cost = *analytic;
 
   // The validator proves the plan runnable, memory included, before anything is simulated.
   ValidateOptions validate;

@@ -206,6 +206,13 @@ Status AnalyticCostModel::validate(const ModelSpec& model, const AnalyticCostOpt
   return Status::ok();
 }
 
+Result<std::unique_ptr<AnalyticCostModel>> AnalyticCostModel::create(
+    const ModelSpec& model, const ClusterSpec& cluster, const AnalyticCostOptions& options,
+    const std::string& source) {
+  MOTLEY_RETURN_IF_ERROR(validate(model, options, source));
+  return std::unique_ptr<AnalyticCostModel>(new AnalyticCostModel(model, cluster, options));
+}
+
 AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& cluster,
                                      const AnalyticCostOptions& options)
     : model_(model), options_(options), topology_(cluster) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -104,6 +105,15 @@ AnalyticCostOptions workload(int64_t seq_len, int64_t micro_batch_size = 1) {
   return o;
 }
 
+// The cost model of `m` (which outlives it); the inputs are valid.
+std::unique_ptr<AnalyticCostModel> analytic(const ModelSpec& m, const ClusterSpec& cluster,
+                                            const AnalyticCostOptions& options) {
+  Result<std::unique_ptr<AnalyticCostModel>> made =
+      AnalyticCostModel::create(m, cluster, options, m.name);
+  MOTLEY_CHECK(made.is_ok(), made.status().message());
+  return std::move(made.value());
+}
+
 const LayerRange kFirst{0, 1};
 
 // ---- pure pieces ----
@@ -199,10 +209,10 @@ TEST(AttentionCore, CausalFullAndWindowed) {
 
 TEST(AnalyticCompute, ForwardIsRooflinePlusLaunchOverhead) {
   ModelSpec m = model_of({ffn_layer("ffn")});
-  AnalyticCostModel cost(m, one_node("H100-SXM", 2), workload(4096));
-  const LayerCost& c = cost.layer_costs()[0];
+  const auto cost = analytic(m, one_node("H100-SXM", 2), workload(4096));
+  const LayerCost& c = cost->layer_costs()[0];
   const DeviceType& h100 = catalog("H100-SXM");
-  ComputeTimes t = cost.compute(kFirst, DeviceGroup{{0}}, RecomputePolicy::kNone);
+  ComputeTimes t = cost->compute(kFirst, DeviceGroup{{0}}, RecomputePolicy::kNone);
   // A large GEMM layer is compute-bound: the FLOPs term wins.
   const double flops_term =
       c.forward.value() / (h100.peak_bf16.value() * efficiency(h100, c.forward.value()));
@@ -220,23 +230,23 @@ TEST(AnalyticCompute, ForwardIsRooflinePlusLaunchOverhead) {
 TEST(AnalyticCompute, MemoryBoundLayerPicksTheBytesTerm) {
   // One token: every weight is read once for two FLOPs, far below any GPU's ridge point.
   ModelSpec m = model_of({ffn_layer("ffn")});
-  AnalyticCostModel cost(m, one_node("H100-SXM", 1), workload(1));
-  const LayerCost& c = cost.layer_costs()[0];
+  const auto cost = analytic(m, one_node("H100-SXM", 1), workload(1));
+  const LayerCost& c = cost->layer_costs()[0];
   const DeviceType& h100 = catalog("H100-SXM");
   const double bytes_term = c.forward_memory.value() / h100.memory_bandwidth.value();
   ASSERT_GT(bytes_term,
             c.forward.value() / (h100.peak_bf16.value() * efficiency(h100, c.forward.value())));
-  ComputeTimes t = cost.compute(kFirst, DeviceGroup{{0}}, RecomputePolicy::kNone);
+  ComputeTimes t = cost->compute(kFirst, DeviceGroup{{0}}, RecomputePolicy::kNone);
   expect_close(t.forward.value(), bytes_term + 5 * 3e-6);
 }
 
 TEST(AnalyticCompute, TensorParallelSplitsWorkAndAddsTheAllReduce) {
   ModelSpec m = model_of({ffn_layer("ffn")});
-  AnalyticCostModel cost(m, one_node("H100-SXM", 2), workload(4096));
-  const LayerCost& c = cost.layer_costs()[0];
+  const auto cost = analytic(m, one_node("H100-SXM", 2), workload(4096));
+  const LayerCost& c = cost->layer_costs()[0];
   ASSERT_EQ(c.tp_allreduces, 1);
   const DeviceType& h100 = catalog("H100-SXM");
-  ComputeTimes t = cost.compute(kFirst, DeviceGroup{{0, 1}}, RecomputePolicy::kNone);
+  ComputeTimes t = cost->compute(kFirst, DeviceGroup{{0, 1}}, RecomputePolicy::kNone);
   // Ring all-reduce over 2 devices: 2 latencies and n over NVLink.
   const double allreduce = 2 * kNvlinkLatency + c.output_bytes.value() / kNvlinkBandwidth;
   expect_close(
@@ -252,32 +262,32 @@ TEST(AnalyticCompute, TensorParallelSplitsWorkAndAddsTheAllReduce) {
 
 TEST(AnalyticCompute, TensorParallelOverFourDevicesUsesTheRingFormula) {
   ModelSpec m = model_of({ffn_layer("ffn")});
-  AnalyticCostModel cost(m, one_node("H100-SXM", 4), workload(4096));
-  const LayerCost& c = cost.layer_costs()[0];
+  const auto cost = analytic(m, one_node("H100-SXM", 4), workload(4096));
+  const LayerCost& c = cost->layer_costs()[0];
   const DeviceType& h100 = catalog("H100-SXM");
-  ComputeTimes t = cost.compute(kFirst, DeviceGroup{{3, 1, 0, 2}}, RecomputePolicy::kNone);
+  ComputeTimes t = cost->compute(kFirst, DeviceGroup{{3, 1, 0, 2}}, RecomputePolicy::kNone);
   const double allreduce = 6 * kNvlinkLatency + 1.5 * c.output_bytes.value() / kNvlinkBandwidth;
   const double expected =
       roofline(h100, c.forward.value() / 4, c.forward_memory.value() / 4) + 5 * 3e-6 + allreduce;
   expect_close(t.forward.value(), expected);
   // A node too large for the precomputed subsets prices the group directly, the same way.
-  AnalyticCostModel big(m, one_node("H100-SXM", 12), workload(4096));
+  const auto big = analytic(m, one_node("H100-SXM", 12), workload(4096));
   expect_close(
-      big.compute(kFirst, DeviceGroup{{9, 2, 11, 5}}, RecomputePolicy::kNone).forward.value(),
+      big->compute(kFirst, DeviceGroup{{9, 2, 11, 5}}, RecomputePolicy::kNone).forward.value(),
       expected);
 }
 
 TEST(AnalyticCompute, RecomputePolicies) {
   ModelSpec m = model_of({attention_layer("attn")});
-  AnalyticCostModel cost(m, one_node("H100-SXM", 2), workload(4096));
+  const auto cost = analytic(m, one_node("H100-SXM", 2), workload(4096));
   const DeviceType& h100 = catalog("H100-SXM");
   const double core = 2.0 * 1 * 32 * (4096.0 * 4097 / 2) * 256;
   for (int tp : {1, 2}) {
     DeviceGroup g;
     for (int d = 0; d < tp; ++d) g.devices.push_back(d);
-    ComputeTimes none = cost.compute(kFirst, g, RecomputePolicy::kNone);
-    ComputeTimes selective = cost.compute(kFirst, g, RecomputePolicy::kSelective);
-    ComputeTimes full = cost.compute(kFirst, g, RecomputePolicy::kFull);
+    ComputeTimes none = cost->compute(kFirst, g, RecomputePolicy::kNone);
+    ComputeTimes selective = cost->compute(kFirst, g, RecomputePolicy::kSelective);
+    ComputeTimes full = cost->compute(kFirst, g, RecomputePolicy::kFull);
     EXPECT_EQ(none.recompute.value(), 0.0);
     // The attention core's FLOPs only (no launch overhead, no collective).
     expect_close(selective.recompute.value(),
@@ -292,14 +302,14 @@ TEST(AnalyticCompute, RecomputePolicies) {
 TEST(AnalyticCompute, RangeIsTheSumOfItsLayers) {
   ModelSpec m =
       model_of({attention_layer("a0"), ffn_layer("f0"), attention_layer("a1"), ffn_layer("f1")});
-  AnalyticCostModel cost(m, one_node("H100-SXM", 2), workload(4096));
+  const auto cost = analytic(m, one_node("H100-SXM", 2), workload(4096));
   for (int tp : {1, 2}) {
     DeviceGroup g;
     for (int d = 0; d < tp; ++d) g.devices.push_back(d);
-    ComputeTimes whole = cost.compute(LayerRange{1, 4}, g, RecomputePolicy::kSelective);
+    ComputeTimes whole = cost->compute(LayerRange{1, 4}, g, RecomputePolicy::kSelective);
     double f = 0, b = 0, w = 0, r = 0;
     for (int i = 1; i < 4; ++i) {
-      ComputeTimes one = cost.compute(LayerRange{i, i + 1}, g, RecomputePolicy::kSelective);
+      ComputeTimes one = cost->compute(LayerRange{i, i + 1}, g, RecomputePolicy::kSelective);
       f += one.forward.value();
       b += one.backward_input.value();
       w += one.backward_weight.value();
@@ -310,7 +320,7 @@ TEST(AnalyticCompute, RangeIsTheSumOfItsLayers) {
     expect_close(whole.backward_weight.value(), w);
     expect_close(whole.recompute.value(), r);
   }
-  ComputeTimes empty = cost.compute(LayerRange{2, 2}, DeviceGroup{{0}}, RecomputePolicy::kFull);
+  ComputeTimes empty = cost->compute(LayerRange{2, 2}, DeviceGroup{{0}}, RecomputePolicy::kFull);
   EXPECT_EQ(empty.forward.value() + empty.backward().value() + empty.recompute.value(), 0.0);
 }
 
@@ -318,28 +328,28 @@ TEST(AnalyticCompute, SlowerDeviceTakesLonger) {
   ModelSpec m = model_of({ffn_layer("ffn")});
   ClusterSpec c = one_node("H100-SXM", 1);
   c.nodes.push_back(node("n1", "A100-80GB", 1, 1));
-  AnalyticCostModel cost(m, c, workload(4096));
-  const LayerCost& lc = cost.layer_costs()[0];
-  ComputeTimes a100 = cost.compute(kFirst, DeviceGroup{{1}}, RecomputePolicy::kNone);
+  const auto cost = analytic(m, c, workload(4096));
+  const LayerCost& lc = cost->layer_costs()[0];
+  ComputeTimes a100 = cost->compute(kFirst, DeviceGroup{{1}}, RecomputePolicy::kNone);
   expect_close(
       a100.forward.value(),
       roofline(catalog("A100-80GB"), lc.forward.value(), lc.forward_memory.value()) + 5 * 3e-6);
-  EXPECT_GT(a100.forward, cost.compute(kFirst, DeviceGroup{{0}}, RecomputePolicy::kNone).forward);
+  EXPECT_GT(a100.forward, cost->compute(kFirst, DeviceGroup{{0}}, RecomputePolicy::kNone).forward);
 }
 
 TEST(AnalyticCompute, SafeFromSeveralThreads) {
   // Immutable after construction: concurrent callers see the single-threaded answers.
   ModelSpec m = model_of({attention_layer("a0"), ffn_layer("f0"), attention_layer("a1")});
-  AnalyticCostModel cost(m, one_node("H100-SXM", 4), workload(2048));
+  const auto cost = analytic(m, one_node("H100-SXM", 4), workload(2048));
   const ComputeTimes expected =
-      cost.compute(LayerRange{0, 3}, DeviceGroup{{0, 1}}, RecomputePolicy::kFull);
+      cost->compute(LayerRange{0, 3}, DeviceGroup{{0, 1}}, RecomputePolicy::kFull);
   std::vector<std::thread> threads;
   std::vector<int> mismatches(4, 0);
   for (int i = 0; i < 4; ++i) {
     threads.emplace_back([&, i] {
       for (int k = 0; k < 2000; ++k) {
         ComputeTimes t =
-            cost.compute(LayerRange{0, 3}, DeviceGroup{{0, 1}}, RecomputePolicy::kFull);
+            cost->compute(LayerRange{0, 3}, DeviceGroup{{0, 1}}, RecomputePolicy::kFull);
         if (t.forward != expected.forward || t.recompute != expected.recompute) ++mismatches[i];
       }
     });
@@ -384,21 +394,21 @@ double achievable(const std::string& type) {
 
 TEST(AnalyticMeasured, OwnDeviceUsesTheMeasuredTimes) {
   ModelSpec m = model_of({measured_layer()});
-  AnalyticCostModel cost(m, mixed_cluster(), workload(4096));
-  ComputeTimes t = cost.compute(kFirst, DeviceGroup{{0}}, RecomputePolicy::kNone);
+  const auto cost = analytic(m, mixed_cluster(), workload(4096));
+  ComputeTimes t = cost->compute(kFirst, DeviceGroup{{0}}, RecomputePolicy::kNone);
   EXPECT_DOUBLE_EQ(t.forward.value(), 10e-3);
   EXPECT_DOUBLE_EQ(t.backward_input.value(), 12e-3);
   EXPECT_DOUBLE_EQ(t.backward_weight.value(), 8e-3);
-  EXPECT_EQ(cost.compute(kFirst, DeviceGroup{{0}}, RecomputePolicy::kSelective).recompute.value(),
+  EXPECT_EQ(cost->compute(kFirst, DeviceGroup{{0}}, RecomputePolicy::kSelective).recompute.value(),
             0.0);
-  EXPECT_DOUBLE_EQ(cost.compute(kFirst, DeviceGroup{{0}}, RecomputePolicy::kFull).recompute.value(),
-                   10e-3);
+  EXPECT_DOUBLE_EQ(
+      cost->compute(kFirst, DeviceGroup{{0}}, RecomputePolicy::kFull).recompute.value(), 10e-3);
 }
 
 TEST(AnalyticMeasured, OverrideWinsPerFieldAndMissingFieldsAreScaled) {
   ModelSpec m = model_of({measured_layer()});
-  AnalyticCostModel cost(m, mixed_cluster(), workload(4096));
-  ComputeTimes t = cost.compute(kFirst, DeviceGroup{{2}}, RecomputePolicy::kNone);
+  const auto cost = analytic(m, mixed_cluster(), workload(4096));
+  ComputeTimes t = cost->compute(kFirst, DeviceGroup{{2}}, RecomputePolicy::kNone);
   const double ratio = achievable("A100-80GB") / achievable("H100-SXM");
   EXPECT_DOUBLE_EQ(t.forward.value(), 4e-3);
   expect_close(t.backward_input.value(), 12e-3 * ratio);
@@ -407,8 +417,8 @@ TEST(AnalyticMeasured, OverrideWinsPerFieldAndMissingFieldsAreScaled) {
 
 TEST(AnalyticMeasured, OtherDeviceScaledByAchievableMatmulRate) {
   ModelSpec m = model_of({measured_layer()});
-  AnalyticCostModel cost(m, mixed_cluster(), workload(4096));
-  ComputeTimes t = cost.compute(kFirst, DeviceGroup{{3}}, RecomputePolicy::kNone);
+  const auto cost = analytic(m, mixed_cluster(), workload(4096));
+  ComputeTimes t = cost->compute(kFirst, DeviceGroup{{3}}, RecomputePolicy::kNone);
   // (312 TFLOP/s * 0.87) / (1307.4 TFLOP/s * 0.51).
   const double ratio = achievable("A100-80GB") / achievable("MI300X");
   expect_close(t.forward.value(), 10e-3 * ratio);
@@ -419,21 +429,21 @@ TEST(AnalyticMeasured, OtherDeviceScaledByAchievableMatmulRate) {
 TEST(AnalyticMeasured, TokensScaleTimesAndBytesLinearly) {
   ModelSpec m = model_of({measured_layer()});
   // Twice the sequence and twice the micro-batch: 4x the tokens.
-  AnalyticCostModel cost(m, mixed_cluster(), workload(8192, 2));
-  ComputeTimes own = cost.compute(kFirst, DeviceGroup{{0}}, RecomputePolicy::kNone);
+  const auto cost = analytic(m, mixed_cluster(), workload(8192, 2));
+  ComputeTimes own = cost->compute(kFirst, DeviceGroup{{0}}, RecomputePolicy::kNone);
   EXPECT_DOUBLE_EQ(own.forward.value(), 40e-3);
   EXPECT_DOUBLE_EQ(own.backward_weight.value(), 32e-3);
-  ComputeTimes overridden = cost.compute(kFirst, DeviceGroup{{2}}, RecomputePolicy::kNone);
+  ComputeTimes overridden = cost->compute(kFirst, DeviceGroup{{2}}, RecomputePolicy::kNone);
   EXPECT_DOUBLE_EQ(overridden.forward.value(), 16e-3);
-  EXPECT_DOUBLE_EQ(cost.boundary_bytes(0).value(), 4e7);
-  StageMemory mem = cost.stage_memory(kFirst, DeviceGroup{{0}}, MemoryOptions{});
+  EXPECT_DOUBLE_EQ(cost->boundary_bytes(0).value(), 4e7);
+  StageMemory mem = cost->stage_memory(kFirst, DeviceGroup{{0}}, MemoryOptions{});
   EXPECT_DOUBLE_EQ(mem.activations_per_micro_batch.value(), 12e8);
 }
 
 TEST(AnalyticMeasured, TensorParallelDividesTheMeasuredTimes) {
   ModelSpec m = model_of({measured_layer()});
-  AnalyticCostModel cost(m, mixed_cluster(), workload(4096));
-  ComputeTimes t = cost.compute(kFirst, DeviceGroup{{0, 1}}, RecomputePolicy::kNone);
+  const auto cost = analytic(m, mixed_cluster(), workload(4096));
+  ComputeTimes t = cost->compute(kFirst, DeviceGroup{{0, 1}}, RecomputePolicy::kNone);
   EXPECT_DOUBLE_EQ(t.forward.value(), 5e-3);
   EXPECT_DOUBLE_EQ(t.backward_input.value(), 6e-3);
   EXPECT_DOUBLE_EQ(t.backward_weight.value(), 4e-3);
@@ -441,8 +451,8 @@ TEST(AnalyticMeasured, TensorParallelDividesTheMeasuredTimes) {
 
 TEST(AnalyticMeasured, MemoryFromTheProfile) {
   ModelSpec m = model_of({measured_layer()});
-  AnalyticCostModel cost(m, mixed_cluster(), workload(4096));
-  StageMemory mem = cost.stage_memory(kFirst, DeviceGroup{{0}}, MemoryOptions{});
+  const auto cost = analytic(m, mixed_cluster(), workload(4096));
+  StageMemory mem = cost->stage_memory(kFirst, DeviceGroup{{0}}, MemoryOptions{});
   const double params = 2e8 / 2;  // bf16 weights
   EXPECT_DOUBLE_EQ(mem.weights.value(), 2e8);
   EXPECT_DOUBLE_EQ(mem.gradients.value(), 4 * params);
@@ -477,25 +487,42 @@ TEST(AnalyticMeasured, ValidateNamesTheLayerAndField) {
   EXPECT_NE(s.message().find("sequence length"), std::string::npos) << s.message();
 }
 
+TEST(AnalyticMeasured, CreateRefusesWhatValidateRefuses) {
+  ModelSpec m = model_of({ffn_layer("ffn"), measured_layer()});
+  EXPECT_TRUE(
+      AnalyticCostModel::create(m, one_node("H100-SXM", 1), workload(4096), "prof.json").is_ok());
+  m.layers[1].measured->measured_on = "Z9000";
+  const Status expected = AnalyticCostModel::validate(m, workload(4096), "prof.json");
+  Result<std::unique_ptr<AnalyticCostModel>> made =
+      AnalyticCostModel::create(m, one_node("H100-SXM", 1), workload(4096), "prof.json");
+  ASSERT_FALSE(made.is_ok());
+  EXPECT_EQ(made.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(made.status().message(), expected.message());
+  made = AnalyticCostModel::create(model_of({ffn_layer("ffn")}), one_node("H100-SXM", 1),
+                                   workload(4096, 0), "test");
+  ASSERT_FALSE(made.is_ok());
+  EXPECT_EQ(made.status().message(), "test: micro-batch size: expected a positive integer, got 0");
+}
+
 // ---- memory ----
 
 TEST(AnalyticMemory, SixteenOrEighteenBytesPerParameter) {
   ModelSpec m = model_of({ffn_layer("ffn")});
   AnalyticCostOptions o = workload(4096);
   o.fp32_grad_accumulation = false;
-  AnalyticCostModel bf16_grads(m, one_node("H100-SXM", 2), o);
-  const double p = static_cast<double>(bf16_grads.layer_costs()[0].stored_params);
+  const auto bf16_grads = analytic(m, one_node("H100-SXM", 2), o);
+  const double p = static_cast<double>(bf16_grads->layer_costs()[0].stored_params);
   // 3 projections of 4096 x 14336 and one norm of 4096.
   ASSERT_EQ(p, 3.0 * 4096 * 14336 + 4096);
-  StageMemory mem = bf16_grads.stage_memory(kFirst, DeviceGroup{{0}}, MemoryOptions{});
+  StageMemory mem = bf16_grads->stage_memory(kFirst, DeviceGroup{{0}}, MemoryOptions{});
   EXPECT_DOUBLE_EQ(mem.weights.value(), 2 * p);
   EXPECT_DOUBLE_EQ(mem.gradients.value(), 2 * p);
   EXPECT_DOUBLE_EQ(mem.optimizer_state.value(), 12 * p);
   EXPECT_DOUBLE_EQ(mem.weights.value() + mem.gradients.value() + mem.optimizer_state.value(),
                    16 * p);
 
-  AnalyticCostModel fp32_grads(m, one_node("H100-SXM", 2), workload(4096));
-  mem = fp32_grads.stage_memory(kFirst, DeviceGroup{{0}}, MemoryOptions{});
+  const auto fp32_grads = analytic(m, one_node("H100-SXM", 2), workload(4096));
+  mem = fp32_grads->stage_memory(kFirst, DeviceGroup{{0}}, MemoryOptions{});
   EXPECT_DOUBLE_EQ(mem.gradients.value(), 4 * p);
   EXPECT_DOUBLE_EQ(mem.weights.value() + mem.gradients.value() + mem.optimizer_state.value(),
                    18 * p);
@@ -503,14 +530,14 @@ TEST(AnalyticMemory, SixteenOrEighteenBytesPerParameter) {
 
 TEST(AnalyticMemory, ZeroOneShardsTheOptimizerStateOnly) {
   ModelSpec m = model_of({ffn_layer("ffn")});
-  AnalyticCostModel cost(m, one_node("H100-SXM", 2), workload(4096));
-  const double p = static_cast<double>(cost.layer_costs()[0].stored_params);
+  const auto cost = analytic(m, one_node("H100-SXM", 2), workload(4096));
+  const double p = static_cast<double>(cost->layer_costs()[0].stored_params);
   MemoryOptions o;
   o.data_parallel = 4;
-  StageMemory unsharded = cost.stage_memory(kFirst, DeviceGroup{{0}}, o);
+  StageMemory unsharded = cost->stage_memory(kFirst, DeviceGroup{{0}}, o);
   EXPECT_DOUBLE_EQ(unsharded.optimizer_state.value(), 12 * p);
   o.zero1 = true;
-  StageMemory sharded = cost.stage_memory(kFirst, DeviceGroup{{0}}, o);
+  StageMemory sharded = cost->stage_memory(kFirst, DeviceGroup{{0}}, o);
   EXPECT_DOUBLE_EQ(sharded.optimizer_state.value(), 3 * p);
   EXPECT_EQ(sharded.weights, unsharded.weights);
   EXPECT_EQ(sharded.gradients, unsharded.gradients);
@@ -518,8 +545,8 @@ TEST(AnalyticMemory, ZeroOneShardsTheOptimizerStateOnly) {
 
 TEST(AnalyticMemory, ActivationsPerPolicyTimesInFlightAndSplitByTensorParallelism) {
   ModelSpec m = model_of({attention_layer("a0"), ffn_layer("f0"), attention_layer("a1")});
-  AnalyticCostModel cost(m, one_node("H100-SXM", 2), workload(4096));
-  const auto& lc = cost.layer_costs();
+  const auto cost = analytic(m, one_node("H100-SXM", 2), workload(4096));
+  const auto& lc = cost->layer_costs();
   for (RecomputePolicy policy :
        {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
     const int k = static_cast<int>(policy);
@@ -528,10 +555,10 @@ TEST(AnalyticMemory, ActivationsPerPolicyTimesInFlightAndSplitByTensorParallelis
     MemoryOptions o;
     o.recompute = policy;
     o.in_flight_micro_batches = 3;
-    StageMemory one = cost.stage_memory(LayerRange{0, 3}, DeviceGroup{{0}}, o);
+    StageMemory one = cost->stage_memory(LayerRange{0, 3}, DeviceGroup{{0}}, o);
     expect_close(one.activations_per_micro_batch.value(), per_mb);
     expect_close(one.activations.value(), 3 * per_mb);
-    StageMemory two = cost.stage_memory(LayerRange{0, 3}, DeviceGroup{{0, 1}}, o);
+    StageMemory two = cost->stage_memory(LayerRange{0, 3}, DeviceGroup{{0, 1}}, o);
     expect_close(two.activations.value(), 3 * per_mb / 2);
   }
   // Fewer bytes kept as more is recomputed.
@@ -541,9 +568,9 @@ TEST(AnalyticMemory, ActivationsPerPolicyTimesInFlightAndSplitByTensorParallelis
 
 TEST(AnalyticMemory, TensorParallelShardsTheModelState) {
   ModelSpec m = model_of({ffn_layer("ffn")});
-  AnalyticCostModel cost(m, one_node("H100-SXM", 2), workload(4096));
-  StageMemory one = cost.stage_memory(kFirst, DeviceGroup{{0}}, MemoryOptions{});
-  StageMemory two = cost.stage_memory(kFirst, DeviceGroup{{0, 1}}, MemoryOptions{});
+  const auto cost = analytic(m, one_node("H100-SXM", 2), workload(4096));
+  StageMemory one = cost->stage_memory(kFirst, DeviceGroup{{0}}, MemoryOptions{});
+  StageMemory two = cost->stage_memory(kFirst, DeviceGroup{{0, 1}}, MemoryOptions{});
   EXPECT_DOUBLE_EQ(two.weights.value(), one.weights.value() / 2);
   EXPECT_DOUBLE_EQ(two.gradients.value(), one.gradients.value() / 2);
   EXPECT_DOUBLE_EQ(two.optimizer_state.value(), one.optimizer_state.value() / 2);
@@ -551,26 +578,27 @@ TEST(AnalyticMemory, TensorParallelShardsTheModelState) {
 
 TEST(AnalyticMemory, CommunicationBuffersDoubleBufferBothBoundaries) {
   ModelSpec m = model_of({attention_layer("a0"), ffn_layer("f0"), attention_layer("a1")});
-  AnalyticCostModel cost(m, one_node("H100-SXM", 2), workload(4096));
-  const double in = cost.boundary_bytes(0).value();
-  const double out = cost.boundary_bytes(1).value();
-  EXPECT_EQ(cost.boundary_bytes(1), cost.layer_costs()[1].output_bytes);
+  const auto cost = analytic(m, one_node("H100-SXM", 2), workload(4096));
+  const double in = cost->boundary_bytes(0).value();
+  const double out = cost->boundary_bytes(1).value();
+  EXPECT_EQ(cost->boundary_bytes(1), cost->layer_costs()[1].output_bytes);
   // Middle stage: activation in and gradient back, two buffers each.
-  StageMemory middle = cost.stage_memory(LayerRange{1, 2}, DeviceGroup{{0}}, MemoryOptions{});
+  StageMemory middle = cost->stage_memory(LayerRange{1, 2}, DeviceGroup{{0}}, MemoryOptions{});
   EXPECT_DOUBLE_EQ(middle.communication_buffers.value(), 2 * (in + out));
-  StageMemory middle_tp = cost.stage_memory(LayerRange{1, 2}, DeviceGroup{{0, 1}}, MemoryOptions{});
+  StageMemory middle_tp =
+      cost->stage_memory(LayerRange{1, 2}, DeviceGroup{{0, 1}}, MemoryOptions{});
   EXPECT_DOUBLE_EQ(middle_tp.communication_buffers.value(), (in + out));
   // The first stage receives no activation, the last no gradient, the whole model neither.
-  EXPECT_DOUBLE_EQ(cost.stage_memory(LayerRange{0, 1}, DeviceGroup{{0}}, MemoryOptions{})
+  EXPECT_DOUBLE_EQ(cost->stage_memory(LayerRange{0, 1}, DeviceGroup{{0}}, MemoryOptions{})
                        .communication_buffers.value(),
                    2 * in);
-  EXPECT_DOUBLE_EQ(cost.stage_memory(LayerRange{2, 3}, DeviceGroup{{0}}, MemoryOptions{})
+  EXPECT_DOUBLE_EQ(cost->stage_memory(LayerRange{2, 3}, DeviceGroup{{0}}, MemoryOptions{})
                        .communication_buffers.value(),
                    2 * out);
-  EXPECT_EQ(cost.stage_memory(LayerRange{0, 3}, DeviceGroup{{0}}, MemoryOptions{})
+  EXPECT_EQ(cost->stage_memory(LayerRange{0, 3}, DeviceGroup{{0}}, MemoryOptions{})
                 .communication_buffers.value(),
             0.0);
-  StageMemory whole = cost.stage_memory(LayerRange{0, 3}, DeviceGroup{{0}}, MemoryOptions{});
+  StageMemory whole = cost->stage_memory(LayerRange{0, 3}, DeviceGroup{{0}}, MemoryOptions{});
   EXPECT_DOUBLE_EQ(
       whole.total().value(),
       (whole.weights + whole.gradients + whole.optimizer_state + whole.activations).value());
@@ -580,47 +608,47 @@ TEST(AnalyticMemory, CommunicationBuffersDoubleBufferBothBoundaries) {
 
 TEST(AnalyticComm, PointToPoint) {
   ModelSpec m = model_of({ffn_layer("ffn")});
-  AnalyticCostModel cost(m, two_nodes(), workload(4096));
+  const auto cost = analytic(m, two_nodes(), workload(4096));
   const Bytes n(1e8);
-  EXPECT_EQ(cost.p2p_time(3, 3, n).value(), 0.0);
-  EXPECT_DOUBLE_EQ(cost.p2p_time(0, 1, n).value(), kNvlinkLatency + 1e8 / kNvlinkBandwidth);
+  EXPECT_EQ(cost->p2p_time(3, 3, n).value(), 0.0);
+  EXPECT_DOUBLE_EQ(cost->p2p_time(0, 1, n).value(), kNvlinkLatency + 1e8 / kNvlinkBandwidth);
   // Across nodes: NIC, fabric and NIC latencies; the NIC is the bottleneck.
-  EXPECT_DOUBLE_EQ(cost.p2p_time(1, 5, n).value(),
+  EXPECT_DOUBLE_EQ(cost->p2p_time(1, 5, n).value(),
                    kNicLatency + kNetworkLatency + kNicLatency + 1e8 / kNicBandwidth);
 }
 
 TEST(AnalyticComm, RingUsesTheSlowestHopAndLargestLatency) {
   ModelSpec m = model_of({ffn_layer("ffn")});
-  AnalyticCostModel cost(m, two_nodes(), workload(4096));
+  const auto cost = analytic(m, two_nodes(), workload(4096));
   const double n = 1e9;
   const double cross_latency = 2 * kNicLatency + kNetworkLatency;
-  const AlphaBeta ring = cost.ring_parameters(std::vector<int>{7, 0, 1, 2, 3, 4, 5, 6});
+  const AlphaBeta ring = cost->ring_parameters(std::vector<int>{7, 0, 1, 2, 3, 4, 5, 6});
   EXPECT_DOUBLE_EQ(ring.latency.value(), cross_latency);
   EXPECT_DOUBLE_EQ(ring.bandwidth.value(), kNicBandwidth);
   std::vector<int> all{0, 1, 2, 3, 4, 5, 6, 7};
   expect_close(
-      cost.collective_time(Collective::kAllReduce, all, Bytes(n), CollectiveAlgorithm::kRing)
+      cost->collective_time(Collective::kAllReduce, all, Bytes(n), CollectiveAlgorithm::kRing)
           .value(),
       14 * cross_latency + 1.75 * n / kNicBandwidth);
   expect_close(
-      cost.collective_time(Collective::kAllGather, all, Bytes(n), CollectiveAlgorithm::kRing)
+      cost->collective_time(Collective::kAllGather, all, Bytes(n), CollectiveAlgorithm::kRing)
           .value(),
       7 * cross_latency + 0.875 * n / kNicBandwidth);
   // Inside one node the ring runs over NVLink.
-  expect_close(cost.collective_time(Collective::kAllReduce, {4, 5, 6, 7}, Bytes(n),
-                                    CollectiveAlgorithm::kRing)
+  expect_close(cost->collective_time(Collective::kAllReduce, {4, 5, 6, 7}, Bytes(n),
+                                     CollectiveAlgorithm::kRing)
                    .value(),
                6 * kNvlinkLatency + 1.5 * n / kNvlinkBandwidth);
   // One participant (and duplicates of it) costs nothing.
   EXPECT_EQ(
-      cost.collective_time(Collective::kAllReduce, {2, 2}, Bytes(n), CollectiveAlgorithm::kAuto)
+      cost->collective_time(Collective::kAllReduce, {2, 2}, Bytes(n), CollectiveAlgorithm::kAuto)
           .value(),
       0.0);
 }
 
 TEST(AnalyticComm, HierarchicalBeatsTheRingWhenEachDeviceHasANic) {
   ModelSpec m = model_of({ffn_layer("ffn")});
-  AnalyticCostModel cost(m, two_nodes(4), workload(4096));
+  const auto cost = analytic(m, two_nodes(4), workload(4096));
   const double n = 1e9;
   const double cross_latency = 2 * kNicLatency + kNetworkLatency;
   std::vector<int> all{0, 1, 2, 3, 4, 5, 6, 7};
@@ -629,18 +657,18 @@ TEST(AnalyticComm, HierarchicalBeatsTheRingWhenEachDeviceHasANic) {
   const double inter = 2 * cross_latency + 1.0 * (n / 4) / kNicBandwidth;
   const double hierarchical = intra + inter + intra;
   const double ring = 14 * cross_latency + 1.75 * n / kNicBandwidth;
-  expect_close(cost.collective_time(Collective::kAllReduce, all, Bytes(n),
-                                    CollectiveAlgorithm::kHierarchical)
+  expect_close(cost->collective_time(Collective::kAllReduce, all, Bytes(n),
+                                     CollectiveAlgorithm::kHierarchical)
                    .value(),
                hierarchical);
   ASSERT_LT(hierarchical, ring);
   expect_close(
-      cost.collective_time(Collective::kAllReduce, all, Bytes(n), CollectiveAlgorithm::kAuto)
+      cost->collective_time(Collective::kAllReduce, all, Bytes(n), CollectiveAlgorithm::kAuto)
           .value(),
       hierarchical);
   // Reduce-scatter: intra RS, then inter RS of n/4.
-  expect_close(cost.collective_time(Collective::kReduceScatter, all, Bytes(n),
-                                    CollectiveAlgorithm::kHierarchical)
+  expect_close(cost->collective_time(Collective::kReduceScatter, all, Bytes(n),
+                                     CollectiveAlgorithm::kHierarchical)
                    .value(),
                intra + cross_latency + 0.5 * (n / 4) / kNicBandwidth);
 }
@@ -655,7 +683,7 @@ TEST(AnalyticComm, SharedNicMakesTheRingWinOverSlowIntraNodeLinks) {
     n.pcie = n.interconnect;
   }
   ModelSpec m = model_of({ffn_layer("ffn")});
-  AnalyticCostModel cost(m, c, workload(4096));
+  const auto cost = analytic(m, c, workload(4096));
   const double n = 1e9;
   const double pcie = 20e9;
   const double cross_latency = 2 * kNicLatency + kNetworkLatency;  // 5 us > 3 us
@@ -665,16 +693,16 @@ TEST(AnalyticComm, SharedNicMakesTheRingWinOverSlowIntraNodeLinks) {
   const double inter = 2 * cross_latency + (n / 4) / (kNicBandwidth / 4);
   const double hierarchical = intra + inter + intra;
   expect_close(
-      cost.collective_time(Collective::kAllReduce, all, Bytes(n), CollectiveAlgorithm::kRing)
+      cost->collective_time(Collective::kAllReduce, all, Bytes(n), CollectiveAlgorithm::kRing)
           .value(),
       ring);
-  expect_close(cost.collective_time(Collective::kAllReduce, all, Bytes(n),
-                                    CollectiveAlgorithm::kHierarchical)
+  expect_close(cost->collective_time(Collective::kAllReduce, all, Bytes(n),
+                                     CollectiveAlgorithm::kHierarchical)
                    .value(),
                hierarchical);
   ASSERT_LT(ring, hierarchical);
   expect_close(
-      cost.collective_time(Collective::kAllReduce, all, Bytes(n), CollectiveAlgorithm::kAuto)
+      cost->collective_time(Collective::kAllReduce, all, Bytes(n), CollectiveAlgorithm::kAuto)
           .value(),
       ring);
 }
@@ -685,15 +713,15 @@ TEST(AnalyticComm, AllToAllPricedAtTheSlowestExchangeStep) {
   const double cross_latency = 2 * kNicLatency + kNetworkLatency;
   std::vector<int> all{0, 1, 2, 3, 4, 5, 6, 7};
   // One NIC per device: the step where everyone sends across uses each NIC once.
-  AnalyticCostModel own_nics(m, two_nodes(4), workload(4096));
+  const auto own_nics = analytic(m, two_nodes(4), workload(4096));
   expect_close(
-      own_nics.collective_time(Collective::kAllToAll, all, Bytes(n), CollectiveAlgorithm::kAuto)
+      own_nics->collective_time(Collective::kAllToAll, all, Bytes(n), CollectiveAlgorithm::kAuto)
           .value(),
       7 * cross_latency + 0.875 * n / kNicBandwidth);
   // One NIC per node: four transfers share it in that step.
-  AnalyticCostModel shared_nic(m, two_nodes(1), workload(4096));
+  const auto shared_nic = analytic(m, two_nodes(1), workload(4096));
   expect_close(
-      shared_nic.collective_time(Collective::kAllToAll, all, Bytes(n), CollectiveAlgorithm::kRing)
+      shared_nic->collective_time(Collective::kAllToAll, all, Bytes(n), CollectiveAlgorithm::kRing)
           .value(),
       7 * cross_latency + 0.875 * n / (kNicBandwidth / 4));
 }

@@ -40,7 +40,9 @@ Status run(const Sample& s, const std::string& dir) {
   AnalyticCostOptions cost_options;
   cost_options.workload.seq_len = 4096;
   cost_options.workload.micro_batch_size = 1;
-  const AnalyticCostModel cost(model, cluster, cost_options);
+  MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<AnalyticCostModel> analytic,
+                          AnalyticCostModel::create(model, cluster, cost_options, model.name));
+  const CostModel& cost = *analytic;
   UniformPlanOptions o;
   o.kind = s.kind;
   o.stages = s.stages;

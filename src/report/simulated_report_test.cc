@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
 
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/model/presets.h"
@@ -29,7 +30,10 @@ TEST(SimulatedReportTest, EveryTaskAppearsInEveryView) {
   ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
   AnalyticCostOptions cost_options;
   cost_options.workload.seq_len = 256;
-  const AnalyticCostModel cost(model.value(), cluster.value(), cost_options);
+  Result<std::unique_ptr<AnalyticCostModel>> analytic =
+      AnalyticCostModel::create(model.value(), cluster.value(), cost_options, "tiny-llama");
+  ASSERT_TRUE(analytic.is_ok()) << analytic.status().message();
+  const CostModel& cost = *analytic.value();
   UniformPlanOptions o;
   o.kind = ScheduleKind::kZbV;
   o.stages = 2;

@@ -25,7 +25,10 @@ class AnalyticSimTest : public ::testing::Test {
     AnalyticCostOptions options;
     options.workload.seq_len = 4096;
     options.workload.micro_batch_size = 1;
-    cost_ = std::make_unique<AnalyticCostModel>(model_, cluster_, options);
+    Result<std::unique_ptr<AnalyticCostModel>> cost =
+        AnalyticCostModel::create(model_, cluster_, options, model_.name);
+    ASSERT_TRUE(cost.is_ok()) << cost.status().message();
+    cost_ = std::move(cost.value());
   }
 
   Plan make(UniformPlanOptions o) {

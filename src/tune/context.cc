@@ -89,8 +89,9 @@ Result<std::unique_ptr<CostModel>> make_cost_model(const TuneOptions& options,
   }
   AnalyticCostOptions cost_options;
   cost_options.workload = workload;
-  MOTLEY_RETURN_IF_ERROR(AnalyticCostModel::validate(model, cost_options, model.name));
-  return std::unique_ptr<CostModel>(new AnalyticCostModel(model, cluster, cost_options));
+  MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<AnalyticCostModel> analytic,
+                          AnalyticCostModel::create(model, cluster, cost_options, model.name));
+  return std::unique_ptr<CostModel>(std::move(analytic));
 }
 
 Result<std::unique_ptr<Context>> Context::create(const TuneOptions& options, const ModelSpec& model,

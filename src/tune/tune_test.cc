@@ -12,6 +12,7 @@
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/model/presets.h"
 #include "motley/plan/plan_json.h"
+#include "motley/plan/plan_workload.h"
 #include "motley/plan/validate.h"
 
 namespace motley {
@@ -141,13 +142,14 @@ std::vector<Case> small_cases() {
 // The checks a plan file gets from `motley simulate`, with the tuner's own cost model.
 void expect_runnable(const Case& c, const TuneOptions& options, const Plan& plan) {
   std::unique_ptr<CostModel> cost;
-  const Workload w{plan.seq_len, plan.micro_batch_size, c.model.dtype, c.model.dropout};
+  const Workload w = plan_workload(plan, c.model);
   if (options.cost_model) {
     cost = options.cost_model(c.model, c.cluster, w);
   } else {
-    AnalyticCostOptions analytic;
-    analytic.workload = w;
-    cost = std::make_unique<AnalyticCostModel>(c.model, c.cluster, analytic);
+    Result<std::unique_ptr<AnalyticCostModel>> analytic =
+        AnalyticCostModel::create(c.model, c.cluster, AnalyticCostOptions{w}, c.model.name);
+    ASSERT_TRUE(analytic.is_ok()) << analytic.status().message();
+    cost = std::move(analytic.value());
   }
   ValidateOptions validate;
   validate.footprint = [&](int r, int g, int s) {

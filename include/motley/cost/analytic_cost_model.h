@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -69,16 +70,19 @@ OptimizerBytesPerParam optimizer_bytes_per_param(DType dtype, bool fp32_grad_acc
 
 class AnalyticCostModel final : public CostModel {
  public:
-  // Reports what the constructor would otherwise have to guess: a measured layer whose device
+  // The cost model of `model` on `cluster`, once validate() accepts the inputs; the only way to
+  // build one. `source` names the model in the messages (a file name, or the model's name).
+  // REQUIRES: `model` and `cluster` outlive the cost model.
+  static Result<std::unique_ptr<AnalyticCostModel>> create(const ModelSpec& model,
+                                                           const ClusterSpec& cluster,
+                                                           const AnalyticCostOptions& options,
+                                                           const std::string& source);
+
+  // Reports what construction would otherwise have to guess: a measured layer whose device
   // type names (measured_on, times_by_device keys) the catalog does not know, a measured layer
   // without its three times, a non-positive workload. `source` names the model in the message.
   static Status validate(const ModelSpec& model, const AnalyticCostOptions& options,
                          const std::string& source);
-
-  // REQUIRES: `model` and `cluster` outlive the cost model. Inputs that validate() rejects do
-  // not abort: an unknown measured device type is taken to run at the group's speed.
-  AnalyticCostModel(const ModelSpec& model, const ClusterSpec& cluster,
-                    const AnalyticCostOptions& options);
 
   // REQUIRES: layers within the model; group non-empty, one device type, in one node.
   ComputeTimes compute(LayerRange layers, const DeviceGroup& group,
@@ -101,6 +105,10 @@ class AnalyticCostModel final : public CostModel {
   const AnalyticCostOptions& options() const { return options_; }
 
  private:
+  // REQUIRES: validate(model, options, ...) is ok (create() checks it).
+  AnalyticCostModel(const ModelSpec& model, const ClusterSpec& cluster,
+                    const AnalyticCostOptions& options);
+
   // One pass of every kind for one layer on one device of a tensor-parallel group, without the
   // TP collectives.
   struct LayerTimes {
