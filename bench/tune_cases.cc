@@ -30,6 +30,7 @@
 #include "motley/core/json.h"
 #include "motley/model/model_json.h"
 #include "motley/model/presets.h"
+#include "motley/report/explanation.h"
 #include "motley/tune/tune.h"
 #include "scaling_instance.h"
 
@@ -267,7 +268,9 @@ std::string markdown(const std::vector<Row>& rows, double budget,
   out += "\n## What motley chose\n";
   for (const Row& r : rows) {
     out += "\n### " + r.file.name + "\n\n" + r.file.description + "\n\n";
-    for (const std::string& line : r.result.explanation) out += "- " + line + "\n";
+    for (const std::string& line : explanation_lines(r.result.explanation)) {
+      out += "- " + line + "\n";
+    }
     out += "\nBaselines:\n\n";
     for (const StrategyOutcome& b : r.result.baselines) {
       out += "- " + b.strategy + ": " + b.detail + "\n";

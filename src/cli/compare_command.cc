@@ -19,6 +19,7 @@
 #include "motley/model/model_json.h"
 #include "motley/plan/plan_json.h"
 #include "motley/plan/plan_workload.h"
+#include "motley/report/explanation.h"
 #include "motley/sim/simulator.h"
 #include "motley/tune/tune.h"
 #include "tune_options.h"
@@ -52,7 +53,8 @@ Status compare_command(const CompareOptions& opt) {
   mine.dollars_per_million_tokens = r.dollars_per_million_tokens;
   mine.search_time = r.search_time;
   mine.candidates_evaluated = r.candidates_evaluated;
-  mine.detail = r.explanation.empty() ? "" : r.explanation.front();
+  const std::vector<std::string> explanation = explanation_lines(r.explanation);
+  mine.detail = explanation.front();
   rows.push_back(mine);
   rows.insert(rows.end(), r.baselines.begin(), r.baselines.end());
   double megatron = 0;
@@ -132,7 +134,7 @@ Status compare_command(const CompareOptions& opt) {
     for (const StrategyOutcome& b : rows) {
       out += b.strategy + ": " + (b.strategy == "motley" ? std::string() : b.detail) + "\n";
       if (b.strategy == "motley") {
-        for (const std::string& line : r.explanation) out += "  " + line + "\n";
+        for (const std::string& line : explanation) out += "  " + line + "\n";
       }
     }
     out +=

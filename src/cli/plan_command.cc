@@ -17,6 +17,7 @@
 #include "motley/plan/plan_json.h"
 #include "motley/plan/plan_workload.h"
 #include "motley/report/chrome_trace.h"
+#include "motley/report/explanation.h"
 #include "motley/report/summary.h"
 #include "motley/report/svg_timeline.h"
 #include "motley/sim/simulator.h"
@@ -102,7 +103,7 @@ Status plan_command(const PlanOptions& opt) {
            {"efficiency", r.efficiency},
            {"search_time_s", r.search_time.value()},
            {"candidates_evaluated", r.candidates_evaluated},
-           {"explanation", r.explanation},
+           {"explanation", explanation_lines(r.explanation)},
            {"baselines", baselines}};
     if (!opt.out.empty()) j["plan"] = opt.out;
     out = j.dump(2) + "\n";
@@ -119,7 +120,7 @@ Status plan_command(const PlanOptions& opt) {
         format_money(r.dollars_per_million_tokens), r.efficiency, format_time(r.lower_bound));
     out += fmt::format("searched {} plans in {}\n\n", r.candidates_evaluated,
                        format_time(r.search_time));
-    for (const std::string& line : r.explanation) out += line + "\n";
+    for (const std::string& line : explanation_lines(r.explanation)) out += line + "\n";
     if (!r.baselines.empty()) {
       out += "\n";
       Table table({"strategy", "iteration", "tokens/s", "motley speedup", "plan"});

@@ -1,8 +1,9 @@
 #include "motley/tune/tune.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <functional>
 #include <map>
 #include <string>
@@ -22,14 +23,6 @@ using tune_internal::Context;
 using tune_internal::Evaluator;
 using tune_internal::Found;
 using tune_internal::Searcher;
-
-std::string fixed(double x, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", digits, x);
-  return buf;
-}
-
-std::string ms(double seconds) { return fixed(seconds * 1e3, 2) + " ms"; }
 
 double dollars_per_million_tokens(const Context& ctx, const tune_internal::Evaluation& e) {
   const double tokens = static_cast<double>(ctx.global_batch() * ctx.seq_len());
@@ -60,130 +53,64 @@ double bottleneck(const Context& ctx, const Candidate& c) {
   return worst;
 }
 
-std::string layer_counts(const PipelineSpec& rep) {
-  std::string out;
-  for (size_t s = 0; s + 1 < rep.bounds.size(); ++s) {
-    if (!out.empty()) out += ", ";
-    out += std::to_string(rep.bounds[s + 1] - rep.bounds[s]);
-  }
-  return out;
-}
-
-std::vector<std::string> explain(const Context& ctx, const Found& best, const SimResult& sim,
-                                 const Found& megatron, const std::vector<std::string>& names,
-                                 const std::vector<Found>& baselines, Seconds lower) {
-  std::vector<std::string> out;
+// What was decided for `best` and what it is measured against (report/explanation.h renders
+// it): megatron-1f1b's figures when it found a plan, the single-dimension baselines' times, and
+// the baseline whose plan `best` is.
+PlanExplanation explain(const Context& ctx, const Found& best, const SimResult& sim,
+                        const Found& megatron, const std::vector<std::string>& names,
+                        const std::vector<Found>& baselines, Seconds lower) {
+  PlanExplanation out;
   const Candidate& c = best.candidate;
   const PipelineSpec& first = c.replicas[0];
-
-  std::string placement = "Placement: " + tune_internal::describe_layout(ctx, c.replicas) + ".";
-  int64_t lo = first.micro_batches, hi = lo;
-  std::string counts;
-  for (const auto& r : c.replicas) {
-    lo = std::min(lo, r.micro_batches);
-    hi = std::max(hi, r.micro_batches);
-    counts += (counts.empty() ? "" : ", ") + std::to_string(r.micro_batches);
-  }
-  if (lo != hi) {
-    placement += " Replicas run " + counts +
-                 " micro-batches: proportional to their speed, so that all finish together.";
-  }
-  if (megatron.ok) placement += " megatron-1f1b: " + megatron.detail + ".";
-  // Devices the plan leaves idle, by type.
-  std::map<std::string, int> idle;
+  out.layout = tune_internal::describe_layout(ctx, c.replicas);
   std::vector<bool> used(ctx.num_devices(), false);
-  for (const auto& r : c.replicas) {
+  for (const PipelineSpec& r : c.replicas) {
+    out.replica_micro_batches.push_back(r.micro_batches);
     for (const auto& g : r.groups) {
       for (int d : g) used[d] = true;
     }
   }
+  std::map<std::string, int> idle;
   for (int d = 0; d < ctx.num_devices(); ++d) {
     if (!used[d]) ++idle[ctx.devices()[d].type];
   }
-  if (!idle.empty()) {
-    std::string text;
-    for (const auto& [type, count] : idle) {
-      text += (text.empty() ? "" : ", ") + std::to_string(count) + " " + type;
-    }
-    placement += " Left idle: " + text + " (the best plan found does not use them).";
-  }
-  out.push_back(placement);
+  out.idle_devices.assign(idle.begin(), idle.end());
 
-  std::string partition = "Partition: " + std::to_string(first.bounds.size() - 1) +
-                          " stages in the first replica with " + layer_counts(first) +
-                          " layers; the busiest device group needs " + ms(bottleneck(ctx, c)) +
-                          " per micro-batch";
-  if (megatron.ok) {
-    partition += " (megatron-1f1b's split: " + ms(bottleneck(ctx, megatron.candidate)) +
-                 " with micro-batches of " + std::to_string(megatron.candidate.micro_batch_size) +
-                 ")";
+  for (size_t s = 0; s + 1 < first.bounds.size(); ++s) {
+    out.stage_layers.push_back(first.bounds[s + 1] - first.bounds[s]);
   }
-  const Layer& last = ctx.model().layers.back();
-  if (last.kind == LayerKind::kHead && first.bounds.size() > 2) {
-    const int size = first.bounds.back() - first.bounds[first.bounds.size() - 2];
-    partition +=
-        "; the stage with the LM head holds " + std::to_string(size - 1) + " other layer(s)";
-  }
-  out.push_back(partition + ".");
-
+  out.bottleneck = Seconds(bottleneck(ctx, c));
+  out.ends_with_head = ctx.model().layers.back().kind == LayerKind::kHead;
   std::map<RecomputePolicy, int> policies;
   for (RecomputePolicy p : first.recompute) ++policies[p];
-  std::string recompute = "Recompute: ";
-  if (policies.size() == 1 && policies.begin()->first == RecomputePolicy::kNone) {
-    recompute += "none (everything fits in memory).";
-  } else {
-    std::string parts;
-    for (const auto& [p, k] : policies) {
-      parts += (parts.empty() ? "" : ", ") + std::string(recompute_policy_name(p)) + " on " +
-               std::to_string(k) + " stage(s)";
-    }
-    recompute += parts + ", where memory is short.";
-  }
-  out.push_back(recompute);
+  out.recompute.assign(policies.begin(), policies.end());
 
-  std::string schedule = "Schedule: " + c.schedule.name() + ", micro-batch size " +
-                         std::to_string(c.micro_batch_size) + ", bubble " +
-                         fixed(100 * sim.bubble_fraction, 1) + "%";
-  if (megatron.ok) {
-    schedule += " (megatron-1f1b: " + fixed(100 * megatron.eval->bubble_fraction, 1) + "%)";
-  }
-  out.push_back(schedule + ".");
+  out.schedule = c.schedule.name();
+  out.micro_batch_size = c.micro_batch_size;
+  out.bubble_fraction = sim.bubble_fraction;
+  out.cost_objective = ctx.options().objective == TuneObjective::kCost;
+  out.dollars_per_million_tokens = dollars_per_million_tokens(ctx, *best.eval);
+  out.iteration_time = sim.iteration_time;
+  out.tokens_per_s = sim.throughput_tokens_per_s;
+  out.lower_bound = lower;
 
-  if (ctx.options().objective == TuneObjective::kCost) {
-    std::string cost =
-        "Cost: $" + fixed(dollars_per_million_tokens(ctx, *best.eval), 3) + " per million tokens";
-    if (megatron.ok) {
-      cost +=
-          " (megatron-1f1b: $" + fixed(dollars_per_million_tokens(ctx, *megatron.eval), 3) + ")";
-    }
-    out.push_back(cost + ".");
-  }
-  std::string result = "Result: " + ms(sim.iteration_time.value()) + " per iteration, " +
-                       fixed(sim.throughput_tokens_per_s, 0) + " tokens/s, " +
-                       fixed(lower.value() / sim.iteration_time.value(), 3) + " of the lower bound";
   if (megatron.ok) {
-    result += "; " + fixed(megatron.eval->iteration_time / sim.iteration_time.value(), 2) +
-              "x megatron-1f1b (" + ms(megatron.eval->iteration_time) + ")";
-  }
-  out.push_back(result + ".");
-  if (megatron.ok) {
-    // What each dimension gains alone (the others as megatron-1f1b), and all together.
-    std::string alone;
+    out.megatron = ExplainedBaseline{megatron.detail,
+                                     Seconds(bottleneck(ctx, megatron.candidate)),
+                                     megatron.candidate.micro_batch_size,
+                                     megatron.eval->bubble_fraction,
+                                     Seconds(megatron.eval->iteration_time),
+                                     dollars_per_million_tokens(ctx, *megatron.eval)};
     for (size_t i = 0; i < baselines.size(); ++i) {
       if (!baselines[i].ok || names[i].find("-only") == std::string::npos) continue;
-      alone += (alone.empty() ? "" : ", ") + names[i] + " " +
-               fixed(megatron.eval->iteration_time / baselines[i].eval->iteration_time, 2) + "x";
-    }
-    if (!alone.empty()) {
-      out.push_back("Gain over megatron-1f1b by one dimension alone: " + alone + "; all together " +
-                    fixed(megatron.eval->iteration_time / sim.iteration_time.value(), 2) + "x.");
+      out.single_dimension.push_back(
+          DimensionOutcome{names[i], Seconds(baselines[i].eval->iteration_time)});
     }
   }
   for (size_t i = 0; i < baselines.size(); ++i) {
     if (baselines[i].ok &&
         tune_internal::candidate_key(baselines[i].candidate) == tune_internal::candidate_key(c)) {
-      out.push_back("This is the " + names[i] +
-                    " baseline's plan: no candidate of the full search beat it.");
+      out.baseline_plan = names[i];
       break;
     }
   }
@@ -279,11 +206,12 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
   if (!chosen.ok) {
     std::string why = chosen.why_not;
     if (evaluator.out_of_time()) {
-      why += options.max_evaluations > 0 && evaluator.simulated() >= options.max_evaluations
-                 ? " (the search stopped at its evaluation budget, 'max_evaluations' " +
-                       std::to_string(options.max_evaluations) + ")"
-                 : " (the search stopped at its time budget, 'time_budget' " +
-                       fixed(options.time_budget.value(), 1) + " s)";
+      why +=
+          options.max_evaluations > 0 && evaluator.simulated() >= options.max_evaluations
+              ? fmt::format(" (the search stopped at its evaluation budget, 'max_evaluations' {})",
+                            options.max_evaluations)
+              : fmt::format(" (the search stopped at its time budget, 'time_budget' {:.1f} s)",
+                            options.time_budget.value());
     }
     return infeasible("tune: strategy '" + options.strategy + "' found no plan for model '" +
                       model.name + "' on cluster '" + cluster.name + "': " + why);

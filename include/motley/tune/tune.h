@@ -19,6 +19,7 @@
 #include "motley/cost/cost_model.h"
 #include "motley/model/layer_cost.h"
 #include "motley/model/model.h"
+#include "motley/plan/explanation.h"
 #include "motley/plan/plan.h"
 #include "motley/sim/simulator.h"
 
@@ -114,8 +115,10 @@ struct TuneResult {
   // every device at its effective rate (iteration_lower_bound); efficiency = bound / time.
   Seconds lower_bound;
   double efficiency = 0;
-  // The decisions, in words: partition, placement, schedule, and the gain over megatron-1f1b.
-  std::vector<std::string> explanation;
+  // The decisions — placement, partition, recompute, schedule — and the result against the
+  // lower bound, megatron-1f1b and the single-dimension baselines, as numbers;
+  // report/explanation.h renders it as text.
+  PlanExplanation explanation;
   // motley with report_baselines: every baseline's outcome, in tune_strategy_names() order.
   std::vector<StrategyOutcome> baselines;
 };

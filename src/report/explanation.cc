@@ -1,0 +1,121 @@
+#include "motley/report/explanation.h"
+
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+namespace motley {
+namespace {
+
+// Milliseconds with two decimals, as the explanation states every time.
+std::string ms(Seconds t) { return fmt::format("{:.2f} ms", t.value() * 1e3); }
+
+// "a, b, c" of the items' texts.
+template <class T, class Text>
+std::string listed(const std::vector<T>& items, Text text) {
+  std::string out;
+  for (const T& item : items) out += (out.empty() ? "" : ", ") + text(item);
+  return out;
+}
+
+std::string placement(const PlanExplanation& e) {
+  std::string out = "Placement: " + e.layout + ".";
+  bool uneven = false;
+  for (int64_t m : e.replica_micro_batches) uneven = uneven || m != e.replica_micro_batches[0];
+  if (uneven) {
+    out += " Replicas run " +
+           listed(e.replica_micro_batches, [](int64_t m) { return std::to_string(m); }) +
+           " micro-batches: proportional to their speed, so that all finish together.";
+  }
+  if (e.megatron) out += " megatron-1f1b: " + e.megatron->detail + ".";
+  if (!e.idle_devices.empty()) {
+    out += " Left idle: " +
+           listed(e.idle_devices,
+                  [](const auto& idle) { return fmt::format("{} {}", idle.second, idle.first); }) +
+           " (the best plan found does not use them).";
+  }
+  return out;
+}
+
+std::string partition(const PlanExplanation& e) {
+  std::string out = fmt::format(
+      "Partition: {} stages in the first replica with {} layers; the busiest device group needs "
+      "{} per micro-batch",
+      e.stage_layers.size(), listed(e.stage_layers, [](int n) { return std::to_string(n); }),
+      ms(e.bottleneck));
+  if (e.megatron) {
+    out += fmt::format(" (megatron-1f1b's split: {} with micro-batches of {})",
+                       ms(e.megatron->bottleneck), e.megatron->micro_batch_size);
+  }
+  if (e.ends_with_head && e.stage_layers.size() > 1) {
+    out += fmt::format("; the stage with the LM head holds {} other layer(s)",
+                       e.stage_layers.back() - 1);
+  }
+  return out + ".";
+}
+
+std::string recompute(const PlanExplanation& e) {
+  if (e.recompute.size() == 1 && e.recompute[0].first == RecomputePolicy::kNone) {
+    return "Recompute: none (everything fits in memory).";
+  }
+  return "Recompute: " +
+         listed(e.recompute,
+                [](const auto& p) {
+                  return fmt::format("{} on {} stage(s)", recompute_policy_name(p.first), p.second);
+                }) +
+         ", where memory is short.";
+}
+
+std::string schedule(const PlanExplanation& e) {
+  std::string out = fmt::format("Schedule: {}, micro-batch size {}, bubble {:.1f}%", e.schedule,
+                                e.micro_batch_size, 100 * e.bubble_fraction);
+  if (e.megatron)
+    out += fmt::format(" (megatron-1f1b: {:.1f}%)", 100 * e.megatron->bubble_fraction);
+  return out + ".";
+}
+
+std::string cost(const PlanExplanation& e) {
+  std::string out = fmt::format("Cost: ${:.3f} per million tokens", e.dollars_per_million_tokens);
+  if (e.megatron) {
+    out += fmt::format(" (megatron-1f1b: ${:.3f})", e.megatron->dollars_per_million_tokens);
+  }
+  return out + ".";
+}
+
+std::string result(const PlanExplanation& e) {
+  std::string out =
+      fmt::format("Result: {} per iteration, {:.0f} tokens/s, {:.3f} of the lower bound",
+                  ms(e.iteration_time), e.tokens_per_s, e.lower_bound / e.iteration_time);
+  if (e.megatron) {
+    out +=
+        fmt::format("; {:.2f}x megatron-1f1b ({})", e.megatron->iteration_time / e.iteration_time,
+                    ms(e.megatron->iteration_time));
+  }
+  return out + ".";
+}
+
+}  // namespace
+
+std::vector<std::string> explanation_lines(const PlanExplanation& e) {
+  std::vector<std::string> out{placement(e), partition(e), recompute(e), schedule(e)};
+  if (e.cost_objective) out.push_back(cost(e));
+  out.push_back(result(e));
+  if (e.megatron && !e.single_dimension.empty()) {
+    const Seconds megatron = e.megatron->iteration_time;
+    out.push_back(fmt::format(
+        "Gain over megatron-1f1b by one dimension alone: {}; all together {:.2f}x.",
+        listed(e.single_dimension,
+               [&](const DimensionOutcome& d) {
+                 return fmt::format("{} {:.2f}x", d.strategy, megatron / d.iteration_time);
+               }),
+        megatron / e.iteration_time));
+  }
+  if (!e.baseline_plan.empty()) {
+    out.push_back("This is the " + e.baseline_plan +
+                  " baseline's plan: no candidate of the full search beat it.");
+  }
+  return out;
+}
+
+}  // namespace motley
