@@ -1,0 +1,57 @@
+// The iteration-time lower bound in closed-form cases.
+#include <gtest/gtest.h>
+
+#include "../schedule/test_util.h"
+#include "context.h"
+#include "tune_test_util.h"
+
+namespace motley::tune_internal {
+namespace {
+
+using schedule_testing::fixed_cluster;
+using schedule_testing::layer_ms;
+using schedule_testing::tiny_model;
+using tune_testing::fixed_factory;
+using tune_testing::Fixture;
+
+TEST(LowerBoundTest, OneLayerKindOnIdenticalDevicesIsTheWorkOverTheDevices) {
+  // Six layers of F + B + W = 3 ms, nothing to update, 8 micro-batches on 4 H100s:
+  // 8 x 6 x 3 ms / 4 = 36 ms. Tensor parallelism does not help (t devices for the same time).
+  FixedCostSpec spec;
+  for (int i = 0; i < 6; ++i) spec.layers.push_back(layer_ms(1, 1, 1));
+  Fixture fx(6, {"H100-SXM"}, 4, 8, spec);
+  EXPECT_NEAR(lower_bound(*fx.ctx).value(), 36e-3, 1e-15);
+  // Eight devices in two nodes halve it.
+  Fixture two(6, {"H100-SXM", "H100-SXM"}, 4, 8, spec);
+  EXPECT_NEAR(lower_bound(*two.ctx).value(), 18e-3, 1e-15);
+}
+
+TEST(LowerBoundTest, AddsOneOptimizerPassPerLayer) {
+  // Each layer also updates 2 GB of weights, 1 GB of gradients and 3 GB of optimizer state at
+  // the H100's memory bandwidth: (1 + 2 x 3 + 2) GB per layer, once per iteration.
+  FixedCostSpec spec;
+  for (int i = 0; i < 6; ++i) {
+    FixedLayer l = layer_ms(1, 1, 1, 2);
+    l.gradients = Bytes(1e9);
+    l.optimizer_state = Bytes(3e9);
+    spec.layers.push_back(l);
+  }
+  Fixture fx(6, {"H100-SXM"}, 4, 8, spec);
+  const double bandwidth = fx.ctx->types()[0].type->memory_bandwidth.value();
+  EXPECT_NEAR(lower_bound(*fx.ctx).value(), (8 * 6 * 3e-3 + 6 * 9e9 / bandwidth) / 4, 1e-15);
+}
+
+TEST(LowerBoundTest, TheBestMicroBatchSizeCounts) {
+  // A cost that does not grow with the micro-batch: with sizes 1, 2 and 4 allowed, 8 sequences
+  // are 2 micro-batches of 4, a quarter of the work of 8 of 1.
+  FixedCostSpec spec;
+  for (int i = 0; i < 6; ++i) spec.layers.push_back(layer_ms(1, 1, 1));
+  TuneOptions options;
+  options.global_batch = 8;
+  options.cost_model = fixed_factory(spec);
+  Fixture fx(tiny_model(6), fixed_cluster({"H100-SXM"}, 4), options);
+  EXPECT_NEAR(lower_bound(*fx.ctx).value(), 9e-3, 1e-15);
+}
+
+}  // namespace
+}  // namespace motley::tune_internal

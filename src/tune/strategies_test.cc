@@ -1,0 +1,177 @@
+// Each baseline's rule on a small case: what Megatron-LM's rule picks (and when it turns to
+// recompute), and what the single-dimension baselines keep of megatron-1f1b's plan.
+#include "strategies.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "../schedule/test_util.h"
+#include "tune_test_util.h"
+
+namespace motley::tune_internal {
+namespace {
+
+using schedule_testing::layer_ms;
+using tune_testing::Fixture;
+
+using Groups = std::vector<std::vector<int>>;
+
+// Eight layers of 15 GB (no H100 holds them all), the last three times as slow; 4 H100s.
+FixedCostSpec heavy_head() {
+  FixedCostSpec spec;
+  for (int i = 0; i < 8; ++i) {
+    const double k = i == 7 ? 3 : 1;
+    spec.layers.push_back(layer_ms(k, k, k, 15, 1));
+  }
+  return spec;
+}
+
+// A Searcher over `fx` with a budget it never reaches.
+struct Search {
+  explicit Search(const Fixture& fx)
+      : evaluator(*fx.ctx, fx.ctx->now() + Seconds(3600)), searcher(*fx.ctx, evaluator, nullptr) {}
+  Evaluator evaluator;
+  Searcher searcher;
+};
+
+std::vector<Groups> groups_of(const Candidate& c) {
+  std::vector<Groups> out;
+  for (const PipelineSpec& r : c.replicas) out.push_back(r.groups);
+  return out;
+}
+
+TEST(StrategiesTest, MegatronTakesTheSmallestTpAndPpThatFit) {
+  // TP 1: one stage of 120 GB does not fit, two stages of 60 GB do: TP 1 x PP 2 x DP 2,
+  // Megatron-LM's 4 + 4 layers, 8 micro-batches per replica. Two plans were tried.
+  Fixture fx(8, {"H100-SXM"}, 4, 16, heavy_head());
+  Search s(fx);
+  const Found f = s.searcher.megatron(ScheduleSpec::named(ScheduleKind::k1f1b));
+  ASSERT_TRUE(f.ok) << f.why_not;
+  EXPECT_EQ(f.detail,
+            "TP 1 x PP 2 x DP 2, 1f1b, Megatron-LM's layer split, devices in cluster order, "
+            "recompute none, 8 micro-batches of 1 per replica");
+  EXPECT_EQ(groups_of(f.candidate), (std::vector<Groups>{{{0}, {1}}, {{2}, {3}}}));
+  for (const PipelineSpec& r : f.candidate.replicas) {
+    EXPECT_EQ(r.bounds, (std::vector<int>{0, 4, 8}));
+    EXPECT_EQ(r.recompute, std::vector<RecomputePolicy>(2, RecomputePolicy::kNone));
+    EXPECT_EQ(r.micro_batches, 8);
+  }
+  EXPECT_EQ(f.candidate.schedule.name(), "1f1b");
+  EXPECT_EQ(f.simulated, 2);
+  EXPECT_TRUE(f.eval->ok);
+}
+
+TEST(StrategiesTest, MegatronRecomputesAtFullTpWhenNothingElseFits) {
+  // 400 GB of activations per layer without recompute never fit, even split four ways;
+  // selective recompute keeps 10 GB: the rule turns to TP = the node's 4 GPUs with selective
+  // recompute, on one stage.
+  FixedCostSpec spec;
+  for (int i = 0; i < 4; ++i) {
+    FixedLayer l = layer_ms(1, 1, 1, 10, 0);
+    l.times.recompute = milliseconds(1);
+    l.activations = {Bytes(400e9), Bytes(10e9), Bytes(1e9)};
+    spec.layers.push_back(l);
+  }
+  Fixture fx(4, {"H100-SXM"}, 4, 16, spec);
+  Search s(fx);
+  const Found f = s.searcher.megatron(ScheduleSpec::named(ScheduleKind::k1f1b));
+  ASSERT_TRUE(f.ok) << f.why_not;
+  EXPECT_EQ(f.detail,
+            "TP 4 x PP 1 x DP 1, 1f1b, Megatron-LM's layer split, devices in cluster order, "
+            "recompute selective, 16 micro-batches of 1 per replica");
+  EXPECT_EQ(groups_of(f.candidate), (std::vector<Groups>{{{0, 1, 2, 3}}}));
+  // With no recompute allowed to help, it says what it tried.
+  for (FixedLayer& l : spec.layers) l.activations = {Bytes(400e9), Bytes(400e9), Bytes(400e9)};
+  Fixture none(4, {"H100-SXM"}, 4, 16, spec);
+  Search t(none);
+  const Found g = t.searcher.megatron(ScheduleSpec::named(ScheduleKind::k1f1b));
+  EXPECT_FALSE(g.ok);
+  EXPECT_EQ(g.why_not, "no TP x PP x DP of Megatron-LM's rule fits memory with 1f1b");
+}
+
+TEST(StrategiesTest, PartitionOnlyKeepsMegatronsPlacementAndSchedule) {
+  // The balanced split gives the heavy head's stage 3 layers: 5 x 3 ms against 2 x 3 + 9 ms.
+  Fixture fx(8, {"H100-SXM"}, 4, 16, heavy_head());
+  Search s(fx);
+  const Found base = s.searcher.megatron(ScheduleSpec::named(ScheduleKind::k1f1b));
+  ASSERT_TRUE(base.ok);
+  const Found f = s.searcher.partition_only(base);
+  ASSERT_TRUE(f.ok) << f.why_not;
+  EXPECT_EQ(groups_of(f.candidate), groups_of(base.candidate));
+  EXPECT_EQ(f.candidate.schedule, base.candidate.schedule);
+  EXPECT_EQ(f.candidate.micro_batch_size, base.candidate.micro_batch_size);
+  for (const PipelineSpec& r : f.candidate.replicas) {
+    EXPECT_EQ(r.bounds, (std::vector<int>{0, 5, 8}));
+    EXPECT_EQ(r.micro_batches, 8);
+  }
+  EXPECT_EQ(f.detail.rfind("megatron-1f1b's placement and schedule with a balanced partition: ", 0),
+            0u)
+      << f.detail;
+  EXPECT_LT(f.eval->iteration_time, base.eval->iteration_time);
+  // Without a megatron-1f1b plan there is nothing to keep.
+  Found missing;
+  missing.why_not = "no plan";
+  EXPECT_EQ(s.searcher.partition_only(missing).why_not, "no plan");
+}
+
+TEST(StrategiesTest, ScheduleOnlyKeepsMegatronsPartitionAndPlacement) {
+  Fixture fx(8, {"H100-SXM"}, 4, 16, heavy_head());
+  Search s(fx);
+  const Found base = s.searcher.megatron(ScheduleSpec::named(ScheduleKind::k1f1b));
+  ASSERT_TRUE(base.ok);
+  const Found f = s.searcher.schedule_only(base);
+  ASSERT_TRUE(f.ok) << f.why_not;
+  EXPECT_EQ(groups_of(f.candidate), groups_of(base.candidate));
+  for (size_t r = 0; r < f.candidate.replicas.size(); ++r) {
+    const PipelineSpec& rep = f.candidate.replicas[r];
+    // The named shape's chunks may split each group's stage, Megatron-LM's way.
+    const int stages = static_cast<int>(rep.bounds.size()) - 1;
+    EXPECT_EQ(rep.bounds, split_bounds(LayerSplit::kMegatron, fx.model, stages));
+    EXPECT_EQ(rep.micro_batches, 8);
+  }
+  EXPECT_EQ(f.detail.rfind("megatron-1f1b's partition and placement with the best schedule: ", 0),
+            0u)
+      << f.detail;
+  EXPECT_LE(f.eval->iteration_time, base.eval->iteration_time);
+}
+
+TEST(StrategiesTest, PlacementOnlyKeepsMegatronsLayerSplitAndOneF1B) {
+  Fixture fx(8, {"H100-SXM"}, 4, 16, heavy_head());
+  Search s(fx);
+  const Found f = s.searcher.placement_only();
+  ASSERT_TRUE(f.ok) << f.why_not;
+  EXPECT_EQ(f.candidate.schedule.name(), "1f1b");
+  int64_t micro_batches = 0;
+  for (const PipelineSpec& r : f.candidate.replicas) {
+    const int stages = static_cast<int>(r.bounds.size()) - 1;
+    EXPECT_EQ(r.bounds, split_bounds(LayerSplit::kMegatron, fx.model, stages));
+    micro_batches += r.micro_batches;
+  }
+  EXPECT_EQ(micro_batches, 16);
+  EXPECT_EQ(f.detail.rfind("Megatron-LM's layer split with 1F1B on the best placement: ", 0), 0u)
+      << f.detail;
+}
+
+TEST(StrategiesTest, MetisBalancesLayersWithOneF1BAndEqualMicroBatches) {
+  Fixture fx(8, {"H100-SXM"}, 4, 16, heavy_head());
+  Search s(fx);
+  const Found f = s.searcher.metis();
+  ASSERT_TRUE(f.ok) << f.why_not;
+  EXPECT_EQ(f.candidate.schedule.name(), "1f1b");
+  int devices = 0;
+  for (const PipelineSpec& r : f.candidate.replicas) {
+    EXPECT_EQ(r.micro_batches, 16 / static_cast<int64_t>(f.candidate.replicas.size()));
+    for (const auto& g : r.groups) devices += static_cast<int>(g.size());
+  }
+  EXPECT_EQ(devices, 4);  // every device
+  // Its cost model balances the head: the last stage holds fewer layers than the others.
+  const PipelineSpec& r = f.candidate.replicas[0];
+  ASSERT_GE(r.bounds.size(), 3u);
+  EXPECT_LT(r.bounds.back() - r.bounds[r.bounds.size() - 2], r.bounds[1] - r.bounds[0]);
+  EXPECT_NE(f.detail.find(", layers balanced by its cost model"), std::string::npos) << f.detail;
+}
+
+}  // namespace
+}  // namespace motley::tune_internal
