@@ -7,14 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "../schedule/test_util.h"
 #include "tune_test_util.h"
 
-namespace motley::tune_internal {
+namespace motley::tune_internal::tune_testing {
 namespace {
-
-using schedule_testing::layer_ms;
-using tune_testing::Fixture;
 
 Candidate two_stages() {
   Candidate c;
@@ -69,4 +65,4 @@ TEST(CandidateTest, GroupLoadsSumEachGroupsStages) {
 }
 
 }  // namespace
-}  // namespace motley::tune_internal
+}  // namespace motley::tune_internal::tune_testing

@@ -8,18 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "../schedule/test_util.h"
 #include "tune_test_util.h"
 
-namespace motley::tune_internal {
+namespace motley::tune_internal::tune_testing {
 namespace {
-
-using schedule_testing::fixed_cluster;
-using schedule_testing::layer_ms;
-using schedule_testing::tiny_model;
-using tune_testing::fixed_factory;
-using tune_testing::Fixture;
-using tune_testing::uniform_spec;
 
 // The message check_options gives for `change` applied to valid options, or "" when none.
 template <class Change>
@@ -95,10 +87,7 @@ TEST(ContextTest, TensorParallelDegreesSplitTheHeads) {
   // allow t = 1 and 2 on a node of 8, whatever the node would allow.
   ModelSpec model = tiny_model(4);
   for (Layer& l : model.layers) l.attention->num_kv_heads = 2;
-  TuneOptions options;
-  options.global_batch = 8;
-  options.micro_batch_size = 1;
-  options.cost_model = fixed_factory(uniform_spec(4));
+  const TuneOptions options = fixed_options(8, uniform_spec(4));
   const ClusterSpec cluster = fixed_cluster({"H100-SXM"}, 8);
   auto ctx = Context::create(options, model, cluster);
   ASSERT_TRUE(ctx.is_ok()) << ctx.status().message();
@@ -126,13 +115,7 @@ TEST(ContextTest, TypesNodesSpeedsAndPrices) {
   ClusterSpec cluster = fixed_cluster({"H100-SXM", "A100-80GB", "H100-SXM"}, 2);
   cluster.nodes[0].price_per_hour = 7.2;
   cluster.nodes[1].price_per_hour = 3.6;
-  Fixture fx(tiny_model(4), cluster, [&] {
-    TuneOptions o;
-    o.global_batch = 8;
-    o.micro_batch_size = 1;
-    o.cost_model = fixed_factory(spec);
-    return o;
-  }());
+  Fixture fx(tiny_model(4), cluster, fixed_options(8, spec));
   const Context& ctx = *fx.ctx;
   EXPECT_EQ(ctx.num_devices(), 6);
   EXPECT_EQ(ctx.num_layers(), 4);
@@ -169,4 +152,4 @@ TEST(ContextTest, ClockIsTheInjectedOneOrTheSteadyClock) {
 }
 
 }  // namespace
-}  // namespace motley::tune_internal
+}  // namespace motley::tune_internal::tune_testing

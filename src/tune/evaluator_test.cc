@@ -8,18 +8,10 @@
 #include <memory>
 #include <vector>
 
-#include "../schedule/test_util.h"
 #include "tune_test_util.h"
 
-namespace motley::tune_internal {
+namespace motley::tune_internal::tune_testing {
 namespace {
-
-using schedule_testing::fixed_cluster;
-using schedule_testing::layer_ms;
-using schedule_testing::tiny_model;
-using tune_testing::fixed_factory;
-using tune_testing::Fixture;
-using tune_testing::uniform_spec;
 
 // Four layers of 1 + 1 + 1 ms with nothing to store or send: times in closed form.
 FixedCostSpec plain(int layers) {
@@ -108,10 +100,7 @@ TEST(EvaluatorTest, ResultsComeInInputOrderWhateverTheThreads) {
   // Eight layers, every cut: each batch position gets its own candidate's time.
   std::vector<Candidate> batch;
   for (int cut = 1; cut < 8; ++cut) batch.push_back(cut_at(cut, 8, 8));
-  TuneOptions options;
-  options.global_batch = 8;
-  options.micro_batch_size = 1;
-  options.cost_model = fixed_factory(plain(8));
+  TuneOptions options = fixed_options(8, plain(8));
   std::vector<std::vector<double>> results;
   for (int threads : {1, 2, 4}) {
     options.threads = threads;
@@ -132,12 +121,9 @@ TEST(EvaluatorTest, ResultsComeInInputOrderWhateverTheThreads) {
 }
 
 TEST(EvaluatorTest, EvaluationBudgetTakesTheFirstCandidatesOfABatch) {
-  TuneOptions options;
-  options.global_batch = 8;
-  options.micro_batch_size = 1;
+  TuneOptions options = fixed_options(8, plain(4));
   options.max_evaluations = 2;
   options.threads = 2;
-  options.cost_model = fixed_factory(plain(4));
   Fixture fx(tiny_model(4), fixed_cluster({"H100-SXM"}, 2), options);
   Evaluator evaluator(*fx.ctx, fx.ctx->now() + Seconds(3600));
   EXPECT_FALSE(evaluator.out_of_time());
@@ -183,4 +169,4 @@ TEST(EvaluatorTest, BestScreenedAreTheFastestScreenedCandidates) {
 }
 
 }  // namespace
-}  // namespace motley::tune_internal
+}  // namespace motley::tune_internal::tune_testing

@@ -1,18 +1,11 @@
 // The iteration-time lower bound in closed-form cases.
 #include <gtest/gtest.h>
 
-#include "../schedule/test_util.h"
 #include "context.h"
 #include "tune_test_util.h"
 
-namespace motley::tune_internal {
+namespace motley::tune_internal::tune_testing {
 namespace {
-
-using schedule_testing::fixed_cluster;
-using schedule_testing::layer_ms;
-using schedule_testing::tiny_model;
-using tune_testing::fixed_factory;
-using tune_testing::Fixture;
 
 TEST(LowerBoundTest, OneLayerKindOnIdenticalDevicesIsTheWorkOverTheDevices) {
   // Six layers of F + B + W = 3 ms, nothing to update, 8 micro-batches on 4 H100s:
@@ -46,12 +39,11 @@ TEST(LowerBoundTest, TheBestMicroBatchSizeCounts) {
   // are 2 micro-batches of 4, a quarter of the work of 8 of 1.
   FixedCostSpec spec;
   for (int i = 0; i < 6; ++i) spec.layers.push_back(layer_ms(1, 1, 1));
-  TuneOptions options;
-  options.global_batch = 8;
-  options.cost_model = fixed_factory(spec);
+  TuneOptions options = fixed_options(8, spec);
+  options.micro_batch_size = 0;  // 1, 2 or 4
   Fixture fx(tiny_model(6), fixed_cluster({"H100-SXM"}, 4), options);
   EXPECT_NEAR(lower_bound(*fx.ctx).value(), 9e-3, 1e-15);
 }
 
 }  // namespace
-}  // namespace motley::tune_internal
+}  // namespace motley::tune_internal::tune_testing

@@ -9,15 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "../schedule/test_util.h"
 #include "tune_test_util.h"
 
-namespace motley::tune_internal {
+namespace motley::tune_internal::tune_testing {
 namespace {
-
-using schedule_testing::layer_ms;
-using tune_testing::Fixture;
-using tune_testing::uniform_spec;
 
 using Groups = std::vector<std::vector<int>>;
 using Replicas = std::vector<Groups>;
@@ -240,4 +235,4 @@ TEST(SpaceTest, DescribeLayoutCountsReplicasOfOneMake) {
 }
 
 }  // namespace
-}  // namespace motley::tune_internal
+}  // namespace motley::tune_internal::tune_testing

@@ -7,14 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "../schedule/test_util.h"
 #include "tune_test_util.h"
 
-namespace motley::tune_internal {
+namespace motley::tune_internal::tune_testing {
 namespace {
-
-using schedule_testing::layer_ms;
-using tune_testing::Fixture;
 
 using Groups = std::vector<std::vector<int>>;
 
@@ -91,13 +87,19 @@ TEST(StrategiesTest, MegatronRecomputesAtFullTpWhenNothingElseFits) {
   EXPECT_EQ(g.why_not, "no TP x PP x DP of Megatron-LM's rule fits memory with 1f1b");
 }
 
+// The heavy-head case with its megatron-1f1b plan, where the single-dimension baselines start.
+struct FromMegatron {
+  Fixture fx{8, {"H100-SXM"}, 4, 16, heavy_head()};
+  Search s{fx};
+  const Found base = s.searcher.megatron(ScheduleSpec::named(ScheduleKind::k1f1b));
+};
+
 TEST(StrategiesTest, PartitionOnlyKeepsMegatronsPlacementAndSchedule) {
   // The balanced split gives the heavy head's stage 3 layers: 5 x 3 ms against 2 x 3 + 9 ms.
-  Fixture fx(8, {"H100-SXM"}, 4, 16, heavy_head());
-  Search s(fx);
-  const Found base = s.searcher.megatron(ScheduleSpec::named(ScheduleKind::k1f1b));
+  FromMegatron m;
+  const Found& base = m.base;
   ASSERT_TRUE(base.ok);
-  const Found f = s.searcher.partition_only(base);
+  const Found f = m.s.searcher.partition_only(base);
   ASSERT_TRUE(f.ok) << f.why_not;
   EXPECT_EQ(groups_of(f.candidate), groups_of(base.candidate));
   EXPECT_EQ(f.candidate.schedule, base.candidate.schedule);
@@ -113,22 +115,21 @@ TEST(StrategiesTest, PartitionOnlyKeepsMegatronsPlacementAndSchedule) {
   // Without a megatron-1f1b plan there is nothing to keep.
   Found missing;
   missing.why_not = "no plan";
-  EXPECT_EQ(s.searcher.partition_only(missing).why_not, "no plan");
+  EXPECT_EQ(m.s.searcher.partition_only(missing).why_not, "no plan");
 }
 
 TEST(StrategiesTest, ScheduleOnlyKeepsMegatronsPartitionAndPlacement) {
-  Fixture fx(8, {"H100-SXM"}, 4, 16, heavy_head());
-  Search s(fx);
-  const Found base = s.searcher.megatron(ScheduleSpec::named(ScheduleKind::k1f1b));
+  FromMegatron m;
+  const Found& base = m.base;
   ASSERT_TRUE(base.ok);
-  const Found f = s.searcher.schedule_only(base);
+  const Found f = m.s.searcher.schedule_only(base);
   ASSERT_TRUE(f.ok) << f.why_not;
   EXPECT_EQ(groups_of(f.candidate), groups_of(base.candidate));
   for (size_t r = 0; r < f.candidate.replicas.size(); ++r) {
     const PipelineSpec& rep = f.candidate.replicas[r];
     // The named shape's chunks may split each group's stage, Megatron-LM's way.
     const int stages = static_cast<int>(rep.bounds.size()) - 1;
-    EXPECT_EQ(rep.bounds, split_bounds(LayerSplit::kMegatron, fx.model, stages));
+    EXPECT_EQ(rep.bounds, split_bounds(LayerSplit::kMegatron, m.fx.model, stages));
     EXPECT_EQ(rep.micro_batches, 8);
   }
   EXPECT_EQ(f.detail.rfind("megatron-1f1b's partition and placement with the best schedule: ", 0),
@@ -174,4 +175,4 @@ TEST(StrategiesTest, MetisBalancesLayersWithOneF1BAndEqualMicroBatches) {
 }
 
 }  // namespace
-}  // namespace motley::tune_internal
+}  // namespace motley::tune_internal::tune_testing

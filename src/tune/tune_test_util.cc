@@ -2,8 +2,6 @@
 
 #include <utility>
 
-#include "../schedule/test_util.h"
-
 namespace motley::tune_internal::tune_testing {
 
 CostModelFactory fixed_factory(FixedCostSpec spec) {
@@ -14,7 +12,7 @@ CostModelFactory fixed_factory(FixedCostSpec spec) {
 
 FixedCostSpec uniform_spec(int layers) {
   FixedCostSpec spec;
-  for (int i = 0; i < layers; ++i) spec.layers.push_back(schedule_testing::layer_ms(1, 1, 1, 1, 1));
+  for (int i = 0; i < layers; ++i) spec.layers.push_back(layer_ms(1, 1, 1, 1, 1));
   return spec;
 }
 
@@ -25,8 +23,6 @@ Fixture::Fixture(ModelSpec m, ClusterSpec c, TuneOptions o)
   ctx = std::move(made.value());
 }
 
-namespace {
-
 TuneOptions fixed_options(int64_t global_batch, FixedCostSpec spec) {
   TuneOptions options;
   options.global_batch = global_batch;
@@ -36,12 +32,9 @@ TuneOptions fixed_options(int64_t global_batch, FixedCostSpec spec) {
   return options;
 }
 
-}  // namespace
-
 Fixture::Fixture(int layers, const std::vector<std::string>& nodes, int per_node,
                  int64_t global_batch, FixedCostSpec spec)
-    : Fixture(schedule_testing::tiny_model(layers),
-              schedule_testing::fixed_cluster(nodes, per_node),
+    : Fixture(tiny_model(layers), fixed_cluster(nodes, per_node),
               fixed_options(global_batch, std::move(spec))) {}
 
 }  // namespace motley::tune_internal::tune_testing

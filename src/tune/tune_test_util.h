@@ -8,16 +8,27 @@
 #include <string>
 #include <vector>
 
+#include "../schedule/test_util.h"
 #include "context.h"
 #include "motley/cost/fixed_cost_model.h"
 
+// The tests of tune/ live in this namespace, so these helpers and the schedule module's are
+// theirs unqualified.
 namespace motley::tune_internal::tune_testing {
+
+using schedule_testing::fixed_cluster;
+using schedule_testing::layer_ms;
+using schedule_testing::tiny_model;
 
 // The same FixedCostModel for every workload the tuner asks about.
 CostModelFactory fixed_factory(FixedCostSpec spec);
 
 // `layers` layers of 1 ms F, B and W each, with 1 GB of weights and 1 GB of activations.
 FixedCostSpec uniform_spec(int layers);
+
+// Options for `global_batch` sequences in micro-batches of 1, priced by `spec`, on a clock that
+// never moves (the time budget never runs out).
+TuneOptions fixed_options(int64_t global_batch, FixedCostSpec spec);
 
 // Owns what a Context refers to; built in place and never copied.
 struct Fixture {
