@@ -1,5 +1,7 @@
 #include "motley/schedule/adaptive_schedule.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <deque>
@@ -17,50 +19,51 @@ const char* kWhat = "adaptive schedule: ";
 constexpr double kUnknown = std::numeric_limits<double>::infinity();
 
 Status check_request(const AdaptiveRequest& r) {
-  const std::string pre = kWhat;
-  if (r.num_groups <= 0) return invalid_argument(pre + "num_groups must be positive");
-  if (r.micro_batches <= 0) return invalid_argument(pre + "micro_batches must be positive");
+  if (r.num_groups <= 0)
+    return invalid_argument(fmt::format("{}num_groups must be positive", kWhat));
+  if (r.micro_batches <= 0) {
+    return invalid_argument(fmt::format("{}micro_batches must be positive", kWhat));
+  }
   const size_t stages = r.stage_group.size();
-  if (stages == 0) return invalid_argument(pre + "stage_group is empty");
+  if (stages == 0) return invalid_argument(fmt::format("{}stage_group is empty", kWhat));
   if (r.stage_times.size() != stages || r.activation_bytes.size() != stages) {
-    return invalid_argument(pre + "stage_times and activation_bytes need one entry per stage (" +
-                            std::to_string(stages) + ")");
+    return invalid_argument(fmt::format(
+        "{}stage_times and activation_bytes need one entry per stage ({})", kWhat, stages));
   }
   if (r.transfer_time.size() != stages - 1) {
-    return invalid_argument(pre + "transfer_time needs one entry per stage boundary (" +
-                            std::to_string(stages - 1) + "), got " +
-                            std::to_string(r.transfer_time.size()));
+    return invalid_argument(
+        fmt::format("{}transfer_time needs one entry per stage boundary ({}), got {}", kWhat,
+                    stages - 1, r.transfer_time.size()));
   }
   if (r.memory_budget.size() != static_cast<size_t>(r.num_groups)) {
-    return invalid_argument(pre + "memory_budget needs one entry per group (" +
-                            std::to_string(r.num_groups) + ")");
+    return invalid_argument(
+        fmt::format("{}memory_budget needs one entry per group ({})", kWhat, r.num_groups));
   }
   std::vector<bool> used(r.num_groups, false);
   for (size_t s = 0; s < stages; ++s) {
     const int g = r.stage_group[s];
     if (g < 0 || g >= r.num_groups) {
-      return invalid_argument(pre + "stage_group[" + std::to_string(s) + "] is " +
-                              std::to_string(g) + ", not a group in [0, " +
-                              std::to_string(r.num_groups) + ")");
+      return invalid_argument(fmt::format("{}stage_group[{}] is {}, not a group in [0, {})", kWhat,
+                                          s, g, r.num_groups));
     }
     used[g] = true;
     const ComputeTimes& t = r.stage_times[s];
     for (Seconds x : {t.forward, t.backward_input, t.backward_weight, t.recompute}) {
       if (!(x.value() >= 0) || !std::isfinite(x.value())) {
-        return invalid_argument(pre + "stage_times[" + std::to_string(s) +
-                                "] has a negative or non-finite time");
+        return invalid_argument(
+            fmt::format("{}stage_times[{}] has a negative or non-finite time", kWhat, s));
       }
     }
     if (!(r.activation_bytes[s].value() >= 0)) {
-      return invalid_argument(pre + "activation_bytes[" + std::to_string(s) + "] is negative");
+      return invalid_argument(fmt::format("{}activation_bytes[{}] is negative", kWhat, s));
     }
     if (s + 1 < stages && !(r.transfer_time[s].value() >= 0)) {
-      return invalid_argument(pre + "transfer_time[" + std::to_string(s) + "] is negative");
+      return invalid_argument(fmt::format("{}transfer_time[{}] is negative", kWhat, s));
     }
   }
   for (int g = 0; g < r.num_groups; ++g) {
     if (!used[g]) {
-      return invalid_argument(pre + "group " + std::to_string(g) + " runs no stage");
+      return invalid_argument(fmt::format("{}group {} runs no stage", kWhat, g));
     }
   }
   return Status::ok();
@@ -108,10 +111,10 @@ class ListScheduler {
     for (int g = 0; g < r_.num_groups; ++g) {
       const double budget = r_.memory_budget[g].value();
       if (reserve_[g] > budget * (1 + 1e-12)) {
-        return infeasible(std::string(kWhat) + "group " + std::to_string(g) + " needs " +
-                          std::to_string(reserve_[g] / kGiB) +
-                          " GiB of activations for one micro-batch but its budget is " +
-                          std::to_string(budget / kGiB) + " GiB");
+        return infeasible(fmt::format(
+            "{}group {} needs {:f} GiB of activations for one micro-batch but its budget is "
+            "{:f} GiB",
+            kWhat, g, reserve_[g] / kGiB, budget / kGiB));
       }
       wake(g, 0.0);
     }
@@ -124,8 +127,7 @@ class ListScheduler {
     }
     for (int g = 0; g < r_.num_groups; ++g) {
       if (remaining_fb_[g] > 0 || !pending_w_[g].empty()) {
-        return internal_error(std::string(kWhat) + "group " + std::to_string(g) +
-                              " stalled with work left (a bug)");
+        return internal_error(fmt::format("{}group {} stalled with work left (a bug)", kWhat, g));
       }
     }
     return std::move(orders_);

@@ -4,6 +4,8 @@
 // expanded onto the fine ones — and the peak-memory check of the whole plan.
 #include "motley/schedule/assemble.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <limits>
 #include <set>
@@ -58,37 +60,37 @@ std::vector<Action> expand(const std::vector<Action>& coarse,
 }
 
 Status check_candidate(const AssembleOptions& o, const Candidate& c) {
-  const std::string pre = "candidate: ";
-  if (c.replicas.empty()) return invalid_argument(pre + "no replicas");
-  if (c.micro_batch_size <= 0) return invalid_argument(pre + "micro-batch size must be positive");
+  const char* pre = "candidate: ";
+  if (c.replicas.empty()) return invalid_argument(fmt::format("{}no replicas", pre));
+  if (c.micro_batch_size <= 0) {
+    return invalid_argument(fmt::format("{}micro-batch size must be positive", pre));
+  }
   int64_t sequences = 0;
   for (size_t r = 0; r < c.replicas.size(); ++r) {
     const PipelineSpec& rep = c.replicas[r];
     const int p = static_cast<int>(rep.groups.size());
-    if (p == 0) return invalid_argument(pre + "replica " + std::to_string(r) + " has no groups");
+    if (p == 0) return invalid_argument(fmt::format("{}replica {} has no groups", pre, r));
     const size_t stages = static_cast<size_t>(p) * c.schedule.chunks;
     if (rep.bounds.size() != stages + 1 || rep.recompute.size() != stages) {
-      return invalid_argument(pre + "replica " + std::to_string(r) + " needs " +
-                              std::to_string(stages) + " stages");
+      return invalid_argument(fmt::format("{}replica {} needs {} stages", pre, r, stages));
     }
     if (rep.bounds.front() != 0 || rep.bounds.back() != o.num_layers) {
-      return invalid_argument(pre + "replica " + std::to_string(r) +
-                              " does not cover the model's layers");
+      return invalid_argument(
+          fmt::format("{}replica {} does not cover the model's layers", pre, r));
     }
     for (size_t s = 0; s < stages; ++s) {
       if (rep.bounds[s + 1] <= rep.bounds[s]) {
-        return invalid_argument(pre + "replica " + std::to_string(r) + " stage " +
-                                std::to_string(s) + " is empty");
+        return invalid_argument(fmt::format("{}replica {} stage {} is empty", pre, r, s));
       }
     }
     if (rep.micro_batches <= 0) {
-      return invalid_argument(pre + "replica " + std::to_string(r) + " has no micro-batches");
+      return invalid_argument(fmt::format("{}replica {} has no micro-batches", pre, r));
     }
     sequences += rep.micro_batches * c.micro_batch_size;
   }
   if (o.global_batch > 0 && sequences != o.global_batch) {
-    return internal_error(pre + "replicas run " + std::to_string(sequences) +
-                          " sequences, not the global batch of " + std::to_string(o.global_batch));
+    return internal_error(fmt::format("{}replicas run {} sequences, not the global batch of {}",
+                                      pre, sequences, o.global_batch));
   }
   return Status::ok();
 }
@@ -172,10 +174,11 @@ Result<ReplicaFacts> replica_facts(const AssembleOptions& o, const Plan& plan, s
     const Bytes cap = capacity(cost, rep.groups[g].front());
     f.budget[g] = cap.value() - fixed[g];
     if (f.budget[g] < f.reserve[g]) {
-      return infeasible("memory: replica " + std::to_string(r) + " group " + std::to_string(g) +
-                        " (" + cost.topology().devices()[rep.groups[g][0]].type + ") needs " +
-                        gib(Bytes(fixed[g] + f.reserve[g])) + " GiB for one micro-batch but has " +
-                        gib(cap) + " GiB");
+      return infeasible(
+          fmt::format("memory: replica {} group {} ({}) needs {} GiB for one micro-batch but has "
+                      "{} GiB",
+                      r, g, cost.topology().devices()[rep.groups[g][0]].type,
+                      gib(Bytes(fixed[g] + f.reserve[g])), gib(cap)));
     }
   }
   return f;
@@ -368,9 +371,9 @@ Result<Plan> assemble_plan(const AssembleOptions& o, const Candidate& c, const C
     for (size_t g = 0; g < memory[r].size(); ++g) {
       const GroupMemory& m = memory[r][g];
       if (m.peak > m.capacity) {
-        return infeasible("memory: replica " + std::to_string(r) + " group " + std::to_string(g) +
-                          " peaks at " + gib(m.peak) + " GiB of " + gib(m.capacity) +
-                          " GiB under " + plan.schedule);
+        return infeasible(
+            fmt::format("memory: replica {} group {} peaks at {} GiB of {} GiB under {}", r, g,
+                        gib(m.peak), gib(m.capacity), plan.schedule));
       }
     }
   }

@@ -3,6 +3,8 @@
 // group runs that rank. Sources and derivations: docs/schedules.md.
 #include "motley/schedule/schedule.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <climits>
@@ -203,7 +205,7 @@ std::vector<Action> zbv_skeleton(int p, int r, int64_t m) {
 // ---- Request checks -------------------------------------------------------------------------
 
 std::string prefix(ScheduleKind kind) {
-  return std::string(schedule_kind_name(kind)) + " schedule: ";
+  return fmt::format("{} schedule: ", schedule_kind_name(kind));
 }
 
 bool is_finite_nonnegative(Seconds s) { return std::isfinite(s.value()) && s.value() >= 0; }
@@ -211,31 +213,33 @@ bool is_finite_nonnegative(Seconds s) { return std::isfinite(s.value()) && s.val
 Status check_common(ScheduleKind kind, const ScheduleRequest& req) {
   const std::string pre = prefix(kind);
   if (req.num_groups <= 0) {
-    return invalid_argument(pre + "num_groups must be positive, got " +
-                            std::to_string(req.num_groups));
+    return invalid_argument(
+        fmt::format("{}num_groups must be positive, got {}", pre, req.num_groups));
   }
   if (req.micro_batches <= 0 || req.micro_batches > INT_MAX) {
-    return invalid_argument(pre + "micro_batches must be between 1 and " + std::to_string(INT_MAX) +
-                            ", got " + std::to_string(req.micro_batches));
+    return invalid_argument(fmt::format("{}micro_batches must be between 1 and {}, got {}", pre,
+                                        INT_MAX, req.micro_batches));
   }
   if (static_cast<int>(req.stage_group.size()) != req.num_stages) {
-    return invalid_argument(pre + "stage_group has " + std::to_string(req.stage_group.size()) +
-                            " entries but num_stages is " + std::to_string(req.num_stages) +
-                            "; expected one group per stage");
+    return invalid_argument(
+        fmt::format("{}stage_group has {} entries but num_stages is {}; expected one group per "
+                    "stage",
+                    pre, req.stage_group.size(), req.num_stages));
   }
   for (int s = 0; s < req.num_stages; ++s) {
     const int g = req.stage_group[s];
     if (g < 0 || g >= req.num_groups) {
-      return invalid_argument(pre + "stage_group[" + std::to_string(s) + "] is " +
-                              std::to_string(g) + "; expected a group between 0 and " +
-                              std::to_string(req.num_groups - 1));
+      return invalid_argument(
+          fmt::format("{}stage_group[{}] is {}; expected a group between 0 and {}", pre, s, g,
+                      req.num_groups - 1));
     }
   }
   if (!req.stage_times.empty()) {
     if (static_cast<int>(req.stage_times.size()) != req.num_stages) {
-      return invalid_argument(pre + "stage_times has " + std::to_string(req.stage_times.size()) +
-                              " entries but num_stages is " + std::to_string(req.num_stages) +
-                              "; expected one per stage, or none");
+      return invalid_argument(
+          fmt::format("{}stage_times has {} entries but num_stages is {}; expected one per stage, "
+                      "or none",
+                      pre, req.stage_times.size(), req.num_stages));
     }
     for (int s = 0; s < req.num_stages; ++s) {
       const ComputeTimes& t = req.stage_times[s];
@@ -245,31 +249,31 @@ Status check_common(ScheduleKind kind, const ScheduleRequest& req) {
                                                         {"recompute", t.recompute}};
       for (const auto& [name, value] : fields) {
         if (!is_finite_nonnegative(value)) {
-          return invalid_argument(pre + "stage_times[" + std::to_string(s) + "]." + name +
-                                  " must be a finite, non-negative time, got " +
-                                  std::to_string(value.value()));
+          return invalid_argument(
+              fmt::format("{}stage_times[{}].{} must be a finite, non-negative time, got {:f}", pre,
+                          s, name, value.value()));
         }
       }
     }
   }
   if (!req.max_in_flight.empty()) {
     if (static_cast<int>(req.max_in_flight.size()) != req.num_groups) {
-      return invalid_argument(pre + "max_in_flight has " +
-                              std::to_string(req.max_in_flight.size()) +
-                              " entries but num_groups is " + std::to_string(req.num_groups) +
-                              "; expected one per group (0 = unlimited), or none");
+      return invalid_argument(
+          fmt::format("{}max_in_flight has {} entries but num_groups is {}; expected one per group "
+                      "(0 = unlimited), or none",
+                      pre, req.max_in_flight.size(), req.num_groups));
     }
     for (int g = 0; g < req.num_groups; ++g) {
       if (req.max_in_flight[g] < 0) {
-        return invalid_argument(pre + "max_in_flight[" + std::to_string(g) + "] is " +
-                                std::to_string(req.max_in_flight[g]) +
-                                "; expected a non-negative count (0 = unlimited)");
+        return invalid_argument(
+            fmt::format("{}max_in_flight[{}] is {}; expected a non-negative count (0 = unlimited)",
+                        pre, g, req.max_in_flight[g]));
       }
     }
   }
   if (!is_finite_nonnegative(req.p2p_time)) {
-    return invalid_argument(pre + "p2p_time must be a finite, non-negative time, got " +
-                            std::to_string(req.p2p_time.value()));
+    return invalid_argument(fmt::format("{}p2p_time must be a finite, non-negative time, got {:f}",
+                                        pre, req.p2p_time.value()));
   }
   return Status::ok();
 }
@@ -283,26 +287,27 @@ Result<std::vector<int>> rank_groups(ScheduleKind kind, const ScheduleRequest& r
   const int per_group = v_shape ? 2 : 1;  // interleaved: checked apart
   if (kind == ScheduleKind::kInterleaved) {
     if (stages % p != 0 || stages / p < 2) {
-      return invalid_argument(pre + "num_stages (" + std::to_string(stages) +
-                              ") must be v * num_groups (" + std::to_string(p) +
-                              ") with v >= 2 chunks per group; use 1f1b for one chunk");
+      return invalid_argument(
+          fmt::format("{}num_stages ({}) must be v * num_groups ({}) with v >= 2 chunks per group; "
+                      "use 1f1b for one chunk",
+                      pre, stages, p));
     }
   } else if (stages != per_group * p) {
-    return invalid_argument(pre + "num_stages is " + std::to_string(stages) + " but " +
-                            (per_group == 2 ? "a V-shaped schedule runs 2 stages on each of"
-                                            : "this schedule runs one stage on each of") +
-                            " the " + std::to_string(p) + " groups; expected " +
-                            std::to_string(per_group * p));
+    return invalid_argument(
+        fmt::format("{}num_stages is {} but {} the {} groups; expected {}", pre, stages,
+                    per_group == 2 ? "a V-shaped schedule runs 2 stages on each of"
+                                   : "this schedule runs one stage on each of",
+                    p, per_group * p));
   }
   std::vector<int> groups(p);
   std::vector<int> rank_of_group(p, -1);
   for (int r = 0; r < p; ++r) {
     const int g = req.stage_group[r];
     if (rank_of_group[g] >= 0) {
-      return invalid_argument(pre + "stage_group[" + std::to_string(r) + "] is group " +
-                              std::to_string(g) + ", which already runs stage " +
-                              std::to_string(rank_of_group[g]) + "; stages 0-" +
-                              std::to_string(p - 1) + " must be on distinct groups");
+      return invalid_argument(
+          fmt::format("{}stage_group[{}] is group {}, which already runs stage {}; stages 0-{} "
+                      "must be on distinct groups",
+                      pre, r, g, rank_of_group[g], p - 1));
     }
     rank_of_group[g] = r;
     groups[r] = g;
@@ -310,12 +315,12 @@ Result<std::vector<int>> rank_groups(ScheduleKind kind, const ScheduleRequest& r
   for (int s = p; s < stages; ++s) {
     const int partner = v_shape ? 2 * p - 1 - s : s % p;
     if (req.stage_group[s] != req.stage_group[partner]) {
-      return invalid_argument(
-          pre + "stage_group[" + std::to_string(s) + "] is " + std::to_string(req.stage_group[s]) +
-          " but stage " + std::to_string(s) + " must run on the group of stage " +
-          std::to_string(partner) + " (group " + std::to_string(req.stage_group[partner]) + ")" +
-          (v_shape ? "; in a V shape the group of stage r also runs stage 2p-1-r"
-                   : "; interleaved chunks of a group are stages r, r+p, r+2p, ..."));
+      return invalid_argument(fmt::format(
+          "{0}stage_group[{1}] is {2} but stage {1} must run on the group of stage {3} (group "
+          "{4}){5}",
+          pre, s, req.stage_group[s], partner, req.stage_group[partner],
+          v_shape ? "; in a V shape the group of stage r also runs stage 2p-1-r"
+                  : "; interleaved chunks of a group are stages r, r+p, r+2p, ..."));
     }
   }
   return groups;
@@ -341,11 +346,11 @@ Status check_fixed_peaks(ScheduleKind kind, const ScheduleRequest& req, const Gr
   const std::vector<int64_t> limit = limits(req);
   for (int g = 0; g < req.num_groups; ++g) {
     if (limit[g] > 0 && peaks[g] > limit[g]) {
-      return infeasible(prefix(kind) + "device group " + std::to_string(g) + " holds up to " +
-                        std::to_string(peaks[g]) +
-                        " micro-batches' activations under this order but max_in_flight[" +
-                        std::to_string(g) + "] is " + std::to_string(limit[g]) +
-                        "; zb-h1 and zb-h2 adapt to a limit, this schedule does not");
+      return infeasible(
+          fmt::format("{0}device group {1} holds up to {2} micro-batches' activations under this "
+                      "order but max_in_flight[{1}] is {3}; zb-h1 and zb-h2 adapt to a limit, "
+                      "this schedule does not",
+                      prefix(kind), g, peaks[g], limit[g]));
     }
   }
   return Status::ok();
@@ -370,11 +375,10 @@ Result<GroupOrders> zero_bubble(ScheduleKind kind, const ScheduleRequest& req,
       skeleton[g] = zbv_skeleton(p, r, m);
       const int64_t need = skeleton_need(skeleton[g]);
       if (need > limit[g]) {
-        return infeasible(prefix(kind) + "device group " + std::to_string(g) + " must hold " +
-                          std::to_string(need) +
-                          " micro-batches' activations (its 2 stages together) but "
-                          "max_in_flight[" +
-                          std::to_string(g) + "] is " + std::to_string(limit[g]));
+        return infeasible(
+            fmt::format("{0}device group {1} must hold {2} micro-batches' activations (its 2 "
+                        "stages together) but max_in_flight[{1}] is {3}",
+                        prefix(kind), g, need, limit[g]));
       }
     }
   } else {
@@ -505,14 +509,16 @@ Result<GroupOrders> generate_schedule(ScheduleKind kind, const ScheduleRequest& 
   const int64_t m = req.micro_batches;
 
   if (kind == ScheduleKind::kInterleaved && m % p != 0) {
-    return invalid_argument(prefix(kind) + "micro_batches (" + std::to_string(m) +
-                            ") must be a multiple of num_groups (" + std::to_string(p) +
-                            "), as Megatron-LM's interleaved schedule requires");
+    return invalid_argument(
+        fmt::format("{}micro_batches ({}) must be a multiple of num_groups ({}), as Megatron-LM's "
+                    "interleaved schedule requires",
+                    prefix(kind), m, p));
   }
   if (kind == ScheduleKind::kDualPipeV && m < 2 * static_cast<int64_t>(p)) {
-    return invalid_argument(prefix(kind) + "micro_batches (" + std::to_string(m) +
-                            ") must be at least 2 * num_groups (" + std::to_string(2 * p) +
-                            "), as DeepSeek's DualPipeV requires");
+    return invalid_argument(
+        fmt::format("{}micro_batches ({}) must be at least 2 * num_groups ({}), as DeepSeek's "
+                    "DualPipeV requires",
+                    prefix(kind), m, 2 * p));
   }
   if (kind == ScheduleKind::kZbH1 || kind == ScheduleKind::kZbH2 || kind == ScheduleKind::kZbV) {
     return zero_bubble(kind, req, group_of_rank);

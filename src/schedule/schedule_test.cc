@@ -684,7 +684,8 @@ TEST(RequestErrorTest, Messages) {
   expect_error(ScheduleKind::kZbH1, times, "stage_times has 3 entries but num_stages is 2");
 
   ScheduleRequest negative = request(ScheduleKind::kZbH1, 2, 1, 4, uniform(2, 1, -1, 1));
-  expect_error(ScheduleKind::kZbH1, negative, "stage_times[0].backward_input must be a finite");
+  expect_error(ScheduleKind::kZbH1, negative,
+               "stage_times[0].backward_input must be a finite, non-negative time, got -1.000000");
 
   ScheduleRequest limit = request(ScheduleKind::kZbH2, 2, 1, 4);
   limit.max_in_flight = {1};

@@ -1,5 +1,7 @@
 #include "motley/schedule/uniform_plan.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -15,14 +17,13 @@ const char* kWhat = "uniform plan: ";
 
 Status positive(const char* field, int64_t value) {
   if (value > 0) return Status::ok();
-  return invalid_argument(std::string(kWhat) + "'" + field + "' must be positive, got " +
-                          std::to_string(value));
+  return invalid_argument(fmt::format("{}'{}' must be positive, got {}", kWhat, field, value));
 }
 
 Status non_negative(const char* field, int64_t value, const char* zero_means) {
   if (value >= 0) return Status::ok();
-  return invalid_argument(std::string(kWhat) + "'" + field + "' must be 0 (" + zero_means +
-                          ") or positive, got " + std::to_string(value));
+  return invalid_argument(
+      fmt::format("{}'{}' must be 0 ({}) or positive, got {}", kWhat, field, zero_means, value));
 }
 
 // Chunks per group after reading virtual_stages for the kind.
@@ -31,26 +32,27 @@ Result<int> chunks_per_group(const UniformPlanOptions& o) {
   switch (o.kind) {
     case ScheduleKind::kInterleaved:
       if (o.virtual_stages < 2) {
-        return invalid_argument(std::string(kWhat) + "'virtual_stages' is " +
-                                std::to_string(o.virtual_stages) +
-                                " but the interleaved schedule needs at least 2 chunks per "
-                                "group; use 1f1b for one");
+        return invalid_argument(
+            fmt::format("{}'virtual_stages' is {} but the interleaved schedule needs at least 2 "
+                        "chunks per group; use 1f1b for one",
+                        kWhat, o.virtual_stages));
       }
       return o.virtual_stages;
     case ScheduleKind::kZbV:
     case ScheduleKind::kDualPipeV:
       if (o.virtual_stages != 1 && o.virtual_stages != 2) {
-        return invalid_argument(std::string(kWhat) + "'virtual_stages' is " +
-                                std::to_string(o.virtual_stages) + " but " + name +
-                                " runs exactly 2 stages per group (give 2, or leave 1)");
+        return invalid_argument(
+            fmt::format("{}'virtual_stages' is {} but {} runs exactly 2 stages per group (give 2, "
+                        "or leave 1)",
+                        kWhat, o.virtual_stages, name));
       }
       return 2;
     default:
       if (o.virtual_stages != 1) {
-        return invalid_argument(std::string(kWhat) + "'virtual_stages' is " +
-                                std::to_string(o.virtual_stages) + " but " + name +
-                                " runs one stage per group; only interleaved, zb-v and "
-                                "dualpipev take more");
+        return invalid_argument(
+            fmt::format("{}'virtual_stages' is {} but {} runs one stage per group; only "
+                        "interleaved, zb-v and dualpipev take more",
+                        kWhat, o.virtual_stages, name));
       }
       return 1;
   }
@@ -71,17 +73,16 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
   const std::vector<Device> devices = cluster_devices(cluster);
   const int n = static_cast<int>(devices.size());
   const int t = o.tensor_parallel;
-  const std::string cluster_name =
-      "cluster '" + cluster.name + "' (" + std::to_string(n) + " devices)";
+  const std::string cluster_name = fmt::format("cluster '{}' ({} devices)", cluster.name, n);
   int p = o.stages;
   if (p == 0) {
     // Every device in use: data_parallel (or one) pipelines of groups of t devices.
     const int pipelines = std::max(o.data_parallel, 1);
     if (n == 0 || n % (pipelines * t) != 0) {
-      return invalid_argument(std::string(kWhat) + "'stages' is 0 (use the whole cluster) but " +
-                              cluster_name + " does not split into " + std::to_string(pipelines) +
-                              " pipeline(s) of groups of " + std::to_string(t) +
-                              " device(s); give 'stages'");
+      return invalid_argument(
+          fmt::format("{}'stages' is 0 (use the whole cluster) but {} does not split into {} "
+                      "pipeline(s) of groups of {} device(s); give 'stages'",
+                      kWhat, cluster_name, pipelines, t));
     }
     p = n / (pipelines * t);
   }
@@ -90,18 +91,17 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
   if (replicas == 0) {
     if (n % per_replica != 0) {
       return invalid_argument(
-          std::string(kWhat) + "'stages' (" + std::to_string(p) + ") x 'tensor_parallel' (" +
-          std::to_string(t) + ") = " + std::to_string(per_replica) +
-          " devices per replica does not divide " + cluster_name +
-          "; choose a divisor or set 'data_parallel' to use part of the cluster");
+          fmt::format("{}'stages' ({}) x 'tensor_parallel' ({}) = {} devices per replica does not "
+                      "divide {}; choose a divisor or set 'data_parallel' to use part of the "
+                      "cluster",
+                      kWhat, p, t, per_replica, cluster_name));
     }
     replicas = n / per_replica;
   } else if (static_cast<int64_t>(replicas) * per_replica > n) {
-    return invalid_argument(std::string(kWhat) + "'data_parallel' (" + std::to_string(replicas) +
-                            ") x 'stages' (" + std::to_string(p) + ") x 'tensor_parallel' (" +
-                            std::to_string(t) + ") needs " +
-                            std::to_string(static_cast<int64_t>(replicas) * per_replica) +
-                            " devices but " + cluster_name + " has fewer");
+    return invalid_argument(fmt::format(
+        "{}'data_parallel' ({}) x 'stages' ({}) x 'tensor_parallel' ({}) needs {} "
+        "devices but {} has fewer",
+        kWhat, replicas, p, t, static_cast<int64_t>(replicas) * per_replica, cluster_name));
   }
 
   const int num_stages = p * chunks;
@@ -109,12 +109,10 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
   if (max_stages(o.partition, model) < num_stages) {
     const bool megatron = o.partition == LayerSplit::kMegatron;
     return invalid_argument(
-        std::string(kWhat) + "model '" + model.name + "' has " +
-        std::to_string(max_stages(o.partition, model)) +
-        (megatron ? " decoder layers" : " layers") + ", fewer than the " +
-        std::to_string(num_stages) + " stages of " + std::to_string(p) + " groups x " +
-        std::to_string(chunks) + " chunks" +
-        (megatron ? " (the megatron partition splits the decoder layers)" : ""));
+        fmt::format("{}model '{}' has {} {}, fewer than the {} stages of {} groups x {} chunks{}",
+                    kWhat, model.name, max_stages(o.partition, model),
+                    megatron ? "decoder layers" : "layers", num_stages, p, chunks,
+                    megatron ? " (the megatron partition splits the decoder layers)" : ""));
   }
 
   // A uniform plan is a candidate: every replica the same bounds, groups in cluster order.
@@ -131,15 +129,12 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
       const int first = (k * p + r) * t;
       for (int d = first; d < first + t; ++d) {
         if (devices[d].node != devices[first].node || devices[d].type != devices[first].type) {
-          return invalid_argument(std::string(kWhat) + "devices " + std::to_string(first) + "-" +
-                                  std::to_string(first + t - 1) +
-                                  " would form a tensor-parallel group, but device " +
-                                  std::to_string(d) + " (" + devices[d].type + ", node '" +
-                                  cluster.nodes[devices[d].node].name + "') differs from device " +
-                                  std::to_string(first) + " (" + devices[first].type + ", node '" +
-                                  cluster.nodes[devices[first].node].name +
-                                  "'); a group needs one node and one device type, choose another "
-                                  "'tensor_parallel'");
+          return invalid_argument(fmt::format(
+              "{0}devices {1}-{2} would form a tensor-parallel group, but device {3} ({4}, node "
+              "'{5}') differs from device {1} ({6}, node '{7}'); a group needs one node and one "
+              "device type, choose another 'tensor_parallel'",
+              kWhat, first, first + t - 1, d, devices[d].type, cluster.nodes[devices[d].node].name,
+              devices[first].type, cluster.nodes[devices[first].node].name));
         }
       }
       std::vector<int> group(t);

@@ -5,6 +5,8 @@
 // dependencies and the result does not depend on that order.
 #include "weight_placement.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <deque>
 #include <string>
@@ -54,10 +56,10 @@ Result<PlacedOrders> place_weight_passes(EstimatedTimeline timeline,
         if (a.kind == ActionKind::kForward && limit[gi] > 0) {
           while (g.in_flight >= limit[gi]) {
             if (g.pending_w.empty()) {
-              return internal_error("schedule: device group " + std::to_string(gi) +
-                                    " must run a forward with " + std::to_string(g.in_flight) +
-                                    " micro-batches in flight (limit " + std::to_string(limit[gi]) +
-                                    ") and no weight-gradient pass to free one");
+              return internal_error(
+                  fmt::format("schedule: device group {} must run a forward with {} micro-batches "
+                              "in flight (limit {}) and no weight-gradient pass to free one",
+                              gi, g.in_flight, limit[gi]));
             }
             put_w(gi);
           }
@@ -85,10 +87,10 @@ Result<PlacedOrders> place_weight_passes(EstimatedTimeline timeline,
     GroupState& g = groups[gi];
     if (g.next < skeleton[gi].size()) {
       const Action& a = skeleton[gi][g.next];
-      return internal_error("schedule: the forward/backward order deadlocks at device group " +
-                            std::to_string(gi) + ", action " + action_kind_name(a.kind) +
-                            " of stage " + std::to_string(a.stage) + ", micro-batch " +
-                            std::to_string(a.micro_batch));
+      return internal_error(
+          fmt::format("schedule: the forward/backward order deadlocks at device group {}, action "
+                      "{} of stage {}, micro-batch {}",
+                      gi, action_kind_name(a.kind), a.stage, a.micro_batch));
     }
     while (!g.pending_w.empty()) put_w(gi);
     result.makespan = std::max(result.makespan, timeline.free_at(gi));

@@ -1,5 +1,7 @@
 #include "context.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -20,58 +22,58 @@ std::vector<int64_t> allowed_micro_batch_sizes(const TuneOptions& options) {
 }
 
 Status check_options(const TuneOptions& o, const ModelSpec& model, const ClusterSpec& cluster) {
-  const std::string pre = "tune options: ";
+  const char* pre = "tune options: ";
   if (o.global_batch <= 0) {
-    return invalid_argument(pre + "'global_batch' must be a positive number of sequences, got " +
-                            std::to_string(o.global_batch));
+    return invalid_argument(fmt::format(
+        "{}'global_batch' must be a positive number of sequences, got {}", pre, o.global_batch));
   }
   if (o.seq_len < 0) {
-    return invalid_argument(pre + "'seq_len' must be 0 (the model's) or positive, got " +
-                            std::to_string(o.seq_len));
+    return invalid_argument(
+        fmt::format("{}'seq_len' must be 0 (the model's) or positive, got {}", pre, o.seq_len));
   }
   if (o.micro_batch_size < 0) {
-    return invalid_argument(pre + "'micro_batch_size' must be 0 (auto) or positive, got " +
-                            std::to_string(o.micro_batch_size));
+    return invalid_argument(fmt::format("{}'micro_batch_size' must be 0 (auto) or positive, got {}",
+                                        pre, o.micro_batch_size));
   }
   if (o.micro_batch_size > 0 && o.global_batch % o.micro_batch_size != 0) {
-    return invalid_argument(pre + "'micro_batch_size' (" + std::to_string(o.micro_batch_size) +
-                            ") must divide 'global_batch' (" + std::to_string(o.global_batch) +
-                            ")");
+    return invalid_argument(fmt::format("{}'micro_batch_size' ({}) must divide 'global_batch' ({})",
+                                        pre, o.micro_batch_size, o.global_batch));
   }
   if (o.threads < 1) {
-    return invalid_argument(pre + "'threads' must be at least 1, got " + std::to_string(o.threads));
+    return invalid_argument(fmt::format("{}'threads' must be at least 1, got {}", pre, o.threads));
   }
   if (!(o.time_budget.value() > 0)) {
-    return invalid_argument(pre + "'time_budget' must be a positive number of seconds");
+    return invalid_argument(
+        fmt::format("{}'time_budget' must be a positive number of seconds", pre));
   }
   if (o.max_evaluations < 0) {
-    return invalid_argument(pre + "'max_evaluations' must be 0 (no limit) or positive, got " +
-                            std::to_string(o.max_evaluations));
+    return invalid_argument(fmt::format(
+        "{}'max_evaluations' must be 0 (no limit) or positive, got {}", pre, o.max_evaluations));
   }
   const std::vector<std::string> names = tune_strategy_names();
   if (std::find(names.begin(), names.end(), o.strategy) == names.end()) {
-    return invalid_argument(pre + "'strategy' is '" + o.strategy + "'; expected " +
-                            join_alternatives(names));
+    return invalid_argument(fmt::format("{}'strategy' is '{}'; expected {}", pre, o.strategy,
+                                        join_alternatives(names)));
   }
   if (model.layers.empty()) {
-    return invalid_argument(pre + "model '" + model.name + "' has no layers");
+    return invalid_argument(fmt::format("{}model '{}' has no layers", pre, model.name));
   }
   const int devices = static_cast<int>(cluster_devices(cluster).size());
   if (devices == 0) {
-    return invalid_argument(pre + "cluster '" + cluster.name + "' has no devices");
+    return invalid_argument(fmt::format("{}cluster '{}' has no devices", pre, cluster.name));
   }
   if (o.exhaustive) {
     if (o.strategy != "motley") {
-      return invalid_argument(pre + "'exhaustive' applies to strategy 'motley' only, not '" +
-                              o.strategy + "'");
+      return invalid_argument(fmt::format(
+          "{}'exhaustive' applies to strategy 'motley' only, not '{}'", pre, o.strategy));
     }
     if (devices > kExhaustiveMaxDevices ||
         static_cast<int>(model.layers.size()) > kExhaustiveMaxLayers) {
       return invalid_argument(
-          pre + "'exhaustive' needs at most " + std::to_string(kExhaustiveMaxDevices) +
-          " devices and " + std::to_string(kExhaustiveMaxLayers) + " layers; cluster '" +
-          cluster.name + "' has " + std::to_string(devices) + " devices and model '" + model.name +
-          "' " + std::to_string(model.layers.size()) + " layers");
+          fmt::format("{}'exhaustive' needs at most {} devices and {} layers; cluster '{}' has {} "
+                      "devices and model '{}' {} layers",
+                      pre, kExhaustiveMaxDevices, kExhaustiveMaxLayers, cluster.name, devices,
+                      model.name, model.layers.size()));
     }
   }
   return Status::ok();
@@ -175,7 +177,7 @@ Bytes Context::capacity(int device) const { return types_[type_of_device_[device
 
 const CostModel& Context::cost(int64_t b) const {
   auto it = costs_.find(b);
-  MOTLEY_CHECK(it != costs_.end(), "no cost model for micro-batch size " + std::to_string(b));
+  MOTLEY_CHECK(it != costs_.end(), fmt::format("no cost model for micro-batch size {}", b));
   return *it->second;
 }
 

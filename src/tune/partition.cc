@@ -1,5 +1,8 @@
 #include "motley/tune/partition.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -140,47 +143,37 @@ void rebalance_groups(const PartitionRequest& req, const Partitioner& part, Chea
 }
 
 std::string devices_text(const DeviceGroup& g) {
-  std::string out;
-  for (int d : g.devices) {
-    if (!out.empty()) out += ',';
-    out += std::to_string(d);
-  }
-  return out;
+  return fmt::format("{}", fmt::join(g.devices, ","));
 }
 
 }  // namespace
 
 Result<Partition> balanced_partition(const PartitionRequest& req, const CostModel& cost) {
   const size_t stages = req.stage_groups.size();
-  if (stages == 0) return invalid_argument(std::string(kWhat) + "no stages");
+  if (stages == 0) return invalid_argument(fmt::format("{}no stages", kWhat));
   if (req.memory_budget.size() != stages || req.in_flight.size() != stages) {
-    return invalid_argument(std::string(kWhat) +
-                            "memory_budget and in_flight need one entry per "
-                            "stage (" +
-                            std::to_string(stages) + "), got " +
-                            std::to_string(req.memory_budget.size()) + " and " +
-                            std::to_string(req.in_flight.size()));
+    return invalid_argument(
+        fmt::format("{}memory_budget and in_flight need one entry per stage ({}), got {} and {}",
+                    kWhat, stages, req.memory_budget.size(), req.in_flight.size()));
   }
-  if (req.policies.empty()) return invalid_argument(std::string(kWhat) + "no recompute policy");
+  if (req.policies.empty()) return invalid_argument(fmt::format("{}no recompute policy", kWhat));
   if (!req.stage_owner.empty() && req.stage_owner.size() != stages) {
-    return invalid_argument(std::string(kWhat) + "stage_owner needs one entry per stage (" +
-                            std::to_string(stages) + ")");
+    return invalid_argument(
+        fmt::format("{}stage_owner needs one entry per stage ({})", kWhat, stages));
   }
   for (int g : req.stage_owner) {
-    if (g < 0) return invalid_argument(std::string(kWhat) + "stage_owner has a negative group");
+    if (g < 0) return invalid_argument(fmt::format("{}stage_owner has a negative group", kWhat));
   }
   if (static_cast<int>(stages) > req.num_layers) {
-    return invalid_argument(std::string(kWhat) + std::to_string(stages) + " stages but only " +
-                            std::to_string(req.num_layers) + " layers");
+    return invalid_argument(
+        fmt::format("{}{} stages but only {} layers", kWhat, stages, req.num_layers));
   }
   for (size_t s = 0; s < stages; ++s) {
     if (req.stage_groups[s].devices.empty()) {
-      return invalid_argument(std::string(kWhat) + "stage " + std::to_string(s) +
-                              " has no devices");
+      return invalid_argument(fmt::format("{}stage {} has no devices", kWhat, s));
     }
     if (req.in_flight[s] < 0) {
-      return invalid_argument(std::string(kWhat) + "in_flight[" + std::to_string(s) +
-                              "] is negative");
+      return invalid_argument(fmt::format("{}in_flight[{}] is negative", kWhat, s));
     }
   }
 
@@ -190,11 +183,11 @@ Result<Partition> balanced_partition(const PartitionRequest& req, const CostMode
   const double inf = std::numeric_limits<double>::infinity();
   const int stuck = part.greedy(inf, &bounds, &policies);
   if (stuck >= 0) {
-    return infeasible(std::string(kWhat) + "no partition of " + std::to_string(req.num_layers) +
-                      " layers over " + std::to_string(stages) + " stages fits memory: stage " +
-                      std::to_string(stuck) + " (devices " + devices_text(req.stage_groups[stuck]) +
-                      ", budget " + std::to_string(req.memory_budget[stuck].value() / kGiB) +
-                      " GiB) cannot take the layers left to it");
+    return infeasible(
+        fmt::format("{}no partition of {} layers over {} stages fits memory: stage {} (devices {}, "
+                    "budget {:f} GiB) cannot take the layers left to it",
+                    kWhat, req.num_layers, stages, stuck, devices_text(req.stage_groups[stuck]),
+                    req.memory_budget[stuck].value() / kGiB));
   }
   // The bottleneck lies between the largest single-layer stage and the whole model anywhere.
   double hi = 0;

@@ -1,5 +1,7 @@
 #include "space.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -120,9 +122,8 @@ std::vector<std::vector<int>> type_groups(const TypeInfo& type, int t) {
 Result<Layout> cluster_order_layout(const Context& ctx, int t, int p, int d) {
   const std::vector<Device>& devices = ctx.devices();
   if (static_cast<int64_t>(d) * p * t > static_cast<int64_t>(devices.size())) {
-    return invalid_argument("layout: " + std::to_string(d) + " x " + std::to_string(p) + " x " +
-                            std::to_string(t) + " devices exceed the cluster's " +
-                            std::to_string(devices.size()));
+    return invalid_argument(fmt::format("layout: {} x {} x {} devices exceed the cluster's {}", d,
+                                        p, t, devices.size()));
   }
   Layout layout;
   for (int k = 0; k < d; ++k) {
@@ -132,8 +133,8 @@ Result<Layout> cluster_order_layout(const Context& ctx, int t, int p, int d) {
       std::vector<int> group;
       for (int i = first; i < first + t; ++i) {
         if (devices[i].node != devices[first].node || devices[i].type != devices[first].type) {
-          return invalid_argument("layout: devices " + std::to_string(first) + "-" +
-                                  std::to_string(first + t - 1) + " span nodes or device types");
+          return invalid_argument(fmt::format("layout: devices {}-{} span nodes or device types",
+                                              first, first + t - 1));
         }
         group.push_back(i);
       }
@@ -423,8 +424,8 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
   const int64_t total = ctx.global_batch() / b;
   const int replicas = static_cast<int>(layout.replicas.size());
   if (total < replicas) {
-    return invalid_argument("candidate: " + std::to_string(total) + " micro-batches for " +
-                            std::to_string(replicas) + " replicas");
+    return invalid_argument(
+        fmt::format("candidate: {} micro-batches for {} replicas", total, replicas));
   }
   Candidate c;
   c.micro_batch_size = b;
@@ -443,8 +444,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
     const int p = static_cast<int>(groups.size());
     const int stages = p * schedule.chunks;
     if (stages > layers) {
-      return invalid_argument("candidate: " + std::to_string(stages) + " stages for " +
-                              std::to_string(layers) + " layers");
+      return invalid_argument(fmt::format("candidate: {} stages for {} layers", stages, layers));
     }
     PipelineSpec spec;
     spec.groups = groups;
@@ -453,10 +453,9 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
                                                    : total / replicas);
     if (options.split) {
       if (stages > max_stages(*options.split, ctx.model())) {
-        return invalid_argument("candidate: " + std::to_string(stages) + " stages for the " +
-                                std::to_string(max_stages(*options.split, ctx.model())) +
-                                " layers the " + layer_split_name(*options.split) +
-                                " partition splits");
+        return invalid_argument(
+            fmt::format("candidate: {} stages for the {} layers the {} partition splits", stages,
+                        max_stages(*options.split, ctx.model()), layer_split_name(*options.split)));
       }
       spec.bounds = split_bounds(*options.split, ctx.model(), stages);
       spec.recompute.assign(stages, options.uniform_recompute);

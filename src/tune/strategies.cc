@@ -1,5 +1,7 @@
 #include "strategies.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -235,15 +237,15 @@ Found Searcher::megatron(const ScheduleSpec& spec) {
     }
   }
   if (!done && shaped) {
-    found.why_not = "no TP x PP x DP of Megatron-LM's rule fits memory with " + spec.name();
-  } else if (!done) {
     found.why_not =
-        "no TP x PP x DP in cluster order meets " + spec.name() +
-        "'s requirements (PP x chunks <= decoder layers, DP dividing the micro-batches" +
-        (spec.kind == ScheduleKind::kInterleaved
-             ? std::string(", micro-batches per replica a multiple of PP")
-             : std::string()) +
-        ")";
+        fmt::format("no TP x PP x DP of Megatron-LM's rule fits memory with {}", spec.name());
+  } else if (!done) {
+    found.why_not = fmt::format(
+        "no TP x PP x DP in cluster order meets {}'s requirements (PP x chunks <= decoder layers, "
+        "DP dividing the micro-batches{})",
+        spec.name(),
+        spec.kind == ScheduleKind::kInterleaved ? ", micro-batches per replica a multiple of PP"
+                                                : "");
   }
   found.simulated = evaluator_.simulated() - simulated;
   found.seconds = (ctx_.now() - start).value();

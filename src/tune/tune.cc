@@ -213,8 +213,10 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
               : fmt::format(" (the search stopped at its time budget, 'time_budget' {:.1f} s)",
                             options.time_budget.value());
     }
-    return infeasible("tune: strategy '" + options.strategy + "' found no plan for model '" +
-                      model.name + "' on cluster '" + cluster.name + "': " + why);
+    return infeasible(
+        fmt::format("tune: strategy '{}' found no plan for model '{}' on cluster "
+                    "'{}': {}",
+                    options.strategy, model.name, cluster.name, why));
   }
 
   // The winner's plan and full simulation, checked the way `motley simulate` checks a file.
@@ -224,7 +226,8 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
     const CostModel& cost = ctx->cost(f.candidate.micro_batch_size);
     Status valid = validate_chosen(*ctx, plan, cost);
     if (!valid.is_ok()) {
-      return internal_error("tune: the chosen plan does not validate (a bug): " + valid.message());
+      return internal_error(
+          fmt::format("tune: the chosen plan does not validate (a bug): {}", valid.message()));
     }
     if (!replay.second.fits_memory) {
       return internal_error("tune: the chosen plan exceeds memory in simulation (a bug)");
