@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake git clang-format
   nlohmann-json3-dev libcli11-dev libfmt-dev libyaml-cpp-dev
-  libgtest-dev libgmock-dev libbenchmark-dev coinor-libcbc-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
   libtorch-dev libgloo-dev libopenblas0-pthread
 )
 

@@ -5,14 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include "partition_milp.h"
 
 namespace motley {
 namespace {
@@ -229,34 +225,6 @@ Result<Partition> balanced_partition(const PartitionRequest& req, const CostMode
     out.recompute.push_back(chosen);
   }
   if (!req.stage_owner.empty()) rebalance_groups(req, part, cheapest, &out);
-  static const double milp_seconds = [] {
-    const char* v = std::getenv("MOTLEY_PARTITION_MILP");
-    return v == nullptr ? 0.0 : std::atof(v);
-  }();
-  if (!req.stage_owner.empty() && milp_seconds > 0) {
-    auto option = [&](int s, int begin, int end, RecomputePolicy* chosen, double* t) {
-      bool any = false;
-      for (RecomputePolicy p : req.policies) {
-        if (!part.fits(s, begin, end, p)) continue;
-        const double x = part.time(s, begin, end, p);
-        if (!any || x < *t) {
-          *t = x;
-          *chosen = p;
-          any = true;
-        }
-      }
-      return any;
-    };
-    const tune_internal::MilpOutcome r =
-        tune_internal::improve_by_milp(req, option, milp_seconds, &out);
-    if (std::getenv("MOTLEY_PARTITION_MILP_LOG") != nullptr) {
-      std::fprintf(stderr,
-                   "milp stages=%zu layers=%d arcs=%d heuristic=%.9g exact=%.9g gain=%.6f "
-                   "improved=%d optimal=%d seconds=%.6f\n",
-                   stages, req.num_layers, r.arcs, r.heuristic, r.exact, r.heuristic / r.exact,
-                   r.improved ? 1 : 0, r.proven_optimal ? 1 : 0, r.seconds);
-    }
-  }
   for (size_t s = 0; s < stages; ++s) {
     out.bottleneck =
         std::max(out.bottleneck, Seconds(part.time(static_cast<int>(s), out.bounds[s],
