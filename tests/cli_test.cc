@@ -309,6 +309,37 @@ TEST(CliTest, SimulateJsonReportsTheDocumentedFields) {
   EXPECT_NEAR(j["bubble_fraction"].get<double>(), idle / (8 * t), 1e-12);
 }
 
+// tiny-llama is an embedding, 4 decoder blocks and a head. Megatron-LM's rule splits the
+// decoder blocks evenly and adds the embedding to the first stage and the head to the last;
+// the uniform rule counts all 6 layers alike.
+TEST(CliTest, SimulatePartitionChoosesTheLayerSplit) {
+  const std::string dir = "/tmp/motley_cli_partition_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  auto bounds_of = [&](const std::string& partition) {
+    const std::string plan = dir + "/" + partition + ".json";
+    RunResult r = run_motley(
+        "simulate --schedule 1f1b --model tiny-llama --cluster h100x8 "
+        "--stages 4 --partition " +
+        partition + " --out " + plan);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::vector<std::pair<int, int>> bounds;
+    if (r.exit_code != 0) return bounds;
+    const auto written = nlohmann::json::parse(slurp(plan));
+    for (const auto& s : written["stages"]) {
+      bounds.emplace_back(s["layers"][0].get<int>(), s["layers"][1].get<int>());
+    }
+    return bounds;
+  };
+  using Bounds = std::vector<std::pair<int, int>>;
+  EXPECT_EQ(bounds_of("megatron"), (Bounds{{0, 2}, {2, 3}, {3, 4}, {4, 6}}));
+  // 6 layers over 4 stages: the first two stages take the remainder.
+  EXPECT_EQ(bounds_of("uniform"), (Bounds{{0, 2}, {2, 4}, {4, 5}, {5, 6}}));
+  expect_bad_input(
+      "simulate --schedule 1f1b --model tiny-llama --cluster h100x8 --partition balanced",
+      {"--partition", "uniform", "megatron", "balanced"});
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliTest, SimulateWritesAPlanThatSimulatesTheSame) {
   std::string dir = "/tmp/motley_cli_sim_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
