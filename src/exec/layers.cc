@@ -13,6 +13,7 @@
 
 #include "motley/exec/data.h"
 #include "motley/exec/stage_module.h"
+#include "motley/model/model_json.h"
 
 namespace motley {
 
@@ -1061,6 +1062,7 @@ Status check_split(const Layer& l, const std::string& label, int t) {
   return Status::ok();
 }
 
+// What the executor cannot run of a model validate_model accepted.
 Status check_layer(const ModelSpec& model, int index, const StageModuleOptions& options) {
   const Layer& l = model.layers[index];
   const std::string label = layer_label(l, index);
@@ -1090,52 +1092,18 @@ Status check_layer(const ModelSpec& model, int index, const StageModuleOptions& 
                             ": the executor computes the loss in the last layer, which "
                             "must be the model's only head");
   }
-  const bool needs_attention =
-      l.kind == LayerKind::kAttention || l.kind == LayerKind::kDecoderBlock;
-  const bool needs_mixer = l.kind == LayerKind::kFeedForward || l.kind == LayerKind::kMoe ||
-                           l.kind == LayerKind::kDecoderBlock;
-  if ((l.kind == LayerKind::kEmbedding && !l.embedding) ||
-      (l.kind == LayerKind::kHead && !l.head) || (needs_attention && !l.attention) ||
-      (needs_mixer && !l.ffn && !l.moe) || (l.kind == LayerKind::kFeedForward && !l.ffn) ||
-      (l.kind == LayerKind::kMoe && !l.moe) || (l.kind == LayerKind::kMamba && !l.mamba)) {
-    return invalid_argument(label + ": its shape is missing");
+  if (l.attention && l.attention->mla && l.attention->qk_norm) {
+    return invalid_argument(label +
+                            ": the executor runs multi-head latent attention without "
+                            "qk_norm");
   }
-  if (l.mamba) {
-    const MambaShape& m = *l.mamba;
-    if (m.version == 1) {
-      if (m.d_inner <= 0 || m.d_state <= 0 || m.dt_rank <= 0 || m.conv_kernel < 1) {
-        return invalid_argument(label +
-                                ": the executor runs Mamba-1 with positive d_inner, d_state, "
-                                "dt_rank and conv_kernel");
-      }
-    } else if (m.version != 2 || m.n_heads <= 0 || m.n_groups <= 0 || m.n_heads % m.n_groups != 0 ||
-               m.d_inner != m.n_heads * m.head_dim || m.conv_kernel < 1 || m.d_state <= 0) {
-      return invalid_argument(label +
-                              ": the executor runs Mamba-1, and Mamba-2 with n_heads a multiple "
-                              "of n_groups and d_inner = n_heads * head_dim");
-    }
+  if (l.attention && !l.attention->mla && l.attention->head_dim % 2 != 0) {
+    return invalid_argument(label +
+                            ": the executor's rotary embedding turns whole heads and "
+                            "needs an even head_dim");
   }
-  if (l.attention) {
-    const AttentionShape& a = *l.attention;
-    if (a.mla) {
-      const int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
-      if (a.num_heads <= 0 || a.q_lora_rank < 0 || a.kv_lora_rank <= 0 || a.qk_nope_head_dim <= 0 ||
-          a.qk_rope_head_dim < 0 || a.qk_rope_head_dim % 2 != 0 || a.head_dim != qk ||
-          a.v_head_dim < 0 || a.qk_norm) {
-        return invalid_argument(label +
-                                ": multi-head latent attention needs positive num_heads, "
-                                "kv_lora_rank and qk_nope_head_dim, an even qk_rope_head_dim, "
-                                "head_dim = qk_nope_head_dim + qk_rope_head_dim and no qk_norm");
-      }
-    } else if (a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0 ||
-               a.head_dim <= 0 || a.head_dim % 2 != 0) {
-      return invalid_argument(label +
-                              ": attention needs num_heads a positive multiple of "
-                              "num_kv_heads and an even head_dim");
-    }
-  }
-  if (l.moe && (l.moe->latent_size > 0 || l.moe->top_k < 1 || l.moe->top_k > l.moe->num_experts)) {
-    return invalid_argument(label + ": MoE needs 1 <= top_k <= num_experts and no latent_size");
+  if (l.moe && l.moe->latent_size > 0) {
+    return invalid_argument(label + ": the executor runs MoE without latent_size");
   }
   MOTLEY_RETURN_IF_ERROR(check_split(l, label, options.tensor_parallel.size));
   if (l.embedding && l.embedding->learned_positions > 0 &&
@@ -1143,16 +1111,6 @@ Status check_layer(const ModelSpec& model, int index, const StageModuleOptions& 
     return invalid_argument(label + ": " + std::to_string(l.embedding->learned_positions) +
                             " learned positions cannot cover sequences of " +
                             std::to_string(options.seq_len) + " tokens");
-  }
-  if (index > 0 && layer_hidden(l) != layer_hidden(model.layers[index - 1])) {
-    return invalid_argument(label + ": reads a hidden state of width " +
-                            std::to_string(layer_hidden(l)) + " but the layer before writes " +
-                            std::to_string(layer_hidden(model.layers[index - 1])));
-  }
-  if (l.head && l.head->tied && model.layers[0].embedding &&
-      (model.layers[0].embedding->vocab != l.head->vocab ||
-       model.layers[0].embedding->hidden != l.head->hidden)) {
-    return invalid_argument(label + ": a tied head must have the embedding's shape");
   }
   return Status::ok();
 }
@@ -1280,9 +1238,10 @@ Result<std::unique_ptr<StageModule>> make_transformer_stage(const ModelSpec& mod
                             std::to_string(layer_begin) + ", " + std::to_string(layer_end) +
                             ") in a model of " + std::to_string(model.layers.size()) + " layers");
   }
+  const std::string name = "model '" + model.name + "'";
+  MOTLEY_RETURN_IF_ERROR(validate_model(model, name));
   for (int i = layer_begin; i < layer_end; ++i) {
-    MOTLEY_RETURN_IF_ERROR(
-        check_layer(model, i, options).with_context("model '" + model.name + "'"));
+    MOTLEY_RETURN_IF_ERROR(check_layer(model, i, options).with_context(name));
   }
   std::vector<std::unique_ptr<LayerImpl>> layers;
   std::vector<StageParameter> used;
