@@ -721,27 +721,6 @@ std::string check_layer(const Layer& l) {
   return "";
 }
 
-// The width of the hidden state a layer reads from the layer before it, and of the one it
-// writes for the layer after it; 0 when it reads none (an embedding reads token ids, a patch
-// embedding pixels), writes none (the head) or its shapes are unknown (a measured layer).
-int64_t width_read(const Layer& l) {
-  if (l.projector) return l.projector->in_hidden;
-  if (l.embedding || l.patch_embedding) return 0;
-  if (l.attention) return l.attention->hidden;
-  if (l.ffn) return l.ffn->hidden;
-  if (l.moe) return l.moe->hidden;
-  if (l.mamba) return l.mamba->hidden;
-  if (l.head) return l.head->hidden;
-  return 0;
-}
-int64_t width_written(const Layer& l) {
-  if (l.projector) return l.projector->out_hidden;
-  if (l.embedding) return l.embedding->hidden;
-  if (l.patch_embedding) return l.patch_embedding->hidden;
-  if (l.head) return 0;
-  return width_read(l);
-}
-
 std::string layer_label(const Layer& l, std::string_view list, size_t index) {
   return "layer '" + l.name + "' (" + std::string(list) + "[" + std::to_string(index) + "])";
 }
@@ -899,8 +878,8 @@ Status validate_model(const ModelSpec& model, const std::string& source) {
   MOTLEY_RETURN_IF_ERROR(check_list(model.extra_layers, "extra_layers"));
   // Each layer of the trained model reads the hidden state the layer before it writes.
   for (size_t i = 1; i < model.layers.size(); ++i) {
-    const int64_t read = width_read(model.layers[i]);
-    const int64_t written = width_written(model.layers[i - 1]);
+    const int64_t read = hidden_width_read(model.layers[i]);
+    const int64_t written = hidden_width_written(model.layers[i - 1]);
     if (read > 0 && written > 0 && read != written) {
       return invalid_argument(source + ": " + layer_label(model.layers[i], "layers", i) +
                               ": reads a hidden state of width " + std::to_string(read) + " but " +
@@ -925,6 +904,25 @@ Status validate_model(const ModelSpec& model, const std::string& source) {
     }
   }
   return Status::ok();
+}
+
+int64_t hidden_width_read(const Layer& l) {
+  if (l.projector) return l.projector->in_hidden;
+  if (l.embedding || l.patch_embedding) return 0;
+  if (l.attention) return l.attention->hidden;
+  if (l.ffn) return l.ffn->hidden;
+  if (l.moe) return l.moe->hidden;
+  if (l.mamba) return l.mamba->hidden;
+  if (l.head) return l.head->hidden;
+  return 0;
+}
+
+int64_t hidden_width_written(const Layer& l) {
+  if (l.projector) return l.projector->out_hidden;
+  if (l.embedding) return l.embedding->hidden;
+  if (l.patch_embedding) return l.patch_embedding->hidden;
+  if (l.head) return 0;
+  return hidden_width_read(l);
 }
 
 Result<ModelSpec> load_model(const std::string& name_or_path) {

@@ -337,6 +337,22 @@ TEST(ValidateModel, ChecksWidthsBetweenLayers) {
   EXPECT_EQ(validation_error(m), "");
 }
 
+// The widths the chain above compares, which the executor also sizes its messages by.
+TEST(ValidateModel, HiddenWidthsReadAndWritten) {
+  const ModelSpec m = tiny_llama();
+  EXPECT_EQ(hidden_width_read(m.layers.front()), 0);  // token ids
+  EXPECT_EQ(hidden_width_written(m.layers.front()), 64);
+  EXPECT_EQ(hidden_width_read(m.layers[1]), 64);
+  EXPECT_EQ(hidden_width_written(m.layers[1]), 64);
+  EXPECT_EQ(hidden_width_read(m.layers.back()), 64);
+  EXPECT_EQ(hidden_width_written(m.layers.back()), 0);  // logits, not a hidden state
+  Layer projector;
+  projector.kind = LayerKind::kProjector;
+  projector.projector = ProjectorShape{32, 48, 0};
+  EXPECT_EQ(hidden_width_read(projector), 32);
+  EXPECT_EQ(hidden_width_written(projector), 48);
+}
+
 TEST(ValidateModel, ChecksPositiveSizesAndMambaHeads) {
   ModelSpec m = tiny_llama();
   m.layers[1].attention->head_dim = 0;
