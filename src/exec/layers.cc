@@ -1037,17 +1037,6 @@ class TransformerStage final : public StageModule {
   std::vector<StageParameter> params_;
 };
 
-// The width of the hidden state a layer reads and writes.
-int64_t layer_hidden(const Layer& l) {
-  if (l.embedding) return l.embedding->hidden;
-  if (l.attention) return l.attention->hidden;
-  if (l.ffn) return l.ffn->hidden;
-  if (l.moe) return l.moe->hidden;
-  if (l.head) return l.head->hidden;
-  if (l.mamba) return l.mamba->hidden;
-  return 0;
-}
-
 std::string layer_label(const Layer& l, int index) {
   return "layer " + std::to_string(index) + " ('" + l.name + "', " + layer_kind_name(l.kind) + ")";
 }
@@ -1115,9 +1104,10 @@ Status check_layer(const ModelSpec& model, int index, const StageModuleOptions& 
   return Status::ok();
 }
 
+// The norms in front of (and, with_post, behind) a sublayer, over the width it reads.
 std::pair<Norm, Norm> sublayer_norms(Init& init, const Layer& l, const std::string& pre,
                                      const std::string& post, bool with_post) {
-  const int64_t h = layer_hidden(l);
+  const int64_t h = hidden_width_read(l);
   std::pair<Norm, Norm> norms;
   norms.first = Norm(init, pre, h, l.norm_bias);
   if (with_post) norms.second = Norm(init, post, h, l.norm_bias);
@@ -1269,7 +1259,7 @@ Result<std::unique_ptr<StageModule>> make_transformer_stage(const ModelSpec& mod
 std::vector<int64_t> boundary_shape(const ModelSpec& model, int layer, int64_t micro_batch_size,
                                     int64_t seq_len) {
   MOTLEY_CHECK(layer >= 0 && layer < static_cast<int>(model.layers.size()), "no such layer");
-  return {micro_batch_size, seq_len, layer_hidden(model.layers[layer])};
+  return {micro_batch_size, seq_len, hidden_width_written(model.layers[layer])};
 }
 
 void micro_batch_tensors(const TokenStream& tokens, int64_t g, int64_t micro_batch_size,
