@@ -1,6 +1,7 @@
 // `motley simulate`: simulates one training iteration of a plan file, or of a named schedule on
-// a uniform partition, and prints the summary (or JSON), optionally writing the plan, a Chrome
-// trace and an SVG timeline. Files are written only once everything succeeded.
+// a counted partition (uniform or Megatron-LM's), and prints the summary (or JSON), optionally
+// writing the plan, a Chrome trace and an SVG timeline. Files are written only once everything
+// succeeded.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -34,6 +35,7 @@ struct SimulateOptions {
   int64_t seq_len = 0;
   int tensor_parallel = 1;
   std::string recompute = "none";
+  std::string partition = "uniform";
   std::string out;
   std::string trace;
   std::string svg;
@@ -66,6 +68,11 @@ Result<Scenario> scenario_from_schedule(const SimulateOptions& opt) {
     return invalid_argument("--recompute: expected " + join_alternatives(recompute_policy_names()) +
                             ", got '" + opt.recompute + "'");
   }
+  auto partition = parse_layer_split(opt.partition);
+  if (!partition) {
+    return invalid_argument("--partition: expected " + join_alternatives(layer_split_names()) +
+                            ", got '" + opt.partition + "'");
+  }
   if (opt.stages < 0) return invalid_argument("--stages: expected a positive integer");
   if (opt.micro_batches < 0)
     return invalid_argument("--micro-batches: expected a positive integer");
@@ -89,6 +96,7 @@ Result<Scenario> scenario_from_schedule(const SimulateOptions& opt) {
   u.micro_batch_size = opt.micro_batch_size;
   u.seq_len = opt.seq_len > 0 ? opt.seq_len : s.model.default_seq_len;
   u.recompute = *recompute;
+  u.partition = *partition;
   int p = opt.stages > 0
               ? opt.stages
               : static_cast<int>(cluster_devices(s.cluster).size()) / opt.tensor_parallel;
@@ -215,6 +223,10 @@ void add_simulate_command(CLI::App& app, Action* action) {
   cmd->add_option("--tensor-parallel", opt->tensor_parallel, "Devices per stage (inside a node)")
       ->capture_default_str();
   cmd->add_option("--recompute", opt->recompute, "none, selective or full")->capture_default_str();
+  cmd->add_option("--partition", opt->partition,
+                  "Layers per stage: uniform (every layer alike) or megatron (decoder layers "
+                  "evenly, embedding first, head last)")
+      ->capture_default_str();
   cmd->add_option("--out", opt->out, "Write the plan (with predicted metrics) to this file");
   cmd->add_option("--trace", opt->trace, "Write a Chrome trace JSON (Perfetto, chrome://tracing)");
   cmd->add_option("--svg", opt->svg, "Write an SVG timeline");

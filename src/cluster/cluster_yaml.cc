@@ -1,5 +1,7 @@
 // Cluster files: YAML (or JSON) into ClusterSpec with the catalog's defaults, and back. The
 // format and every default are documented in docs/cluster-format.md; keep the two in step.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -59,7 +61,7 @@ Result<LinkKind> get_kind(const JsonField& parent, const std::vector<LinkKind>& 
   MOTLEY_ASSIGN_OR_RETURN(std::string s, f.as_string());
   std::optional<LinkKind> kind = parse_link_kind(s);
   if (kind && std::find(allowed.begin(), allowed.end(), *kind) != allowed.end()) return *kind;
-  return f.error("expected " + kind_names(allowed) + ", got '" + s + "'");
+  return f.error(fmt::format("expected {}, got '{}'", kind_names(allowed), s));
 }
 
 Result<BytesPerSecond> get_bandwidth_or(const JsonField& f, BytesPerSecond fallback) {
@@ -85,7 +87,7 @@ JsonField section_or_empty(const JsonField& parent, std::string_view key) {
   if (f) return *f;
   return JsonField(
       empty_object(), parent.source(),
-      parent.path().empty() ? std::string(key) : parent.path() + "." + std::string(key));
+      parent.path().empty() ? std::string(key) : fmt::format("{}.{}", parent.path(), key));
 }
 
 Result<LinkSpec> parse_network(const JsonField& root) {
@@ -122,8 +124,8 @@ Result<ParsedDevices> parse_devices(const JsonField& node) {
     MOTLEY_ASSIGN_OR_RETURN(entries, f.items());
     if (entries.empty()) return f.error("expected at least one {type, count} entry");
   } else {
-    return f.error("expected {type, count} or a list of them, got " +
-                   describe_json_value(f.json()));
+    return f.error(fmt::format("expected {{type, count}} or a list of them, got {}",
+                               describe_json_value(f.json())));
   }
   ParsedDevices out;
   for (const JsonField& e : entries) {
@@ -140,9 +142,9 @@ Result<ParsedDevices> parse_devices(const JsonField& node) {
     if (!type.is_ok()) return type_field.error(type.status().message());
     for (const DeviceType* seen : out.types) {
       if (seen == type.value()) {
-        return type_field.error("device type " + seen->name +
-                                " is listed twice in this node; give one entry with the total "
-                                "count");
+        return type_field.error(fmt::format(
+            "device type {} is listed twice in this node; give one entry with the total count",
+            seen->name));
       }
     }
     MOTLEY_ASSIGN_OR_RETURN(int64_t count, e.get_positive_int("count"));
@@ -192,19 +194,18 @@ Result<LinkSpec> parse_interconnect(const JsonField& node, const ParsedDevices& 
   if (ic.kind != LinkKind::kPcie) {
     const std::string kind = link_kind_name(ic.kind);
     if (!one_vendor) {
-      return f.child_error("kind", "this node mixes " +
-                                       std::string(vendor_name(devices.types[0]->vendor)) +
-                                       " and other vendors' devices, which meet through host "
-                                       "memory; expected pcie, got " +
-                                       kind);
+      return f.child_error("kind", fmt::format("this node mixes {} and other vendors' devices, "
+                                               "which meet through host memory; expected pcie, "
+                                               "got {}",
+                                               vendor_name(devices.types[0]->vendor), kind));
     }
     const Vendor vendor = devices.types[0]->vendor;
     if (vendor_of_kind(ic.kind) != vendor) {
-      return f.child_error("kind", kind + " connects " + vendor_name(vendor_of_kind(ic.kind)) +
-                                       " devices only, but this node has " +
-                                       devices.types[0]->name + " (" + vendor_name(vendor) +
-                                       "); expected pcie or " + link_kind_name(own_link(vendor)) +
-                                       ", got " + kind);
+      return f.child_error(
+          "kind", fmt::format("{} connects {} devices only, but this node has {} ({}); expected "
+                              "pcie or {}, got {}",
+                              kind, vendor_name(vendor_of_kind(ic.kind)), devices.types[0]->name,
+                              vendor_name(vendor), link_kind_name(own_link(vendor)), kind));
     }
   }
   if (ic.kind == LinkKind::kPcie) {
@@ -225,9 +226,9 @@ Result<LinkSpec> parse_interconnect(const JsonField& node, const ParsedDevices& 
     double bandwidth = std::numeric_limits<double>::infinity();
     for (const DeviceType* t : devices.types) {
       if (t->intra_node_link != ic.kind) {
-        return f.child_error("bandwidth_GBps", "is missing, and the catalog gives " + t->name +
-                                                   " no " + link_kind_name(ic.kind) +
-                                                   " rate; set it");
+        return f.child_error("bandwidth_GBps",
+                             fmt::format("is missing, and the catalog gives {} no {} rate; set it",
+                                         t->name, link_kind_name(ic.kind)));
       }
       bandwidth = std::min(bandwidth, t->intra_node_bandwidth.value());
     }
@@ -347,8 +348,8 @@ Result<ClusterSpec> cluster_from_json(const Json& doc, const std::string& source
 
 Result<ClusterSpec> cluster_from_json(const JsonField& root) {
   if (!root.is_object()) {
-    return root.error("expected a mapping with 'name', 'nodes' and 'network', got " +
-                      describe_json_value(root.json()));
+    return root.error(fmt::format("expected a mapping with 'name', 'nodes' and 'network', got {}",
+                                  describe_json_value(root.json())));
   }
   MOTLEY_RETURN_IF_ERROR(root.check_keys({"name", "nodes", "network"}));
   ClusterSpec cluster;
@@ -368,18 +369,19 @@ Result<ClusterSpec> cluster_from_json(const JsonField& root) {
     for (NodeSpec& node : expanded) {
       auto [it, inserted] = seen.emplace(node.name, n.path());
       if (!inserted) {
-        return n.child_error("name", "duplicate node name '" + node.name + "' (also made by " +
-                                         it->second +
-                                         "); names must be unique after 'count' expansion");
+        return n.child_error("name", fmt::format("duplicate node name '{}' (also made by {}); "
+                                                 "names must be unique after 'count' expansion",
+                                                 node.name, it->second));
       }
       cluster.nodes.push_back(std::move(node));
     }
   }
   if (!root.has("network") && cluster.nodes.size() > 1) {
     return root.child_error("network",
-                            "is missing, and a cluster of " + std::to_string(cluster.nodes.size()) +
-                                " nodes needs the fabric between them, e.g. network: {kind: "
-                                "infiniband, bandwidth_GBps: 50, latency_us: 2}");
+                            fmt::format("is missing, and a cluster of {} nodes needs the fabric "
+                                        "between them, e.g. network: {{kind: infiniband, "
+                                        "bandwidth_GBps: 50, latency_us: 2}}",
+                                        cluster.nodes.size()));
   }
   return cluster;
 }

@@ -1,5 +1,7 @@
 #include "motley/cluster/device_catalog.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <string>
@@ -187,8 +189,8 @@ Result<const DeviceType*> find_device_type(std::string_view name) {
       if (normalize(alias) == key) return &d;
     }
   }
-  return not_found("unknown device type '" + std::string(name) +
-                   "'; known device types: " + join_alternatives(device_type_names()));
+  return not_found(fmt::format("unknown device type '{}'; known device types: {}", name,
+                               join_alternatives(device_type_names())));
 }
 
 }  // namespace motley

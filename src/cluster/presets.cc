@@ -1,5 +1,7 @@
 // Built-in clusters, written in the cluster file format itself so that they take the catalog
 // defaults through the same loader as a user's file. docs/cluster-format.md lists them.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
@@ -165,15 +167,15 @@ Result<ClusterSpec> cluster_preset(std::string_view name) {
   const std::string key = lower(name);
   for (const auto& [preset_name, text] : presets()) {
     if (preset_name != key) continue;
-    const std::string source = "preset '" + preset_name + "'";
+    const std::string source = fmt::format("preset '{}'", preset_name);
     auto doc = parse_yaml(text, source);
     MOTLEY_CHECK(doc.is_ok(), doc.status().message());
     auto cluster = cluster_from_json(doc.value(), source);
     MOTLEY_CHECK(cluster.is_ok(), cluster.status().message());
     return cluster;
   }
-  return not_found("unknown cluster preset '" + std::string(name) +
-                   "'; presets: " + join_alternatives(cluster_preset_names()));
+  return not_found(fmt::format("unknown cluster preset '{}'; presets: {}", name,
+                               join_alternatives(cluster_preset_names())));
 }
 
 Result<ClusterSpec> load_cluster(const std::string& name_or_path) {
@@ -183,9 +185,9 @@ Result<ClusterSpec> load_cluster(const std::string& name_or_path) {
   for (const std::string& name : cluster_preset_names()) {
     if (name == key) return cluster_preset(name);
   }
-  return not_found("'" + name_or_path +
-                   "' is neither a cluster file (no such file) nor a cluster preset; presets: " +
-                   join_alternatives(cluster_preset_names()));
+  return not_found(
+      fmt::format("'{}' is neither a cluster file (no such file) nor a cluster preset; presets: {}",
+                  name_or_path, join_alternatives(cluster_preset_names())));
 }
 
 }  // namespace motley

@@ -1,6 +1,8 @@
 // Resolves every device pair of a ClusterSpec to a Path over shared Links. The rules (which
 // links a transfer crosses, how latencies add) are documented in docs/cluster-format.md,
 // "Paths"; keep the two in step.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -96,9 +98,9 @@ Topology::Topology(const ClusterSpec& cluster)
   for (size_t n = 0; n < nodes_.size(); ++n) {
     const NodeSpec& node = nodes_[n];
     MOTLEY_CHECK(node.nic_count > 0 && node.devices_per_pcie_switch >= 0,
-                 "node '" + node.name +
-                     "': nic_count must be positive and "
-                     "devices_per_pcie_switch non-negative");
+                 fmt::format("node '{}': nic_count must be positive and devices_per_pcie_switch "
+                             "non-negative",
+                             node.name));
     NodeLinks& nl = node_links[n];
     nl.first_device = first_device;
     int count = 0;

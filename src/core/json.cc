@@ -1,6 +1,8 @@
 #include "motley/core/json.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
@@ -138,10 +140,10 @@ Result<Json> parse_json(std::string_view text, std::string_view source) {
     } catch (const Json::parse_error& e) {
       std::string what = e.what();
       auto pos = what.find("syntax error");
-      return invalid_argument(std::string(source) + ": malformed JSON: " +
-                              (pos == std::string::npos ? what : what.substr(pos)));
+      return invalid_argument(fmt::format("{}: malformed JSON: {}", source,
+                                          pos == std::string::npos ? what : what.substr(pos)));
     }
-    return invalid_argument(std::string(source) + ": malformed JSON");
+    return invalid_argument(fmt::format("{}: malformed JSON", source));
   }
   if (replaced) restore_special_numbers(j);
   return j;
@@ -150,18 +152,18 @@ Result<Json> parse_json(std::string_view text, std::string_view source) {
 Result<std::string> read_text_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
-    return invalid_argument(path + ": is a directory, expected a file");
+    return invalid_argument(fmt::format("{}: is a directory, expected a file", path));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     int err = errno;
     std::string why = err != 0 ? std::strerror(err) : "cannot open";
-    if (err == ENOENT) return not_found(path + ": no such file");
-    return io_error(path + ": cannot read: " + why);
+    if (err == ENOENT) return not_found(fmt::format("{}: no such file", path));
+    return io_error(fmt::format("{}: cannot read: {}", path, why));
   }
   std::ostringstream ss;
   ss << in.rdbuf();
-  if (in.bad()) return io_error(path + ": read failed");
+  if (in.bad()) return io_error(fmt::format("{}: read failed", path));
   return ss.str();
 }
 
@@ -175,9 +177,8 @@ Result<Json> parse_yaml(std::string_view text, std::string_view source) {
     YAML::Node root = YAML::Load(std::string(text));
     return yaml_to_json(root);
   } catch (const YAML::Exception& e) {
-    return invalid_argument(std::string(source) + ": malformed YAML at line " +
-                            std::to_string(e.mark.line + 1) + ", column " +
-                            std::to_string(e.mark.column + 1) + ": " + e.msg);
+    return invalid_argument(fmt::format("{}: malformed YAML at line {}, column {}: {}", source,
+                                        e.mark.line + 1, e.mark.column + 1, e.msg));
   }
 }
 
@@ -194,7 +195,10 @@ Status write_file_atomically(const std::string& path, std::string_view contents)
   tmp_name += ".tmp.XXXXXX";
   std::string tmp = (dir / tmp_name).string();
   int fd = mkstemp(tmp.data());
-  if (fd < 0) return io_error(path + ": cannot create temporary file: " + std::strerror(errno));
+  if (fd < 0) {
+    return io_error(
+        fmt::format("{}: cannot create temporary file: {}", path, std::strerror(errno)));
+  }
   const char* p = contents.data();
   size_t left = contents.size();
   while (left > 0) {
@@ -204,7 +208,7 @@ Status write_file_atomically(const std::string& path, std::string_view contents)
       int err = errno;
       ::close(fd);
       ::unlink(tmp.c_str());
-      return io_error(path + ": write failed: " + std::strerror(err));
+      return io_error(fmt::format("{}: write failed: {}", path, std::strerror(err)));
     }
     p += n;
     left -= static_cast<size_t>(n);
@@ -213,13 +217,13 @@ Status write_file_atomically(const std::string& path, std::string_view contents)
     int err = errno;
     ::close(fd);
     ::unlink(tmp.c_str());
-    return io_error(path + ": fsync failed: " + std::strerror(err));
+    return io_error(fmt::format("{}: fsync failed: {}", path, std::strerror(err)));
   }
   ::close(fd);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
-    return io_error(path + ": rename failed: " + std::strerror(err));
+    return io_error(fmt::format("{}: rename failed: {}", path, std::strerror(err)));
   }
   // Make the rename itself durable.
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
@@ -231,12 +235,8 @@ Status write_file_atomically(const std::string& path, std::string_view contents)
 }
 
 std::string join_alternatives(const std::vector<std::string>& names) {
-  std::string out;
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (i > 0) out += (i + 1 == names.size()) ? " or " : ", ";
-    out += names[i];
-  }
-  return out;
+  if (names.size() < 2) return names.empty() ? std::string() : names.front();
+  return fmt::format("{} or {}", fmt::join(names.begin(), names.end() - 1, ", "), names.back());
 }
 
 std::string describe_json_value(const Json& value) {
@@ -244,7 +244,7 @@ std::string describe_json_value(const Json& value) {
   if (value.is_array()) return "an array";
   if (value.is_null()) return "null";
   std::string s = value.dump();
-  if (s.size() > 40) s = s.substr(0, 37) + "...";
+  if (s.size() > 40) s = fmt::format("{}...", s.substr(0, 37));
   return s;
 }
 
@@ -252,7 +252,7 @@ JsonField::JsonField(const Json& value, std::string source, std::string path)
     : value_(&value), source_(std::move(source)), path_(std::move(path)) {}
 
 std::string JsonField::child_path(std::string_view key) const {
-  return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+  return path_.empty() ? std::string(key) : fmt::format("{}.{}", path_, key);
 }
 
 bool JsonField::has(std::string_view key) const {
@@ -262,16 +262,18 @@ bool JsonField::has(std::string_view key) const {
 }
 
 Status JsonField::error(std::string_view what) const {
-  if (path_.empty()) return invalid_argument(source_ + ": " + std::string(what));
-  return invalid_argument(source_ + ": field '" + path_ + "': " + std::string(what));
+  if (path_.empty()) return invalid_argument(fmt::format("{}: {}", source_, what));
+  return invalid_argument(fmt::format("{}: field '{}': {}", source_, path_, what));
 }
 
 Status JsonField::child_error(std::string_view key, std::string_view what) const {
-  return invalid_argument(source_ + ": field '" + child_path(key) + "': " + std::string(what));
+  return invalid_argument(fmt::format("{}: field '{}': {}", source_, child_path(key), what));
 }
 
 Result<JsonField> JsonField::get(std::string_view key) const {
-  if (!value_->is_object()) return error("expected an object, got " + describe_json_value(*value_));
+  if (!value_->is_object()) {
+    return error(fmt::format("expected an object, got {}", describe_json_value(*value_)));
+  }
   auto it = value_->find(key);
   if (it == value_->end() || it->is_null()) return child_error(key, "is missing");
   return JsonField(*it, source_, child_path(key));
@@ -285,17 +287,21 @@ std::optional<JsonField> JsonField::find(std::string_view key) const {
 }
 
 Result<std::vector<JsonField>> JsonField::items() const {
-  if (!value_->is_array()) return error("expected an array, got " + describe_json_value(*value_));
+  if (!value_->is_array()) {
+    return error(fmt::format("expected an array, got {}", describe_json_value(*value_)));
+  }
   std::vector<JsonField> out;
   out.reserve(value_->size());
   for (size_t i = 0; i < value_->size(); ++i) {
-    out.emplace_back((*value_)[i], source_, path_ + "[" + std::to_string(i) + "]");
+    out.emplace_back((*value_)[i], source_, fmt::format("{}[{}]", path_, i));
   }
   return out;
 }
 
 Result<std::vector<std::string>> JsonField::keys() const {
-  if (!value_->is_object()) return error("expected an object, got " + describe_json_value(*value_));
+  if (!value_->is_object()) {
+    return error(fmt::format("expected an object, got {}", describe_json_value(*value_)));
+  }
   std::vector<std::string> out;
   for (auto it = value_->begin(); it != value_->end(); ++it) out.push_back(it.key());
   return out;
@@ -303,29 +309,33 @@ Result<std::vector<std::string>> JsonField::keys() const {
 
 Result<int64_t> JsonField::as_int() const {
   if (!is_integral_number(*value_)) {
-    return error("expected an integer, got " + describe_json_value(*value_));
+    return error(fmt::format("expected an integer, got {}", describe_json_value(*value_)));
   }
   if (value_->is_number_float()) return static_cast<int64_t>(value_->get<double>());
   if (value_->is_number_unsigned() &&
       value_->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    return error("integer " + value_->dump() + " is too large");
+    return error(fmt::format("integer {} is too large", value_->dump()));
   }
   return value_->get<int64_t>();
 }
 
 Result<double> JsonField::as_double() const {
-  if (!value_->is_number()) return error("expected a number, got " + describe_json_value(*value_));
+  if (!value_->is_number()) {
+    return error(fmt::format("expected a number, got {}", describe_json_value(*value_)));
+  }
   return value_->get<double>();
 }
 
 Result<std::string> JsonField::as_string() const {
-  if (!value_->is_string()) return error("expected a string, got " + describe_json_value(*value_));
+  if (!value_->is_string()) {
+    return error(fmt::format("expected a string, got {}", describe_json_value(*value_)));
+  }
   return value_->get<std::string>();
 }
 
 Result<bool> JsonField::as_bool() const {
   if (!value_->is_boolean()) {
-    return error("expected true or false, got " + describe_json_value(*value_));
+    return error(fmt::format("expected true or false, got {}", describe_json_value(*value_)));
   }
   return value_->get<bool>();
 }
@@ -338,14 +348,14 @@ Result<int64_t> JsonField::get_int(std::string_view key) const {
 Result<int64_t> JsonField::get_positive_int(std::string_view key) const {
   MOTLEY_ASSIGN_OR_RETURN(JsonField f, get(key));
   MOTLEY_ASSIGN_OR_RETURN(int64_t v, f.as_int());
-  if (v <= 0) return f.error("expected a positive integer, got " + std::to_string(v));
+  if (v <= 0) return f.error(fmt::format("expected a positive integer, got {}", v));
   return v;
 }
 
 Result<int64_t> JsonField::get_nonnegative_int(std::string_view key) const {
   MOTLEY_ASSIGN_OR_RETURN(JsonField f, get(key));
   MOTLEY_ASSIGN_OR_RETURN(int64_t v, f.as_int());
-  if (v < 0) return f.error("expected a non-negative integer, got " + std::to_string(v));
+  if (v < 0) return f.error(fmt::format("expected a non-negative integer, got {}", v));
   return v;
 }
 
@@ -358,7 +368,7 @@ Result<double> JsonField::get_nonnegative_double(std::string_view key) const {
   MOTLEY_ASSIGN_OR_RETURN(JsonField f, get(key));
   MOTLEY_ASSIGN_OR_RETURN(double v, f.as_double());
   if (!std::isfinite(v) || v < 0) {
-    return f.error("expected a finite non-negative number, got " + f.json().dump());
+    return f.error(fmt::format("expected a finite non-negative number, got {}", f.json().dump()));
   }
   return v;
 }
@@ -367,7 +377,7 @@ Result<double> JsonField::get_positive_double(std::string_view key) const {
   MOTLEY_ASSIGN_OR_RETURN(JsonField f, get(key));
   MOTLEY_ASSIGN_OR_RETURN(double v, f.as_double());
   if (!std::isfinite(v) || v <= 0) {
-    return f.error("expected a finite positive number, got " + f.json().dump());
+    return f.error(fmt::format("expected a finite positive number, got {}", f.json().dump()));
   }
   return v;
 }
@@ -408,14 +418,16 @@ Result<bool> JsonField::get_bool_or(std::string_view key, bool fallback) const {
 }
 
 Status JsonField::check_keys(const std::vector<std::string_view>& allowed) const {
-  if (!value_->is_object()) return error("expected an object, got " + describe_json_value(*value_));
+  if (!value_->is_object()) {
+    return error(fmt::format("expected an object, got {}", describe_json_value(*value_)));
+  }
   for (auto it = value_->begin(); it != value_->end(); ++it) {
     bool known = false;
     for (auto a : allowed) known = known || a == it.key();
     if (!known) {
       std::vector<std::string> names(allowed.begin(), allowed.end());
-      return child_error(it.key(),
-                         "unknown field; allowed fields here: " + join_alternatives(names));
+      return child_error(it.key(), fmt::format("unknown field; allowed fields here: {}",
+                                               join_alternatives(names)));
     }
   }
   return Status::ok();

@@ -1,5 +1,7 @@
 #include "motley/core/status.h"
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <cstdlib>
 
@@ -7,15 +9,15 @@ namespace motley {
 
 namespace internal {
 void check_failed(const char* condition, const char* file, int line, const std::string& message) {
-  std::fprintf(stderr, "motley: internal error: check failed: %s at %s:%d: %s\n", condition, file,
-               line, message.c_str());
+  fmt::print(stderr, "motley: internal error: check failed: {} at {}:{}: {}\n", condition, file,
+             line, message);
   std::abort();
 }
 }  // namespace internal
 
 Status Status::with_context(const std::string& context) const {
   if (is_ok()) return *this;
-  return Status(code_, context + ": " + message_);
+  return Status(code_, fmt::format("{}: {}", context, message_));
 }
 
 std::string Status::to_string() const { return is_ok() ? std::string("ok") : message_; }

@@ -1,5 +1,7 @@
 #include "motley/cost/analytic_cost_model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -63,7 +65,7 @@ KernelCounts operator+(KernelCounts a, KernelCounts b) {
 }
 
 std::string layer_field(size_t index, const Layer& layer) {
-  return "layers[" + std::to_string(index) + "] ('" + layer.name + "')";
+  return fmt::format("layers[{}] ('{}')", index, layer.name);
 }
 
 }  // namespace
@@ -168,35 +170,36 @@ OptimizerBytesPerParam optimizer_bytes_per_param(DType dtype, bool fp32_grad_acc
 Status AnalyticCostModel::validate(const ModelSpec& model, const AnalyticCostOptions& options,
                                    const std::string& source) {
   if (options.workload.seq_len <= 0) {
-    return invalid_argument(source + ": sequence length: expected a positive integer, got " +
-                            std::to_string(options.workload.seq_len));
+    return invalid_argument(fmt::format("{}: sequence length: expected a positive integer, got {}",
+                                        source, options.workload.seq_len));
   }
   if (options.workload.micro_batch_size <= 0) {
-    return invalid_argument(source + ": micro-batch size: expected a positive integer, got " +
-                            std::to_string(options.workload.micro_batch_size));
+    return invalid_argument(fmt::format("{}: micro-batch size: expected a positive integer, got {}",
+                                        source, options.workload.micro_batch_size));
   }
   for (size_t i = 0; i < model.layers.size(); ++i) {
     const Layer& layer = model.layers[i];
     if (layer.kind != LayerKind::kMeasured) continue;
-    const std::string where = source + ": " + layer_field(i, layer);
+    const std::string where = fmt::format("{}: {}", source, layer_field(i, layer));
     if (!layer.measured) {
-      return invalid_argument(where + ": a measured layer needs its 'measured' times");
+      return invalid_argument(
+          fmt::format("{}: a measured layer needs its 'measured' times", where));
     }
     const MeasuredLayer& m = *layer.measured;
     Result<const DeviceType*> on = find_device_type(m.measured_on);
     if (!on.is_ok()) {
-      return invalid_argument(where + ": field 'measured_on': " + on.status().message());
+      return invalid_argument(
+          fmt::format("{}: field 'measured_on': {}", where, on.status().message()));
     }
     if (!m.times.forward || !m.times.backward_input || !m.times.backward_weight) {
-      return invalid_argument(where +
-                              ": field 'times': expected forward, backward_input and "
-                              "backward_weight times");
+      return invalid_argument(fmt::format(
+          "{}: field 'times': expected forward, backward_input and backward_weight times", where));
     }
     for (const auto& [name, times] : m.times_by_device) {
       Result<const DeviceType*> type = find_device_type(name);
       if (!type.is_ok()) {
-        return invalid_argument(where + ": field 'times_by_device." + name +
-                                "': " + type.status().message());
+        return invalid_argument(fmt::format("{}: field 'times_by_device.{}': {}", where, name,
+                                            type.status().message()));
       }
     }
   }

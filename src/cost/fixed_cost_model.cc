@@ -1,5 +1,7 @@
 #include "motley/cost/fixed_cost_model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -11,8 +13,8 @@ namespace motley {
 namespace {
 
 std::string number(double value) {
-  std::string s = std::to_string(value);
-  // std::to_string writes 6 decimals; trim the zeros it pads with.
+  // {:f} writes 6 decimals, as printf's %f does; trim the zeros it pads with.
+  std::string s = fmt::format("{:f}", value);
   if (s.find('.') != std::string::npos) {
     s.erase(s.find_last_not_of('0') + 1);
     if (s.back() == '.') s.pop_back();
@@ -21,7 +23,7 @@ std::string number(double value) {
 }
 
 Status field_error(const std::string& source, const std::string& field, const std::string& what) {
-  return invalid_argument(source + ": field '" + field + "': " + what);
+  return invalid_argument(fmt::format("{}: field '{}': {}", source, field, what));
 }
 
 Status check_times(const FixedLayerTimes& t, const std::string& source, const std::string& path) {
@@ -31,9 +33,9 @@ Status check_times(const FixedLayerTimes& t, const std::string& source, const st
                                                     {"recompute", t.recompute}};
   for (const auto& [name, value] : fields) {
     if (!(value.value() >= 0) || !std::isfinite(value.value())) {
-      return field_error(
-          source, path + "." + name,
-          "expected a finite non-negative time in seconds, got " + number(value.value()));
+      return field_error(source, fmt::format("{}.{}", path, name),
+                         fmt::format("expected a finite non-negative time in seconds, got {}",
+                                     number(value.value())));
     }
   }
   return Status::ok();
@@ -41,8 +43,9 @@ Status check_times(const FixedLayerTimes& t, const std::string& source, const st
 
 Status check_bytes(Bytes b, const std::string& source, const std::string& path) {
   if (!(b.value() >= 0) || !std::isfinite(b.value())) {
-    return field_error(source, path,
-                       "expected a finite non-negative size in bytes, got " + number(b.value()));
+    return field_error(
+        source, path,
+        fmt::format("expected a finite non-negative size in bytes, got {}", number(b.value())));
   }
   return Status::ok();
 }
@@ -55,35 +58,37 @@ Status FixedCostModel::validate(const FixedCostSpec& spec, const std::string& so
   }
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const FixedLayer& l = spec.layers[i];
-    const std::string path = "layers[" + std::to_string(i) + "]";
-    MOTLEY_RETURN_IF_ERROR(check_times(l.times, source, path + ".times"));
-    MOTLEY_RETURN_IF_ERROR(check_bytes(l.boundary, source, path + ".boundary"));
-    MOTLEY_RETURN_IF_ERROR(check_bytes(l.weights, source, path + ".weights"));
-    MOTLEY_RETURN_IF_ERROR(check_bytes(l.gradients, source, path + ".gradients"));
-    MOTLEY_RETURN_IF_ERROR(check_bytes(l.optimizer_state, source, path + ".optimizer_state"));
+    const std::string path = fmt::format("layers[{}]", i);
+    MOTLEY_RETURN_IF_ERROR(check_times(l.times, source, fmt::format("{}.times", path)));
+    MOTLEY_RETURN_IF_ERROR(check_bytes(l.boundary, source, fmt::format("{}.boundary", path)));
+    MOTLEY_RETURN_IF_ERROR(check_bytes(l.weights, source, fmt::format("{}.weights", path)));
+    MOTLEY_RETURN_IF_ERROR(check_bytes(l.gradients, source, fmt::format("{}.gradients", path)));
+    MOTLEY_RETURN_IF_ERROR(
+        check_bytes(l.optimizer_state, source, fmt::format("{}.optimizer_state", path)));
     for (size_t p = 0; p < l.activations.size(); ++p) {
       MOTLEY_RETURN_IF_ERROR(
-          check_bytes(l.activations[p], source, path + ".activations[" + std::to_string(p) + "]"));
+          check_bytes(l.activations[p], source, fmt::format("{}.activations[{}]", path, p)));
     }
   }
   for (size_t d = 0; d < spec.device_times.size(); ++d) {
     const auto& [name, times] = spec.device_times[d];
-    const std::string path = "device_times[" + std::to_string(d) + "]";
+    const std::string path = fmt::format("device_times[{}]", d);
     auto type = find_device_type(name);
-    if (!type.is_ok()) return field_error(source, path + ".name", type.status().message());
+    if (!type.is_ok()) {
+      return field_error(source, fmt::format("{}.name", path), type.status().message());
+    }
     if (type.value()->name != name) {
-      return field_error(source, path + ".name",
-                         "expected a canonical device type name, got '" + name + "' (write '" +
-                             type.value()->name + "')");
+      return field_error(source, fmt::format("{}.name", path),
+                         fmt::format("expected a canonical device type name, got '{}' (write '{}')",
+                                     name, type.value()->name));
     }
     if (times.size() != spec.layers.size()) {
-      return field_error(source, path + ".times",
-                         "expected one entry per layer (" + std::to_string(spec.layers.size()) +
-                             "), got " + std::to_string(times.size()));
+      return field_error(source, fmt::format("{}.times", path),
+                         fmt::format("expected one entry per layer ({}), got {}",
+                                     spec.layers.size(), times.size()));
     }
     for (size_t i = 0; i < times.size(); ++i) {
-      MOTLEY_RETURN_IF_ERROR(
-          check_times(times[i], source, path + ".times[" + std::to_string(i) + "]"));
+      MOTLEY_RETURN_IF_ERROR(check_times(times[i], source, fmt::format("{}.times[{}]", path, i)));
     }
   }
   return Status::ok();

@@ -1,5 +1,7 @@
 #include "motley/model/hf_config.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <functional>
@@ -80,7 +82,8 @@ Result<int64_t> positive_or_auto(const JsonField& c, std::string_view key, int64
   MOTLEY_ASSIGN_OR_RETURN(JsonField f, c.get(key));
   if (f.json().is_string()) {
     if (f.json().get<std::string>() == "auto") return automatic;
-    return f.error("expected a positive integer or \"auto\", got " + describe_json_value(f.json()));
+    return f.error(fmt::format("expected a positive integer or \"auto\", got {}",
+                               describe_json_value(f.json())));
   }
   return c.get_positive_int(key);
 }
@@ -93,7 +96,7 @@ Result<std::vector<int64_t>> index_list(const JsonField& c, std::string_view key
   MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> items, f->items());
   for (const JsonField& item : items) {
     MOTLEY_ASSIGN_OR_RETURN(int64_t v, item.as_int());
-    if (v < 0) return item.error("expected a layer index >= 0, got " + std::to_string(v));
+    if (v < 0) return item.error(fmt::format("expected a layer index >= 0, got {}", v));
     out.push_back(v);
   }
   return out;
@@ -130,7 +133,8 @@ Result<Activation> activation_from(const JsonField& c, Keys keys, std::string fa
     if (gelu) return Activation::kGeGlu;
     if (name == "relu" || name == "relu2") {
       return c.child_error(
-          field, "a gated feed-forward needs silu, swish or a gelu variant, got \"" + name + "\"");
+          field, fmt::format("a gated feed-forward needs silu, swish or a gelu variant, got \"{}\"",
+                             name));
     }
   } else {
     if (silu) return Activation::kSilu;
@@ -138,8 +142,8 @@ Result<Activation> activation_from(const JsonField& c, Keys keys, std::string fa
     if (name == "relu") return Activation::kRelu;
     if (name == "relu2") return Activation::kRelu2;
   }
-  return c.child_error(field, "unsupported activation \"" + name +
-                                  "\"; allowed: " + join_alternatives(known_activation_names()));
+  return c.child_error(field, fmt::format("unsupported activation \"{}\"; allowed: {}", name,
+                                          join_alternatives(known_activation_names())));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -174,9 +178,9 @@ Result<Dims> attention_dims(const JsonField& c, int64_t hidden, std::optional<in
     const std::string why = c.has("num_key_value_heads")
                                 ? std::string()
                                 : std::string(" (the family's default for an absent key)");
-    return c.child_error("num_key_value_heads", "must divide num_attention_heads (" +
-                                                    std::to_string(d.heads) + "), got " +
-                                                    std::to_string(d.kv_heads) + why);
+    return c.child_error(
+        "num_key_value_heads",
+        fmt::format("must divide num_attention_heads ({}), got {}{}", d.heads, d.kv_heads, why));
   }
   std::optional<int64_t> fallback = head_dim_default;
   if (!fallback.has_value() && hidden % d.heads == 0) fallback = hidden / d.heads;
@@ -185,8 +189,9 @@ Result<Dims> attention_dims(const JsonField& c, int64_t hidden, std::optional<in
     for (std::string_view key : head_dim_keys) given = given || c.has(key);
     if (!given) {
       return c.child_error("num_attention_heads",
-                           "hidden_size (" + std::to_string(hidden) + ") is not a multiple of " +
-                               std::to_string(d.heads) + " heads; the config needs a head_dim");
+                           fmt::format("hidden_size ({}) is not a multiple of {} heads; the "
+                                       "config needs a head_dim",
+                                       hidden, d.heads));
     }
   }
   MOTLEY_ASSIGN_OR_RETURN(d.head_dim, positive_from(c, head_dim_keys, fallback));
@@ -226,8 +231,8 @@ FeedForwardShape ffn_shape(int64_t hidden, int64_t size, Activation activation, 
 
 Status check_top_k(const JsonField& c, std::string_view key, const MoeShape& m) {
   if (m.top_k > m.num_experts) {
-    return c.child_error(key, "routes each token to " + std::to_string(m.top_k) +
-                                  " experts but there are only " + std::to_string(m.num_experts));
+    return c.child_error(key, fmt::format("routes each token to {} experts but there are only {}",
+                                          m.top_k, m.num_experts));
   }
   return Status::ok();
 }
@@ -241,16 +246,16 @@ Result<std::vector<int64_t>> layer_windows(const JsonField& c, int64_t layers, i
   if (types.has_value()) {
     MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> items, types->items());
     if (static_cast<int64_t>(items.size()) != layers) {
-      return types->error("expected one entry per layer (num_hidden_layers = " +
-                          std::to_string(layers) + "), got " + std::to_string(items.size()));
+      return types->error(fmt::format(
+          "expected one entry per layer (num_hidden_layers = {}), got {}", layers, items.size()));
     }
     for (size_t i = 0; i < items.size(); ++i) {
       MOTLEY_ASSIGN_OR_RETURN(std::string type, items[i].as_string());
       if (type == "sliding_attention") {
         out[i] = window;
       } else if (type != "full_attention") {
-        return items[i].error("unsupported layer type \"" + type +
-                              "\"; allowed: full_attention or sliding_attention");
+        return items[i].error(fmt::format(
+            "unsupported layer type \"{}\"; allowed: full_attention or sliding_attention", type));
       }
     }
     return out;
@@ -702,14 +707,14 @@ Result<ModelSpec> import_jamba(const JsonField& c, ModelSpec spec) {
   MOTLEY_ASSIGN_OR_RETURN(int64_t expert_period, positive_from(c, {"expert_layer_period"}, 2));
   MOTLEY_ASSIGN_OR_RETURN(int64_t expert_offset, nonnegative_from(c, {"expert_layer_offset"}, 1));
   if (attn_offset >= attn_period) {
-    return c.child_error("attn_layer_offset", "must be less than attn_layer_period (" +
-                                                  std::to_string(attn_period) + "), got " +
-                                                  std::to_string(attn_offset));
+    return c.child_error(
+        "attn_layer_offset",
+        fmt::format("must be less than attn_layer_period ({}), got {}", attn_period, attn_offset));
   }
   if (expert_offset >= expert_period) {
-    return c.child_error("expert_layer_offset", "must be less than expert_layer_period (" +
-                                                    std::to_string(expert_period) + "), got " +
-                                                    std::to_string(expert_offset));
+    return c.child_error("expert_layer_offset",
+                         fmt::format("must be less than expert_layer_period ({}), got {}",
+                                     expert_period, expert_offset));
   }
   MoeShape m;
   m.hidden = d.hidden;
@@ -767,9 +772,9 @@ Result<std::string> nemotron_pattern(const JsonField& c) {
     for (size_t i = 0; i < pattern.size(); ++i) {
       if (std::string_view("M*-E").find(pattern[i]) == std::string_view::npos) {
         return c.child_error("hybrid_override_pattern",
-                             "unknown layer symbol '" + std::string(1, pattern[i]) +
-                                 "' at position " + std::to_string(i) +
-                                 "; allowed: M (Mamba-2), * (attention), - (MLP) or E (MoE)");
+                             fmt::format("unknown layer symbol '{}' at position {}; allowed: M "
+                                         "(Mamba-2), * (attention), - (MLP) or E (MoE)",
+                                         pattern[i], i));
       }
     }
     if (pattern.empty()) return c.child_error("hybrid_override_pattern", "is empty");
@@ -791,9 +796,10 @@ Result<std::string> nemotron_pattern(const JsonField& c) {
       } else if (type == "moe") {
         pattern += 'E';
       } else {
-        return item.error("unknown layer type \"" + type +
-                          "\"; allowed: mamba, linear_attention, attention, full_attention, mlp "
-                          "or moe");
+        return item.error(
+            fmt::format("unknown layer type \"{}\"; allowed: mamba, linear_attention, attention, "
+                        "full_attention, mlp or moe",
+                        type));
       }
     }
     if (pattern.empty()) return list->error("is empty");
@@ -927,10 +933,10 @@ Result<ModelSpec> import_mamba2(const JsonField& c, ModelSpec spec) {
   MOTLEY_ASSIGN_OR_RETURN(m.n_heads, positive_from(c, {"num_heads"}, 128));
   MOTLEY_ASSIGN_OR_RETURN(m.head_dim, positive_from(c, {"head_dim"}, 64));
   if (m.n_heads * m.head_dim != m.d_inner) {
-    return c.child_error("num_heads", "num_heads (" + std::to_string(m.n_heads) + ") x head_dim (" +
-                                          std::to_string(m.head_dim) +
-                                          ") must equal expand x hidden_size (" +
-                                          std::to_string(m.d_inner) + ")");
+    return c.child_error(
+        "num_heads",
+        fmt::format("num_heads ({}) x head_dim ({}) must equal expand x hidden_size ({})",
+                    m.n_heads, m.head_dim, m.d_inner));
   }
   MOTLEY_ASSIGN_OR_RETURN(m.d_state, positive_from(c, {"state_size"}, 128));
   MOTLEY_ASSIGN_OR_RETURN(m.n_groups, positive_from(c, {"n_groups"}, 8));
@@ -1018,12 +1024,13 @@ std::vector<std::string> supported_hf_model_types() {
 Result<ModelSpec> import_hf_config(const Json& config, const std::string& source) {
   const JsonField c(config, source);
   if (!c.is_object()) {
-    return c.error("expected a JSON object (a Hugging Face config.json), got " +
-                   describe_json_value(config));
+    return c.error(fmt::format("expected a JSON object (a Hugging Face config.json), got {}",
+                               describe_json_value(config)));
   }
   const std::string supported = join_alternatives(supported_hf_model_types());
   if (!c.has("model_type")) {
-    return c.child_error("model_type", "is missing; supported model types: " + supported);
+    return c.child_error("model_type",
+                         fmt::format("is missing; supported model types: {}", supported));
   }
   MOTLEY_ASSIGN_OR_RETURN(std::string model_type, c.get_string("model_type"));
   const Family* family = nullptr;
@@ -1031,8 +1038,8 @@ Result<ModelSpec> import_hf_config(const Json& config, const std::string& source
     if (model_type == f.model_type) family = &f;
   }
   if (family == nullptr) {
-    return c.child_error("model_type",
-                         "unsupported model type \"" + model_type + "\"; supported: " + supported);
+    return c.child_error("model_type", fmt::format("unsupported model type \"{}\"; supported: {}",
+                                                   model_type, supported));
   }
 
   ModelSpec spec;

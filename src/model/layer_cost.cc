@@ -1,5 +1,7 @@
 #include "motley/model/layer_cost.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <optional>
 #include <string>
@@ -341,8 +343,8 @@ LayerCost measured_cost(const MeasuredLayer& m, double scale) {
 
 template <class T>
 const T& shape(const std::optional<T>& value, const Layer& layer, const char* what) {
-  MOTLEY_CHECK(value.has_value(), std::string("layer '") + layer.name + "' of kind " +
-                                      layer_kind_name(layer.kind) + " has no " + what + " shape");
+  MOTLEY_CHECK(value.has_value(), fmt::format("layer '{}' of kind {} has no {} shape", layer.name,
+                                              layer_kind_name(layer.kind), what));
   return *value;
 }
 

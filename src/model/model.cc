@@ -1,5 +1,7 @@
 #include "motley/model/model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -150,14 +152,13 @@ std::optional<std::string> tensor_parallel_obstacle(const Layer& layer, int t, b
   if (mamba2) widths.push_back({"n_heads", layer.mamba->n_heads});
   for (const auto& [field, width] : widths) {
     if (width % t != 0) {
-      return std::string(field) + " (" + std::to_string(width) + ") is not a multiple of " +
-             std::to_string(t);
+      return fmt::format("{} ({}) is not a multiple of {}", field, width, t);
     }
   }
   if (mamba2 && layer.mamba->n_groups > 0 && layer.mamba->n_groups % t != 0 &&
       t % layer.mamba->n_groups != 0) {
-    return "n_groups (" + std::to_string(layer.mamba->n_groups) + ") neither divides nor is a " +
-           "multiple of " + std::to_string(t);
+    return fmt::format("n_groups ({}) neither divides nor is a multiple of {}",
+                       layer.mamba->n_groups, t);
   }
   return std::nullopt;
 }

@@ -1,5 +1,8 @@
 #include "motley/model/model_json.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -173,8 +176,8 @@ Result<Activation> activation_from(const JsonField& f, std::string_view key, Act
   MOTLEY_ASSIGN_OR_RETURN(std::string name, f.get_string(key));
   std::optional<Activation> a = parse_activation(name);
   if (!a) {
-    return f.child_error(key, "unknown activation \"" + name + "\"; expected " +
-                                  join_alternatives(activation_names()));
+    return f.child_error(key, fmt::format("unknown activation \"{}\"; expected {}", name,
+                                          join_alternatives(activation_names())));
   }
   return *a;
 }
@@ -246,7 +249,7 @@ Result<MambaShape> mamba_from_json(const JsonField& f) {
   MambaShape m;
   MOTLEY_ASSIGN_OR_RETURN(int64_t version, f.get_int_or("version", 2));
   if (version != 1 && version != 2) {
-    return f.child_error("version", "expected 1 or 2, got " + std::to_string(version));
+    return f.child_error("version", fmt::format("expected 1 or 2, got {}", version));
   }
   m.version = static_cast<int>(version);
   MOTLEY_ASSIGN_OR_RETURN(m.hidden, f.get_positive_int("hidden"));
@@ -389,8 +392,8 @@ Result<Layer> layer_from_json(const JsonField& f) {
   MOTLEY_ASSIGN_OR_RETURN(std::string kind, f.get_string("kind"));
   std::optional<LayerKind> parsed = parse_layer_kind(kind);
   if (!parsed) {
-    return f.child_error("kind", "unknown layer kind \"" + kind + "\"; expected " +
-                                     join_alternatives(layer_kind_names()));
+    return f.child_error("kind", fmt::format("unknown layer kind \"{}\"; expected {}", kind,
+                                             join_alternatives(layer_kind_names())));
   }
   layer.kind = *parsed;
   MOTLEY_ASSIGN_OR_RETURN(layer.num_norms,
@@ -436,21 +439,22 @@ class Problems {
     if (first_.empty() && !cond) first_ = what;
   }
   void positive(std::string_view field, int64_t v) {
-    require(v > 0, name(field) + " must be positive, got " + std::to_string(v));
+    require(v > 0, fmt::format("{} must be positive, got {}", name(field), v));
   }
   void nonnegative(std::string_view field, int64_t v) {
-    require(v >= 0, name(field) + " must not be negative, got " + std::to_string(v));
+    require(v >= 0, fmt::format("{} must not be negative, got {}", name(field), v));
   }
   void seconds(std::string_view field, const std::optional<Seconds>& t) {
     if (!t) return;
-    require(std::isfinite(t->value()) && t->value() >= 0,
-            name(field) + " must be a finite non-negative time, got " + std::to_string(t->value()));
+    require(
+        std::isfinite(t->value()) && t->value() >= 0,
+        fmt::format("{} must be a finite non-negative time, got {:f}", name(field), t->value()));
   }
   void bytes(std::string_view field, Bytes b) {
     require(std::isfinite(b.value()) && b.value() >= 0,
-            name(field) + " must be a finite non-negative size, got " + std::to_string(b.value()));
+            fmt::format("{} must be a finite non-negative size, got {:f}", name(field), b.value()));
   }
-  std::string name(std::string_view field) const { return prefix_ + std::string(field); }
+  std::string name(std::string_view field) const { return fmt::format("{}{}", prefix_, field); }
 
  private:
   std::string prefix_;
@@ -466,24 +470,24 @@ std::string check_attention(const AttentionShape& a) {
   p.nonnegative("v_head_dim", a.v_head_dim);
   p.nonnegative("sliding_window", a.sliding_window);
   if (!p.ok()) return p.first();
-  p.require(a.num_heads % a.num_kv_heads == 0,
-            "attention.num_heads (" + std::to_string(a.num_heads) +
-                ") must be a multiple of attention.num_kv_heads (" +
-                std::to_string(a.num_kv_heads) + ")");
+  p.require(
+      a.num_heads % a.num_kv_heads == 0,
+      fmt::format("attention.num_heads ({}) must be a multiple of attention.num_kv_heads ({})",
+                  a.num_heads, a.num_kv_heads));
   if (a.mla) {
     p.nonnegative("q_lora_rank", a.q_lora_rank);
     p.positive("kv_lora_rank", a.kv_lora_rank);
     p.positive("qk_nope_head_dim", a.qk_nope_head_dim);
     p.nonnegative("qk_rope_head_dim", a.qk_rope_head_dim);
     p.require(a.head_dim == a.qk_nope_head_dim + a.qk_rope_head_dim,
-              "attention.head_dim (" + std::to_string(a.head_dim) +
-                  ") of a latent (mla) attention must equal qk_nope_head_dim + "
-                  "qk_rope_head_dim (" +
-                  std::to_string(a.qk_nope_head_dim + a.qk_rope_head_dim) + ")");
+              fmt::format("attention.head_dim ({}) of a latent (mla) attention must equal "
+                          "qk_nope_head_dim + qk_rope_head_dim ({})",
+                          a.head_dim, a.qk_nope_head_dim + a.qk_rope_head_dim));
     // The rotary embedding turns pairs of dimensions.
-    p.require(a.qk_rope_head_dim % 2 == 0, "attention.qk_rope_head_dim (" +
-                                               std::to_string(a.qk_rope_head_dim) +
-                                               ") must be even: rotary embeddings turn pairs");
+    p.require(a.qk_rope_head_dim % 2 == 0,
+              fmt::format("attention.qk_rope_head_dim ({}) must be even: rotary embeddings "
+                          "turn pairs",
+                          a.qk_rope_head_dim));
   }
   return p.first();
 }
@@ -505,9 +509,9 @@ std::string check_moe(const MoeShape& m) {
   p.nonnegative("shared_ffn_size", m.shared_ffn_size);
   p.nonnegative("latent_size", m.latent_size);
   if (!p.ok()) return p.first();
-  p.require(m.top_k <= m.num_experts, "moe.top_k (" + std::to_string(m.top_k) +
-                                          ") must not exceed moe.num_experts (" +
-                                          std::to_string(m.num_experts) + ")");
+  p.require(
+      m.top_k <= m.num_experts,
+      fmt::format("moe.top_k ({}) must not exceed moe.num_experts ({})", m.top_k, m.num_experts));
   if (m.num_shared_experts > 0) p.positive("shared_ffn_size", m.shared_ffn_size);
   return p.first();
 }
@@ -515,7 +519,7 @@ std::string check_moe(const MoeShape& m) {
 std::string check_mamba(const MambaShape& m) {
   Problems p("mamba.");
   p.require(m.version == 1 || m.version == 2,
-            "mamba.version must be 1 or 2, got " + std::to_string(m.version));
+            fmt::format("mamba.version must be 1 or 2, got {}", m.version));
   p.positive("hidden", m.hidden);
   p.positive("d_inner", m.d_inner);
   p.positive("d_state", m.d_state);
@@ -529,11 +533,11 @@ std::string check_mamba(const MambaShape& m) {
     p.positive("head_dim", m.head_dim);
     if (!p.ok()) return p.first();
     p.require(m.n_heads * m.head_dim == m.d_inner,
-              "mamba.n_heads * mamba.head_dim (" + std::to_string(m.n_heads * m.head_dim) +
-                  ") must equal mamba.d_inner (" + std::to_string(m.d_inner) + ")");
-    p.require(m.n_heads % m.n_groups == 0, "mamba.n_heads (" + std::to_string(m.n_heads) +
-                                               ") must be a multiple of mamba.n_groups (" +
-                                               std::to_string(m.n_groups) + ")");
+              fmt::format("mamba.n_heads * mamba.head_dim ({}) must equal mamba.d_inner ({})",
+                          m.n_heads * m.head_dim, m.d_inner));
+    p.require(m.n_heads % m.n_groups == 0,
+              fmt::format("mamba.n_heads ({}) must be a multiple of mamba.n_groups ({})", m.n_heads,
+                          m.n_groups));
   } else {
     p.positive("dt_rank", m.dt_rank);
   }
@@ -583,10 +587,9 @@ std::string check_measured(const MeasuredLayer& m) {
   p.seconds("backward_weight_s", m.times.backward_weight);
   for (const auto& [device, times] : m.times_by_device) {
     p.require(!device.empty(), "measured.times_by_device has an empty device name");
-    std::string at = "times_by_device." + device + ".";
-    p.seconds(at + "forward_s", times.forward);
-    p.seconds(at + "backward_input_s", times.backward_input);
-    p.seconds(at + "backward_weight_s", times.backward_weight);
+    p.seconds(fmt::format("times_by_device.{}.forward_s", device), times.forward);
+    p.seconds(fmt::format("times_by_device.{}.backward_input_s", device), times.backward_input);
+    p.seconds(fmt::format("times_by_device.{}.backward_weight_s", device), times.backward_weight);
   }
   p.nonnegative("seq_len", m.seq_len);
   p.nonnegative("micro_batch_size", m.micro_batch_size);
@@ -657,12 +660,8 @@ std::string present_shapes(const Layer& l) {
   if (l.projector) names.emplace_back("projector");
   if (l.measured) names.emplace_back("measured");
   if (names.empty()) return "none";
-  std::string out;
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (i > 0) out += (i + 1 == names.size()) ? " and " : ", ";
-    out += names[i];
-  }
-  return out;
+  if (names.size() == 1) return names.front();
+  return fmt::format("{} and {}", fmt::join(names.begin(), names.end() - 1, ", "), names.back());
 }
 
 std::string check_kind_shapes(const Layer& l) {
@@ -688,8 +687,8 @@ std::string check_kind_shapes(const Layer& l) {
     ok = ok && want.ffn == l.ffn.has_value() && want.moe == l.moe.has_value();
   }
   if (ok) return "";
-  return std::string("a layer of kind ") + layer_kind_name(l.kind) + " needs exactly " + needs +
-         ", but this one has " + present_shapes(l);
+  return fmt::format("a layer of kind {} needs exactly {}, but this one has {}",
+                     layer_kind_name(l.kind), needs, present_shapes(l));
 }
 
 std::string check_layer(const Layer& l) {
@@ -711,54 +710,51 @@ std::string check_layer(const Layer& l) {
   if (l.measured && !(s = check_measured(*l.measured)).empty()) return s;
   // The two halves of a block add into one residual stream, so they share its width.
   if (l.attention && l.ffn && l.attention->hidden != l.ffn->hidden) {
-    return "attention.hidden (" + std::to_string(l.attention->hidden) +
-           ") differs from ffn.hidden (" + std::to_string(l.ffn->hidden) + ")";
+    return fmt::format("attention.hidden ({}) differs from ffn.hidden ({})", l.attention->hidden,
+                       l.ffn->hidden);
   }
   if (l.attention && l.moe && l.attention->hidden != l.moe->hidden) {
-    return "attention.hidden (" + std::to_string(l.attention->hidden) +
-           ") differs from moe.hidden (" + std::to_string(l.moe->hidden) + ")";
+    return fmt::format("attention.hidden ({}) differs from moe.hidden ({})", l.attention->hidden,
+                       l.moe->hidden);
   }
   return "";
 }
 
 std::string layer_label(const Layer& l, std::string_view list, size_t index) {
-  return "layer '" + l.name + "' (" + std::string(list) + "[" + std::to_string(index) + "])";
+  return fmt::format("layer '{}' ({}[{}])", l.name, list, index);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Resolving --model.
 
-std::string preset_list() {
-  std::vector<std::string> names = model_preset_names();
-  std::string out;
-  for (size_t i = 0; i < names.size(); ++i) out += (i > 0 ? ", " : "") + names[i];
-  return out;
-}
+std::string preset_list() { return fmt::format("{}", fmt::join(model_preset_names(), ", ")); }
 
 Result<ModelSpec> load_model_file(const std::string& path) {
   MOTLEY_ASSIGN_OR_RETURN(Json json, read_json_file(path));
   JsonField root(json, path);
   if (!root.is_object()) {
-    return root.error(
-        "expected a JSON object (a motley model, a motley profile or a Hugging "
-        "Face config.json), got " +
-        describe_json_value(json));
+    return root.error(fmt::format(
+        "expected a JSON object (a motley model, a motley profile or a Hugging Face config.json), "
+        "got {}",
+        describe_json_value(json)));
   }
   if (root.has("format")) {
     MOTLEY_ASSIGN_OR_RETURN(std::string format, root.get_string("format"));
     if (format == kModelFormat) return model_from_json(json, path);
     if (format == kProfileFormat) return profile_from_json(json, path);
-    return root.child_error("format", "unknown format \"" + format + "\"; expected \"" +
-                                          kModelFormat + "\" or \"" + kProfileFormat + "\"");
+    return root.child_error("format",
+                            fmt::format("unknown format \"{}\"; expected \"{}\" or \"{}\"", format,
+                                        kModelFormat, kProfileFormat));
   }
   if (root.has("model_type")) {
     MOTLEY_ASSIGN_OR_RETURN(ModelSpec model, import_hf_config(json, path));
     MOTLEY_RETURN_IF_ERROR(validate_model(model, path));
     return model;
   }
-  return root.error(std::string("not a model file: expected a motley model (\"format\": \"") +
-                    kModelFormat + "\"), a motley profile (\"format\": \"" + kProfileFormat +
-                    "\") or a Hugging Face config.json (with \"model_type\")");
+  return root.error(fmt::format(
+      "not a model file: expected a motley model (\"format\": \"{}\"), a motley profile "
+      "(\"format\": \"{}\") or a Hugging Face config.json (with \"model_type\")",
+      kModelFormat, kProfileFormat));
 }
 
 }  // namespace
@@ -773,7 +769,8 @@ Json measured_times_to_json(const MeasuredTimes& times) {
 
 Result<MeasuredTimes> measured_times_from_json(const JsonField& field) {
   if (!field.is_object()) {
-    return field.error("expected an object, got " + describe_json_value(field.json()));
+    return field.error(
+        fmt::format("expected an object, got {}", describe_json_value(field.json())));
   }
   MeasuredTimes t;
   if (field.has("forward_s")) {
@@ -814,15 +811,16 @@ Result<ModelSpec> model_from_json(const Json& json, const std::string& source) {
 
 Result<ModelSpec> model_from_json(const JsonField& root) {
   if (!root.is_object()) {
-    return root.error(std::string("expected a motley model (an object with \"format\": \"") +
-                      kModelFormat + "\"), got " + describe_json_value(root.json()));
+    return root.error(
+        fmt::format("expected a motley model (an object with \"format\": \"{}\"), got {}",
+                    kModelFormat, describe_json_value(root.json())));
   }
   MOTLEY_RETURN_IF_ERROR(root.check_keys({"format", "name", "family", "default_seq_len", "dtype",
                                           "dropout", "layers", "extra_layers"}));
   MOTLEY_ASSIGN_OR_RETURN(std::string format, root.get_string("format"));
   if (format != kModelFormat) {
-    return root.child_error(
-        "format", std::string("expected \"") + kModelFormat + "\", got \"" + format + "\"");
+    return root.child_error("format",
+                            fmt::format("expected \"{}\", got \"{}\"", kModelFormat, format));
   }
   ModelSpec model;
   MOTLEY_ASSIGN_OR_RETURN(model.name, root.get_string_or("name", ""));
@@ -833,8 +831,8 @@ Result<ModelSpec> model_from_json(const JsonField& root) {
     MOTLEY_ASSIGN_OR_RETURN(std::string dtype, root.get_string("dtype"));
     std::optional<DType> parsed = parse_dtype(dtype);
     if (!parsed) {
-      return root.child_error("dtype",
-                              "unknown dtype \"" + dtype + "\"; expected fp32, bf16 or fp16");
+      return root.child_error(
+          "dtype", fmt::format("unknown dtype \"{}\"; expected fp32, bf16 or fp16", dtype));
     }
     model.dtype = *parsed;
   }
@@ -844,17 +842,19 @@ Result<ModelSpec> model_from_json(const JsonField& root) {
   if (std::optional<JsonField> extra = root.find("extra_layers")) {
     MOTLEY_ASSIGN_OR_RETURN(model.extra_layers, layers_from_json(*extra));
   }
-  MOTLEY_RETURN_IF_ERROR(
-      validate_model(model, root.path().empty() ? root.source()
-                                                : root.source() + ": field '" + root.path() + "'"));
+  MOTLEY_RETURN_IF_ERROR(validate_model(
+      model, root.path().empty() ? root.source()
+                                 : fmt::format("{}: field '{}'", root.source(), root.path())));
   return model;
 }
 
 Status validate_model(const ModelSpec& model, const std::string& source) {
-  if (model.layers.empty()) return invalid_argument(source + ": the model has no layers");
+  if (model.layers.empty()) {
+    return invalid_argument(fmt::format("{}: the model has no layers", source));
+  }
   if (model.default_seq_len <= 0) {
-    return invalid_argument(source + ": default_seq_len must be positive, got " +
-                            std::to_string(model.default_seq_len));
+    return invalid_argument(
+        fmt::format("{}: default_seq_len must be positive, got {}", source, model.default_seq_len));
   }
   // name -> where it was first seen, for the duplicate message.
   std::map<std::string, std::string> seen;
@@ -863,13 +863,13 @@ Status validate_model(const ModelSpec& model, const std::string& source) {
       const Layer& l = list[i];
       std::string label = layer_label(l, list_name, i);
       if (std::string problem = check_layer(l); !problem.empty()) {
-        return invalid_argument(source + ": " + label + ": " + problem);
+        return invalid_argument(fmt::format("{}: {}: {}", source, label, problem));
       }
-      auto [it, inserted] =
-          seen.emplace(l.name, std::string(list_name) + "[" + std::to_string(i) + "]");
+      auto [it, inserted] = seen.emplace(l.name, fmt::format("{}[{}]", list_name, i));
       if (!inserted) {
-        return invalid_argument(source + ": " + label + ": the name is already used by " +
-                                it->second + "; layer names must be unique");
+        return invalid_argument(
+            fmt::format("{}: {}: the name is already used by {}; layer names must be unique",
+                        source, label, it->second));
       }
     }
     return Status::ok();
@@ -881,10 +881,10 @@ Status validate_model(const ModelSpec& model, const std::string& source) {
     const int64_t read = hidden_width_read(model.layers[i]);
     const int64_t written = hidden_width_written(model.layers[i - 1]);
     if (read > 0 && written > 0 && read != written) {
-      return invalid_argument(source + ": " + layer_label(model.layers[i], "layers", i) +
-                              ": reads a hidden state of width " + std::to_string(read) + " but " +
-                              layer_label(model.layers[i - 1], "layers", i - 1) +
-                              " before it writes " + std::to_string(written));
+      return invalid_argument(
+          fmt::format("{}: {}: reads a hidden state of width {} but {} before it writes {}", source,
+                      layer_label(model.layers[i], "layers", i), read,
+                      layer_label(model.layers[i - 1], "layers", i - 1), written));
     }
   }
   // A tied head reuses the embedding matrix, so one of the same shape must exist.
@@ -897,10 +897,9 @@ Status validate_model(const ModelSpec& model, const std::string& source) {
                         e.embedding->hidden == l.head->hidden);
     }
     if (!found) {
-      return invalid_argument(source + ": " + layer_label(l, "layers", i) +
-                              ": head.tied needs an embedding layer with the same vocab (" +
-                              std::to_string(l.head->vocab) + ") and hidden (" +
-                              std::to_string(l.head->hidden) + ")");
+      return invalid_argument(fmt::format(
+          "{}: {}: head.tied needs an embedding layer with the same vocab ({}) and hidden ({})",
+          source, layer_label(l, "layers", i), l.head->vocab, l.head->hidden));
     }
   }
   return Status::ok();
@@ -931,9 +930,10 @@ Result<ModelSpec> load_model(const std::string& name_or_path) {
   if (!name_or_path.empty() && fs::is_directory(name_or_path, ec)) {
     fs::path config = fs::path(name_or_path) / "config.json";
     if (!fs::is_regular_file(config, ec)) {
-      return invalid_argument(name_or_path +
-                              ": is a directory without a config.json; pass a model file, a "
-                              "Hugging Face model directory or a preset name");
+      return invalid_argument(
+          fmt::format("{}: is a directory without a config.json; pass a model file, a Hugging "
+                      "Face model directory or a preset name",
+                      name_or_path));
     }
     return load_model_file(config.string());
   }
@@ -941,8 +941,8 @@ Result<ModelSpec> load_model(const std::string& name_or_path) {
   Result<ModelSpec> preset = model_preset(name_or_path);
   if (preset.is_ok()) return preset;
   if (preset.status().code() != StatusCode::kNotFound) return preset.status();
-  return not_found("no such file and no preset named '" + name_or_path +
-                   "'; presets: " + preset_list());
+  return not_found(fmt::format("no such file and no preset named '{}'; presets: {}", name_or_path,
+                               preset_list()));
 }
 
 }  // namespace motley

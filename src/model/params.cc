@@ -2,6 +2,8 @@
 // the weight and bias tensors of the Hugging Face transformers module the shape describes;
 // docs/hf-import.md lists them with the module names they were checked against.
 
+#include <fmt/format.h>
+
 #include <cmath>
 
 #include "motley/core/check.h"
@@ -95,8 +97,8 @@ int64_t mamba_params(const MambaShape& m) {
 
 template <class T>
 const T& shape_of(const std::optional<T>& value, const Layer& layer, const char* what) {
-  MOTLEY_CHECK(value.has_value(), "layer '" + layer.name + "' of kind " +
-                                      layer_kind_name(layer.kind) + " has no " + what + " shape");
+  MOTLEY_CHECK(value.has_value(), fmt::format("layer '{}' of kind {} has no {} shape", layer.name,
+                                              layer_kind_name(layer.kind), what));
   return *value;
 }
 

@@ -1,8 +1,13 @@
 #include "motley/model/presets.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cctype>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "motley/core/json.h"
 #include "motley/model/hf_config.h"
@@ -207,7 +212,7 @@ constexpr const char* kJamba = R"json({
 
 Result<ModelSpec> from_hf_config(const std::string& name, const char* config_text,
                                  int64_t seq_len) {
-  std::string source = "preset '" + name + "'";
+  std::string source = fmt::format("preset '{}'", name);
   MOTLEY_ASSIGN_OR_RETURN(Json config, parse_json(config_text, source));
   MOTLEY_ASSIGN_OR_RETURN(ModelSpec model, import_hf_config(config, source));
   model.name = name;
@@ -478,12 +483,13 @@ Result<ModelSpec> model_preset(std::string_view name) {
     MOTLEY_ASSIGN_OR_RETURN(
         ModelSpec model,
         p.hf_config != nullptr ? from_hf_config(p.name, p.hf_config, kPublishedSeqLen) : p.build());
-    MOTLEY_RETURN_IF_ERROR(validate_model(model, std::string("preset '") + p.name + "'"));
+    MOTLEY_RETURN_IF_ERROR(validate_model(model, fmt::format("preset '{}'", p.name)));
     return model;
   }
-  std::string list;
-  for (const Preset& p : kPresets) list += (list.empty() ? "" : ", ") + std::string(p.name);
-  return not_found("no model preset named '" + std::string(name) + "'; presets: " + list);
+  std::vector<std::string_view> names;
+  for (const Preset& p : kPresets) names.push_back(p.name);
+  return not_found(
+      fmt::format("no model preset named '{}'; presets: {}", name, fmt::join(names, ", ")));
 }
 
 }  // namespace motley

@@ -1,5 +1,7 @@
 #include "motley/model/profile.h"
 
+#include <fmt/format.h>
+
 #include <cctype>
 #include <cmath>
 #include <map>
@@ -156,14 +158,15 @@ Json entry_to_json(const std::string& name, int64_t repeat, const MeasuredLayer&
 Result<ModelSpec> profile_from_json(const Json& profile, const std::string& source) {
   JsonField root(profile, source);
   if (!root.is_object()) {
-    return root.error("expected a profile object, got " + describe_json_value(profile));
+    return root.error(
+        fmt::format("expected a profile object, got {}", describe_json_value(profile)));
   }
   MOTLEY_RETURN_IF_ERROR(root.check_keys(
       {"format", "name", "measured_on", "seq_len", "micro_batch_size", "dtype", "layers"}));
   MOTLEY_ASSIGN_OR_RETURN(std::string format, root.get_string("format"));
   if (format != kProfileFormat) {
-    return root.child_error(
-        "format", std::string("expected \"") + kProfileFormat + "\", got \"" + format + "\"");
+    return root.child_error("format",
+                            fmt::format("expected \"{}\", got \"{}\"", kProfileFormat, format));
   }
   ModelSpec model;
   model.family = "profile";
@@ -172,8 +175,8 @@ Result<ModelSpec> profile_from_json(const Json& profile, const std::string& sour
     MOTLEY_ASSIGN_OR_RETURN(std::string dtype, root.get_string("dtype"));
     std::optional<DType> parsed = parse_dtype(dtype);
     if (!parsed) {
-      return root.child_error("dtype",
-                              "unknown dtype \"" + dtype + "\"; expected fp32, bf16 or fp16");
+      return root.child_error(
+          "dtype", fmt::format("unknown dtype \"{}\"; expected fp32, bf16 or fp16", dtype));
     }
     model.dtype = *parsed;
   }
@@ -211,10 +214,10 @@ Result<ModelSpec> profile_from_json(const Json& profile, const std::string& sour
       auto [it, inserted] = produced_by.emplace(layer.name, i);
       if (!inserted) {
         return items[i].child_error(
-            "name", "gives a layer the name '" + layer.name + "', which layers[" +
-                        std::to_string(it->second) +
-                        "] also produces; entries sharing a name are numbered name.0, name.1, "
-                        "..., so rename one of them");
+            "name", fmt::format("gives a layer the name '{}', which layers[{}] also produces; "
+                                "entries sharing a name are numbered name.0, name.1, ..., so "
+                                "rename one of them",
+                                layer.name, it->second));
       }
       model.layers.push_back(std::move(layer));
     }
@@ -226,8 +229,8 @@ Result<ModelSpec> profile_from_json(const Json& profile, const std::string& sour
 Json profile_to_json(const ModelSpec& model) {
   for (const Layer& l : model.layers) {
     MOTLEY_CHECK(l.kind == LayerKind::kMeasured && l.measured.has_value(),
-                 "profile_to_json needs measured layers only; '" + l.name + "' is " +
-                     layer_kind_name(l.kind));
+                 fmt::format("profile_to_json needs measured layers only; '{}' is {}", l.name,
+                             layer_kind_name(l.kind)));
   }
   const size_t n = model.layers.size();
   std::string top_measured_on = n > 0 ? model.layers[0].measured->measured_on : "";

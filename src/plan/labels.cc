@@ -1,5 +1,8 @@
 #include "labels.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <vector>
 
 #include "motley/plan/plan_json.h"
@@ -8,51 +11,46 @@ namespace motley::plan_labels {
 namespace {
 
 std::string join_ints(const std::vector<int>& values, const char* separator) {
-  std::string out;
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (i > 0) out += separator;
-    out += std::to_string(values[i]);
-  }
-  return out;
+  return fmt::format("{}", fmt::join(values, separator));
 }
 
 }  // namespace
 
 std::string field(const std::string& path, const std::string& what) {
-  return "field '" + path + "': " + what;
+  return fmt::format("field '{}': {}", path, what);
 }
 
-std::string replica_path(int replica) { return "replicas[" + std::to_string(replica) + "]"; }
+std::string replica_path(int replica) { return fmt::format("replicas[{}]", replica); }
 
 std::string group_path(int replica, int group) {
-  return replica_path(replica) + ".groups[" + std::to_string(group) + "]";
+  return fmt::format("{}.groups[{}]", replica_path(replica), group);
 }
 
 std::string action_path(int replica, int group, int index) {
-  return group_path(replica, group) + ".actions[" + std::to_string(index) + "]";
+  return fmt::format("{}.actions[{}]", group_path(replica, group), index);
 }
 
 std::string action_label(const Action& a) {
-  return action_to_string(a) + " (" + stage_mb(a.stage, a.micro_batch) + ")";
+  return fmt::format("{} ({})", action_to_string(a), stage_mb(a.stage, a.micro_batch));
 }
 
 std::string stage_mb(int stage, int micro_batch) {
-  return "stage " + std::to_string(stage) + ", micro-batch " + std::to_string(micro_batch);
+  return fmt::format("stage {}, micro-batch {}", stage, micro_batch);
 }
 
 std::string ids(const std::string& singular, const std::string& plural, int64_t count) {
-  if (count <= 0) return "no " + plural;
-  if (count == 1) return "only " + singular + " 0";
-  return plural + " 0-" + std::to_string(count - 1);
+  if (count <= 0) return fmt::format("no {}", plural);
+  if (count == 1) return fmt::format("only {} 0", singular);
+  return fmt::format("{} 0-{}", plural, count - 1);
 }
 
 std::string Labels::group(int r, int g) const {
   const Replica& rep = plan_.replicas[r];
-  std::string out = plan_.replicas.size() > 1 ? "replica " + std::to_string(r) + " " : "";
-  out += "device group " + std::to_string(g);
+  std::string out = plan_.replicas.size() > 1 ? fmt::format("replica {} device group {}", r, g)
+                                              : fmt::format("device group {}", g);
   if (g >= 0 && g < static_cast<int>(rep.groups.size()) && !rep.groups[g].devices.empty()) {
     const std::vector<int>& d = rep.groups[g].devices;
-    out += (d.size() == 1 ? " (device " : " (devices ") + join_ints(d, ",") + ")";
+    out += fmt::format(" ({} {})", d.size() == 1 ? "device" : "devices", join_ints(d, ","));
   }
   return out;
 }
@@ -65,14 +63,14 @@ std::string Labels::group_with_stages(int r, int g) const {
   }
   std::string out = group(r, g);
   if (!stages.empty()) {
-    out += std::string(", which runs stage") + (stages.size() > 1 ? "s " : " ") +
-           join_ints(stages, ", ");
+    out += fmt::format(", which runs {} {}", stages.size() > 1 ? "stages" : "stage",
+                       join_ints(stages, ", "));
   }
   return out;
 }
 
 std::string Labels::replica(int r) const {
-  return plan_.replicas.size() > 1 ? "replica " + std::to_string(r) : std::string("the replica");
+  return plan_.replicas.size() > 1 ? fmt::format("replica {}", r) : std::string("the replica");
 }
 
 }  // namespace motley::plan_labels

@@ -1,6 +1,8 @@
 // The plan file format; docs/plan-format.md documents every field. Keep the two in step.
 #include "motley/plan/plan_json.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -81,7 +83,8 @@ Result<SpecRef> spec_ref_from_json(const JsonField& parent, std::string_view key
 Result<int> as_index(const JsonField& f) {
   MOTLEY_ASSIGN_OR_RETURN(int64_t v, f.as_int());
   if (v < 0 || v > std::numeric_limits<int>::max()) {
-    return f.error("expected a non-negative integer index, got " + describe_json_value(f.json()));
+    return f.error(fmt::format("expected a non-negative integer index, got {}",
+                               describe_json_value(f.json())));
   }
   return static_cast<int>(v);
 }
@@ -105,12 +108,12 @@ Status check_units(const JsonField& root) {
   MOTLEY_ASSIGN_OR_RETURN(std::string time, units->get_string_or("time", kTimeUnit));
   if (time != kTimeUnit) {
     return units->child_error(
-        "time", std::string("expected \"") + kTimeUnit + "\" (seconds), got \"" + time + "\"");
+        "time", fmt::format("expected \"{}\" (seconds), got \"{}\"", kTimeUnit, time));
   }
   MOTLEY_ASSIGN_OR_RETURN(std::string memory, units->get_string_or("memory", kMemoryUnit));
   if (memory != kMemoryUnit) {
-    return units->child_error(
-        "memory", std::string("expected \"") + kMemoryUnit + "\", got \"" + memory + "\"");
+    return units->child_error("memory",
+                              fmt::format("expected \"{}\", got \"{}\"", kMemoryUnit, memory));
   }
   return Status::ok();
 }
@@ -120,8 +123,8 @@ Result<Stage> stage_from_json(const JsonField& f) {
   MOTLEY_ASSIGN_OR_RETURN(JsonField layers, f.get("layers"));
   MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> bounds, layers.items());
   if (bounds.size() != 2) {
-    return layers.error("expected [first layer, end layer) as two integers, got " +
-                        std::to_string(bounds.size()) + " values");
+    return layers.error(fmt::format(
+        "expected [first layer, end layer) as two integers, got {} values", bounds.size()));
   }
   Stage stage;
   MOTLEY_ASSIGN_OR_RETURN(stage.layer_begin, as_index(bounds[0]));
@@ -129,8 +132,9 @@ Result<Stage> stage_from_json(const JsonField& f) {
   MOTLEY_ASSIGN_OR_RETURN(std::string policy, f.get_string_or("recompute", "none"));
   std::optional<RecomputePolicy> parsed = parse_recompute_policy(policy);
   if (!parsed) {
-    return f.child_error("recompute", "expected " + join_alternatives(recompute_policy_names()) +
-                                          ", got \"" + policy + "\"");
+    return f.child_error("recompute",
+                         fmt::format("expected {}, got \"{}\"",
+                                     join_alternatives(recompute_policy_names()), policy));
   }
   stage.recompute = *parsed;
   return stage;
@@ -176,8 +180,9 @@ Result<PredictedMetrics> predicted_from_json(const JsonField& f) {
                           f.get_nonnegative_double("throughput_tokens_per_s"));
   MOTLEY_ASSIGN_OR_RETURN(p.bubble_fraction, f.get_nonnegative_double("bubble_fraction"));
   if (p.bubble_fraction > 1.0) {
-    return f.child_error("bubble_fraction", "expected a fraction between 0 and 1, got " +
-                                                f.json().at("bubble_fraction").dump());
+    return f.child_error("bubble_fraction",
+                         fmt::format("expected a fraction between 0 and 1, got {}",
+                                     f.json().at("bubble_fraction").dump()));
   }
   MOTLEY_ASSIGN_OR_RETURN(p.cost_model, f.get_string("cost_model"));
   return p;
@@ -312,9 +317,11 @@ std::string action_to_string(const Action& action) {
 
 Result<Action> parse_action(const std::string& text) {
   auto bad = [&]() {
-    return invalid_argument("expected an action like \"0F3\", got " + Json(text).dump() +
-                            " (<stage><F, I, W, B or R><micro-batch>: forward, input-gradient "
-                            "backward, weight-gradient backward, full backward, recompute)");
+    return invalid_argument(fmt::format(
+        "expected an action like \"0F3\", got {} (<stage><F, I, W, B or R><micro-batch>: "
+        "forward, input-gradient backward, weight-gradient backward, full backward, "
+        "recompute)",
+        Json(text).dump()));
   };
   Action action;
   size_t pos = 0;
@@ -369,10 +376,10 @@ namespace {
 Status check_embedded(const JsonField& spec, const char* what, const SpecRef& recorded,
                       const SpecRef& actual, const std::string& ref_field) {
   if (actual == recorded) return Status::ok();
-  return spec.error(std::string("the embedded ") + what + " is '" + actual.name + "' (hash " +
-                    actual.hash + ") but field '" + ref_field + "' says '" + recorded.name +
-                    "' (hash " + recorded.hash + "); it was changed after the plan was made. " +
-                    "Make the plan again from the changed " + what + ", or restore it");
+  return spec.error(fmt::format(
+      "the embedded {} is '{}' (hash {}) but field '{}' says '{}' (hash {}); it was changed after "
+      "the plan was made. Make the plan again from the changed {}, or restore it",
+      what, actual.name, actual.hash, ref_field, recorded.name, recorded.hash, what));
 }
 
 }  // namespace
@@ -380,14 +387,14 @@ Status check_embedded(const JsonField& spec, const char* what, const SpecRef& re
 Result<PlanFile> plan_file_from_json(const Json& json, const std::string& source) {
   JsonField root(json, source);
   if (!root.is_object()) {
-    return root.error(std::string("expected a plan (a JSON object with \"format\": \"") +
-                      kPlanFormat + "\"), got " + describe_json_value(json));
+    return root.error(fmt::format("expected a plan (a JSON object with \"format\": \"{}\"), got {}",
+                                  kPlanFormat, describe_json_value(json)));
   }
   MOTLEY_ASSIGN_OR_RETURN(std::string format, root.get_string("format"));
   const bool v1 = format == kPlanFormatV1;
   if (format != kPlanFormat && !v1) {
-    return root.child_error("format", std::string("expected \"") + kPlanFormat + "\" (or \"" +
-                                          kPlanFormatV1 + "\"), got \"" + format + "\"");
+    return root.child_error("format", fmt::format("expected \"{}\" (or \"{}\"), got \"{}\"",
+                                                  kPlanFormat, kPlanFormatV1, format));
   }
   std::vector<std::string_view> keys = {
       "format", "units",    "model",    "cluster", "micro_batch_size", "seq_len", "global_batch",
@@ -468,36 +475,38 @@ template <typename Spec, typename Load, typename Ref>
 Result<Spec> resolve_spec(const std::string& path, const char* what, const SpecRef& recorded,
                           const std::optional<Spec>& embedded, const std::string& override_name,
                           Load load, Ref ref) {
-  const std::string flag = std::string("--") + what;
+  const std::string flag = fmt::format("--{}", what);
   if (!override_name.empty()) {
     MOTLEY_ASSIGN_OR_RETURN(Spec spec, load(override_name));
     const SpecRef given = ref(spec);
     if (given.hash == recorded.hash) return spec;
-    return invalid_argument(path + ": field '" + what + "': the plan was made for " + what + " '" +
-                            recorded.name + "' (hash " + recorded.hash + ") but " + flag + " " +
-                            override_name + " is '" + given.name + "' (hash " + given.hash + "); " +
-                            (embedded
-                                 ? "leave out " + flag + " to use the " + what + " the plan carries"
-                                 : "pass the " + std::string(what) + " the plan was made for") +
-                            ", or make a new plan for this " + what);
+    const std::string advice =
+        embedded ? fmt::format("leave out {} to use the {} the plan carries", flag, what)
+                 : fmt::format("pass the {} the plan was made for", what);
+    return invalid_argument(fmt::format(
+        "{}: field '{}': the plan was made for {} '{}' (hash {}) but {} {} is '{}' (hash {}); {}, "
+        "or make a new plan for this {}",
+        path, what, what, recorded.name, recorded.hash, flag, override_name, given.name, given.hash,
+        advice, what));
   }
   if (embedded) return *embedded;
   // A plan without its spec (motley.plan/1): the name is all there is to go on.
   Result<Spec> named = load(recorded.name);
   if (!named.is_ok()) {
-    return Status(named.status().code(),
-                  path + ": field '" + what + "': the plan names " + what + " '" + recorded.name +
-                      "' but does not carry it (an older plan file), and it cannot be found: " +
-                      named.status().message() + "; pass " + flag + " with the " + what +
-                      " the plan was made for");
+    return Status(
+        named.status().code(),
+        fmt::format("{}: field '{}': the plan names {} '{}' but does not carry it (an "
+                    "older plan file), and it cannot be found: {}; pass {} with the {} "
+                    "the plan was made for",
+                    path, what, what, recorded.name, named.status().message(), flag, what));
   }
   const SpecRef found = ref(named.value());
   if (found.hash == recorded.hash) return named;
-  return invalid_argument(path + ": field '" + what + "': the plan was made for " + what + " '" +
-                          recorded.name + "' (hash " + recorded.hash + ") but the " + what +
-                          " of that name here has hash " + found.hash +
-                          "; the plan does not carry its " + what + " (an older plan file): pass " +
-                          flag + " with the one it was made for");
+  return invalid_argument(fmt::format(
+      "{}: field '{}': the plan was made for {} '{}' (hash {}) but the {} of that name here has "
+      "hash {}; the plan does not carry its {} (an older plan file): pass {} with the one it was "
+      "made for",
+      path, what, what, recorded.name, recorded.hash, what, found.hash, what, flag));
 }
 
 }  // namespace

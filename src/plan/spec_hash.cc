@@ -1,5 +1,7 @@
 #include "motley/plan/spec_hash.h"
 
+#include <fmt/format.h>
+
 #include "motley/core/hash.h"
 #include "motley/core/json.h"
 #include "motley/model/model_json.h"
@@ -15,8 +17,8 @@ Json cluster_canonical_json(const ClusterSpec& cluster) {
   // The parsed tree rather than the YAML text keeps the hash independent of how the YAML
   // writer lays out (or comments) its output.
   Result<Json> tree = parse_yaml(cluster_to_yaml(cluster), "cluster_to_yaml");
-  MOTLEY_CHECK(tree.is_ok(),
-               "cluster_to_yaml wrote YAML that does not parse: " + tree.status().message());
+  MOTLEY_CHECK(tree.is_ok(), fmt::format("cluster_to_yaml wrote YAML that does not parse: {}",
+                                         tree.status().message()));
   return std::move(tree).value();
 }
 

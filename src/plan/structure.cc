@@ -3,6 +3,8 @@
 // been checked against what the plan lists.
 #include "motley/plan/structure.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "labels.h"
@@ -23,41 +25,42 @@ using plan_labels::stage_mb;
 // Task ids downstream (task_graph.h) are 32-bit.
 constexpr size_t kMaxActions = size_t{1} << 30;
 
-std::string stage_path(size_t s) { return "stages[" + std::to_string(s) + "]"; }
+std::string stage_path(size_t s) { return fmt::format("stages[{}]", s); }
 
 Status check_stages(const Plan& plan, const PlanBounds& bounds) {
   if (plan.stages.empty()) return invalid_argument(field("stages", "the plan has no stages"));
   for (size_t s = 0; s < plan.stages.size(); ++s) {
     const Stage& st = plan.stages[s];
-    const std::string name = "stage " + std::to_string(s) + " (layers [" +
-                             std::to_string(st.layer_begin) + ", " + std::to_string(st.layer_end) +
-                             "))";
+    const std::string name =
+        fmt::format("stage {} (layers [{}, {}))", s, st.layer_begin, st.layer_end);
     const int expected_begin = s == 0 ? 0 : plan.stages[s - 1].layer_end;
     if (st.layer_begin != expected_begin) {
-      return invalid_argument(field(
-          stage_path(s) + ".layer_begin",
-          name + " starts at layer " + std::to_string(st.layer_begin) + " but " +
-              (s == 0 ? std::string("the first stage must start at layer 0")
-                      : "stage " + std::to_string(s - 1) + " ends at layer " +
-                            std::to_string(expected_begin) +
-                            "; stages must cover the model's layers contiguously, in order")));
+      const std::string why =
+          s == 0 ? std::string("the first stage must start at layer 0")
+                 : fmt::format(
+                       "stage {} ends at layer {}; stages must cover the model's layers "
+                       "contiguously, in order",
+                       s - 1, expected_begin);
+      return invalid_argument(
+          field(fmt::format("{}.layer_begin", stage_path(s)),
+                fmt::format("{} starts at layer {} but {}", name, st.layer_begin, why)));
     }
     if (st.layer_end <= st.layer_begin) {
       return invalid_argument(
-          field(stage_path(s), name + " is empty; a stage needs at least one layer"));
+          field(stage_path(s), fmt::format("{} is empty; a stage needs at least one layer", name)));
     }
     if (bounds.num_layers >= 0 && st.layer_end > bounds.num_layers) {
-      return invalid_argument(field(stage_path(s) + ".layer_end",
-                                    name + " ends past the last layer: " + bounds.model + " has " +
-                                        std::to_string(bounds.num_layers) + " layers"));
+      return invalid_argument(field(fmt::format("{}.layer_end", stage_path(s)),
+                                    fmt::format("{} ends past the last layer: {} has {} layers",
+                                                name, bounds.model, bounds.num_layers)));
     }
   }
   if (bounds.num_layers >= 0 && plan.stages.back().layer_end != bounds.num_layers) {
-    return invalid_argument(field(stage_path(plan.stages.size() - 1) + ".layer_end",
-                                  "the last stage ends at layer " +
-                                      std::to_string(plan.stages.back().layer_end) + " but " +
-                                      bounds.model + " has " + std::to_string(bounds.num_layers) +
-                                      " layers; the stages must cover them all"));
+    return invalid_argument(
+        field(fmt::format("{}.layer_end", stage_path(plan.stages.size() - 1)),
+              fmt::format("the last stage ends at layer {} but {} has {} layers; the stages must "
+                          "cover them all",
+                          plan.stages.back().layer_end, bounds.model, bounds.num_layers)));
   }
   return Status::ok();
 }
@@ -65,39 +68,40 @@ Status check_stages(const Plan& plan, const PlanBounds& bounds) {
 Status check_replica_shape(const Plan& plan, const PlanBounds& bounds, const Labels& labels,
                            int r) {
   const Replica& rep = plan.replicas[r];
-  const std::string name = "replica " + std::to_string(r);
+  const std::string name = fmt::format("replica {}", r);
   const std::string path = replica_path(r);
   if (rep.micro_batches <= 0) {
-    return invalid_argument(
-        field(path + ".micro_batches", name + " has " + std::to_string(rep.micro_batches) +
-                                           " micro-batches; expected at least one"));
+    return invalid_argument(field(
+        fmt::format("{}.micro_batches", path),
+        fmt::format("{} has {} micro-batches; expected at least one", name, rep.micro_batches)));
   }
   if (rep.groups.empty()) {
-    return invalid_argument(field(path + ".groups", name + " has no device groups"));
+    return invalid_argument(
+        field(fmt::format("{}.groups", path), fmt::format("{} has no device groups", name)));
   }
   size_t listed = 0;
   for (const DeviceGroupSchedule& group : rep.groups) listed += group.actions.size();
   if (static_cast<uint64_t>(rep.micro_batches) > listed) {
     return invalid_argument(
-        field(path + ".micro_batches",
-              name + " runs " + std::to_string(rep.micro_batches) +
-                  " micro-batches but its groups list only " + std::to_string(listed) +
-                  " actions; every micro-batch needs a forward and a backward on each stage"));
+        field(fmt::format("{}.micro_batches", path),
+              fmt::format("{} runs {} micro-batches but its groups list only {} actions; every "
+                          "micro-batch needs a forward and a backward on each stage",
+                          name, rep.micro_batches, listed)));
   }
   if (rep.stage_group.size() != plan.stages.size()) {
-    return invalid_argument(field(path + ".stage_group",
-                                  name + " maps " + std::to_string(rep.stage_group.size()) +
-                                      " stages to device groups (stage_group) but the plan has " +
-                                      std::to_string(plan.stages.size()) + " stages"));
+    return invalid_argument(field(fmt::format("{}.stage_group", path),
+                                  fmt::format("{} maps {} stages to device groups (stage_group) "
+                                              "but the plan has {} stages",
+                                              name, rep.stage_group.size(), plan.stages.size())));
   }
   std::vector<bool> used(rep.groups.size(), false);
   for (size_t s = 0; s < rep.stage_group.size(); ++s) {
     const int g = rep.stage_group[s];
     if (g < 0 || g >= static_cast<int>(rep.groups.size())) {
-      return invalid_argument(field(
-          path + ".stage_group[" + std::to_string(s) + "]",
-          name + " places stage " + std::to_string(s) + " on device group " + std::to_string(g) +
-              " but it has " + ids("group", "groups", static_cast<int64_t>(rep.groups.size()))));
+      return invalid_argument(
+          field(fmt::format("{}.stage_group[{}]", path, s),
+                fmt::format("{} places stage {} on device group {} but it has {}", name, s, g,
+                            ids("group", "groups", static_cast<int64_t>(rep.groups.size())))));
     }
     used[g] = true;
   }
@@ -105,20 +109,20 @@ Status check_replica_shape(const Plan& plan, const PlanBounds& bounds, const Lab
     const int g = static_cast<int>(gi);
     const std::vector<int>& devices = rep.groups[g].devices;
     if (devices.empty()) {
-      return invalid_argument(
-          field(group_path(r, g) + ".devices", labels.group(r, g) + " has no devices"));
+      return invalid_argument(field(fmt::format("{}.devices", group_path(r, g)),
+                                    fmt::format("{} has no devices", labels.group(r, g))));
     }
     if (!used[g]) {
-      return invalid_argument(
-          field(group_path(r, g),
-                labels.group(r, g) + " runs no stage; remove it or place a stage on it"));
+      return invalid_argument(field(
+          group_path(r, g),
+          fmt::format("{} runs no stage; remove it or place a stage on it", labels.group(r, g))));
     }
     for (size_t i = 0; i < devices.size(); ++i) {
       if (devices[i] < 0 || devices[i] >= bounds.num_devices) {
-        return invalid_argument(field(group_path(r, g) + ".devices[" + std::to_string(i) + "]",
-                                      labels.group_with_stages(r, g) + ", uses device " +
-                                          std::to_string(devices[i]) + ", but " + bounds.cluster +
-                                          " has " + ids("device", "devices", bounds.num_devices)));
+        return invalid_argument(field(
+            fmt::format("{}.devices[{}]", group_path(r, g), i),
+            fmt::format("{}, uses device {}, but {} has {}", labels.group_with_stages(r, g),
+                        devices[i], bounds.cluster, ids("device", "devices", bounds.num_devices))));
       }
     }
   }
@@ -137,27 +141,28 @@ Status action_fault(const Plan& plan, const Labels& labels, int r, int g, size_t
   const int stages = static_cast<int>(plan.stages.size());
   const Action& a = rep.groups[g].actions[i];
   const std::string path = action_path(r, g, static_cast<int>(i));
-  const std::string where = action_to_string(a) + " on " + labels.group(r, g) + ": ";
+  const std::string where = fmt::format("{} on {}", action_to_string(a), labels.group(r, g));
   if (a.stage < 0 || a.stage >= stages) {
-    return invalid_argument(field(path + ".stage", where + "stage " + std::to_string(a.stage) +
-                                                       " does not exist; the plan has " +
-                                                       ids("stage", "stages", stages)));
+    return invalid_argument(field(fmt::format("{}.stage", path),
+                                  fmt::format("{}: stage {} does not exist; the plan has {}", where,
+                                              a.stage, ids("stage", "stages", stages))));
   }
   if (a.micro_batch < 0 || a.micro_batch >= rep.micro_batches) {
-    return invalid_argument(
-        field(path + ".micro_batch", where + "micro-batch " + std::to_string(a.micro_batch) +
-                                         " does not exist; " + labels.replica(r) + " has " +
-                                         ids("micro-batch", "micro-batches", rep.micro_batches)));
+    return invalid_argument(field(
+        fmt::format("{}.micro_batch", path),
+        fmt::format("{}: micro-batch {} does not exist; {} has {}", where, a.micro_batch,
+                    labels.replica(r), ids("micro-batch", "micro-batches", rep.micro_batches))));
   }
   if (rep.stage_group[a.stage] != g) {
     return invalid_argument(
-        field(path + ".stage", where + "stage " + std::to_string(a.stage) + " runs on " +
-                                   labels.group(r, rep.stage_group[a.stage]) +
-                                   ", so its actions belong in that group's list"));
+        field(fmt::format("{}.stage", path),
+              fmt::format("{}: stage {} runs on {}, so its actions belong in that group's list",
+                          where, a.stage, labels.group(r, rep.stage_group[a.stage]))));
   }
-  return invalid_argument(field(path, where + "recompute of " + stage_mb(a.stage, a.micro_batch) +
-                                          ", but stage " + std::to_string(a.stage) +
-                                          " keeps its activations (recompute \"none\")"));
+  return invalid_argument(
+      field(path, fmt::format("{}: recompute of {}, but stage {} keeps its activations (recompute "
+                              "\"none\")",
+                              where, stage_mb(a.stage, a.micro_batch), a.stage)));
 }
 
 // Each action's references, then per (stage, micro-batch) the kinds listed.
@@ -183,9 +188,9 @@ Status check_actions(const Plan& plan, const Labels& labels, int r, std::vector<
         const size_t first =
             static_cast<size_t>(std::find(actions.begin(), actions.end(), a) - actions.begin());
         return invalid_argument(field(action_path(r, g, static_cast<int>(i)),
-                                      labels.group(r, g) + " lists " + action_label(a) +
-                                          " twice (actions " + std::to_string(first) + " and " +
-                                          std::to_string(i) + "); each runs exactly once"));
+                                      fmt::format("{} lists {} twice (actions {} and {}); each "
+                                                  "runs exactly once",
+                                                  labels.group(r, g), action_label(a), first, i)));
       }
       kinds |= bit(a.kind);
     }
@@ -199,34 +204,36 @@ Status check_actions(const Plan& plan, const Labels& labels, int r, std::vector<
       const bool fused = kinds & bit(ActionKind::kBackward);
       if (f && (fused ? !in && !w : in && w)) continue;
       const int g = rep.stage_group[s];
-      const std::string path = group_path(r, g) + ".actions";
+      // In the messages below {0} names the stage and micro-batch, {1}{letter}{2} an action
+      // ("0F3"), {3} the device group.
+      const std::string path = fmt::format("{}.actions", group_path(r, g));
       const std::string group = labels.group(r, g);
-      const std::string sj = std::to_string(s);
-      const std::string jj = std::to_string(j);
-      const std::string head = stage_mb(s, j) + " ";
+      const std::string what = stage_mb(s, j);
       if (!f) {
-        return invalid_argument(
-            field(path, head + "has no forward: " + group + " must list " + sj + "F" + jj));
+        return invalid_argument(field(
+            path, fmt::format("{0} has no forward: {3} must list {1}F{2}", what, s, j, group)));
       }
       if (fused) {
-        return invalid_argument(field(path, head + "has both a full backward (" + sj + "B" + jj +
-                                                ") and a split one (" + sj + (in ? "I" : "W") + jj +
-                                                ") in " + group + "; list either " + sj + "B" + jj +
-                                                " or " + sj + "I" + jj + " and " + sj + "W" + jj));
+        return invalid_argument(field(
+            path, fmt::format("{0} has both a full backward ({1}B{2}) and a split one "
+                              "({1}{4}{2}) in {3}; list either {1}B{2} or {1}I{2} and {1}W{2}",
+                              what, s, j, group, in ? "I" : "W")));
       }
       if (!in && !w) {
-        return invalid_argument(field(path, head + "has no backward: " + group + " must list " +
-                                                sj + "B" + jj + ", or " + sj + "I" + jj + " and " +
-                                                sj + "W" + jj));
+        return invalid_argument(field(
+            path, fmt::format("{0} has no backward: {3} must list {1}B{2}, or {1}I{2} and {1}W{2}",
+                              what, s, j, group)));
       }
       if (in) {
-        return invalid_argument(field(path, head + "has an input-gradient backward (" + sj + "I" +
-                                                jj + ") but no weight-gradient backward: " + group +
-                                                " must list " + sj + "W" + jj));
+        return invalid_argument(
+            field(path, fmt::format("{0} has an input-gradient backward ({1}I{2}) but no "
+                                    "weight-gradient backward: {3} must list {1}W{2}",
+                                    what, s, j, group)));
       }
-      return invalid_argument(field(path, head + "has a weight-gradient backward (" + sj + "W" +
-                                              jj + ") but no input-gradient backward: " + group +
-                                              " must list " + sj + "I" + jj + " before it"));
+      return invalid_argument(
+          field(path, fmt::format("{0} has a weight-gradient backward ({1}W{2}) but no "
+                                  "input-gradient backward: {3} must list {1}I{2} before it",
+                                  what, s, j, group)));
     }
   }
   return Status::ok();
@@ -248,9 +255,9 @@ Status StructureChecker::check(const Plan& plan, const PlanBounds& bounds) {
     }
   }
   if (listed > kMaxActions) {
-    return invalid_argument(field("replicas", "the plan lists " + std::to_string(listed) +
-                                                  " actions; at most " +
-                                                  std::to_string(kMaxActions) + " are supported"));
+    return invalid_argument(field(
+        "replicas",
+        fmt::format("the plan lists {} actions; at most {} are supported", listed, kMaxActions)));
   }
   for (size_t r = 0; r < plan.replicas.size(); ++r) {
     MOTLEY_RETURN_IF_ERROR(check_actions(plan, labels, static_cast<int>(r), seen_));

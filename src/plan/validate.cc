@@ -3,9 +3,11 @@
 // expensive (the dependency graph, memory), and the first failure is reported.
 #include "motley/plan/validate.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <map>
 #include <string>
 
@@ -26,31 +28,28 @@ using plan_labels::Labels;
 
 // Sizes in GiB with one decimal, or three when one would make the two sides look equal.
 std::string gib(Bytes b, int decimals) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", decimals, b.value() / kGiB);
-  std::string s = buf;
+  std::string s = fmt::format("{:.{}f}", b.value() / kGiB, decimals);
   if (s.find('.') != std::string::npos) {
     while (s.back() == '0') s.pop_back();
     if (s.back() == '.') s.pop_back();
   }
-  return s + " GiB";
+  return fmt::format("{} GiB", s);
 }
 
 Status check_spec_hashes(const Plan& plan, const ModelSpec& model, const ClusterSpec& cluster) {
   SpecRef m = model_ref(model);
   if (plan.model.hash != m.hash) {
-    return invalid_argument("the plan was made for model '" + plan.model.name + "' (hash " +
-                            plan.model.hash + ") but the model given is '" + m.name + "' (hash " +
-                            m.hash +
-                            "); make a new plan for this model, or pass the model it was made for");
+    return invalid_argument(fmt::format(
+        "the plan was made for model '{}' (hash {}) but the model given is '{}' (hash {}); make a "
+        "new plan for this model, or pass the model it was made for",
+        plan.model.name, plan.model.hash, m.name, m.hash));
   }
   SpecRef c = cluster_ref(cluster);
   if (plan.cluster.hash != c.hash) {
-    return invalid_argument("the plan was made for cluster '" + plan.cluster.name + "' (hash " +
-                            plan.cluster.hash + ") but the cluster given is '" + c.name +
-                            "' (hash " + c.hash +
-                            "); make a new plan for this cluster, or pass the cluster it was "
-                            "made for");
+    return invalid_argument(fmt::format(
+        "the plan was made for cluster '{}' (hash {}) but the cluster given is '{}' (hash {}); "
+        "make a new plan for this cluster, or pass the cluster it was made for",
+        plan.cluster.name, plan.cluster.hash, c.name, c.hash));
   }
   return Status::ok();
 }
@@ -70,30 +69,30 @@ Status check_devices(const Plan& plan, const ClusterSpec& cluster, const Labels&
         if (!inserted) {
           const auto [r0, g0] = it->second;
           const bool same = r0 == ri && g0 == gi;
-          return invalid_argument("device " + std::to_string(d) + " (" + devices[d].type +
-                                  ") is used twice: " +
-                                  (same ? "listed twice in " + labels.group_with_stages(ri, gi)
-                                        : "in " + labels.group_with_stages(r0, g0) + ", and in " +
-                                              labels.group_with_stages(ri, gi)) +
-                                  "; a device belongs to at most one group");
+          const std::string where =
+              same ? fmt::format("listed twice in {}", labels.group_with_stages(ri, gi))
+                   : fmt::format("in {}, and in {}", labels.group_with_stages(r0, g0),
+                                 labels.group_with_stages(ri, gi));
+          return invalid_argument(
+              fmt::format("device {} ({}) is used twice: {}; a device belongs to at most one group",
+                          d, devices[d].type, where));
         }
       }
       // Tensor-parallel collectives run over one node's fabric and one vendor's library.
       const Device& first = devices[ids.front()];
       for (int d : ids) {
         if (devices[d].node != first.node) {
-          return invalid_argument(labels.group_with_stages(ri, gi) + ", spans nodes: device " +
-                                  std::to_string(first.id) + " is on node '" +
-                                  cluster.nodes[first.node].name + "' and device " +
-                                  std::to_string(d) + " on node '" +
-                                  cluster.nodes[devices[d].node].name +
-                                  "'; a tensor-parallel group must stay inside one node");
+          return invalid_argument(
+              fmt::format("{}, spans nodes: device {} is on node '{}' and device {} on node '{}'; "
+                          "a tensor-parallel group must stay inside one node",
+                          labels.group_with_stages(ri, gi), first.id,
+                          cluster.nodes[first.node].name, d, cluster.nodes[devices[d].node].name));
         }
         if (devices[d].type != first.type) {
-          return invalid_argument(
-              labels.group_with_stages(ri, gi) + ", mixes device types: device " +
-              std::to_string(first.id) + " is " + first.type + ", device " + std::to_string(d) +
-              " is " + devices[d].type + "; a tensor-parallel group needs one device type");
+          return invalid_argument(fmt::format(
+              "{}, mixes device types: device {} is {}, device {} is {}; a "
+              "tensor-parallel group needs one device type",
+              labels.group_with_stages(ri, gi), first.id, first.type, d, devices[d].type));
         }
       }
     }
@@ -173,13 +172,15 @@ Status check_deadlock(const Labels& labels, const TaskGraph& graph) {
   for (size_t k = start; k < chain.size(); ++k) {
     const Wait& w = chain[k];
     const int need_group = graph.node(w.need).group;
-    msg += (k == start ? labels.group(r, w.group) + " waits at " : "itself blocked at ") +
-           action_label(action(w.node)) + ", which needs ";
+    const std::string waiter = k == start ? fmt::format("{} waits at", labels.group(r, w.group))
+                                          : std::string("itself blocked at");
+    msg += fmt::format("{} {}, which needs ", waiter, action_label(action(w.node)));
     if (need_group == w.group) {
-      msg += action_label(action(w.need)) + ", listed later in the same group's order";
+      msg +=
+          fmt::format("{}, listed later in the same group's order", action_label(action(w.need)));
       break;
     }
-    msg += action_to_string(action(w.need)) + " from " + labels.group(r, need_group);
+    msg += fmt::format("{} from {}", action_to_string(action(w.need)), labels.group(r, need_group));
     msg += k + 1 < chain.size() ? ", " : ", which is where the cycle started";
   }
   return invalid_argument(msg);
@@ -189,8 +190,9 @@ Status check_memory(const Plan& plan, const ClusterSpec& cluster, const Labels& 
                     const ValidateOptions& options) {
   const std::vector<StageFootprint>& memory = options.stage_memory;
   if (!options.footprint && memory.size() != plan.stages.size()) {
-    return invalid_argument("memory footprints are given for " + std::to_string(memory.size()) +
-                            " stages but the plan has " + std::to_string(plan.stages.size()));
+    return invalid_argument(
+        fmt::format("memory footprints are given for {} stages but the plan has {}", memory.size(),
+                    plan.stages.size()));
   }
   const std::vector<Device> devices = cluster_devices(cluster);
   for (size_t r = 0; r < plan.replicas.size(); ++r) {
@@ -200,7 +202,7 @@ Status check_memory(const Plan& plan, const ClusterSpec& cluster, const Labels& 
       // Every device of a group has the same type (check_devices) and the same share.
       const Device& device = devices[group.devices.front()];
       MOTLEY_ASSIGN_OR_RETURN(const DeviceType* type, find_device_type(device.type));
-      const std::string who = "device " + std::to_string(device.id) + " (" + type->name + ")";
+      const std::string who = fmt::format("device {} ({})", device.id, type->name);
       auto footprint = [&](int stage) {
         return options.footprint
                    ? options.footprint(static_cast<int>(r), static_cast<int>(g), stage)
@@ -213,10 +215,10 @@ Status check_memory(const Plan& plan, const ClusterSpec& cluster, const Labels& 
       }
       auto over = [&](Bytes need, const std::string& when, const std::string& why) {
         const int decimals = gib(need, 1) == gib(type->memory, 1) ? 3 : 1;
-        return infeasible(who + " needs " + gib(need, decimals) + when + " but has " +
-                          gib(type->memory, decimals) + ": " +
-                          labels.group_with_stages(static_cast<int>(r), static_cast<int>(g)) +
-                          ", " + why);
+        return infeasible(
+            fmt::format("{} needs {}{} but has {}: {}, {}", who, gib(need, decimals), when,
+                        gib(type->memory, decimals),
+                        labels.group_with_stages(static_cast<int>(r), static_cast<int>(g)), why));
       };
       if (fixed > type->memory) {
         return over(fixed, "", "holds the weights, gradients and optimizer state of its stages");
@@ -228,9 +230,10 @@ Status check_memory(const Plan& plan, const ClusterSpec& cluster, const Labels& 
           in_use += footprint(a.stage).activation_per_micro_batch;
           ++in_flight;
           if (in_use > type->memory) {
-            return over(in_use, " at action " + action_label(a),
-                        "then holds the activations of " + std::to_string(in_flight) +
-                            " micro-batches on top of " + gib(fixed, 1) + " of fixed memory");
+            return over(in_use, fmt::format(" at action {}", action_label(a)),
+                        fmt::format("then holds the activations of {} micro-batches on top of {} "
+                                    "of fixed memory",
+                                    in_flight, gib(fixed, 1)));
           }
         } else if (frees_activations(a.kind)) {
           in_use -= footprint(a.stage).activation_per_micro_batch;
@@ -248,31 +251,29 @@ Status validate_plan(const Plan& plan, const ModelSpec& model, const ClusterSpec
                      const ValidateOptions& options) {
   if (options.check_spec_hashes) MOTLEY_RETURN_IF_ERROR(check_spec_hashes(plan, model, cluster));
   if (plan.micro_batch_size <= 0) {
-    return invalid_argument("micro_batch_size must be positive, got " +
-                            std::to_string(plan.micro_batch_size));
+    return invalid_argument(
+        fmt::format("micro_batch_size must be positive, got {}", plan.micro_batch_size));
   }
   if (plan.seq_len <= 0) {
-    return invalid_argument("seq_len must be positive, got " + std::to_string(plan.seq_len));
+    return invalid_argument(fmt::format("seq_len must be positive, got {}", plan.seq_len));
   }
   PlanBounds bounds;
   bounds.num_layers = static_cast<int>(model.layers.size());
   bounds.num_devices = static_cast<int>(cluster_devices(cluster).size());
-  bounds.model = "model '" + model.name + "'";
-  bounds.cluster = "cluster '" + cluster.name + "'";
+  bounds.model = fmt::format("model '{}'", model.name);
+  bounds.cluster = fmt::format("cluster '{}'", cluster.name);
   MOTLEY_RETURN_IF_ERROR(check_plan_structure(plan, bounds));
   const Labels labels(plan);
   MOTLEY_RETURN_IF_ERROR(check_devices(plan, cluster, labels));
   int64_t micro_batches = 0;
   for (const Replica& rep : plan.replicas) micro_batches += rep.micro_batches;
   if (plan.global_batch != micro_batches * plan.micro_batch_size) {
-    std::string parts;
-    for (size_t r = 0; r < plan.replicas.size(); ++r) {
-      parts += (r > 0 ? " + " : "") + std::to_string(plan.replicas[r].micro_batches);
-    }
-    return invalid_argument("global_batch is " + std::to_string(plan.global_batch) +
-                            " but the replicas run (" + parts + ") micro-batches of " +
-                            std::to_string(plan.micro_batch_size) + " = " +
-                            std::to_string(micro_batches * plan.micro_batch_size) + " sequences");
+    std::vector<int64_t> parts;
+    for (const Replica& rep : plan.replicas) parts.push_back(rep.micro_batches);
+    return invalid_argument(fmt::format(
+        "global_batch is {} but the replicas run ({}) micro-batches of {} = {} sequences",
+        plan.global_batch, fmt::join(parts, " + "), plan.micro_batch_size,
+        micro_batches * plan.micro_batch_size));
   }
   TaskGraph graph;
   build_task_graph(plan, lower_plan(plan), graph);

@@ -1,5 +1,7 @@
 #include "motley/report/chrome_trace.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <set>
@@ -79,7 +81,7 @@ Json chrome_trace_document(const Timeline& timeline, const Json& other_data,
     const int first_tid = next_tid;
     for (int l = 0; l < lanes; ++l) {
       const int tid = next_tid++;
-      const std::string name = l == 0 ? track.name : track.name + " #" + std::to_string(l + 1);
+      const std::string name = l == 0 ? track.name : fmt::format("{} #{}", track.name, l + 1);
       events.push_back(metadata("thread_name", pid, tid, {{"name", name}}));
       events.push_back(metadata("thread_sort_index", pid, tid, {{"sort_index", tid}}));
     }
@@ -122,9 +124,10 @@ Status check_chrome_trace(const Json& document) {
                     e.contains("tid") && e["tid"].is_number_integer() && e.contains("ph") &&
                     e["ph"].is_string();
     if (!ok) {
-      return invalid_argument("traceEvents[" + std::to_string(i) +
-                              "]: expected an object with integer \"pid\" and \"tid\" and a "
-                              "string \"ph\"");
+      return invalid_argument(fmt::format(
+          "traceEvents[{}]: expected an object with integer \"pid\" and \"tid\" and a string "
+          "\"ph\"",
+          i));
     }
   }
   return Status::ok();

@@ -1,6 +1,7 @@
 #include "motley/report/summary.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -32,8 +33,10 @@ std::string ratio(double part, double whole) {
 }
 
 std::string memory_cell(const DeviceStats& d) {
-  std::string s = format_bytes(d.peak_memory) + " / " + format_bytes(d.capacity);
-  if (d.capacity.value() > 0) s += " (" + format_percent(d.peak_memory / d.capacity, 0) + ")";
+  std::string s = fmt::format("{} / {}", format_bytes(d.peak_memory), format_bytes(d.capacity));
+  if (d.capacity.value() > 0) {
+    s += fmt::format(" ({})", format_percent(d.peak_memory / d.capacity, 0));
+  }
   return s;
 }
 
@@ -45,15 +48,14 @@ std::string shares(std::vector<std::pair<std::string, double>> items, double tot
     if (std::fabs(a.second - b.second) > tolerance) return a.second > b.second;
     return a.first < b.first;
   });
-  std::string out;
+  std::vector<std::string> parts;
   const size_t n = std::min(items.size(), static_cast<size_t>(std::max(top, 1)));
   for (size_t i = 0; i < n; ++i) {
-    if (!out.empty()) out += ", ";
-    out += items[i].first + " " + format_time(Seconds(items[i].second)) + " (" +
-           ratio(items[i].second, total) + ")";
+    parts.push_back(fmt::format("{} {} ({})", items[i].first, format_time(Seconds(items[i].second)),
+                                ratio(items[i].second, total)));
   }
-  if (items.size() > n) out += ", ... (" + std::to_string(items.size() - n) + " more)";
-  return out.empty() ? "-" : out;
+  if (items.size() > n) parts.push_back(fmt::format("... ({} more)", items.size() - n));
+  return parts.empty() ? "-" : fmt::format("{}", fmt::join(parts, ", "));
 }
 
 std::string critical_path_section(const Plan& plan, const SimResult& result,
@@ -84,21 +86,20 @@ std::string critical_path_section(const Plan& plan, const SimResult& result,
     waiting += std::max(0.0, (path[i].start - path[i - 1].end).value());
   }
   const double span = result.iteration_time.value();
-  std::string out = "Critical path: " + std::to_string(path.size()) + " tasks, " +
-                    sim_task_name(path.front()) + " at " + format_time(path.front().start) +
-                    " to " + sim_task_name(path.back()) + " at " + format_time(path.back().end) +
-                    "\n";
+  std::string out = fmt::format("Critical path: {} tasks, {} at {} to {} at {}\n", path.size(),
+                                sim_task_name(path.front()), format_time(path.front().start),
+                                sim_task_name(path.back()), format_time(path.back().end));
   const int top = options.critical_path_top;
   std::vector<std::pair<std::string, double>> kinds(by_kind.begin(), by_kind.end());
   std::vector<std::pair<std::string, double>> tracks(by_track.begin(), by_track.end());
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"  by kind", shares(kinds, span, kTimelineKindCount)});
   rows.push_back({"  compute by device", shares(tracks, span, top)});
-  rows.push_back({"  communication",
-                  format_time(Seconds(communication)) + " (" + ratio(communication, span) + ")"});
+  rows.push_back({"  communication", fmt::format("{} ({})", format_time(Seconds(communication)),
+                                                 ratio(communication, span))});
   if (waiting > 0) {
     rows.push_back({"  not covered by tasks",
-                    format_time(Seconds(waiting)) + " (" + ratio(waiting, span) + ")"});
+                    fmt::format("{} ({})", format_time(Seconds(waiting)), ratio(waiting, span))});
   }
   out += table(rows, {});
   return out;
@@ -110,9 +111,10 @@ std::string simulation_summary(const Plan& plan, const SimResult& result, const 
                                const SummaryOptions& options) {
   const double iteration = result.iteration_time.value();
   const int n_devices = static_cast<int>(topology.devices().size());
-  std::string out = "Simulated iteration: " + (plan.schedule.empty() ? "plan" : plan.schedule);
-  if (!plan.model.name.empty()) out += ", " + plan.model.name;
-  if (!plan.cluster.name.empty()) out += " on " + plan.cluster.name;
+  std::string out =
+      fmt::format("Simulated iteration: {}", plan.schedule.empty() ? "plan" : plan.schedule);
+  if (!plan.model.name.empty()) out += fmt::format(", {}", plan.model.name);
+  if (!plan.cluster.name.empty()) out += fmt::format(" on {}", plan.cluster.name);
   out += "\n";
 
   std::set<size_t> group_counts;
@@ -121,35 +123,28 @@ std::string simulation_summary(const Plan& plan, const SimResult& result, const 
     group_counts.insert(r.groups.size());
     micro_batches.insert(r.micro_batches);
   }
-  auto joined = [](const auto& values) {
-    std::string s;
-    for (auto v : values) {
-      if (!s.empty()) s += '/';
-      s += std::to_string(v);
-    }
-    return s;
-  };
+  auto joined = [](const auto& values) { return fmt::format("{}", fmt::join(values, "/")); };
   int over = 0;
   for (const DeviceStats& d : result.devices) over += d.peak_memory > d.capacity;
 
   std::vector<std::vector<std::string>> head;
   head.push_back({"  iteration time", format_time(result.iteration_time)});
-  head.push_back({"  throughput", format_tokens_per_second(result.throughput_tokens_per_s) + " (" +
-                                      std::to_string(plan.global_batch) + " sequences x " +
-                                      std::to_string(plan.seq_len) + " tokens per iteration)"});
-  head.push_back({"  bubble", format_percent(result.bubble_fraction) +
-                                  " of device time idle (idle / (iteration time x " +
-                                  std::to_string(result.devices.size()) + " devices))"});
   head.push_back(
-      {"  layout",
-       std::to_string(result.devices.size()) + " devices, " + std::to_string(plan.replicas.size()) +
-           (plan.replicas.size() == 1 ? " replica" : " replicas") +
-           fmt::format(" of {} device groups, {} stages, {} micro-batches "
-                       "per replica",
-                       joined(group_counts), plan.stages.size(), joined(micro_batches))});
+      {"  throughput", fmt::format("{} ({} sequences x {} tokens per iteration)",
+                                   format_tokens_per_second(result.throughput_tokens_per_s),
+                                   plan.global_batch, plan.seq_len)});
+  head.push_back(
+      {"  bubble", fmt::format("{} of device time idle (idle / (iteration time x {} devices))",
+                               format_percent(result.bubble_fraction), result.devices.size())});
+  head.push_back(
+      {"  layout", fmt::format("{} devices, {} {} of {} device groups, {} stages, {} "
+                               "micro-batches per replica",
+                               result.devices.size(), plan.replicas.size(),
+                               plan.replicas.size() == 1 ? "replica" : "replicas",
+                               joined(group_counts), plan.stages.size(), joined(micro_batches))});
   head.push_back({"  memory", over == 0 ? std::string("fits on every device")
-                                        : "OVER CAPACITY on " + std::to_string(over) + " of " +
-                                              std::to_string(result.devices.size()) + " devices"});
+                                        : fmt::format("OVER CAPACITY on {} of {} devices", over,
+                                                      result.devices.size())});
   head.push_back({"  tasks simulated", std::to_string(result.tasks)});
   out += table(head, {});
 

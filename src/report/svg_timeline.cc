@@ -1,6 +1,7 @@
 #include "motley/report/svg_timeline.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -284,7 +285,7 @@ class Renderer {
                             num(x), num(y), item.swatch,
                             item.stroke.empty()
                                 ? std::string(" stroke=\"#999999\" stroke-width=\"0.5\"")
-                                : " stroke=\"" + item.stroke + "\" stroke-width=\"1\"");
+                                : fmt::format(" stroke=\"{}\" stroke-width=\"1\"", item.stroke));
         out_ += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"{}\" fill=\"{}\">{}</text>\n",
                             num(x + 19), num(y + 10.5), num(font), kTextColor, escape(item.label));
       }
@@ -354,7 +355,7 @@ class Renderer {
     if (opt_.mark_critical_path && e.critical) {
       attrs = " stroke=\"#000000\" stroke-width=\"1.2\"";
     } else if (e.kind == TimelineKind::kTransfer) {
-      attrs = std::string(" stroke=\"") + kTransferOutline + "\" stroke-width=\"0.6\"";
+      attrs = fmt::format(" stroke=\"{}\" stroke-width=\"0.6\"", kTransferOutline);
     } else if (w >= 4 && h >= 4) {
       attrs = " stroke=\"#ffffff\" stroke-width=\"0.6\"";  // separates equal neighbours
     }
@@ -513,9 +514,9 @@ std::string svg_timeline(const Plan& plan, const SimResult& result, const Topolo
   const Timeline timeline = timeline_from_simulation(plan, result, topology);
   std::string title = options.title;
   if (title.empty()) {
-    title = "Simulated iteration: " + (plan.schedule.empty() ? "plan" : plan.schedule);
-    if (!plan.model.name.empty()) title += ", " + plan.model.name;
-    if (!plan.cluster.name.empty()) title += " on " + plan.cluster.name;
+    title = fmt::format("Simulated iteration: {}", plan.schedule.empty() ? "plan" : plan.schedule);
+    if (!plan.model.name.empty()) title += fmt::format(", {}", plan.model.name);
+    if (!plan.cluster.name.empty()) title += fmt::format(" on {}", plan.cluster.name);
   }
   std::set<size_t> group_counts;
   std::set<int64_t> micro_batches;
@@ -523,14 +524,7 @@ std::string svg_timeline(const Plan& plan, const SimResult& result, const Topolo
     group_counts.insert(r.groups.size());
     micro_batches.insert(r.micro_batches);
   }
-  const auto joined = [](const auto& values) {
-    std::string out;
-    for (auto v : values) {
-      if (!out.empty()) out += '/';
-      out += std::to_string(v);
-    }
-    return out;
-  };
+  const auto joined = [](const auto& values) { return fmt::format("{}", fmt::join(values, "/")); };
   std::string subtitle = fmt::format(
       "iteration {0} \u00b7 {1} \u00b7 bubble {2} \u00b7 {3} devices \u00b7 {4} {5} of {6} "
       "groups \u00b7 {7} micro-batches per replica",

@@ -1,5 +1,8 @@
 #include "motley/report/timeline.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <limits>
 #include <map>
@@ -63,11 +66,11 @@ class Builder {
                                          : *std::min_element(devices.begin(), devices.end());
         const std::string type = devices.empty() ? "?" : device_type_name(devices.front());
         if (devices.size() == 1) {
-          track.name = "device " + std::to_string(devices.front()) + " (" + type + ")";
+          track.name = fmt::format("device {} ({})", devices.front(), type);
         } else {
-          track.name = (several ? "replica " + std::to_string(r) + " " : std::string()) + "group " +
-                       std::to_string(g) + ": devices " + format_id_list(devices) + " (" + type +
-                       ")";
+          track.name = fmt::format("{}group {}: devices {} ({})",
+                                   several ? fmt::format("replica {} ", r) : std::string(), g,
+                                   format_id_list(devices), type);
         }
         // Chunks: the group's stages in increasing order.
         std::vector<int>& stages = group_stages_[{static_cast<int>(r), static_cast<int>(g)}];
@@ -89,7 +92,7 @@ class Builder {
     auto it = compute_track_.find({t.replica, t.group});
     if (it != compute_track_.end()) return it->second;
     TimelineTrack track;
-    track.name = "replica " + std::to_string(t.replica) + " group " + std::to_string(t.group);
+    track.name = fmt::format("replica {} group {}", t.replica, t.group);
     track.sort_key = t.device >= 0 ? t.device : std::numeric_limits<int>::max();
     track.replica = t.replica;
     const int id = new_track(std::move(track));
@@ -154,7 +157,7 @@ class Builder {
       case SimTaskKind::kGradientAllReduce:
         e.track = named_track(collective_track_, 0, TrackRole::kCollective, "all-reduce");
         e.args = {{"stage", t.stage}};
-        e.label = "s" + std::to_string(t.stage);
+        e.label = fmt::format("s{}", t.stage);
         break;
       case SimTaskKind::kSendActivation:
       case SimTaskKind::kSendGradient:
@@ -323,12 +326,9 @@ std::string format_id_list(std::vector<int> ids) {
     while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
     if (!out.empty()) out += ",";
     if (j - i >= 2) {
-      out += std::to_string(ids[i]) + "-" + std::to_string(ids[j]);
+      out += fmt::format("{}-{}", ids[i], ids[j]);
     } else {
-      for (size_t k = i; k <= j; ++k) {
-        if (k > i) out += ',';
-        out += std::to_string(ids[k]);
-      }
+      out += fmt::format("{}", fmt::join(ids.begin() + i, ids.begin() + j + 1, ","));
     }
     i = j + 1;
   }

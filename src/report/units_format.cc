@@ -18,7 +18,7 @@ std::string scaled(double v, std::initializer_list<const char*> unit_list, doubl
   if (std::isnan(v)) return "nan";
   const std::vector<const char*> units(unit_list);
   size_t i = 0;
-  if (std::isinf(v)) return std::string(v > 0 ? "inf " : "-inf ") + units.back();
+  if (std::isinf(v)) return fmt::format("{} {}", v > 0 ? "inf" : "-inf", units.back());
   while (i + 1 < units.size() && std::fabs(v) >= base) {
     v /= base;
     ++i;
@@ -41,7 +41,7 @@ std::string scaled(double v, std::initializer_list<const char*> unit_list, doubl
     break;
   }
   if (*units[i] == '\0') return number;
-  return number + " " + units[i];
+  return fmt::format("{} {}", number, units[i]);
 }
 
 }  // namespace
@@ -73,7 +73,7 @@ std::string format_flops_rate(FlopsPerSecond r) {
 }
 
 std::string format_tokens_per_second(double tokens_per_s) {
-  return format_count(tokens_per_s) + " tokens/s";
+  return fmt::format("{} tokens/s", format_count(tokens_per_s));
 }
 
 std::string format_percent(double fraction, int decimals) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <deque>
 #include <string>
+#include <utility>
 
 #include "weight_placement.h"
 
@@ -390,32 +391,25 @@ Result<GroupOrders> zero_bubble(ScheduleKind kind, const ScheduleRequest& req,
     }
   }
 
-  internal::WeightPlacementInput in;
-  in.num_groups = p;
-  in.num_stages = req.num_stages;
-  in.stage_group = req.stage_group;
-  in.micro_batches = m;
-  in.p2p = req.p2p_time.value();
-  in.limit = limit;
+  internal::TimelineSpec spec;
+  spec.num_groups = p;
+  spec.stage_group = req.stage_group;
+  spec.micro_batches = m;
+  spec.hop.assign(req.num_stages - 1, req.p2p_time.value());
+  const ComputeTimes design_point{Seconds(1), Seconds(1), Seconds(1), Seconds(0)};
   for (int s = 0; s < req.num_stages; ++s) {
-    if (req.stage_times.empty()) {
-      in.forward.push_back(1.0);
-      in.backward_input.push_back(1.0);
-      in.backward_weight.push_back(1.0);
-    } else {
-      const ComputeTimes& t = req.stage_times[s];
-      in.forward.push_back(t.forward.value());
-      in.backward_input.push_back((t.backward_input + t.recompute).value());
-      in.backward_weight.push_back(t.backward_weight.value());
-    }
+    spec.durations.push_back(internal::stage_durations(
+        req.stage_times.empty() ? design_point : req.stage_times[s], /*split_backward=*/true));
   }
   // Both gap policies are tried and the shorter estimate kept (ties: the one that never
   // delays an F or B), as the ZB paper's heuristic tries its variants.
+  const internal::EstimatedTimeline start(std::move(spec));
   MOTLEY_ASSIGN_OR_RETURN(
       internal::PlacedOrders fit,
-      internal::place_weight_passes(in, skeleton, internal::GapFill::kWhenItFits));
-  MOTLEY_ASSIGN_OR_RETURN(internal::PlacedOrders always,
-                          internal::place_weight_passes(in, skeleton, internal::GapFill::kAlways));
+      internal::place_weight_passes(start, limit, skeleton, WeightFill::kIfItFits));
+  MOTLEY_ASSIGN_OR_RETURN(
+      internal::PlacedOrders always,
+      internal::place_weight_passes(start, limit, skeleton, WeightFill::kAlways));
   const double tolerance = 1e-9 * std::max(fit.makespan, 1e-30);
   return always.makespan < fit.makespan - tolerance ? std::move(always.orders)
                                                     : std::move(fit.orders);

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "motley/plan/spec_hash.h"
+#include "motley/schedule/assemble.h"
 
 namespace motley {
 namespace {
@@ -103,37 +106,28 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
 
   const int num_stages = p * chunks;
   const int layers = static_cast<int>(model.layers.size());
-  if (layers < num_stages) {
-    return invalid_argument(std::string(kWhat) + "model '" + model.name + "' has " +
-                            std::to_string(layers) + " layers, fewer than the " +
-                            std::to_string(num_stages) + " stages of " + std::to_string(p) +
-                            " groups x " + std::to_string(chunks) + " chunks");
+  if (max_stages(o.partition, model) < num_stages) {
+    const bool megatron = o.partition == LayerSplit::kMegatron;
+    return invalid_argument(
+        std::string(kWhat) + "model '" + model.name + "' has " +
+        std::to_string(max_stages(o.partition, model)) +
+        (megatron ? " decoder layers" : " layers") + ", fewer than the " +
+        std::to_string(num_stages) + " stages of " + std::to_string(p) + " groups x " +
+        std::to_string(chunks) + " chunks" +
+        (megatron ? " (the megatron partition splits the decoder layers)" : ""));
   }
 
-  Plan plan;
-  plan.model = model_ref(model);
-  plan.cluster = cluster_ref(cluster);
-  plan.micro_batch_size = o.micro_batch_size;
-  plan.seq_len = o.seq_len > 0 ? o.seq_len : model.default_seq_len;
-  plan.global_batch = static_cast<int64_t>(replicas) * o.micro_batches * o.micro_batch_size;
-  plan.schedule = schedule_kind_name(o.kind);
-  plan.zero1 = o.zero1;
-  const int base = layers / num_stages;
-  const int extra = layers % num_stages;
-  int begin = 0;
-  for (int s = 0; s < num_stages; ++s) {
-    const int size = base + (s < extra ? 1 : 0);
-    plan.stages.push_back(Stage{begin, begin + size, o.recompute});
-    begin += size;
-  }
-
-  const std::vector<int> stage_group = default_stage_group(o.kind, p, chunks);
+  // A uniform plan is a candidate: every replica the same bounds, groups in cluster order.
+  Candidate c;
+  c.micro_batch_size = o.micro_batch_size;
+  c.schedule = ScheduleSpec::named(o.kind, chunks);
+  const std::vector<int> bounds = split_bounds(o.partition, model, num_stages);
   for (int k = 0; k < replicas; ++k) {
-    Replica replica;
+    PipelineSpec replica;
+    replica.bounds = bounds;
+    replica.recompute.assign(num_stages, o.recompute);
     replica.micro_batches = o.micro_batches;
-    replica.stage_group = stage_group;
     for (int r = 0; r < p; ++r) {
-      DeviceGroupSchedule group;
       const int first = (k * p + r) * t;
       for (int d = first; d < first + t; ++d) {
         if (devices[d].node != devices[first].node || devices[d].type != devices[first].type) {
@@ -147,32 +141,25 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
                                   "'); a group needs one node and one device type, choose another "
                                   "'tensor_parallel'");
         }
-        group.devices.push_back(d);
       }
+      std::vector<int> group(t);
+      for (int i = 0; i < t; ++i) group[i] = first + i;
       replica.groups.push_back(std::move(group));
     }
-
-    ScheduleRequest request;
-    request.num_groups = p;
-    request.num_stages = num_stages;
-    request.stage_group = stage_group;
-    request.micro_batches = o.micro_batches;
-    for (int s = 0; s < num_stages; ++s) {
-      const Stage& st = plan.stages[s];
-      const DeviceGroup group{replica.groups[stage_group[s]].devices};
-      request.stage_times.push_back(
-          cost.compute(LayerRange{st.layer_begin, st.layer_end}, group, st.recompute));
-      if (s + 1 < num_stages && stage_group[s + 1] != stage_group[s]) {
-        const Seconds hop =
-            cost.p2p_time(group.devices.front(), replica.groups[stage_group[s + 1]].devices.front(),
-                          cost.boundary_bytes(st.layer_end - 1));
-        request.p2p_time = std::max(request.p2p_time, hop);
-      }
-    }
-    MOTLEY_ASSIGN_OR_RETURN(GroupOrders orders, generate_schedule(o.kind, request));
-    for (int r = 0; r < p; ++r) replica.groups[r].actions = std::move(orders[r]);
-    plan.replicas.push_back(std::move(replica));
+    c.replicas.push_back(std::move(replica));
   }
+
+  AssembleOptions assemble;
+  assemble.model = model_ref(model);
+  assemble.cluster = cluster_ref(cluster);
+  assemble.num_layers = layers;
+  assemble.seq_len = o.seq_len > 0 ? o.seq_len : model.default_seq_len;
+  assemble.zero1 = o.zero1;
+  // Memory is the validator's to check (simulate validates every plan it runs).
+  assemble.check_memory = false;
+  MOTLEY_ASSIGN_OR_RETURN(Plan plan, assemble_plan(assemble, c, cost));
+  // The schedule is named by its kind alone, as plan files written by `motley simulate` are.
+  plan.schedule = schedule_kind_name(o.kind);
   return plan;
 }
 

@@ -194,6 +194,37 @@ TEST_F(UniformPlanTest, WholeClusterAndExplicitDataParallel) {
   EXPECT_TRUE(validate_plan(part.value(), model_, cluster_, ValidateOptions{}).is_ok());
 }
 
+TEST_F(UniformPlanTest, MegatronPartitionSplitsTheDecoderBlocks) {
+  UniformPlanOptions o;
+  o.kind = ScheduleKind::k1f1b;
+  o.stages = 8;
+  o.micro_batches = 8;
+  o.partition = LayerSplit::kMegatron;
+  Result<Plan> plan = make(o);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().message();
+  // 32 blocks, 4 per stage; the embedding joins the first stage and the head the last.
+  EXPECT_EQ(layer_counts(plan.value()), (std::vector<int>{5, 4, 4, 4, 4, 4, 4, 5}));
+  EXPECT_EQ(plan.value().schedule, "1f1b");
+  // The orders are the generator's, whatever the split.
+  ScheduleRequest request;
+  request.num_groups = 8;
+  request.num_stages = 8;
+  request.stage_group = default_stage_group(o.kind, 8, 1);
+  request.micro_batches = 8;
+  const GroupOrders expected = generate_schedule(o.kind, request).value();
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(plan.value().replicas[0].groups[r].actions, expected[r]);
+  EXPECT_TRUE(validate_plan(plan.value(), model_, cluster_, ValidateOptions{}).is_ok());
+
+  // Interleaved: 4 groups x 2 chunks, in pipeline order.
+  o.kind = ScheduleKind::kInterleaved;
+  o.stages = 4;
+  o.virtual_stages = 2;
+  plan = make(o);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().message();
+  EXPECT_EQ(layer_counts(plan.value()), (std::vector<int>{5, 4, 4, 4, 4, 4, 4, 5}));
+  EXPECT_EQ(plan.value().replicas[0].stage_group, (std::vector<int>{0, 1, 2, 3, 0, 1, 2, 3}));
+}
+
 void expect_invalid(const Result<Plan>& plan, const std::string& part) {
   ASSERT_FALSE(plan.is_ok());
   EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
@@ -233,6 +264,13 @@ TEST_F(UniformPlanTest, Errors) {
   o.virtual_stages = 2;
   o.micro_batches = 6;
   expect_invalid(make(o), "micro_batches (6) must be a multiple of num_groups (4)");
+  o.micro_batches = 8;
+  o.stages = 8;
+  o.virtual_stages = 5;
+  o.partition = LayerSplit::kMegatron;
+  expect_invalid(make(o),
+                 "model 'llama-3-8b' has 32 decoder layers, fewer than the 40 stages of 8 groups "
+                 "x 5 chunks (the megatron partition splits the decoder layers)");
 }
 
 }  // namespace

@@ -7,17 +7,14 @@
 
 #include <algorithm>
 #include <deque>
-#include <limits>
 #include <string>
+#include <utility>
 
 namespace motley::internal {
 namespace {
 
-constexpr double kNotDone = -1.0;
-
 struct GroupState {
   size_t next = 0;               // index into the skeleton
-  double free_at = 0;            // when the group's stream is free
   int64_t in_flight = 0;         // F done, W not done
   std::deque<Action> pending_w;  // oldest B first
   std::vector<Action> out;
@@ -25,27 +22,19 @@ struct GroupState {
 
 }  // namespace
 
-Result<PlacedOrders> place_weight_passes(const WeightPlacementInput& in,
-                                         const GroupOrders& skeleton, GapFill fill) {
-  const int stages = in.num_stages;
-  const int64_t m = in.micro_batches;
-  const auto cell = [m](int stage, int mb) { return static_cast<size_t>(stage) * m + mb; };
-  std::vector<double> f_end(static_cast<size_t>(stages) * m, kNotDone);
-  std::vector<double> b_end(static_cast<size_t>(stages) * m, kNotDone);
-
+Result<PlacedOrders> place_weight_passes(EstimatedTimeline timeline,
+                                         const std::vector<int64_t>& limit,
+                                         const GroupOrders& skeleton, WeightFill fill) {
   // Gaps compare sums of durations taken in different orders; a tolerance keeps a W that fits
   // exactly (the textbook case) from being rejected by rounding.
-  double longest = 0;
-  for (int s = 0; s < stages; ++s) {
-    longest = std::max({longest, in.forward[s], in.backward_input[s], in.backward_weight[s]});
-  }
-  const double tolerance = 1e-9 * std::max(longest, in.p2p);
-
-  std::vector<GroupState> groups(in.num_groups);
-  const auto put_w = [&](GroupState& g) {
+  const double tolerance = 1e-9 * timeline.longest_time();
+  const int num_groups = static_cast<int>(skeleton.size());
+  std::vector<GroupState> groups(num_groups);
+  const auto put_w = [&](int gi) {
+    GroupState& g = groups[gi];
     const Action w = g.pending_w.front();
     g.pending_w.pop_front();
-    g.free_at += in.backward_weight[w.stage];
+    timeline.run(w, timeline.free_at(gi));
     --g.in_flight;
     g.out.push_back(w);
   };
@@ -53,55 +42,35 @@ Result<PlacedOrders> place_weight_passes(const WeightPlacementInput& in,
   bool progress = true;
   while (progress) {
     progress = false;
-    for (int gi = 0; gi < in.num_groups; ++gi) {
+    for (int gi = 0; gi < num_groups; ++gi) {
       GroupState& g = groups[gi];
       const std::vector<Action>& order = skeleton[gi];
       while (g.next < order.size()) {
         const Action& a = order[g.next];
-        // The one input the action waits for, and whether it crosses groups.
-        double input_end = 0;
-        int input_stage = a.stage;
-        if (a.kind == ActionKind::kForward) {
-          if (a.stage > 0) {
-            input_stage = a.stage - 1;
-            input_end = f_end[cell(input_stage, a.micro_batch)];
-          }
-        } else {
-          if (a.stage + 1 < stages) {
-            input_stage = a.stage + 1;
-            input_end = b_end[cell(input_stage, a.micro_batch)];
-          } else {
-            input_end = f_end[cell(a.stage, a.micro_batch)];
-          }
-        }
-        if (input_end == kNotDone) break;
-        double ready = input_end;
-        if (in.stage_group[input_stage] != gi) ready += in.p2p;
+        const Readiness input = timeline.readiness(a, 0.0);
+        if (!input.known) break;
+        const double ready = input.time;
 
-        if (a.kind == ActionKind::kForward && in.limit[gi] > 0) {
-          while (g.in_flight >= in.limit[gi]) {
+        if (a.kind == ActionKind::kForward && limit[gi] > 0) {
+          while (g.in_flight >= limit[gi]) {
             if (g.pending_w.empty()) {
-              return internal_error(
-                  "schedule: device group " + std::to_string(gi) + " must run a forward with " +
-                  std::to_string(g.in_flight) + " micro-batches in flight (limit " +
-                  std::to_string(in.limit[gi]) + ") and no weight-gradient pass to free one");
+              return internal_error("schedule: device group " + std::to_string(gi) +
+                                    " must run a forward with " + std::to_string(g.in_flight) +
+                                    " micro-batches in flight (limit " + std::to_string(limit[gi]) +
+                                    ") and no weight-gradient pass to free one");
             }
-            put_w(g);
+            put_w(gi);
           }
         }
-        while (!g.pending_w.empty() && g.free_at < ready - tolerance) {
-          const double w = in.backward_weight[g.pending_w.front().stage];
-          if (fill == GapFill::kWhenItFits && g.free_at + w > ready + tolerance) break;
-          put_w(g);
+        while (!g.pending_w.empty() && timeline.free_at(gi) < ready - tolerance) {
+          const double w = timeline.duration(g.pending_w.front());
+          if (fill == WeightFill::kIfItFits && timeline.free_at(gi) + w > ready + tolerance) break;
+          put_w(gi);
         }
-        const double start = std::max(g.free_at, ready);
+        timeline.run(a, std::max(timeline.free_at(gi), ready));
         if (a.kind == ActionKind::kForward) {
-          g.free_at = start + in.forward[a.stage];
-          f_end[cell(a.stage, a.micro_batch)] = g.free_at;
           ++g.in_flight;
         } else {
-          g.free_at = start + in.backward_input[a.stage];
-          b_end[cell(a.stage, a.micro_batch)] = g.free_at;
           g.pending_w.push_back(Action{ActionKind::kBackwardWeight, a.stage, a.micro_batch});
         }
         g.out.push_back(a);
@@ -112,7 +81,7 @@ Result<PlacedOrders> place_weight_passes(const WeightPlacementInput& in,
   }
 
   PlacedOrders result;
-  for (int gi = 0; gi < in.num_groups; ++gi) {
+  for (int gi = 0; gi < num_groups; ++gi) {
     GroupState& g = groups[gi];
     if (g.next < skeleton[gi].size()) {
       const Action& a = skeleton[gi][g.next];
@@ -121,8 +90,8 @@ Result<PlacedOrders> place_weight_passes(const WeightPlacementInput& in,
                             " of stage " + std::to_string(a.stage) + ", micro-batch " +
                             std::to_string(a.micro_batch));
     }
-    while (!g.pending_w.empty()) put_w(g);
-    result.makespan = std::max(result.makespan, g.free_at);
+    while (!g.pending_w.empty()) put_w(gi);
+    result.makespan = std::max(result.makespan, timeline.free_at(gi));
     result.orders.push_back(std::move(g.out));
   }
   return result;

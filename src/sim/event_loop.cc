@@ -4,6 +4,8 @@
 // they were scheduled, runs next.
 #include "event_loop.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <string>
 
@@ -86,15 +88,14 @@ Status EventLoop::run(const SimOptions& options, const Plan& plan, const Topolog
   for (int32_t i = 0; i < n; ++i) {
     if (graph.tasks[i].pending == 0) continue;
     const SimTask t = graph.task(plan, i);
-    const std::string where = t.replica >= 0
-                                  ? "replicas[" + std::to_string(t.replica) + "].groups[" +
-                                        std::to_string(t.group < 0 ? 0 : t.group) + "]"
-                                  : std::string("replicas");
-    return infeasible(options.source + ": field '" + where + "': the orders deadlock: " +
-                      std::to_string(n - finished_) + " of " + std::to_string(n) +
-                      " tasks never start, the first being " + sim_task_name(t) +
-                      " (each device group must list an action after the actions it needs from "
-                      "other groups can run)");
+    const std::string where = t.replica >= 0 ? fmt::format("replicas[{}].groups[{}]", t.replica,
+                                                           t.group < 0 ? 0 : t.group)
+                                             : std::string("replicas");
+    return infeasible(
+        fmt::format("{}: field '{}': the orders deadlock: {} of {} tasks never start, the first "
+                    "being {} (each device group must list an action after the actions it needs "
+                    "from other groups can run)",
+                    options.source, where, n - finished_, n, sim_task_name(t)));
   }
   return internal_error("the event loop ended with unfinished tasks that all had started");
 }

@@ -1,5 +1,5 @@
-// Tests of the tuner's internal pieces: candidate assembly (common refinement of replicas'
-// stages, expansion of coarse orders), micro-batch splitting, and screening's extrapolation.
+// Tests of the tuner's internal pieces: the context's tensor-parallel degrees, micro-batch
+// splitting, and screening's extrapolation (the assembler's own tests: schedule/assemble_test).
 #include "candidate.h"
 
 #include <gtest/gtest.h>
@@ -9,28 +9,17 @@
 #include <string>
 #include <vector>
 
+#include "../schedule/test_util.h"
 #include "evaluator.h"
-#include "motley/plan/plan_json.h"
-#include "motley/plan/validate.h"
 #include "motley/sim/simulator.h"
 #include "space.h"
-#include "test_util.h"
 
 namespace motley::tune_internal {
 namespace {
 
-using tune_testing::fixed_cluster;
-using tune_testing::layer_ms;
-using tune_testing::tiny_model;
-
-std::string order_text(const std::vector<Action>& actions) {
-  std::string out;
-  for (const Action& a : actions) {
-    if (!out.empty()) out += ' ';
-    out += action_to_string(a);
-  }
-  return out;
-}
+using schedule_testing::fixed_cluster;
+using schedule_testing::layer_ms;
+using schedule_testing::tiny_model;
 
 // Owns what a Context refers to.
 struct Fixture {
@@ -89,51 +78,6 @@ TEST(SplitMicroBatchesTest, FasterReplicaGetsMore) {
   EXPECT_EQ(split_micro_batches({1, 100}, {0, 0}, 5), (std::vector<int64_t>{4, 1}));
   // Equal replicas: the earlier one first on ties.
   EXPECT_EQ(split_micro_batches({1, 1, 1}, {0, 0, 0}, 7), (std::vector<int64_t>{3, 2, 2}));
-}
-
-TEST(AssembleTest, ReplicasWithDifferentPartitionsShareTheCommonRefinement) {
-  Fixture fx(6, {"H100-SXM", "H100-SXM"}, 2, 4, uniform_spec(6));
-  Candidate c;
-  c.micro_batch_size = 1;
-  c.schedule = ScheduleSpec::named(ScheduleKind::k1f1b);
-  c.replicas = {
-      PipelineSpec{{{0}, {1}}, {0, 3, 6}, {RecomputePolicy::kNone, RecomputePolicy::kNone}, 2},
-      PipelineSpec{
-          {{2}, {3}}, {0, 2, 6}, {RecomputePolicy::kNone, RecomputePolicy::kSelective}, 2}};
-  Result<Plan> plan = assemble(*fx.ctx, c);
-  ASSERT_TRUE(plan.is_ok()) << plan.status().message();
-  ASSERT_EQ(plan->stages.size(), 3u);
-  EXPECT_EQ(plan->stages[0], (Stage{0, 2, RecomputePolicy::kNone}));
-  // Layers 2-3 are recomputed in replica 1, so in every replica.
-  EXPECT_EQ(plan->stages[1], (Stage{2, 3, RecomputePolicy::kSelective}));
-  EXPECT_EQ(plan->stages[2], (Stage{3, 6, RecomputePolicy::kSelective}));
-  EXPECT_EQ(plan->replicas[0].stage_group, (std::vector<int>{0, 0, 1}));
-  EXPECT_EQ(plan->replicas[1].stage_group, (std::vector<int>{0, 1, 1}));
-  // 1F1B on two coarse stages, expanded: forwards in pipeline order, backwards in reverse.
-  EXPECT_EQ(order_text(plan->replicas[0].groups[0].actions), "0F0 1F0 0F1 1F1 1B0 0B0 1B1 0B1");
-  EXPECT_EQ(order_text(plan->replicas[1].groups[1].actions), "1F0 2F0 2B0 1B0 1F1 2F1 2B1 1B1");
-  EXPECT_EQ(plan->global_batch, 4);
-  ValidateOptions validate;
-  validate.check_spec_hashes = true;
-  Status valid = validate_plan(plan.value(), fx.model, fx.cluster, validate);
-  EXPECT_TRUE(valid.is_ok()) << valid.message();
-  Result<SimResult> sim = simulate(SimOptions{}, plan.value(), fx.ctx->cost(1));
-  ASSERT_TRUE(sim.is_ok()) << sim.status().message();
-}
-
-TEST(AssembleTest, RejectsPlansThatExceedMemory) {
-  // 30 GB of weights per layer: three layers on one 80 GB H100 do not fit.
-  FixedCostSpec spec;
-  for (int i = 0; i < 6; ++i) spec.layers.push_back(layer_ms(1, 1, 1, 30, 1));
-  Fixture fx(6, {"H100-SXM"}, 2, 2, spec);
-  Candidate c;
-  c.schedule = ScheduleSpec::named(ScheduleKind::k1f1b);
-  c.replicas = {PipelineSpec{{{0}, {1}}, {0, 3, 6}, std::vector<RecomputePolicy>(2), 2}};
-  Result<Plan> plan = assemble(*fx.ctx, c);
-  ASSERT_FALSE(plan.is_ok());
-  EXPECT_EQ(plan.status().code(), StatusCode::kInfeasible);
-  EXPECT_EQ(plan.status().message().rfind("memory: replica 0 group 0", 0), 0u)
-      << plan.status().message();
 }
 
 TEST(EvaluatorTest, ScreeningMatchesTheWholePlanOnUniformStages) {

@@ -86,7 +86,7 @@ Evaluation Evaluator::run(const Candidate& c, Fidelity fidelity, Simulator& sim)
   const Candidate* plan_of = &c;
   Candidate reduced;
   std::unique_ptr<CostModel> subset;
-  AssembleOptions assemble_options;
+  int64_t data_parallel = 0;  // of the whole plan, when fewer replicas stand for it
   const size_t replicas = c.replicas.size();
   const bool screen = fidelity == Fidelity::kScreen;
   const bool identical = identical_replicas(ctx_, c);
@@ -114,7 +114,7 @@ Evaluation Evaluator::run(const Candidate& c, Fidelity fidelity, Simulator& sim)
     }
     subset = std::make_unique<ReplicaSubsetCostModel>(base, static_cast<int64_t>(replicas),
                                                       std::move(rings));
-    assemble_options.data_parallel = static_cast<int64_t>(replicas);
+    data_parallel = static_cast<int64_t>(replicas);
     plan_of = &reduced;
   }
   if (screen) {
@@ -139,9 +139,8 @@ Evaluation Evaluator::run(const Candidate& c, Fidelity fidelity, Simulator& sim)
       }
     }
   }
-  if (plan_of == &reduced) assemble_options.whole_batch = false;
   const CostModel& cost = subset ? *subset : base;
-  Result<Plan> plan = assemble(ctx_, *plan_of, assemble_options);
+  Result<Plan> plan = assemble(ctx_, *plan_of, data_parallel, /*whole_batch=*/plan_of != &reduced);
   if (!plan.is_ok()) {
     e.status = plan.status();
     return e;

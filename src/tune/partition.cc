@@ -150,14 +150,6 @@ std::string devices_text(const DeviceGroup& g) {
 
 }  // namespace
 
-std::vector<int> uniform_bounds(int num_layers, int stages) {
-  MOTLEY_CHECK(stages >= 1 && stages <= num_layers, "uniform_bounds: need 1 <= stages <= layers");
-  std::vector<int> bounds{0};
-  const int base = num_layers / stages, extra = num_layers % stages;
-  for (int s = 0; s < stages; ++s) bounds.push_back(bounds.back() + base + (s < extra ? 1 : 0));
-  return bounds;
-}
-
 Result<Partition> balanced_partition(const PartitionRequest& req, const CostModel& cost) {
   const size_t stages = req.stage_groups.size();
   if (stages == 0) return invalid_argument(std::string(kWhat) + "no stages");

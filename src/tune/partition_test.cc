@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <vector>
 
-#include "test_util.h"
+#include "../schedule/test_util.h"
 
 namespace motley {
 namespace {
 
-using tune_testing::fixed_cluster;
-using tune_testing::layer_ms;
+using schedule_testing::fixed_cluster;
+using schedule_testing::layer_ms;
 
 constexpr double kBig = 1e15;  // bytes: a budget that never binds
 
@@ -24,12 +24,6 @@ PartitionRequest request(int layers, const std::vector<int>& devices) {
     r.in_flight.push_back(1);
   }
   return r;
-}
-
-TEST(UniformBoundsTest, RemainderGoesToTheFirstStages) {
-  EXPECT_EQ(uniform_bounds(10, 4), (std::vector<int>{0, 3, 6, 8, 10}));
-  EXPECT_EQ(uniform_bounds(6, 6), (std::vector<int>{0, 1, 2, 3, 4, 5, 6}));
-  EXPECT_EQ(uniform_bounds(7, 1), (std::vector<int>{0, 7}));
 }
 
 TEST(BalancedPartitionTest, HeavyLastLayerGetsItsOwnStage) {

@@ -29,16 +29,16 @@ std::vector<int64_t> in_flight_targets(const ScheduleSpec& spec, int p, int64_t 
   for (int g : stage_group) {
     int64_t need = 0;
     switch (spec.shape) {
-      case Shape::kLinear:
+      case StageShape::kLinear:
         need = p - g;
         break;
-      case Shape::kInterleaved: {
+      case StageShape::kInterleaved: {
         const int64_t v = spec.chunks;
         const int64_t total = std::min<int64_t>(v * m, 2 * (p - g - 1) + (v - 1) * p + 1);
         need = (total + v - 1) / v;
         break;
       }
-      case Shape::kV:
+      case StageShape::kV:
         need = p;
         break;
     }
@@ -69,11 +69,11 @@ double bubble_share(const ScheduleSpec& spec, double f, double b, double w) {
   const double v_shape = std::max(f, b) / (2 * total);
   if (spec.adaptive) {
     switch (spec.shape) {
-      case Shape::kLinear:
+      case StageShape::kLinear:
         return 0.5 * (h1 + h2);
-      case Shape::kInterleaved:
+      case StageShape::kInterleaved:
         return h1 / spec.chunks;
-      case Shape::kV:
+      case StageShape::kV:
         return v_shape;
     }
   }
@@ -451,8 +451,14 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
     const int64_t guess = std::max<int64_t>(1, options.proportional_micro_batches
                                                    ? std::llround(total * speed[r] / speed_sum)
                                                    : total / replicas);
-    if (options.partition == PartitionMode::kUniform) {
-      spec.bounds = uniform_bounds(layers, stages);
+    if (options.split) {
+      if (stages > max_stages(*options.split, ctx.model())) {
+        return invalid_argument("candidate: " + std::to_string(stages) + " stages for the " +
+                                std::to_string(max_stages(*options.split, ctx.model())) +
+                                " layers the " + layer_split_name(*options.split) +
+                                " partition splits");
+      }
+      spec.bounds = split_bounds(*options.split, ctx.model(), stages);
       spec.recompute.assign(stages, options.uniform_recompute);
     } else {
       const std::vector<int> stage_group = shape_stage_group(schedule, p);

@@ -1,17 +1,19 @@
 // Internal to tune/: the search space before simulation — layouts (which devices form which
 // tensor-parallel groups, pipelines and replicas), candidates built from a layout, a schedule
-// and a micro-batch size (balanced or uniform partition, micro-batch counts per replica), and the
+// and a micro-batch size (balanced or counted partition, micro-batch counts per replica), and the
 // cheap estimate used to prune before simulating. Pure functions over a Context; thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "candidate.h"
 #include "context.h"
+#include "motley/schedule/layer_split.h"
 #include "motley/tune/partition.h"
 
 namespace motley::tune_internal {
@@ -39,8 +41,6 @@ std::vector<Layout> mixed_layouts(const Context& ctx);
 // Layouts whose replicas each use one device type, with their own depth and TP degree.
 std::vector<Layout> separate_layouts(const Context& ctx);
 
-enum class PartitionMode { kBalanced, kUniform };
-
 // Balanced partitions already computed, keyed by everything they depend on; shared by the
 // threads that build candidates.
 class PartitionCache {
@@ -54,8 +54,9 @@ class PartitionCache {
 };
 
 struct BuildOptions {
-  PartitionMode partition = PartitionMode::kBalanced;
-  // Uniform partitions: one policy for every stage.
+  // The partition mode: a counting rule (uniform, megatron), or none for the balanced partition.
+  std::optional<LayerSplit> split;
+  // Counted partitions: one policy for every stage.
   RecomputePolicy uniform_recompute = RecomputePolicy::kNone;
   // Micro-batch counts: proportional to each replica's estimated speed (false: equal counts,
   // the extra ones to the first replicas).

@@ -50,11 +50,11 @@ std::vector<ScheduleSpec> search_specs() {
       ScheduleSpec::named(ScheduleKind::kZbH2),
       ScheduleSpec::named(ScheduleKind::kZbV),
       ScheduleSpec::named(ScheduleKind::kDualPipeV),
-      ScheduleSpec::adaptive_on(Shape::kLinear, 1, AdaptivePriority::kBackwardFirst,
+      ScheduleSpec::adaptive_on(StageShape::kLinear, 1, AdaptivePriority::kBackwardFirst,
                                 WeightFill::kIfItFits),
-      ScheduleSpec::adaptive_on(Shape::kLinear, 1, AdaptivePriority::kForwardFirst,
+      ScheduleSpec::adaptive_on(StageShape::kLinear, 1, AdaptivePriority::kForwardFirst,
                                 WeightFill::kIfItFits),
-      ScheduleSpec::adaptive_on(Shape::kV, 2, AdaptivePriority::kBackwardFirst,
+      ScheduleSpec::adaptive_on(StageShape::kV, 2, AdaptivePriority::kBackwardFirst,
                                 WeightFill::kIfItFits),
   };
 }
@@ -187,13 +187,14 @@ Found Searcher::megatron(const ScheduleSpec& spec) {
   for (const auto& [node, count] : per_node) smallest_node = std::min(smallest_node, count);
   std::vector<int> tps;
   for (int t = 1; t <= std::min(8, smallest_node); t *= 2) tps.push_back(t);
+  const int most_stages = max_stages(LayerSplit::kMegatron, ctx_.model());
 
   Found found;
   bool shaped = false;  // some TP x PP x DP met the shape's requirements
   auto attempt = [&](int t, RecomputePolicy policy) {
     if (n % t != 0) return false;
     for (int p : divisors(n / t)) {
-      if (p * spec.chunks > ctx_.num_layers()) continue;
+      if (p * spec.chunks > most_stages) continue;
       const int d = n / (t * p);
       if (total % d != 0) continue;
       const int64_t m = total / d;
@@ -202,7 +203,7 @@ Found Searcher::megatron(const ScheduleSpec& spec) {
       if (!layout.is_ok()) continue;
       shaped = true;
       BuildOptions options;
-      options.partition = PartitionMode::kUniform;
+      options.split = LayerSplit::kMegatron;
       options.uniform_recompute = policy;
       options.proportional_micro_batches = false;
       Result<Candidate> c = build_candidate(ctx_, layout.value(), spec, b, options);
@@ -214,7 +215,7 @@ Found Searcher::megatron(const ScheduleSpec& spec) {
         found.eval = e;
         found.detail = "TP " + std::to_string(t) + " x PP " + std::to_string(p) + " x DP " +
                        std::to_string(d) + ", " + spec.name() +
-                       ", uniform layers, devices in cluster order, recompute " +
+                       ", Megatron-LM's layer split, devices in cluster order, recompute " +
                        recompute_policy_name(policy) + ", " + std::to_string(m) +
                        " micro-batches of " + std::to_string(b) + " per replica";
         return true;
@@ -237,12 +238,13 @@ Found Searcher::megatron(const ScheduleSpec& spec) {
   if (!done && shaped) {
     found.why_not = "no TP x PP x DP of Megatron-LM's rule fits memory with " + spec.name();
   } else if (!done) {
-    found.why_not = "no TP x PP x DP in cluster order meets " + spec.name() +
-                    "'s requirements (PP x chunks <= layers, DP dividing the micro-batches" +
-                    (spec.kind == ScheduleKind::kInterleaved
-                         ? std::string(", micro-batches per replica a multiple of PP")
-                         : std::string()) +
-                    ")";
+    found.why_not =
+        "no TP x PP x DP in cluster order meets " + spec.name() +
+        "'s requirements (PP x chunks <= decoder layers, DP dividing the micro-batches" +
+        (spec.kind == ScheduleKind::kInterleaved
+             ? std::string(", micro-batches per replica a multiple of PP")
+             : std::string()) +
+        ")";
   }
   found.simulated = evaluator_.simulated() - simulated;
   found.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -332,10 +334,11 @@ Found Searcher::placement_only() {
   std::vector<Layout> layouts = mixed_layouts(ctx_);
   for (Layout& l : separate_layouts(ctx_)) layouts.push_back(std::move(l));
   const int n = ctx_.num_devices();
+  const int most_stages = max_stages(LayerSplit::kMegatron, ctx_.model());
   for (int t : {1, 2, 4, 8}) {
     if (n % t != 0) continue;
     for (int p : divisors(n / t)) {
-      if (p > ctx_.num_layers()) continue;
+      if (p > most_stages) continue;
       Result<Layout> l = cluster_order_layout(ctx_, t, p, n / (t * p));
       if (l.is_ok()) layouts.push_back(std::move(l.value()));
     }
@@ -343,7 +346,7 @@ Found Searcher::placement_only() {
   std::vector<std::pair<double, Candidate>> ranked;
   for (const Layout& layout : layouts) {
     BuildOptions options;
-    options.partition = PartitionMode::kUniform;
+    options.split = LayerSplit::kMegatron;
     Result<Candidate> c = build_candidate(ctx_, layout, spec, b, options);
     if (c.is_ok()) ranked.emplace_back(estimate(ctx_, c.value()), c.value());
   }
@@ -364,7 +367,8 @@ Found Searcher::placement_only() {
   fidelity_ = Fidelity::kFull;
   found = best_of(finalists(cands, evals, found), "");
   if (found.ok)
-    found.detail = "uniform layers with 1F1B on the best placement: " + describe(found.candidate);
+    found.detail =
+        "Megatron-LM's layer split with 1F1B on the best placement: " + describe(found.candidate);
   found.simulated = evaluator_.simulated() - simulated;
   found.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return found;
@@ -407,13 +411,13 @@ Found Searcher::schedule_only(const Found& base) {
   const int64_t b = base.candidate.micro_batch_size;
   std::vector<ScheduleSpec> specs = search_specs();
   specs.push_back(ScheduleSpec::named(ScheduleKind::kInterleaved, 4));
-  specs.push_back(ScheduleSpec::adaptive_on(Shape::kLinear, 1, AdaptivePriority::kBackwardFirst,
-                                            WeightFill::kAlways));
+  specs.push_back(ScheduleSpec::adaptive_on(StageShape::kLinear, 1,
+                                            AdaptivePriority::kBackwardFirst, WeightFill::kAlways));
   std::vector<Candidate> cands{base.candidate};
   fidelity_ = Fidelity::kScreen;
   for (const ScheduleSpec& spec : specs) {
     BuildOptions options;
-    options.partition = PartitionMode::kUniform;
+    options.split = LayerSplit::kMegatron;
     options.uniform_recompute = base.candidate.replicas[0].recompute[0];
     options.proportional_micro_batches = false;
     Result<Candidate> c = build_candidate(ctx_, layout, spec, b, options);
@@ -815,7 +819,8 @@ Found Searcher::exhaustive() {
       ScheduleSpec::named(ScheduleKind::kInterleaved, 2), ScheduleSpec::named(ScheduleKind::kZbH1),
       ScheduleSpec::named(ScheduleKind::kZbH2),           ScheduleSpec::named(ScheduleKind::kZbV),
       ScheduleSpec::named(ScheduleKind::kDualPipeV)};
-  const std::vector<Shape> shapes = {Shape::kLinear, Shape::kInterleaved, Shape::kV};
+  const std::vector<StageShape> shapes = {StageShape::kLinear, StageShape::kInterleaved,
+                                          StageShape::kV};
 
   // Every (micro-batch size, layout, shape, partition) with a bound: the busiest group's
   // compute, which no schedule can beat.
@@ -845,7 +850,7 @@ Found Searcher::exhaustive() {
       for (size_t si = 0; si < shapes.size(); ++si) {
         ScheduleSpec shape_spec;
         shape_spec.shape = shapes[si];
-        shape_spec.chunks = shapes[si] == Shape::kLinear ? 1 : 2;
+        shape_spec.chunks = shapes[si] == StageShape::kLinear ? 1 : 2;
         const int stages = p * shape_spec.chunks;
         if (stages > layers) continue;
         const std::vector<int> stage_group = shape_stage_group(shape_spec, p);

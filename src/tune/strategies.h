@@ -46,14 +46,16 @@ class Searcher {
   using ProgressFn = std::function<void(const std::string& phase)>;
   Searcher(const Context& ctx, Evaluator& evaluator, ProgressFn progress);
 
-  // Megatron-LM's rule: uniform layers per stage, devices in cluster order, TP the smallest
-  // power of two that fits (GPUs per node with recompute when nothing fits without), the
-  // smallest PP that fits, DP the rest, the same micro-batch count per replica.
+  // Megatron-LM's rule: its layer split (megatron_bounds: the decoder layers evenly over the
+  // stages, embedding first, head last), devices in cluster order, TP the smallest power of two
+  // that fits (GPUs per node with recompute when nothing fits without), the smallest PP that
+  // fits, DP the rest, the same micro-batch count per replica.
   Found megatron(const ScheduleSpec& schedule);
   // Metis (ATC'24): heterogeneity-aware device grouping, TP/DP degrees and layer partition,
   // chosen by its cost model (m-1) max(stage) + sum(stage) + all-reduce, with 1F1B.
   Found metis();
-  // One dimension optimized, the others as megatron-1f1b (`base`).
+  // One dimension optimized, the others as megatron-1f1b (`base`): the layer split is
+  // Megatron-LM's wherever the partition is not the dimension optimized.
   Found partition_only(const Found& base);
   Found placement_only();
   Found schedule_only(const Found& base);

@@ -19,11 +19,9 @@
 namespace motley {
 namespace {
 
-using tune_internal::Candidate;
 using tune_internal::Context;
 using tune_internal::Evaluator;
 using tune_internal::Found;
-using tune_internal::ScheduleSpec;
 using tune_internal::Searcher;
 
 std::string fixed(double x, int digits) {
@@ -63,7 +61,7 @@ double bottleneck(const Context& ctx, const Candidate& c) {
   return worst;
 }
 
-std::string layer_counts(const tune_internal::PipelineSpec& rep) {
+std::string layer_counts(const PipelineSpec& rep) {
   std::string out;
   for (size_t s = 0; s + 1 < rep.bounds.size(); ++s) {
     if (!out.empty()) out += ", ";
@@ -77,7 +75,7 @@ std::vector<std::string> explain(const Context& ctx, const Found& best, const Si
                                  const std::vector<Found>& baselines, Seconds lower) {
   std::vector<std::string> out;
   const Candidate& c = best.candidate;
-  const tune_internal::PipelineSpec& first = c.replicas[0];
+  const PipelineSpec& first = c.replicas[0];
 
   std::string placement = "Placement: " + tune_internal::describe_layout(ctx, c.replicas) + ".";
   int64_t lo = first.micro_batches, hi = lo;
@@ -117,7 +115,7 @@ std::vector<std::string> explain(const Context& ctx, const Found& best, const Si
                           " layers; the busiest device group needs " + ms(bottleneck(ctx, c)) +
                           " per micro-batch";
   if (megatron.ok) {
-    partition += " (megatron-1f1b's uniform split: " + ms(bottleneck(ctx, megatron.candidate)) +
+    partition += " (megatron-1f1b's split: " + ms(bottleneck(ctx, megatron.candidate)) +
                  " with micro-batches of " + std::to_string(megatron.candidate.micro_batch_size) +
                  ")";
   }

@@ -7,19 +7,19 @@
 #include <string>
 #include <vector>
 
+#include "../schedule/test_util.h"
 #include "motley/core/json.h"
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/model/presets.h"
 #include "motley/plan/plan_json.h"
 #include "motley/plan/validate.h"
-#include "test_util.h"
 
 namespace motley {
 namespace {
 
-using tune_testing::fixed_cluster;
-using tune_testing::layer_ms;
-using tune_testing::tiny_model;
+using schedule_testing::fixed_cluster;
+using schedule_testing::layer_ms;
+using schedule_testing::tiny_model;
 
 // A FixedCostModel whose times and activations grow with the micro-batch size.
 CostModelFactory fixed_factory(FixedCostSpec spec) {
@@ -296,6 +296,34 @@ TEST(TuneTest, LowerBoundIsTheWorkOverTheAggregateRate) {
   ASSERT_TRUE(h100.is_ok());
   const double step = 8 * 15e9 / h100.value()->memory_bandwidth.value();
   EXPECT_NEAR(bound->value(), ((7 * 3e-3 + 9e-3) * 16 + step) / 4, 1e-12);
+}
+
+TEST(TuneTest, MegatronBaselinesSplitTheDecoderLayers) {
+  // An embedding, 8 blocks and a head of 20 GB each on 4 H100s fit only as 4 stages: Megatron-LM
+  // splits the 8 blocks 2 per stage with the embedding first and the head last (3, 2, 2, 3
+  // layers; counting every layer would give 3, 3, 2, 2), and interleaved, 1 per chunk.
+  Case c{"megatron-split", tiny_model(10), fixed_cluster({"H100-SXM"}, 4), {}};
+  c.model.layers.front().kind = LayerKind::kEmbedding;
+  c.model.layers.back().kind = LayerKind::kHead;
+  FixedCostSpec spec;
+  for (int i = 0; i < 10; ++i) spec.layers.push_back(layer_ms(1, 1, 1, 20, 1));
+  c.options.global_batch = 16;
+  c.options.cost_model = fixed_factory(spec);
+  const auto bounds = [](const Plan& plan) {
+    std::vector<int> out{0};
+    for (const Stage& s : plan.stages) out.push_back(s.layer_end);
+    return out;
+  };
+  c.options.strategy = "megatron-1f1b";
+  Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(bounds(r->plan), (std::vector<int>{0, 3, 5, 7, 10}));
+  EXPECT_NE(r->explanation[0].find("Megatron-LM's layer split"), std::string::npos)
+      << r->explanation[0];
+  c.options.strategy = "megatron-interleaved";
+  r = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(bounds(r->plan), (std::vector<int>{0, 2, 3, 4, 5, 6, 7, 8, 10}));
 }
 
 TEST(TuneTest, HeavyHeadGetsAStageOfItsOwnSize) {

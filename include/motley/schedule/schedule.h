@@ -70,6 +70,15 @@ struct ScheduleRequest {
 // One action list per group (index = group), each group's actions in execution order.
 using GroupOrders = std::vector<std::vector<Action>>;
 
+// Where a split schedule may put a pending weight-gradient pass (W) besides where memory forces
+// one and the end of the order, when its group would otherwise wait for the next F or B. The
+// zero-bubble kinds try both and keep the shorter estimate; the adaptive scheduler
+// (adaptive_schedule.h) is given one.
+enum class WeightFill {
+  kIfItFits,  // only into an idle gap long enough that the next F or B is not delayed
+  kAlways,    // into any idle gap, even if the next F or B then starts late
+};
+
 // Generates the orders of `kind` for `request`. Every (stage, micro-batch) gets one F and one
 // fused backward, or one B and one W for the split kinds; each group runs only its stages; the
 // orders cannot deadlock.

@@ -1,8 +1,8 @@
 // make_uniform_plan: the complete Plan behind `motley simulate --schedule X --stages N
-// --virtual-stages V --micro-batches M` — the model's layers split evenly over the stages,
-// device groups taken in cluster order, the rest of the cluster as data-parallel replicas, and
-// each replica's orders from generate_schedule. It does not price or validate the plan
-// (sim/, plan/validate.h) and chooses nothing: the tuner does. Thread-safe free function.
+// --virtual-stages V --micro-batches M` — the layers split over the stages by a counting rule
+// (layer_split.h), device groups in cluster order, the rest of the cluster as data-parallel
+// replicas — assembled as a candidate by assemble_plan. It neither prices nor validates the
+// plan (sim/, plan/validate.h) and chooses nothing: the tuner does. Thread-safe free function.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 #include "motley/cost/cost_model.h"
 #include "motley/model/model.h"
 #include "motley/plan/plan.h"
+#include "motley/schedule/layer_split.h"
 #include "motley/schedule/schedule.h"
 
 namespace motley {
@@ -33,18 +34,20 @@ struct UniformPlanOptions {
   int64_t seq_len = 0;  // 0: the model's default_seq_len
   RecomputePolicy recompute = RecomputePolicy::kNone;
   bool zero1 = false;
+  // How layers are counted onto stages: uniform_bounds (every layer alike) or megatron_bounds.
+  LayerSplit partition = LayerSplit::kUniform;
 };
 
-// Stage s of S = p * stages_per_group gets floor(L / S) layers, and one more when s < L mod S
-// (the remainder goes to the first stages). Replica k's group r holds devices
+// The S = p * stages_per_group stages get split_bounds(partition, model, S): by default stage s
+// has floor(L / S) layers, and one more when s < L mod S. Replica k's group r holds devices
 // [(k*p + r) * t, (k*p + r + 1) * t) of cluster_devices(cluster). Stage times for the
 // zero-bubble kinds come from cost.compute() on each replica's own devices, so replicas on
 // different hardware may get different orders; the activation/gradient transfer time given to
 // the generator is the largest over the replica's stage boundaries. global_batch =
 // replicas * m * micro_batch_size; model/cluster refs per spec_hash.h; no predicted metrics.
 // Errors (invalid_argument): a non-positive count, a virtual-stage count the kind does not
-// take, fewer layers than stages, a cluster too small or not divisible, a TP group that spans
-// nodes or device types, and the generator's own errors.
+// take, fewer layers (megatron: decoder layers) than stages, a cluster too small or not
+// divisible, a TP group that spans nodes or device types, and the generator's own errors.
 // REQUIRES: `cost` prices `model` on `cluster` for micro_batch_size and seq_len.
 Result<Plan> make_uniform_plan(const UniformPlanOptions& options, const ModelSpec& model,
                                const ClusterSpec& cluster, const CostModel& cost);

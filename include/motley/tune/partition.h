@@ -1,6 +1,6 @@
 // Partitioning a model's layers into contiguous pipeline stages on given device groups: the
-// balanced (min-max) partition with per-stage recompute where memory is short, and the uniform
-// one that counts layers. Chooses neither the groups nor the schedule (tune.h does).
+// balanced (min-max) partition with per-stage recompute where memory is short. The rules that
+// only count layers are schedule/layer_split.h's. Chooses neither the groups nor the schedule.
 // Pure functions of a CostModel, which is thread-safe; so are they.
 #pragma once
 
@@ -52,9 +52,5 @@ struct Partition {
 // invalid_argument for inconsistent sizes or more stages than layers; infeasible when no partition
 // fits memory (names the first stage that cannot).
 Result<Partition> balanced_partition(const PartitionRequest& request, const CostModel& cost);
-
-// Layer counts as Megatron-LM splits them: stage s gets floor(L/S) layers, one more when
-// s < L mod S (make_uniform_plan's rule). REQUIRES: 1 <= stages <= num_layers.
-std::vector<int> uniform_bounds(int num_layers, int stages);
 
 }  // namespace motley

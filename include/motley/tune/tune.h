@@ -80,8 +80,9 @@ std::vector<std::string> tune_strategy_names();
 struct StrategyOutcome {
   std::string strategy;
   bool feasible = false;  // a memory-feasible plan exists under this strategy's rules
-  std::string detail;     // what it chose ("TP 1 x PP 8 x DP 2, 1f1b, uniform") or why none
-  Plan plan;              // with predicted metrics; empty when !feasible
+  // What it chose ("TP 1 x PP 8 x DP 2, 1f1b, Megatron-LM's layer split, ...") or why none.
+  std::string detail;
+  Plan plan;  // with predicted metrics; empty when !feasible
   Seconds iteration_time;
   double tokens_per_s = 0;
   double dollars_per_million_tokens = 0;

@@ -1,8 +1,9 @@
 #include "test_util.h"
 
 #include "../plan/test_plans.h"
+#include "motley/plan/plan_json.h"
 
-namespace motley::tune_testing {
+namespace motley::schedule_testing {
 
 ModelSpec tiny_model(int layers, const std::string& name) {
   return testing::small_model(layers, name);
@@ -23,4 +24,13 @@ FixedLayer layer_ms(double f, double b, double w, double weights_gb, double act_
   return l;
 }
 
-}  // namespace motley::tune_testing
+std::string order_text(const std::vector<Action>& actions) {
+  std::string out;
+  for (const Action& a : actions) {
+    if (!out.empty()) out += ' ';
+    out += action_to_string(a);
+  }
+  return out;
+}
+
+}  // namespace motley::schedule_testing

@@ -1,11 +1,8 @@
-// The adaptive list scheduler: builds an irregular order per device group from the stages'
-// times, for any map of stages to groups (one stage per group, interleaved, V-shaped, or several
-// consecutive stages on one group), by replaying an estimated timeline: whenever a group is free
-// it runs the most urgent ready action — input-gradient backwards, then forwards while its
-// memory admits another micro-batch, and weight-gradient passes in the gaps. Admission control
-// keeps every group's live activations within its budget, and admitting micro-batches in order
-// makes the result deadlock-free. It does not simulate the plan (sim/) or choose stage times.
-// Algorithm: docs/planner.md, "Adaptive schedule". Thread-safe free function.
+// The adaptive list scheduler: an irregular order per device group for any map of stages to
+// groups, built by replaying the estimated timeline the zero-bubble W placement uses too — a
+// free group runs its most urgent ready action (B, then F while memory admits a micro-batch, W
+// in the gaps) — with admission control that keeps activations within budget and deadlock-free
+// orders. No simulation (sim/). Algorithm: docs/planner.md, "Adaptive schedule". Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -21,11 +18,6 @@ namespace motley {
 enum class AdaptivePriority {
   kBackwardFirst,  // a ready backward runs before a ready forward (1F1B-like steady state)
   kForwardFirst,   // forwards first while memory admits them (deep warm-up), then backwards
-};
-
-enum class WeightFill {
-  kIfItFits,  // a W fills a gap only when it ends before the group's next F or B can start
-  kAlways,    // any gap is filled with a pending W
 };
 
 struct AdaptiveRequest {

@@ -1,4 +1,4 @@
-#include "motley/tune/adaptive_schedule.h"
+#include "motley/schedule/adaptive_schedule.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,6 +7,8 @@
 #include <queue>
 #include <string>
 #include <utility>
+
+#include "estimated_timeline.h"
 
 namespace motley {
 namespace {
@@ -64,19 +66,31 @@ Status check_request(const AdaptiveRequest& r) {
   return Status::ok();
 }
 
+internal::TimelineSpec timeline_of(const AdaptiveRequest& r) {
+  internal::TimelineSpec spec;
+  spec.num_groups = r.num_groups;
+  spec.stage_group = r.stage_group;
+  spec.micro_batches = r.micro_batches;
+  for (const ComputeTimes& t : r.stage_times) {
+    spec.durations.push_back(internal::stage_durations(t, r.split_backward));
+  }
+  for (Seconds t : r.transfer_time) spec.hop.push_back(t.value());
+  return spec;
+}
+
+// Drives the estimated timeline event by event: a group is woken when it becomes free and when
+// an input it waits for may have become available, and then starts what step() chooses.
 class ListScheduler {
  public:
   explicit ListScheduler(const AdaptiveRequest& r)
       : r_(r),
         stages_(static_cast<int>(r.stage_group.size())),
         m_(static_cast<int>(r.micro_batches)),
+        timeline_(timeline_of(r)),
         stages_of_(r.num_groups),
         reserve_(r.num_groups, 0.0),
         next_f_(stages_, 0),
         next_b_(stages_, 0),
-        f_end_(static_cast<size_t>(stages_) * m_, kUnknown),
-        b_end_(static_cast<size_t>(stages_) * m_, kUnknown),
-        free_at_(r.num_groups, 0.0),
         live_(r.num_groups, 0.0),
         admitted_(r.num_groups, 0),
         pending_w_(r.num_groups),
@@ -105,7 +119,7 @@ class ListScheduler {
       const auto [t, seq, g] = events_.top();
       events_.pop();
       (void)seq;
-      if (t < free_at_[g]) continue;  // busy then; woken again when it is free
+      if (t < timeline_.free_at(g)) continue;  // busy then; woken again when it is free
       step(g, t);
     }
     for (int g = 0; g < r_.num_groups; ++g) {
@@ -118,43 +132,6 @@ class ListScheduler {
   }
 
  private:
-  size_t at(int s, int j) const { return static_cast<size_t>(s) * m_ + j; }
-  bool same_group(int a, int b) const { return r_.stage_group[a] == r_.stage_group[b]; }
-  double fwd(int s) const { return r_.stage_times[s].forward.value(); }
-  double bwd(int s) const {
-    const ComputeTimes& t = r_.stage_times[s];
-    double d = t.backward_input.value() + t.recompute.value();
-    if (!r_.split_backward) d += t.backward_weight.value();
-    return d;
-  }
-  double wgt(int s) const { return r_.stage_times[s].backward_weight.value(); }
-  double hop(int s) const { return r_.transfer_time[s].value(); }  // boundary s -> s+1
-
-  // When F(s, j)'s input is (or, if its producer has not started, at the earliest could be)
-  // available.
-  double f_ready(int s, int j, double now, bool* known) const {
-    *known = true;
-    if (s == 0) return 0.0;
-    const double end = f_end_[at(s - 1, j)];
-    const double transfer = same_group(s - 1, s) ? 0.0 : hop(s - 1);
-    if (end != kUnknown) return end + transfer;
-    *known = false;
-    return now + fwd(s - 1) + transfer;
-  }
-  double b_ready(int s, int j, double now, bool* known) const {
-    *known = true;
-    if (f_end_[at(s, j)] == kUnknown) {
-      *known = false;
-      return kUnknown;
-    }
-    if (s == stages_ - 1) return f_end_[at(s, j)];
-    const double end = b_end_[at(s + 1, j)];
-    const double transfer = same_group(s, s + 1) ? 0.0 : hop(s);
-    if (end != kUnknown) return std::max(end + transfer, f_end_[at(s, j)]);
-    *known = false;
-    return now + bwd(s + 1) + transfer;
-  }
-
   bool admissible(int g, int s, int j) const {
     if (s != stages_of_[g].front()) return true;  // admitted at the group's first stage
     MOTLEY_CHECK(j == admitted_[g], "micro-batches must be admitted in order");
@@ -163,41 +140,29 @@ class ListScheduler {
 
   void wake(int g, double t) { events_.push(Event{t, seq_++, g}); }
 
-  void start(int g, double t, ActionKind kind, int s, int j, double duration) {
-    const double end = t + duration;
-    free_at_[g] = end;
-    orders_[g].push_back(Action{kind, s, j});
+  void start(int g, double t, const Action& a) {
+    const double end = timeline_.run(a, t);
+    orders_[g].push_back(a);
     wake(g, end);
-    switch (kind) {
+    const int s = a.stage;
+    switch (a.kind) {
       case ActionKind::kForward:
-        f_end_[at(s, j)] = end;
         ++next_f_[s];
         --remaining_fb_[g];
         if (s == stages_of_[g].front()) {
           ++admitted_[g];
           live_[g] += reserve_[g];
         }
-        if (s + 1 < stages_ && !same_group(s, s + 1)) {
-          const int consumer = r_.stage_group[s + 1];
-          wake(consumer, t);  // its next-ready estimate is exact from now on
-          wake(consumer, end + hop(s));
-        }
         break;
       case ActionKind::kBackwardInput:
-      case ActionKind::kBackward:
-        b_end_[at(s, j)] = end;
         ++next_b_[s];
         --remaining_fb_[g];
-        if (kind == ActionKind::kBackwardInput) {
-          pending_w_[g].push_back({s, j});
-        } else {
-          live_[g] -= r_.activation_bytes[s].value();
-        }
-        if (s > 0 && !same_group(s - 1, s)) {
-          const int consumer = r_.stage_group[s - 1];
-          wake(consumer, t);
-          wake(consumer, end + hop(s - 1));
-        }
+        pending_w_[g].push_back({s, a.micro_batch});
+        break;
+      case ActionKind::kBackward:
+        ++next_b_[s];
+        --remaining_fb_[g];
+        live_[g] -= r_.activation_bytes[s].value();
         break;
       case ActionKind::kBackwardWeight:
         live_[g] -= r_.activation_bytes[s].value();
@@ -205,69 +170,76 @@ class ListScheduler {
       default:
         MOTLEY_CHECK(false, "unexpected action kind");
     }
+    // The group consuming this output on another stage: its next-ready estimate is exact from
+    // now on, and the input arrives after the hop.
+    const internal::Consumer& consumer = timeline_.consumer(a);
+    if (consumer.group >= 0) {
+      wake(consumer.group, t);
+      wake(consumer.group, end + consumer.hop);
+    }
   }
 
   void step(int g, double t) {
+    const ActionKind b_kind =
+        r_.split_backward ? ActionKind::kBackwardInput : ActionKind::kBackward;
     // Candidates: the next backward and the next forward of each of the group's stages.
     int best_b = -1, best_f = -1;
     bool blocked_f = false;  // a forward is ready but memory does not admit it
     double next_ready = kUnknown;
     for (int s : stages_of_[g]) {
-      bool known = false;
       const int jb = next_b_[s];
       if (jb < m_) {
-        const double ready = b_ready(s, jb, t, &known);
-        if (known && ready <= t) {
+        const internal::Readiness ready = timeline_.readiness(Action{b_kind, s, jb}, t);
+        if (ready.known && ready.time <= t) {
           if (best_b < 0 || jb < next_b_[best_b] || (jb == next_b_[best_b] && s > best_b)) {
             best_b = s;
           }
         } else {
-          next_ready = std::min(next_ready, ready);
+          next_ready = std::min(next_ready, ready.time);
         }
       }
       const int jf = next_f_[s];
       if (jf < m_) {
-        const double ready = f_ready(s, jf, t, &known);
-        if (known && ready <= t) {
+        const internal::Readiness ready =
+            timeline_.readiness(Action{ActionKind::kForward, s, jf}, t);
+        if (ready.known && ready.time <= t) {
           if (!admissible(g, s, jf)) {
             blocked_f = true;
           } else if (best_f < 0 || jf < next_f_[best_f] || (jf == next_f_[best_f] && s > best_f)) {
             best_f = s;
           }
         } else {
-          next_ready = std::min(next_ready, ready);
+          next_ready = std::min(next_ready, ready.time);
         }
       }
     }
     const bool backward_first = r_.priority == AdaptivePriority::kBackwardFirst;
     const int first = backward_first ? best_b : best_f;
     const int second = backward_first ? best_f : best_b;
-    const bool first_is_b = backward_first;
-    const ActionKind b_kind =
-        r_.split_backward ? ActionKind::kBackwardInput : ActionKind::kBackward;
     if (first >= 0) {
-      if (first_is_b) {
-        start(g, t, b_kind, first, next_b_[first], bwd(first));
+      if (backward_first) {
+        start(g, t, Action{b_kind, first, next_b_[first]});
       } else {
-        start(g, t, ActionKind::kForward, first, next_f_[first], fwd(first));
+        start(g, t, Action{ActionKind::kForward, first, next_f_[first]});
       }
       return;
     }
     if (second >= 0) {
-      if (!first_is_b) {
-        start(g, t, b_kind, second, next_b_[second], bwd(second));
+      if (!backward_first) {
+        start(g, t, Action{b_kind, second, next_b_[second]});
       } else {
-        start(g, t, ActionKind::kForward, second, next_f_[second], fwd(second));
+        start(g, t, Action{ActionKind::kForward, second, next_f_[second]});
       }
       return;
     }
     if (pending_w_[g].empty()) return;
     const auto [s, j] = pending_w_[g].front();
+    const Action w{ActionKind::kBackwardWeight, s, j};
     const bool run = blocked_f || remaining_fb_[g] == 0 || r_.weight_fill == WeightFill::kAlways ||
-                     t + wgt(s) <= next_ready;
+                     t + timeline_.duration(w) <= next_ready;
     if (!run) return;
     pending_w_[g].pop_front();
-    start(g, t, ActionKind::kBackwardWeight, s, j, wgt(s));
+    start(g, t, w);
   }
 
   struct Event {
@@ -280,11 +252,10 @@ class ListScheduler {
   const AdaptiveRequest& r_;
   int stages_;
   int m_;
+  internal::EstimatedTimeline timeline_;
   std::vector<std::vector<int>> stages_of_;
   std::vector<double> reserve_;  // activation bytes of one micro-batch over the group's stages
   std::vector<int> next_f_, next_b_;
-  std::vector<double> f_end_, b_end_;
-  std::vector<double> free_at_;
   std::vector<double> live_;  // reserved activation bytes
   std::vector<int> admitted_;
   std::vector<std::deque<std::pair<int, int>>> pending_w_;

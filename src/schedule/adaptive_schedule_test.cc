@@ -1,4 +1,4 @@
-#include "motley/tune/adaptive_schedule.h"
+#include "motley/schedule/adaptive_schedule.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "motley/plan/plan_json.h"
 #include "motley/plan/validate.h"
 #include "motley/sim/simulator.h"
 #include "test_util.h"
@@ -15,18 +14,10 @@
 namespace motley {
 namespace {
 
-using tune_testing::fixed_cluster;
-using tune_testing::layer_ms;
-using tune_testing::tiny_model;
-
-std::string order_text(const std::vector<Action>& actions) {
-  std::string out;
-  for (const Action& a : actions) {
-    if (!out.empty()) out += ' ';
-    out += action_to_string(a);
-  }
-  return out;
-}
+using schedule_testing::fixed_cluster;
+using schedule_testing::layer_ms;
+using schedule_testing::order_text;
+using schedule_testing::tiny_model;
 
 AdaptiveRequest uniform_request(int p, int64_t m, double budget_bytes) {
   AdaptiveRequest r;

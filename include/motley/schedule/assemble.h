@@ -1,0 +1,87 @@
+// The plan assembler: a candidate — per replica its device groups in pipeline order, its coarse
+// stages (layer bounds, recompute) and micro-batch count; a schedule; a micro-batch size — made
+// into a Plan: the common refinement of the replicas' bounds, named schedules generated on each
+// replica's coarse stages and expanded onto the fine ones, the adaptive scheduler under memory
+// budgets, and the memory check. It chooses nothing (tune/) and simulates nothing (sim/).
+// Algorithm: docs/planner.md, "Assembling a plan". Thread-safe free functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "motley/core/status.h"
+#include "motley/cost/cost_model.h"
+#include "motley/plan/plan.h"
+#include "motley/schedule/adaptive_schedule.h"
+#include "motley/schedule/schedule.h"
+
+namespace motley {
+
+// Where each group's stages sit: one per group, interleaved (s mod p) or V (r and 2p-1-r).
+enum class StageShape { kLinear, kInterleaved, kV };
+
+struct ScheduleSpec {
+  bool adaptive = false;
+  ScheduleKind kind = ScheduleKind::k1f1b;  // named schedules only
+  StageShape shape = StageShape::kLinear;
+  int chunks = 1;  // stages per group: 1, v (interleaved) or 2 (V)
+  AdaptivePriority priority = AdaptivePriority::kBackwardFirst;
+  WeightFill weight_fill = WeightFill::kIfItFits;
+  // ZB-H1 / ZB-H2: let the generator shorten the warm-up to what memory holds (max_in_flight).
+  // The published schedules (the baselines) run their full warm-up or do not fit.
+  bool limit_in_flight = true;
+
+  // The named schedule `kind` on its conventional shape; interleaved gets max(v, 2) chunks.
+  static ScheduleSpec named(ScheduleKind kind, int virtual_stages = 1);
+  static ScheduleSpec adaptive_on(StageShape shape, int chunks, AdaptivePriority priority,
+                                  WeightFill fill);
+  // "1f1b", "interleaved(v=2)", "zb-v", "adaptive", "adaptive-v", "adaptive(forward-first)".
+  std::string name() const;
+  bool operator==(const ScheduleSpec&) const = default;
+};
+
+// Coarse stage -> group for `p` groups under the spec's shape (default_stage_group's maps).
+std::vector<int> shape_stage_group(const ScheduleSpec& schedule, int p);
+
+struct PipelineSpec {
+  std::vector<std::vector<int>> groups;    // device ids per group, in pipeline (rank) order
+  std::vector<int> bounds;                 // coarse stage s: layers [bounds[s], bounds[s+1])
+  std::vector<RecomputePolicy> recompute;  // per coarse stage
+  int64_t micro_batches = 0;
+  bool operator==(const PipelineSpec&) const = default;
+};
+
+struct Candidate {
+  int64_t micro_batch_size = 1;
+  ScheduleSpec schedule;
+  std::vector<PipelineSpec> replicas;
+  bool operator==(const Candidate&) const = default;
+};
+
+struct AssembleOptions {
+  // What the plan is for (spec_hash.h's refs, computed once by callers that assemble many).
+  SpecRef model;
+  SpecRef cluster;
+  int num_layers = 0;  // the model's: every replica's bounds must run from 0 to it
+  int64_t seq_len = 0;
+  bool zero1 = false;
+  // Replicas the optimizer state is sharded across (ZeRO-1); 0: the candidate's replicas. Set
+  // when the candidate stands for a larger plan (a subset of identical replicas).
+  int64_t data_parallel = 0;
+  // > 0: the replicas must run exactly this many sequences (an internal error otherwise).
+  int64_t global_batch = 0;
+  // Give the adaptive scheduler and ZB-H1/ZB-H2 the groups' memory budgets and refuse a plan
+  // whose peak exceeds a device's capacity. Off: no budget anywhere, no check (the plan is
+  // validated later, as `motley simulate` does).
+  bool check_memory = true;
+};
+
+// The Plan of `candidate`, its stages and orders priced with `cost` (the memory check with the
+// capacities of cost.topology()). Errors: invalid_argument for a malformed candidate (naming the
+// replica and what is wrong), the schedule generators' errors, infeasible ("memory: replica r
+// group g ...") when a group cannot hold one micro-batch or peaks above its capacity.
+Result<Plan> assemble_plan(const AssembleOptions& options, const Candidate& candidate,
+                           const CostModel& cost);
+
+}  // namespace motley

@@ -1,0 +1,380 @@
+// The plan assembler (docs/planner.md, "Assembling a plan"): the common refinement of the
+// replicas' stage bounds, per replica the memory budgets of its groups, then its orders — the
+// adaptive scheduler on the fine stages, or a named schedule on the replica's coarse stages
+// expanded onto the fine ones — and the peak-memory check of the whole plan.
+#include "motley/schedule/assemble.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "motley/plan/dependencies.h"
+
+namespace motley {
+namespace {
+
+std::string gib(Bytes b) {
+  std::ostringstream out;
+  out.precision(3);
+  out << b.value() / kGiB;
+  return out.str();
+}
+
+Bytes capacity(const CostModel& cost, int device) {
+  return cost.topology().device_type(device).memory;
+}
+
+// Fixed memory (no activations) and activations per micro-batch of a plan's stage on a group.
+StageMemory stage_memory_of(const Plan& plan, const CostModel& cost, int stage,
+                            const std::vector<int>& devices, int64_t data_parallel) {
+  const Stage& st = plan.stages[stage];
+  MemoryOptions m;
+  m.recompute = st.recompute;
+  m.in_flight_micro_batches = 0;
+  m.data_parallel = data_parallel > 0 ? data_parallel : static_cast<int64_t>(plan.replicas.size());
+  m.zero1 = plan.zero1;
+  return cost.stage_memory(LayerRange{st.layer_begin, st.layer_end}, DeviceGroup{devices}, m);
+}
+
+// Each coarse action becomes the actions of its fine stages: forwards in pipeline order,
+// backward passes in reverse.
+std::vector<Action> expand(const std::vector<Action>& coarse,
+                           const std::vector<std::vector<int>>& fine_of) {
+  std::vector<Action> out;
+  for (const Action& a : coarse) {
+    const std::vector<int>& fine = fine_of[a.stage];
+    if (a.kind == ActionKind::kForward) {
+      for (int f : fine) out.push_back(Action{a.kind, f, a.micro_batch});
+    } else {
+      for (auto it = fine.rbegin(); it != fine.rend(); ++it) {
+        out.push_back(Action{a.kind, *it, a.micro_batch});
+      }
+    }
+  }
+  return out;
+}
+
+Status check_candidate(const AssembleOptions& o, const Candidate& c) {
+  const std::string pre = "candidate: ";
+  if (c.replicas.empty()) return invalid_argument(pre + "no replicas");
+  if (c.micro_batch_size <= 0) return invalid_argument(pre + "micro-batch size must be positive");
+  int64_t sequences = 0;
+  for (size_t r = 0; r < c.replicas.size(); ++r) {
+    const PipelineSpec& rep = c.replicas[r];
+    const int p = static_cast<int>(rep.groups.size());
+    if (p == 0) return invalid_argument(pre + "replica " + std::to_string(r) + " has no groups");
+    const size_t stages = static_cast<size_t>(p) * c.schedule.chunks;
+    if (rep.bounds.size() != stages + 1 || rep.recompute.size() != stages) {
+      return invalid_argument(pre + "replica " + std::to_string(r) + " needs " +
+                              std::to_string(stages) + " stages");
+    }
+    if (rep.bounds.front() != 0 || rep.bounds.back() != o.num_layers) {
+      return invalid_argument(pre + "replica " + std::to_string(r) +
+                              " does not cover the model's layers");
+    }
+    for (size_t s = 0; s < stages; ++s) {
+      if (rep.bounds[s + 1] <= rep.bounds[s]) {
+        return invalid_argument(pre + "replica " + std::to_string(r) + " stage " +
+                                std::to_string(s) + " is empty");
+      }
+    }
+    if (rep.micro_batches <= 0) {
+      return invalid_argument(pre + "replica " + std::to_string(r) + " has no micro-batches");
+    }
+    sequences += rep.micro_batches * c.micro_batch_size;
+  }
+  if (o.global_batch > 0 && sequences != o.global_batch) {
+    return internal_error(pre + "replicas run " + std::to_string(sequences) +
+                          " sequences, not the global batch of " + std::to_string(o.global_batch));
+  }
+  return Status::ok();
+}
+
+// Per (replica, group): fixed memory and peak memory under the plan's orders, per device.
+struct GroupMemory {
+  Bytes fixed;
+  Bytes peak;
+  Bytes capacity;
+};
+
+std::vector<std::vector<GroupMemory>> plan_memory(const Plan& plan, const CostModel& cost,
+                                                  int64_t data_parallel) {
+  std::vector<std::vector<GroupMemory>> out;
+  const int stages = static_cast<int>(plan.stages.size());
+  for (const Replica& rep : plan.replicas) {
+    std::vector<GroupMemory> groups;
+    std::vector<double> act(stages, 0);
+    for (size_t g = 0; g < rep.groups.size(); ++g) {
+      const std::vector<int>& devices = rep.groups[g].devices;
+      GroupMemory gm;
+      for (int s = 0; s < stages; ++s) {
+        if (rep.stage_group[s] != static_cast<int>(g)) continue;
+        StageMemory m = stage_memory_of(plan, cost, s, devices, data_parallel);
+        act[s] = m.activations_per_micro_batch.value();
+        m.activations = Bytes(0);
+        gm.fixed += m.total();
+      }
+      double live = 0, peak = 0;
+      for (const Action& a : rep.groups[g].actions) {
+        if (allocates_activations(a.kind)) {
+          live += act[a.stage];
+          peak = std::max(peak, live);
+        } else if (frees_activations(a.kind)) {
+          live -= act[a.stage];
+        }
+      }
+      gm.peak = gm.fixed + Bytes(peak);
+      gm.capacity = capacity(cost, devices.front());
+      groups.push_back(gm);
+    }
+    out.push_back(std::move(groups));
+  }
+  return out;
+}
+
+// One replica's memory and times on the plan's (fine) stages.
+struct ReplicaFacts {
+  std::vector<double> budget;       // per group: bytes for activations (infinite when unchecked)
+  std::vector<double> reserve;      // per group: one micro-batch's activations over its stages
+  std::vector<double> activations;  // per fine stage, one micro-batch
+  std::vector<ComputeTimes> times;  // per fine stage
+};
+
+Result<ReplicaFacts> replica_facts(const AssembleOptions& o, const Plan& plan, size_t r,
+                                   const PipelineSpec& rep, const std::vector<int>& fine,
+                                   bool need_memory, const CostModel& cost) {
+  const Replica& out = plan.replicas[r];
+  const int p = static_cast<int>(rep.groups.size());
+  const int stages = static_cast<int>(plan.stages.size());
+  ReplicaFacts f;
+  std::vector<double> fixed(p, 0);
+  f.reserve.assign(p, 0);
+  f.activations.assign(stages, 0);
+  f.times.resize(stages);
+  for (int s = 0; s < stages; ++s) {
+    const int g = out.stage_group[s];
+    if (need_memory) {
+      StageMemory m = stage_memory_of(plan, cost, s, rep.groups[g], o.data_parallel);
+      f.activations[s] = m.activations_per_micro_batch.value();
+      f.reserve[g] += f.activations[s];
+      m.activations = Bytes(0);
+      fixed[g] += m.total().value();
+    }
+    f.times[s] = cost.compute(LayerRange{fine[s], fine[s + 1]}, DeviceGroup{rep.groups[g]},
+                              plan.stages[s].recompute);
+  }
+  f.budget.assign(p, std::numeric_limits<double>::infinity());
+  if (!o.check_memory) return f;
+  for (int g = 0; g < p; ++g) {
+    const Bytes cap = capacity(cost, rep.groups[g].front());
+    f.budget[g] = cap.value() - fixed[g];
+    if (f.budget[g] < f.reserve[g]) {
+      return infeasible("memory: replica " + std::to_string(r) + " group " + std::to_string(g) +
+                        " (" + cost.topology().devices()[rep.groups[g][0]].type + ") needs " +
+                        gib(Bytes(fixed[g] + f.reserve[g])) + " GiB for one micro-batch but has " +
+                        gib(cap) + " GiB");
+    }
+  }
+  return f;
+}
+
+// The transfer time of an activation leaving `layer` from group `a` to group `b` (first devices).
+Seconds hop(const CostModel& cost, const PipelineSpec& rep, int a, int b, int layer) {
+  return cost.p2p_time(rep.groups[a][0], rep.groups[b][0], cost.boundary_bytes(layer));
+}
+
+Result<GroupOrders> adaptive_orders(const ScheduleSpec& spec, const Replica& out,
+                                    const PipelineSpec& rep, const std::vector<int>& fine,
+                                    const ReplicaFacts& f, const CostModel& cost) {
+  const int stages = static_cast<int>(fine.size()) - 1;
+  AdaptiveRequest req;
+  req.num_groups = static_cast<int>(rep.groups.size());
+  req.stage_group = out.stage_group;
+  req.micro_batches = rep.micro_batches;
+  req.stage_times = f.times;
+  for (int s = 0; s + 1 < stages; ++s) {
+    const int a = out.stage_group[s], b = out.stage_group[s + 1];
+    req.transfer_time.push_back(a == b ? Seconds(0) : hop(cost, rep, a, b, fine[s + 1] - 1));
+  }
+  for (int s = 0; s < stages; ++s) req.activation_bytes.push_back(Bytes(f.activations[s]));
+  for (double b : f.budget) req.memory_budget.push_back(Bytes(b));
+  req.split_backward = true;
+  req.priority = spec.priority;
+  req.weight_fill = spec.weight_fill;
+  return adaptive_schedule(req);
+}
+
+// A named schedule runs on the replica's coarse stages (times summed over their fine stages);
+// its orders are then expanded onto the fine stages.
+Result<GroupOrders> named_orders(const ScheduleSpec& spec, const PipelineSpec& rep,
+                                 const std::vector<int>& coarse_of, const ReplicaFacts& f,
+                                 bool check_memory, const CostModel& cost) {
+  const int p = static_cast<int>(rep.groups.size());
+  const int stages = static_cast<int>(coarse_of.size());
+  const int coarse_stages = static_cast<int>(rep.bounds.size()) - 1;
+  std::vector<std::vector<int>> fine_of(coarse_stages);
+  for (int s = 0; s < stages; ++s) fine_of[coarse_of[s]].push_back(s);
+  ScheduleRequest req;
+  req.num_groups = p;
+  req.num_stages = coarse_stages;
+  req.stage_group = shape_stage_group(spec, p);
+  req.micro_batches = rep.micro_batches;
+  req.stage_times.assign(coarse_stages, ComputeTimes{});
+  for (int s = 0; s < stages; ++s) {
+    ComputeTimes& t = req.stage_times[coarse_of[s]];
+    t.forward += f.times[s].forward;
+    t.backward_input += f.times[s].backward_input;
+    t.backward_weight += f.times[s].backward_weight;
+    t.recompute += f.times[s].recompute;
+  }
+  for (int cs = 0; cs + 1 < coarse_stages; ++cs) {
+    const int a = req.stage_group[cs], b = req.stage_group[cs + 1];
+    if (a == b) continue;
+    req.p2p_time = std::max(req.p2p_time, hop(cost, rep, a, b, rep.bounds[cs + 1] - 1));
+  }
+  if (check_memory && spec.limit_in_flight &&
+      (spec.kind == ScheduleKind::kZbH1 || spec.kind == ScheduleKind::kZbH2)) {
+    for (int g = 0; g < p; ++g) {
+      req.max_in_flight.push_back(
+          std::max<int64_t>(1, static_cast<int64_t>(f.budget[g] / std::max(f.reserve[g], 1.0))));
+    }
+  }
+  MOTLEY_ASSIGN_OR_RETURN(GroupOrders orders, generate_schedule(spec.kind, req));
+  for (int g = 0; g < p; ++g) orders[g] = expand(orders[g], fine_of);
+  return orders;
+}
+
+}  // namespace
+
+ScheduleSpec ScheduleSpec::named(ScheduleKind kind, int virtual_stages) {
+  ScheduleSpec s;
+  s.kind = kind;
+  if (kind == ScheduleKind::kInterleaved) {
+    s.shape = StageShape::kInterleaved;
+    s.chunks = std::max(virtual_stages, 2);
+  } else if (kind == ScheduleKind::kZbV || kind == ScheduleKind::kDualPipeV) {
+    s.shape = StageShape::kV;
+    s.chunks = 2;
+  }
+  return s;
+}
+
+ScheduleSpec ScheduleSpec::adaptive_on(StageShape shape, int chunks, AdaptivePriority priority,
+                                       WeightFill fill) {
+  ScheduleSpec s;
+  s.adaptive = true;
+  s.shape = shape;
+  s.chunks = shape == StageShape::kLinear ? 1 : shape == StageShape::kV ? 2 : std::max(chunks, 2);
+  s.priority = priority;
+  s.weight_fill = fill;
+  return s;
+}
+
+std::string ScheduleSpec::name() const {
+  if (!adaptive) {
+    std::string n = schedule_kind_name(kind);
+    if (kind == ScheduleKind::kInterleaved) n += "(v=" + std::to_string(chunks) + ")";
+    return n;
+  }
+  std::string n = "adaptive";
+  if (shape == StageShape::kV) n += "-v";
+  if (shape == StageShape::kInterleaved) n += "-interleaved(v=" + std::to_string(chunks) + ")";
+  std::string variant;
+  if (priority == AdaptivePriority::kForwardFirst) variant = "forward-first";
+  if (weight_fill == WeightFill::kAlways)
+    variant += (variant.empty() ? "" : ", ") + std::string("eager-w");
+  if (!variant.empty()) n += "(" + variant + ")";
+  return n;
+}
+
+std::vector<int> shape_stage_group(const ScheduleSpec& schedule, int p) {
+  switch (schedule.shape) {
+    case StageShape::kLinear:
+      return default_stage_group(ScheduleKind::k1f1b, p, 1);
+    case StageShape::kInterleaved:
+      return default_stage_group(ScheduleKind::kInterleaved, p, schedule.chunks);
+    case StageShape::kV:
+      return default_stage_group(ScheduleKind::kZbV, p, 2);
+  }
+  return {};
+}
+
+Result<Plan> assemble_plan(const AssembleOptions& o, const Candidate& c, const CostModel& cost) {
+  MOTLEY_RETURN_IF_ERROR(check_candidate(o, c));
+
+  // The common refinement of every replica's stage bounds.
+  std::set<int> cuts;
+  for (const PipelineSpec& rep : c.replicas) cuts.insert(rep.bounds.begin(), rep.bounds.end());
+  const std::vector<int> fine(cuts.begin(), cuts.end());
+  const int stages = static_cast<int>(fine.size()) - 1;
+
+  Plan plan;
+  plan.model = o.model;
+  plan.cluster = o.cluster;
+  plan.micro_batch_size = c.micro_batch_size;
+  plan.seq_len = o.seq_len;
+  plan.global_batch = 0;
+  for (const PipelineSpec& rep : c.replicas)
+    plan.global_batch += rep.micro_batches * c.micro_batch_size;
+  plan.schedule = c.schedule.name();
+  plan.zero1 = o.zero1;
+  for (int s = 0; s < stages; ++s) plan.stages.push_back(Stage{fine[s], fine[s + 1]});
+
+  // Per replica, fine stage -> coarse stage; a fine stage takes the most recompute any replica
+  // asks of the layers it holds, so that every replica's memory estimate stays an upper bound.
+  std::vector<std::vector<int>> coarse_of(c.replicas.size(), std::vector<int>(stages));
+  for (size_t r = 0; r < c.replicas.size(); ++r) {
+    const PipelineSpec& rep = c.replicas[r];
+    int cs = 0;
+    for (int s = 0; s < stages; ++s) {
+      while (rep.bounds[cs + 1] <= fine[s]) ++cs;
+      coarse_of[r][s] = cs;
+      plan.stages[s].recompute = std::max(plan.stages[s].recompute, rep.recompute[cs]);
+    }
+  }
+
+  for (size_t r = 0; r < c.replicas.size(); ++r) {
+    const PipelineSpec& rep = c.replicas[r];
+    const std::vector<int> coarse_group =
+        shape_stage_group(c.schedule, static_cast<int>(rep.groups.size()));
+    Replica out;
+    out.micro_batches = rep.micro_batches;
+    for (int s = 0; s < stages; ++s) out.stage_group.push_back(coarse_group[coarse_of[r][s]]);
+    for (const auto& g : rep.groups) out.groups.push_back(DeviceGroupSchedule{g, {}});
+    plan.replicas.push_back(std::move(out));
+  }
+
+  // The adaptive scheduler admits micro-batches by their activations even without budgets.
+  const bool need_memory = o.check_memory || c.schedule.adaptive;
+  for (size_t r = 0; r < c.replicas.size(); ++r) {
+    const PipelineSpec& rep = c.replicas[r];
+    Replica& out = plan.replicas[r];
+    MOTLEY_ASSIGN_OR_RETURN(const ReplicaFacts facts,
+                            replica_facts(o, plan, r, rep, fine, need_memory, cost));
+    MOTLEY_ASSIGN_OR_RETURN(
+        GroupOrders orders,
+        c.schedule.adaptive
+            ? adaptive_orders(c.schedule, out, rep, fine, facts, cost)
+            : named_orders(c.schedule, rep, coarse_of[r], facts, o.check_memory, cost));
+    for (size_t g = 0; g < orders.size(); ++g) out.groups[g].actions = std::move(orders[g]);
+  }
+
+  if (!o.check_memory) return plan;
+  const auto memory = plan_memory(plan, cost, o.data_parallel);
+  for (size_t r = 0; r < memory.size(); ++r) {
+    for (size_t g = 0; g < memory[r].size(); ++g) {
+      const GroupMemory& m = memory[r][g];
+      if (m.peak > m.capacity) {
+        return infeasible("memory: replica " + std::to_string(r) + " group " + std::to_string(g) +
+                          " peaks at " + gib(m.peak) + " GiB of " + gib(m.capacity) +
+                          " GiB under " + plan.schedule);
+      }
+    }
+  }
+  return plan;
+}
+
+}  // namespace motley

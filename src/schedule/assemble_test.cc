@@ -1,0 +1,137 @@
+#include "motley/schedule/assemble.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "motley/plan/spec_hash.h"
+#include "motley/plan/validate.h"
+#include "motley/sim/simulator.h"
+#include "test_util.h"
+
+namespace motley {
+namespace {
+
+using schedule_testing::fixed_cluster;
+using schedule_testing::layer_ms;
+using schedule_testing::order_text;
+using schedule_testing::tiny_model;
+
+AssembleOptions options_for(const ModelSpec& model, const ClusterSpec& cluster) {
+  AssembleOptions o;
+  o.model = model_ref(model);
+  o.cluster = cluster_ref(cluster);
+  o.num_layers = static_cast<int>(model.layers.size());
+  o.seq_len = model.default_seq_len;
+  return o;
+}
+
+FixedCostSpec uniform_spec(int layers, double weights_gb = 1) {
+  FixedCostSpec spec;
+  for (int i = 0; i < layers; ++i) spec.layers.push_back(layer_ms(1, 1, 1, weights_gb, 1));
+  return spec;
+}
+
+TEST(AssembleTest, ReplicasWithDifferentPartitionsShareTheCommonRefinement) {
+  const ModelSpec model = tiny_model(6);
+  const ClusterSpec cluster = fixed_cluster({"H100-SXM", "H100-SXM"}, 2);
+  FixedCostModel cost(cluster, uniform_spec(6));
+  Candidate c;
+  c.schedule = ScheduleSpec::named(ScheduleKind::k1f1b);
+  c.replicas = {
+      PipelineSpec{{{0}, {1}}, {0, 3, 6}, {RecomputePolicy::kNone, RecomputePolicy::kNone}, 2},
+      PipelineSpec{
+          {{2}, {3}}, {0, 2, 6}, {RecomputePolicy::kNone, RecomputePolicy::kSelective}, 2}};
+  AssembleOptions options = options_for(model, cluster);
+  options.global_batch = 4;
+  Result<Plan> plan = assemble_plan(options, c, cost);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().message();
+  ASSERT_EQ(plan->stages.size(), 3u);
+  EXPECT_EQ(plan->stages[0], (Stage{0, 2, RecomputePolicy::kNone}));
+  // Layers 2-3 are recomputed in replica 1, so in every replica.
+  EXPECT_EQ(plan->stages[1], (Stage{2, 3, RecomputePolicy::kSelective}));
+  EXPECT_EQ(plan->stages[2], (Stage{3, 6, RecomputePolicy::kSelective}));
+  EXPECT_EQ(plan->replicas[0].stage_group, (std::vector<int>{0, 0, 1}));
+  EXPECT_EQ(plan->replicas[1].stage_group, (std::vector<int>{0, 1, 1}));
+  // 1F1B on two coarse stages, expanded: forwards in pipeline order, backwards in reverse.
+  EXPECT_EQ(order_text(plan->replicas[0].groups[0].actions), "0F0 1F0 0F1 1F1 1B0 0B0 1B1 0B1");
+  EXPECT_EQ(order_text(plan->replicas[1].groups[1].actions), "1F0 2F0 2B0 1B0 1F1 2F1 2B1 1B1");
+  EXPECT_EQ(plan->global_batch, 4);
+  EXPECT_EQ(plan->schedule, "1f1b");
+  ValidateOptions validate;
+  validate.check_spec_hashes = true;
+  Status valid = validate_plan(plan.value(), model, cluster, validate);
+  EXPECT_TRUE(valid.is_ok()) << valid.message();
+  Result<SimResult> sim = simulate(SimOptions{}, plan.value(), cost);
+  ASSERT_TRUE(sim.is_ok()) << sim.status().message();
+  // A global batch the replicas do not run is the caller's bug.
+  options.global_batch = 8;
+  EXPECT_EQ(assemble_plan(options, c, cost).status().code(), StatusCode::kInternal);
+}
+
+TEST(AssembleTest, RejectsPlansThatExceedMemoryUnlessTheCheckIsOff) {
+  // 30 GB of weights per layer: three layers on one 80 GB H100 do not fit.
+  const ModelSpec model = tiny_model(6);
+  const ClusterSpec cluster = fixed_cluster({"H100-SXM"}, 2);
+  FixedCostModel cost(cluster, uniform_spec(6, 30));
+  Candidate c;
+  c.schedule = ScheduleSpec::named(ScheduleKind::k1f1b);
+  c.replicas = {PipelineSpec{{{0}, {1}}, {0, 3, 6}, std::vector<RecomputePolicy>(2), 2}};
+  AssembleOptions options = options_for(model, cluster);
+  Result<Plan> plan = assemble_plan(options, c, cost);
+  ASSERT_FALSE(plan.is_ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kInfeasible);
+  EXPECT_EQ(plan.status().message().rfind("memory: replica 0 group 0 (H100-SXM) needs", 0), 0u)
+      << plan.status().message();
+  options.check_memory = false;
+  plan = assemble_plan(options, c, cost);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().message();
+  EXPECT_EQ(order_text(plan->replicas[0].groups[1].actions), "1F0 1B0 1F1 1B1");
+}
+
+TEST(AssembleTest, AdaptiveScheduleRunsOnTheFineStagesWithinBudget) {
+  // Two layers per group with 1 GB of activations each and 5 GB left beside the weights: room
+  // for two micro-batches, so forward-first warms up with two, runs the backwards that become
+  // ready while the third forward waits for memory, and frees room with W0 before it.
+  const ModelSpec model = tiny_model(4);
+  const ClusterSpec cluster = fixed_cluster({"H100-SXM"}, 2);
+  const double capacity = Topology(cluster).device_type(0).memory.value();
+  FixedCostSpec spec;
+  for (int i = 0; i < 4; ++i) {
+    spec.layers.push_back(layer_ms(1, 1, 1, (capacity - 5e9) / 2 / kGiga, 1));
+  }
+  FixedCostModel cost(cluster, spec);
+  Candidate c;
+  c.schedule = ScheduleSpec::adaptive_on(StageShape::kLinear, 1, AdaptivePriority::kForwardFirst,
+                                         WeightFill::kIfItFits);
+  c.replicas = {PipelineSpec{{{0}, {1}}, {0, 2, 4}, std::vector<RecomputePolicy>(2), 6}};
+  Result<Plan> plan = assemble_plan(options_for(model, cluster), c, cost);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().message();
+  EXPECT_EQ(plan->schedule, "adaptive(forward-first)");
+  ASSERT_EQ(plan->stages.size(), 2u);
+  GroupOrders orders;
+  for (const DeviceGroupSchedule& g : plan->replicas[0].groups) orders.push_back(g.actions);
+  EXPECT_EQ(peak_in_flight_per_group(orders), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(order_text(orders[0]).rfind("0F0 0F1 0I0 0I1 0W0 0F2", 0), 0u) << order_text(orders[0]);
+}
+
+TEST(AssembleTest, RejectsMalformedCandidates) {
+  const ModelSpec model = tiny_model(4);
+  const ClusterSpec cluster = fixed_cluster({"H100-SXM"}, 2);
+  FixedCostModel cost(cluster, uniform_spec(4));
+  Candidate c;
+  c.schedule = ScheduleSpec::named(ScheduleKind::k1f1b);
+  c.replicas = {PipelineSpec{{{0}, {1}}, {0, 2, 3}, std::vector<RecomputePolicy>(2), 2}};
+  Result<Plan> plan = assemble_plan(options_for(model, cluster), c, cost);
+  EXPECT_EQ(plan.status().message(), "candidate: replica 0 does not cover the model's layers");
+  c.replicas[0].bounds = {0, 4, 4};
+  plan = assemble_plan(options_for(model, cluster), c, cost);
+  EXPECT_EQ(plan.status().message(), "candidate: replica 0 stage 1 is empty");
+  c.schedule = ScheduleSpec::named(ScheduleKind::kZbV);
+  plan = assemble_plan(options_for(model, cluster), c, cost);
+  EXPECT_EQ(plan.status().message(), "candidate: replica 0 needs 4 stages");
+}
+
+}  // namespace
+}  // namespace motley

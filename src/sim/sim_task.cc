@@ -1,0 +1,70 @@
+// The names of the simulator's tasks, apart from the simulator itself: the report module (and so
+// every binary that writes a measured trace, motley-run included) needs them without linking the
+// engine.
+#include <fmt/format.h>
+
+#include <string>
+
+#include "motley/sim/simulator.h"
+
+namespace motley {
+
+const char* sim_task_kind_name(SimTaskKind kind) {
+  switch (kind) {
+    case SimTaskKind::kForward:
+      return "forward";
+    case SimTaskKind::kBackwardInput:
+      return "backward_input";
+    case SimTaskKind::kBackwardWeight:
+      return "backward_weight";
+    case SimTaskKind::kBackward:
+      return "backward";
+    case SimTaskKind::kRecompute:
+      return "recompute";
+    case SimTaskKind::kSendActivation:
+      return "send_activation";
+    case SimTaskKind::kSendGradient:
+      return "send_gradient";
+    case SimTaskKind::kGradientAllReduce:
+      return "gradient_all_reduce";
+    case SimTaskKind::kOptimizerStep:
+      return "optimizer_step";
+  }
+  return "?";
+}
+
+bool is_communication(SimTaskKind kind) {
+  return kind == SimTaskKind::kSendActivation || kind == SimTaskKind::kSendGradient ||
+         kind == SimTaskKind::kGradientAllReduce;
+}
+bool is_compute(SimTaskKind kind) { return !is_communication(kind); }
+
+std::string sim_task_name(const SimTask& t) {
+  // "F s0 mb3": what the task is, its stage and its micro-batch.
+  auto on = [&t](const char* what) {
+    return fmt::format("{} s{} mb{}", what, t.stage, t.micro_batch);
+  };
+  switch (t.kind) {
+    case SimTaskKind::kForward:
+      return on("F");
+    case SimTaskKind::kBackwardInput:
+      return on("I");
+    case SimTaskKind::kBackwardWeight:
+      return on("W");
+    case SimTaskKind::kBackward:
+      return on("B");
+    case SimTaskKind::kRecompute:
+      return on("R");
+    case SimTaskKind::kSendActivation:
+    case SimTaskKind::kSendGradient:
+      return fmt::format("{} g{}->g{}", on(t.kind == SimTaskKind::kSendActivation ? "act" : "grad"),
+                         t.group, t.peer_group);
+    case SimTaskKind::kGradientAllReduce:
+      return fmt::format("allreduce s{}", t.stage);
+    case SimTaskKind::kOptimizerStep:
+      return fmt::format("optimizer g{}", t.group);
+  }
+  return "?";
+}
+
+}  // namespace motley
