@@ -1,6 +1,7 @@
 #include "action_interpreter.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
@@ -16,10 +17,10 @@ namespace {
 bool is_recompute_stage(const Stage& stage) { return stage.recompute != RecomputePolicy::kNone; }
 
 std::string message_name(const TaskNode& message) {
-  return std::string(message.kind == TaskKind::kActivationMessage ? "the activation"
-                                                                  : "the gradient") +
-         " of stage " + std::to_string(message.stage) + ", micro-batch " +
-         std::to_string(message.micro_batch);
+  return fmt::format(
+      "{} of stage {}, micro-batch {}",
+      message.kind == TaskKind::kActivationMessage ? "the activation" : "the gradient",
+      message.stage, message.micro_batch);
 }
 
 const char* send_name(const TaskNode& message) {
@@ -79,7 +80,7 @@ Status ActionInterpreter::run_step(int64_t step, Precision precision,
     ready_ = start;
     if (callbacks.started) callbacks.started(static_cast<int>(i));
     const std::string where = action_to_string(a);
-    MOTLEY_RETURN_IF_ERROR(run_action(node).with_context("at " + where));
+    MOTLEY_RETURN_IF_ERROR(run_action(node).with_context(fmt::format("at {}", where)));
     if (after_action_) {
       // From when the inputs were there: waiting for a message is not the action's compute.
       const std::chrono::duration<double> elapsed =
@@ -276,19 +277,17 @@ Status ActionInterpreter::send_output(int32_t node, StepTrace& trace) {
     payload = it->second.contiguous();
     outputs_.erase(it);
   }
-  const std::string at = std::string(send_name(m)) + " of stage " + std::to_string(m.stage) +
-                         ", micro-batch " + std::to_string(m.micro_batch);
+  const std::string at =
+      fmt::format("{} of stage {}, micro-batch {}", send_name(m), m.stage, m.micro_batch);
   // Every rank of the receiving group whose copy comes from this rank (rank_layout.h).
   for (int peer : layout_.pipeline_destinations(rank_, m.peer_group)) {
     Result<std::unique_ptr<TransportRequest>> request =
         transport_.send(payload, peer, message_tag(step_, m.kind, m.sequence), message_name(m));
-    if (!request.is_ok()) return request.status().with_context("at " + at);
+    if (!request.is_ok()) return request.status().with_context(fmt::format("at {}", at));
     sends_.push_back(std::move(request).value());
   }
   trace.record(TraceEvent::Kind::kSend,
-               std::string(send_name(m)) + " " + std::to_string(m.stage) + "/" +
-                   std::to_string(m.micro_batch),
-               start);
+               fmt::format("{} {}/{}", send_name(m), m.stage, m.micro_batch), start);
   return Status::ok();
 }
 

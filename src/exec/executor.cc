@@ -5,6 +5,7 @@
 #include "motley/exec/executor.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -43,7 +44,7 @@ PlanBounds bounds_of(const Plan& plan, const ModelSpec& model) {
       }
     }
   }
-  bounds.model = "model '" + model.name + "'";
+  bounds.model = fmt::format("model '{}'", model.name);
   bounds.cluster = "the plan";
   return bounds;
 }
@@ -83,7 +84,7 @@ struct RankExecutor::Impl {
   void tensor_parallel_sum(at::Tensor& t) {
     Status status = transport.all_reduce_sum({t}, group_ranks);
     if (!status.is_ok())
-      throw std::runtime_error("tensor-parallel all-reduce: " + status.message());
+      throw std::runtime_error(fmt::format("tensor-parallel all-reduce: {}", status.message()));
   }
   Status save_checkpoint(const std::string& dir);  // may throw c10::Error
   Status load_checkpoint(const std::string& dir);
@@ -106,18 +107,19 @@ struct RankExecutor::Impl {
 // The executor's own limits; the plan's structure was checked before the layout was made.
 Status RankExecutor::Impl::check_inputs() const {
   if (transport.world_size() != layout.world_size()) {
-    return invalid_argument("the plan has " + std::to_string(layout.world_size()) +
-                            " devices (one rank each) but the transport's world has " +
-                            std::to_string(transport.world_size()) + " ranks");
+    return invalid_argument(fmt::format(
+        "the plan has {} devices (one rank each) but the transport's world has {} ranks",
+        layout.world_size(), transport.world_size()));
   }
   for (const Layer& layer : model.layers) {
     const int64_t vocab = layer.embedding ? layer.embedding->vocab
                           : layer.head    ? layer.head->vocab
                                           : kByteVocab;
     if (vocab < kByteVocab) {
-      return invalid_argument("model '" + model.name + "': layer '" + layer.name +
-                              "' has a vocabulary of " + std::to_string(vocab) +
-                              "; the executor trains on byte tokens and needs at least 256");
+      return invalid_argument(fmt::format(
+          "model '{}': layer '{}' has a vocabulary of {}; the executor trains on byte tokens and "
+          "needs at least 256",
+          model.name, layer.name, vocab));
     }
   }
   return Status::ok();
@@ -131,8 +133,8 @@ Status RankExecutor::Impl::build() {
   const int last_stage = static_cast<int>(plan.stages.size()) - 1;
   build_task_graph(plan, lower_plan(plan), graph);
   if (channel_length(graph) > kMaxChannelSequence) {
-    return invalid_argument("the plan sends more than " + std::to_string(kMaxChannelSequence) +
-                            " messages on one channel per step");
+    return invalid_argument(fmt::format(
+        "the plan sends more than {} messages on one channel per step", kMaxChannelSequence));
   }
 
   StageFactory factory = options.stage_factory;
@@ -233,7 +235,10 @@ int64_t RankExecutor::Impl::optimizer_state_bytes() const {
 Status RankExecutor::Impl::save_checkpoint(const std::string& dir) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
-  if (error) return io_error(dir + ": cannot create the checkpoint directory: " + error.message());
+  if (error) {
+    return io_error(
+        fmt::format("{}: cannot create the checkpoint directory: {}", dir, error.message()));
+  }
   // ZeRO-1 moments come from their owners, whatever replica they are in.
   MOTLEY_ASSIGN_OR_RETURN(auto zero_state, zero1.gather_state(transport, *optimizer, steps_done));
   auto state_of = [&](const at::Tensor& param) {
@@ -266,8 +271,8 @@ Result<std::unique_ptr<RankExecutor>> RankExecutor::create(const ExecOptions& op
   try {
     MOTLEY_RETURN_IF_ERROR(impl->build());
   } catch (const std::exception& e) {
-    return internal_error("rank " + std::to_string(transport.rank()) +
-                          ": building the stages failed: " + first_line(e.what()));
+    return internal_error(fmt::format("rank {}: building the stages failed: {}", transport.rank(),
+                                      first_line(e.what())));
   }
   return std::unique_ptr<RankExecutor>(new RankExecutor(std::move(impl)));
 }
@@ -275,9 +280,8 @@ Result<std::unique_ptr<RankExecutor>> RankExecutor::create(const ExecOptions& op
 Result<StepResult> RankExecutor::step() {
   Impl& m = *impl_;
   if (!m.failed.is_ok()) return m.failed;
-  const std::string context =
-      "rank " + std::to_string(m.rank) + " (replica " + std::to_string(m.place.replica) +
-      ", device group " + std::to_string(m.place.group) + "), step " + std::to_string(m.steps_done);
+  const std::string context = fmt::format("rank {} (replica {}, device group {}), step {}", m.rank,
+                                          m.place.replica, m.place.group, m.steps_done);
   StepResult result;
   result.step = m.steps_done;
   Status status;
@@ -299,7 +303,7 @@ Status RankExecutor::save_checkpoint(const std::string& dir) {
   try {
     return impl_->save_checkpoint(dir);
   } catch (const std::exception& e) {
-    return internal_error("saving checkpoint " + dir + ": " + first_line(e.what()));
+    return internal_error(fmt::format("saving checkpoint {}: {}", dir, first_line(e.what())));
   }
 }
 
@@ -307,7 +311,7 @@ Status RankExecutor::load_checkpoint(const std::string& dir) {
   try {
     return impl_->load_checkpoint(dir);
   } catch (const std::exception& e) {
-    return internal_error("loading checkpoint " + dir + ": " + first_line(e.what()));
+    return internal_error(fmt::format("loading checkpoint {}: {}", dir, first_line(e.what())));
   }
 }
 

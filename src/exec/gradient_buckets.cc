@@ -1,6 +1,7 @@
 #include "gradient_buckets.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -186,8 +187,7 @@ Status GradientBuckets::finish(std::optional<double>* loss, StepTrace& trace) {
     if (trace.enabled()) {
       TraceEvent e;
       e.kind = TraceEvent::Kind::kGradientSum;
-      e.name =
-          b.loss ? "sum loss" : "sum layer " + std::to_string(b.sums.front().layer) + " gradients";
+      e.name = b.loss ? "sum loss" : fmt::format("sum layer {} gradients", b.sums.front().layer);
       e.start = trace.since_start(b.posted_at);
       e.ready = e.start;
       e.end = trace.since_start(std::chrono::steady_clock::now());

@@ -4,6 +4,7 @@
 // tensor-parallel group. fp32 throughout.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
@@ -1038,15 +1039,15 @@ class TransformerStage final : public StageModule {
 };
 
 std::string layer_label(const Layer& l, int index) {
-  return "layer " + std::to_string(index) + " ('" + l.name + "', " + layer_kind_name(l.kind) + ")";
+  return fmt::format("layer {} ('{}', {})", index, l.name, layer_kind_name(l.kind));
 }
 
 // What a tensor-parallel degree t needs of a layer: every split width divisible by t.
 Status check_split(const Layer& l, const std::string& label, int t) {
-  if (t < 1) return invalid_argument(label + ": tensor-parallel degree " + std::to_string(t));
+  if (t < 1) return invalid_argument(fmt::format("{}: tensor-parallel degree {}", label, t));
   if (auto obstacle = tensor_parallel_obstacle(l, t, /*vocabulary=*/true)) {
-    return invalid_argument(label + ": tensor parallelism over " + std::to_string(t) +
-                            " devices splits it evenly, but " + *obstacle);
+    return invalid_argument(fmt::format(
+        "{}: tensor parallelism over {} devices splits it evenly, but {}", label, t, *obstacle));
   }
   return Status::ok();
 }
@@ -1066,40 +1067,39 @@ Status check_layer(const ModelSpec& model, int index, const StageModuleOptions& 
     case LayerKind::kHead:
       break;
     default:
-      return invalid_argument(label +
-                              ": the executor does not run this layer kind yet; it runs "
-                              "embedding, attention, feed_forward, moe, mamba, decoder_block "
-                              "and head");
+      return invalid_argument(
+          fmt::format("{}: the executor does not run this layer kind yet; it runs embedding, "
+                      "attention, feed_forward, moe, mamba, decoder_block and head",
+                      label));
   }
   if ((index == 0) != (l.kind == LayerKind::kEmbedding)) {
-    return invalid_argument(label +
-                            ": the executor feeds token ids to layer 0, which must be "
-                            "the model's only embedding");
+    return invalid_argument(fmt::format(
+        "{}: the executor feeds token ids to layer 0, which must be the model's only embedding",
+        label));
   }
   if ((index == last) != (l.kind == LayerKind::kHead)) {
-    return invalid_argument(label +
-                            ": the executor computes the loss in the last layer, which "
-                            "must be the model's only head");
+    return invalid_argument(fmt::format(
+        "{}: the executor computes the loss in the last layer, which must be the model's only "
+        "head",
+        label));
   }
   if (l.attention && l.attention->mla && l.attention->qk_norm) {
-    return invalid_argument(label +
-                            ": the executor runs multi-head latent attention without "
-                            "qk_norm");
+    return invalid_argument(
+        fmt::format("{}: the executor runs multi-head latent attention without qk_norm", label));
   }
   if (l.attention && !l.attention->mla && l.attention->head_dim % 2 != 0) {
-    return invalid_argument(label +
-                            ": the executor's rotary embedding turns whole heads and "
-                            "needs an even head_dim");
+    return invalid_argument(fmt::format(
+        "{}: the executor's rotary embedding turns whole heads and needs an even head_dim", label));
   }
   if (l.moe && l.moe->latent_size > 0) {
-    return invalid_argument(label + ": the executor runs MoE without latent_size");
+    return invalid_argument(fmt::format("{}: the executor runs MoE without latent_size", label));
   }
   MOTLEY_RETURN_IF_ERROR(check_split(l, label, options.tensor_parallel.size));
   if (l.embedding && l.embedding->learned_positions > 0 &&
       l.embedding->learned_positions < options.seq_len) {
-    return invalid_argument(label + ": " + std::to_string(l.embedding->learned_positions) +
-                            " learned positions cannot cover sequences of " +
-                            std::to_string(options.seq_len) + " tokens");
+    return invalid_argument(
+        fmt::format("{}: {} learned positions cannot cover sequences of {} tokens", label,
+                    l.embedding->learned_positions, options.seq_len));
   }
   return Status::ok();
 }
@@ -1224,11 +1224,10 @@ Result<std::unique_ptr<StageModule>> make_transformer_stage(const ModelSpec& mod
                                                             ParameterStore& store) {
   if (layer_begin < 0 || layer_begin >= layer_end ||
       layer_end > static_cast<int>(model.layers.size())) {
-    return invalid_argument("model '" + model.name + "': no layers [" +
-                            std::to_string(layer_begin) + ", " + std::to_string(layer_end) +
-                            ") in a model of " + std::to_string(model.layers.size()) + " layers");
+    return invalid_argument(fmt::format("model '{}': no layers [{}, {}) in a model of {} layers",
+                                        model.name, layer_begin, layer_end, model.layers.size()));
   }
-  const std::string name = "model '" + model.name + "'";
+  const std::string name = fmt::format("model '{}'", model.name);
   MOTLEY_RETURN_IF_ERROR(validate_model(model, name));
   for (int i = layer_begin; i < layer_end; ++i) {
     MOTLEY_RETURN_IF_ERROR(check_layer(model, i, options).with_context(name));
@@ -1241,9 +1240,8 @@ Result<std::unique_ptr<StageModule>> make_transformer_stage(const ModelSpec& mod
       layers.push_back(build_layer(model, i, options.seed, group, store, &used));
     }
   } catch (const std::exception& e) {
-    return internal_error("model '" + model.name + "': building layers [" +
-                          std::to_string(layer_begin) + ", " + std::to_string(layer_end) +
-                          "): " + e.what());
+    return internal_error(fmt::format("model '{}': building layers [{}, {}): {}", model.name,
+                                      layer_begin, layer_end, e.what()));
   }
   std::sort(used.begin(), used.end(),
             [](const StageParameter& a, const StageParameter& b) { return a.name < b.name; });
