@@ -1,46 +1,24 @@
 // Whole-program tests of the motley binary: the documented JSON outputs, and that bad input
 // exits with code 2, one message naming the file and field, and nothing on stdout.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
+#include "support/run_binary.h"
+
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using motley::test_support::read_file;
+using motley::test_support::RunResult;
+using motley::test_support::TempDir;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
+// Runs the binary in a clean distributed environment.
 RunResult run_motley(const std::string& args) {
-  static int counter = 0;
-  std::string base =
-      "/tmp/motley_cli_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++);
-  std::string cmd =
-      std::string(MOTLEY_BINARY) + " " + args + " >" + base + ".out 2>" + base + ".err";
-  int status = std::system(cmd.c_str());
-  RunResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(base + ".out");
-  r.err = slurp(base + ".err");
-  std::remove((base + ".out").c_str());
-  std::remove((base + ".err").c_str());
-  return r;
+  return motley::test_support::run_binary(MOTLEY_BINARY, args);
 }
 
 std::string data(const std::string& name) {
@@ -341,8 +319,8 @@ TEST(CliTest, SimulatePartitionChoosesTheLayerSplit) {
 }
 
 TEST(CliTest, SimulateWritesAPlanThatSimulatesTheSame) {
-  std::string dir = "/tmp/motley_cli_sim_" + std::to_string(::getpid());
-  std::filesystem::create_directories(dir);
+  const TempDir scratch("cli_sim");
+  const std::string& dir = scratch.path();
   RunResult first = run_motley(
       "simulate --schedule zb-h1 --model tiny-moe --cluster default --stages 4 --json --out " +
       dir + "/plan.json --trace " + dir + "/t.json --svg " + dir + "/t.svg");
@@ -351,20 +329,19 @@ TEST(CliTest, SimulateWritesAPlanThatSimulatesTheSame) {
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_EQ(nlohmann::json::parse(first.out)["iteration_time_s"],
             nlohmann::json::parse(again.out)["iteration_time_s"]);
-  auto plan = nlohmann::json::parse(slurp(dir + "/plan.json"));
+  auto plan = nlohmann::json::parse(read_file(dir + "/plan.json"));
   EXPECT_EQ(plan["predicted"]["iteration_time_s"],
             nlohmann::json::parse(first.out)["iteration_time_s"]);
-  auto trace = nlohmann::json::parse(slurp(dir + "/t.json"));
+  auto trace = nlohmann::json::parse(read_file(dir + "/t.json"));
   EXPECT_TRUE(trace.contains("traceEvents"));
-  std::string svg = slurp(dir + "/t.svg");
+  std::string svg = read_file(dir + "/t.svg");
   EXPECT_NE(svg.find("<svg"), std::string::npos);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(CliTest, PlanJsonAndItsPlanFileAgreeWithTheSimulator) {
-  std::string dir = "/tmp/motley_cli_plan_" + std::to_string(::getpid());
-  std::filesystem::create_directories(dir);
+  const TempDir scratch("cli_plan");
+  const std::string& dir = scratch.path();
   RunResult r = run_motley("plan --model tiny-moe --cluster default --quiet --json --out " + dir +
                            "/plan.json --svg " + dir + "/plan.svg");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -384,8 +361,7 @@ TEST(CliTest, PlanJsonAndItsPlanFileAgreeWithTheSimulator) {
           << b["strategy"];
     }
   }
-  EXPECT_NE(slurp(dir + "/plan.svg").find("</svg>"), std::string::npos);
-  std::filesystem::remove_all(dir);
+  EXPECT_NE(read_file(dir + "/plan.svg").find("</svg>"), std::string::npos);
 }
 
 TEST(CliTest, CompareListsEveryStrategyAboveTheLowerBound) {
@@ -452,7 +428,7 @@ TEST(ExamplesTest, EveryExampleMatchesItsGoldenTranscript) {
     if (update) {
       std::ofstream(golden) << r.out;
     } else {
-      EXPECT_EQ(r.out, slurp(golden)) << "golden transcript differs: " << golden;
+      EXPECT_EQ(r.out, read_file(golden)) << "golden transcript differs: " << golden;
     }
     ++checked;
   }
