@@ -1,46 +1,24 @@
 // Whole-program tests of the motley binary: the documented JSON outputs, and that bad input
 // exits with code 2, one message naming the file and field, and nothing on stdout.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
+#include "support/run_binary.h"
+
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using motley::test_support::read_file;
+using motley::test_support::RunResult;
+using motley::test_support::TempDir;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
+// Runs the binary in a clean distributed environment.
 RunResult run_motley(const std::string& args) {
-  static int counter = 0;
-  std::string base =
-      "/tmp/motley_cli_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++);
-  std::string cmd =
-      std::string(MOTLEY_BINARY) + " " + args + " >" + base + ".out 2>" + base + ".err";
-  int status = std::system(cmd.c_str());
-  RunResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(base + ".out");
-  r.err = slurp(base + ".err");
-  std::remove((base + ".out").c_str());
-  std::remove((base + ".err").c_str());
-  return r;
+  return motley::test_support::run_binary(MOTLEY_BINARY, args);
 }
 
 std::string data(const std::string& name) {
@@ -309,9 +287,40 @@ TEST(CliTest, SimulateJsonReportsTheDocumentedFields) {
   EXPECT_NEAR(j["bubble_fraction"].get<double>(), idle / (8 * t), 1e-12);
 }
 
-TEST(CliTest, SimulateWritesAPlanThatSimulatesTheSame) {
-  std::string dir = "/tmp/motley_cli_sim_" + std::to_string(::getpid());
+// tiny-llama is an embedding, 4 decoder blocks and a head. Megatron-LM's rule splits the
+// decoder blocks evenly and adds the embedding to the first stage and the head to the last;
+// the uniform rule counts all 6 layers alike.
+TEST(CliTest, SimulatePartitionChoosesTheLayerSplit) {
+  const std::string dir = "/tmp/motley_cli_partition_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
+  auto bounds_of = [&](const std::string& partition) {
+    const std::string plan = dir + "/" + partition + ".json";
+    RunResult r = run_motley(
+        "simulate --schedule 1f1b --model tiny-llama --cluster h100x8 "
+        "--stages 4 --partition " +
+        partition + " --out " + plan);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::vector<std::pair<int, int>> bounds;
+    if (r.exit_code != 0) return bounds;
+    const auto written = nlohmann::json::parse(slurp(plan));
+    for (const auto& s : written["stages"]) {
+      bounds.emplace_back(s["layers"][0].get<int>(), s["layers"][1].get<int>());
+    }
+    return bounds;
+  };
+  using Bounds = std::vector<std::pair<int, int>>;
+  EXPECT_EQ(bounds_of("megatron"), (Bounds{{0, 2}, {2, 3}, {3, 4}, {4, 6}}));
+  // 6 layers over 4 stages: the first two stages take the remainder.
+  EXPECT_EQ(bounds_of("uniform"), (Bounds{{0, 2}, {2, 4}, {4, 5}, {5, 6}}));
+  expect_bad_input(
+      "simulate --schedule 1f1b --model tiny-llama --cluster h100x8 --partition balanced",
+      {"--partition", "uniform", "megatron", "balanced"});
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliTest, SimulateWritesAPlanThatSimulatesTheSame) {
+  const TempDir scratch("cli_sim");
+  const std::string& dir = scratch.path();
   RunResult first = run_motley(
       "simulate --schedule zb-h1 --model tiny-moe --cluster default --stages 4 --json --out " +
       dir + "/plan.json --trace " + dir + "/t.json --svg " + dir + "/t.svg");
@@ -320,20 +329,19 @@ TEST(CliTest, SimulateWritesAPlanThatSimulatesTheSame) {
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_EQ(nlohmann::json::parse(first.out)["iteration_time_s"],
             nlohmann::json::parse(again.out)["iteration_time_s"]);
-  auto plan = nlohmann::json::parse(slurp(dir + "/plan.json"));
+  auto plan = nlohmann::json::parse(read_file(dir + "/plan.json"));
   EXPECT_EQ(plan["predicted"]["iteration_time_s"],
             nlohmann::json::parse(first.out)["iteration_time_s"]);
-  auto trace = nlohmann::json::parse(slurp(dir + "/t.json"));
+  auto trace = nlohmann::json::parse(read_file(dir + "/t.json"));
   EXPECT_TRUE(trace.contains("traceEvents"));
-  std::string svg = slurp(dir + "/t.svg");
+  std::string svg = read_file(dir + "/t.svg");
   EXPECT_NE(svg.find("<svg"), std::string::npos);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(CliTest, PlanJsonAndItsPlanFileAgreeWithTheSimulator) {
-  std::string dir = "/tmp/motley_cli_plan_" + std::to_string(::getpid());
-  std::filesystem::create_directories(dir);
+  const TempDir scratch("cli_plan");
+  const std::string& dir = scratch.path();
   RunResult r = run_motley("plan --model tiny-moe --cluster default --quiet --json --out " + dir +
                            "/plan.json --svg " + dir + "/plan.svg");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -353,8 +361,7 @@ TEST(CliTest, PlanJsonAndItsPlanFileAgreeWithTheSimulator) {
           << b["strategy"];
     }
   }
-  EXPECT_NE(slurp(dir + "/plan.svg").find("</svg>"), std::string::npos);
-  std::filesystem::remove_all(dir);
+  EXPECT_NE(read_file(dir + "/plan.svg").find("</svg>"), std::string::npos);
 }
 
 TEST(CliTest, CompareListsEveryStrategyAboveTheLowerBound) {
@@ -421,7 +428,7 @@ TEST(ExamplesTest, EveryExampleMatchesItsGoldenTranscript) {
     if (update) {
       std::ofstream(golden) << r.out;
     } else {
-      EXPECT_EQ(r.out, slurp(golden)) << "golden transcript differs: " << golden;
+      EXPECT_EQ(r.out, read_file(golden)) << "golden transcript differs: " << golden;
     }
     ++checked;
   }

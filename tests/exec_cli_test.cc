@@ -3,12 +3,9 @@
 // the same and another plan; the measured trace, and launch's merge of the ranks' traces;
 // emulation; bf16 autocast; bad input (exit 2, one message); and a rank that dies or hangs.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -19,41 +16,25 @@
 #include <string>
 #include <vector>
 
+#include "support/run_binary.h"
+
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using motley::test_support::read_file;
+using motley::test_support::run_binary;
+using motley::test_support::RunOptions;
+using motley::test_support::RunResult;
+using motley::test_support::TempDir;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
+// A file of this process's scratch directory, which goes when the process ends.
 std::string temp_path(const std::string& name) {
-  return "/tmp/motley_exec_cli_test_" + std::to_string(::getpid()) + "_" + name;
+  static const TempDir dir("exec_cli_test");
+  return dir.file(name);
 }
 
 // Runs the binary with `env` (VAR=value ...) in a clean distributed environment.
 RunResult run_motley(const std::string& args, const std::string& env = "") {
-  static int counter = 0;
-  const std::string base = temp_path(std::to_string(counter++));
-  const std::string cmd =
-      "env -u WORLD_SIZE -u RANK -u OMPI_COMM_WORLD_SIZE -u OMPI_COMM_WORLD_RANK -u "
-      "MOTLEY_TEST_FAULT " +
-      env + " " + MOTLEY_BINARY + " " + args + " >" + base + ".out 2>" + base + ".err";
-  const int status = std::system(cmd.c_str());
-  RunResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(base + ".out");
-  r.err = slurp(base + ".err");
-  std::remove((base + ".out").c_str());
-  std::remove((base + ".err").c_str());
-  return r;
+  return run_binary(MOTLEY_BINARY, args, RunOptions{"", env});
 }
 
 nlohmann::json run_json(const std::string& args, const std::string& env = "") {
@@ -134,7 +115,7 @@ TEST(RunTest, ThreadsMatchTheSequentialReferenceAndWriteTheMeasuredTrace) {
 
   // One track per rank; every compute action of every step (16 per rank per step in 1F1B with
   // 8 micro-batches: 8 F and 8 fused B) as one complete event named like "2F5".
-  const nlohmann::json doc = nlohmann::json::parse(slurp(trace));
+  const nlohmann::json doc = nlohmann::json::parse(read_file(trace));
   std::remove(trace.c_str());
   EXPECT_EQ(doc["otherData"].value("measured", false), true);
   int tracks = 0, actions = 0, sum_tracks = 0, sums = 0;
@@ -171,7 +152,7 @@ class ScheduleThroughTheBinaryTest : public ::testing::TestWithParam<std::string
 
 TEST_P(ScheduleThroughTheBinaryTest, ThreadsAndGlooMatchTheSequentialReference) {
   const std::string plan = data("schedules/" + GetParam() + ".json");
-  const nlohmann::json doc = nlohmann::json::parse(slurp(plan));
+  const nlohmann::json doc = nlohmann::json::parse(read_file(plan));
   int world = 0;  // one rank per device
   for (const auto& replica : doc["replicas"]) {
     for (const auto& group : replica["groups"]) world += static_cast<int>(group["devices"].size());
@@ -193,7 +174,7 @@ INSTANTIATE_TEST_SUITE_P(Schedules, ScheduleThroughTheBinaryTest,
 // ZeRO-1 in the plan: the same losses bit for bit, half the optimizer state per rank.
 TEST(RunTest, ZeroOneHalvesTheOptimizerStateAndChangesNoLoss) {
   const std::string plain = data("zb-h1-2stage-2replica-tiny-llama.json");
-  nlohmann::json doc = nlohmann::json::parse(slurp(plain));
+  nlohmann::json doc = nlohmann::json::parse(read_file(plain));
   doc["zero1"] = true;
   const std::string sharded = temp_path("zero1-plan.json");
   {
@@ -371,17 +352,11 @@ TEST(RunBadInputTest, AMalformedFaultHook) {
 
 // motley-run takes the emulation's factors from motley only.
 TEST(RunBadInputTest, EmulationWithoutMotleysFactors) {
-  const std::string run_binary =
+  const std::string motley_run =
       std::filesystem::path(MOTLEY_BINARY).parent_path().string() + "/motley-run";
-  const std::string out = temp_path("direct.out"), err = temp_path("direct.err");
-  const int status = std::system(
-      (run_binary + " run --plan " + kFourStage + " --steps 1 --emulate >" + out + " 2>" + err)
-          .c_str());
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status;
-  EXPECT_NE(slurp(err).find("run it as 'motley run ... --emulate'"), std::string::npos)
-      << slurp(err);
-  std::remove(out.c_str());
-  std::remove(err.c_str());
+  const RunResult r = run_binary(motley_run, "run --plan " + kFourStage + " --steps 1 --emulate");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("run it as 'motley run ... --emulate'"), std::string::npos) << r.err;
 }
 
 TEST(RunBadInputTest, ACorruptCheckpoint) {
@@ -436,7 +411,7 @@ TEST(LaunchTraceTest, TheRanksTracesAreMergedIntoOneAlignedTrace) {
     EXPECT_FALSE(std::filesystem::exists(rank_file)) << rank_file;
   }
   ASSERT_TRUE(std::filesystem::exists(trace));
-  const nlohmann::json doc = nlohmann::json::parse(slurp(trace));
+  const nlohmann::json doc = nlohmann::json::parse(read_file(trace));
   std::remove(trace.c_str());
   EXPECT_EQ(doc["otherData"].value("measured", false), true);
   EXPECT_EQ(doc["otherData"].value("mode", ""), "gloo");
@@ -458,7 +433,7 @@ TEST(LaunchTraceTest, TheRanksTracesAreMergedIntoOneAlignedTrace) {
   EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3}));
 
   // Per rank and step, the compute actions; per step, where its events begin and end.
-  const nlohmann::json plan = nlohmann::json::parse(slurp(kFourStage));
+  const nlohmann::json plan = nlohmann::json::parse(read_file(kFourStage));
   const std::regex action_name("[0-9]+[FBIWR][0-9]+");
   std::map<std::pair<int, int>, std::multiset<std::string>> actions;  // (rank, step)
   std::map<int, double> begin_us, end_us;                             // by step

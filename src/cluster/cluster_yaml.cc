@@ -78,8 +78,8 @@ Result<Seconds> get_latency_or(const JsonField& f, Seconds fallback) {
 
 // A JsonField over an empty object, for optional sections that are absent.
 const Json& empty_object() {
-  static const Json empty = Json::object();
-  return empty;
+  static const Json kEmpty = Json::object();
+  return kEmpty;
 }
 
 JsonField section_or_empty(const JsonField& parent, std::string_view key) {

@@ -1,11 +1,14 @@
 #include "action_interpreter.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 
+#include "motley/plan/plan_json.h"
 #include "optimizer.h"
 
 namespace motley::internal {
@@ -13,126 +16,125 @@ namespace {
 
 bool is_recompute_stage(const Stage& stage) { return stage.recompute != RecomputePolicy::kNone; }
 
-std::string message_name(CommKind kind, int stage, int64_t micro_batch) {
-  const bool activation = kind == CommKind::kSendActivation || kind == CommKind::kRecvActivation;
-  return std::string(activation ? "the activation" : "the gradient") + " of stage " +
-         std::to_string(stage) + ", micro-batch " + std::to_string(micro_batch);
+std::string message_name(const TaskNode& message) {
+  return fmt::format(
+      "{} of stage {}, micro-batch {}",
+      message.kind == TaskKind::kActivationMessage ? "the activation" : "the gradient",
+      message.stage, message.micro_batch);
+}
+
+const char* send_name(const TaskNode& message) {
+  return comm_kind_name(message.kind == TaskKind::kActivationMessage ? CommKind::kSendActivation
+                                                                     : CommKind::kSendGradient);
 }
 
 }  // namespace
 
 ActionInterpreter::ActionInterpreter(const Plan& plan, const ModelSpec& model,
                                      const TokenStream& tokens, const RankLayout& layout, int rank,
-                                     std::vector<LoweredOp> ops, std::map<int, StageModule*> stages,
+                                     const TaskGraph& graph, std::map<int, StageModule*> stages,
                                      std::map<int, std::vector<at::Tensor>> stage_params,
                                      AfterAction after_action, Transport& transport)
     : plan_(plan),
       model_(model),
       tokens_(tokens),
       layout_(layout),
+      graph_(graph),
       transport_(transport),
       rank_(rank),
       place_(layout.place_of(rank)),
-      last_stage_(static_cast<int>(plan.stages.size()) - 1),
       total_micro_batches_(total_micro_batches(plan)),
-      ops_(std::move(ops)),
+      first_node_(graph.group_begin(place_.replica, place_.group)),
       stages_(std::move(stages)),
       stage_params_(std::move(stage_params)),
-      after_action_(std::move(after_action)) {}
-
-bool ActionInterpreter::runs_stage(int stage) const {
-  return stage >= 0 && stage <= last_stage_ &&
-         plan_.replicas[place_.replica].stage_group[stage] == place_.group;
+      after_action_(std::move(after_action)) {
+  const int32_t size = graph.group_size(place_.replica, place_.group);
+  kept_.assign(size, false);
+  for (int32_t v = first_node_; v < first_node_ + size; ++v) {
+    const TaskNode& n = graph.node(v);
+    actions_.push_back(Action{action_kind(n.kind), n.stage, n.micro_batch});
+    // Without a message, another stage's output comes from this group (the lowering sends
+    // exactly what crosses groups).
+    for (const TaskInput& in : graph.inputs(v)) {
+      if (in.message < 0 && graph.node(in.producer).stage != n.stage) {
+        kept_[in.producer - first_node_] = true;
+      }
+    }
+  }
 }
 
-Status ActionInterpreter::run_step(int64_t step, Precision precision, const OpCallbacks& callbacks,
-                                   StepTrace& trace) {
+Status ActionInterpreter::run_step(int64_t step, Precision precision,
+                                   const ActionCallbacks& callbacks, StepTrace& trace) {
   const AutocastGuard autocast(precision);  // this thread's F, R, I, W, B; not AdamW
   step_ = step;
   live_.clear();
-  local_activation_.clear();
-  input_gradient_.clear();
+  outputs_.clear();
   receives_.clear();
   sends_.clear();
   loss_sum_ = 0;
   MOTLEY_RETURN_IF_ERROR(post_receives());
-  for (size_t op_index = 0; op_index < ops_.size(); ++op_index) {
-    const LoweredOp& op = ops_[op_index];
+  for (size_t i = 0; i < actions_.size(); ++i) {
+    const Action& a = actions_[i];
+    const int32_t node = first_node_ + static_cast<int32_t>(i);
     const auto start = std::chrono::steady_clock::now();
     ready_ = start;
-    if (callbacks.started) callbacks.started(static_cast<int>(op_index));
-    if (const auto* a = std::get_if<Action>(&op)) {
-      const Status status = run_action(*a);
-      const std::string where =
-          std::to_string(a->stage) + action_letter(a->kind) + std::to_string(a->micro_batch);
-      MOTLEY_RETURN_IF_ERROR(status.with_context("at " + where));
-      if (after_action_) {
-        // From when the inputs were there: waiting for a message is not the action's compute.
-        const std::chrono::duration<double> elapsed =
-            std::chrono::steady_clock::now() - std::max(start, ready_);
-        after_action_(rank_, step_, *a, Seconds(elapsed.count()));
-      }
-      trace.record(TraceEvent::Kind::kAction, *a, where, start, ready_);
-    } else {
-      const CommOp& c = std::get<CommOp>(op);
-      const Status status = run_comm(c);
-      const std::string where = std::string(comm_kind_name(c.kind)) + " of stage " +
-                                std::to_string(c.stage) + ", micro-batch " +
-                                std::to_string(c.micro_batch);
-      MOTLEY_RETURN_IF_ERROR(status.with_context("at " + where));
-      if (c.kind == CommKind::kSendActivation || c.kind == CommKind::kSendGradient) {
-        trace.record(TraceEvent::Kind::kSend,
-                     std::string(comm_kind_name(c.kind)) + " " + std::to_string(c.stage) + "/" +
-                         std::to_string(c.micro_batch),
-                     start);
-      }
+    if (callbacks.started) callbacks.started(static_cast<int>(i));
+    const std::string where = action_to_string(a);
+    MOTLEY_RETURN_IF_ERROR(run_action(node).with_context(fmt::format("at {}", where)));
+    if (after_action_) {
+      // From when the inputs were there: waiting for a message is not the action's compute.
+      const std::chrono::duration<double> elapsed =
+          std::chrono::steady_clock::now() - std::max(start, ready_);
+      after_action_(rank_, step_, a, Seconds(elapsed.count()));
     }
-    if (callbacks.finished) callbacks.finished(static_cast<int>(op_index));
+    trace.record(TraceEvent::Kind::kAction, a, where, start, ready_);
+    if (callbacks.finished) callbacks.finished(static_cast<int>(i));
+    MOTLEY_RETURN_IF_ERROR(send_output(node, trace));
   }
   const auto start = std::chrono::steady_clock::now();
   for (auto& send : sends_) MOTLEY_RETURN_IF_ERROR(send->wait().with_context("finishing sends"));
   trace.record(TraceEvent::Kind::kFinishSends, "finish_sends", start);
-  MOTLEY_CHECK(live_.empty() && receives_.empty() && input_gradient_.empty(),
+  MOTLEY_CHECK(live_.empty() && receives_.empty() && outputs_.empty(),
                "a validated plan's step left work behind");
   return Status::ok();
 }
 
-// All of the step's receives, each channel's in sequence order, into fresh buffers.
+// Every message the group's actions wait on, each channel's in sequence order, into fresh
+// buffers.
 Status ActionInterpreter::post_receives() {
-  std::vector<CommOp> wanted;
-  for (const LoweredOp& op : ops_) {
-    const auto* comm = std::get_if<CommOp>(&op);
-    if (comm &&
-        (comm->kind == CommKind::kRecvActivation || comm->kind == CommKind::kRecvGradient)) {
-      wanted.push_back(*comm);
+  std::vector<int32_t> wanted;
+  for (int32_t v = first_node_; v < first_node_ + static_cast<int32_t>(actions_.size()); ++v) {
+    for (const TaskInput& in : graph_.inputs(v)) {
+      if (in.message >= 0) wanted.push_back(in.message);
     }
   }
-  std::stable_sort(wanted.begin(), wanted.end(), [](const CommOp& a, const CommOp& b) {
-    return std::tie(a.peer_group, a.kind, a.sequence) < std::tie(b.peer_group, b.kind, b.sequence);
+  std::sort(wanted.begin(), wanted.end(), [this](int32_t a, int32_t b) {
+    const TaskNode& x = graph_.node(a);
+    const TaskNode& y = graph_.node(b);
+    return std::tie(x.group, x.kind, x.sequence) < std::tie(y.group, y.kind, y.sequence);
   });
-  for (const CommOp& op : wanted) {
+  for (int32_t id : wanted) {
+    const TaskNode& m = graph_.node(id);
     // Both payloads have the shape of the activation leaving the producing side's boundary:
     // an activation of stage s leaves layer end(s)-1; a gradient of stage s is taken with
     // respect to stage s's input, which left layer begin(s)-1.
-    const int boundary_layer = op.kind == CommKind::kRecvActivation
-                                   ? plan_.stages[op.stage].layer_end - 1
-                                   : plan_.stages[op.stage].layer_begin - 1;
+    const int boundary_layer = m.kind == TaskKind::kActivationMessage
+                                   ? plan_.stages[m.stage].layer_end - 1
+                                   : plan_.stages[m.stage].layer_begin - 1;
     PostedReceive posted;
     posted.buffer = at::empty(
         boundary_shape(model_, boundary_layer, plan_.micro_batch_size, plan_.seq_len), at::kFloat);
     MOTLEY_ASSIGN_OR_RETURN(
-        posted.request,
-        transport_.recv(posted.buffer, layout_.pipeline_source(rank_, op.peer_group),
-                        message_tag(step_, op.kind, op.sequence),
-                        message_name(op.kind, op.stage, op.micro_batch)));
-    receives_[{op.kind, op.stage, op.micro_batch}] = std::move(posted);
+        posted.request, transport_.recv(posted.buffer, layout_.pipeline_source(rank_, m.group),
+                                        message_tag(step_, m.kind, m.sequence), message_name(m)));
+    receives_[id] = std::move(posted);
   }
   return Status::ok();
 }
 
-Result<at::Tensor> ActionInterpreter::take_receive(CommKind kind, int stage, int64_t j) {
-  auto it = receives_.find({kind, stage, j});
-  MOTLEY_CHECK(it != receives_.end(), "a receive the lowering did not post");
+Result<at::Tensor> ActionInterpreter::take_receive(int32_t message) {
+  auto it = receives_.find(message);
+  MOTLEY_CHECK(it != receives_.end(), "a message no action of this group waits on");
   MOTLEY_RETURN_IF_ERROR(it->second.request->wait());
   ready_ = std::chrono::steady_clock::now();
   at::Tensor buffer = std::move(it->second.buffer);
@@ -140,7 +142,25 @@ Result<at::Tensor> ActionInterpreter::take_receive(CommKind kind, int stage, int
   return buffer;
 }
 
-Status ActionInterpreter::forward(int s, int64_t j) {
+Result<at::Tensor> ActionInterpreter::take_neighbour_input(int32_t node) {
+  const int stage = graph_.node(node).stage;
+  for (const TaskInput& in : graph_.inputs(node)) {
+    if (graph_.node(in.producer).stage == stage) continue;
+    if (in.message >= 0) return take_receive(in.message);
+    auto it = outputs_.find(in.producer);
+    MOTLEY_CHECK(it != outputs_.end(), "an input taken before this group produced it");
+    at::Tensor t = std::move(it->second);
+    outputs_.erase(it);
+    return t;
+  }
+  MOTLEY_CHECK(false, "an action with no input from another stage");
+  return at::Tensor();
+}
+
+Status ActionInterpreter::forward(int32_t node) {
+  const TaskNode& n = graph_.node(node);
+  const int s = n.stage;
+  const int64_t j = n.micro_batch;
   MicroBatchState& state = live_[{s, j}];
   StageModule& module = *stages_.at(s);
   at::Tensor inputs, targets;
@@ -151,14 +171,7 @@ Status ActionInterpreter::forward(int s, int64_t j) {
   if (module.takes_tokens()) {
     state.input = inputs;
   } else {
-    if (runs_stage(s - 1)) {
-      auto it = local_activation_.find({s - 1, j});
-      MOTLEY_CHECK(it != local_activation_.end(), "F before the previous stage's F on one rank");
-      state.input = it->second;
-      local_activation_.erase(it);
-    } else {
-      MOTLEY_ASSIGN_OR_RETURN(state.input, take_receive(CommKind::kRecvActivation, s - 1, j));
-    }
+    MOTLEY_ASSIGN_OR_RETURN(state.input, take_neighbour_input(node));
     state.input.requires_grad_(true);
   }
   state.targets = targets;
@@ -174,7 +187,7 @@ Status ActionInterpreter::forward(int s, int64_t j) {
   if (module.produces_loss()) {
     loss_sum_ += state.output.item<double>() / static_cast<double>(total_micro_batches_);
   }
-  if (runs_stage(s + 1)) local_activation_[{s, j}] = state.output.detach();
+  if (kept_[node - first_node_]) outputs_[node] = state.output.detach();
   return Status::ok();
 }
 
@@ -184,8 +197,10 @@ Status ActionInterpreter::recompute(MicroBatchState& state, int s) {
   return Status::ok();
 }
 
-Status ActionInterpreter::input_backward(int s, int64_t j, bool fused) {
-  auto it = live_.find({s, j});
+Status ActionInterpreter::input_backward(int32_t node, bool fused) {
+  const TaskNode& n = graph_.node(node);
+  const int s = n.stage;
+  auto it = live_.find({s, static_cast<int64_t>(n.micro_batch)});
   MOTLEY_CHECK(it != live_.end(), "a backward before its forward");
   MicroBatchState& state = it->second;
   if (!state.has_graph) MOTLEY_RETURN_IF_ERROR(recompute(state, s));
@@ -193,13 +208,8 @@ Status ActionInterpreter::input_backward(int s, int64_t j, bool fused) {
   at::Tensor grad_output;
   if (module.produces_loss()) {
     grad_output = loss_seed(total_micro_batches_, state.output);
-  } else if (runs_stage(s + 1)) {
-    auto g = input_gradient_.find({s + 1, j});
-    MOTLEY_CHECK(g != input_gradient_.end(), "B before the next stage's B on one rank");
-    grad_output = g->second;
-    input_gradient_.erase(g);
   } else {
-    MOTLEY_ASSIGN_OR_RETURN(grad_output, take_receive(CommKind::kRecvGradient, s + 1, j));
+    MOTLEY_ASSIGN_OR_RETURN(grad_output, take_neighbour_input(node));
   }
   const bool wants_input_grad = !module.takes_tokens();
   if (fused) {
@@ -207,12 +217,12 @@ Status ActionInterpreter::input_backward(int s, int64_t j, bool fused) {
     if (wants_input_grad) inputs.push_back(state.input);
     torch::autograd::backward({state.output}, {grad_output}, /*retain_graph=*/false,
                               /*create_graph=*/false, inputs);
-    if (wants_input_grad) input_gradient_[{s, j}] = state.input.grad();
+    if (wants_input_grad) outputs_[node] = state.input.grad();
     live_.erase(it);
   } else {
     if (wants_input_grad) {
-      input_gradient_[{s, j}] = torch::autograd::grad({state.output}, {state.input}, {grad_output},
-                                                      /*retain_graph=*/true)[0];
+      outputs_[node] = torch::autograd::grad({state.output}, {state.input}, {grad_output},
+                                             /*retain_graph=*/true)[0];
     }
     state.grad_output = grad_output;
   }
@@ -228,49 +238,56 @@ Status ActionInterpreter::weight_backward(int s, int64_t j) {
   return Status::ok();
 }
 
-Status ActionInterpreter::run_action(const Action& a) {
+Status ActionInterpreter::run_action(int32_t node) {
+  const Action& a = actions_[node - first_node_];
   switch (a.kind) {
     case ActionKind::kForward:
-      return forward(a.stage, a.micro_batch);
+      return forward(node);
     case ActionKind::kRecompute: {
       auto it = live_.find({a.stage, static_cast<int64_t>(a.micro_batch)});
       MOTLEY_CHECK(it != live_.end(), "R before its F");
       return it->second.has_graph ? Status::ok() : recompute(it->second, a.stage);
     }
     case ActionKind::kBackwardInput:
-      return input_backward(a.stage, a.micro_batch, /*fused=*/false);
+      return input_backward(node, /*fused=*/false);
     case ActionKind::kBackward:
-      return input_backward(a.stage, a.micro_batch, /*fused=*/true);
+      return input_backward(node, /*fused=*/true);
     case ActionKind::kBackwardWeight:
       return weight_backward(a.stage, a.micro_batch);
   }
   return Status::ok();
 }
 
-Status ActionInterpreter::run_comm(const CommOp& op) {
-  if (op.kind == CommKind::kRecvActivation || op.kind == CommKind::kRecvGradient) {
-    return Status::ok();  // posted at the start of the step, waited on by its consumer
-  }
+// Posts the message carrying `node`'s output to another group, when there is one.
+Status ActionInterpreter::send_output(int32_t node, StepTrace& trace) {
+  const int32_t message = graph_.sent_message(node);
+  if (message < 0) return Status::ok();
+  const TaskNode& m = graph_.node(message);
+  const auto start = std::chrono::steady_clock::now();
   at::Tensor payload;
-  if (op.kind == CommKind::kSendActivation) {
-    auto it = live_.find({op.stage, static_cast<int64_t>(op.micro_batch)});
+  if (m.kind == TaskKind::kActivationMessage) {
+    auto it = live_.find({m.stage, static_cast<int64_t>(m.micro_batch)});
     MOTLEY_CHECK(it != live_.end(), "an activation sent before its F");
     payload = it->second.output.detach().contiguous();
     // A recomputing stage keeps only its input; the send holds the output until it completes.
     if (!it->second.has_graph) it->second.output = at::Tensor();
   } else {
-    auto it = input_gradient_.find({op.stage, static_cast<int64_t>(op.micro_batch)});
-    MOTLEY_CHECK(it != input_gradient_.end(), "a gradient sent before its B");
+    auto it = outputs_.find(node);
+    MOTLEY_CHECK(it != outputs_.end(), "a gradient sent before its B");
     payload = it->second.contiguous();
-    input_gradient_.erase(it);
+    outputs_.erase(it);
   }
+  const std::string at =
+      fmt::format("{} of stage {}, micro-batch {}", send_name(m), m.stage, m.micro_batch);
   // Every rank of the receiving group whose copy comes from this rank (rank_layout.h).
-  for (int peer : layout_.pipeline_destinations(rank_, op.peer_group)) {
-    MOTLEY_ASSIGN_OR_RETURN(auto request,
-                            transport_.send(payload, peer, message_tag(step_, op.kind, op.sequence),
-                                            message_name(op.kind, op.stage, op.micro_batch)));
-    sends_.push_back(std::move(request));
+  for (int peer : layout_.pipeline_destinations(rank_, m.peer_group)) {
+    Result<std::unique_ptr<TransportRequest>> request =
+        transport_.send(payload, peer, message_tag(step_, m.kind, m.sequence), message_name(m));
+    if (!request.is_ok()) return request.status().with_context(fmt::format("at {}", at));
+    sends_.push_back(std::move(request).value());
   }
+  trace.record(TraceEvent::Kind::kSend,
+               fmt::format("{} {}/{}", send_name(m), m.stage, m.micro_batch), start);
   return Status::ok();
 }
 

@@ -1,10 +1,8 @@
-// ActionInterpreter: one rank's walk of its device group's lowered action list for one step —
-// every receive posted at the start, sends posted after the action that produced their payload
-// and awaited at the end, each receive awaited right before the action that consumes it, and F
-// / R / I / W / fused B run on the rank's StageModules (docs/executor.md, "One step on one rank",
-// and why this cannot deadlock). Gradients accumulate into the parameters' .grad; it neither
-// sums them across ranks (gradient_buckets.h) nor steps the optimizer. Internal to exec/. Not
-// thread-safe: one rank's thread.
+// ActionInterpreter: one step of a rank's device group as the plan's task graph gives it: the
+// receives its actions wait on posted at the start and awaited by their consumer, each output
+// sent right after its producer, F / R / I / W / fused B on the StageModules (docs/executor.md,
+// "One step on one rank"). It neither sums gradients across ranks (gradient_buckets.h) nor steps
+// the optimizer. Internal to exec/. Not thread-safe: one rank's thread.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -14,7 +12,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -26,42 +23,42 @@
 #include "motley/exec/stage_module.h"
 #include "motley/exec/transport.h"
 #include "motley/model/model.h"
-#include "motley/plan/lower.h"
 #include "motley/plan/plan.h"
+#include "motley/plan/task_graph.h"
 #include "step_trace.h"
 
 namespace motley::internal {
 
 using AfterAction = decltype(ExecOptions::after_action);
 
-// What a step tells the rest of the rank around each op of the list (its index), on the rank's
-// thread: before it runs, and once it has finished (after any after_action hook).
-struct OpCallbacks {
-  std::function<void(int op)> started;
-  std::function<void(int op)> finished;
+// What a step tells the rest of the rank around each of its group's actions (the index in the
+// group's list), on the rank's thread: before it runs, and once it has finished (after any
+// after_action hook, before its output is sent).
+struct ActionCallbacks {
+  std::function<void(int action)> started;
+  std::function<void(int action)> finished;
 };
 
 class ActionInterpreter {
  public:
-  // The rank `rank` of `layout`, running `ops` (lower_plan's list for its group) on `stages`
-  // (every stage it runs, built; `stage_params` what each one's W and B differentiate).
-  // `after_action` (may be empty) is ExecOptions::after_action. Everything referenced must
-  // outlive the interpreter. REQUIRES: `plan` passed validate_plan for `model`.
+  // The rank `rank` of `layout`, running its group's actions of `graph` (build_task_graph of
+  // `plan`) on `stages` (every stage it runs, built; `stage_params` what each one's W and B
+  // differentiate). `after_action` (may be empty) is ExecOptions::after_action. Everything
+  // referenced must outlive the interpreter. REQUIRES: `plan` passed validate_plan for `model`.
   ActionInterpreter(const Plan& plan, const ModelSpec& model, const TokenStream& tokens,
-                    const RankLayout& layout, int rank, std::vector<LoweredOp> ops,
+                    const RankLayout& layout, int rank, const TaskGraph& graph,
                     std::map<int, StageModule*> stages,
                     std::map<int, std::vector<at::Tensor>> stage_params, AfterAction after_action,
                     Transport& transport);
 
-  const std::vector<LoweredOp>& ops() const { return ops_; }
+  // The group's compute actions, in its order (the graph's nodes of the group).
+  const std::vector<Action>& actions() const { return actions_; }
   const std::map<int, std::vector<at::Tensor>>& stage_params() const { return stage_params_; }
-  // Whether this rank's group runs stage `stage` (false outside the plan's stages).
-  bool runs_stage(int stage) const;
 
   // Runs step `step` (under `precision`), recording each compute action and send posting and
   // the final wait for the sends into `trace`. A transport error or timeout comes back naming
-  // the op it happened at.
-  Status run_step(int64_t step, Precision precision, const OpCallbacks& callbacks,
+  // the action or send it happened at.
+  Status run_step(int64_t step, Precision precision, const ActionCallbacks& callbacks,
                   StepTrace& trace);
   // The step's mean loss over the global batch so far: the sum of this rank's last-stage
   // micro-batch losses / the global batch's micro-batch count (0 off the last stage).
@@ -82,24 +79,31 @@ class ActionInterpreter {
   };
 
   Status post_receives();
-  Status run_action(const Action& a);
-  Status run_comm(const CommOp& op);
-  Status forward(int s, int64_t j);
+  Status run_action(int32_t node);
+  Status send_output(int32_t node, StepTrace& trace);
+  Status forward(int32_t node);
   Status recompute(MicroBatchState& state, int s);
-  Status input_backward(int s, int64_t j, bool fused);
+  Status input_backward(int32_t node, bool fused);
   Status weight_backward(int s, int64_t j);
-  Result<at::Tensor> take_receive(CommKind kind, int stage, int64_t j);
+  // The input of `node` that another stage produced (F: the activation of stage - 1; I and B:
+  // the gradient of stage + 1): the message carrying it, waited on here, or the output an
+  // earlier action of this group kept for it.
+  Result<at::Tensor> take_neighbour_input(int32_t node);
+  Result<at::Tensor> take_receive(int32_t message);
 
   const Plan& plan_;
   const ModelSpec& model_;
   const TokenStream& tokens_;
   const RankLayout& layout_;
+  const TaskGraph& graph_;
   Transport& transport_;
   int rank_;
   RankPlace place_;
-  int last_stage_;
   int64_t total_micro_batches_;
-  std::vector<LoweredOp> ops_;
+  int32_t first_node_;           // the group's actions are nodes first_node_ .. + actions_.size()
+  std::vector<Action> actions_;  // the group's, in order
+  // Per action of the group: a later action of the group, on another stage, consumes its output.
+  std::vector<bool> kept_;
   std::map<int, StageModule*> stages_;
   std::map<int, std::vector<at::Tensor>> stage_params_;
   AfterAction after_action_;
@@ -107,9 +111,10 @@ class ActionInterpreter {
   // Per step.
   int64_t step_ = 0;
   std::map<std::pair<int, int64_t>, MicroBatchState> live_;
-  std::map<std::pair<int, int64_t>, at::Tensor> local_activation_;  // F(s) -> F(s+1), same rank
-  std::map<std::pair<int, int64_t>, at::Tensor> input_gradient_;    // I/B(s) -> send or B(s-1)
-  std::map<std::tuple<CommKind, int, int64_t>, PostedReceive> receives_;
+  // By producing node: F's activation kept for this group, I's or B's input gradient until it
+  // is sent or consumed.
+  std::map<int32_t, at::Tensor> outputs_;
+  std::map<int32_t, PostedReceive> receives_;  // by message node
   std::vector<std::unique_ptr<TransportRequest>> sends_;
   double loss_sum_ = 0;
   std::chrono::steady_clock::time_point ready_;  // when the current action's inputs arrived

@@ -1,7 +1,7 @@
 // The action interpreter alone — no gradient sums, no optimizer — over a two-stage 1F1B plan:
-// it must leave the sequential reference's first-step loss and gradients, bit for bit, and tell
-// its callers of every op and compute action in list order. Ranks run as threads over the
-// in-process transport.
+// it must leave the sequential reference's first-step loss and gradients, bit for bit, tell its
+// callers of every compute action in list order, and post the sends lower_plan lists, where it
+// lists them. Ranks run as threads over the in-process transport.
 #include "action_interpreter.h"
 
 #include <ATen/ATen.h>
@@ -11,6 +11,7 @@
 
 #include "motley/plan/lower.h"
 #include "motley/plan/plan_json.h"
+#include "motley/plan/task_graph.h"
 #include "test_util.h"
 
 namespace motley::internal {
@@ -23,6 +24,8 @@ TEST(ActionInterpreter, TwoStagesLeaveTheReferencesLossAndGradientsBitForBit) {
   auto tokens = TokenStream::from_text(synthetic_corpus(4096, 3), "corpus");
   ASSERT_TRUE(tokens.is_ok());
   const LoweredPlan lowered = lower_plan(plan);
+  TaskGraph graph;
+  build_task_graph(plan, lowered, graph);
   const RankLayout layout(plan);
   InProcessNetwork network(2);
   std::vector<double> loss(2);
@@ -46,13 +49,12 @@ TEST(ActionInterpreter, TwoStagesLeaveTheReferencesLossAndGradientsBitForBit) {
         EXPECT_GE(elapsed.value(), 0);
         computed[rank].push_back(action_to_string(a));
       };
-      ActionInterpreter interpreter(plan, model, *tokens, layout, rank,
-                                    lowered.replicas[0].groups[rank], {{rank, module->get()}},
-                                    {{rank, params}}, after_action, *transport);
-      EXPECT_TRUE(interpreter.runs_stage(rank));
-      EXPECT_FALSE(interpreter.runs_stage(1 - rank));
-      const OpCallbacks callbacks{[&, rank](int op) { started[rank].push_back(op); },
-                                  [&, rank](int op) { finished[rank].push_back(op); }};
+      ActionInterpreter interpreter(plan, model, *tokens, layout, rank, graph,
+                                    {{rank, module->get()}}, {{rank, params}}, after_action,
+                                    *transport);
+      EXPECT_EQ(interpreter.actions(), plan.replicas[0].groups[rank].actions);
+      const ActionCallbacks callbacks{[&, rank](int i) { started[rank].push_back(i); },
+                                      [&, rank](int i) { finished[rank].push_back(i); }};
       StepTrace trace(true);
       trace.begin();
       ASSERT_TRUE(interpreter.run_step(0, Precision::kFp32, callbacks, trace).is_ok());
@@ -74,19 +76,18 @@ TEST(ActionInterpreter, TwoStagesLeaveTheReferencesLossAndGradientsBitForBit) {
       EXPECT_TRUE(at::equal(grad, reference.parameters.at(name).grad())) << name;
       ++compared;
     }
-    // Every op of the list, started and finished in order; every action after it ran; the
-    // trace's actions, sends and the wait for them.
-    const std::vector<LoweredOp>& ops = lowered.replicas[0].groups[rank];
-    std::vector<int> all(ops.size());
-    for (size_t i = 0; i < ops.size(); ++i) all[i] = static_cast<int>(i);
-    EXPECT_EQ(started[rank], all);
-    EXPECT_EQ(finished[rank], all);
+    // Every action of the list, started and finished in order, and told after it ran; the
+    // trace's actions, the sends where the lowering puts them and the wait for them.
+    std::vector<int> all;
     std::vector<std::string> actions, expected_trace;
     for (const Action& a : plan.replicas[0].groups[rank].actions) {
+      all.push_back(static_cast<int>(all.size()));
       actions.push_back(action_to_string(a));
     }
+    EXPECT_EQ(started[rank], all);
+    EXPECT_EQ(finished[rank], all);
     EXPECT_EQ(computed[rank], actions);
-    for (const LoweredOp& op : ops) {
+    for (const LoweredOp& op : lowered.replicas[0].groups[rank]) {
       if (const auto* a = std::get_if<Action>(&op)) {
         expected_trace.push_back(action_to_string(*a));
       } else if (const CommOp& c = std::get<CommOp>(op);

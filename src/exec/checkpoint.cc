@@ -1,6 +1,7 @@
 #include "motley/exec/checkpoint.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 
 #include <bit>
 #include <cstring>
@@ -82,11 +83,13 @@ Status write_tensor_file(const std::string& path, const TensorFile& file) {
 
 Result<TensorFile> read_tensor_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found(path + ": cannot open checkpoint file");
+  if (!in) return not_found(fmt::format("{}: cannot open checkpoint file", path));
   std::ostringstream buffer;
   buffer << in.rdbuf();
   const std::string bytes = buffer.str();
-  auto corrupt = [&](const std::string& why) { return invalid_argument(path + ": " + why); };
+  auto corrupt = [&](const std::string& why) {
+    return invalid_argument(fmt::format("{}: {}", path, why));
+  };
   if (bytes.size() < sizeof(kMagic) + sizeof(uint64_t) ||
       std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
     return corrupt("not a motley tensor file (expected it to start with \"MOTLEYT1\")");
@@ -112,10 +115,11 @@ Result<TensorFile> read_tensor_file(const std::string& path) {
     const uint64_t nbytes = r.get<uint64_t>();
     const std::string_view data = r.bytes(nbytes);
     if (!r.ok()) break;
-    if (dtype > 1) return corrupt("tensor '" + t.name + "' has an unknown dtype");
+    if (dtype > 1) return corrupt(fmt::format("tensor '{}' has an unknown dtype", t.name));
     t.tensor = at::empty(sizes, dtype == 0 ? at::kFloat : at::kLong);
     if (static_cast<uint64_t>(t.tensor.numel()) * t.tensor.element_size() != nbytes) {
-      return corrupt("tensor '" + t.name + "' has a byte count that does not match its shape");
+      return corrupt(
+          fmt::format("tensor '{}' has a byte count that does not match its shape", t.name));
     }
     std::memcpy(t.tensor.data_ptr(), data.data(), nbytes);
     file.tensors.push_back(std::move(t));

@@ -1,5 +1,7 @@
 #include "motley/exec/data.h"
 
+#include <fmt/format.h>
+
 #include <array>
 
 #include "motley/core/check.h"
@@ -47,11 +49,11 @@ std::string synthetic_corpus(int64_t bytes, uint64_t seed) {
 
 Result<TokenStream> TokenStream::from_text(std::string text, const std::string& source) {
   if (text.size() < 2) {
-    return invalid_argument(source + ": a token stream needs at least 2 bytes of text, got " +
-                            std::to_string(text.size()));
+    return invalid_argument(fmt::format("{}: a token stream needs at least 2 bytes of text, got {}",
+                                        source, text.size()));
   }
   if (text.size() >= (size_t{1} << 32)) {
-    return invalid_argument(source + ": texts of 4 GiB or more are not supported");
+    return invalid_argument(fmt::format("{}: texts of 4 GiB or more are not supported", source));
   }
   std::vector<int64_t> tokens(text.size());
   for (size_t i = 0; i < text.size(); ++i) tokens[i] = static_cast<unsigned char>(text[i]);

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include "motley/exec/rank_layout.h"
+#include "motley/plan/lower.h"
+#include "motley/plan/task_graph.h"
+#include "test_plans.h"
 
 namespace motley {
 namespace {
@@ -130,23 +133,29 @@ TEST(RankLayout, GradientSumsOfShardsPairRanksOfOneIndexUnlessDegreesDiffer) {
 }
 
 TEST(MessageTag, PacksPayloadSequenceAndStep) {
-  EXPECT_EQ(message_tag(0, CommKind::kSendActivation, 0), 0);
-  EXPECT_EQ(message_tag(0, CommKind::kRecvActivation, 3), 6);
-  EXPECT_EQ(message_tag(0, CommKind::kSendGradient, 3), 7);
-  EXPECT_EQ(message_tag(1, CommKind::kRecvGradient, 0), (int64_t{1} << 23) | 1);
+  EXPECT_EQ(message_tag(0, TaskKind::kActivationMessage, 0), 0);
+  EXPECT_EQ(message_tag(0, TaskKind::kActivationMessage, 3), 6);
+  EXPECT_EQ(message_tag(0, TaskKind::kGradientMessage, 3), 7);
+  EXPECT_EQ(message_tag(1, TaskKind::kGradientMessage, 0), (int64_t{1} << 23) | 1);
   // The step wraps at 256, so a tag always fits in 31 bits.
-  EXPECT_EQ(message_tag(257, CommKind::kSendActivation, 0), int64_t{1} << 23);
-  EXPECT_LT(message_tag(255, CommKind::kSendGradient, kMaxChannelSequence - 1), int64_t{1} << 31);
+  EXPECT_EQ(message_tag(257, TaskKind::kActivationMessage, 0), int64_t{1} << 23);
+  EXPECT_LT(message_tag(255, TaskKind::kGradientMessage, kMaxChannelSequence - 1),
+            int64_t{1} << 31);
 }
 
 TEST(MessageTag, ChannelLengthIsTheLongestChannel) {
-  LoweredPlan lowered;
-  lowered.replicas.resize(1);
-  lowered.replicas[0].groups = {{Action{}, CommOp{CommKind::kSendActivation, 0, 0, 1, 0},
-                                 CommOp{CommKind::kSendActivation, 0, 1, 1, 1}},
-                                {CommOp{CommKind::kRecvActivation, 0, 1, 0, 1}}};
-  EXPECT_EQ(channel_length(lowered), 2);
-  EXPECT_EQ(channel_length(LoweredPlan{}), 0);
+  const ModelSpec model = testing::preset("tiny-llama");
+  auto length = [&](ScheduleKind kind, int stages, int virtual_stages, int64_t micro_batches) {
+    const Plan plan =
+        testing::uniform_plan(model, {kind, stages, virtual_stages, micro_batches, 1});
+    TaskGraph graph;
+    build_task_graph(plan, lower_plan(plan), graph);
+    return channel_length(graph);
+  };
+  // A link carries one activation each way per micro-batch and stage boundary on it.
+  EXPECT_EQ(length(ScheduleKind::k1f1b, 2, 1, 5), 5);
+  EXPECT_EQ(length(ScheduleKind::kInterleaved, 2, 2, 4), 8);
+  EXPECT_EQ(length(ScheduleKind::k1f1b, 1, 1, 4), 0);  // one stage sends nothing
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "motley/exec/emulation.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -184,8 +185,8 @@ class DelayedTransport final : public Transport {
       Status status;
       std::unique_ptr<TransportRequest> request;
       if (stop_) {
-        status = io_error("rank " + std::to_string(inner_.rank()) +
-                          ": the transport closed before " + pending->what + " was sent");
+        status = io_error(fmt::format("rank {}: the transport closed before {} was sent",
+                                      inner_.rank(), pending->what));
       } else {
         lock.unlock();
         {

@@ -1,5 +1,7 @@
 #include "motley/exec/emulation_factors.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -40,7 +42,7 @@ Result<std::vector<int>> rank_list(const JsonField& parent, std::string_view key
   for (const JsonField& item : items) {
     MOTLEY_ASSIGN_OR_RETURN(int64_t rank, item.as_int());
     if (rank < 0 || rank >= world || (!out.empty() && rank <= out.back())) {
-      return item.error("expected increasing ranks below " + std::to_string(world));
+      return item.error(fmt::format("expected increasing ranks below {}", world));
     }
     out.push_back(static_cast<int>(rank));
   }
@@ -49,8 +51,7 @@ Result<std::vector<int>> rank_list(const JsonField& parent, std::string_view key
 
 Result<int> rank_of(const JsonField& parent, std::string_view key, int world) {
   MOTLEY_ASSIGN_OR_RETURN(int64_t rank, parent.get_nonnegative_int(key));
-  if (rank >= world)
-    return parent.child_error(key, "expected a rank below " + std::to_string(world));
+  if (rank >= world) return parent.child_error(key, fmt::format("expected a rank below {}", world));
   return static_cast<int>(rank);
 }
 
@@ -65,7 +66,7 @@ Status error_from_json(const JsonField& error) {
   std::vector<std::string> names;
   for (const auto& entry : code_names()) names.push_back(entry.second);
   if (message.empty()) return error.child_error("message", "expected the error's message");
-  return error.child_error("code", "expected " + join_alternatives(names));
+  return error.child_error("code", fmt::format("expected {}", join_alternatives(names)));
 }
 
 }  // namespace
@@ -146,7 +147,7 @@ Result<EmulationFactors> emulation_factors_from_json(const Json& json, const std
   const JsonField root(json, source);
   MOTLEY_ASSIGN_OR_RETURN(std::string format, root.get_string("format"));
   if (format != kEmulationFormat) {
-    return root.child_error("format", std::string("expected \"") + kEmulationFormat + "\"");
+    return root.child_error("format", fmt::format("expected \"{}\"", kEmulationFormat));
   }
   if (std::optional<JsonField> error = root.find("error")) {
     MOTLEY_RETURN_IF_ERROR(root.check_keys({"format", "error"}));

@@ -5,7 +5,9 @@
 #include "motley/exec/executor.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -14,6 +16,8 @@
 #include "gradient_buckets.h"
 #include "motley/exec/rank_layout.h"
 #include "motley/plan/lower.h"
+#include "motley/plan/structure.h"
+#include "motley/plan/task_graph.h"
 #include "optimizer.h"
 #include "rank_checkpoint.h"
 #include "step_trace.h"
@@ -28,6 +32,23 @@ std::string first_line(const char* what) {
   return end == std::string::npos ? text : text.substr(0, end);
 }
 
+// What the plan's indices are checked against: the model's layers, and the devices its groups
+// name (the executor has no cluster, only one rank per device listed).
+PlanBounds bounds_of(const Plan& plan, const ModelSpec& model) {
+  PlanBounds bounds;
+  bounds.num_layers = static_cast<int>(model.layers.size());
+  for (const Replica& replica : plan.replicas) {
+    for (const DeviceGroupSchedule& group : replica.groups) {
+      for (int device : group.devices) {
+        bounds.num_devices = std::max(bounds.num_devices, device + 1);
+      }
+    }
+  }
+  bounds.model = fmt::format("model '{}'", model.name);
+  bounds.cluster = "the plan";
+  return bounds;
+}
+
 }  // namespace
 
 struct RankExecutor::Impl {
@@ -40,6 +61,7 @@ struct RankExecutor::Impl {
   const TokenStream& tokens;
   Transport& transport;
   RankLayout layout;
+  TaskGraph graph;  // the plan's; the interpreter reads this rank's group of it
   int rank = 0;
   RankPlace place;
   std::vector<int> group_ranks;  // this rank's tensor-parallel group
@@ -62,7 +84,7 @@ struct RankExecutor::Impl {
   void tensor_parallel_sum(at::Tensor& t) {
     Status status = transport.all_reduce_sum({t}, group_ranks);
     if (!status.is_ok())
-      throw std::runtime_error("tensor-parallel all-reduce: " + status.message());
+      throw std::runtime_error(fmt::format("tensor-parallel all-reduce: {}", status.message()));
   }
   Status save_checkpoint(const std::string& dir);  // may throw c10::Error
   Status load_checkpoint(const std::string& dir);
@@ -82,28 +104,22 @@ struct RankExecutor::Impl {
   }
 };
 
+// The executor's own limits; the plan's structure was checked before the layout was made.
 Status RankExecutor::Impl::check_inputs() const {
   if (transport.world_size() != layout.world_size()) {
-    return invalid_argument("the plan has " + std::to_string(layout.world_size()) +
-                            " devices (one rank each) but the transport's world has " +
-                            std::to_string(transport.world_size()) + " ranks");
-  }
-  for (const Stage& s : plan.stages) {
-    if (s.layer_begin < 0 || s.layer_end > static_cast<int>(model.layers.size()) ||
-        s.layer_begin >= s.layer_end) {
-      return invalid_argument("plan stage layers [" + std::to_string(s.layer_begin) + ", " +
-                              std::to_string(s.layer_end) + ") do not fit model '" + model.name +
-                              "'; was the plan validated against it?");
-    }
+    return invalid_argument(fmt::format(
+        "the plan has {} devices (one rank each) but the transport's world has {} ranks",
+        layout.world_size(), transport.world_size()));
   }
   for (const Layer& layer : model.layers) {
     const int64_t vocab = layer.embedding ? layer.embedding->vocab
                           : layer.head    ? layer.head->vocab
                                           : kByteVocab;
     if (vocab < kByteVocab) {
-      return invalid_argument("model '" + model.name + "': layer '" + layer.name +
-                              "' has a vocabulary of " + std::to_string(vocab) +
-                              "; the executor trains on byte tokens and needs at least 256");
+      return invalid_argument(fmt::format(
+          "model '{}': layer '{}' has a vocabulary of {}; the executor trains on byte tokens and "
+          "needs at least 256",
+          model.name, layer.name, vocab));
     }
   }
   return Status::ok();
@@ -115,10 +131,10 @@ Status RankExecutor::Impl::build() {
   place = layout.place_of(rank);
   group_ranks = layout.group_ranks(place.replica, place.group);
   const int last_stage = static_cast<int>(plan.stages.size()) - 1;
-  const LoweredPlan lowered = lower_plan(plan);
-  if (channel_length(lowered) > kMaxChannelSequence) {
-    return invalid_argument("the plan sends more than " + std::to_string(kMaxChannelSequence) +
-                            " messages on one channel per step");
+  build_task_graph(plan, lower_plan(plan), graph);
+  if (channel_length(graph) > kMaxChannelSequence) {
+    return invalid_argument(fmt::format(
+        "the plan sends more than {} messages on one channel per step", kMaxChannelSequence));
   }
 
   StageFactory factory = options.stage_factory;
@@ -165,19 +181,18 @@ Status RankExecutor::Impl::build() {
   }
   optimizer = std::make_unique<internal::AdamWStep>(stepped, options.optimizer);
 
-  std::vector<LoweredOp> ops = lowered.replicas[place.replica].groups[place.group];
+  std::map<int, StageModule*> modules;
+  for (auto& [s, module] : stages) modules[s] = module.get();
+  interpreter = std::make_unique<internal::ActionInterpreter>(
+      plan, model, tokens, layout, rank, graph, std::move(modules), std::move(stage_params),
+      options.after_action, transport);
   const bool holds_loss = runs_stage(last_stage);
   buckets = std::make_unique<internal::GradientBuckets>(
-      sets, ops, stage_params, last_stage,
+      sets, interpreter->actions(), interpreter->stage_params(), last_stage,
       holds_loss ? layout.stage_ranks(last_stage) : std::vector<int>{},
       // Every rank of a tensor-parallel group computes the same loss; one of them counts it.
       [this] { return place.tp_rank == 0 ? interpreter->loss_sum() : 0.0; },
       /*post_from_hooks=*/!options.after_action, transport);
-  std::map<int, StageModule*> modules;
-  for (auto& [s, module] : stages) modules[s] = module.get();
-  interpreter = std::make_unique<internal::ActionInterpreter>(
-      plan, model, tokens, layout, rank, std::move(ops), std::move(modules),
-      std::move(stage_params), options.after_action, transport);
   checkpoint =
       std::make_unique<internal::RankCheckpoint>(model, rank, place, group_ranks, std::move(saved));
   // Set up every rank set this rank sums over, in increasing order on every rank (Gloo creates
@@ -193,8 +208,8 @@ Status RankExecutor::Impl::run_step(StepResult* result) {
   trace.begin();
   zero_gradients();
   buckets->begin_step();
-  const internal::OpCallbacks callbacks{[this](int op) { buckets->begin_op(op); },
-                                        [this](int op) { buckets->end_op(op); }};
+  const internal::ActionCallbacks callbacks{[this](int i) { buckets->begin_action(i); },
+                                            [this](int i) { buckets->end_action(i); }};
   MOTLEY_RETURN_IF_ERROR(interpreter->run_step(steps_done, options.precision, callbacks, trace));
   auto start = std::chrono::steady_clock::now();
   MOTLEY_RETURN_IF_ERROR(buckets->finish(&result->loss, trace));
@@ -220,7 +235,10 @@ int64_t RankExecutor::Impl::optimizer_state_bytes() const {
 Status RankExecutor::Impl::save_checkpoint(const std::string& dir) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
-  if (error) return io_error(dir + ": cannot create the checkpoint directory: " + error.message());
+  if (error) {
+    return io_error(
+        fmt::format("{}: cannot create the checkpoint directory: {}", dir, error.message()));
+  }
   // ZeRO-1 moments come from their owners, whatever replica they are in.
   MOTLEY_ASSIGN_OR_RETURN(auto zero_state, zero1.gather_state(transport, *optimizer, steps_done));
   auto state_of = [&](const at::Tensor& param) {
@@ -247,12 +265,14 @@ Result<std::unique_ptr<RankExecutor>> RankExecutor::create(const ExecOptions& op
                                                            const Plan& plan, const ModelSpec& model,
                                                            const TokenStream& tokens,
                                                            Transport& transport) {
+  // Before the layout indexes the plan.
+  MOTLEY_RETURN_IF_ERROR(check_plan_structure(plan, bounds_of(plan, model)));
   auto impl = std::make_unique<Impl>(options, plan, model, tokens, transport);
   try {
     MOTLEY_RETURN_IF_ERROR(impl->build());
   } catch (const std::exception& e) {
-    return internal_error("rank " + std::to_string(transport.rank()) +
-                          ": building the stages failed: " + first_line(e.what()));
+    return internal_error(fmt::format("rank {}: building the stages failed: {}", transport.rank(),
+                                      first_line(e.what())));
   }
   return std::unique_ptr<RankExecutor>(new RankExecutor(std::move(impl)));
 }
@@ -260,9 +280,8 @@ Result<std::unique_ptr<RankExecutor>> RankExecutor::create(const ExecOptions& op
 Result<StepResult> RankExecutor::step() {
   Impl& m = *impl_;
   if (!m.failed.is_ok()) return m.failed;
-  const std::string context =
-      "rank " + std::to_string(m.rank) + " (replica " + std::to_string(m.place.replica) +
-      ", device group " + std::to_string(m.place.group) + "), step " + std::to_string(m.steps_done);
+  const std::string context = fmt::format("rank {} (replica {}, device group {}), step {}", m.rank,
+                                          m.place.replica, m.place.group, m.steps_done);
   StepResult result;
   result.step = m.steps_done;
   Status status;
@@ -284,7 +303,7 @@ Status RankExecutor::save_checkpoint(const std::string& dir) {
   try {
     return impl_->save_checkpoint(dir);
   } catch (const std::exception& e) {
-    return internal_error("saving checkpoint " + dir + ": " + first_line(e.what()));
+    return internal_error(fmt::format("saving checkpoint {}: {}", dir, first_line(e.what())));
   }
 }
 
@@ -292,7 +311,7 @@ Status RankExecutor::load_checkpoint(const std::string& dir) {
   try {
     return impl_->load_checkpoint(dir);
   } catch (const std::exception& e) {
-    return internal_error("loading checkpoint " + dir + ": " + first_line(e.what()));
+    return internal_error(fmt::format("loading checkpoint {}: {}", dir, first_line(e.what())));
   }
 }
 

@@ -309,6 +309,35 @@ TEST(Executor, RejectsAWorldOfTheWrongSize) {
             "the plan has 2 devices (one rank each) but the transport's world has 3 ranks");
 }
 
+// The plan's structure is check_plan_structure's to report, against the model's layers, before
+// any rank is laid out.
+TEST(Executor, RejectsAPlanWhoseStructureDoesNotFitTheModel) {
+  const ModelSpec model = preset("tiny-llama");
+  auto tokens = TokenStream::from_text(synthetic_corpus(4096, 5), "corpus");
+  InProcessNetwork network(2);
+  auto transport = network.endpoint(0);
+  auto error = [&](const Plan& plan) {
+    auto executor = RankExecutor::create(exec_options(), plan, model, *tokens, *transport);
+    EXPECT_FALSE(executor.is_ok());
+    return executor.is_ok() ? std::string() : executor.status().message();
+  };
+  Plan plan = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 2, 1});
+  plan.stages.back().layer_end += 1;
+  EXPECT_EQ(error(plan),
+            "field 'stages[1].layer_end': stage 1 (layers [3, 7)) ends past the last layer: "
+            "model 'tiny-llama' has 6 layers");
+  plan = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 2, 1});
+  plan.replicas[0].stage_group[1] = 2;
+  EXPECT_EQ(error(plan),
+            "field 'replicas[0].stage_group[1]': replica 0 places stage 1 on device group 2 but "
+            "it has groups 0-1");
+  plan = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 2, 1});
+  plan.replicas[0].groups[1].actions[0].stage = 5;
+  EXPECT_EQ(error(plan),
+            "field 'replicas[0].groups[1].actions[0].stage': 5F0 on device group 1 (device 1): "
+            "stage 5 does not exist; the plan has stages 0-1");
+}
+
 TEST(Executor, TraceFollowsTheGroupOrder) {
   const ModelSpec model = preset("tiny-llama");
   const Plan plan = uniform_plan(model, {ScheduleKind::kZbH1, 2, 1, 3, 1});

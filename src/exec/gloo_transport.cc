@@ -3,6 +3,8 @@
 #include "motley/exec/gloo_transport.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -26,12 +28,7 @@ std::string format_seconds(Seconds s) {
 }
 
 std::string ranks_key(const std::vector<int>& ranks) {
-  std::string key;
-  for (int r : ranks) {
-    if (!key.empty()) key += ',';
-    key += std::to_string(r);
-  }
-  return key;
+  return fmt::format("{}", fmt::join(ranks, ","));
 }
 
 // c10d errors carry a backtrace after the first line; the first line is the reason.
@@ -57,8 +54,8 @@ class GlooRequest final : public TransportRequest {
       } catch (const std::exception&) {
         // Already failed; the first error is the one to report.
       }
-      status_ = io_error(description_ + " failed or timed out (limit " + format_seconds(timeout_) +
-                         "): " + first_line(e.what()));
+      status_ = io_error(fmt::format("{} failed or timed out (limit {}): {}", description_,
+                                     format_seconds(timeout_), first_line(e.what())));
     }
     return status_;
   }
@@ -118,32 +115,30 @@ class GlooTransport final : public Transport {
   Result<std::unique_ptr<TransportRequest>> send(const at::Tensor& tensor, int peer, MessageTag tag,
                                                  std::string what) override {
     MOTLEY_RETURN_IF_ERROR(check_peer(peer, tag));
-    const std::string description = "rank " + std::to_string(rank()) + ": sending " + what +
-                                    " to rank " + std::to_string(peer) + " (tag " +
-                                    std::to_string(tag) + ")";
+    const std::string description =
+        fmt::format("rank {}: sending {} to rank {} (tag {})", rank(), what, peer, tag);
     try {
       std::vector<at::Tensor> tensors = {tensor};
       auto work = world_->send(tensors, peer, static_cast<int>(tag));
       return std::unique_ptr<TransportRequest>(
           new GlooRequest(std::move(work), options_.transport.timeout, description));
     } catch (const std::exception& e) {
-      return io_error(description + ": " + first_line(e.what()));
+      return io_error(fmt::format("{}: {}", description, first_line(e.what())));
     }
   }
 
   Result<std::unique_ptr<TransportRequest>> recv(const at::Tensor& buffer, int peer, MessageTag tag,
                                                  std::string what) override {
     MOTLEY_RETURN_IF_ERROR(check_peer(peer, tag));
-    const std::string description = "rank " + std::to_string(rank()) + ": receiving " + what +
-                                    " from rank " + std::to_string(peer) + " (tag " +
-                                    std::to_string(tag) + ")";
+    const std::string description =
+        fmt::format("rank {}: receiving {} from rank {} (tag {})", rank(), what, peer, tag);
     try {
       std::vector<at::Tensor> tensors = {buffer};
       auto work = world_->recv(tensors, peer, static_cast<int>(tag));
       return std::unique_ptr<TransportRequest>(
           new GlooRequest(std::move(work), options_.transport.timeout, description));
     } catch (const std::exception& e) {
-      return io_error(description + ": " + first_line(e.what()));
+      return io_error(fmt::format("{}: {}", description, first_line(e.what())));
     }
   }
 
@@ -160,15 +155,16 @@ class GlooTransport final : public Transport {
     if (std::find(ranks.begin(), ranks.end(), rank()) == ranks.end() ||
         !std::is_sorted(ranks.begin(), ranks.end()) ||
         std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end()) {
-      return invalid_argument("rank " + std::to_string(rank()) + ": all-reduce over ranks {" +
-                              ranks_key(ranks) +
-                              "}: expected sorted distinct ranks including this one");
+      return invalid_argument(
+          fmt::format("rank {}: all-reduce over ranks {{{}}}: expected sorted distinct ranks "
+                      "including this one",
+                      rank(), ranks_key(ranks)));
     }
     if (ranks.size() == 1 || tensors.empty()) {
       return std::unique_ptr<TransportRequest>(new FlatAllReduce(tensors));
     }
     const std::string description =
-        "rank " + std::to_string(rank()) + ": all-reduce over ranks {" + ranks_key(ranks) + "}";
+        fmt::format("rank {}: all-reduce over ranks {{{}}}", rank(), ranks_key(ranks));
     try {
       MOTLEY_ASSIGN_OR_RETURN(c10d::ProcessGroupGloo * group, subgroup(ranks));
       std::vector<at::Tensor> flat_views;
@@ -179,7 +175,7 @@ class GlooTransport final : public Transport {
           tensors, buffer[0],
           std::make_unique<GlooRequest>(std::move(work), options_.transport.timeout, description)));
     } catch (const std::exception& e) {
-      return io_error(description + " failed: " + first_line(e.what()));
+      return io_error(fmt::format("{} failed: {}", description, first_line(e.what())));
     }
   }
 
@@ -191,8 +187,8 @@ class GlooTransport final : public Transport {
       try {
         MOTLEY_RETURN_IF_ERROR(subgroup(ranks).status());
       } catch (const std::exception& e) {
-        return io_error("rank " + std::to_string(rank()) + ": setting up collectives over ranks {" +
-                        ranks_key(ranks) + "}: " + first_line(e.what()));
+        return io_error(fmt::format("rank {}: setting up collectives over ranks {{{}}}: {}", rank(),
+                                    ranks_key(ranks), first_line(e.what())));
       }
     }
     return Status::ok();
@@ -203,20 +199,20 @@ class GlooTransport final : public Transport {
       world_->barrier()->wait(to_ms(options_.transport.timeout));
       return Status::ok();
     } catch (const std::exception& e) {
-      return io_error("rank " + std::to_string(rank()) + ": barrier failed or timed out (limit " +
-                      format_seconds(options_.transport.timeout) + "): " + first_line(e.what()));
+      return io_error(fmt::format("rank {}: barrier failed or timed out (limit {}): {}", rank(),
+                                  format_seconds(options_.transport.timeout),
+                                  first_line(e.what())));
     }
   }
 
  private:
   Status check_peer(int peer, MessageTag tag) const {
     if (peer < 0 || peer >= world_size() || peer == rank()) {
-      return invalid_argument("rank " + std::to_string(rank()) + ": no peer rank " +
-                              std::to_string(peer) + " in a world of " +
-                              std::to_string(world_size()));
+      return invalid_argument(
+          fmt::format("rank {}: no peer rank {} in a world of {}", rank(), peer, world_size()));
     }
     if (tag < 0 || tag >= (int64_t{1} << 31)) {
-      return invalid_argument("message tag " + std::to_string(tag) + " is outside [0, 2^31)");
+      return invalid_argument(fmt::format("message tag {} is outside [0, 2^31)", tag));
     }
     return Status::ok();
   }
@@ -249,9 +245,9 @@ Result<int> int_variable(const char* name, const char* value, int min, int max) 
   char* end = nullptr;
   const long parsed = std::strtol(value, &end, 10);
   if (*value == '\0' || *end != '\0' || parsed < min || parsed > max) {
-    return invalid_argument(std::string("environment variable ") + name +
-                            ": expected an integer in [" + std::to_string(min) + ", " +
-                            std::to_string(max) + "], got '" + value + "'");
+    return invalid_argument(
+        fmt::format("environment variable {}: expected an integer in [{}, {}], got '{}'", name, min,
+                    max, value));
   }
   return static_cast<int>(parsed);
 }
@@ -284,8 +280,8 @@ Result<GlooOptions> gloo_options_from_env(const std::function<const char*(const 
 
 Result<std::unique_ptr<Transport>> connect_gloo(const GlooOptions& options) {
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
-    return invalid_argument("gloo: rank " + std::to_string(options.rank) +
-                            " is not in a world of " + std::to_string(options.world_size));
+    return invalid_argument(
+        fmt::format("gloo: rank {} is not in a world of {}", options.rank, options.world_size));
   }
   try {
     c10d::TCPStoreOptions store_options;
@@ -311,9 +307,9 @@ Result<std::unique_ptr<Transport>> connect_gloo(const GlooOptions& options) {
         options.world_size, pg_options);
     return std::unique_ptr<Transport>(new GlooTransport(options, store, pg_options, world));
   } catch (const std::exception& e) {
-    return io_error("gloo: rank " + std::to_string(options.rank) + " could not join the world of " +
-                    std::to_string(options.world_size) + " at " + options.master_addr + ":" +
-                    std::to_string(options.master_port) + ": " + first_line(e.what()));
+    return io_error(fmt::format("gloo: rank {} could not join the world of {} at {}:{}: {}",
+                                options.rank, options.world_size, options.master_addr,
+                                options.master_port, first_line(e.what())));
   }
 }
 

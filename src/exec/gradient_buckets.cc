@@ -1,6 +1,7 @@
 #include "gradient_buckets.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -11,7 +12,7 @@
 
 namespace motley::internal {
 
-GradientBuckets::GradientBuckets(const GradientSumSets& sets, const std::vector<LoweredOp>& ops,
+GradientBuckets::GradientBuckets(const GradientSumSets& sets, const std::vector<Action>& actions,
                                  const std::map<int, std::vector<at::Tensor>>& stage_params,
                                  int last_stage, const std::vector<int>& loss_ranks,
                                  std::function<double()> loss, bool post_from_hooks,
@@ -19,25 +20,24 @@ GradientBuckets::GradientBuckets(const GradientSumSets& sets, const std::vector<
     : loss_(std::move(loss)),
       post_from_hooks_(post_from_hooks),
       transport_(transport),
-      ops_(static_cast<int>(ops.size())) {
+      actions_(static_cast<int>(actions.size())) {
   // The last action of the list that accumulates into each stage's weights.
-  std::map<int, int> last_weight_op;  // stage -> op index
-  int last_loss_op = -1;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const auto* a = std::get_if<Action>(&ops[i]);
-    if (a == nullptr) continue;
-    if (a->kind == ActionKind::kBackwardWeight || a->kind == ActionKind::kBackward) {
-      last_weight_op[a->stage] = static_cast<int>(i);
+  std::map<int, int> last_weight_action;  // stage -> action index
+  int last_loss_action = -1;
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
+    if (a.kind == ActionKind::kBackwardWeight || a.kind == ActionKind::kBackward) {
+      last_weight_action[a.stage] = static_cast<int>(i);
     }
-    if (a->kind == ActionKind::kForward && a->stage == last_stage) {
-      last_loss_op = static_cast<int>(i);
+    if (a.kind == ActionKind::kForward && a.stage == last_stage) {
+      last_loss_action = static_cast<int>(i);
     }
   }
-  std::map<const at::TensorImpl*, int> final_of;  // parameter -> op of its last accumulation
+  std::map<const at::TensorImpl*, int> final_of;  // parameter -> action of its last accumulation
   for (const auto& [stage, params] : stage_params) {
     for (const at::Tensor& p : params) {
       int& f = final_of.emplace(p.unsafeGetTensorImpl(), -1).first->second;
-      f = std::max(f, last_weight_op.count(stage) ? last_weight_op.at(stage) : -1);
+      f = std::max(f, last_weight_action.count(stage) ? last_weight_action.at(stage) : -1);
     }
   }
   GradientSumSets all = sets;
@@ -55,7 +55,7 @@ GradientBuckets::GradientBuckets(const GradientSumSets& sets, const std::vector<
     if (holds_loss && ranks == loss_ranks) {
       Bucket& b = add_bucket();
       b.loss = true;
-      b.final_op = last_loss_op;
+      b.final_action = last_loss_action;
     }
     std::map<int, std::vector<GradientSum>, std::greater<int>> by_layer;
     for (const GradientSum& s : sums) {
@@ -65,10 +65,10 @@ GradientBuckets::GradientBuckets(const GradientSumSets& sets, const std::vector<
     for (auto& [layer, members] : by_layer) {
       Bucket& b = add_bucket();
       for (const GradientSum& s : members) {
-        b.final_op = std::max(b.final_op, final_of.at(s.param.unsafeGetTensorImpl()));
+        b.final_action = std::max(b.final_action, final_of.at(s.param.unsafeGetTensorImpl()));
       }
       for (const GradientSum& s : members) {
-        if (final_of.at(s.param.unsafeGetTensorImpl()) == b.final_op) ++b.final_params;
+        if (final_of.at(s.param.unsafeGetTensorImpl()) == b.final_action) ++b.final_params;
       }
       b.sums = std::move(members);
     }
@@ -115,14 +115,14 @@ void GradientBuckets::begin_step() {
     b.pending = b.final_params;
   }
   post_failure_ = Status::ok();
-  running_op_ = -1;
-  completed_op_ = -1;
+  running_action_ = -1;
+  completed_action_ = -1;
 }
 
-void GradientBuckets::begin_op(int op) { running_op_ = op; }
+void GradientBuckets::begin_action(int action) { running_action_ = action; }
 
-void GradientBuckets::end_op(int op) {
-  completed_op_ = op;
+void GradientBuckets::end_action(int action) {
+  completed_action_ = action;
   post_all_ready();
 }
 
@@ -131,7 +131,7 @@ void GradientBuckets::on_gradient_final(const at::TensorImpl* param) {
   auto it = bucket_of_.find(param);
   if (it == bucket_of_.end()) return;
   Bucket& b = buckets_[it->second];
-  if (b.posted || b.final_op != running_op_) return;  // not its last accumulation this step
+  if (b.posted || b.final_action != running_action_) return;  // not its last accumulation
   if (--b.pending == 0) post_ready(b.ranks);
 }
 
@@ -144,7 +144,8 @@ void GradientBuckets::post_ready(const std::vector<int>& ranks) {
   size_t& next = next_bucket_[ranks];
   while (next < order.size()) {
     Bucket& b = buckets_[order[next]];
-    const bool ready = b.final_op <= completed_op_ || (b.final_op == running_op_ && b.pending <= 0);
+    const bool ready = b.final_action <= completed_action_ ||
+                       (b.final_action == running_action_ && b.pending <= 0);
     if (!ready) return;
     if (!post_failure_.is_ok()) return;
     post_failure_ = post(b);
@@ -177,8 +178,8 @@ Status GradientBuckets::post(Bucket& b) {
 }
 
 Status GradientBuckets::finish(std::optional<double>* loss, StepTrace& trace) {
-  running_op_ = -1;
-  completed_op_ = ops_;  // everything is final now
+  running_action_ = -1;
+  completed_action_ = actions_;  // everything is final now
   post_all_ready();
   MOTLEY_RETURN_IF_ERROR(post_failure_.with_context("gradient all-reduce"));
   for (Bucket& b : buckets_) {
@@ -186,8 +187,7 @@ Status GradientBuckets::finish(std::optional<double>* loss, StepTrace& trace) {
     if (trace.enabled()) {
       TraceEvent e;
       e.kind = TraceEvent::Kind::kGradientSum;
-      e.name =
-          b.loss ? "sum loss" : "sum layer " + std::to_string(b.sums.front().layer) + " gradients";
+      e.name = b.loss ? "sum loss" : fmt::format("sum layer {} gradients", b.sums.front().layer);
       e.start = trace.since_start(b.posted_at);
       e.ready = e.start;
       e.end = trace.since_start(std::chrono::steady_clock::now());

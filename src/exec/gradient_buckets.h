@@ -22,7 +22,7 @@
 #include "motley/core/status.h"
 #include "motley/exec/stage_module.h"
 #include "motley/exec/transport.h"
-#include "motley/plan/lower.h"
+#include "motley/plan/plan.h"
 #include "step_trace.h"
 
 namespace torch::autograd {
@@ -47,15 +47,16 @@ using GradientSumSets = std::map<std::vector<int>, std::vector<GradientSum>>;
 
 class GradientBuckets {
  public:
-  // `sets`: the rank's sums. `ops`: its lowered list, from which the action that finishes each
-  // bucket is known (a stage's last W or fused B; for the loss, the last stage's last F).
+  // `sets`: the rank's sums. `actions`: its group's compute actions in order, from which the
+  // action that finishes each bucket is known (a stage's last W or fused B; for the loss, the
+  // last stage's last F).
   // `stage_params`: per stage the rank runs, the parameters its W and B differentiate.
   // `loss_ranks`: the last stage's ranks when this rank runs it (the loss is summed over them,
   // `loss` giving this rank's part when its bucket is posted), else empty. `post_from_hooks`
   // false: a bucket leaves only after the action that finished it (an after_action hook slows
   // actions after they ran, and nothing may leave before the emulated device would be done).
   // `transport` must outlive the buckets.
-  GradientBuckets(const GradientSumSets& sets, const std::vector<LoweredOp>& ops,
+  GradientBuckets(const GradientSumSets& sets, const std::vector<Action>& actions,
                   const std::map<int, std::vector<at::Tensor>>& stage_params, int last_stage,
                   const std::vector<int>& loss_ranks, std::function<double()> loss,
                   bool post_from_hooks, Transport& transport);
@@ -64,11 +65,11 @@ class GradientBuckets {
   // Every rank set a bucket sums over, increasing (the loss's included).
   std::vector<std::vector<int>> rank_sets() const;
 
-  // Per step: begin_step() first, then around each op of the list begin_op / end_op with its
-  // index, then finish().
+  // Per step: begin_step() first, then around each action of the list begin_action /
+  // end_action with its index, then finish().
   void begin_step();
-  void begin_op(int op);
-  void end_op(int op);
+  void begin_action(int action);
+  void end_action(int action);
   // Posts what is left, waits for every bucket (the trace gets each one's sum, from its posting
   // to the end of its wait), writes the rows of full-size sums back into the gradients and sets
   // *loss to the summed loss on ranks that hold it. A failed post or sum is returned.
@@ -79,9 +80,9 @@ class GradientBuckets {
     std::vector<int> ranks;
     std::vector<GradientSum> sums;
     bool loss = false;
-    int final_op = -1;     // index into the ops of the action after which it is final
-    int final_params = 0;  // its parameters whose last accumulation happens in that action
-    int pending = 0;       // of those, the ones not accumulated yet this step
+    int final_action = -1;  // index of the action after which it is final
+    int final_params = 0;   // its parameters whose last accumulation happens in that action
+    int pending = 0;        // of those, the ones not accumulated yet this step
     bool posted = false;
     std::vector<at::Tensor> tensors;  // what travels: gradients or full-size contributions
     at::Tensor loss_value;
@@ -98,15 +99,15 @@ class GradientBuckets {
   std::function<double()> loss_;
   bool post_from_hooks_;
   Transport& transport_;
-  int ops_ = 0;
+  int actions_ = 0;
   std::vector<Bucket> buckets_;
   std::map<std::vector<int>, std::vector<size_t>> set_buckets_;  // each set's, in posting order
   std::map<std::vector<int>, size_t> next_bucket_;               // per set: next to post
   std::map<const at::TensorImpl*, size_t> bucket_of_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep the hooks alive
-  int running_op_ = -1;    // the op being run (gradient hooks fire inside it)
-  int completed_op_ = -1;  // every op up to this one has finished
-  Status post_failure_;    // a failed post, reported by finish()
+  int running_action_ = -1;    // the action being run (gradient hooks fire inside it)
+  int completed_action_ = -1;  // every action up to this one has finished
+  Status post_failure_;        // a failed post, reported by finish()
 };
 
 }  // namespace motley::internal

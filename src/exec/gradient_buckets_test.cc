@@ -34,7 +34,7 @@ struct OneRank {
   InProcessNetwork network{1};
   RecordingTransport transport{network.endpoint(0)};
   at::Tensor a = param(3), b = param(4), c = param(5);
-  std::vector<LoweredOp> ops = {Action{ActionKind::kBackwardWeight, 0, 0}};
+  std::vector<Action> actions = {Action{ActionKind::kBackwardWeight, 0, 0}};
   GradientSumSets sets() const {
     return {{{0},
              {GradientSum{a, whole(a), false, 2}, GradientSum{b, whole(b), false, 1},
@@ -42,7 +42,7 @@ struct OneRank {
   }
   std::unique_ptr<GradientBuckets> buckets(bool post_from_hooks) {
     return std::make_unique<GradientBuckets>(
-        sets(), ops, std::map<int, std::vector<at::Tensor>>{{0, {a, b, c}}},
+        sets(), actions, std::map<int, std::vector<at::Tensor>>{{0, {a, b, c}}},
         /*last_stage=*/1, std::vector<int>{}, [] { return 0.0; }, post_from_hooks, transport);
   }
   static void backward(const at::Tensor& p) {
@@ -56,7 +56,7 @@ TEST(GradientBuckets,
   auto buckets = r.buckets(/*post_from_hooks=*/true);
   EXPECT_EQ(buckets->rank_sets(), (std::vector<std::vector<int>>{{0}}));
   buckets->begin_step();
-  buckets->begin_op(0);
+  buckets->begin_action(0);
   OneRank::backward(r.b);
   OneRank::backward(r.c);
   // Layer 1 is final, but layer 2's bucket goes first on every member: nothing left yet.
@@ -67,7 +67,7 @@ TEST(GradientBuckets,
   EXPECT_EQ(r.transport.sums()[0].shapes, (std::vector<std::vector<int64_t>>{{3}}));
   EXPECT_EQ(r.transport.sums()[1].shapes, (std::vector<std::vector<int64_t>>{{4}, {5}}));
   EXPECT_TRUE(r.transport.sums()[0].posted);
-  buckets->end_op(0);
+  buckets->end_action(0);
   StepTrace trace(true);
   trace.begin();
   std::optional<double> loss;
@@ -79,12 +79,12 @@ TEST(GradientBuckets,
 
   // Next step, layer 1 not reached: its bucket leaves once the action is over, with zeros.
   buckets->begin_step();
-  buckets->begin_op(0);
+  buckets->begin_action(0);
   r.a.mutable_grad().zero_();
   OneRank::backward(r.a);
   EXPECT_EQ(r.transport.sums().size(), 3u);
   r.b.mutable_grad() = at::Tensor();
-  buckets->end_op(0);
+  buckets->end_action(0);
   EXPECT_EQ(r.transport.sums().size(), 4u);
   ASSERT_TRUE(buckets->finish(&loss, trace).is_ok());
   EXPECT_TRUE(at::equal(r.b.grad(), at::zeros({4})));
@@ -94,10 +94,10 @@ TEST(GradientBuckets,
   OneRank later;
   auto deferred = later.buckets(/*post_from_hooks=*/false);
   deferred->begin_step();
-  deferred->begin_op(0);
+  deferred->begin_action(0);
   for (const at::Tensor& p : {later.a, later.b, later.c}) OneRank::backward(p);
   EXPECT_TRUE(later.transport.sums().empty());
-  deferred->end_op(0);
+  deferred->end_action(0);
   EXPECT_EQ(later.transport.sums().size(), 2u);
   ASSERT_TRUE(deferred->finish(&loss, trace).is_ok());
 }
@@ -124,18 +124,18 @@ TEST(GradientBuckets, ShardsSumElementwiseFullSizeSumsKeepTheirRowsAndTheLossIsS
       const GradientSumSets sets = {
           {{0, 1}, {GradientSum{p, whole(p), false, 1}, GradientSum{q, q_slice, true, 0}}}};
       // The last stage's F, then its fused B.
-      const std::vector<LoweredOp> ops = {Action{ActionKind::kForward, 0, 0},
-                                          Action{ActionKind::kBackward, 0, 0}};
+      const std::vector<Action> actions = {Action{ActionKind::kForward, 0, 0},
+                                           Action{ActionKind::kBackward, 0, 0}};
       GradientBuckets buckets(
-          sets, ops, {{0, {p, q}}}, /*last_stage=*/0, {0, 1}, [rank] { return rank + 1.5; }, true,
-          transport);
+          sets, actions, {{0, {p, q}}}, /*last_stage=*/0, {0, 1}, [rank] { return rank + 1.5; },
+          true, transport);
       buckets.begin_step();
-      buckets.begin_op(0);
-      buckets.end_op(0);
-      buckets.begin_op(1);
+      buckets.begin_action(0);
+      buckets.end_action(0);
+      buckets.begin_action(1);
       p.mutable_grad() = at::arange(4, at::kFloat).reshape({2, 2}) * (rank + 1);
       q.mutable_grad() = at::arange(4, at::kFloat).reshape({2, 2}) + 10 * rank;
-      buckets.end_op(1);
+      buckets.end_action(1);
       StepTrace trace(false);
       ASSERT_TRUE(buckets.finish(&loss[rank], trace).is_ok());
       p_grad[rank] = p.grad();

@@ -4,6 +4,7 @@
 // tensor-parallel group. fp32 throughout.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 
 #include "motley/exec/data.h"
 #include "motley/exec/stage_module.h"
+#include "motley/model/model_json.h"
 
 namespace motley {
 
@@ -1036,31 +1038,21 @@ class TransformerStage final : public StageModule {
   std::vector<StageParameter> params_;
 };
 
-// The width of the hidden state a layer reads and writes.
-int64_t layer_hidden(const Layer& l) {
-  if (l.embedding) return l.embedding->hidden;
-  if (l.attention) return l.attention->hidden;
-  if (l.ffn) return l.ffn->hidden;
-  if (l.moe) return l.moe->hidden;
-  if (l.head) return l.head->hidden;
-  if (l.mamba) return l.mamba->hidden;
-  return 0;
-}
-
 std::string layer_label(const Layer& l, int index) {
-  return "layer " + std::to_string(index) + " ('" + l.name + "', " + layer_kind_name(l.kind) + ")";
+  return fmt::format("layer {} ('{}', {})", index, l.name, layer_kind_name(l.kind));
 }
 
 // What a tensor-parallel degree t needs of a layer: every split width divisible by t.
 Status check_split(const Layer& l, const std::string& label, int t) {
-  if (t < 1) return invalid_argument(label + ": tensor-parallel degree " + std::to_string(t));
+  if (t < 1) return invalid_argument(fmt::format("{}: tensor-parallel degree {}", label, t));
   if (auto obstacle = tensor_parallel_obstacle(l, t, /*vocabulary=*/true)) {
-    return invalid_argument(label + ": tensor parallelism over " + std::to_string(t) +
-                            " devices splits it evenly, but " + *obstacle);
+    return invalid_argument(fmt::format(
+        "{}: tensor parallelism over {} devices splits it evenly, but {}", label, t, *obstacle));
   }
   return Status::ok();
 }
 
+// What the executor cannot run of a model validate_model accepted.
 Status check_layer(const ModelSpec& model, int index, const StageModuleOptions& options) {
   const Layer& l = model.layers[index];
   const std::string label = layer_label(l, index);
@@ -1075,91 +1067,47 @@ Status check_layer(const ModelSpec& model, int index, const StageModuleOptions& 
     case LayerKind::kHead:
       break;
     default:
-      return invalid_argument(label +
-                              ": the executor does not run this layer kind yet; it runs "
-                              "embedding, attention, feed_forward, moe, mamba, decoder_block "
-                              "and head");
+      return invalid_argument(
+          fmt::format("{}: the executor does not run this layer kind yet; it runs embedding, "
+                      "attention, feed_forward, moe, mamba, decoder_block and head",
+                      label));
   }
   if ((index == 0) != (l.kind == LayerKind::kEmbedding)) {
-    return invalid_argument(label +
-                            ": the executor feeds token ids to layer 0, which must be "
-                            "the model's only embedding");
+    return invalid_argument(fmt::format(
+        "{}: the executor feeds token ids to layer 0, which must be the model's only embedding",
+        label));
   }
   if ((index == last) != (l.kind == LayerKind::kHead)) {
-    return invalid_argument(label +
-                            ": the executor computes the loss in the last layer, which "
-                            "must be the model's only head");
+    return invalid_argument(fmt::format(
+        "{}: the executor computes the loss in the last layer, which must be the model's only "
+        "head",
+        label));
   }
-  const bool needs_attention =
-      l.kind == LayerKind::kAttention || l.kind == LayerKind::kDecoderBlock;
-  const bool needs_mixer = l.kind == LayerKind::kFeedForward || l.kind == LayerKind::kMoe ||
-                           l.kind == LayerKind::kDecoderBlock;
-  if ((l.kind == LayerKind::kEmbedding && !l.embedding) ||
-      (l.kind == LayerKind::kHead && !l.head) || (needs_attention && !l.attention) ||
-      (needs_mixer && !l.ffn && !l.moe) || (l.kind == LayerKind::kFeedForward && !l.ffn) ||
-      (l.kind == LayerKind::kMoe && !l.moe) || (l.kind == LayerKind::kMamba && !l.mamba)) {
-    return invalid_argument(label + ": its shape is missing");
+  if (l.attention && l.attention->mla && l.attention->qk_norm) {
+    return invalid_argument(
+        fmt::format("{}: the executor runs multi-head latent attention without qk_norm", label));
   }
-  if (l.mamba) {
-    const MambaShape& m = *l.mamba;
-    if (m.version == 1) {
-      if (m.d_inner <= 0 || m.d_state <= 0 || m.dt_rank <= 0 || m.conv_kernel < 1) {
-        return invalid_argument(label +
-                                ": the executor runs Mamba-1 with positive d_inner, d_state, "
-                                "dt_rank and conv_kernel");
-      }
-    } else if (m.version != 2 || m.n_heads <= 0 || m.n_groups <= 0 || m.n_heads % m.n_groups != 0 ||
-               m.d_inner != m.n_heads * m.head_dim || m.conv_kernel < 1 || m.d_state <= 0) {
-      return invalid_argument(label +
-                              ": the executor runs Mamba-1, and Mamba-2 with n_heads a multiple "
-                              "of n_groups and d_inner = n_heads * head_dim");
-    }
+  if (l.attention && !l.attention->mla && l.attention->head_dim % 2 != 0) {
+    return invalid_argument(fmt::format(
+        "{}: the executor's rotary embedding turns whole heads and needs an even head_dim", label));
   }
-  if (l.attention) {
-    const AttentionShape& a = *l.attention;
-    if (a.mla) {
-      const int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
-      if (a.num_heads <= 0 || a.q_lora_rank < 0 || a.kv_lora_rank <= 0 || a.qk_nope_head_dim <= 0 ||
-          a.qk_rope_head_dim < 0 || a.qk_rope_head_dim % 2 != 0 || a.head_dim != qk ||
-          a.v_head_dim < 0 || a.qk_norm) {
-        return invalid_argument(label +
-                                ": multi-head latent attention needs positive num_heads, "
-                                "kv_lora_rank and qk_nope_head_dim, an even qk_rope_head_dim, "
-                                "head_dim = qk_nope_head_dim + qk_rope_head_dim and no qk_norm");
-      }
-    } else if (a.num_heads <= 0 || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0 ||
-               a.head_dim <= 0 || a.head_dim % 2 != 0) {
-      return invalid_argument(label +
-                              ": attention needs num_heads a positive multiple of "
-                              "num_kv_heads and an even head_dim");
-    }
-  }
-  if (l.moe && (l.moe->latent_size > 0 || l.moe->top_k < 1 || l.moe->top_k > l.moe->num_experts)) {
-    return invalid_argument(label + ": MoE needs 1 <= top_k <= num_experts and no latent_size");
+  if (l.moe && l.moe->latent_size > 0) {
+    return invalid_argument(fmt::format("{}: the executor runs MoE without latent_size", label));
   }
   MOTLEY_RETURN_IF_ERROR(check_split(l, label, options.tensor_parallel.size));
   if (l.embedding && l.embedding->learned_positions > 0 &&
       l.embedding->learned_positions < options.seq_len) {
-    return invalid_argument(label + ": " + std::to_string(l.embedding->learned_positions) +
-                            " learned positions cannot cover sequences of " +
-                            std::to_string(options.seq_len) + " tokens");
-  }
-  if (index > 0 && layer_hidden(l) != layer_hidden(model.layers[index - 1])) {
-    return invalid_argument(label + ": reads a hidden state of width " +
-                            std::to_string(layer_hidden(l)) + " but the layer before writes " +
-                            std::to_string(layer_hidden(model.layers[index - 1])));
-  }
-  if (l.head && l.head->tied && model.layers[0].embedding &&
-      (model.layers[0].embedding->vocab != l.head->vocab ||
-       model.layers[0].embedding->hidden != l.head->hidden)) {
-    return invalid_argument(label + ": a tied head must have the embedding's shape");
+    return invalid_argument(
+        fmt::format("{}: {} learned positions cannot cover sequences of {} tokens", label,
+                    l.embedding->learned_positions, options.seq_len));
   }
   return Status::ok();
 }
 
+// The norms in front of (and, with_post, behind) a sublayer, over the width it reads.
 std::pair<Norm, Norm> sublayer_norms(Init& init, const Layer& l, const std::string& pre,
                                      const std::string& post, bool with_post) {
-  const int64_t h = layer_hidden(l);
+  const int64_t h = hidden_width_read(l);
   std::pair<Norm, Norm> norms;
   norms.first = Norm(init, pre, h, l.norm_bias);
   if (with_post) norms.second = Norm(init, post, h, l.norm_bias);
@@ -1276,13 +1224,13 @@ Result<std::unique_ptr<StageModule>> make_transformer_stage(const ModelSpec& mod
                                                             ParameterStore& store) {
   if (layer_begin < 0 || layer_begin >= layer_end ||
       layer_end > static_cast<int>(model.layers.size())) {
-    return invalid_argument("model '" + model.name + "': no layers [" +
-                            std::to_string(layer_begin) + ", " + std::to_string(layer_end) +
-                            ") in a model of " + std::to_string(model.layers.size()) + " layers");
+    return invalid_argument(fmt::format("model '{}': no layers [{}, {}) in a model of {} layers",
+                                        model.name, layer_begin, layer_end, model.layers.size()));
   }
+  const std::string name = fmt::format("model '{}'", model.name);
+  MOTLEY_RETURN_IF_ERROR(validate_model(model, name));
   for (int i = layer_begin; i < layer_end; ++i) {
-    MOTLEY_RETURN_IF_ERROR(
-        check_layer(model, i, options).with_context("model '" + model.name + "'"));
+    MOTLEY_RETURN_IF_ERROR(check_layer(model, i, options).with_context(name));
   }
   std::vector<std::unique_ptr<LayerImpl>> layers;
   std::vector<StageParameter> used;
@@ -1292,9 +1240,8 @@ Result<std::unique_ptr<StageModule>> make_transformer_stage(const ModelSpec& mod
       layers.push_back(build_layer(model, i, options.seed, group, store, &used));
     }
   } catch (const std::exception& e) {
-    return internal_error("model '" + model.name + "': building layers [" +
-                          std::to_string(layer_begin) + ", " + std::to_string(layer_end) +
-                          "): " + e.what());
+    return internal_error(fmt::format("model '{}': building layers [{}, {}): {}", model.name,
+                                      layer_begin, layer_end, e.what()));
   }
   std::sort(used.begin(), used.end(),
             [](const StageParameter& a, const StageParameter& b) { return a.name < b.name; });
@@ -1310,7 +1257,7 @@ Result<std::unique_ptr<StageModule>> make_transformer_stage(const ModelSpec& mod
 std::vector<int64_t> boundary_shape(const ModelSpec& model, int layer, int64_t micro_batch_size,
                                     int64_t seq_len) {
   MOTLEY_CHECK(layer >= 0 && layer < static_cast<int>(model.layers.size()), "no such layer");
-  return {micro_batch_size, seq_len, layer_hidden(model.layers[layer])};
+  return {micro_batch_size, seq_len, hidden_width_written(model.layers[layer])};
 }
 
 void micro_batch_tensors(const TokenStream& tokens, int64_t g, int64_t micro_batch_size,

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
+#include <fmt/format.h>
 
 #include <exception>
 
@@ -44,15 +45,15 @@ bool cpu_bf16_autocast_available(std::string* why) {
         product = at::matmul(a, a);
       }
       if (product.scalar_type() != at::kBFloat16) {
-        p.why = std::string("a matrix product of fp32 tensors under CPU autocast came out in ") +
-                c10::toString(product.scalar_type());
+        p.why = fmt::format("a matrix product of fp32 tensors under CPU autocast came out in {}",
+                            c10::toString(product.scalar_type()));
       } else if (!at::equal(product.to(at::kFloat), at::full({2, 2}, 4.5, at::kFloat))) {
         p.why = "a bf16 matrix product under CPU autocast gave a wrong result";
       } else {
         p.available = true;
       }
     } catch (const std::exception& e) {
-      p.why = "CPU autocast to bf16 failed: " + first_line(e.what());
+      p.why = fmt::format("CPU autocast to bf16 failed: {}", first_line(e.what()));
     }
     return p;
   }();

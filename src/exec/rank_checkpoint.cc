@@ -1,6 +1,7 @@
 #include "rank_checkpoint.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 
 #include <filesystem>
 
@@ -68,7 +69,8 @@ Status RankCheckpoint::save(const std::string& dir, int64_t step, const StateOf&
       }
     }
   }
-  MOTLEY_RETURN_IF_ERROR(transport.barrier().with_context("saving checkpoint " + dir));
+  MOTLEY_RETURN_IF_ERROR(
+      transport.barrier().with_context(fmt::format("saving checkpoint {}", dir)));
   if (rank_ == 0) {
     const SpecRef ref = model_ref(model_);
     Json manifest = {{"format", kCheckpointFormat},
@@ -77,7 +79,7 @@ Status RankCheckpoint::save(const std::string& dir, int64_t step, const StateOf&
                      {"layers", model_.layers.size()}};
     MOTLEY_RETURN_IF_ERROR(write_file_atomically(manifest_file(dir), manifest.dump(2) + "\n"));
   }
-  return transport.barrier().with_context("saving checkpoint " + dir);
+  return transport.barrier().with_context(fmt::format("saving checkpoint {}", dir));
 }
 
 Result<int64_t> RankCheckpoint::load(const std::string& dir, const Restore& restore) const {
@@ -86,15 +88,16 @@ Result<int64_t> RankCheckpoint::load(const std::string& dir, const Restore& rest
   JsonField root(manifest, manifest_path);
   MOTLEY_ASSIGN_OR_RETURN(std::string format, root.get_string("format"));
   if (format != kCheckpointFormat) {
-    return root.child_error("format", std::string("expected \"") + kCheckpointFormat + "\"");
+    return root.child_error("format", fmt::format("expected \"{}\"", kCheckpointFormat));
   }
   MOTLEY_ASSIGN_OR_RETURN(int64_t step, root.get_nonnegative_int("step"));
   MOTLEY_ASSIGN_OR_RETURN(JsonField model_field, root.get("model"));
   MOTLEY_ASSIGN_OR_RETURN(std::string hash, model_field.get_string("hash"));
   const SpecRef ref = model_ref(model_);
   if (hash != ref.hash) {
-    return model_field.child_error("hash", "the checkpoint is of another model than '" + ref.name +
-                                               "' (hash " + ref.hash + ")");
+    return model_field.child_error(
+        "hash",
+        fmt::format("the checkpoint is of another model than '{}' (hash {})", ref.name, ref.hash));
   }
   std::map<int, std::map<std::string, at::Tensor>> files;
   for (const auto& [name, p] : parameters_) {
@@ -103,9 +106,9 @@ Result<int64_t> RankCheckpoint::load(const std::string& dir, const Restore& rest
       const std::string path = layer_file(dir, p.layer);
       MOTLEY_ASSIGN_OR_RETURN(TensorFile file, read_tensor_file(path));
       if (file.step != step) {
-        return invalid_argument(path + ": holds step " + std::to_string(file.step) +
-                                " but the manifest says step " + std::to_string(step) +
-                                " (an interrupted save?)");
+        return invalid_argument(
+            fmt::format("{}: holds step {} but the manifest says step {} (an interrupted save?)",
+                        path, file.step, step));
       }
       std::map<std::string, at::Tensor> by_name;
       for (NamedTensor& t : file.tensors) by_name[t.name] = t.tensor;
@@ -114,7 +117,8 @@ Result<int64_t> RankCheckpoint::load(const std::string& dir, const Restore& rest
     const std::string path = layer_file(dir, p.layer);
     auto value = it->second.find(name);
     if (value == it->second.end() || !value->second.sizes().equals(p.slice.full_shape)) {
-      return invalid_argument(path + ": no parameter '" + name + "' of the model's shape");
+      return invalid_argument(
+          fmt::format("{}: no parameter '{}' of the model's shape", path, name));
     }
     // The checkpoint holds whole tensors; a tensor-parallel rank keeps its rows.
     const TensorSlice& slice = p.slice;

@@ -116,23 +116,19 @@ RankLayout::GradientSumRanks RankLayout::gradient_sum_ranks(int rank, int stage,
   return GradientSumRanks{std::vector<int>(ranks.begin(), ranks.end()), !alike};
 }
 
-int64_t message_tag(int64_t step, CommKind kind, int64_t sequence) {
+int64_t message_tag(int64_t step, TaskKind kind, int64_t sequence) {
+  MOTLEY_CHECK(is_message(kind), "a tag for a task that is no message");
   MOTLEY_CHECK(sequence >= 0 && sequence < kMaxChannelSequence, "channel sequence out of range");
   MOTLEY_CHECK(step >= 0, "negative step");
-  const bool gradient = kind == CommKind::kSendGradient || kind == CommKind::kRecvGradient;
+  const bool gradient = kind == TaskKind::kGradientMessage;
   return ((step % 256) << 23) | (sequence << 1) | (gradient ? 1 : 0);
 }
 
-int64_t channel_length(const LoweredPlan& lowered) {
+int64_t channel_length(const TaskGraph& graph) {
   int64_t length = 0;
-  for (const LoweredReplica& replica : lowered.replicas) {
-    for (const auto& ops : replica.groups) {
-      for (const LoweredOp& op : ops) {
-        if (const auto* comm = std::get_if<CommOp>(&op)) {
-          length = std::max(length, comm->sequence + 1);
-        }
-      }
-    }
+  for (int32_t v = graph.num_actions(); v < graph.size(); ++v) {
+    const TaskNode& n = graph.node(v);
+    if (is_message(n.kind)) length = std::max(length, static_cast<int64_t>(n.sequence) + 1);
   }
   return length;
 }

@@ -1,6 +1,7 @@
 #include "motley/exec/reference.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include "optimizer.h"
@@ -83,7 +84,7 @@ Result<double> SequentialTrainer::step() {
     }
     m.optimizer->step();
   } catch (const std::exception& e) {
-    return internal_error(std::string("sequential reference: ") + e.what());
+    return internal_error(fmt::format("sequential reference: {}", e.what()));
   }
   ++m.steps_done;
   return loss_sum;

@@ -272,46 +272,72 @@ TEST(TransformerStage, MoeRoutesGradientToRouterAndExperts) {
 }
 
 TEST(TransformerStage, RejectsWhatTheExecutorDoesNotRun) {
-  ModelSpec measured = preset("tiny-llama");
-  measured.layers[2].kind = LayerKind::kMeasured;
   ParameterStore store;
-  auto module = make_transformer_stage(measured, 0, 3, StageModuleOptions{0, kSeq, {}}, store);
-  ASSERT_FALSE(module.is_ok());
-  EXPECT_EQ(module.status().message(),
+  auto refusal = [&](const ModelSpec& model, int begin, int end, int tensor_parallel = 1) {
+    StageModuleOptions options{0, kSeq, {}};
+    options.tensor_parallel.size = tensor_parallel;
+    auto module = make_transformer_stage(model, begin, end, options, store);
+    EXPECT_FALSE(module.is_ok());
+    return module.status().message();
+  };
+  ModelSpec measured = preset("tiny-llama");
+  Layer& timed = measured.layers[2];
+  timed.kind = LayerKind::kMeasured;
+  timed.attention.reset();
+  timed.ffn.reset();
+  timed.measured = MeasuredLayer{};
+  timed.measured->measured_on = "H100-SXM";
+  timed.measured->times = MeasuredTimes{Seconds(1), Seconds(1), Seconds(1)};
+  EXPECT_EQ(refusal(measured, 0, 3),
             "model 'tiny-llama': layer 2 ('layers.1', measured): the executor does not run "
             "this layer kind yet; it runs embedding, attention, feed_forward, moe, mamba, "
             "decoder_block and head");
+  // An inconsistent model is validate_model's to report, whichever stage is built.
   ModelSpec mamba1 = preset("tiny-hybrid");
   mamba1.layers[1].mamba->version = 1;  // with tiny-hybrid's dt_rank of 0
-  EXPECT_EQ(make_transformer_stage(mamba1, 1, 2, StageModuleOptions{0, kSeq, {}}, store)
-                .status()
-                .message(),
-            "model 'tiny-hybrid': layer 1 ('layers.0.mamba', mamba): the executor runs Mamba-1 "
-            "with positive d_inner, d_state, dt_rank and conv_kernel");
-  ModelSpec mamba2 = preset("tiny-hybrid");
-  mamba2.layers[1].mamba->head_dim = 8;
-  EXPECT_EQ(make_transformer_stage(mamba2, 1, 2, StageModuleOptions{0, kSeq, {}}, store)
-                .status()
-                .message(),
-            "model 'tiny-hybrid': layer 1 ('layers.0.mamba', mamba): the executor runs Mamba-1, "
-            "and Mamba-2 with n_heads a multiple of n_groups and d_inner = n_heads * head_dim");
-  EXPECT_FALSE(
-      make_transformer_stage(mamba1, 3, 3, StageModuleOptions{0, kSeq, {}}, store).is_ok());
+  for (int begin : {1, 2}) {
+    EXPECT_EQ(refusal(mamba1, begin, begin + 1),
+              "model 'tiny-hybrid': layer 'layers.0.mamba' (layers[1]): mamba.dt_rank must be "
+              "positive, got 0");
+  }
+  EXPECT_EQ(refusal(mamba1, 3, 3), "model 'tiny-hybrid': no layers [3, 3) in a model of 8 layers");
+  // Token ids enter at layer 0 and the loss leaves the last layer.
+  ModelSpec headless = preset("tiny-llama");
+  headless.layers.pop_back();
+  EXPECT_EQ(refusal(headless, 4, 5),
+            "model 'tiny-llama': layer 4 ('layers.3', decoder_block): the executor computes the "
+            "loss in the last layer, which must be the model's only head");
+  ModelSpec no_embedding = preset("tiny-llama");
+  no_embedding.layers.erase(no_embedding.layers.begin());
+  EXPECT_EQ(refusal(no_embedding, 0, 1),
+            "model 'tiny-llama': layer 0 ('layers.0', decoder_block): the executor feeds token "
+            "ids to layer 0, which must be the model's only embedding");
   ModelSpec latent_qk_norm = testing::mla_model(0);
   latent_qk_norm.layers[1].attention->qk_norm = true;
-  EXPECT_EQ(make_transformer_stage(latent_qk_norm, 1, 2, StageModuleOptions{0, kSeq, {}}, store)
-                .status()
-                .message(),
-            "model 'tiny-mla': layer 1 ('layers.0', decoder_block): multi-head latent attention "
-            "needs positive num_heads, kv_lora_rank and qk_nope_head_dim, an even "
-            "qk_rope_head_dim, head_dim = qk_nope_head_dim + qk_rope_head_dim and no qk_norm");
+  EXPECT_EQ(refusal(latent_qk_norm, 1, 2),
+            "model 'tiny-mla': layer 1 ('layers.0', decoder_block): the executor runs "
+            "multi-head latent attention without qk_norm");
+  ModelSpec odd_heads = preset("tiny-llama");
+  odd_heads.layers[3].attention->head_dim = 15;
+  EXPECT_EQ(refusal(odd_heads, 3, 4),
+            "model 'tiny-llama': layer 3 ('layers.2', decoder_block): the executor's rotary "
+            "embedding turns whole heads and needs an even head_dim");
+  ModelSpec latent_moe = preset("tiny-moe");
+  latent_moe.layers[1].moe->latent_size = 16;
+  EXPECT_EQ(refusal(latent_moe, 1, 2),
+            "model 'tiny-moe': layer 1 ('layers.0', decoder_block): the executor runs MoE "
+            "without latent_size");
   ModelSpec short_positions = window_model(0, true);
   short_positions.layers[0].embedding->learned_positions = 8;
-  auto too_long =
-      make_transformer_stage(short_positions, 0, 1, StageModuleOptions{0, kSeq, {}}, store);
-  EXPECT_EQ(too_long.status().message(),
+  EXPECT_EQ(refusal(short_positions, 0, 1),
             "model 'window': layer 0 ('embed', embedding): 8 learned positions cannot cover "
             "sequences of 24 tokens");
+  // tiny-llama's 2 key/value heads split over 1 or 2 ranks, not 4.
+  EXPECT_EQ(refusal(preset("tiny-llama"), 1, 2, 4),
+            "model 'tiny-llama': layer 1 ('layers.0', decoder_block): tensor parallelism over 4 "
+            "devices splits it evenly, but num_kv_heads (2) is not a multiple of 4");
+  EXPECT_EQ(refusal(preset("tiny-llama"), 1, 2, 0),
+            "model 'tiny-llama': layer 1 ('layers.0', decoder_block): tensor-parallel degree 0");
 }
 
 TEST(TransformerStage, ParameterCountsAreTheModelsAnalyticCounts) {

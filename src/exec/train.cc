@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
+#include <fmt/format.h>
 
 #include <chrono>
 #include <map>
@@ -73,7 +74,7 @@ Result<TrainReport> train_in_process(const TrainOptions& options, const Plan& pl
       if (!result.is_ok()) {
         if (!first_failure) {
           first_failure = result.status();
-          network.shut_down("rank " + std::to_string(rank) + " failed");
+          network.shut_down(fmt::format("rank {} failed", rank));
         }
       } else if (!result->losses.empty()) {
         loss_reports.emplace(rank, std::move(result).value());

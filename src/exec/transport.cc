@@ -5,6 +5,8 @@
 #include "motley/exec/transport.h"
 
 #include <ATen/core/Tensor.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -37,9 +39,7 @@ std::string format_seconds(Seconds s) {
 }
 
 std::string format_ranks(const std::vector<int>& ranks) {
-  std::string out = "{";
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
-  return out + "}";
+  return fmt::format("{{{}}}", fmt::join(ranks, ", "));
 }
 
 // One posted send or receive, shared between its request and the mailbox slot.
@@ -87,10 +87,9 @@ void match(const std::shared_ptr<PendingOp>& send, const std::shared_ptr<Pending
            int dst, MessageTag tag) {
   if (send->tensor.sizes() != recv->tensor.sizes() ||
       send->tensor.scalar_type() != recv->tensor.scalar_type()) {
-    Status error =
-        invalid_argument("rank " + std::to_string(src) + " sent a " + describe(send->tensor) +
-                         " tensor with tag " + std::to_string(tag) + " but rank " +
-                         std::to_string(dst) + " posted a " + describe(recv->tensor) + " buffer");
+    Status error = invalid_argument(
+        fmt::format("rank {} sent a {} tensor with tag {} but rank {} posted a {} buffer", src,
+                    describe(send->tensor), tag, dst, describe(recv->tensor)));
     send->status = error;
     recv->status = error;
   } else {
@@ -124,17 +123,16 @@ class InProcessRequest final : public TransportRequest {
     }
     op_->done = true;
     const auto [src, dst, tag] = key_;
+    const std::string why =
+        woken ? "stopped"
+              : fmt::format("timed out after {}", format_seconds(state_->options.timeout));
+    const std::string transfer = is_send_ ? fmt::format("send {} to rank {}", what_, dst)
+                                          : fmt::format("receive {} from rank {}", what_, src);
     const std::string waiting =
-        "rank " + std::to_string(is_send_ ? src : dst) + ": " +
-        (woken ? std::string("stopped")
-               : "timed out after " + format_seconds(state_->options.timeout)) +
-        " waiting to " +
-        (is_send_ ? "send " + what_ + " to rank " + std::to_string(dst)
-                  : "receive " + what_ + " from rank " + std::to_string(src)) +
-        " (tag " + std::to_string(tag) + ")";
-    op_->status = io_error(woken ? waiting + ": " + state_->shutdown.message()
-                                 : waiting + "; the peer never posted the matching " +
-                                       (is_send_ ? "receive" : "send"));
+        fmt::format("rank {}: {} waiting to {} (tag {})", is_send_ ? src : dst, why, transfer, tag);
+    op_->status = io_error(woken ? fmt::format("{}: {}", waiting, state_->shutdown.message())
+                                 : fmt::format("{}; the peer never posted the matching {}", waiting,
+                                               is_send_ ? "receive" : "send"));
     return op_->status;
   }
 
@@ -164,19 +162,18 @@ class CollectiveRequest final : public TransportRequest {
         lock, deadline, [&] { return call.done || !state_->shutdown.is_ok(); });
     const std::vector<int>& ranks = key_.first;
     if (!call.done) {
-      std::string missing;
+      std::vector<int> missing;
       for (size_t i = 0; i < ranks.size(); ++i) {
-        if (call.arrived[i]) continue;
-        if (!missing.empty()) missing += ", ";
-        missing += std::to_string(ranks[i]);
+        if (!call.arrived[i]) missing.push_back(ranks[i]);
       }
       call.done = true;
-      const std::string where = " in all-reduce #" + std::to_string(key_.second) + " over ranks " +
-                                format_ranks(ranks) + "; not arrived: rank(s) " + missing;
-      call.status =
-          io_error("rank " + std::to_string(rank_) + ": " +
-                   (woken ? "stopped" + where + ": " + state_->shutdown.message()
-                          : "timed out after " + format_seconds(state_->options.timeout) + where));
+      const std::string where =
+          fmt::format("in all-reduce #{} over ranks {}; not arrived: rank(s) {}", key_.second,
+                      format_ranks(ranks), fmt::join(missing, ", "));
+      call.status = io_error(
+          woken ? fmt::format("rank {}: stopped {}: {}", rank_, where, state_->shutdown.message())
+                : fmt::format("rank {}: timed out after {} {}", rank_,
+                              format_seconds(state_->options.timeout), where));
       state_->cv.notify_all();
     }
     status_ = call.status;
@@ -229,9 +226,10 @@ class InProcessTransport final : public Transport {
     auto self = std::find(ranks.begin(), ranks.end(), rank_);
     if (self == ranks.end() || !std::is_sorted(ranks.begin(), ranks.end()) ||
         std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end()) {
-      return invalid_argument("rank " + std::to_string(rank_) + ": all-reduce over ranks " +
-                              format_ranks(ranks) +
-                              ": expected sorted distinct ranks including this one");
+      return invalid_argument(
+          fmt::format("rank {}: all-reduce over ranks {}: expected sorted distinct ranks "
+                      "including this one",
+                      rank_, format_ranks(ranks)));
     }
     if (ranks.size() == 1) return std::unique_ptr<TransportRequest>(new CompletedRequest());
     const size_t position = static_cast<size_t>(self - ranks.begin());
@@ -272,8 +270,9 @@ class InProcessTransport final : public Transport {
       }
       if (!same) {
         call.status = invalid_argument(
-            "all-reduce over ranks " + format_ranks(ranks) + ": rank " + std::to_string(ranks[m]) +
-            " passed tensors of other shapes than rank " + std::to_string(ranks[0]));
+            fmt::format("all-reduce over ranks {}: rank {} passed tensors of other shapes than "
+                        "rank {}",
+                        format_ranks(ranks), ranks[m], ranks[0]));
         return;
       }
     }
@@ -287,12 +286,12 @@ class InProcessTransport final : public Transport {
   Result<std::unique_ptr<TransportRequest>> post(const at::Tensor& tensor, int peer, MessageTag tag,
                                                  std::string what, bool is_send) {
     if (peer < 0 || peer >= state_->world_size || peer == rank_) {
-      return invalid_argument(
-          "rank " + std::to_string(rank_) + ": cannot " + (is_send ? "send to" : "receive from") +
-          " rank " + std::to_string(peer) + " in a world of " + std::to_string(state_->world_size));
+      return invalid_argument(fmt::format("rank {}: cannot {} rank {} in a world of {}", rank_,
+                                          is_send ? "send to" : "receive from", peer,
+                                          state_->world_size));
     }
     if (tag < 0 || tag >= (int64_t{1} << 31)) {
-      return invalid_argument("message tag " + std::to_string(tag) + " is outside [0, 2^31)");
+      return invalid_argument(fmt::format("message tag {} is outside [0, 2^31)", tag));
     }
     auto op = std::make_shared<PendingOp>();
     op->tensor = tensor;

@@ -107,10 +107,10 @@ Result<std::vector<int64_t>> index_list(const JsonField& c, std::string_view key
 // the activated gate projection with an up projection.
 
 const std::vector<std::string>& known_activation_names() {
-  static const std::vector<std::string> names = {
+  static const std::vector<std::string> kNames = {
       "silu",      "swish",       "gelu",          "gelu_new", "gelu_pytorch_tanh",
       "gelu_fast", "gelu_python", "gelu_accurate", "relu",     "relu2"};
-  return names;
+  return kNames;
 }
 
 Result<Activation> activation_from(const JsonField& c, Keys keys, std::string fallback,
@@ -293,9 +293,9 @@ Layer decoder_block(int64_t index, AttentionShape attention, std::optional<FeedF
   Layer l;
   l.name = layer_name(index);
   l.kind = LayerKind::kDecoderBlock;
-  l.attention = std::move(attention);
-  l.ffn = std::move(ffn);
-  l.moe = std::move(moe);
+  l.attention = attention;
+  l.ffn = ffn;
+  l.moe = moe;
   l.num_norms = norms;
   return l;
 }

@@ -483,6 +483,11 @@ std::string check_attention(const AttentionShape& a) {
               fmt::format("attention.head_dim ({}) of a latent (mla) attention must equal "
                           "qk_nope_head_dim + qk_rope_head_dim ({})",
                           a.head_dim, a.qk_nope_head_dim + a.qk_rope_head_dim));
+    // The rotary embedding turns pairs of dimensions.
+    p.require(a.qk_rope_head_dim % 2 == 0,
+              fmt::format("attention.qk_rope_head_dim ({}) must be even: rotary embeddings "
+                          "turn pairs",
+                          a.qk_rope_head_dim));
   }
   return p.first();
 }
@@ -871,6 +876,17 @@ Status validate_model(const ModelSpec& model, const std::string& source) {
   };
   MOTLEY_RETURN_IF_ERROR(check_list(model.layers, "layers"));
   MOTLEY_RETURN_IF_ERROR(check_list(model.extra_layers, "extra_layers"));
+  // Each layer of the trained model reads the hidden state the layer before it writes.
+  for (size_t i = 1; i < model.layers.size(); ++i) {
+    const int64_t read = hidden_width_read(model.layers[i]);
+    const int64_t written = hidden_width_written(model.layers[i - 1]);
+    if (read > 0 && written > 0 && read != written) {
+      return invalid_argument(
+          fmt::format("{}: {}: reads a hidden state of width {} but {} before it writes {}", source,
+                      layer_label(model.layers[i], "layers", i), read,
+                      layer_label(model.layers[i - 1], "layers", i - 1), written));
+    }
+  }
   // A tied head reuses the embedding matrix, so one of the same shape must exist.
   for (size_t i = 0; i < model.layers.size(); ++i) {
     const Layer& l = model.layers[i];
@@ -887,6 +903,25 @@ Status validate_model(const ModelSpec& model, const std::string& source) {
     }
   }
   return Status::ok();
+}
+
+int64_t hidden_width_read(const Layer& l) {
+  if (l.projector) return l.projector->in_hidden;
+  if (l.embedding || l.patch_embedding) return 0;
+  if (l.attention) return l.attention->hidden;
+  if (l.ffn) return l.ffn->hidden;
+  if (l.moe) return l.moe->hidden;
+  if (l.mamba) return l.mamba->hidden;
+  if (l.head) return l.head->hidden;
+  return 0;
+}
+
+int64_t hidden_width_written(const Layer& l) {
+  if (l.projector) return l.projector->out_hidden;
+  if (l.embedding) return l.embedding->hidden;
+  if (l.patch_embedding) return l.patch_embedding->hidden;
+  if (l.head) return 0;
+  return hidden_width_read(l);
 }
 
 Result<ModelSpec> load_model(const std::string& name_or_path) {

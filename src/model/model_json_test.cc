@@ -316,6 +316,43 @@ TEST(ValidateModel, ChecksWidthsInsideABlock) {
             "ffn.hidden (32)");
 }
 
+// A layer reads the hidden state the one before it writes; an embedding starts a stream of its
+// own (a vision tower's projector may write any width before it), the head ends it.
+TEST(ValidateModel, ChecksWidthsBetweenLayers) {
+  ModelSpec m = tiny_llama();
+  m.layers[2].attention->hidden = 32;
+  m.layers[2].ffn->hidden = 32;
+  EXPECT_EQ(validation_error(m),
+            "m.json: layer 'layers.1' (layers[2]): reads a hidden state of width 32 but layer "
+            "'layers.0' (layers[1]) before it writes 64");
+  m = tiny_llama();
+  m.layers.back().head->hidden = 128;
+  EXPECT_NE(validation_error(m).find("reads a hidden state of width 128"), std::string::npos);
+  m = tiny_llama();
+  Layer projector;
+  projector.name = "projector";
+  projector.kind = LayerKind::kProjector;
+  projector.projector = ProjectorShape{32, 48, 0};
+  m.layers.insert(m.layers.begin(), projector);
+  EXPECT_EQ(validation_error(m), "");
+}
+
+// The widths the chain above compares, which the executor also sizes its messages by.
+TEST(ValidateModel, HiddenWidthsReadAndWritten) {
+  const ModelSpec m = tiny_llama();
+  EXPECT_EQ(hidden_width_read(m.layers.front()), 0);  // token ids
+  EXPECT_EQ(hidden_width_written(m.layers.front()), 64);
+  EXPECT_EQ(hidden_width_read(m.layers[1]), 64);
+  EXPECT_EQ(hidden_width_written(m.layers[1]), 64);
+  EXPECT_EQ(hidden_width_read(m.layers.back()), 64);
+  EXPECT_EQ(hidden_width_written(m.layers.back()), 0);  // logits, not a hidden state
+  Layer projector;
+  projector.kind = LayerKind::kProjector;
+  projector.projector = ProjectorShape{32, 48, 0};
+  EXPECT_EQ(hidden_width_read(projector), 32);
+  EXPECT_EQ(hidden_width_written(projector), 48);
+}
+
 TEST(ValidateModel, ChecksPositiveSizesAndMambaHeads) {
   ModelSpec m = tiny_llama();
   m.layers[1].attention->head_dim = 0;
@@ -341,6 +378,11 @@ TEST(ValidateModel, LatentAttentionHeadDimIsNopePlusRope) {
   EXPECT_NE(validation_error(m).find("attention.head_dim (16) of a latent (mla) attention must "
                                      "equal qk_nope_head_dim + qk_rope_head_dim (20)"),
             std::string::npos);
+  a.qk_nope_head_dim = 13;
+  a.qk_rope_head_dim = 3;
+  EXPECT_EQ(validation_error(m),
+            "m.json: layer 'layers.0' (layers[1]): attention.qk_rope_head_dim (3) must be even: "
+            "rotary embeddings turn pairs");
 }
 
 TEST(ValidateModel, TiedHeadNeedsAMatchingEmbedding) {

@@ -391,8 +391,8 @@ Result<ModelSpec> llava_style_vlm() {
   m.dtype = DType::kBFloat16;
 
   constexpr int64_t kVisionHidden = 1024;
-  constexpr int64_t kPatches = (336 / 14) * (336 / 14);  // 576
-  constexpr int64_t kVisionTokens = kPatches + 1;        // plus the class token
+  constexpr int64_t kPatches = int64_t{336 / 14} * (336 / 14);  // 576
+  constexpr int64_t kVisionTokens = kPatches + 1;               // plus the class token
 
   Layer patches;
   patches.name = "vision.patch_embedding";

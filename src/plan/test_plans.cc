@@ -110,7 +110,7 @@ Plan one_f_one_b_plan(const ModelSpec& model, const ClusterSpec& cluster, int mi
   plan.cluster = cluster_ref(cluster);
   plan.micro_batch_size = 2;
   plan.seq_len = 128;
-  plan.global_batch = 2 * micro_batches;
+  plan.global_batch = int64_t{2} * micro_batches;
   plan.schedule = "1f1b";
   Replica replica;
   replica.micro_batches = micro_batches;

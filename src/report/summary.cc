@@ -68,12 +68,11 @@ std::string critical_path_section(const Plan& plan, const SimResult& result,
   only_path.timeline = path;
   const Timeline tl = timeline_from_simulation(plan, only_path, topology);
 
-  double total = 0, communication = 0;
+  double communication = 0;
   std::map<std::string, double> by_kind, by_track;
   for (const TimelineEvent& e : tl.events) {
     if (!e.primary) continue;
     const double d = std::max(0.0, (e.end - e.start).value());
-    total += d;
     by_kind[timeline_kind_label(e.kind)] += d;
     if (tl.tracks[e.track].role == TrackRole::kCompute) {
       by_track[tl.tracks[e.track].name] += d;

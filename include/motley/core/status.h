@@ -102,7 +102,10 @@ class [[nodiscard]] Result {
 // `MOTLEY_ASSIGN_OR_RETURN(auto x, f());` binds the value of a Result or returns its Status.
 #define MOTLEY_ASSIGN_OR_RETURN(lhs, expr) \
   MOTLEY_ASSIGN_OR_RETURN_IMPL_(MOTLEY_CONCAT_(motley_result_, __LINE__), lhs, expr)
+// `lhs` is a declaration and `tmp` a fresh name, neither of which parentheses allow.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define MOTLEY_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                                  \
   if (!tmp.is_ok()) return tmp.status();              \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)

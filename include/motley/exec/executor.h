@@ -1,8 +1,8 @@
 // RankExecutor: trains a model under a plan from one rank's side — the rank is one device of a
 // device group of one replica (rank_layout.h; a group's devices split its layers as a
-// tensor-parallel group), interprets that group's lowered action list each step (receives
-// posted early, sends asynchronous, F / I / W / fused B / R on its StageModules), then sums
-// gradients with the other replicas and takes an AdamW step; it also saves and loads
+// tensor-parallel group), runs that group's actions each step as the plan's task graph gives
+// them (receives posted early, sends asynchronous, F / I / W / fused B / R on its StageModules),
+// then sums gradients with the other replicas and takes an AdamW step; it also saves and loads
 // per-layer checkpoints and records a measured trace. It does not validate plans
 // (plan/validate.h), launch processes or pick a transport (train.h). Not thread-safe: one thread
 // per RankExecutor; ranks of one world run concurrently (threads or processes).
@@ -91,8 +91,9 @@ struct StepResult {
 class RankExecutor {
  public:
   // Builds this rank's stages. `transport` and `tokens` must outlive the executor.
-  // REQUIRES: `plan` passed validate_plan for `model`.
-  // Errors (invalid_argument): a transport whose world size is not the plan's number of
+  // REQUIRES: `plan` passed validate_plan for `model` (it cannot deadlock).
+  // Errors (invalid_argument): check_plan_structure's against the model's layers (a plan the
+  // executor could not index), a transport whose world size is not the plan's number of
   // devices (one rank per device; a group of t devices is a tensor-parallel group of t ranks), a
   // model the stages cannot be built from (make_transformer_stage's errors), a vocabulary below 256
   // byte tokens, a channel longer than kMaxChannelSequence messages.

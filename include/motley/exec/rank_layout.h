@@ -1,15 +1,15 @@
 // RankLayout: how a plan's devices become executor ranks (one rank per device: replicas in
 // order, groups in order within a replica, a tensor-parallel group's devices in order), which
 // ranks hold each stage, which rank of a neighbouring group sends or receives each pipeline
-// message, and the message tags derived from the lowered plan's channel sequence numbers.
+// message, and the message tags derived from the task graph's channel sequence numbers.
 // Knows nothing of tensors or transports. Immutable after construction; thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "motley/plan/lower.h"
 #include "motley/plan/plan.h"
+#include "motley/plan/task_graph.h"
 
 namespace motley {
 
@@ -74,11 +74,12 @@ class RankLayout {
 // direction and payload, so (peer, tag) names exactly one message of a step; the step bits
 // keep a fast sender's next step apart from a slow receiver's current one.
 inline constexpr int64_t kMaxChannelSequence = int64_t{1} << 22;
-// The tag is a MessageTag (transport.h). REQUIRES: 0 <= sequence < kMaxChannelSequence, step >= 0.
-int64_t message_tag(int64_t step, CommKind kind, int64_t sequence);
+// The tag is a MessageTag (transport.h). REQUIRES: is_message(kind), 0 <= sequence <
+// kMaxChannelSequence, step >= 0.
+int64_t message_tag(int64_t step, TaskKind kind, int64_t sequence);
 
-// The largest sequence number in `lowered` plus one (0 when nothing is sent); a plan whose
-// value exceeds kMaxChannelSequence cannot be run.
-int64_t channel_length(const LoweredPlan& lowered);
+// The largest sequence number of `graph`'s messages plus one (0 when nothing is sent); a plan
+// whose value exceeds kMaxChannelSequence cannot be run.
+int64_t channel_length(const TaskGraph& graph);
 
 }  // namespace motley

@@ -112,12 +112,13 @@ struct StageModuleOptions {
 // depend only on (seed, layer index) — a tensor-parallel rank draws the full tensor and keeps
 // its slice — so any partition and any tensor-parallel degree start from the reference's
 // weights.
-// Errors (invalid_argument) name the layer and what the executor supports: layer kinds other
-// than those listed above (vision, projector, measured), multi-head latent attention with q/k
-// norms or an odd rotary width, latent MoE, an embedding that is not layer 0 or a head that is
-// not the last layer, inconsistent widths, a sequence longer than a learned position table, and
-// widths the tensor-parallel degree does not divide (kv heads, feed-forward and expert widths,
-// vocabulary, Mamba-2 heads, Mamba-1 channels; Mamba-2 groups must divide or be divided by it).
+// Errors (invalid_argument): validate_model's for an inconsistent model; then, naming the layer
+// and what the executor supports: layer kinds other than those listed above (vision, projector,
+// measured), multi-head latent attention with q/k norms, an odd head_dim (rotary embeddings turn
+// whole heads), latent MoE, an embedding that is not layer 0 or a head that is not the last
+// layer, a sequence longer than a learned position table, and widths the tensor-parallel degree
+// does not divide (kv heads, feed-forward and expert widths, vocabulary, Mamba-2 heads, Mamba-1
+// channels; Mamba-2 groups must divide or be divided by it).
 Result<std::unique_ptr<StageModule>> make_transformer_stage(const ModelSpec& model, int layer_begin,
                                                             int layer_end,
                                                             const StageModuleOptions& options,

@@ -3,6 +3,7 @@
 // Also the single entry point that resolves what a user passes as --model. Thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "motley/core/json.h"
@@ -25,8 +26,16 @@ Result<ModelSpec> model_from_json(const JsonField& root);
 Result<ModelSpec> load_model(const std::string& name_or_path);
 
 // Checks shapes for consistency (positive sizes, heads dividing, top_k <= experts, unique
-// layer names); importers and loaders call it before returning a model.
+// layer names, each layer reading the width the one before it writes); importers and loaders
+// call it before returning a model.
 Status validate_model(const ModelSpec& model, const std::string& source);
+
+// The widths validate_model chains: of the hidden state `layer` reads from the layer before it,
+// and of the one it writes for the layer after it; 0 when it reads none (an embedding reads
+// token ids, a patch embedding pixels), writes none (the head) or its shapes are unknown (a
+// measured layer).
+int64_t hidden_width_read(const Layer& layer);
+int64_t hidden_width_written(const Layer& layer);
 
 // The times of a measured layer as flat fields "forward_s", "backward_input_s" and
 // "backward_weight_s" (absent ones omitted), shared by the model and the profile formats.
