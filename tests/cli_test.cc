@@ -291,10 +291,9 @@ TEST(CliTest, SimulateJsonReportsTheDocumentedFields) {
 // decoder blocks evenly and adds the embedding to the first stage and the head to the last;
 // the uniform rule counts all 6 layers alike.
 TEST(CliTest, SimulatePartitionChoosesTheLayerSplit) {
-  const std::string dir = "/tmp/motley_cli_partition_" + std::to_string(::getpid());
-  std::filesystem::create_directories(dir);
+  const TempDir scratch("cli_partition");
   auto bounds_of = [&](const std::string& partition) {
-    const std::string plan = dir + "/" + partition + ".json";
+    const std::string plan = scratch.file(partition + ".json");
     RunResult r = run_motley(
         "simulate --schedule 1f1b --model tiny-llama --cluster h100x8 "
         "--stages 4 --partition " +
@@ -302,7 +301,7 @@ TEST(CliTest, SimulatePartitionChoosesTheLayerSplit) {
     EXPECT_EQ(r.exit_code, 0) << r.err;
     std::vector<std::pair<int, int>> bounds;
     if (r.exit_code != 0) return bounds;
-    const auto written = nlohmann::json::parse(slurp(plan));
+    const auto written = nlohmann::json::parse(read_file(plan));
     for (const auto& s : written["stages"]) {
       bounds.emplace_back(s["layers"][0].get<int>(), s["layers"][1].get<int>());
     }
@@ -315,7 +314,6 @@ TEST(CliTest, SimulatePartitionChoosesTheLayerSplit) {
   expect_bad_input(
       "simulate --schedule 1f1b --model tiny-llama --cluster h100x8 --partition balanced",
       {"--partition", "uniform", "megatron", "balanced"});
-  std::filesystem::remove_all(dir);
 }
 
 TEST(CliTest, SimulateWritesAPlanThatSimulatesTheSame) {
