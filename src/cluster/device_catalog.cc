@@ -171,8 +171,8 @@ FlopsPerSecond DeviceType::peak(DType dtype) const {
 }
 
 const std::vector<DeviceType>& device_catalog() {
-  static const std::vector<DeviceType> catalog = build_catalog();
-  return catalog;
+  static const std::vector<DeviceType> kCatalog = build_catalog();
+  return kCatalog;
 }
 
 std::vector<std::string> device_type_names() {

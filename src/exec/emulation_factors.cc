@@ -14,13 +14,13 @@ namespace {
 
 // The codes an error document may carry, by name.
 const std::vector<std::pair<StatusCode, const char*>>& code_names() {
-  static const std::vector<std::pair<StatusCode, const char*>> names = {
+  static const std::vector<std::pair<StatusCode, const char*>> kNames = {
       {StatusCode::kInvalidArgument, "invalid_argument"},
       {StatusCode::kNotFound, "not_found"},
       {StatusCode::kInfeasible, "infeasible"},
       {StatusCode::kIoError, "io_error"},
       {StatusCode::kInternal, "internal"}};
-  return names;
+  return kNames;
 }
 
 Result<std::vector<double>> numbers(const JsonField& parent, std::string_view key) {
