@@ -269,14 +269,6 @@ Result<std::vector<int64_t>> layer_windows(const JsonField& c, int64_t layers, i
 // ---------------------------------------------------------------------------------------------
 // Layers.
 
-Layer embedding_layer(int64_t vocab, int64_t hidden) {
-  Layer l;
-  l.name = "embed";
-  l.kind = LayerKind::kEmbedding;
-  l.embedding = EmbeddingShape{vocab, hidden, 0};
-  return l;
-}
-
 Layer head_layer(std::string name, int64_t vocab, int64_t hidden, bool tied) {
   Layer l;
   l.name = std::move(name);
@@ -1014,6 +1006,14 @@ std::string model_name(const JsonField& c, const std::string& source) {
 }
 
 }  // namespace
+
+Layer embedding_layer(int64_t vocab, int64_t hidden) {
+  Layer l;
+  l.name = "embed";
+  l.kind = LayerKind::kEmbedding;
+  l.embedding = EmbeddingShape{vocab, hidden, 0};
+  return l;
+}
 
 std::vector<std::string> supported_hf_model_types() {
   std::vector<std::string> out;

@@ -19,15 +19,6 @@
 namespace motley {
 namespace {
 
-// Byte counts are doubles in memory but integers in every real file; writing them as integers
-// keeps files readable and still round-trips exactly.
-Json number_json(double v) {
-  if (std::isfinite(v) && std::floor(v) == v && std::fabs(v) < 9.0e15) {
-    return static_cast<int64_t>(v);
-  }
-  return v;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Writing
 

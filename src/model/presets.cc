@@ -243,14 +243,6 @@ FeedForwardShape ffn_shape(int64_t hidden, int64_t ffn_size, Activation activati
   return f;
 }
 
-Layer embedding_layer(int64_t vocab, int64_t hidden) {
-  Layer l;
-  l.name = "embed";
-  l.kind = LayerKind::kEmbedding;
-  l.embedding = EmbeddingShape{vocab, hidden, 0};
-  return l;
-}
-
 Layer head_layer(int64_t vocab, int64_t hidden, bool tied) {
   Layer l;
   l.name = "head";

@@ -18,13 +18,6 @@ namespace {
 constexpr int64_t kDefaultSeqLen = 4096;
 constexpr int64_t kDefaultMicroBatchSize = 1;
 
-Json number_json(double v) {
-  if (std::isfinite(v) && std::floor(v) == v && std::fabs(v) < 9.0e15) {
-    return static_cast<int64_t>(v);
-  }
-  return v;
-}
-
 // One entry of "layers" before `repeat` is expanded.
 struct Entry {
   std::string name;

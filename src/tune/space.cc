@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <numeric>
 #include <queue>
 #include <set>
@@ -11,7 +13,6 @@
 #include <utility>
 
 namespace motley::tune_internal {
-namespace {
 
 std::vector<int> divisors(int n) {
   std::vector<int> out;
@@ -20,6 +21,8 @@ std::vector<int> divisors(int n) {
   }
   return out;
 }
+
+namespace {
 
 bool spans_nodes(const TypeInfo& type) { return type.nodes.size() > 1; }
 
@@ -36,7 +39,8 @@ std::vector<int64_t> in_flight_targets(const ScheduleSpec& spec, int p, int64_t 
         break;
       case StageShape::kInterleaved: {
         const int64_t v = spec.chunks;
-        const int64_t total = std::min<int64_t>(v * m, 2 * (p - g - 1) + (v - 1) * p + 1);
+        const int64_t total =
+            std::min<int64_t>(v * m, int64_t{2} * (p - g - 1) + int64_t{v - 1} * p + 1);
         need = (total + v - 1) / v;
         break;
       }
@@ -265,7 +269,8 @@ std::vector<Layout> separate_layouts(const Context& ctx) {
         if (p > ctx.num_layers() || d > share) continue;
         Layout layout;
         for (int r = 0; r < d; ++r) {
-          layout.replicas.emplace_back(groups.begin() + r * p, groups.begin() + (r + 1) * p);
+          layout.replicas.emplace_back(groups.begin() + std::ptrdiff_t{r} * p,
+                                       groups.begin() + std::ptrdiff_t{r + 1} * p);
         }
         // Rate of this option on its share of the batch, 1F1B on a balanced partition.
         Candidate c;

@@ -18,6 +18,9 @@
 
 namespace motley::tune_internal {
 
+// The divisors of n > 0, ascending.
+std::vector<int> divisors(int n);
+
 // Replicas of device groups, each replica's groups in pipeline order.
 struct Layout {
   std::vector<std::vector<std::vector<int>>> replicas;  // replica -> group -> device ids

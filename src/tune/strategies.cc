@@ -34,14 +34,6 @@ Layout layout_of(const Candidate& c) {
   return l;
 }
 
-std::vector<int> divisors(int n) {
-  std::vector<int> out;
-  for (int d = 1; d <= n; ++d) {
-    if (n % d == 0) out.push_back(d);
-  }
-  return out;
-}
-
 // The named schedules and adaptive variants motley considers.
 std::vector<ScheduleSpec> search_specs() {
   return {

@@ -22,6 +22,10 @@ using Json = nlohmann::json;
 // `source` names the text in error messages (usually the file name).
 Result<Json> parse_json(std::string_view text, std::string_view source);
 
+// A number as motley's files write it: an integer when `v` is one exactly (below 9e15, where
+// doubles still hold every integer), else the double.
+Json number_json(double v);
+
 // Reads a whole file; the error names the path and the OS reason.
 Result<std::string> read_text_file(const std::string& path);
 Result<Json> read_json_file(const std::string& path);

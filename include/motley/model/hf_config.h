@@ -20,4 +20,7 @@ std::vector<std::string> supported_hf_model_types();
 // Layer names, per-family defaults and counting conventions: docs/hf-import.md.
 Result<ModelSpec> import_hf_config(const Json& config, const std::string& source);
 
+// The token embedding ("embed") that the imported models and the built-in ones begin with.
+Layer embedding_layer(int64_t vocab, int64_t hidden);
+
 }  // namespace motley
