@@ -15,7 +15,7 @@
 namespace motley {
 namespace {
 
-const char* kWhat = "adaptive schedule: ";
+constexpr const char* kWhat = "adaptive schedule: ";
 constexpr double kUnknown = std::numeric_limits<double>::infinity();
 
 Status check_request(const AdaptiveRequest& r) {
@@ -103,7 +103,7 @@ class ListScheduler {
       const int g = r.stage_group[s];
       stages_of_[g].push_back(s);
       reserve_[g] += r.activation_bytes[s].value();
-      remaining_fb_[g] += 2 * m_;
+      remaining_fb_[g] += int64_t{2} * m_;
     }
   }
 

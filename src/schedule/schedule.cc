@@ -72,7 +72,9 @@ std::vector<Action> interleaved_rank(int p, int v, int r, int64_t m) {
     return backward(chunk * p + r, micro_batch(k));
   };
   const int64_t warmup =
-      m == p ? total : std::min<int64_t>(static_cast<int64_t>(p - r - 1) * 2 + (v - 1) * p, total);
+      m == p ? total
+             : std::min<int64_t>(
+                   static_cast<int64_t>(p - r - 1) * 2 + static_cast<int64_t>(v - 1) * p, total);
   std::vector<Action> out;
   for (int64_t k = 0; k < warmup; ++k) out.push_back(fwd(k));
   for (int64_t k = 0; k < total - warmup; ++k) {
@@ -121,7 +123,7 @@ std::vector<Action> dualpipev_rank(int p, int r, int64_t m) {
     f(1);
   }
   // Step 4 (main): F0 with B1, then F1 with B0.
-  for (int64_t i = 0; i < m - 2 * p + r + 1; ++i) {
+  for (int64_t i = 0; i < m - int64_t{2} * p + r + 1; ++i) {
     f(0);
     b(1, false);
     f(1);

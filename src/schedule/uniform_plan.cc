@@ -13,17 +13,18 @@
 namespace motley {
 namespace {
 
-const char* kWhat = "uniform plan: ";
+constexpr const char* kUniformPlan = "uniform plan: ";
 
 Status positive(const char* field, int64_t value) {
   if (value > 0) return Status::ok();
-  return invalid_argument(fmt::format("{}'{}' must be positive, got {}", kWhat, field, value));
+  return invalid_argument(
+      fmt::format("{}'{}' must be positive, got {}", kUniformPlan, field, value));
 }
 
 Status non_negative(const char* field, int64_t value, const char* zero_means) {
   if (value >= 0) return Status::ok();
-  return invalid_argument(
-      fmt::format("{}'{}' must be 0 ({}) or positive, got {}", kWhat, field, zero_means, value));
+  return invalid_argument(fmt::format("{}'{}' must be 0 ({}) or positive, got {}", kUniformPlan,
+                                      field, zero_means, value));
 }
 
 // Chunks per group after reading virtual_stages for the kind.
@@ -35,7 +36,7 @@ Result<int> chunks_per_group(const UniformPlanOptions& o) {
         return invalid_argument(
             fmt::format("{}'virtual_stages' is {} but the interleaved schedule needs at least 2 "
                         "chunks per group; use 1f1b for one",
-                        kWhat, o.virtual_stages));
+                        kUniformPlan, o.virtual_stages));
       }
       return o.virtual_stages;
     case ScheduleKind::kZbV:
@@ -44,7 +45,7 @@ Result<int> chunks_per_group(const UniformPlanOptions& o) {
         return invalid_argument(
             fmt::format("{}'virtual_stages' is {} but {} runs exactly 2 stages per group (give 2, "
                         "or leave 1)",
-                        kWhat, o.virtual_stages, name));
+                        kUniformPlan, o.virtual_stages, name));
       }
       return 2;
     default:
@@ -52,7 +53,7 @@ Result<int> chunks_per_group(const UniformPlanOptions& o) {
         return invalid_argument(
             fmt::format("{}'virtual_stages' is {} but {} runs one stage per group; only "
                         "interleaved, zb-v and dualpipev take more",
-                        kWhat, o.virtual_stages, name));
+                        kUniformPlan, o.virtual_stages, name));
       }
       return 1;
   }
@@ -82,7 +83,7 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
       return invalid_argument(
           fmt::format("{}'stages' is 0 (use the whole cluster) but {} does not split into {} "
                       "pipeline(s) of groups of {} device(s); give 'stages'",
-                      kWhat, cluster_name, pipelines, t));
+                      kUniformPlan, cluster_name, pipelines, t));
     }
     p = n / (pipelines * t);
   }
@@ -94,14 +95,14 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
           fmt::format("{}'stages' ({}) x 'tensor_parallel' ({}) = {} devices per replica does not "
                       "divide {}; choose a divisor or set 'data_parallel' to use part of the "
                       "cluster",
-                      kWhat, p, t, per_replica, cluster_name));
+                      kUniformPlan, p, t, per_replica, cluster_name));
     }
     replicas = n / per_replica;
   } else if (static_cast<int64_t>(replicas) * per_replica > n) {
     return invalid_argument(fmt::format(
         "{}'data_parallel' ({}) x 'stages' ({}) x 'tensor_parallel' ({}) needs {} "
         "devices but {} has fewer",
-        kWhat, replicas, p, t, static_cast<int64_t>(replicas) * per_replica, cluster_name));
+        kUniformPlan, replicas, p, t, static_cast<int64_t>(replicas) * per_replica, cluster_name));
   }
 
   const int num_stages = p * chunks;
@@ -110,7 +111,7 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
     const bool megatron = o.partition == LayerSplit::kMegatron;
     return invalid_argument(
         fmt::format("{}model '{}' has {} {}, fewer than the {} stages of {} groups x {} chunks{}",
-                    kWhat, model.name, max_stages(o.partition, model),
+                    kUniformPlan, model.name, max_stages(o.partition, model),
                     megatron ? "decoder layers" : "layers", num_stages, p, chunks,
                     megatron ? " (the megatron partition splits the decoder layers)" : ""));
   }
@@ -133,8 +134,9 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
               "{0}devices {1}-{2} would form a tensor-parallel group, but device {3} ({4}, node "
               "'{5}') differs from device {1} ({6}, node '{7}'); a group needs one node and one "
               "device type, choose another 'tensor_parallel'",
-              kWhat, first, first + t - 1, d, devices[d].type, cluster.nodes[devices[d].node].name,
-              devices[first].type, cluster.nodes[devices[first].node].name));
+              kUniformPlan, first, first + t - 1, d, devices[d].type,
+              cluster.nodes[devices[d].node].name, devices[first].type,
+              cluster.nodes[devices[first].node].name));
         }
       }
       std::vector<int> group(t);

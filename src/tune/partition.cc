@@ -13,7 +13,7 @@
 namespace motley {
 namespace {
 
-const char* kWhat = "partition: ";
+constexpr const char* kWhat = "partition: ";
 
 struct Reach {
   int end = 0;  // == begin when no layer fits
