@@ -144,7 +144,8 @@ Status compare_command(const CompareOptions& opt) {
   if (!opt.out_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(opt.out_dir, ec);
-    if (ec) return io_error("--out-dir: cannot create '" + opt.out_dir + "': " + ec.message());
+    if (ec)
+      return io_error(fmt::format("--out-dir: cannot create '{}': {}", opt.out_dir, ec.message()));
     for (const StrategyOutcome& b : rows) {
       if (!b.feasible) continue;
       MOTLEY_RETURN_IF_ERROR(

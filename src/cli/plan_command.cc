@@ -52,8 +52,8 @@ Json outcome_json(const StrategyOutcome& b, double motley_time) {
 Status plan_command(const PlanOptions& opt) {
   const std::vector<std::string> strategies = tune_strategy_names();
   if (std::find(strategies.begin(), strategies.end(), opt.strategy) == strategies.end()) {
-    return invalid_argument("--strategy: unknown strategy '" + opt.strategy + "'; expected " +
-                            join_alternatives(strategies));
+    return invalid_argument(fmt::format("--strategy: unknown strategy '{}'; expected {}",
+                                        opt.strategy, join_alternatives(strategies)));
   }
   MOTLEY_ASSIGN_OR_RETURN(TuneSetup setup, prepare_tune(opt.tune));
   setup.options.strategy = opt.strategy;

@@ -1,5 +1,7 @@
 #include "rank_traces.h"
 
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -25,9 +27,9 @@ Status merge_rank_traces(const std::string& path, int world_size) {
     const std::string file = rank_trace_path(path, rank);
     // The ranks succeeded, so a missing or broken file is the run's failure, not bad input.
     Result<Json> doc = read_json_file(file);
-    if (!doc.is_ok()) return io_error(context + ": " + doc.status().message());
+    if (!doc.is_ok()) return io_error(fmt::format("{}: {}", context, doc.status().message()));
     Status valid = check_chrome_trace(*doc);
-    if (!valid.is_ok()) return io_error(context + ": " + file + ": " + valid.message());
+    if (!valid.is_ok()) return io_error(fmt::format("{}: {}: {}", context, file, valid.message()));
     documents.push_back(std::move(doc).value());
   }
   Json merged = merge_chrome_traces(documents);
@@ -38,8 +40,8 @@ Status merge_rank_traces(const std::string& path, int world_size) {
   for (int rank = 0; rank < world_size; ++rank) {
     const std::string file = rank_trace_path(path, rank);
     if (std::remove(file.c_str()) != 0) {
-      return io_error(context + ": " + path + " is written but " + file +
-                      " cannot be removed: " + std::strerror(errno));
+      return io_error(fmt::format("{}: {} is written but {} cannot be removed: {}", context, path,
+                                  file, std::strerror(errno)));
     }
   }
   return Status::ok();

@@ -142,7 +142,7 @@ Result<EmulationFactors> read_emulation_factors(int fd) {
     if (n < 0) {
       const std::string why = std::strerror(errno);
       ::close(fd);
-      return io_error(source + ": " + why);
+      return io_error(fmt::format("{}: {}", source, why));
     }
     if (n == 0) break;
     text.append(buffer, static_cast<size_t>(n));
@@ -395,8 +395,8 @@ Status check_options(const RunOptions& opt) {
                             " needs --checkpoint-dir");
   }
   if (opt.emulate_speeds != "peak" && opt.emulate_speeds != "cost") {
-    return invalid_argument("--emulate-speeds: expected peak or cost, got '" + opt.emulate_speeds +
-                            "'");
+    return invalid_argument(
+        fmt::format("--emulate-speeds: expected peak or cost, got '{}'", opt.emulate_speeds));
   }
   if (opt.sequential && (opt.emulate || !opt.checkpoint_dir.empty() || !opt.trace.empty())) {
     return invalid_argument(
@@ -439,12 +439,10 @@ Result<Mode> choose_mode(const RunOptions& opt, const RunInputs& in) {
   MOTLEY_ASSIGN_OR_RETURN(mode.dist, distributed_from_env());
   const std::optional<Distributed>& dist = mode.dist;
   if (dist && dist->gloo.world_size != mode.world) {
-    const std::string world = std::to_string(mode.world);
-    return invalid_argument(opt.plan + ": the plan has " + world +
-                            " devices (one rank each) but WORLD_SIZE is " +
-                            std::to_string(dist->gloo.world_size) + "; start " + world +
-                            " ranks (motley launch --nproc " + world +
-                            " -- run ...) or unset WORLD_SIZE to run every rank as a thread");
+    return invalid_argument(fmt::format(
+        "{0}: the plan has {1} devices (one rank each) but WORLD_SIZE is {2}; start {1} ranks "
+        "(motley launch --nproc {1} -- run ...) or unset WORLD_SIZE to run every rank as a thread",
+        opt.plan, mode.world, dist->gloo.world_size));
   }
   if (dist && opt.sequential) {
     return invalid_argument("--sequential runs in one process; unset WORLD_SIZE");

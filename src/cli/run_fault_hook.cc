@@ -1,5 +1,7 @@
 #include "run_fault_hook.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -27,8 +29,9 @@ Result<decltype(ExecOptions::after_action)> fault_hook_from_env() {
   char what[16] = {0};
   if (std::sscanf(value, "%d:%lld:%15s", &rank, &step, what) != 3 || rank < 0 || step < 0 ||
       (std::string(what) != "exit" && std::string(what) != "hang")) {
-    return invalid_argument(std::string("environment variable ") + kFaultVariable +
-                            ": expected RANK:STEP:exit or RANK:STEP:hang, got '" + value + "'");
+    return invalid_argument(
+        fmt::format("environment variable {}: expected RANK:STEP:exit or RANK:STEP:hang, got '{}'",
+                    kFaultVariable, value));
   }
   const bool hang = std::string(what) == "hang";
   return Hook([rank, step, hang](int r, int64_t s, const ::motley::Action&, Seconds) {

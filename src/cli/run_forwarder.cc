@@ -2,6 +2,7 @@
 // this executable) so that only training pays for loading libtorch. With --emulate it first
 // computes the emulation's factors, which need the cost model and the simulator that motley-run
 // does not link, and hands them over (run_emulation.h).
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -41,7 +42,7 @@ Status forward_to_motley_run(const std::vector<std::string>& args) {
   ::execv(target.c_str(), argv.data());
   const std::string why = std::strerror(errno);
   if (emulation) ::close(*emulation);
-  return io_error("cannot start " + target + ": " + why);
+  return io_error(fmt::format("cannot start {}: {}", target, why));
 }
 
 }  // namespace

@@ -62,18 +62,19 @@ Result<Scenario> scenario_from_schedule(const SimulateOptions& opt) {
   Scenario s;
   auto kind = parse_schedule_kind(opt.schedule);
   if (!kind) {
-    return invalid_argument("--schedule: unknown schedule '" + opt.schedule + "'; expected " +
-                            join_alternatives(schedule_kind_names()));
+    return invalid_argument(fmt::format("--schedule: unknown schedule '{}'; expected {}",
+                                        opt.schedule, join_alternatives(schedule_kind_names())));
   }
   auto recompute = parse_recompute_policy(opt.recompute);
   if (!recompute) {
-    return invalid_argument("--recompute: expected " + join_alternatives(recompute_policy_names()) +
-                            ", got '" + opt.recompute + "'");
+    return invalid_argument(fmt::format("--recompute: expected {}, got '{}'",
+                                        join_alternatives(recompute_policy_names()),
+                                        opt.recompute));
   }
   auto partition = parse_layer_split(opt.partition);
   if (!partition) {
-    return invalid_argument("--partition: expected " + join_alternatives(layer_split_names()) +
-                            ", got '" + opt.partition + "'");
+    return invalid_argument(fmt::format("--partition: expected {}, got '{}'",
+                                        join_alternatives(layer_split_names()), opt.partition));
   }
   if (opt.stages < 0) return invalid_argument("--stages: expected a positive integer");
   if (opt.micro_batches < 0)

@@ -75,8 +75,8 @@ Result<TuneSetup> prepare_tune(const TuneCliOptions& opt) {
   if (opt.objective == "cost") {
     options.objective = TuneObjective::kCost;
   } else if (opt.objective != "throughput") {
-    return invalid_argument("--objective: expected throughput or cost, got '" + opt.objective +
-                            "'");
+    return invalid_argument(
+        fmt::format("--objective: expected throughput or cost, got '{}'", opt.objective));
   }
   if (opt.global_batch < 0) return invalid_argument("--global-batch: expected a positive integer");
   if (opt.seq_len < 0) return invalid_argument("--seq-len: expected a positive integer");
