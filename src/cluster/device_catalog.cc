@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 #include <string>
 
+#include "motley/core/enum_names.h"
 #include "motley/core/json.h"
 
 namespace motley {
@@ -102,60 +102,23 @@ std::vector<DeviceType> build_catalog() {
   return out;
 }
 
-// Lower case, with spaces and underscores read as '-', so "H100 SXM" and "h100_sxm" match.
-std::string normalize(std::string_view name) {
-  std::string s(name);
-  for (char& c : s) {
-    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (c == ' ' || c == '_') c = '-';
-  }
-  return s;
-}
-
 }  // namespace
 
-const char* vendor_name(Vendor vendor) {
-  switch (vendor) {
-    case Vendor::kNvidia:
-      return "NVIDIA";
-    case Vendor::kAmd:
-      return "AMD";
-    case Vendor::kIntel:
-      return "Intel";
-  }
-  return "?";
-}
+// Indexed by Vendor, in declaration order.
+constexpr const char* kVendorNames[] = {"NVIDIA", "AMD", "Intel"};
+static_assert(std::size(kVendorNames) == static_cast<size_t>(Vendor::kIntel) + 1);
 
-const char* link_kind_name(LinkKind kind) {
-  switch (kind) {
-    case LinkKind::kNvlink:
-      return "nvlink";
-    case LinkKind::kXgmi:
-      return "xgmi";
-    case LinkKind::kGaudiRoce:
-      return "gaudi-roce";
-    case LinkKind::kPcie:
-      return "pcie";
-    case LinkKind::kInfiniband:
-      return "infiniband";
-    case LinkKind::kEthernet:
-      return "ethernet";
-    case LinkKind::kHostStaged:
-      return "host-staged";
-    case LinkKind::kLocal:
-      return "local";
-  }
-  return "?";
-}
+const char* vendor_name(Vendor vendor) { return name_in(kVendorNames, vendor); }
+
+// Indexed by LinkKind, in declaration order.
+constexpr const char* kLinkKindNames[] = {"nvlink",     "xgmi",     "gaudi-roce",  "pcie",
+                                          "infiniband", "ethernet", "host-staged", "local"};
+static_assert(std::size(kLinkKindNames) == static_cast<size_t>(LinkKind::kLocal) + 1);
+
+const char* link_kind_name(LinkKind kind) { return name_in(kLinkKindNames, kind); }
 
 std::optional<LinkKind> parse_link_kind(std::string_view name) {
-  const std::string s = normalize(name);
-  for (LinkKind k :
-       {LinkKind::kNvlink, LinkKind::kXgmi, LinkKind::kGaudiRoce, LinkKind::kPcie,
-        LinkKind::kInfiniband, LinkKind::kEthernet, LinkKind::kHostStaged, LinkKind::kLocal}) {
-    if (s == link_kind_name(k)) return k;
-  }
-  return std::nullopt;
+  return parse_name_in<LinkKind>(kLinkKindNames, name);
 }
 
 FlopsPerSecond DeviceType::peak(DType dtype) const {
@@ -182,11 +145,11 @@ std::vector<std::string> device_type_names() {
 }
 
 Result<const DeviceType*> find_device_type(std::string_view name) {
-  const std::string key = normalize(name);
+  // "H100 SXM", "h100_sxm" and "H100-SXM" are one name (see same_name).
   for (const DeviceType& d : device_catalog()) {
-    if (normalize(d.name) == key) return &d;
+    if (same_name(d.name, name)) return &d;
     for (const std::string& alias : d.aliases) {
-      if (normalize(alias) == key) return &d;
+      if (same_name(alias, name)) return &d;
     }
   }
   return not_found(fmt::format("unknown device type '{}'; known device types: {}", name,

@@ -1,8 +1,6 @@
 #include "motley/core/dtype.h"
 
-#include <algorithm>
-#include <cctype>
-#include <string>
+#include "motley/core/enum_names.h"
 
 namespace motley {
 
@@ -17,25 +15,17 @@ int64_t dtype_bytes(DType dtype) {
   return 4;
 }
 
-const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return "fp32";
-    case DType::kBFloat16:
-      return "bf16";
-    case DType::kFloat16:
-      return "fp16";
-  }
-  return "?";
-}
+// Indexed by DType, in declaration order; the long names are the aliases parse_dtype accepts.
+constexpr const char* kDtypeNames[] = {"fp32", "bf16", "fp16"};
+constexpr const char* kDtypeLongNames[] = {"float32", "bfloat16", "float16"};
+static_assert(std::size(kDtypeNames) == static_cast<size_t>(DType::kFloat16) + 1);
+
+const char* dtype_name(DType dtype) { return name_in(kDtypeNames, dtype); }
 
 std::optional<DType> parse_dtype(std::string_view name) {
-  std::string s(name);
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (s == "fp32" || s == "float32") return DType::kFloat32;
-  if (s == "bf16" || s == "bfloat16") return DType::kBFloat16;
-  if (s == "fp16" || s == "float16" || s == "half") return DType::kFloat16;
-  return std::nullopt;
+  if (same_name(name, "half")) return DType::kFloat16;
+  if (auto dtype = parse_name_in<DType>(kDtypeNames, name)) return dtype;
+  return parse_name_in<DType>(kDtypeLongNames, name);
 }
 
 }  // namespace motley

@@ -6,6 +6,8 @@
 
 #include <exception>
 
+#include "motley/core/enum_names.h"
+
 namespace motley {
 
 namespace {
@@ -23,14 +25,12 @@ std::string first_line(const char* what) {
 
 }  // namespace
 
+// Indexed by Precision, in declaration order.
+constexpr const char* kPrecisionNames[] = {"fp32", "bf16"};
+static_assert(std::size(kPrecisionNames) == static_cast<size_t>(Precision::kBf16Autocast) + 1);
+
 const char* precision_name(Precision precision) {
-  switch (precision) {
-    case Precision::kFp32:
-      return "fp32";
-    case Precision::kBf16Autocast:
-      return "bf16";
-  }
-  return "fp32";
+  return name_in(kPrecisionNames, precision, "fp32");
 }
 
 bool cpu_bf16_autocast_available(std::string* why) {

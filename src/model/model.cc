@@ -2,48 +2,24 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <array>
-#include <cctype>
 #include <string>
+
+#include "motley/core/enum_names.h"
 
 namespace motley {
 namespace {
 
-// Every enumerator once, in declaration order; the name tables below are indexed the same way.
-constexpr std::array kActivations = {Activation::kGelu, Activation::kRelu,   Activation::kRelu2,
-                                     Activation::kSilu, Activation::kSwiGlu, Activation::kGeGlu};
-constexpr std::array kPolicies = {RecomputePolicy::kNone, RecomputePolicy::kSelective,
-                                  RecomputePolicy::kFull};
-constexpr std::array kKinds = {LayerKind::kEmbedding,      LayerKind::kAttention,
-                               LayerKind::kFeedForward,    LayerKind::kMoe,
-                               LayerKind::kMamba,          LayerKind::kDecoderBlock,
-                               LayerKind::kPatchEmbedding, LayerKind::kVisionBlock,
-                               LayerKind::kProjector,      LayerKind::kHead,
-                               LayerKind::kMeasured};
-
-bool equals_ignoring_case(std::string_view a, std::string_view b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](unsigned char x, unsigned char y) {
-           return std::tolower(x) == std::tolower(y);
-         });
-}
-
-template <class Enum, size_t N, class NameFn>
-std::optional<Enum> parse_by_name(const std::array<Enum, N>& values, NameFn name_of,
-                                  std::string_view name) {
-  for (Enum v : values) {
-    if (equals_ignoring_case(name, name_of(v))) return v;
-  }
-  return std::nullopt;
-}
-
-template <class Enum, size_t N, class NameFn>
-std::vector<std::string> all_names(const std::array<Enum, N>& values, NameFn name_of) {
-  std::vector<std::string> out;
-  for (Enum v : values) out.emplace_back(name_of(v));
-  return out;
-}
+// Indexed by Activation, in declaration order.
+constexpr const char* kActivations[] = {"gelu", "relu", "relu2", "silu", "swiglu", "geglu"};
+static_assert(std::size(kActivations) == static_cast<size_t>(Activation::kGeGlu) + 1);
+// Indexed by RecomputePolicy, in declaration order.
+constexpr const char* kPolicies[] = {"none", "selective", "full"};
+static_assert(std::size(kPolicies) == static_cast<size_t>(RecomputePolicy::kFull) + 1);
+// Indexed by LayerKind, in declaration order.
+constexpr const char* kKinds[] = {"embedding", "attention",     "feed_forward",    "moe",
+                                  "mamba",     "decoder_block", "patch_embedding", "vision_block",
+                                  "projector", "head",          "measured"};
+static_assert(std::size(kKinds) == static_cast<size_t>(LayerKind::kMeasured) + 1);
 
 }  // namespace
 
@@ -51,83 +27,29 @@ bool is_gated(Activation activation) {
   return activation == Activation::kSwiGlu || activation == Activation::kGeGlu;
 }
 
-const char* activation_name(Activation activation) {
-  switch (activation) {
-    case Activation::kGelu:
-      return "gelu";
-    case Activation::kRelu:
-      return "relu";
-    case Activation::kRelu2:
-      return "relu2";
-    case Activation::kSilu:
-      return "silu";
-    case Activation::kSwiGlu:
-      return "swiglu";
-    case Activation::kGeGlu:
-      return "geglu";
-  }
-  return "?";
-}
+const char* activation_name(Activation activation) { return name_in(kActivations, activation); }
 
 std::optional<Activation> parse_activation(std::string_view name) {
-  return parse_by_name(kActivations, activation_name, name);
+  return parse_name_in<Activation>(kActivations, name);
 }
 
-std::vector<std::string> activation_names() { return all_names(kActivations, activation_name); }
+std::vector<std::string> activation_names() { return names_in(kActivations); }
 
-const char* recompute_policy_name(RecomputePolicy policy) {
-  switch (policy) {
-    case RecomputePolicy::kNone:
-      return "none";
-    case RecomputePolicy::kSelective:
-      return "selective";
-    case RecomputePolicy::kFull:
-      return "full";
-  }
-  return "?";
-}
+const char* recompute_policy_name(RecomputePolicy policy) { return name_in(kPolicies, policy); }
 
 std::optional<RecomputePolicy> parse_recompute_policy(std::string_view name) {
-  return parse_by_name(kPolicies, recompute_policy_name, name);
+  return parse_name_in<RecomputePolicy>(kPolicies, name);
 }
 
-std::vector<std::string> recompute_policy_names() {
-  return all_names(kPolicies, recompute_policy_name);
-}
+std::vector<std::string> recompute_policy_names() { return names_in(kPolicies); }
 
-const char* layer_kind_name(LayerKind kind) {
-  switch (kind) {
-    case LayerKind::kEmbedding:
-      return "embedding";
-    case LayerKind::kAttention:
-      return "attention";
-    case LayerKind::kFeedForward:
-      return "feed_forward";
-    case LayerKind::kMoe:
-      return "moe";
-    case LayerKind::kMamba:
-      return "mamba";
-    case LayerKind::kDecoderBlock:
-      return "decoder_block";
-    case LayerKind::kPatchEmbedding:
-      return "patch_embedding";
-    case LayerKind::kVisionBlock:
-      return "vision_block";
-    case LayerKind::kProjector:
-      return "projector";
-    case LayerKind::kHead:
-      return "head";
-    case LayerKind::kMeasured:
-      return "measured";
-  }
-  return "?";
-}
+const char* layer_kind_name(LayerKind kind) { return name_in(kKinds, kind); }
 
 std::optional<LayerKind> parse_layer_kind(std::string_view name) {
-  return parse_by_name(kKinds, layer_kind_name, name);
+  return parse_name_in<LayerKind>(kKinds, name);
 }
 
-std::vector<std::string> layer_kind_names() { return all_names(kKinds, layer_kind_name); }
+std::vector<std::string> layer_kind_names() { return names_in(kKinds); }
 
 std::optional<std::string> tensor_parallel_obstacle(const Layer& layer, int t, bool vocabulary) {
   if (t <= 1) return std::nullopt;

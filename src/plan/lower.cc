@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "motley/core/check.h"
+#include "motley/core/enum_names.h"
 #include "motley/plan/dependencies.h"
 
 namespace motley {
@@ -113,19 +114,12 @@ void lower_into(const Plan& plan, LoweredPlan& out, std::vector<int64_t>& sequen
 
 }  // namespace
 
-const char* comm_kind_name(CommKind kind) {
-  switch (kind) {
-    case CommKind::kSendActivation:
-      return "send_activation";
-    case CommKind::kRecvActivation:
-      return "recv_activation";
-    case CommKind::kSendGradient:
-      return "send_gradient";
-    case CommKind::kRecvGradient:
-      return "recv_gradient";
-  }
-  return "?";
-}
+// Indexed by CommKind, in declaration order.
+constexpr const char* kCommKindNames[] = {"send_activation", "recv_activation", "send_gradient",
+                                          "recv_gradient"};
+static_assert(std::size(kCommKindNames) == static_cast<size_t>(CommKind::kRecvGradient) + 1);
+
+const char* comm_kind_name(CommKind kind) { return name_in(kCommKindNames, kind); }
 
 LoweredPlan lower_plan(const Plan& plan) {
   LoweredPlan out;

@@ -1,5 +1,7 @@
 #include "motley/plan/plan.h"
 
+#include "motley/core/enum_names.h"
+
 namespace motley {
 
 char action_letter(ActionKind kind) {
@@ -18,20 +20,11 @@ char action_letter(ActionKind kind) {
   return '?';
 }
 
-const char* action_kind_name(ActionKind kind) {
-  switch (kind) {
-    case ActionKind::kForward:
-      return "forward";
-    case ActionKind::kBackwardInput:
-      return "backward_input";
-    case ActionKind::kBackwardWeight:
-      return "backward_weight";
-    case ActionKind::kBackward:
-      return "backward";
-    case ActionKind::kRecompute:
-      return "recompute";
-  }
-  return "?";
-}
+// Indexed by ActionKind, in declaration order.
+constexpr const char* kActionKindNames[] = {"forward", "backward_input", "backward_weight",
+                                            "backward", "recompute"};
+static_assert(std::size(kActionKindNames) == static_cast<size_t>(ActionKind::kRecompute) + 1);
+
+const char* action_kind_name(ActionKind kind) { return name_in(kActionKindNames, kind); }
 
 }  // namespace motley

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "motley/core/check.h"
+#include "motley/core/enum_names.h"
 
 namespace motley {
 namespace {
@@ -29,26 +30,19 @@ Json metadata(const char* name, int pid, int tid, Json args) {
 
 }  // namespace
 
+// Indexed by TimelineKind, in declaration order.
+constexpr const char* kChromeColors[] = {"rail_response",
+                                         "rail_idle",
+                                         "rail_load",
+                                         "rail_animation",
+                                         "detailed_memory_dump",
+                                         "cq_build_running",
+                                         "background_memory_dump",
+                                         "generic_work"};
+static_assert(std::size(kChromeColors) == static_cast<size_t>(TimelineKind::kOptimizerStep) + 1);
+
 const char* chrome_color_name(TimelineKind kind) {
-  switch (kind) {
-    case TimelineKind::kForward:
-      return "rail_response";
-    case TimelineKind::kBackwardInput:
-      return "rail_idle";
-    case TimelineKind::kBackwardWeight:
-      return "rail_load";
-    case TimelineKind::kBackward:
-      return "rail_animation";
-    case TimelineKind::kRecompute:
-      return "detailed_memory_dump";
-    case TimelineKind::kTransfer:
-      return "cq_build_running";
-    case TimelineKind::kAllReduce:
-      return "background_memory_dump";
-    case TimelineKind::kOptimizerStep:
-      return "generic_work";
-  }
-  return "generic_work";
+  return name_in(kChromeColors, kind, "generic_work");
 }
 
 Json chrome_trace_document(const Timeline& timeline, const Json& other_data,

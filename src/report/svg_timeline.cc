@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <set>
 
+#include "motley/core/enum_names.h"
 #include "motley/report/units_format.h"
 
 namespace motley {
@@ -70,27 +71,11 @@ int text_length(const std::string& s) {
   return n;
 }
 
-const char* kind_class(TimelineKind kind) {
-  switch (kind) {
-    case TimelineKind::kForward:
-      return "F";
-    case TimelineKind::kBackwardInput:
-      return "B";
-    case TimelineKind::kBackwardWeight:
-      return "W";
-    case TimelineKind::kBackward:
-      return "BW";
-    case TimelineKind::kRecompute:
-      return "R";
-    case TimelineKind::kTransfer:
-      return "send";
-    case TimelineKind::kAllReduce:
-      return "allreduce";
-    case TimelineKind::kOptimizerStep:
-      return "opt";
-  }
-  return "x";
-}
+// Indexed by TimelineKind, in declaration order.
+constexpr const char* kKindClasses[] = {"F", "B", "W", "BW", "R", "send", "allreduce", "opt"};
+static_assert(std::size(kKindClasses) == static_cast<size_t>(TimelineKind::kOptimizerStep) + 1);
+
+const char* kind_class(TimelineKind kind) { return name_in(kKindClasses, kind, "x"); }
 
 struct Rgb {
   int r = 0, g = 0, b = 0;
@@ -452,27 +437,12 @@ class Renderer {
 
 }  // namespace
 
-const char* svg_color(TimelineKind kind) {
-  switch (kind) {
-    case TimelineKind::kForward:
-      return "#56b4e9";
-    case TimelineKind::kBackwardInput:
-      return "#e69f00";
-    case TimelineKind::kBackwardWeight:
-      return "#009e73";
-    case TimelineKind::kBackward:
-      return "#d55e00";
-    case TimelineKind::kRecompute:
-      return "#cc79a7";
-    case TimelineKind::kTransfer:
-      return "#f0e442";
-    case TimelineKind::kAllReduce:
-      return "#0072b2";
-    case TimelineKind::kOptimizerStep:
-      return "#666666";
-  }
-  return "#000000";
-}
+// Indexed by TimelineKind, in declaration order.
+constexpr const char* kSvgColors[] = {"#56b4e9", "#e69f00", "#009e73", "#d55e00",
+                                      "#cc79a7", "#f0e442", "#0072b2", "#666666"};
+static_assert(std::size(kSvgColors) == static_cast<size_t>(TimelineKind::kOptimizerStep) + 1);
+
+const char* svg_color(TimelineKind kind) { return name_in(kSvgColors, kind, "#000000"); }
 
 AxisTicks time_axis_ticks(Seconds span, int max_ticks) {
   AxisTicks out;

@@ -11,6 +11,8 @@
 #include <tuple>
 #include <utility>
 
+#include "motley/core/enum_names.h"
+
 namespace motley {
 namespace {
 
@@ -219,27 +221,14 @@ class Builder {
 
 }  // namespace
 
-const char* timeline_kind_label(TimelineKind kind) {
-  switch (kind) {
-    case TimelineKind::kForward:
-      return "F";
-    case TimelineKind::kBackwardInput:
-      return "B (input grad)";
-    case TimelineKind::kBackwardWeight:
-      return "W (weight grad)";
-    case TimelineKind::kBackward:
-      return "B (fused)";
-    case TimelineKind::kRecompute:
-      return "R (recompute)";
-    case TimelineKind::kTransfer:
-      return "send";
-    case TimelineKind::kAllReduce:
-      return "all-reduce";
-    case TimelineKind::kOptimizerStep:
-      return "optimizer";
-  }
-  return "?";
-}
+// Indexed by TimelineKind, in declaration order.
+constexpr const char* kTimelineKindLabels[] = {"F",          "B (input grad)", "W (weight grad)",
+                                               "B (fused)",  "R (recompute)",  "send",
+                                               "all-reduce", "optimizer"};
+static_assert(std::size(kTimelineKindLabels) ==
+              static_cast<size_t>(TimelineKind::kOptimizerStep) + 1);
+
+const char* timeline_kind_label(TimelineKind kind) { return name_in(kTimelineKindLabels, kind); }
 
 TimelineKind timeline_kind(SimTaskKind kind) {
   switch (kind) {

@@ -1,13 +1,14 @@
 #include "motley/schedule/layer_split.h"
 
-#include <cctype>
-
 #include "motley/core/check.h"
+#include "motley/core/enum_names.h"
 
 namespace motley {
 namespace {
 
-constexpr LayerSplit kAllSplits[] = {LayerSplit::kUniform, LayerSplit::kMegatron};
+// Indexed by LayerSplit, in declaration order.
+constexpr const char* kLayerSplitNames[] = {"uniform", "megatron"};
+static_assert(std::size(kLayerSplitNames) == static_cast<size_t>(LayerSplit::kMegatron) + 1);
 
 bool is_decoder_kind(LayerKind kind) {
   switch (kind) {
@@ -31,23 +32,14 @@ bool is_decoder_kind(LayerKind kind) {
 }  // namespace
 
 const char* layer_split_name(LayerSplit split) {
-  return split == LayerSplit::kMegatron ? "megatron" : "uniform";
+  return name_in(kLayerSplitNames, split, "uniform");
 }
 
 std::optional<LayerSplit> parse_layer_split(std::string_view name) {
-  std::string key;
-  for (char c : name) key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (LayerSplit split : kAllSplits) {
-    if (key == layer_split_name(split)) return split;
-  }
-  return std::nullopt;
+  return parse_name_in<LayerSplit>(kLayerSplitNames, name);
 }
 
-std::vector<std::string> layer_split_names() {
-  std::vector<std::string> names;
-  for (LayerSplit split : kAllSplits) names.emplace_back(layer_split_name(split));
-  return names;
-}
+std::vector<std::string> layer_split_names() { return names_in(kLayerSplitNames); }
 
 std::vector<int> uniform_bounds(int num_layers, int stages) {
   MOTLEY_CHECK(stages >= 1 && stages <= num_layers, "uniform_bounds: need 1 <= stages <= layers");

@@ -6,22 +6,17 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cctype>
 #include <climits>
 #include <cmath>
 #include <deque>
 #include <string>
 #include <utility>
 
+#include "motley/core/enum_names.h"
 #include "weight_placement.h"
 
 namespace motley {
 namespace {
-
-constexpr ScheduleKind kAllKinds[] = {
-    ScheduleKind::kGpipe, ScheduleKind::k1f1b, ScheduleKind::kInterleaved, ScheduleKind::kZbH1,
-    ScheduleKind::kZbH2,  ScheduleKind::kZbV,  ScheduleKind::kDualPipeV,
-};
 
 Action forward(int stage, int64_t mb) {
   return Action{ActionKind::kForward, stage, static_cast<int>(mb)};
@@ -423,42 +418,18 @@ Result<GroupOrders> zero_bubble(ScheduleKind kind, const ScheduleRequest& req,
 
 }  // namespace
 
-const char* schedule_kind_name(ScheduleKind kind) {
-  switch (kind) {
-    case ScheduleKind::kGpipe:
-      return "gpipe";
-    case ScheduleKind::k1f1b:
-      return "1f1b";
-    case ScheduleKind::kInterleaved:
-      return "interleaved";
-    case ScheduleKind::kZbH1:
-      return "zb-h1";
-    case ScheduleKind::kZbH2:
-      return "zb-h2";
-    case ScheduleKind::kZbV:
-      return "zb-v";
-    case ScheduleKind::kDualPipeV:
-      return "dualpipev";
-  }
-  return "?";
-}
+// Indexed by ScheduleKind, in declaration order.
+constexpr const char* kScheduleKindNames[] = {"gpipe", "1f1b", "interleaved", "zb-h1",
+                                              "zb-h2", "zb-v", "dualpipev"};
+static_assert(std::size(kScheduleKindNames) == static_cast<size_t>(ScheduleKind::kDualPipeV) + 1);
+
+const char* schedule_kind_name(ScheduleKind kind) { return name_in(kScheduleKindNames, kind); }
 
 std::optional<ScheduleKind> parse_schedule_kind(std::string_view name) {
-  std::string key;
-  for (char c : name) {
-    key += c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  }
-  for (ScheduleKind kind : kAllKinds) {
-    if (key == schedule_kind_name(kind)) return kind;
-  }
-  return std::nullopt;
+  return parse_name_in<ScheduleKind>(kScheduleKindNames, name);
 }
 
-std::vector<std::string> schedule_kind_names() {
-  std::vector<std::string> names;
-  for (ScheduleKind kind : kAllKinds) names.emplace_back(schedule_kind_name(kind));
-  return names;
-}
+std::vector<std::string> schedule_kind_names() { return names_in(kScheduleKindNames); }
 
 bool splits_backward(ScheduleKind kind) {
   return kind == ScheduleKind::kZbH1 || kind == ScheduleKind::kZbH2 || kind == ScheduleKind::kZbV ||

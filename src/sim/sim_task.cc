@@ -5,33 +5,18 @@
 
 #include <string>
 
+#include "motley/core/enum_names.h"
 #include "motley/sim/simulator.h"
 
 namespace motley {
 
-const char* sim_task_kind_name(SimTaskKind kind) {
-  switch (kind) {
-    case SimTaskKind::kForward:
-      return "forward";
-    case SimTaskKind::kBackwardInput:
-      return "backward_input";
-    case SimTaskKind::kBackwardWeight:
-      return "backward_weight";
-    case SimTaskKind::kBackward:
-      return "backward";
-    case SimTaskKind::kRecompute:
-      return "recompute";
-    case SimTaskKind::kSendActivation:
-      return "send_activation";
-    case SimTaskKind::kSendGradient:
-      return "send_gradient";
-    case SimTaskKind::kGradientAllReduce:
-      return "gradient_all_reduce";
-    case SimTaskKind::kOptimizerStep:
-      return "optimizer_step";
-  }
-  return "?";
-}
+// Indexed by SimTaskKind, in declaration order.
+constexpr const char* kSimTaskKindNames[] = {
+    "forward",         "backward_input", "backward_weight",     "backward",      "recompute",
+    "send_activation", "send_gradient",  "gradient_all_reduce", "optimizer_step"};
+static_assert(std::size(kSimTaskKindNames) == static_cast<size_t>(SimTaskKind::kOptimizerStep) + 1);
+
+const char* sim_task_kind_name(SimTaskKind kind) { return name_in(kSimTaskKindNames, kind); }
 
 bool is_communication(SimTaskKind kind) {
   return kind == SimTaskKind::kSendActivation || kind == SimTaskKind::kSendGradient ||
