@@ -11,14 +11,9 @@
 #include "motley/plan/validate.h"
 #include "test_plans.h"
 
-namespace motley {
+// In the test helpers' namespace, so they need no using-declarations.
+namespace motley::testing {
 namespace {
-
-using ::motley::testing::actions;
-using ::motley::testing::one_f_one_b_plan;
-using ::motley::testing::random_plan;
-using ::motley::testing::single_device_nodes;
-using ::motley::testing::small_model;
 
 // "0F3" for actions; "SA(0,3)>1#0" for a send of stage 0's activation of micro-batch 3 to
 // group 1 as message 0 of that channel, "RG(2,0)<2#1" for a receive of stage 2's gradient.
@@ -223,4 +218,4 @@ TEST(Lower, ReusedLoweringGivesTheSameOps) {
 }
 
 }  // namespace
-}  // namespace motley
+}  // namespace motley::testing

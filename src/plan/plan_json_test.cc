@@ -11,13 +11,9 @@
 #include "motley/plan/spec_hash.h"
 #include "test_plans.h"
 
-namespace motley {
+// In the test helpers' namespace, so they need no using-declarations.
+namespace motley::testing {
 namespace {
-
-using ::motley::testing::actions;
-using ::motley::testing::one_f_one_b_plan;
-using ::motley::testing::single_device_nodes;
-using ::motley::testing::small_model;
 
 // A plan that uses every field and every action kind (not a runnable schedule: the schema
 // does not care).
@@ -411,4 +407,4 @@ TEST_F(PlanInputsTest, AFileWithoutSpecsFindsThemByName) {
 }
 
 }  // namespace
-}  // namespace motley
+}  // namespace motley::testing

@@ -4,13 +4,9 @@
 
 #include "test_plans.h"
 
-namespace motley {
+// In the test helpers' namespace, so they need no using-declarations.
+namespace motley::testing {
 namespace {
-
-using ::motley::testing::actions;
-using ::motley::testing::one_f_one_b_plan;
-using ::motley::testing::single_device_nodes;
-using ::motley::testing::small_model;
 
 // As the simulator checks: no model at hand, the cost model's devices.
 PlanBounds without_model(int devices) {
@@ -128,4 +124,4 @@ TEST(Structure, ReusedCheckerGivesTheSameAnswers) {
 }
 
 }  // namespace
-}  // namespace motley
+}  // namespace motley::testing

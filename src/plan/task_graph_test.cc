@@ -9,14 +9,9 @@
 #include "motley/plan/validate.h"
 #include "test_plans.h"
 
-namespace motley {
+// In the test helpers' namespace, so they need no using-declarations.
+namespace motley::testing {
 namespace {
-
-using ::motley::testing::actions;
-using ::motley::testing::one_f_one_b_plan;
-using ::motley::testing::random_plan;
-using ::motley::testing::single_device_nodes;
-using ::motley::testing::small_model;
 
 Plan two_groups(const std::string& group0, const std::string& group1) {
   Plan p = one_f_one_b_plan(small_model(2), single_device_nodes(2), 2);
@@ -220,4 +215,4 @@ TEST(TaskGraph, AddedTasksAndEdgesAreLinkedAfterThePlans) {
 }
 
 }  // namespace
-}  // namespace motley
+}  // namespace motley::testing

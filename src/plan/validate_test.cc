@@ -6,14 +6,10 @@
 #include "motley/plan/spec_hash.h"
 #include "test_plans.h"
 
-namespace motley {
+// In the test helpers' namespace, so they need no using-declarations.
+namespace motley::testing {
 namespace {
 
-using ::motley::testing::actions;
-using ::motley::testing::one_f_one_b_plan;
-using ::motley::testing::single_device_nodes;
-using ::motley::testing::small_model;
-using ::motley::testing::two_node_cluster;
 using ::testing::HasSubstr;
 
 ValidateOptions defaults() { return ValidateOptions{}; }
@@ -441,4 +437,4 @@ TEST(PeakInFlight, CountsEachStageOfAnInterleavedGroup) {
 }
 
 }  // namespace
-}  // namespace motley
+}  // namespace motley::testing

@@ -11,13 +11,9 @@
 #include "motley/sim/simulator.h"
 #include "test_util.h"
 
-namespace motley {
+// In the test helpers' namespace, so they need no using-declarations.
+namespace motley::schedule_testing {
 namespace {
-
-using schedule_testing::fixed_cluster;
-using schedule_testing::layer_ms;
-using schedule_testing::order_text;
-using schedule_testing::tiny_model;
 
 AdaptiveRequest uniform_request(int p, int64_t m, double budget_bytes) {
   AdaptiveRequest r;
@@ -208,4 +204,4 @@ TEST(AdaptiveScheduleTest, RandomRequestsGiveValidOrdersWithinMemory) {
 }
 
 }  // namespace
-}  // namespace motley
+}  // namespace motley::schedule_testing

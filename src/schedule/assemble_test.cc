@@ -10,13 +10,9 @@
 #include "motley/sim/simulator.h"
 #include "test_util.h"
 
-namespace motley {
+// In the test helpers' namespace, so they need no using-declarations.
+namespace motley::schedule_testing {
 namespace {
-
-using schedule_testing::fixed_cluster;
-using schedule_testing::layer_ms;
-using schedule_testing::order_text;
-using schedule_testing::tiny_model;
 
 AssembleOptions options_for(const ModelSpec& model, const ClusterSpec& cluster) {
   AssembleOptions o;
@@ -134,4 +130,4 @@ TEST(AssembleTest, RejectsMalformedCandidates) {
 }
 
 }  // namespace
-}  // namespace motley
+}  // namespace motley::schedule_testing
