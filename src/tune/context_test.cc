@@ -105,13 +105,7 @@ TEST(ContextTest, TensorParallelDegreesSplitTheHeads) {
 
 TEST(ContextTest, TypesNodesSpeedsAndPrices) {
   // Two H100 nodes and one A100 node of two devices each; layers take twice as long on an A100.
-  FixedCostSpec spec;
-  std::vector<FixedLayerTimes> slow;
-  for (int i = 0; i < 4; ++i) {
-    spec.layers.push_back(layer_ms(1, 1, 1));
-    slow.push_back({milliseconds(2), milliseconds(2), milliseconds(2), Seconds(0)});
-  }
-  spec.device_times = {{"A100-80GB", slow}};
+  FixedCostSpec spec = two_speeds(4);
   ClusterSpec cluster = fixed_cluster({"H100-SXM", "A100-80GB", "H100-SXM"}, 2);
   cluster.nodes[0].price_per_hour = 7.2;
   cluster.nodes[1].price_per_hour = 3.6;

@@ -5,13 +5,10 @@
 #include <algorithm>
 #include <vector>
 
-#include "../schedule/test_util.h"
+#include "tune_test_util.h"
 
-namespace motley {
+namespace motley::tune_internal::tune_testing {
 namespace {
-
-using schedule_testing::fixed_cluster;
-using schedule_testing::layer_ms;
 
 constexpr double kBig = 1e15;  // bytes: a budget that never binds
 
@@ -43,12 +40,8 @@ TEST(BalancedPartitionTest, SlowerDeviceGetsFewerLayers) {
   // Six 1 ms layers (F + B + W = 0.5 + 0.3 + 0.2) on an H100 then an A100 that is twice as slow:
   // k layers on the H100 cost k ms, the rest 2(6 - k) ms, balanced at k = 4.
   FixedCostSpec spec;
-  std::vector<FixedLayerTimes> slow;
-  for (int i = 0; i < 6; ++i) {
-    spec.layers.push_back(layer_ms(0.5, 0.3, 0.2));
-    slow.push_back({milliseconds(1.0), milliseconds(0.6), milliseconds(0.4), Seconds(0)});
-  }
-  spec.device_times = {{"A100-80GB", slow}};
+  for (int i = 0; i < 6; ++i) spec.layers.push_back(layer_ms(0.5, 0.3, 0.2));
+  spec = slower_on(std::move(spec), "A100-80GB", 2);
   FixedCostModel cost(fixed_cluster({"H100-SXM", "A100-80GB"}, 1), spec);
   Result<Partition> p = balanced_partition(request(6, {0, 1}), cost);
   ASSERT_TRUE(p.is_ok()) << p.status().message();
@@ -144,4 +137,4 @@ TEST(BalancedPartitionTest, RejectsMoreStagesThanLayers) {
 }
 
 }  // namespace
-}  // namespace motley
+}  // namespace motley::tune_internal::tune_testing

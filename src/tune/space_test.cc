@@ -23,18 +23,6 @@ std::vector<std::string> descriptions(const std::vector<Layout>& layouts) {
   return out;
 }
 
-// Eight layers of 1 + 1 + 1 ms on an H100 and twice that on an A100, no memory to speak of.
-FixedCostSpec two_speeds(int layers) {
-  FixedCostSpec spec;
-  std::vector<FixedLayerTimes> slow;
-  for (int i = 0; i < layers; ++i) {
-    spec.layers.push_back(layer_ms(1, 1, 1));
-    slow.push_back({milliseconds(2), milliseconds(2), milliseconds(2), Seconds(0)});
-  }
-  spec.device_times = {{"A100-80GB", slow}};
-  return spec;
-}
-
 TEST(SpaceTest, TypeGroupsAreConsecutiveDevicesOfOneNode) {
   Fixture fx(8, {"H100-SXM", "H100-SXM"}, 4, 16, uniform_spec(8));
   const TypeInfo& h100 = fx.ctx->types()[0];

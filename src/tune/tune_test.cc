@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../schedule/test_util.h"
+#include "tune_test_util.h"
 #include "motley/core/json.h"
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/model/presets.h"
@@ -22,6 +23,8 @@ namespace {
 using schedule_testing::fixed_cluster;
 using schedule_testing::layer_ms;
 using schedule_testing::tiny_model;
+using tune_internal::tune_testing::slower_on;
+using tune_internal::tune_testing::two_speeds;
 
 // A FixedCostModel whose times and activations grow with the micro-batch size.
 CostModelFactory fixed_factory(FixedCostSpec spec) {
@@ -80,16 +83,13 @@ Case heavy_head() {
 Case two_generations() {
   Case c{"two-generations", tiny_model(8), fixed_cluster({"H100-SXM", "A100-80GB"}, 2), {}};
   FixedCostSpec spec;
-  std::vector<FixedLayerTimes> slow;
   for (int i = 0; i < 8; ++i) {
     FixedLayer l = layer_ms(1, 1.2, 0.8, 2, 1);
     l.boundary = Bytes(1e6);
     spec.layers.push_back(l);
-    slow.push_back({milliseconds(2), milliseconds(2.4), milliseconds(1.6), Seconds(0)});
   }
-  spec.device_times = {{"A100-80GB", slow}};
   c.options.global_batch = 16;
-  c.options.cost_model = fixed_factory(spec);
+  c.options.cost_model = fixed_factory(slower_on(std::move(spec), "A100-80GB", 2));
   c.options.clock = frozen_clock();
   return c;
 }
@@ -354,13 +354,7 @@ TEST(TuneTest, LowerBoundIsTheWorkOverTheAggregateRate) {
   // two of each do 2/3 + 2/6 = 1 layer-micro-batch per ms, and 16 micro-batches of 8 layers
   // take 128 ms at best.
   Case c = two_generations();
-  FixedCostSpec spec;
-  std::vector<FixedLayerTimes> slow;
-  for (int i = 0; i < 8; ++i) {
-    spec.layers.push_back(layer_ms(1, 1, 1));
-    slow.push_back({milliseconds(2), milliseconds(2), milliseconds(2), Seconds(0)});
-  }
-  spec.device_times = {{"A100-80GB", slow}};
+  FixedCostSpec spec = two_speeds(8);
   c.options.cost_model = fixed_factory(spec);
   c.options.micro_batch_size = 1;
   Result<Seconds> bound = iteration_lower_bound(c.options, c.model, c.cluster);

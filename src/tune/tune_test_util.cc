@@ -16,6 +16,23 @@ FixedCostSpec uniform_spec(int layers) {
   return spec;
 }
 
+FixedCostSpec slower_on(FixedCostSpec spec, const std::string& type, double factor) {
+  std::vector<FixedLayerTimes> slow;
+  for (const FixedLayer& l : spec.layers) {
+    const FixedLayerTimes& t = l.times;
+    slow.push_back({t.forward * factor, t.backward_input * factor, t.backward_weight * factor,
+                    t.recompute * factor});
+  }
+  spec.device_times.emplace_back(type, std::move(slow));
+  return spec;
+}
+
+FixedCostSpec two_speeds(int layers) {
+  FixedCostSpec spec;
+  for (int i = 0; i < layers; ++i) spec.layers.push_back(layer_ms(1, 1, 1));
+  return slower_on(std::move(spec), "A100-80GB", 2);
+}
+
 Fixture::Fixture(ModelSpec m, ClusterSpec c, TuneOptions o)
     : model(std::move(m)), cluster(std::move(c)), options(std::move(o)) {
   Result<std::unique_ptr<Context>> made = Context::create(options, model, cluster);

@@ -26,6 +26,12 @@ CostModelFactory fixed_factory(FixedCostSpec spec);
 // `layers` layers of 1 ms F, B and W each, with 1 GB of weights and 1 GB of activations.
 FixedCostSpec uniform_spec(int layers);
 
+// `spec` with every layer `factor` times as slow on devices of `type`.
+FixedCostSpec slower_on(FixedCostSpec spec, const std::string& type, double factor);
+
+// `layers` layers of 1 + 1 + 1 ms on an H100 and twice that on an A100, no memory to speak of.
+FixedCostSpec two_speeds(int layers);
+
 // Options for `global_batch` sequences in micro-batches of 1, priced by `spec`, on a clock that
 // never moves (the time budget never runs out).
 TuneOptions fixed_options(int64_t global_batch, FixedCostSpec spec);
