@@ -11,6 +11,7 @@
 #include "motley/report/summary.h"
 #include "motley/report/svg_timeline.h"
 #include "motley/schedule/uniform_plan.h"
+#include "motley/sim/simulator.h"
 
 namespace motley {
 namespace {

@@ -1,12 +1,10 @@
-// The names of the simulator's tasks, apart from the simulator itself: the report module (and so
-// every binary that writes a measured trace, motley-run included) needs them without linking the
-// engine.
+// The names of the simulator's tasks; a library of their own with sim_result.h (see there).
 #include <fmt/format.h>
 
 #include <string>
 
 #include "motley/core/enum_names.h"
-#include "motley/sim/simulator.h"
+#include "motley/sim/sim_result.h"
 
 namespace motley {
 

@@ -9,13 +9,13 @@
 #include <vector>
 
 #include "../schedule/test_util.h"
-#include "tune_test_util.h"
 #include "motley/core/json.h"
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/model/presets.h"
 #include "motley/plan/plan_json.h"
 #include "motley/plan/plan_workload.h"
 #include "motley/plan/validate.h"
+#include "tune_test_util.h"
 
 namespace motley {
 namespace {

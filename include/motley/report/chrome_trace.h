@@ -14,7 +14,7 @@
 #include "motley/core/status.h"
 #include "motley/plan/plan.h"
 #include "motley/report/timeline.h"
-#include "motley/sim/simulator.h"
+#include "motley/sim/sim_result.h"
 
 namespace motley {
 

@@ -8,7 +8,7 @@
 
 #include "motley/cluster/cluster.h"
 #include "motley/plan/plan.h"
-#include "motley/sim/simulator.h"
+#include "motley/sim/sim_result.h"
 
 namespace motley {
 

@@ -11,7 +11,7 @@
 #include "motley/core/json.h"
 #include "motley/core/units.h"
 #include "motley/plan/plan.h"
-#include "motley/sim/simulator.h"
+#include "motley/sim/sim_result.h"
 
 namespace motley {
 
