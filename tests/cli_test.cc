@@ -2,6 +2,7 @@
 // exits with code 2, one message naming the file and field, and nothing on stdout.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -32,6 +33,7 @@ void expect_bad_input(const std::string& args, const std::vector<std::string>& n
   EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
   EXPECT_EQ(r.out, "") << args;
   EXPECT_EQ(r.err.rfind("motley: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line\n" << r.err;
   for (const auto& n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << n << "\n" << r.err;
 }
 
@@ -263,6 +265,61 @@ TEST(CliBadInputTest, BadOptionValues) {
   expect_bad_input("estimate --global-batch 3 --micro-batch-size 2", {"--global-batch"});
   expect_bad_input("model show tiny-llama --seq-len abc", {"--seq-len"});
   expect_bad_input("frobnicate", {"frobnicate"});
+}
+
+// Every numeric option of every command is checked by the parser: a zero where a count is
+// expected, a negative or non-finite value, or one beyond the option's limit is refused naming
+// the option and its range — never taken for the default.
+TEST(CliBadInputTest, EveryNumericOptionIsCheckedByTheParser) {
+  const std::string counts = "expected an integer from 1 to 65536, got ";
+  const std::string lengths = "expected an integer from 1 to 16777216, got ";
+  const std::string seeds = "expected an integer from 0 to 18446744073709551615, got -1";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"model show tiny-llama --seq-len 0", "--seq-len: " + lengths + "0"},
+      {"model show tiny-llama --micro-batch-size 0", "--micro-batch-size: " + counts + "0"},
+      {"estimate --seq-len -64", "--seq-len: " + lengths + "-64"},
+      {"estimate --micro-batch-size 0", "--micro-batch-size: " + counts + "0"},
+      {"estimate --global-batch 0", "--global-batch: " + counts + "0"},
+      {"simulate --schedule 1f1b --stages 0", "--stages: " + counts + "0"},
+      {"simulate --schedule 1f1b --virtual-stages -1", "--virtual-stages: " + counts + "-1"},
+      {"simulate --schedule 1f1b --micro-batches 0", "--micro-batches: " + counts + "0"},
+      {"simulate --schedule 1f1b --micro-batches 99999999999",
+       "--micro-batches: " + counts + "99999999999"},
+      {"simulate --schedule 1f1b --micro-batch-size 0", "--micro-batch-size: " + counts + "0"},
+      {"simulate --schedule 1f1b --seq-len -64", "--seq-len: " + lengths + "-64"},
+      {"simulate --schedule 1f1b --tensor-parallel 0", "--tensor-parallel: " + counts + "0"},
+      {"launch --nproc 0 -- run", "--nproc: expected an integer from 1 to 1024, got 0"},
+      {"launch --nproc 2 --master-port 0 -- run",
+       "--master-port: expected an integer from 1 to 65535, got 0"},
+      {"launch --nproc 2 --master-port 65536 -- run",
+       "--master-port: expected an integer from 1 to 65535, got 65536"},
+  };
+  for (const auto& [args, message] : cases) {
+    expect_bad_input(args, {"motley: error: " + message});
+  }
+  for (const std::string command : {"plan", "compare"}) {
+    const std::vector<std::pair<std::string, std::string>> tune_cases = {
+        {"--global-batch 0", "--global-batch: " + counts + "0"},
+        {"--seq-len -64", "--seq-len: " + lengths + "-64"},
+        {"--micro-batch-size 0", "--micro-batch-size: " + counts + "0"},
+        {"--time-budget inf", "--time-budget: expected a finite number above 0, got inf"},
+        {"--time-budget 0", "--time-budget: expected a finite number above 0, got 0"},
+        {"--max-plans 0", "--max-plans: expected an integer from 1 to 9223372036854775807, got 0"},
+        {"--seed -1", "--seed: " + seeds},
+        {"--threads 0", "--threads: expected an integer from 1 to 1024, got 0"},
+    };
+    for (const auto& [args, message] : tune_cases) {
+      expect_bad_input(command + " --model tiny-llama " + args,
+                       {"motley: error: " + message, "'motley " + command + " --help'"});
+    }
+  }
+}
+
+// CLI11's own refusals are one line too, saying where the usage is.
+TEST(CliBadInputTest, ParseErrorsAreOneLineNamingTheHelp) {
+  expect_bad_input("simulate --bogus", {"--bogus", "(see 'motley simulate --help')"});
+  expect_bad_input("model show", {"model is required", "(see 'motley model show --help')"});
+  expect_bad_input("frobnicate", {"unknown command 'frobnicate'", "(see 'motley --help')"});
 }
 
 TEST(CliTest, SimulateJsonReportsTheDocumentedFields) {

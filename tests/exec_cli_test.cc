@@ -4,6 +4,7 @@
 // emulation; bf16 autocast; bad input (exit 2, one message); and a rank that dies or hangs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -95,7 +96,8 @@ void expect_bad_input(const std::string& args, const std::vector<std::string>& n
   RunResult r = run_motley(args, env);
   EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
   EXPECT_EQ(r.out, "") << args;
-  EXPECT_NE(r.err.find("motley: error: "), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.rfind("motley: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line\n" << r.err;
   for (const auto& n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << n << "\n" << r.err;
 }
 
@@ -342,6 +344,28 @@ TEST(RunBadInputTest, MissingPlanFileAndOptions) {
                    {"--emulate-speeds", "peak", "cost"});
   expect_bad_input("run --plan " + kFourStage + " --precision fp16",
                    {"--precision", "fp16", "fp32", "bf16"});
+}
+
+// Every numeric option of `motley run` is checked by the parser, before the plan is read.
+TEST(RunBadInputTest, EveryNumericOptionIsCheckedByTheParser) {
+  const std::string whole = "expected an integer from 1 to 9223372036854775807, got ";
+  const std::string seconds = "expected a number above 0 and at most 1000000, got ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--steps 0", "--steps: " + whole + "0"},
+      {"--steps -3", "--steps: " + whole + "-3"},
+      {"--checkpoint-dir d --checkpoint-every 0", "--checkpoint-every: " + whole + "0"},
+      {"--seed -1", "--seed: expected an integer from 0 to 18446744073709551615, got -1"},
+      {"--lr inf", "--lr: expected a finite number above 0, got inf"},
+      {"--lr 0", "--lr: expected a finite number above 0, got 0"},
+      {"--threads 0", "--threads: expected an integer from 1 to 1024, got 0"},
+      {"--timeout 0", "--timeout: " + seconds + "0"},
+      {"--timeout 1e300", "--timeout: " + seconds + "1e300"},
+      {"--rendezvous-timeout nan", "--rendezvous-timeout: " + seconds + "nan"},
+  };
+  for (const auto& [args, message] : cases) {
+    expect_bad_input("run --plan /nonexistent/plan.json " + args,
+                     {"motley: error: " + message, "(see 'motley run --help')"});
+  }
 }
 
 TEST(RunBadInputTest, AMalformedFaultHook) {

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -38,6 +39,7 @@
 #include "motley/report/chrome_trace.h"
 #include "motley/report/timeline.h"
 #include "motley/report/units_format.h"
+#include "option_checks.h"
 #include "rank_traces.h"
 #include "run_options.h"
 #if MOTLEY_TEST_HOOKS
@@ -380,17 +382,7 @@ std::string step_line(int64_t step, double loss, Seconds time, double tokens) {
 
 Status check_options(const RunOptions& opt) {
   if (opt.plan.empty()) return invalid_argument("--plan: give the plan file to run");
-  if (opt.steps < 1) return invalid_argument("--steps: expected a positive integer");
-  if (opt.checkpoint_every < 0) {
-    return invalid_argument("--checkpoint-every: expected a non-negative integer");
-  }
-  if (!(opt.learning_rate > 0)) return invalid_argument("--lr: expected a positive number");
-  if (!(opt.timeout_s > 0)) return invalid_argument("--timeout: expected a positive number");
-  if (opt.threads < 0) return invalid_argument("--threads: expected a positive integer");
-  if (!(opt.rendezvous_timeout_s > 0)) {
-    return invalid_argument("--rendezvous-timeout: expected a positive number");
-  }
-  if ((opt.resume || opt.checkpoint_every > 0) && opt.checkpoint_dir.empty()) {
+  if ((opt.resume || opt.checkpoint_every.has_value()) && opt.checkpoint_dir.empty()) {
     return invalid_argument(std::string(opt.resume ? "--resume" : "--checkpoint-every") +
                             " needs --checkpoint-dir");
   }
@@ -452,7 +444,7 @@ Result<Mode> choose_mode(const RunOptions& opt, const RunInputs& in) {
   mode.name = opt.sequential ? "sequential" : dist ? "gloo" : "threads";
   mode.cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   mode.local_ranks = opt.sequential ? 1 : dist ? std::max(1, dist->local_world_size) : mode.world;
-  mode.threads = opt.threads > 0 ? opt.threads : std::max(1, mode.cores / mode.local_ranks);
+  mode.threads = opt.threads.value_or(std::max(1, mode.cores / mode.local_ranks));
   return mode;
 }
 
@@ -607,7 +599,7 @@ Result<ExecutorRun> run_executor(const RunOptions& opt, const RunInputs& in, con
   train.steps = opt.steps;
   train.transport.timeout = Seconds(opt.timeout_s);
   if (!opt.checkpoint_dir.empty()) train.checkpoint_dir = opt.checkpoint_dir;
-  train.checkpoint_every = opt.checkpoint_every;
+  train.checkpoint_every = opt.checkpoint_every.value_or(0);  // TrainOptions' 0: none
   if (opt.resume) train.resume_from = opt.checkpoint_dir;
   if (opt.emulate) {
     MOTLEY_ASSIGN_OR_RETURN(
@@ -799,7 +791,9 @@ void add_run_command(CLI::App& app, Action* action) {
   cmd->footer(footer);
   add_run_options(cmd, opt.get(), kDefaultDataFile);
   // motley's forwarder passes the emulation's factors here (run_emulation.h); hidden.
-  cmd->add_option("--emulation-fd", opt->emulation_fd)->group("");
+  cmd->add_option("--emulation-fd", opt->emulation_fd)
+      ->check(integer_in(0, std::numeric_limits<int>::max()))
+      ->group("");
   cmd->callback([opt, action] { *action = [opt] { return run_command(*opt); }; });
 }
 

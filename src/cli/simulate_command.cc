@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "commands.h"
@@ -21,6 +22,7 @@
 #include "motley/report/svg_timeline.h"
 #include "motley/schedule/uniform_plan.h"
 #include "motley/sim/simulator.h"
+#include "option_checks.h"
 
 namespace motley::cli {
 namespace {
@@ -30,11 +32,11 @@ struct SimulateOptions {
   std::string model;
   std::string cluster;
   std::string schedule;
-  int stages = 0;
-  int virtual_stages = 0;     // 0: 2 for interleaved, zb-v and dualpipev, else 1
-  int64_t micro_batches = 0;  // 0: 4 per pipeline stage
+  std::optional<int> stages;             // unset: the whole cluster
+  std::optional<int> virtual_stages;     // unset: 2 for interleaved, zb-v and dualpipev, else 1
+  std::optional<int64_t> micro_batches;  // unset: 4 per pipeline stage
   int64_t micro_batch_size = 1;
-  int64_t seq_len = 0;
+  std::optional<int64_t> seq_len;  // unset: the model's
   int tensor_parallel = 1;
   std::string recompute = "none";
   std::string partition = "uniform";
@@ -76,34 +78,24 @@ Result<Scenario> scenario_from_schedule(const SimulateOptions& opt) {
     return invalid_argument(fmt::format("--partition: expected {}, got '{}'",
                                         join_alternatives(layer_split_names()), opt.partition));
   }
-  if (opt.stages < 0) return invalid_argument("--stages: expected a positive integer");
-  if (opt.micro_batches < 0)
-    return invalid_argument("--micro-batches: expected a positive integer");
-  if (opt.micro_batch_size <= 0) {
-    return invalid_argument("--micro-batch-size: expected a positive integer");
-  }
-  if (opt.tensor_parallel <= 0) {
-    return invalid_argument("--tensor-parallel: expected a positive integer");
-  }
   MOTLEY_ASSIGN_OR_RETURN(s.model, load_model(opt.model.empty() ? kDefaultModel : opt.model));
   MOTLEY_ASSIGN_OR_RETURN(s.cluster,
                           load_cluster(opt.cluster.empty() ? kDefaultCluster : opt.cluster));
 
   UniformPlanOptions u;
   u.kind = *kind;
-  u.stages = opt.stages;
+  u.stages = opt.stages.value_or(0);  // UniformPlanOptions' 0: the whole cluster
   bool chunked = *kind == ScheduleKind::kInterleaved || *kind == ScheduleKind::kZbV ||
                  *kind == ScheduleKind::kDualPipeV;
-  u.virtual_stages = opt.virtual_stages > 0 ? opt.virtual_stages : (chunked ? 2 : 1);
+  u.virtual_stages = opt.virtual_stages.value_or(chunked ? 2 : 1);
   u.tensor_parallel = opt.tensor_parallel;
   u.micro_batch_size = opt.micro_batch_size;
-  u.seq_len = opt.seq_len > 0 ? opt.seq_len : s.model.default_seq_len;
+  u.seq_len = opt.seq_len.value_or(s.model.default_seq_len);
   u.recompute = *recompute;
   u.partition = *partition;
-  int p = opt.stages > 0
-              ? opt.stages
-              : static_cast<int>(cluster_devices(s.cluster).size()) / opt.tensor_parallel;
-  u.micro_batches = opt.micro_batches > 0 ? opt.micro_batches : 4 * static_cast<int64_t>(p);
+  const int p = opt.stages.value_or(static_cast<int>(cluster_devices(s.cluster).size()) /
+                                    opt.tensor_parallel);
+  u.micro_batches = opt.micro_batches.value_or(4 * static_cast<int64_t>(p));
 
   AnalyticCostOptions cost_options;
   cost_options.workload = Workload{u.seq_len, u.micro_batch_size, s.model.dtype, s.model.dropout};
@@ -216,15 +208,21 @@ void add_simulate_command(CLI::App& app, Action* action) {
   cmd->add_option("--schedule", opt->schedule,
                   "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v or dualpipev");
   cmd->add_option("--stages", opt->stages,
-                  "Pipeline depth: device groups per pipeline (default: the whole cluster)");
+                  "Pipeline depth: device groups per pipeline (default: the whole cluster)")
+      ->check(integer_in(1, kMaxOptionCount));
   cmd->add_option("--virtual-stages", opt->virtual_stages,
-                  "Chunks per device (default 2 for interleaved, zb-v, dualpipev; else 1)");
+                  "Chunks per device (default 2 for interleaved, zb-v, dualpipev; else 1)")
+      ->check(integer_in(1, kMaxOptionCount));
   cmd->add_option("--micro-batches", opt->micro_batches,
-                  "Micro-batches per pipeline (default: 4 per stage)");
+                  "Micro-batches per pipeline (default: 4 per stage)")
+      ->check(integer_in(1, kMaxOptionCount));
   cmd->add_option("--micro-batch-size", opt->micro_batch_size, "Sequences per micro-batch")
+      ->check(integer_in(1, kMaxOptionCount))
       ->capture_default_str();
-  cmd->add_option("--seq-len", opt->seq_len, "Sequence length (default: the model's)");
+  cmd->add_option("--seq-len", opt->seq_len, "Sequence length (default: the model's)")
+      ->check(integer_in(1, kMaxOptionSeqLen));
   cmd->add_option("--tensor-parallel", opt->tensor_parallel, "Devices per stage (inside a node)")
+      ->check(integer_in(1, kMaxOptionCount))
       ->capture_default_str();
   cmd->add_option("--recompute", opt->recompute, "none, selective or full")->capture_default_str();
   cmd->add_option("--partition", opt->partition,
