@@ -322,6 +322,64 @@ TEST(CliBadInputTest, ParseErrorsAreOneLineNamingTheHelp) {
   expect_bad_input("frobnicate", {"unknown command 'frobnicate'", "(see 'motley --help')"});
 }
 
+// The names in `dir`, hidden ones included, sorted.
+std::vector<std::string> entries(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A path that cannot be written is refused before anything is computed, and nothing is left:
+// not the plan of a command whose SVG path is bad, nor a temporary.
+TEST(CliBadInputTest, OutputPathsAreCheckedBeforeAnyWork) {
+  const TempDir scratch("cli_outputs");
+  const std::string dir = scratch.path();
+  std::ofstream(dir + "/a-file") << "x";
+  const std::string missing = dir + "/missing";
+  const std::string sim =
+      "simulate --schedule 1f1b --model tiny-llama --cluster h100x8 --stages 4 ";
+  expect_bad_input(sim + "--out " + missing + "/plan.json",
+                   {"--out: " + missing + "/plan.json: no such directory '" + missing + "'"});
+  expect_bad_input(sim + "--out " + dir, {"--out: " + dir + ": is a directory, expected a file"});
+  expect_bad_input(sim + "--out " + dir + "/plan.json --svg " + missing + "/x.svg",
+                   {"--svg: " + missing + "/x.svg: no such directory"});
+  expect_bad_input(sim + "--trace " + dir + "/a-file/t.json",
+                   {"--trace: " + dir + "/a-file/t.json: '" + dir + "/a-file' is not a directory"});
+  expect_bad_input(sim + "--out " + dir + "/p.json --trace " + dir + "/./p.json",
+                   {"--trace: " + dir + "/./p.json: --out names the same file"});
+  const std::string plan = "plan --model tiny-llama --max-plans 2 --quiet ";
+  expect_bad_input(plan + "--out " + dir + "/plan.json --svg " + missing + "/x.svg",
+                   {"--svg: " + missing + "/x.svg: no such directory"});
+  expect_bad_input(plan + "--trace " + dir, {"--trace: " + dir + ": is a directory"});
+  expect_bad_input(
+      "compare --model tiny-llama --max-plans 2 --quiet --out-dir " + dir + "/a-file/plans",
+      {"--out-dir: " + dir + "/a-file/plans: '" + dir + "/a-file' is not a directory"});
+  EXPECT_EQ(entries(dir), std::vector<std::string>{"a-file"});
+}
+
+// compare --out-dir creates the directory and writes every feasible strategy's plan, and
+// nothing else.
+TEST(CliTest, CompareWritesEveryPlanIntoANewDirectory) {
+  const TempDir scratch("cli_compare");
+  const std::string out = scratch.path() + "/new/plans";
+  RunResult r = run_motley(
+      "compare --model tiny-llama --cluster h100x8 --max-plans 4 --quiet "
+      "--json --out-dir " +
+      out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  std::vector<std::string> expected;
+  for (const auto& s : j["strategies"]) {
+    if (s["feasible"].get<bool>()) expected.push_back(s["name"].get<std::string>() + ".json");
+  }
+  std::sort(expected.begin(), expected.end());
+  ASSERT_FALSE(expected.empty());
+  EXPECT_EQ(entries(out), expected);
+}
+
 TEST(CliTest, SimulateJsonReportsTheDocumentedFields) {
   RunResult r = run_motley(
       "simulate --schedule 1f1b --model tiny-llama --cluster h100x8 --stages 4 --micro-batches 8 "

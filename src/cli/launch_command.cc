@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "motley/core/output_files.h"
 #include "option_checks.h"
 #include "rank_traces.h"
 
@@ -230,6 +231,9 @@ Status launch_command(const LaunchOptions& opt) {
         "give the command each rank runs after '--', e.g. "
         "'motley launch --nproc 4 -- run --plan plan.json'");
   }
+  // The merged trace's path is checked before any rank starts (each rank checks its own file).
+  const std::string trace = run_trace_path(opt.command);
+  if (!trace.empty()) MOTLEY_RETURN_IF_ERROR(check_output_file("--trace", trace));
   int port = 0;
   if (opt.master_port) {
     port = *opt.master_port;
@@ -350,7 +354,6 @@ Status launch_command(const LaunchOptions& opt) {
     return code == 2 ? invalid_argument(message) : io_error(message);
   }
   // Every rank succeeded, so every rank file should be there; a failed run keeps them as they are.
-  const std::string trace = run_trace_path(opt.command);
   if (!trace.empty()) {
     MOTLEY_RETURN_IF_ERROR(merge_rank_traces(trace, opt.nproc));
     if (!capture_json) {

@@ -26,6 +26,8 @@
 
 #include "commands.h"
 #include "motley/core/json.h"
+#include "motley/core/output_files.h"
+#include "motley/exec/checkpoint.h"
 #include "motley/exec/data.h"
 #include "motley/exec/emulation.h"
 #include "motley/exec/emulation_factors.h"
@@ -448,6 +450,23 @@ Result<Mode> choose_mode(const RunOptions& opt, const RunInputs& in) {
   return mode;
 }
 
+// The file --trace names for this process: under WORLD_SIZE its rank's (rank_trace_path).
+std::string trace_file(const RunOptions& opt, const Mode& mode) {
+  return mode.dist ? rank_trace_path(opt.trace, mode.rank()) : opt.trace;
+}
+
+// Before anything is trained: the trace file and the checkpoint directory can be written, and
+// the directory holds no temporaries of a killed save (removed by one process of a job, before
+// any rank can save).
+Status prepare_outputs(const RunOptions& opt, const Mode& mode) {
+  if (!opt.trace.empty()) {
+    MOTLEY_RETURN_IF_ERROR(check_output_file("--trace", trace_file(opt, mode)));
+  }
+  if (opt.checkpoint_dir.empty()) return Status::ok();
+  MOTLEY_RETURN_IF_ERROR(check_output_directory("--checkpoint-dir", opt.checkpoint_dir));
+  return mode.rank() <= 0 ? remove_stale_checkpoint_temporaries(opt.checkpoint_dir) : Status::ok();
+}
+
 // Intra-op threads: the ranks of this process (or of this machine) share its cores.
 void limit_threads(const Mode& mode) {
   ::setenv("OPENBLAS_NUM_THREADS", std::to_string(mode.threads).c_str(), 1);
@@ -632,7 +651,7 @@ Result<ExecutorRun> run_executor(const RunOptions& opt, const RunInputs& in, con
 
 // The measured trace (under WORLD_SIZE this rank's file, on the common time axis).
 Status write_trace(const RunOptions& opt, const RunInputs& in, const Mode& mode, ExecutorRun& run) {
-  const std::string path = mode.dist ? rank_trace_path(opt.trace, mode.rank()) : opt.trace;
+  const std::string path = trace_file(opt, mode);
   std::vector<std::vector<double>> step_times;
   if (mode.dist) {
     MOTLEY_ASSIGN_OR_RETURN(step_times,
@@ -653,7 +672,9 @@ Status write_trace(const RunOptions& opt, const RunInputs& in, const Mode& mode,
              {"emulated", opt.emulate},
              {"first_step", run.report.first_step}};
   if (run.emulation) other["emulation_time_scale"] = run.emulation->time_scale;
-  return write_file_atomically(path, chrome_trace_document(timeline, other).dump() + "\n");
+  OutputFiles files;
+  files.add(path, chrome_trace_document(timeline, other).dump() + "\n");
+  return files.commit();
 }
 
 // `out` completed with the losses, step times and the per-rank breakdown.
@@ -734,7 +755,7 @@ std::string text_output(const Mode& mode, const RunOptions& opt, const RunInputs
   const bool launched = std::getenv("MOTLEY_LAUNCH") != nullptr;
   const bool holds_loss = !run.report.losses.empty();
   if (!opt.trace.empty() && (!mode.dist || ((holds_loss || mode.rank() == 0) && !launched))) {
-    text += "trace: " + (mode.dist ? rank_trace_path(opt.trace, mode.rank()) : opt.trace) + "\n";
+    text += "trace: " + trace_file(opt, mode) + "\n";
   }
   return text;
 }
@@ -744,6 +765,7 @@ Status run_command(const RunOptions& opt) {
   MOTLEY_ASSIGN_OR_RETURN(const RunInputs in, load_run_inputs(opt));
   MOTLEY_RETURN_IF_ERROR(validate_run_inputs(in, opt));
   MOTLEY_ASSIGN_OR_RETURN(const Mode mode, choose_mode(opt, in));
+  MOTLEY_RETURN_IF_ERROR(prepare_outputs(opt, mode));
   decltype(ExecOptions::after_action) fault;
 #if MOTLEY_TEST_HOOKS
   MOTLEY_ASSIGN_OR_RETURN(fault, fault_hook_from_env());

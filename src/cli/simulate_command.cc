@@ -1,7 +1,7 @@
 // `motley simulate`: simulates one training iteration of a plan file, or of a named schedule on
 // a counted partition (uniform or Megatron-LM's), and prints the summary (or JSON), optionally
-// writing the plan, a Chrome trace and an SVG timeline. Files are written only once everything
-// succeeded.
+// writing the plan, a Chrome trace and an SVG timeline. Their paths are checked before anything
+// is simulated, and they are written all or none, once everything succeeded.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "motley/cluster/cluster.h"
 #include "motley/core/json.h"
+#include "motley/core/output_files.h"
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/model/model_json.h"
 #include "motley/plan/plan_json.h"
@@ -23,6 +24,7 @@
 #include "motley/schedule/uniform_plan.h"
 #include "motley/sim/simulator.h"
 #include "option_checks.h"
+#include "output_options.h"
 
 namespace motley::cli {
 namespace {
@@ -126,6 +128,8 @@ Status simulate_command(const SimulateOptions& opt) {
   if (!opt.plan.empty() && !opt.schedule.empty()) {
     return invalid_argument("--plan and --schedule exclude each other");
   }
+  MOTLEY_RETURN_IF_ERROR(
+      check_output_options({{"--out", opt.out}, {"--trace", opt.trace}, {"--svg", opt.svg}}));
   MOTLEY_ASSIGN_OR_RETURN(
       Scenario s, opt.plan.empty() ? scenario_from_schedule(opt) : scenario_from_plan_file(opt));
   const std::string source = opt.plan.empty() ? "plan" : opt.plan;
@@ -158,9 +162,12 @@ Status simulate_command(const SimulateOptions& opt) {
 
   // Render everything first, then write: a failure leaves no partial output behind.
   const Topology& topo = cost.topology();
-  std::string trace, svg;
-  if (!opt.trace.empty()) trace = chrome_trace_json(s.plan, result, topo, TraceOptions{});
-  if (!opt.svg.empty()) svg = svg_timeline(s.plan, result, topo, SvgOptions{});
+  OutputFiles files;
+  if (!opt.out.empty()) files.add(opt.out, plan_to_text(s.plan, s.model, s.cluster));
+  if (!opt.trace.empty()) {
+    files.add(opt.trace, chrome_trace_json(s.plan, result, topo, TraceOptions{}));
+  }
+  if (!opt.svg.empty()) files.add(opt.svg, svg_timeline(s.plan, result, topo, SvgOptions{}));
   std::string out;
   if (opt.json) {
     Json devices = Json::array();
@@ -184,9 +191,7 @@ Status simulate_command(const SimulateOptions& opt) {
   } else {
     out = simulation_summary(s.plan, result, topo, SummaryOptions{});
   }
-  if (!opt.out.empty()) MOTLEY_RETURN_IF_ERROR(save_plan(s.plan, s.model, s.cluster, opt.out));
-  if (!opt.trace.empty()) MOTLEY_RETURN_IF_ERROR(write_file_atomically(opt.trace, trace));
-  if (!opt.svg.empty()) MOTLEY_RETURN_IF_ERROR(write_file_atomically(opt.svg, svg));
+  MOTLEY_RETURN_IF_ERROR(files.commit());
   std::fputs(out.c_str(), stdout);
   return Status::ok();
 }
