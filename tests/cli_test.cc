@@ -320,6 +320,13 @@ TEST(CliBadInputTest, ParseErrorsAreOneLineNamingTheHelp) {
   expect_bad_input("simulate --bogus", {"--bogus", "(see 'motley simulate --help')"});
   expect_bad_input("model show", {"model is required", "(see 'motley model show --help')"});
   expect_bad_input("frobnicate", {"unknown command 'frobnicate'", "(see 'motley --help')"});
+  // A plan file fixes what these shape: given with --plan they are refused, not ignored.
+  const std::string plan = std::string(MOTLEY_SOURCE_DIR) + "/examples/plans/1f1b-4stage.json";
+  for (const char* shape :
+       {"--stages 4", "--micro-batches 8", "--seq-len 64", "--recompute full"}) {
+    const std::string option = std::string(shape).substr(0, std::string(shape).find(' '));
+    expect_bad_input("simulate --plan " + plan + " " + shape, {"--plan excludes " + option});
+  }
 }
 
 // The names in `dir`, hidden ones included, sorted.

@@ -344,6 +344,8 @@ TEST(RunBadInputTest, MissingPlanFileAndOptions) {
   expect_bad_input("run --plan " + kFourStage + " --steps 0", {"--steps"});
   expect_bad_input("run --plan " + kFourStage + " --emulate --emulate-speeds fast",
                    {"--emulate-speeds", "peak", "cost"});
+  expect_bad_input("run --plan " + kFourStage + " --emulate-speeds cost",
+                   {"--emulate-speeds requires --emulate"});
   expect_bad_input("run --plan " + kFourStage + " --precision fp16",
                    {"--precision", "fp16", "fp32", "bf16"});
 }

@@ -35,11 +35,13 @@ void add_run_options(CLI::App* cmd, RunOptions* opt, const std::string& default_
   cmd->add_flag("--json", opt->json, "Print one JSON object");
   cmd->add_flag("--sequential", opt->sequential,
                 "Run the sequential reference (same model, weights and global batch)");
-  cmd->add_flag("--emulate", opt->emulate,
-                "Emulate the plan's heterogeneous devices and links (scaled CPU time)");
+  CLI::Option* emulate =
+      cmd->add_flag("--emulate", opt->emulate,
+                    "Emulate the plan's heterogeneous devices and links (scaled CPU time)");
   cmd->add_option("--emulate-speeds", opt->emulate_speeds,
                   "With --emulate, each device's speed: peak (its peak rate in the model's dtype) "
                   "or cost (the cost model's time for the rank's stages)")
+      ->needs(emulate)
       ->capture_default_str();
   cmd->add_option("--seed", opt->seed, "Seed of the initial weights")
       ->check(unsigned_integer())

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "motley/cluster/cluster.h"
@@ -196,14 +197,46 @@ Status simulate_command(const SimulateOptions& opt) {
   return Status::ok();
 }
 
+// The options that shape a plan built from --schedule; a plan file fixes all of them, so
+// giving one with --plan is refused rather than ignored.
+std::vector<CLI::Option*> add_schedule_shape_options(CLI::App* cmd, SimulateOptions* opt) {
+  return {
+      cmd->add_option("--stages", opt->stages,
+                      "Pipeline depth: device groups per pipeline (default: the whole cluster)")
+          ->check(integer_in(1, kMaxOptionCount)),
+      cmd->add_option("--virtual-stages", opt->virtual_stages,
+                      "Chunks per device (default 2 for interleaved, zb-v, dualpipev; else 1)")
+          ->check(integer_in(1, kMaxOptionCount)),
+      cmd->add_option("--micro-batches", opt->micro_batches,
+                      "Micro-batches per pipeline (default: 4 per stage)")
+          ->check(integer_in(1, kMaxOptionCount)),
+      cmd->add_option("--micro-batch-size", opt->micro_batch_size, "Sequences per micro-batch")
+          ->check(integer_in(1, kMaxOptionCount))
+          ->capture_default_str(),
+      cmd->add_option("--seq-len", opt->seq_len, "Sequence length (default: the model's)")
+          ->check(integer_in(1, kMaxOptionSeqLen)),
+      cmd->add_option("--tensor-parallel", opt->tensor_parallel,
+                      "Devices per stage (inside a node)")
+          ->check(integer_in(1, kMaxOptionCount))
+          ->capture_default_str(),
+      cmd->add_option("--recompute", opt->recompute, "none, selective or full")
+          ->capture_default_str(),
+      cmd->add_option("--partition", opt->partition,
+                      "Layers per stage: uniform (every layer alike) or megatron (decoder layers "
+                      "evenly, embedding first, head last)")
+          ->capture_default_str(),
+  };
+}
+
 }  // namespace
 
 void add_simulate_command(CLI::App& app, Action* action) {
   auto opt = std::make_shared<SimulateOptions>();
   CLI::App* cmd = app.add_subcommand(
       "simulate", "Simulate one training iteration of a plan file or of a named schedule");
-  cmd->add_option("--plan", opt->plan,
-                  "A plan file (it carries its model and cluster; motley.plan/1 files name them)");
+  CLI::Option* plan = cmd->add_option(
+      "--plan", opt->plan,
+      "A plan file (it carries its model and cluster; motley.plan/1 files name them)");
   cmd->add_option("--model", opt->model,
                   std::string("Model (default: the one the plan carries, or ") + kDefaultModel +
                       "); with --plan it must be the plan's (same hash)");
@@ -212,28 +245,7 @@ void add_simulate_command(CLI::App& app, Action* action) {
                       "); with --plan it must be the plan's (same hash)");
   cmd->add_option("--schedule", opt->schedule,
                   "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v or dualpipev");
-  cmd->add_option("--stages", opt->stages,
-                  "Pipeline depth: device groups per pipeline (default: the whole cluster)")
-      ->check(integer_in(1, kMaxOptionCount));
-  cmd->add_option("--virtual-stages", opt->virtual_stages,
-                  "Chunks per device (default 2 for interleaved, zb-v, dualpipev; else 1)")
-      ->check(integer_in(1, kMaxOptionCount));
-  cmd->add_option("--micro-batches", opt->micro_batches,
-                  "Micro-batches per pipeline (default: 4 per stage)")
-      ->check(integer_in(1, kMaxOptionCount));
-  cmd->add_option("--micro-batch-size", opt->micro_batch_size, "Sequences per micro-batch")
-      ->check(integer_in(1, kMaxOptionCount))
-      ->capture_default_str();
-  cmd->add_option("--seq-len", opt->seq_len, "Sequence length (default: the model's)")
-      ->check(integer_in(1, kMaxOptionSeqLen));
-  cmd->add_option("--tensor-parallel", opt->tensor_parallel, "Devices per stage (inside a node)")
-      ->check(integer_in(1, kMaxOptionCount))
-      ->capture_default_str();
-  cmd->add_option("--recompute", opt->recompute, "none, selective or full")->capture_default_str();
-  cmd->add_option("--partition", opt->partition,
-                  "Layers per stage: uniform (every layer alike) or megatron (decoder layers "
-                  "evenly, embedding first, head last)")
-      ->capture_default_str();
+  for (CLI::Option* shape : add_schedule_shape_options(cmd, opt.get())) shape->excludes(plan);
   cmd->add_option("--out", opt->out, "Write the plan (with predicted metrics) to this file");
   cmd->add_option("--trace", opt->trace, "Write a Chrome trace JSON (Perfetto, chrome://tracing)");
   cmd->add_option("--svg", opt->svg, "Write an SVG timeline");
