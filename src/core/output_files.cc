@@ -105,11 +105,9 @@ Status check_output_directory(std::string_view option, const std::string& path) 
     if (!fs::is_directory(status)) return refuse("exists and is not a directory");
     return writable(dir) ? Status::ok() : refuse("the directory is not writable");
   }
-  // Created at commit: the nearest existing directory above it must take the new entry.
+  // To be created: the nearest existing directory above it must take the new entry.
   fs::path above = directory_of(dir);
-  while (!fs::exists(above, error) && above.has_parent_path() && above != above.parent_path()) {
-    above = directory_of(above);
-  }
+  while (!fs::exists(above, error) && above != directory_of(above)) above = directory_of(above);
   const std::string problem = directory_problem(above);
   return problem.empty() ? Status::ok() : refuse(problem);
 }

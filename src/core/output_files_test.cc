@@ -118,6 +118,11 @@ TEST(OutputFiles, CheckOutputDirectoryAcceptsOneToCreate) {
   EXPECT_TRUE(check_output_directory("--out-dir", dir.path()).is_ok());
   EXPECT_TRUE(check_output_directory("--out-dir", dir.file("new/deeper")).is_ok());
   EXPECT_TRUE(check_output_directory("--out-dir", dir.file("new/")).is_ok());
+  // Relative to the working directory, above which nothing needs to exist.
+  const std::string relative = "motley-output-files-test-" + std::to_string(::getpid());
+  ASSERT_FALSE(fs::exists(relative));
+  EXPECT_TRUE(check_output_directory("--out-dir", relative + "/deeper").is_ok());
+  EXPECT_TRUE(check_output_file("--out", "plan.json").is_ok());
   EXPECT_EQ(check_output_directory("--checkpoint-dir", dir.file("a-file")).message(),
             "--checkpoint-dir: " + dir.file("a-file") + ": exists and is not a directory");
   EXPECT_EQ(check_output_directory("--checkpoint-dir", dir.file("a-file/sub")).message(),
