@@ -131,12 +131,18 @@ TEST(RankCheckpoint, RoundTripsBetweenDegreesInOneFilePerLayer) {
   std::filesystem::remove_all(dir);
 }
 
-// The message loading `dir` into a fresh single-rank group gives, or "" when it loads.
+// The message loading `dir` into a fresh single-rank group gives, or "" when it loads; a load
+// that fails must leave every parameter as it was.
 std::string load_refusal(const ModelSpec& model, const std::string& dir) {
   std::string message;
-  on_group(model, 1, 1.0f, [&](int, const RankCheckpoint& c, Transport&, Group&) {
+  on_group(model, 1, 1.0f, [&](int, const RankCheckpoint& c, Transport&, Group& g) {
+    std::vector<at::Tensor> before;
+    for (const StageParameter& p : g.params[0]) before.push_back(p.tensor.detach().clone());
     auto step = c.load(dir, [](const at::Tensor&, const AdamWStep::State&) {});
     message = step.is_ok() ? "" : step.status().message();
+    for (size_t i = 0; !step.is_ok() && i < before.size(); ++i) {
+      EXPECT_TRUE(at::equal(g.params[0][i].tensor, before[i])) << g.params[0][i].name;
+    }
   });
   return message;
 }
