@@ -2,6 +2,7 @@
 // exits with code 2, one message naming the file and field, and nothing on stdout.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -32,6 +33,7 @@ void expect_bad_input(const std::string& args, const std::vector<std::string>& n
   EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
   EXPECT_EQ(r.out, "") << args;
   EXPECT_EQ(r.err.rfind("motley: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line\n" << r.err;
   for (const auto& n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << n << "\n" << r.err;
 }
 
@@ -263,6 +265,126 @@ TEST(CliBadInputTest, BadOptionValues) {
   expect_bad_input("estimate --global-batch 3 --micro-batch-size 2", {"--global-batch"});
   expect_bad_input("model show tiny-llama --seq-len abc", {"--seq-len"});
   expect_bad_input("frobnicate", {"frobnicate"});
+}
+
+// Every numeric option of every command is checked by the parser: a zero where a count is
+// expected, a negative or non-finite value, or one beyond the option's limit is refused naming
+// the option and its range — never taken for the default.
+TEST(CliBadInputTest, EveryNumericOptionIsCheckedByTheParser) {
+  const std::string counts = "expected an integer from 1 to 65536, got ";
+  const std::string lengths = "expected an integer from 1 to 16777216, got ";
+  const std::string seeds = "expected an integer from 0 to 18446744073709551615, got -1";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"model show tiny-llama --seq-len 0", "--seq-len: " + lengths + "0"},
+      {"model show tiny-llama --micro-batch-size 0", "--micro-batch-size: " + counts + "0"},
+      {"estimate --seq-len -64", "--seq-len: " + lengths + "-64"},
+      {"estimate --micro-batch-size 0", "--micro-batch-size: " + counts + "0"},
+      {"estimate --global-batch 0", "--global-batch: " + counts + "0"},
+      {"simulate --schedule 1f1b --stages 0", "--stages: " + counts + "0"},
+      {"simulate --schedule 1f1b --virtual-stages -1", "--virtual-stages: " + counts + "-1"},
+      {"simulate --schedule 1f1b --micro-batches 0", "--micro-batches: " + counts + "0"},
+      {"simulate --schedule 1f1b --micro-batches 99999999999",
+       "--micro-batches: " + counts + "99999999999"},
+      {"simulate --schedule 1f1b --micro-batch-size 0", "--micro-batch-size: " + counts + "0"},
+      {"simulate --schedule 1f1b --seq-len -64", "--seq-len: " + lengths + "-64"},
+      {"simulate --schedule 1f1b --tensor-parallel 0", "--tensor-parallel: " + counts + "0"},
+      {"launch --nproc 0 -- run", "--nproc: expected an integer from 1 to 1024, got 0"},
+      {"launch --nproc 2 --master-port 0 -- run",
+       "--master-port: expected an integer from 1 to 65535, got 0"},
+      {"launch --nproc 2 --master-port 65536 -- run",
+       "--master-port: expected an integer from 1 to 65535, got 65536"},
+  };
+  for (const auto& [args, message] : cases) {
+    expect_bad_input(args, {"motley: error: " + message});
+  }
+  for (const std::string command : {"plan", "compare"}) {
+    const std::vector<std::pair<std::string, std::string>> tune_cases = {
+        {"--global-batch 0", "--global-batch: " + counts + "0"},
+        {"--seq-len -64", "--seq-len: " + lengths + "-64"},
+        {"--micro-batch-size 0", "--micro-batch-size: " + counts + "0"},
+        {"--time-budget inf", "--time-budget: expected a finite number above 0, got inf"},
+        {"--time-budget 0", "--time-budget: expected a finite number above 0, got 0"},
+        {"--max-plans 0", "--max-plans: expected an integer from 1 to 9223372036854775807, got 0"},
+        {"--seed -1", "--seed: " + seeds},
+        {"--threads 0", "--threads: expected an integer from 1 to 1024, got 0"},
+    };
+    for (const auto& [args, message] : tune_cases) {
+      expect_bad_input(command + " --model tiny-llama " + args,
+                       {"motley: error: " + message, "'motley " + command + " --help'"});
+    }
+  }
+}
+
+// CLI11's own refusals are one line too, saying where the usage is.
+TEST(CliBadInputTest, ParseErrorsAreOneLineNamingTheHelp) {
+  expect_bad_input("simulate --bogus", {"--bogus", "(see 'motley simulate --help')"});
+  expect_bad_input("model show", {"model is required", "(see 'motley model show --help')"});
+  expect_bad_input("frobnicate", {"unknown command 'frobnicate'", "(see 'motley --help')"});
+  // A plan file fixes what these shape: given with --plan they are refused, not ignored.
+  const std::string plan = std::string(MOTLEY_SOURCE_DIR) + "/examples/plans/1f1b-4stage.json";
+  for (const char* shape :
+       {"--stages 4", "--micro-batches 8", "--seq-len 64", "--recompute full"}) {
+    const std::string option = std::string(shape).substr(0, std::string(shape).find(' '));
+    expect_bad_input("simulate --plan " + plan + " " + shape, {"--plan excludes " + option});
+  }
+}
+
+// The names in `dir`, hidden ones included, sorted.
+std::vector<std::string> entries(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A path that cannot be written is refused before anything is computed, and nothing is left:
+// not the plan of a command whose SVG path is bad, nor a temporary.
+TEST(CliBadInputTest, OutputPathsAreCheckedBeforeAnyWork) {
+  const TempDir scratch("cli_outputs");
+  const std::string dir = scratch.path();
+  std::ofstream(dir + "/a-file") << "x";
+  const std::string missing = dir + "/missing";
+  const std::string sim =
+      "simulate --schedule 1f1b --model tiny-llama --cluster h100x8 --stages 4 ";
+  expect_bad_input(sim + "--out " + missing + "/plan.json",
+                   {"--out: " + missing + "/plan.json: no such directory '" + missing + "'"});
+  expect_bad_input(sim + "--out " + dir, {"--out: " + dir + ": is a directory, expected a file"});
+  expect_bad_input(sim + "--out " + dir + "/plan.json --svg " + missing + "/x.svg",
+                   {"--svg: " + missing + "/x.svg: no such directory"});
+  expect_bad_input(sim + "--trace " + dir + "/a-file/t.json",
+                   {"--trace: " + dir + "/a-file/t.json: '" + dir + "/a-file' is not a directory"});
+  expect_bad_input(sim + "--out " + dir + "/p.json --trace " + dir + "/./p.json",
+                   {"--trace: " + dir + "/./p.json: --out names the same file"});
+  const std::string plan = "plan --model tiny-llama --max-plans 2 --quiet ";
+  expect_bad_input(plan + "--out " + dir + "/plan.json --svg " + missing + "/x.svg",
+                   {"--svg: " + missing + "/x.svg: no such directory"});
+  expect_bad_input(plan + "--trace " + dir, {"--trace: " + dir + ": is a directory"});
+  expect_bad_input(
+      "compare --model tiny-llama --max-plans 2 --quiet --out-dir " + dir + "/a-file/plans",
+      {"--out-dir: " + dir + "/a-file/plans: '" + dir + "/a-file' is not a directory"});
+  EXPECT_EQ(entries(dir), std::vector<std::string>{"a-file"});
+}
+
+// compare --out-dir creates the directory and writes every feasible strategy's plan, and
+// nothing else.
+TEST(CliTest, CompareWritesEveryPlanIntoANewDirectory) {
+  const TempDir scratch("cli_compare");
+  const std::string out = scratch.path() + "/new/plans";
+  RunResult r = run_motley(
+      "compare --model tiny-llama --cluster h100x8 --max-plans 4 --quiet "
+      "--json --out-dir " +
+      out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  std::vector<std::string> expected;
+  for (const auto& s : j["strategies"]) {
+    if (s["feasible"].get<bool>()) expected.push_back(s["name"].get<std::string>() + ".json");
+  }
+  std::sort(expected.begin(), expected.end());
+  ASSERT_FALSE(expected.empty());
+  EXPECT_EQ(entries(out), expected);
 }
 
 TEST(CliTest, SimulateJsonReportsTheDocumentedFields) {

@@ -4,8 +4,10 @@
 // emulation; bf16 autocast; bad input (exit 2, one message); and a rank that dies or hangs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -14,6 +16,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "support/run_binary.h"
@@ -95,7 +98,8 @@ void expect_bad_input(const std::string& args, const std::vector<std::string>& n
   RunResult r = run_motley(args, env);
   EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
   EXPECT_EQ(r.out, "") << args;
-  EXPECT_NE(r.err.find("motley: error: "), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.rfind("motley: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line\n" << r.err;
   for (const auto& n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << n << "\n" << r.err;
 }
 
@@ -340,8 +344,32 @@ TEST(RunBadInputTest, MissingPlanFileAndOptions) {
   expect_bad_input("run --plan " + kFourStage + " --steps 0", {"--steps"});
   expect_bad_input("run --plan " + kFourStage + " --emulate --emulate-speeds fast",
                    {"--emulate-speeds", "peak", "cost"});
+  expect_bad_input("run --plan " + kFourStage + " --emulate-speeds cost",
+                   {"--emulate-speeds requires --emulate"});
   expect_bad_input("run --plan " + kFourStage + " --precision fp16",
                    {"--precision", "fp16", "fp32", "bf16"});
+}
+
+// Every numeric option of `motley run` is checked by the parser, before the plan is read.
+TEST(RunBadInputTest, EveryNumericOptionIsCheckedByTheParser) {
+  const std::string whole = "expected an integer from 1 to 9223372036854775807, got ";
+  const std::string seconds = "expected a number above 0 and at most 1000000, got ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--steps 0", "--steps: " + whole + "0"},
+      {"--steps -3", "--steps: " + whole + "-3"},
+      {"--checkpoint-dir d --checkpoint-every 0", "--checkpoint-every: " + whole + "0"},
+      {"--seed -1", "--seed: expected an integer from 0 to 18446744073709551615, got -1"},
+      {"--lr inf", "--lr: expected a finite number above 0, got inf"},
+      {"--lr 0", "--lr: expected a finite number above 0, got 0"},
+      {"--threads 0", "--threads: expected an integer from 1 to 1024, got 0"},
+      {"--timeout 0", "--timeout: " + seconds + "0"},
+      {"--timeout 1e300", "--timeout: " + seconds + "1e300"},
+      {"--rendezvous-timeout nan", "--rendezvous-timeout: " + seconds + "nan"},
+  };
+  for (const auto& [args, message] : cases) {
+    expect_bad_input("run --plan /nonexistent/plan.json " + args,
+                     {"motley: error: " + message, "(see 'motley run --help')"});
+  }
 }
 
 TEST(RunBadInputTest, AMalformedFaultHook) {
@@ -372,6 +400,151 @@ TEST(RunBadInputTest, ACorruptCheckpoint) {
   }
   expect_bad_input("run --plan " + kFourStage + " --resume --checkpoint-dir " + dir,
                    {dir + "/layer-3.bin"});
+  std::filesystem::remove_all(dir);
+}
+
+// The names in `dir`, hidden ones included, sorted.
+std::vector<std::string> entries(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// An output path that cannot be written is refused before the first step: exit 2, one line,
+// no step printed, nothing written.
+TEST(RunBadInputTest, OutputPathsAreCheckedBeforeTraining) {
+  const std::string dir = temp_path("outputs");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string file = dir + "/a-file";
+  std::ofstream(file) << "x";
+  const std::string run = "run --plan " + kFourStage + " --steps 2 ";
+  expect_bad_input(run + "--checkpoint-dir " + file,
+                   {"--checkpoint-dir: " + file + ": exists and is not a directory"});
+  expect_bad_input(run + "--checkpoint-dir " + file + "/sub",
+                   {"--checkpoint-dir: " + file + "/sub: '" + file + "' is not a directory"});
+  expect_bad_input(
+      run + "--trace " + dir + "/missing/t.json",
+      {"--trace: " + dir + "/missing/t.json: no such directory '" + dir + "/missing'"});
+  expect_bad_input(run + "--trace " + dir, {"--trace: " + dir + ": is a directory"});
+  // Under WORLD_SIZE the rank's own file; under launch, launch itself refuses before any rank.
+  expect_bad_input(run + "--trace " + dir + "/missing/t.json",
+                   {"--trace: " + dir + "/missing/t.rank0.json: no such directory"},
+                   "WORLD_SIZE=4 RANK=0");
+  expect_bad_input("launch --nproc 4 -- " + run + "--trace " + dir + "/missing/t.json",
+                   {"--trace: " + dir + "/missing/t.json: no such directory"});
+  EXPECT_EQ(entries(dir), std::vector<std::string>{"a-file"});
+  std::filesystem::remove_all(dir);
+}
+
+// The FNV-1a 64-bit hash that ends a tensor file (exec/checkpoint.h).
+uint64_t fnv1a_64(std::string_view bytes) {
+  uint64_t hash = 14695981039346656037ULL;
+  for (unsigned char c : bytes) hash = (hash ^ c) * 1099511628211ULL;
+  return hash;
+}
+
+template <class T>
+T read_at(const std::string& bytes, size_t offset) {
+  T value{};
+  std::memcpy(&value, bytes.data() + offset, sizeof(value));
+  return value;
+}
+
+// A tensor record of a layer file, in exec/checkpoint.h's layout: its name, and its sizes and
+// where they are in the file.
+struct TensorRecord {
+  std::string name;
+  std::vector<int64_t> sizes;
+  size_t sizes_offset = 0;
+};
+
+std::vector<TensorRecord> tensor_records(const std::string& bytes) {
+  std::vector<TensorRecord> records;
+  size_t at = 8 + 4 + 8;  // magic, version, step
+  const uint32_t count = read_at<uint32_t>(bytes, at);
+  at += 4;
+  for (uint32_t i = 0; i < count; ++i) {
+    TensorRecord r;
+    const uint32_t name_length = read_at<uint32_t>(bytes, at);
+    r.name = bytes.substr(at + 4, name_length);
+    at += 4 + name_length + 1;  // the name, then the dtype
+    const uint32_t rank = read_at<uint32_t>(bytes, at);
+    r.sizes_offset = at + 4;
+    for (uint32_t d = 0; d < rank; ++d) {
+      r.sizes.push_back(read_at<int64_t>(bytes, r.sizes_offset + 8 * d));
+    }
+    at = r.sizes_offset + 8 * rank;
+    at += 8 + read_at<uint64_t>(bytes, at);  // the byte count, then the data
+    records.push_back(r);
+  }
+  return records;
+}
+
+// `bytes` with `record`'s sizes replaced and the checksum recomputed, as a forger would.
+std::string forge_sizes(std::string bytes, const TensorRecord& record,
+                        const std::vector<int64_t>& sizes) {
+  std::memcpy(bytes.data() + record.sizes_offset, sizes.data(), sizes.size() * sizeof(int64_t));
+  const uint64_t sum = fnv1a_64(std::string_view(bytes).substr(0, bytes.size() - 8));
+  std::memcpy(bytes.data() + bytes.size() - 8, &sum, sizeof(sum));
+  return bytes;
+}
+
+// A layer file with the right checksum but a forged shape — 2^40 elements declared, or a
+// moment's shape that is not its parameter's — is refused naming the file and the tensor,
+// before anything is loaded or trained.
+TEST(RunBadInputTest, AForgedCheckpointIsRefusedNamingTheFileAndTheTensor) {
+  const std::string dir = temp_path("forged");
+  std::filesystem::remove_all(dir);
+  RunResult saved = run_motley("run --plan " + kFourStage + " --steps 1 --checkpoint-dir " + dir);
+  ASSERT_EQ(saved.exit_code, 0) << saved.err;
+  const std::string layer = dir + "/layer-1.bin";
+  const std::string good = read_file(layer);
+  const std::vector<TensorRecord> records = tensor_records(good);
+  ASSERT_FALSE(records.empty());
+  const std::string resume = "run --plan " + kFourStage + " --resume --checkpoint-dir " + dir;
+
+  std::vector<int64_t> huge(records[0].sizes.size(), 1);
+  huge[0] = int64_t{1} << 40;
+  std::ofstream(layer, std::ios::binary | std::ios::trunc) << forge_sizes(good, records[0], huge);
+  expect_bad_input(resume, {layer + ": tensor '" + records[0].name + "' has shape [1099511627776",
+                            "which does not fill its"});
+
+  const auto moment = std::find_if(records.begin(), records.end(), [](const TensorRecord& r) {
+    return r.sizes.size() == 2 && r.name.ends_with(".exp_avg") && r.sizes[1] > 1;
+  });
+  ASSERT_NE(moment, records.end());
+  const std::vector<int64_t> reshaped = {moment->sizes[0] * moment->sizes[1], 1};
+  std::ofstream(layer, std::ios::binary | std::ios::trunc) << forge_sizes(good, *moment, reshaped);
+  expect_bad_input(resume,
+                   {layer + ": tensor '" + moment->name + "': expected float32 of shape [" +
+                    std::to_string(moment->sizes[0]) + ", " + std::to_string(moment->sizes[1]) +
+                    "], found float32 of shape [" + std::to_string(reshaped[0]) + ", 1]"});
+  std::filesystem::remove_all(dir);
+}
+
+// The temporaries of a killed save go when the directory is next used; the checkpoint and
+// anything else in the directory stay.
+TEST(RunTest, AKilledSavesTemporariesAreRemovedAndTheCheckpointKept) {
+  const std::string dir = temp_path("killed-save");
+  std::filesystem::remove_all(dir);
+  RunResult saved = run_motley("run --plan " + kFourStage + " --steps 1 --checkpoint-dir " + dir);
+  ASSERT_EQ(saved.exit_code, 0) << saved.err;
+  const std::vector<std::string> checkpoint = entries(dir);
+  for (const char* name : {".layer-1.bin.tmp.Ab12Cd", ".manifest.json.tmp.Ab12Cd"}) {
+    std::ofstream(dir + "/" + name) << "half written";
+  }
+  std::ofstream(dir + "/notes.txt") << "mine";
+  const nlohmann::json resumed =
+      run_json("run --plan " + kFourStage + " --steps 1 --json --resume --checkpoint-dir " + dir);
+  EXPECT_EQ(resumed.value("first_step", -1), 1);
+  std::vector<std::string> expected = checkpoint;
+  expected.push_back("notes.txt");
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(entries(dir), expected);
   std::filesystem::remove_all(dir);
 }
 

@@ -5,6 +5,45 @@
 #include <string>
 
 namespace motley::cli {
+namespace {
+
+// The names of `app`'s subcommands, "a, b, c".
+std::string subcommand_names(const CLI::App& app) {
+  std::string names;
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+  }
+  return names;
+}
+
+// The subcommand of `app` called `name`, or nullptr.
+const CLI::App* find_subcommand(const CLI::App& app, const std::string& name) {
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    if (sub->get_name() == name) return sub;
+  }
+  return nullptr;
+}
+
+// The command line whose --help explains the command `argv` names: "motley model show", or
+// "motley" when it names none.
+std::string command_of(const CLI::App& app, int argc, char** argv) {
+  std::string command = "motley";
+  const CLI::App* current = &app;
+  for (int i = 1; i < argc && argv[i][0] != '-'; ++i) {
+    const CLI::App* sub = find_subcommand(*current, argv[i]);
+    if (sub == nullptr) break;
+    command += " " + sub->get_name();
+    current = sub;
+  }
+  return command;
+}
+
+// One line on stderr: "motley: error: MESSAGE (see 'COMMAND --help')".
+void print_usage_error(const std::string& message, const std::string& command) {
+  std::fprintf(stderr, "motley: error: %s (see '%s --help')\n", message.c_str(), command.c_str());
+}
+
+}  // namespace
 
 int cli_main(int argc, char** argv, const std::vector<AddCommand>& commands) {
   CLI::App app(
@@ -17,20 +56,11 @@ int cli_main(int argc, char** argv, const std::vector<AddCommand>& commands) {
   for (AddCommand add : commands) add(app, &action);
 
   // CLI11 only says "A subcommand is required" for a mistyped command; name it instead.
-  if (argc > 1 && argv[1][0] != '-') {
-    bool known = false;
-    std::string names;
-    for (const CLI::App* sub : app.get_subcommands({})) {
-      known = known || sub->get_name() == argv[1];
-      names += (names.empty() ? "" : ", ") + sub->get_name();
-    }
-    if (!known) {
-      std::fprintf(stderr,
-                   "motley: error: unknown command '%s'; commands: %s\n"
-                   "Run 'motley --help' for usage.\n",
-                   argv[1], names.c_str());
-      return 2;
-    }
+  if (argc > 1 && argv[1][0] != '-' && find_subcommand(app, argv[1]) == nullptr) {
+    print_usage_error(
+        std::string("unknown command '") + argv[1] + "'; commands: " + subcommand_names(app),
+        "motley");
+    return 2;
   }
   try {
     app.parse(argc, argv);
@@ -41,7 +71,7 @@ int cli_main(int argc, char** argv, const std::vector<AddCommand>& commands) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "motley: error: %s\nRun 'motley --help' for usage.\n", e.what());
+    print_usage_error(e.what(), command_of(app, argc, argv));
     return 2;
   }
   if (!action) {

@@ -1,6 +1,9 @@
 // The motley subcommands. Each `add_*` registers a subcommand on the CLI11 app and sets
-// `*action` to the function main runs after parsing. A command builds its whole output before
-// printing it, so a failure leaves no partial output; it returns a Status and never exits.
+// `*action` to the function main runs after parsing, which checks every numeric option
+// (option_checks.h). A command checks its output paths before any work (output_options.h) and
+// builds its whole output before printing it or writing its files, all or none
+// (core/output_files.h), so a failure leaves no partial output; it returns a Status and never
+// exits.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -1,12 +1,12 @@
 // `motley compare`: plans a model on a cluster with motley and with every baseline, all priced
 // by the same simulator under the same memory limits, and prints one row per strategy (tokens/s,
 // speedup over megatron-1f1b, efficiency against the lower bound, cost, search time).
-// Optionally writes every strategy's plan into a directory, only once everything succeeded.
+// Optionally writes every strategy's plan into a directory (checked before the search, created
+// if missing), all plans or none, once everything succeeded.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +15,7 @@
 #include "format.h"
 #include "motley/cluster/cluster.h"
 #include "motley/core/json.h"
+#include "motley/core/output_files.h"
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/model/model_json.h"
 #include "motley/plan/plan_json.h"
@@ -34,6 +35,9 @@ struct CompareOptions {
 };
 
 Status compare_command(const CompareOptions& opt) {
+  if (!opt.out_dir.empty()) {
+    MOTLEY_RETURN_IF_ERROR(check_output_directory("--out-dir", opt.out_dir));
+  }
   MOTLEY_ASSIGN_OR_RETURN(TuneSetup setup, prepare_tune(opt.tune));
   setup.options.report_baselines = true;
   MOTLEY_ASSIGN_OR_RETURN(TuneResult r, tune_with_progress(setup, opt.tune.quiet));
@@ -142,15 +146,14 @@ Status compare_command(const CompareOptions& opt) {
         "slower than they are.\n";
   }
   if (!opt.out_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(opt.out_dir, ec);
-    if (ec)
-      return io_error(fmt::format("--out-dir: cannot create '{}': {}", opt.out_dir, ec.message()));
+    OutputFiles files;
+    files.add_directory(opt.out_dir);
     for (const StrategyOutcome& b : rows) {
-      if (!b.feasible) continue;
-      MOTLEY_RETURN_IF_ERROR(
-          save_plan(b.plan, model, cluster, opt.out_dir + "/" + b.strategy + ".json"));
+      if (b.feasible) {
+        files.add(opt.out_dir + "/" + b.strategy + ".json", plan_to_text(b.plan, model, cluster));
+      }
     }
+    MOTLEY_RETURN_IF_ERROR(files.commit());
   }
   std::fputs(out.c_str(), stdout);
   return Status::ok();

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -16,6 +17,7 @@
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/model/layer_cost.h"
 #include "motley/model/model_json.h"
+#include "option_checks.h"
 
 namespace motley::cli {
 namespace {
@@ -23,7 +25,7 @@ namespace {
 struct EstimateOptions {
   std::string model = kDefaultModel;
   std::string cluster = kDefaultCluster;
-  int64_t seq_len = 0;
+  std::optional<int64_t> seq_len;  // unset: the model's
   int64_t micro_batch_size = 1;
   int64_t global_batch = 64;
   bool all_device_types = false;
@@ -67,19 +69,15 @@ DeviceEstimate estimate_device(const AnalyticCostModel& cost, int device, LayerR
 }
 
 Status estimate(const EstimateOptions& opt) {
-  MOTLEY_ASSIGN_OR_RETURN(ModelSpec model, load_model(opt.model));
-  MOTLEY_ASSIGN_OR_RETURN(ClusterSpec cluster, load_cluster(opt.cluster));
-  if (opt.seq_len < 0) return invalid_argument("--seq-len: expected a positive integer");
-  if (opt.micro_batch_size <= 0) {
-    return invalid_argument("--micro-batch-size: expected a positive integer");
-  }
-  if (opt.global_batch <= 0 || opt.global_batch % opt.micro_batch_size != 0) {
+  if (opt.global_batch % opt.micro_batch_size != 0) {
     return invalid_argument(fmt::format(
         "--global-batch: expected a positive multiple of the micro-batch size {}, got {}",
         opt.micro_batch_size, opt.global_batch));
   }
+  MOTLEY_ASSIGN_OR_RETURN(ModelSpec model, load_model(opt.model));
+  MOTLEY_ASSIGN_OR_RETURN(ClusterSpec cluster, load_cluster(opt.cluster));
   AnalyticCostOptions cost_options;
-  cost_options.workload.seq_len = opt.seq_len > 0 ? opt.seq_len : model.default_seq_len;
+  cost_options.workload.seq_len = opt.seq_len.value_or(model.default_seq_len);
   cost_options.workload.micro_batch_size = opt.micro_batch_size;
   cost_options.workload.dtype = model.dtype;
   cost_options.workload.dropout = model.dropout;
@@ -221,10 +219,13 @@ void add_estimate_command(CLI::App& app, Action* action) {
   cmd->add_option("--model", opt->model, "Preset, HF config.json, profile or model JSON")
       ->capture_default_str();
   cmd->add_option("--cluster", opt->cluster, "Preset or cluster YAML")->capture_default_str();
-  cmd->add_option("--seq-len", opt->seq_len, "Sequence length (default: the model's)");
+  cmd->add_option("--seq-len", opt->seq_len, "Sequence length (default: the model's)")
+      ->check(integer_in(1, kMaxOptionSeqLen));
   cmd->add_option("--micro-batch-size", opt->micro_batch_size, "Sequences per micro-batch")
+      ->check(integer_in(1, kMaxOptionCount))
       ->capture_default_str();
   cmd->add_option("--global-batch", opt->global_batch, "Sequences per training step")
+      ->check(integer_in(1, kMaxOptionCount))
       ->capture_default_str();
   cmd->add_flag("--all-device-types", opt->all_device_types,
                 "Also price every device type of the catalog");

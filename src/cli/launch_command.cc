@@ -17,11 +17,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "commands.h"
+#include "motley/core/output_files.h"
+#include "option_checks.h"
 #include "rank_traces.h"
 
 extern char** environ;
@@ -31,7 +34,7 @@ namespace {
 
 struct LaunchOptions {
   int nproc = 0;
-  int master_port = 0;  // 0: a free port
+  std::optional<int> master_port;  // unset: a free port
   std::vector<std::string> command;
 };
 
@@ -223,17 +226,18 @@ void stop_all(std::vector<Child>& children) {
 }
 
 Status launch_command(const LaunchOptions& opt) {
-  if (opt.nproc < 1) return invalid_argument("--nproc: expected a positive integer");
-  if (opt.master_port < 0 || opt.master_port > 65535) {
-    return invalid_argument("--master-port: expected a port in [1, 65535]");
-  }
   if (opt.command.empty()) {
     return invalid_argument(
         "give the command each rank runs after '--', e.g. "
         "'motley launch --nproc 4 -- run --plan plan.json'");
   }
-  int port = opt.master_port;
-  if (port == 0) {
+  // The merged trace's path is checked before any rank starts (each rank checks its own file).
+  const std::string trace = run_trace_path(opt.command);
+  if (!trace.empty()) MOTLEY_RETURN_IF_ERROR(check_output_file("--trace", trace));
+  int port = 0;
+  if (opt.master_port) {
+    port = *opt.master_port;
+  } else {
     MOTLEY_ASSIGN_OR_RETURN(port, free_port());
   }
   const bool capture_json =
@@ -350,7 +354,6 @@ Status launch_command(const LaunchOptions& opt) {
     return code == 2 ? invalid_argument(message) : io_error(message);
   }
   // Every rank succeeded, so every rank file should be there; a failed run keeps them as they are.
-  const std::string trace = run_trace_path(opt.command);
   if (!trace.empty()) {
     MOTLEY_RETURN_IF_ERROR(merge_rank_traces(trace, opt.nproc));
     if (!capture_json) {
@@ -386,9 +389,12 @@ void add_launch_command(CLI::App& app, Action* action) {
       "command is 'run ... --trace t.json', the ranks' files (t.rank0.json, ...) are merged\n"
       "into t.json (one trace, every rank's track) and removed.\n"
       "Example: motley launch --nproc 4 -- run --plan plan.json --steps 3");
-  cmd->add_option("--nproc", opt->nproc, "Number of ranks (processes) to start")->required();
+  cmd->add_option("--nproc", opt->nproc, "Number of ranks (processes) to start")
+      ->check(integer_in(1, kMaxOptionThreads))
+      ->required();
   cmd->add_option("--master-port", opt->master_port,
-                  "TCP port of rank 0's store (default: a free port)");
+                  "TCP port of rank 0's store (default: a free port)")
+      ->check(integer_in(1, 65535));
   cmd->add_option("command", opt->command, "The motley command each rank runs, after '--'");
   cmd->callback([opt, action] { *action = [opt] { return launch_command(*opt); }; });
 }

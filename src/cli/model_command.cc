@@ -14,13 +14,14 @@
 #include "motley/model/layer_cost.h"
 #include "motley/model/model_json.h"
 #include "motley/model/presets.h"
+#include "option_checks.h"
 
 namespace motley::cli {
 namespace {
 
 struct ModelShowOptions {
   std::string model;
-  int64_t seq_len = 0;  // 0: the model's default
+  std::optional<int64_t> seq_len;  // unset: the model's default
   int64_t micro_batch_size = 1;
   bool json = false;
 };
@@ -217,12 +218,8 @@ std::string measured_note(const LayerListInfo& info, const Workload& w) {
 
 Status show_model(const ModelShowOptions& opt) {
   MOTLEY_ASSIGN_OR_RETURN(ModelSpec model, load_model(opt.model));
-  if (opt.seq_len < 0) return invalid_argument("--seq-len: expected a positive integer");
-  if (opt.micro_batch_size <= 0) {
-    return invalid_argument("--micro-batch-size: expected a positive integer");
-  }
   Workload w;
-  w.seq_len = opt.seq_len > 0 ? opt.seq_len : model.default_seq_len;
+  w.seq_len = opt.seq_len.value_or(model.default_seq_len);
   w.micro_batch_size = opt.micro_batch_size;
   w.dtype = model.dtype;
   w.dropout = model.dropout;
@@ -370,8 +367,10 @@ void add_model_command(CLI::App& app, Action* action) {
   show->add_option("model", opt->model,
                    "Preset name, Hugging Face config.json, motley profile or model JSON")
       ->required();
-  show->add_option("--seq-len", opt->seq_len, "Sequence length (default: the model's)");
+  show->add_option("--seq-len", opt->seq_len, "Sequence length (default: the model's)")
+      ->check(integer_in(1, kMaxOptionSeqLen));
   show->add_option("--micro-batch-size", opt->micro_batch_size, "Sequences per micro-batch")
+      ->check(integer_in(1, kMaxOptionCount))
       ->capture_default_str();
   show->add_flag("--json", opt->json, "Print one JSON object");
   show->callback([opt, action] { *action = [opt] { return show_model(*opt); }; });

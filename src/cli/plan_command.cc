@@ -1,6 +1,7 @@
 // `motley plan`: searches for the fastest (or cheapest) plan of a model on a cluster — or builds
 // one baseline's plan with --strategy — prints what it chose and why, and writes the plan file.
-// The file is written only once everything succeeded.
+// The output paths are checked before the search, and the files written all or none, once
+// everything succeeded.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "format.h"
 #include "motley/cluster/cluster.h"
 #include "motley/core/json.h"
+#include "motley/core/output_files.h"
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/model/model_json.h"
 #include "motley/plan/plan_json.h"
@@ -22,6 +24,7 @@
 #include "motley/report/svg_timeline.h"
 #include "motley/sim/simulator.h"
 #include "motley/tune/tune.h"
+#include "output_options.h"
 #include "tune_options.h"
 
 namespace motley::cli {
@@ -55,6 +58,8 @@ Status plan_command(const PlanOptions& opt) {
     return invalid_argument(fmt::format("--strategy: unknown strategy '{}'; expected {}",
                                         opt.strategy, join_alternatives(strategies)));
   }
+  MOTLEY_RETURN_IF_ERROR(
+      check_output_options({{"--out", opt.out}, {"--trace", opt.trace}, {"--svg", opt.svg}}));
   MOTLEY_ASSIGN_OR_RETURN(TuneSetup setup, prepare_tune(opt.tune));
   setup.options.strategy = opt.strategy;
   setup.options.exhaustive = opt.exhaustive;
@@ -74,11 +79,14 @@ Status plan_command(const PlanOptions& opt) {
   SimOptions sim_options;
   sim_options.record_timeline = !opt.trace.empty() || !opt.svg.empty();
   MOTLEY_ASSIGN_OR_RETURN(SimResult timeline, simulate(sim_options, r.plan, cost));
-  std::string trace, svg;
+  OutputFiles files;
+  if (!opt.out.empty()) files.add(opt.out, plan_to_text(r.plan, model, cluster));
   if (!opt.trace.empty()) {
-    trace = chrome_trace_json(r.plan, timeline, cost.topology(), TraceOptions{});
+    files.add(opt.trace, chrome_trace_json(r.plan, timeline, cost.topology(), TraceOptions{}));
   }
-  if (!opt.svg.empty()) svg = svg_timeline(r.plan, timeline, cost.topology(), SvgOptions{});
+  if (!opt.svg.empty()) {
+    files.add(opt.svg, svg_timeline(r.plan, timeline, cost.topology(), SvgOptions{}));
+  }
 
   const double t = r.simulation.iteration_time.value();
   std::string out;
@@ -139,9 +147,7 @@ Status plan_command(const PlanOptions& opt) {
       if (!file->empty()) out += "wrote " + *file + "\n";
     }
   }
-  if (!opt.out.empty()) MOTLEY_RETURN_IF_ERROR(save_plan(r.plan, model, cluster, opt.out));
-  if (!opt.trace.empty()) MOTLEY_RETURN_IF_ERROR(write_file_atomically(opt.trace, trace));
-  if (!opt.svg.empty()) MOTLEY_RETURN_IF_ERROR(write_file_atomically(opt.svg, svg));
+  MOTLEY_RETURN_IF_ERROR(files.commit());
   std::fputs(out.c_str(), stdout);
   return Status::ok();
 }

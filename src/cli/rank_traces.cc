@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "motley/core/json.h"
+#include "motley/core/output_files.h"
 #include "motley/report/chrome_trace.h"
 
 namespace motley::cli {
@@ -35,8 +36,9 @@ Status merge_rank_traces(const std::string& path, int world_size) {
   Json merged = merge_chrome_traces(documents);
   merged["otherData"]["merged_ranks"] = world_size;
   // Names come from user files: replace invalid UTF-8 rather than throw.
-  MOTLEY_RETURN_IF_ERROR(write_file_atomically(
-      path, merged.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n"));
+  OutputFiles files;
+  files.add(path, merged.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n");
+  MOTLEY_RETURN_IF_ERROR(files.commit());
   for (int rank = 0; rank < world_size; ++rank) {
     const std::string file = rank_trace_path(path, rank);
     if (std::remove(file.c_str()) != 0) {

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -25,6 +26,8 @@
 
 #include "commands.h"
 #include "motley/core/json.h"
+#include "motley/core/output_files.h"
+#include "motley/exec/checkpoint.h"
 #include "motley/exec/data.h"
 #include "motley/exec/emulation.h"
 #include "motley/exec/emulation_factors.h"
@@ -38,6 +41,7 @@
 #include "motley/report/chrome_trace.h"
 #include "motley/report/timeline.h"
 #include "motley/report/units_format.h"
+#include "option_checks.h"
 #include "rank_traces.h"
 #include "run_options.h"
 #if MOTLEY_TEST_HOOKS
@@ -380,17 +384,7 @@ std::string step_line(int64_t step, double loss, Seconds time, double tokens) {
 
 Status check_options(const RunOptions& opt) {
   if (opt.plan.empty()) return invalid_argument("--plan: give the plan file to run");
-  if (opt.steps < 1) return invalid_argument("--steps: expected a positive integer");
-  if (opt.checkpoint_every < 0) {
-    return invalid_argument("--checkpoint-every: expected a non-negative integer");
-  }
-  if (!(opt.learning_rate > 0)) return invalid_argument("--lr: expected a positive number");
-  if (!(opt.timeout_s > 0)) return invalid_argument("--timeout: expected a positive number");
-  if (opt.threads < 0) return invalid_argument("--threads: expected a positive integer");
-  if (!(opt.rendezvous_timeout_s > 0)) {
-    return invalid_argument("--rendezvous-timeout: expected a positive number");
-  }
-  if ((opt.resume || opt.checkpoint_every > 0) && opt.checkpoint_dir.empty()) {
+  if ((opt.resume || opt.checkpoint_every.has_value()) && opt.checkpoint_dir.empty()) {
     return invalid_argument(std::string(opt.resume ? "--resume" : "--checkpoint-every") +
                             " needs --checkpoint-dir");
   }
@@ -452,8 +446,25 @@ Result<Mode> choose_mode(const RunOptions& opt, const RunInputs& in) {
   mode.name = opt.sequential ? "sequential" : dist ? "gloo" : "threads";
   mode.cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   mode.local_ranks = opt.sequential ? 1 : dist ? std::max(1, dist->local_world_size) : mode.world;
-  mode.threads = opt.threads > 0 ? opt.threads : std::max(1, mode.cores / mode.local_ranks);
+  mode.threads = opt.threads.value_or(std::max(1, mode.cores / mode.local_ranks));
   return mode;
+}
+
+// The file --trace names for this process: under WORLD_SIZE its rank's (rank_trace_path).
+std::string trace_file(const RunOptions& opt, const Mode& mode) {
+  return mode.dist ? rank_trace_path(opt.trace, mode.rank()) : opt.trace;
+}
+
+// Before anything is trained: the trace file and the checkpoint directory can be written, and
+// the directory holds no temporaries of a killed save (removed by one process of a job, before
+// any rank can save).
+Status prepare_outputs(const RunOptions& opt, const Mode& mode) {
+  if (!opt.trace.empty()) {
+    MOTLEY_RETURN_IF_ERROR(check_output_file("--trace", trace_file(opt, mode)));
+  }
+  if (opt.checkpoint_dir.empty()) return Status::ok();
+  MOTLEY_RETURN_IF_ERROR(check_output_directory("--checkpoint-dir", opt.checkpoint_dir));
+  return mode.rank() <= 0 ? remove_stale_checkpoint_temporaries(opt.checkpoint_dir) : Status::ok();
 }
 
 // Intra-op threads: the ranks of this process (or of this machine) share its cores.
@@ -607,7 +618,7 @@ Result<ExecutorRun> run_executor(const RunOptions& opt, const RunInputs& in, con
   train.steps = opt.steps;
   train.transport.timeout = Seconds(opt.timeout_s);
   if (!opt.checkpoint_dir.empty()) train.checkpoint_dir = opt.checkpoint_dir;
-  train.checkpoint_every = opt.checkpoint_every;
+  train.checkpoint_every = opt.checkpoint_every.value_or(0);  // TrainOptions' 0: none
   if (opt.resume) train.resume_from = opt.checkpoint_dir;
   if (opt.emulate) {
     MOTLEY_ASSIGN_OR_RETURN(
@@ -640,7 +651,7 @@ Result<ExecutorRun> run_executor(const RunOptions& opt, const RunInputs& in, con
 
 // The measured trace (under WORLD_SIZE this rank's file, on the common time axis).
 Status write_trace(const RunOptions& opt, const RunInputs& in, const Mode& mode, ExecutorRun& run) {
-  const std::string path = mode.dist ? rank_trace_path(opt.trace, mode.rank()) : opt.trace;
+  const std::string path = trace_file(opt, mode);
   std::vector<std::vector<double>> step_times;
   if (mode.dist) {
     MOTLEY_ASSIGN_OR_RETURN(step_times,
@@ -661,7 +672,9 @@ Status write_trace(const RunOptions& opt, const RunInputs& in, const Mode& mode,
              {"emulated", opt.emulate},
              {"first_step", run.report.first_step}};
   if (run.emulation) other["emulation_time_scale"] = run.emulation->time_scale;
-  return write_file_atomically(path, chrome_trace_document(timeline, other).dump() + "\n");
+  OutputFiles files;
+  files.add(path, chrome_trace_document(timeline, other).dump() + "\n");
+  return files.commit();
 }
 
 // `out` completed with the losses, step times and the per-rank breakdown.
@@ -742,7 +755,7 @@ std::string text_output(const Mode& mode, const RunOptions& opt, const RunInputs
   const bool launched = std::getenv("MOTLEY_LAUNCH") != nullptr;
   const bool holds_loss = !run.report.losses.empty();
   if (!opt.trace.empty() && (!mode.dist || ((holds_loss || mode.rank() == 0) && !launched))) {
-    text += "trace: " + (mode.dist ? rank_trace_path(opt.trace, mode.rank()) : opt.trace) + "\n";
+    text += "trace: " + trace_file(opt, mode) + "\n";
   }
   return text;
 }
@@ -752,6 +765,7 @@ Status run_command(const RunOptions& opt) {
   MOTLEY_ASSIGN_OR_RETURN(const RunInputs in, load_run_inputs(opt));
   MOTLEY_RETURN_IF_ERROR(validate_run_inputs(in, opt));
   MOTLEY_ASSIGN_OR_RETURN(const Mode mode, choose_mode(opt, in));
+  MOTLEY_RETURN_IF_ERROR(prepare_outputs(opt, mode));
   decltype(ExecOptions::after_action) fault;
 #if MOTLEY_TEST_HOOKS
   MOTLEY_ASSIGN_OR_RETURN(fault, fault_hook_from_env());
@@ -799,7 +813,9 @@ void add_run_command(CLI::App& app, Action* action) {
   cmd->footer(footer);
   add_run_options(cmd, opt.get(), kDefaultDataFile);
   // motley's forwarder passes the emulation's factors here (run_emulation.h); hidden.
-  cmd->add_option("--emulation-fd", opt->emulation_fd)->group("");
+  cmd->add_option("--emulation-fd", opt->emulation_fd)
+      ->check(integer_in(0, std::numeric_limits<int>::max()))
+      ->group("");
   cmd->callback([opt, action] { *action = [opt] { return run_command(*opt); }; });
 }
 

@@ -1,8 +1,11 @@
 #include "run_options.h"
 
+#include <limits>
+
 #include "motley/model/model_json.h"
 #include "motley/plan/plan_json.h"
 #include "motley/plan/validate.h"
+#include "option_checks.h"
 
 namespace motley::cli {
 
@@ -14,7 +17,9 @@ void add_run_options(CLI::App* cmd, RunOptions* opt, const std::string& default_
                   "Model (default: the one the plan carries; must have the plan's hash)");
   cmd->add_option("--cluster", opt->cluster,
                   "Cluster (default: the one the plan carries; must have the plan's hash)");
-  cmd->add_option("--steps", opt->steps, "Training steps to run now")->capture_default_str();
+  cmd->add_option("--steps", opt->steps, "Training steps to run now")
+      ->check(integer_in(1, std::numeric_limits<int64_t>::max()))
+      ->capture_default_str();
   cmd->add_option(
       "--data", opt->data,
       "Text file to train on (bytes as tokens), or 'synthetic' (default: " + default_data + ")");
@@ -22,33 +27,43 @@ void add_run_options(CLI::App* cmd, RunOptions* opt, const std::string& default_
                   "Save a checkpoint here after the last step");
   cmd->add_flag("--resume", opt->resume, "Load the checkpoint in --checkpoint-dir first");
   cmd->add_option("--checkpoint-every", opt->checkpoint_every,
-                  "Also save after every K-th step (counted from step 0)");
+                  "Also save after every K-th step (counted from step 0)")
+      ->check(integer_in(1, std::numeric_limits<int64_t>::max()));
   cmd->add_option("--trace", opt->trace,
                   "Write the measured Chrome trace (under WORLD_SIZE: one file per rank, "
                   "NAME.rankK.json, on the common time axis; motley launch merges them)");
   cmd->add_flag("--json", opt->json, "Print one JSON object");
   cmd->add_flag("--sequential", opt->sequential,
                 "Run the sequential reference (same model, weights and global batch)");
-  cmd->add_flag("--emulate", opt->emulate,
-                "Emulate the plan's heterogeneous devices and links (scaled CPU time)");
+  CLI::Option* emulate =
+      cmd->add_flag("--emulate", opt->emulate,
+                    "Emulate the plan's heterogeneous devices and links (scaled CPU time)");
   cmd->add_option("--emulate-speeds", opt->emulate_speeds,
                   "With --emulate, each device's speed: peak (its peak rate in the model's dtype) "
                   "or cost (the cost model's time for the rank's stages)")
+      ->needs(emulate)
       ->capture_default_str();
-  cmd->add_option("--seed", opt->seed, "Seed of the initial weights")->capture_default_str();
-  cmd->add_option("--lr", opt->learning_rate, "AdamW learning rate")->capture_default_str();
+  cmd->add_option("--seed", opt->seed, "Seed of the initial weights")
+      ->check(unsigned_integer())
+      ->capture_default_str();
+  cmd->add_option("--lr", opt->learning_rate, "AdamW learning rate")
+      ->check(positive_number())
+      ->capture_default_str();
   cmd->add_option("--precision", opt->precision,
                   "fp32, or bf16: forward and backward under CPU autocast to bf16 (weights, "
                   "gradients, optimizer and messages stay fp32; fp32 when this libtorch cannot)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   cmd->add_option("--threads", opt->threads,
-                  "Intra-op threads per rank (default: max(1, cores / ranks on this machine))");
+                  "Intra-op threads per rank (default: max(1, cores / ranks on this machine))")
+      ->check(integer_in(1, kMaxOptionThreads));
   cmd->add_option("--timeout", opt->timeout_s,
                   "Seconds any wait on another rank may take before the run fails")
+      ->check(positive_number(kMaxOptionSeconds))
       ->capture_default_str();
   cmd->add_option("--rendezvous-timeout", opt->rendezvous_timeout_s,
                   "Seconds for joining the world and forming replica groups (under WORLD_SIZE)")
+      ->check(positive_number(kMaxOptionSeconds))
       ->capture_default_str();
 }
 

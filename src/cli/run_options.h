@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "motley/cluster/cluster.h"
@@ -24,7 +25,7 @@ struct RunOptions {
   std::string data;
   std::string checkpoint_dir;
   bool resume = false;
-  int64_t checkpoint_every = 0;
+  std::optional<int64_t> checkpoint_every;  // unset: only after the last step
   std::string trace;
   bool json = false;
   bool sequential = false;
@@ -33,7 +34,7 @@ struct RunOptions {
   double learning_rate = 1e-3;
   double timeout_s = 30;
   double rendezvous_timeout_s = 300;
-  int threads = 0;  // 0: max(1, cores / ranks on this machine)
+  std::optional<int> threads;  // unset: max(1, cores / ranks on this machine)
   std::string emulate_speeds = "peak";
   std::string precision = "fp32";  // or "bf16": CPU autocast (precision.h)
   // The emulation's factors, computed by motley (not an option users give; see run_emulation.h).
@@ -41,7 +42,8 @@ struct RunOptions {
 };
 
 // Declares every user-facing option of `motley run` on `cmd`, writing into `opt`;
-// `default_data` is what --data's help names as its default.
+// `default_data` is what --data's help names as its default. The parser refuses a number out
+// of its option's range (option_checks.h).
 void add_run_options(CLI::App* cmd, RunOptions* opt, const std::string& default_data);
 
 // What a run trains: the plan, and the model and cluster it carries (or --model / --cluster).

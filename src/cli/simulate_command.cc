@@ -1,16 +1,19 @@
 // `motley simulate`: simulates one training iteration of a plan file, or of a named schedule on
 // a counted partition (uniform or Megatron-LM's), and prints the summary (or JSON), optionally
-// writing the plan, a Chrome trace and an SVG timeline. Files are written only once everything
-// succeeded.
+// writing the plan, a Chrome trace and an SVG timeline. Their paths are checked before anything
+// is simulated, and they are written all or none, once everything succeeded.
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "motley/cluster/cluster.h"
 #include "motley/core/json.h"
+#include "motley/core/output_files.h"
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/model/model_json.h"
 #include "motley/plan/plan_json.h"
@@ -21,6 +24,8 @@
 #include "motley/report/svg_timeline.h"
 #include "motley/schedule/uniform_plan.h"
 #include "motley/sim/simulator.h"
+#include "option_checks.h"
+#include "output_options.h"
 
 namespace motley::cli {
 namespace {
@@ -30,11 +35,11 @@ struct SimulateOptions {
   std::string model;
   std::string cluster;
   std::string schedule;
-  int stages = 0;
-  int virtual_stages = 0;     // 0: 2 for interleaved, zb-v and dualpipev, else 1
-  int64_t micro_batches = 0;  // 0: 4 per pipeline stage
+  std::optional<int> stages;             // unset: the whole cluster
+  std::optional<int> virtual_stages;     // unset: 2 for interleaved, zb-v and dualpipev, else 1
+  std::optional<int64_t> micro_batches;  // unset: 4 per pipeline stage
   int64_t micro_batch_size = 1;
-  int64_t seq_len = 0;
+  std::optional<int64_t> seq_len;  // unset: the model's
   int tensor_parallel = 1;
   std::string recompute = "none";
   std::string partition = "uniform";
@@ -76,34 +81,24 @@ Result<Scenario> scenario_from_schedule(const SimulateOptions& opt) {
     return invalid_argument(fmt::format("--partition: expected {}, got '{}'",
                                         join_alternatives(layer_split_names()), opt.partition));
   }
-  if (opt.stages < 0) return invalid_argument("--stages: expected a positive integer");
-  if (opt.micro_batches < 0)
-    return invalid_argument("--micro-batches: expected a positive integer");
-  if (opt.micro_batch_size <= 0) {
-    return invalid_argument("--micro-batch-size: expected a positive integer");
-  }
-  if (opt.tensor_parallel <= 0) {
-    return invalid_argument("--tensor-parallel: expected a positive integer");
-  }
   MOTLEY_ASSIGN_OR_RETURN(s.model, load_model(opt.model.empty() ? kDefaultModel : opt.model));
   MOTLEY_ASSIGN_OR_RETURN(s.cluster,
                           load_cluster(opt.cluster.empty() ? kDefaultCluster : opt.cluster));
 
   UniformPlanOptions u;
   u.kind = *kind;
-  u.stages = opt.stages;
+  u.stages = opt.stages.value_or(0);  // UniformPlanOptions' 0: the whole cluster
   bool chunked = *kind == ScheduleKind::kInterleaved || *kind == ScheduleKind::kZbV ||
                  *kind == ScheduleKind::kDualPipeV;
-  u.virtual_stages = opt.virtual_stages > 0 ? opt.virtual_stages : (chunked ? 2 : 1);
+  u.virtual_stages = opt.virtual_stages.value_or(chunked ? 2 : 1);
   u.tensor_parallel = opt.tensor_parallel;
   u.micro_batch_size = opt.micro_batch_size;
-  u.seq_len = opt.seq_len > 0 ? opt.seq_len : s.model.default_seq_len;
+  u.seq_len = opt.seq_len.value_or(s.model.default_seq_len);
   u.recompute = *recompute;
   u.partition = *partition;
-  int p = opt.stages > 0
-              ? opt.stages
-              : static_cast<int>(cluster_devices(s.cluster).size()) / opt.tensor_parallel;
-  u.micro_batches = opt.micro_batches > 0 ? opt.micro_batches : 4 * static_cast<int64_t>(p);
+  const int p = opt.stages.value_or(static_cast<int>(cluster_devices(s.cluster).size()) /
+                                    opt.tensor_parallel);
+  u.micro_batches = opt.micro_batches.value_or(4 * static_cast<int64_t>(p));
 
   AnalyticCostOptions cost_options;
   cost_options.workload = Workload{u.seq_len, u.micro_batch_size, s.model.dtype, s.model.dropout};
@@ -134,6 +129,8 @@ Status simulate_command(const SimulateOptions& opt) {
   if (!opt.plan.empty() && !opt.schedule.empty()) {
     return invalid_argument("--plan and --schedule exclude each other");
   }
+  MOTLEY_RETURN_IF_ERROR(
+      check_output_options({{"--out", opt.out}, {"--trace", opt.trace}, {"--svg", opt.svg}}));
   MOTLEY_ASSIGN_OR_RETURN(
       Scenario s, opt.plan.empty() ? scenario_from_schedule(opt) : scenario_from_plan_file(opt));
   const std::string source = opt.plan.empty() ? "plan" : opt.plan;
@@ -166,9 +163,12 @@ Status simulate_command(const SimulateOptions& opt) {
 
   // Render everything first, then write: a failure leaves no partial output behind.
   const Topology& topo = cost.topology();
-  std::string trace, svg;
-  if (!opt.trace.empty()) trace = chrome_trace_json(s.plan, result, topo, TraceOptions{});
-  if (!opt.svg.empty()) svg = svg_timeline(s.plan, result, topo, SvgOptions{});
+  OutputFiles files;
+  if (!opt.out.empty()) files.add(opt.out, plan_to_text(s.plan, s.model, s.cluster));
+  if (!opt.trace.empty()) {
+    files.add(opt.trace, chrome_trace_json(s.plan, result, topo, TraceOptions{}));
+  }
+  if (!opt.svg.empty()) files.add(opt.svg, svg_timeline(s.plan, result, topo, SvgOptions{}));
   std::string out;
   if (opt.json) {
     Json devices = Json::array();
@@ -192,11 +192,40 @@ Status simulate_command(const SimulateOptions& opt) {
   } else {
     out = simulation_summary(s.plan, result, topo, SummaryOptions{});
   }
-  if (!opt.out.empty()) MOTLEY_RETURN_IF_ERROR(save_plan(s.plan, s.model, s.cluster, opt.out));
-  if (!opt.trace.empty()) MOTLEY_RETURN_IF_ERROR(write_file_atomically(opt.trace, trace));
-  if (!opt.svg.empty()) MOTLEY_RETURN_IF_ERROR(write_file_atomically(opt.svg, svg));
+  MOTLEY_RETURN_IF_ERROR(files.commit());
   std::fputs(out.c_str(), stdout);
   return Status::ok();
+}
+
+// The options that shape a plan built from --schedule; a plan file fixes all of them, so
+// giving one with --plan is refused rather than ignored.
+std::vector<CLI::Option*> add_schedule_shape_options(CLI::App* cmd, SimulateOptions* opt) {
+  return {
+      cmd->add_option("--stages", opt->stages,
+                      "Pipeline depth: device groups per pipeline (default: the whole cluster)")
+          ->check(integer_in(1, kMaxOptionCount)),
+      cmd->add_option("--virtual-stages", opt->virtual_stages,
+                      "Chunks per device (default 2 for interleaved, zb-v, dualpipev; else 1)")
+          ->check(integer_in(1, kMaxOptionCount)),
+      cmd->add_option("--micro-batches", opt->micro_batches,
+                      "Micro-batches per pipeline (default: 4 per stage)")
+          ->check(integer_in(1, kMaxOptionCount)),
+      cmd->add_option("--micro-batch-size", opt->micro_batch_size, "Sequences per micro-batch")
+          ->check(integer_in(1, kMaxOptionCount))
+          ->capture_default_str(),
+      cmd->add_option("--seq-len", opt->seq_len, "Sequence length (default: the model's)")
+          ->check(integer_in(1, kMaxOptionSeqLen)),
+      cmd->add_option("--tensor-parallel", opt->tensor_parallel,
+                      "Devices per stage (inside a node)")
+          ->check(integer_in(1, kMaxOptionCount))
+          ->capture_default_str(),
+      cmd->add_option("--recompute", opt->recompute, "none, selective or full")
+          ->capture_default_str(),
+      cmd->add_option("--partition", opt->partition,
+                      "Layers per stage: uniform (every layer alike) or megatron (decoder layers "
+                      "evenly, embedding first, head last)")
+          ->capture_default_str(),
+  };
 }
 
 }  // namespace
@@ -205,8 +234,9 @@ void add_simulate_command(CLI::App& app, Action* action) {
   auto opt = std::make_shared<SimulateOptions>();
   CLI::App* cmd = app.add_subcommand(
       "simulate", "Simulate one training iteration of a plan file or of a named schedule");
-  cmd->add_option("--plan", opt->plan,
-                  "A plan file (it carries its model and cluster; motley.plan/1 files name them)");
+  CLI::Option* plan = cmd->add_option(
+      "--plan", opt->plan,
+      "A plan file (it carries its model and cluster; motley.plan/1 files name them)");
   cmd->add_option("--model", opt->model,
                   std::string("Model (default: the one the plan carries, or ") + kDefaultModel +
                       "); with --plan it must be the plan's (same hash)");
@@ -215,22 +245,7 @@ void add_simulate_command(CLI::App& app, Action* action) {
                       "); with --plan it must be the plan's (same hash)");
   cmd->add_option("--schedule", opt->schedule,
                   "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v or dualpipev");
-  cmd->add_option("--stages", opt->stages,
-                  "Pipeline depth: device groups per pipeline (default: the whole cluster)");
-  cmd->add_option("--virtual-stages", opt->virtual_stages,
-                  "Chunks per device (default 2 for interleaved, zb-v, dualpipev; else 1)");
-  cmd->add_option("--micro-batches", opt->micro_batches,
-                  "Micro-batches per pipeline (default: 4 per stage)");
-  cmd->add_option("--micro-batch-size", opt->micro_batch_size, "Sequences per micro-batch")
-      ->capture_default_str();
-  cmd->add_option("--seq-len", opt->seq_len, "Sequence length (default: the model's)");
-  cmd->add_option("--tensor-parallel", opt->tensor_parallel, "Devices per stage (inside a node)")
-      ->capture_default_str();
-  cmd->add_option("--recompute", opt->recompute, "none, selective or full")->capture_default_str();
-  cmd->add_option("--partition", opt->partition,
-                  "Layers per stage: uniform (every layer alike) or megatron (decoder layers "
-                  "evenly, embedding first, head last)")
-      ->capture_default_str();
+  for (CLI::Option* shape : add_schedule_shape_options(cmd, opt.get())) shape->excludes(plan);
   cmd->add_option("--out", opt->out, "Write the plan (with predicted metrics) to this file");
   cmd->add_option("--trace", opt->trace, "Write a Chrome trace JSON (Perfetto, chrome://tracing)");
   cmd->add_option("--svg", opt->svg, "Write an SVG timeline");

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <memory>
 
 #include "commands.h"
 #include "motley/model/model_json.h"
 #include "motley/report/units_format.h"
+#include "option_checks.h"
 
 namespace motley::cli {
 namespace {
@@ -52,19 +54,27 @@ void add_tune_options(CLI::App* cmd, TuneCliOptions* opt) {
   cmd->add_option("--cluster", opt->cluster,
                   std::string("Cluster (default ") + kDefaultCluster + ")");
   cmd->add_option("--global-batch", opt->global_batch,
-                  "Sequences per iteration (default: 8 per device)");
-  cmd->add_option("--seq-len", opt->seq_len, "Sequence length (default: the model's)");
+                  "Sequences per iteration (default: 8 per device)")
+      ->check(integer_in(1, kMaxOptionCount));
+  cmd->add_option("--seq-len", opt->seq_len, "Sequence length (default: the model's)")
+      ->check(integer_in(1, kMaxOptionSeqLen));
   cmd->add_option("--micro-batch-size", opt->micro_batch_size,
-                  "Sequences per micro-batch (default: motley chooses 1, 2 or 4; baselines use 1)");
+                  "Sequences per micro-batch (default: motley chooses 1, 2 or 4; baselines use 1)")
+      ->check(integer_in(1, kMaxOptionCount));
   cmd->add_option("--objective", opt->objective, "throughput or cost")->capture_default_str();
   cmd->add_option("--time-budget", opt->time_budget, "Search time limit in seconds")
+      ->check(positive_number())
       ->capture_default_str();
   cmd->add_option("--max-plans", opt->max_plans,
-                  "Stop the search after simulating this many plans (0: no limit); unlike the "
-                  "time budget, the plan found then does not depend on the machine's speed")
+                  "Stop the search after simulating this many plans (default: no limit); unlike "
+                  "the time budget, the plan found then does not depend on the machine's speed")
+      ->check(integer_in(1, std::numeric_limits<int64_t>::max()));
+  cmd->add_option("--seed", opt->seed, "Seed of the search's random moves")
+      ->check(unsigned_integer())
       ->capture_default_str();
-  cmd->add_option("--seed", opt->seed, "Seed of the search's random moves")->capture_default_str();
-  cmd->add_option("--threads", opt->threads, "Plans simulated in parallel")->capture_default_str();
+  cmd->add_option("--threads", opt->threads, "Plans simulated in parallel")
+      ->check(integer_in(1, kMaxOptionThreads))
+      ->capture_default_str();
   cmd->add_flag("--zero1", opt->zero1, "Shard optimizer state across data-parallel replicas");
   cmd->add_flag("--quiet", opt->quiet, "No progress bar on stderr");
 }
@@ -78,25 +88,16 @@ Result<TuneSetup> prepare_tune(const TuneCliOptions& opt) {
     return invalid_argument(
         fmt::format("--objective: expected throughput or cost, got '{}'", opt.objective));
   }
-  if (opt.global_batch < 0) return invalid_argument("--global-batch: expected a positive integer");
-  if (opt.seq_len < 0) return invalid_argument("--seq-len: expected a positive integer");
-  if (opt.micro_batch_size < 0) {
-    return invalid_argument("--micro-batch-size: expected a positive integer (0: choose)");
-  }
-  if (!(opt.time_budget > 0)) return invalid_argument("--time-budget: expected positive seconds");
-  if (opt.max_plans < 0) {
-    return invalid_argument("--max-plans: expected a positive number of plans (0: no limit)");
-  }
-  if (opt.threads < 1) return invalid_argument("--threads: expected at least 1");
   MOTLEY_ASSIGN_OR_RETURN(setup.model, load_model(opt.model.empty() ? kDefaultModel : opt.model));
   MOTLEY_ASSIGN_OR_RETURN(setup.cluster,
                           load_cluster(opt.cluster.empty() ? kDefaultCluster : opt.cluster));
   const int64_t devices = static_cast<int64_t>(cluster_devices(setup.cluster).size());
-  options.global_batch = opt.global_batch > 0 ? opt.global_batch : 8 * devices;
-  options.seq_len = opt.seq_len;
-  options.micro_batch_size = opt.micro_batch_size;
+  // TuneOptions' zeros mean the same defaults: the model's length, the tuner's choice, no limit.
+  options.global_batch = opt.global_batch.value_or(8 * devices);
+  options.seq_len = opt.seq_len.value_or(0);
+  options.micro_batch_size = opt.micro_batch_size.value_or(0);
   options.time_budget = Seconds(opt.time_budget);
-  options.max_evaluations = opt.max_plans;
+  options.max_evaluations = opt.max_plans.value_or(0);
   options.seed = opt.seed;
   options.threads = opt.threads;
   options.zero1 = opt.zero1;

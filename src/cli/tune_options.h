@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "motley/cluster/cluster.h"
@@ -16,18 +17,19 @@ namespace motley::cli {
 struct TuneCliOptions {
   std::string model;
   std::string cluster;
-  int64_t global_batch = 0;  // 0: 8 sequences per device
-  int64_t seq_len = 0;
-  int64_t micro_batch_size = 0;  // 0: the tuner chooses
+  std::optional<int64_t> global_batch;      // unset: 8 sequences per device
+  std::optional<int64_t> seq_len;           // unset: the model's
+  std::optional<int64_t> micro_batch_size;  // unset: the tuner chooses
   std::string objective = "throughput";
   double time_budget = 8;
-  int64_t max_plans = 0;  // 0: no limit
+  std::optional<int64_t> max_plans;  // unset: no limit
   uint64_t seed = 1;
   int threads = 2;
   bool zero1 = false;
   bool quiet = false;
 };
 
+// Declares the options on `cmd`; the parser refuses a value out of its range (option_checks.h).
 void add_tune_options(CLI::App* cmd, TuneCliOptions* opt);
 
 struct TuneSetup {
@@ -36,7 +38,7 @@ struct TuneSetup {
   TuneOptions options;
 };
 
-// Checks the options (each error names the option and what is allowed) and loads the specs.
+// Checks the objective (the parser checked the numbers) and loads the specs.
 Result<TuneSetup> prepare_tune(const TuneCliOptions& opt);
 
 // tune() with a one-line progress bar on stderr: only on a terminal, only once the search has

@@ -9,16 +9,33 @@
 namespace motley::cli {
 namespace {
 
-// The options as parsed from `args` (without the program name) and prepared.
-Result<TuneSetup> parsed(std::vector<std::string> args) {
+// Parses `args` (without the program name) into `opt`; the parser's message when it refuses
+// them, else "".
+std::string parse(std::vector<std::string> args, TuneCliOptions* opt) {
   CLI::App app;
-  TuneCliOptions opt;
-  add_tune_options(&app, &opt);
+  add_tune_options(&app, opt);
   args.insert(args.begin(), "motley-plan");
   std::vector<const char*> argv;
   for (const std::string& a : args) argv.push_back(a.c_str());
-  app.parse(static_cast<int>(argv.size()), argv.data());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::ParseError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The options as parsed from `args` and prepared. REQUIRES: the parser accepts them.
+Result<TuneSetup> parsed(const std::vector<std::string>& args) {
+  TuneCliOptions opt;
+  const std::string refused = parse(args, &opt);
+  EXPECT_EQ(refused, "");
   return prepare_tune(opt);
+}
+
+std::string refusal(const std::vector<std::string>& args) {
+  TuneCliOptions opt;
+  return parse(args, &opt);
 }
 
 TEST(TuneOptionsTest, MaxPlansIsTheEvaluationBudget) {
@@ -31,11 +48,41 @@ TEST(TuneOptionsTest, MaxPlansIsTheEvaluationBudget) {
   ASSERT_TRUE(setup.is_ok()) << setup.status().message();
   EXPECT_EQ(setup->options.max_evaluations, 0);
   EXPECT_EQ(setup->options.time_budget, Seconds(2.5));
-  setup = parsed({"--model", "tiny-llama", "--max-plans", "-1"});
-  ASSERT_FALSE(setup.is_ok());
-  EXPECT_EQ(setup.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(setup.status().message(),
-            "--max-plans: expected a positive number of plans (0: no limit)");
+  EXPECT_EQ(refusal({"--max-plans", "-1"}),
+            "--max-plans: expected an integer from 1 to 9223372036854775807, got -1");
+  EXPECT_EQ(refusal({"--max-plans", "0"}),
+            "--max-plans: expected an integer from 1 to 9223372036854775807, got 0");
+}
+
+// A value left out takes its default; a zero given is refused, not taken for the default.
+TEST(TuneOptionsTest, UnsetValuesTakeTheDefaultsAndZerosAreRefused) {
+  Result<TuneSetup> setup = parsed({"--model", "tiny-llama"});
+  ASSERT_TRUE(setup.is_ok()) << setup.status().message();
+  EXPECT_EQ(setup->options.global_batch, 8 * 16);  // the default cluster's 16 devices
+  EXPECT_EQ(setup->options.seq_len, 0);            // the model's
+  EXPECT_EQ(setup->options.micro_batch_size, 0);   // the tuner's choice
+  EXPECT_EQ(refusal({"--global-batch", "0"}),
+            "--global-batch: expected an integer from 1 to 65536, got 0");
+  EXPECT_EQ(refusal({"--seq-len", "-64"}),
+            "--seq-len: expected an integer from 1 to 16777216, got -64");
+  EXPECT_EQ(refusal({"--micro-batch-size", "1.5"}),
+            "--micro-batch-size: expected an integer from 1 to 65536, got 1.5");
+  EXPECT_EQ(refusal({"--threads", "0"}), "--threads: expected an integer from 1 to 1024, got 0");
+}
+
+TEST(TuneOptionsTest, SeedsAndBudgetsOutOfRangeAreRefused) {
+  EXPECT_EQ(refusal({"--seed", "-1"}),
+            "--seed: expected an integer from 0 to 18446744073709551615, got -1");
+  EXPECT_EQ(refusal({"--seed", "18446744073709551616"}),
+            "--seed: expected an integer from 0 to 18446744073709551615, got "
+            "18446744073709551616");
+  Result<TuneSetup> setup = parsed({"--model", "tiny-llama", "--seed", "18446744073709551615"});
+  ASSERT_TRUE(setup.is_ok()) << setup.status().message();
+  EXPECT_EQ(setup->options.seed, 18446744073709551615ULL);
+  for (const char* budget : {"0", "-2", "inf", "nan", "1e400", "fast"}) {
+    EXPECT_EQ(refusal({"--time-budget", budget}),
+              std::string("--time-budget: expected a finite number above 0, got ") + budget);
+  }
 }
 
 }  // namespace

@@ -4,11 +4,13 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <thread>
 
+#include "motley/core/hash.h"
 #include "motley/core/json.h"
 #include "motley/exec/executor.h"
 #include "test_util.h"
@@ -91,6 +93,74 @@ TEST(TensorFile, CorruptionAndTruncationAreCaught) {
             path + ": not a motley tensor file (expected it to start with \"MOTLEYT1\")");
 
   EXPECT_EQ(read_tensor_file(dir.file("missing.bin")).status().code(), StatusCode::kNotFound);
+}
+
+// The offset of the first size of the only tensor of a file written for one tensor named "x".
+constexpr size_t kFirstSizeOffset = 24 + 4 + 1 + 1 + 4;
+
+// `bytes` with its checksum recomputed, as a forger would.
+std::string with_checksum(std::string bytes) {
+  const std::string body = bytes.substr(0, bytes.size() - sizeof(uint64_t));
+  const uint64_t sum = fnv1a_64(body);
+  std::memcpy(bytes.data() + body.size(), &sum, sizeof(sum));
+  return bytes;
+}
+
+// A record whose shape does not fill its bytes — a shape swapped for a larger one, or 2^40
+// elements declared over a few bytes — is refused naming the tensor, before any allocation.
+TEST(TensorFile, AForgedShapeIsRefusedBeforeAllocating) {
+  TempDir dir;
+  const std::string path = dir.file("t.bin");
+  ASSERT_TRUE(write_tensor_file(path, TensorFile{1, {{"x", at::ones({4, 4})}}}).is_ok());
+  const std::string good = read_bytes(path);
+  auto forge = [&](int64_t rows, int64_t cols) {
+    std::string bytes = good;
+    std::memcpy(bytes.data() + kFirstSizeOffset, &rows, sizeof(rows));
+    std::memcpy(bytes.data() + kFirstSizeOffset + sizeof(rows), &cols, sizeof(cols));
+    write_bytes(path, with_checksum(bytes));
+    return read_tensor_file(path).status();
+  };
+  const Status huge = forge(int64_t{1} << 20, int64_t{1} << 20);
+  EXPECT_EQ(huge.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(huge.message(), path +
+                                ": tensor 'x' has shape [1048576, 1048576] of 4-byte elements, "
+                                "which does not fill its 64 bytes");
+  EXPECT_EQ(forge(8, 4).message(),
+            path +
+                ": tensor 'x' has shape [8, 4] of 4-byte elements, which does not fill its "
+                "64 bytes");
+  EXPECT_EQ(forge(-4, -4).message(),
+            path +
+                ": tensor 'x' has shape [-4, -4] of 4-byte elements, which does not fill its "
+                "64 bytes");
+  // Sizes whose product wraps around 2^64 to 16.
+  EXPECT_EQ(forge(int64_t{1} << 62, 4).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(forge(2, 8).is_ok());  // another shape of the same bytes is well formed
+
+  std::string many_dimensions = good;
+  const uint32_t rank = 1000;
+  std::memcpy(many_dimensions.data() + kFirstSizeOffset - sizeof(rank), &rank, sizeof(rank));
+  write_bytes(path, with_checksum(many_dimensions));
+  EXPECT_EQ(read_tensor_file(path).status().message(),
+            path + ": tensor 'x' declares 1000 dimensions; at most 8 are allowed");
+}
+
+TEST(CheckpointDirectory, OnlyAKilledSavesTemporariesAreRemoved) {
+  TempDir dir;
+  const std::vector<std::string> kept = {"manifest.json",         "layer-0.bin",
+                                         "layer-12.bin",          "notes.txt",
+                                         ".notes.txt.tmp.Ab12Cd", ".layer-x.bin.tmp.Ab12Cd"};
+  const std::vector<std::string> stale = {".manifest.json.tmp.Ab12Cd", ".layer-0.bin.tmp.zz9ZZ9",
+                                          ".layer-12.bin.tmp.000000"};
+  for (const std::string& name : kept) write_bytes(dir.file(name), "x");
+  for (const std::string& name : stale) write_bytes(dir.file(name), "x");
+  ASSERT_TRUE(remove_stale_checkpoint_temporaries(dir.path()).is_ok());
+  for (const std::string& name : kept) EXPECT_TRUE(std::filesystem::exists(dir.file(name))) << name;
+  for (const std::string& name : stale) {
+    EXPECT_FALSE(std::filesystem::exists(dir.file(name))) << name;
+  }
+  EXPECT_TRUE(remove_stale_checkpoint_temporaries(dir.file("missing")).is_ok());
+  EXPECT_EQ(checkpoint_layer_file(3), "layer-3.bin");
 }
 
 // Runs `body(rank, executor)` for every rank of `plan` on its own thread.
@@ -211,6 +281,23 @@ TEST(Checkpoint, RejectsAnotherModelAndAMixedSave) {
               std::string::npos)
         << status.message();
   });
+}
+
+// A save removes the temporaries an earlier, killed save left, and never the checkpoint.
+TEST(Checkpoint, ASaveRemovesAKilledSavesTemporaries) {
+  const ModelSpec model = preset("tiny-llama");
+  const Plan plan = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 2, 1});
+  auto tokens = TokenStream::from_text(synthetic_corpus(4096, 3), "corpus");
+  TempDir dir;
+  write_bytes(dir.file(".layer-2.bin.tmp.Ab12Cd"), "half a layer");
+  write_bytes(dir.file(".manifest.json.tmp.Ab12Cd"), "{");
+  train(plan, model, *tokens, 1, dir.path(), /*save_after=*/1);
+  EXPECT_FALSE(std::filesystem::exists(dir.file(".layer-2.bin.tmp.Ab12Cd")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file(".manifest.json.tmp.Ab12Cd")));
+  for (int layer = 0; layer < 6; ++layer) {
+    EXPECT_TRUE(read_tensor_file(dir.file(checkpoint_layer_file(layer))).is_ok()) << layer;
+  }
+  EXPECT_EQ((*read_json_file(dir.file("manifest.json")))["step"], 1);
 }
 
 }  // namespace

@@ -2,10 +2,12 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 
 #include "motley/core/json.h"
+#include "motley/core/output_files.h"
 #include "motley/exec/checkpoint.h"
 #include "motley/plan/spec_hash.h"
 
@@ -13,11 +15,107 @@ namespace motley::internal {
 namespace {
 
 std::string layer_file(const std::string& dir, int layer) {
-  return (std::filesystem::path(dir) / ("layer-" + std::to_string(layer) + ".bin")).string();
+  return (std::filesystem::path(dir) / checkpoint_layer_file(layer)).string();
 }
 
 std::string manifest_file(const std::string& dir) {
-  return (std::filesystem::path(dir) / "manifest.json").string();
+  return (std::filesystem::path(dir) / kCheckpointManifest).string();
+}
+
+// The step the manifest of `dir` records, once it is known to be a checkpoint of `model`.
+Result<int64_t> read_manifest(const std::string& dir, const ModelSpec& model) {
+  const std::string path = manifest_file(dir);
+  MOTLEY_ASSIGN_OR_RETURN(Json manifest, read_json_file(path));
+  JsonField root(manifest, path);
+  MOTLEY_ASSIGN_OR_RETURN(std::string format, root.get_string("format"));
+  if (format != kCheckpointFormat) {
+    return root.child_error("format", fmt::format("expected \"{}\"", kCheckpointFormat));
+  }
+  MOTLEY_ASSIGN_OR_RETURN(int64_t step, root.get_nonnegative_int("step"));
+  MOTLEY_ASSIGN_OR_RETURN(JsonField model_field, root.get("model"));
+  MOTLEY_ASSIGN_OR_RETURN(std::string hash, model_field.get_string("hash"));
+  const SpecRef ref = model_ref(model);
+  if (hash != ref.hash) {
+    return model_field.child_error(
+        "hash",
+        fmt::format("the checkpoint is of another model than '{}' (hash {})", ref.name, ref.hash));
+  }
+  MOTLEY_ASSIGN_OR_RETURN(int64_t layers, root.get_nonnegative_int("layers"));
+  if (layers != static_cast<int64_t>(model.layers.size())) {
+    return root.child_error("layers", fmt::format("model '{}' has {} layers, the manifest says {}",
+                                                  ref.name, model.layers.size(), layers));
+  }
+  return step;
+}
+
+const char* dtype_text(at::ScalarType type) {
+  return type == at::kFloat ? "float32" : type == at::kLong ? "int64" : "another dtype";
+}
+
+std::string tensor_text(at::ScalarType type, at::IntArrayRef shape) {
+  return fmt::format("{} of shape [{}]", dtype_text(type), fmt::join(shape, ", "));
+}
+
+// A tensor of one layer file, by name, checked against what the model expects of it.
+class LayerFile {
+ public:
+  LayerFile(std::string path, std::vector<NamedTensor> tensors) : path_(std::move(path)) {
+    for (NamedTensor& t : tensors) by_name_[t.name] = std::move(t.tensor);
+  }
+  bool has(const std::string& name) const { return by_name_.count(name) > 0; }
+  // The tensor `name`, which must be there with `type` and `shape`.
+  Result<at::Tensor> expect(const std::string& name, at::ScalarType type,
+                            at::IntArrayRef shape) const {
+    auto it = by_name_.find(name);
+    if (it == by_name_.end()) {
+      return invalid_argument(
+          fmt::format("{}: no tensor '{}' ({} expected)", path_, name, tensor_text(type, shape)));
+    }
+    const at::Tensor& t = it->second;
+    if (t.scalar_type() != type || !t.sizes().equals(shape)) {
+      return invalid_argument(fmt::format("{}: tensor '{}': expected {}, found {}", path_, name,
+                                          tensor_text(type, shape),
+                                          tensor_text(t.scalar_type(), t.sizes())));
+    }
+    return t;
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::map<std::string, at::Tensor> by_name_;
+};
+
+// A parameter's whole tensor and the optimizer state saved with it, as the checkpoint has them.
+struct SavedParameter {
+  at::Tensor value;
+  std::optional<AdamWStep::State> state;
+};
+
+// The value and optimizer state of parameter `name` (`p`) in `file`: the value of the model's
+// shape and dtype; the state none or all of its moments of the same shape and a step count.
+Result<SavedParameter> saved_parameter(const LayerFile& file, const std::string& name,
+                                       const CheckpointParameter& p) {
+  const at::ScalarType type = p.tensor.scalar_type();
+  const at::IntArrayRef shape(p.slice.full_shape);
+  SavedParameter saved;
+  MOTLEY_ASSIGN_OR_RETURN(saved.value, file.expect(name, type, shape));
+  const std::vector<std::string> state_names = {name + ".exp_avg", name + ".exp_avg_sq",
+                                                name + ".step"};
+  const int present =
+      static_cast<int>(std::count_if(state_names.begin(), state_names.end(),
+                                     [&file](const std::string& n) { return file.has(n); }));
+  if (present == 0) return saved;
+  MOTLEY_ASSIGN_OR_RETURN(at::Tensor avg, file.expect(state_names[0], type, shape));
+  MOTLEY_ASSIGN_OR_RETURN(at::Tensor avg_sq, file.expect(state_names[1], type, shape));
+  MOTLEY_ASSIGN_OR_RETURN(at::Tensor count, file.expect(state_names[2], at::kLong, {1}));
+  const int64_t steps = count.item<int64_t>();
+  if (steps < 0) {
+    return invalid_argument(fmt::format("{}: tensor '{}': expected a step count >= 0, found {}",
+                                        file.path(), state_names[2], steps));
+  }
+  saved.state = AdamWStep::State{steps, avg, avg_sq};
+  return saved;
 }
 
 }  // namespace
@@ -72,34 +170,25 @@ Status RankCheckpoint::save(const std::string& dir, int64_t step, const StateOf&
   MOTLEY_RETURN_IF_ERROR(
       transport.barrier().with_context(fmt::format("saving checkpoint {}", dir)));
   if (rank_ == 0) {
+    // Between the barriers rank 0 alone writes: any other temporary is a killed save's.
+    MOTLEY_RETURN_IF_ERROR(remove_stale_checkpoint_temporaries(dir));
     const SpecRef ref = model_ref(model_);
     Json manifest = {{"format", kCheckpointFormat},
                      {"step", step},
                      {"model", {{"name", ref.name}, {"hash", ref.hash}}},
                      {"layers", model_.layers.size()}};
-    MOTLEY_RETURN_IF_ERROR(write_file_atomically(manifest_file(dir), manifest.dump(2) + "\n"));
+    OutputFiles files;
+    files.add(manifest_file(dir), manifest.dump(2) + "\n");
+    MOTLEY_RETURN_IF_ERROR(files.commit());
   }
   return transport.barrier().with_context(fmt::format("saving checkpoint {}", dir));
 }
 
 Result<int64_t> RankCheckpoint::load(const std::string& dir, const Restore& restore) const {
-  const std::string manifest_path = manifest_file(dir);
-  MOTLEY_ASSIGN_OR_RETURN(Json manifest, read_json_file(manifest_path));
-  JsonField root(manifest, manifest_path);
-  MOTLEY_ASSIGN_OR_RETURN(std::string format, root.get_string("format"));
-  if (format != kCheckpointFormat) {
-    return root.child_error("format", fmt::format("expected \"{}\"", kCheckpointFormat));
-  }
-  MOTLEY_ASSIGN_OR_RETURN(int64_t step, root.get_nonnegative_int("step"));
-  MOTLEY_ASSIGN_OR_RETURN(JsonField model_field, root.get("model"));
-  MOTLEY_ASSIGN_OR_RETURN(std::string hash, model_field.get_string("hash"));
-  const SpecRef ref = model_ref(model_);
-  if (hash != ref.hash) {
-    return model_field.child_error(
-        "hash",
-        fmt::format("the checkpoint is of another model than '{}' (hash {})", ref.name, ref.hash));
-  }
-  std::map<int, std::map<std::string, at::Tensor>> files;
+  MOTLEY_ASSIGN_OR_RETURN(const int64_t step, read_manifest(dir, model_));
+  // Every file and tensor this rank needs is read and checked before any parameter changes.
+  std::map<int, LayerFile> files;
+  std::map<std::string, SavedParameter> saved;
   for (const auto& [name, p] : parameters_) {
     auto it = files.find(p.layer);
     if (it == files.end()) {
@@ -110,32 +199,25 @@ Result<int64_t> RankCheckpoint::load(const std::string& dir, const Restore& rest
             fmt::format("{}: holds step {} but the manifest says step {} (an interrupted save?)",
                         path, file.step, step));
       }
-      std::map<std::string, at::Tensor> by_name;
-      for (NamedTensor& t : file.tensors) by_name[t.name] = t.tensor;
-      it = files.emplace(p.layer, std::move(by_name)).first;
+      it = files.emplace(p.layer, LayerFile(path, std::move(file.tensors))).first;
     }
-    const std::string path = layer_file(dir, p.layer);
-    auto value = it->second.find(name);
-    if (value == it->second.end() || !value->second.sizes().equals(p.slice.full_shape)) {
-      return invalid_argument(
-          fmt::format("{}: no parameter '{}' of the model's shape", path, name));
-    }
+    MOTLEY_ASSIGN_OR_RETURN(saved[name], saved_parameter(it->second, name, p));
+  }
+  for (const auto& [name, p] : parameters_) {
     // The checkpoint holds whole tensors; a tensor-parallel rank keeps its rows.
     const TensorSlice& slice = p.slice;
     auto mine = [&slice](const at::Tensor& full) {
       return slice.rows.numel() == full.size(slice.dim) ? full
                                                         : full.index_select(slice.dim, slice.rows);
     };
+    const SavedParameter& s = saved.at(name);
     {
       at::NoGradGuard no_grad;
-      p.tensor.copy_(mine(value->second));
+      p.tensor.copy_(mine(s.value));
     }
-    auto avg = it->second.find(name + ".exp_avg");
-    auto avg_sq = it->second.find(name + ".exp_avg_sq");
-    auto count = it->second.find(name + ".step");
-    if (avg != it->second.end() && avg_sq != it->second.end() && count != it->second.end()) {
-      restore(p.tensor, AdamWStep::State{count->second.item<int64_t>(), mine(avg->second),
-                                         mine(avg_sq->second)});
+    if (s.state) {
+      restore(p.tensor,
+              AdamWStep::State{s.state->step, mine(s.state->exp_avg), mine(s.state->exp_avg_sq)});
     }
   }
   return step;

@@ -4,12 +4,17 @@
 #include "rank_checkpoint.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
+#include "motley/core/json.h"
+#include "motley/exec/checkpoint.h"
 #include "test_util.h"
 
 namespace motley::internal {
@@ -123,6 +128,86 @@ TEST(RankCheckpoint, RoundTripsBetweenDegreesInOneFilePerLayer) {
   EXPECT_EQ(files,
             (std::vector<std::string>{"layer-0.bin", "layer-1.bin", "layer-2.bin", "layer-3.bin",
                                       "layer-4.bin", "layer-5.bin", "manifest.json"}));
+  std::filesystem::remove_all(dir);
+}
+
+// The message loading `dir` into a fresh single-rank group gives, or "" when it loads; a load
+// that fails must leave every parameter as it was.
+std::string load_refusal(const ModelSpec& model, const std::string& dir) {
+  std::string message;
+  on_group(model, 1, 1.0f, [&](int, const RankCheckpoint& c, Transport&, Group& g) {
+    std::vector<at::Tensor> before;
+    for (const StageParameter& p : g.params[0]) before.push_back(p.tensor.detach().clone());
+    auto step = c.load(dir, [](const at::Tensor&, const AdamWStep::State&) {});
+    message = step.is_ok() ? "" : step.status().message();
+    for (size_t i = 0; !step.is_ok() && i < before.size(); ++i) {
+      EXPECT_TRUE(at::equal(g.params[0][i].tensor, before[i])) << g.params[0][i].name;
+    }
+  });
+  return message;
+}
+
+// A layer file with a checksum that matches but tensors that are not the model's — a moment of
+// another shape, a step count of another dtype, a moment missing — is refused naming the file
+// and the tensor, and before any parameter is overwritten.
+TEST(RankCheckpoint, ForgedTensorsAreRefusedNamingTheFileAndTheTensor) {
+  testing::single_threaded();
+  const ModelSpec model = testing::preset("tiny-llama");
+  const std::string dir = temp_dir("forged");
+  on_group(model, 1, 3.0f, [&](int, const RankCheckpoint& c, Transport& t, Group&) {
+    ASSERT_TRUE(c.save(dir, 7, state_of, t).is_ok());
+  });
+  const std::string path = dir + "/layer-1.bin";
+  const Result<TensorFile> good = read_tensor_file(path);
+  ASSERT_TRUE(good.is_ok()) << good.status().message();
+  ASSERT_GE(good->tensors.size(), 4u);
+  const std::string param = good->tensors[0].name;
+  auto forged = [&](const std::function<void(TensorFile&)>& edit) {
+    TensorFile file = *good;
+    edit(file);
+    EXPECT_TRUE(write_tensor_file(path, file).is_ok());
+    return load_refusal(model, dir);
+  };
+  const std::vector<int64_t> shape = good->tensors[0].tensor.sizes().vec();
+  const std::string expected = fmt::format("float32 of shape [{}]", fmt::join(shape, ", "));
+  EXPECT_EQ(forged([](TensorFile& f) { f.tensors[1].tensor = at::zeros({3}); }),
+            fmt::format("{}: tensor '{}.exp_avg': expected {}, found float32 of shape [3]", path,
+                        param, expected));
+  const int64_t elements = good->tensors[0].tensor.numel();
+  EXPECT_EQ(forged([](TensorFile& f) {
+              f.tensors[0].tensor = f.tensors[0].tensor.reshape({-1, 1});
+            }),
+            fmt::format("{}: tensor '{}': expected {}, found float32 of shape [{}, 1]", path, param,
+                        expected, elements));
+  EXPECT_EQ(forged([](TensorFile& f) { f.tensors[3].tensor = at::ones({1}); }),
+            fmt::format("{}: tensor '{}.step': expected int64 of shape [1], found float32 of "
+                        "shape [1]",
+                        path, param));
+  EXPECT_EQ(forged([](TensorFile& f) { f.tensors[3].tensor = at::full({1}, -2, at::kLong); }),
+            fmt::format("{}: tensor '{}.step': expected a step count >= 0, found -2", path, param));
+  EXPECT_EQ(forged([](TensorFile& f) { f.tensors.erase(f.tensors.begin() + 2); }),
+            fmt::format("{}: no tensor '{}.exp_avg_sq' ({} expected)", path, param, expected));
+  EXPECT_EQ(forged([](TensorFile& f) { f.tensors.erase(f.tensors.begin()); }),
+            fmt::format("{}: no tensor '{}' ({} expected)", path, param, expected));
+  std::filesystem::remove_all(dir);
+}
+
+// The manifest's layer count must be the model's.
+TEST(RankCheckpoint, AManifestOfAnotherLayerCountIsRefused) {
+  testing::single_threaded();
+  const ModelSpec model = testing::preset("tiny-llama");
+  const std::string dir = temp_dir("manifest");
+  on_group(model, 1, 1.0f, [&](int, const RankCheckpoint& c, Transport& t, Group&) {
+    ASSERT_TRUE(c.save(dir, 2, state_of, t).is_ok());
+  });
+  Result<Json> manifest = read_json_file(dir + "/manifest.json");
+  ASSERT_TRUE(manifest.is_ok());
+  (*manifest)["layers"] = 99;
+  std::ofstream(dir + "/manifest.json") << manifest->dump(2) << "\n";
+  EXPECT_EQ(load_refusal(model, dir),
+            dir +
+                "/manifest.json: field 'layers': model 'tiny-llama' has 6 layers, the manifest "
+                "says 99");
   std::filesystem::remove_all(dir);
 }
 

@@ -1,12 +1,14 @@
 // Checkpoint files: named tensors in one binary file with the training step it belongs to and an
 // FNV-1a checksum, written atomically (a reader sees the old file or the new one, never a mix).
 // RankExecutor::save_checkpoint / load_checkpoint (executor.h) lay a checkpoint out as one such
-// file per model layer plus a manifest, so it can be resumed under any plan of the same model.
+// file per model layer plus a manifest, so it can be resumed under any plan of the same model;
+// this header names those files and rids a checkpoint directory of a killed save's temporaries.
 // Thread-safe free functions.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "motley/core/status.h"
@@ -27,7 +29,18 @@ struct TensorFile {
 // REQUIRES: CPU tensors of float32 or int64.
 Status write_tensor_file(const std::string& path, const TensorFile& file);
 // Errors: not_found (no such file), invalid_argument naming the path for a file that is not a
-// tensor file, is truncated, or whose checksum does not match.
+// tensor file, is truncated, or whose checksum does not match, and naming the tensor for a
+// record whose shape is not its byte count (checked before anything is allocated).
 Result<TensorFile> read_tensor_file(const std::string& path);
+
+// The files of a checkpoint directory: the manifest and one tensor file per model layer.
+inline constexpr std::string_view kCheckpointManifest = "manifest.json";
+std::string checkpoint_layer_file(int layer);  // "layer-3.bin"
+
+// Removes from checkpoint directory `dir` the temporaries a killed save left beside the
+// manifest and the layer files (named as core/output_files.h names them), and nothing else: a
+// checkpoint's own files stay. A missing directory has none. REQUIRES: no save into `dir` is
+// under way. Errors: io_error naming the temporary that could not be removed.
+Status remove_stale_checkpoint_temporaries(const std::string& dir);
 
 }  // namespace motley
