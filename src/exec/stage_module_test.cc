@@ -15,13 +15,9 @@
 namespace motley {
 namespace {
 
-constexpr int64_t kSeq = 24;
+using testing::preset;
 
-ModelSpec preset(const char* name) {
-  auto model = model_preset(name);
-  EXPECT_TRUE(model.is_ok()) << model.status().message();
-  return *model;
-}
+constexpr int64_t kSeq = 24;
 
 std::unique_ptr<StageModule> stage(const ModelSpec& model, int begin, int end,
                                    ParameterStore& store, uint64_t seed = 5) {

@@ -7,11 +7,14 @@
 #include <cmath>
 #include <string>
 
+#include "model_test_util.h"
 #include "motley/core/json.h"
 #include "motley/model/layer_cost.h"
 
 namespace motley {
 namespace {
+
+using model_testing::relative_error;
 
 using ::testing::HasSubstr;
 
@@ -59,10 +62,6 @@ int64_t extra(const ModelSpec& m) {
   int64_t t = 0;
   for (const Layer& l : m.extra_layers) t += layer_params(l);
   return t;
-}
-
-double relative_error(int64_t computed, double published) {
-  return std::fabs(static_cast<double>(computed) - published) / published;
 }
 
 const Layer& find(const ModelSpec& m, const std::string& name) {

@@ -5,18 +5,14 @@
 #include <string>
 #include <vector>
 
+#include "model_test_util.h"
 #include "motley/model/presets.h"
 
 namespace motley {
 namespace {
 
-const std::string kData = MOTLEY_TEST_DATA_DIR;
-
-Json parse_or_die(const std::string& text) {
-  Result<Json> j = parse_json(text, "test");
-  EXPECT_TRUE(j.is_ok()) << j.status().message();
-  return j.is_ok() ? j.value() : Json();
-}
+using model_testing::kData;
+using model_testing::parse_or_die;
 
 ModelSpec tiny_llama() {
   Result<ModelSpec> m = model_preset("tiny-llama");

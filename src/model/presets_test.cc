@@ -7,11 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "model_test_util.h"
 #include "motley/model/layer_cost.h"
 #include "motley/model/model_json.h"
 
 namespace motley {
 namespace {
+
+using model_testing::relative_error;
 
 int64_t total_params(const ModelSpec& m) {
   int64_t n = 0;
@@ -44,10 +47,6 @@ ModelSpec preset_or_die(const std::string& name) {
 }
 
 // Relative difference to a published figure.
-double relative_error(int64_t actual, double published) {
-  return std::fabs(static_cast<double>(actual) - published) / published;
-}
-
 TEST(ModelPresets, ListsEveryPresetInOrder) {
   std::vector<std::string> expected = {
       "llama-3-8b",    "llama-3-70b", "mixtral-8x7b", "deepseek-v2-lite", "gemma-2-9b",

@@ -6,19 +6,16 @@
 #include <string>
 #include <vector>
 
+#include "model_test_util.h"
 #include "motley/model/model_json.h"
 
 namespace motley {
 namespace {
 
-const std::string kData = MOTLEY_TEST_DATA_DIR;
-const std::string kSource = MOTLEY_SOURCE_DIR;
+using model_testing::kData;
+using model_testing::parse_or_die;
 
-Json parse_or_die(const std::string& text) {
-  Result<Json> j = parse_json(text, "test");
-  EXPECT_TRUE(j.is_ok()) << j.status().message();
-  return j.is_ok() ? j.value() : Json();
-}
+const std::string kSource = MOTLEY_SOURCE_DIR;
 
 std::vector<std::string> names(const ModelSpec& m) {
   std::vector<std::string> out;

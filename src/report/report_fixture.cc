@@ -1,6 +1,14 @@
 #include "report_fixture.h"
 
 namespace motley::report_testing {
+
+int count(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1)) {
+    ++n;
+  }
+  return n;
+}
 namespace {
 
 NodeSpec node(const std::string& name) {

@@ -15,6 +15,8 @@
 // B s1 mb1, grad s1 mb1, B s0 mb1, all-reduce s0, optimizer g0: 12 ms.
 #pragma once
 
+#include <string>
+
 #include "motley/cluster/cluster.h"
 #include "motley/plan/plan.h"
 #include "motley/sim/simulator.h"
@@ -24,5 +26,8 @@ namespace motley::report_testing {
 ClusterSpec two_nodes();  // "a": devices 0-3, "b": devices 4-7, one NIC each
 Plan two_replica_plan();
 SimResult two_replica_result();  // with the timeline and critical path above
+
+// How often `needle` occurs in `text`, overlapping occurrences included.
+int count(const std::string& text, const std::string& needle);
 
 }  // namespace motley::report_testing

@@ -12,17 +12,12 @@
 #include "motley/report/svg_timeline.h"
 #include "motley/schedule/uniform_plan.h"
 #include "motley/sim/simulator.h"
+#include "report_fixture.h"
 
 namespace motley {
 namespace {
 
-int count(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (size_t pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1)) {
-    ++n;
-  }
-  return n;
-}
+using report_testing::count;
 
 TEST(SimulatedReportTest, EveryTaskAppearsInEveryView) {
   Result<ModelSpec> model = model_preset("tiny-llama");

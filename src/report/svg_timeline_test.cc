@@ -11,6 +11,7 @@
 namespace motley {
 namespace {
 
+using report_testing::count;
 using report_testing::two_nodes;
 using report_testing::two_replica_plan;
 using report_testing::two_replica_result;
@@ -57,14 +58,6 @@ std::string xml_problem(const std::string& xml) {
   if (!open.empty()) return "unclosed <" + open.back() + ">";
   if (roots != 1) return "expected one root element, got " + std::to_string(roots);
   return "";
-}
-
-int count(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (size_t pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1)) {
-    ++n;
-  }
-  return n;
 }
 
 // The numbers drawn inside boxes, in document order.

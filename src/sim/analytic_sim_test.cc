@@ -9,9 +9,14 @@
 #include "motley/model/presets.h"
 #include "motley/schedule/uniform_plan.h"
 #include "motley/sim/simulator.h"
+#include "sim_test_util.h"
 
 namespace motley {
 namespace {
+
+using sim_testing::expect_relative;
+using sim_testing::kFreeInter;
+using sim_testing::kFreeIntra;
 
 class AnalyticSimTest : public ::testing::Test {
  protected:
@@ -42,10 +47,6 @@ class AnalyticSimTest : public ::testing::Test {
   ClusterSpec cluster_;
   std::unique_ptr<AnalyticCostModel> cost_;
 };
-
-void expect_relative(double actual, double expected) {
-  EXPECT_NEAR(actual, expected, 1e-12 * std::abs(expected));
-}
 
 // One device, no pipeline: m times the model's F + B + W, then the memory-bound optimizer step.
 TEST_F(AnalyticSimTest, OneDeviceIsItsComputeThenItsOptimizerStep) {

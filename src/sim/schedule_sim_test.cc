@@ -10,12 +10,14 @@
 #include "motley/cost/fixed_cost_model.h"
 #include "motley/schedule/schedule.h"
 #include "motley/sim/simulator.h"
+#include "sim_test_util.h"
 
 namespace motley {
 namespace {
 
-constexpr LinkSpec kFreeIntra{LinkKind::kNvlink, BytesPerSecond(1e12), Seconds(0)};
-constexpr LinkSpec kFreeInter{LinkKind::kInfiniband, BytesPerSecond(1e12), Seconds(0)};
+using sim_testing::expect_relative;
+using sim_testing::kFreeInter;
+using sim_testing::kFreeIntra;
 
 // Per-device times of one micro-batch through the device's whole share of the model; a device
 // holding c chunks spends F / c per chunk.
@@ -73,10 +75,6 @@ double simulate_schedule(ScheduleKind kind, int p, int v, int64_t m, Times t,
   if (!res.is_ok()) return -1;
   if (devices != nullptr) *devices = res.value().devices;
   return res.value().iteration_time.value();
-}
-
-void expect_relative(double actual, double expected) {
-  EXPECT_NEAR(actual, expected, 1e-12 * std::abs(expected));
 }
 
 std::string trace(int p, int64_t m, Times t) {

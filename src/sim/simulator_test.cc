@@ -10,9 +10,14 @@
 
 #include "motley/cost/fixed_cost_model.h"
 #include "motley/plan/plan_json.h"
+#include "sim_test_util.h"
 
 namespace motley {
 namespace {
+
+using sim_testing::expect_relative;
+using sim_testing::kFreeInter;
+using sim_testing::kFreeIntra;
 
 using ::testing::HasSubstr;
 
@@ -42,9 +47,6 @@ FixedCostSpec uniform_spec(int layers, FixedLayerTimes t, Bytes boundary = Bytes
   }
   return spec;
 }
-
-constexpr LinkSpec kFreeIntra{LinkKind::kNvlink, BytesPerSecond(1e12), Seconds(0)};
-constexpr LinkSpec kFreeInter{LinkKind::kInfiniband, BytesPerSecond(1e12), Seconds(0)};
 
 // One replica, stage s = layer s on group (s % groups) = device (s % groups).
 Plan pipeline_plan(int stages, int groups, int64_t micro_batches,
@@ -106,10 +108,6 @@ SimResult run_ok(const SimOptions& options, const Plan& plan, const CostModel& c
   return r.is_ok() ? r.value() : SimResult{};
 }
 
-void expect_relative(double actual, double expected) {
-  EXPECT_NEAR(actual, expected, 1e-12 * std::abs(expected)) << "expected " << expected;
-}
-
 std::vector<std::string> names(const std::vector<SimTask>& tasks) {
   std::vector<std::string> out;
   for (const SimTask& t : tasks) out.push_back(sim_task_name(t));
@@ -126,7 +124,7 @@ const PM kShapes[] = {{1, 1}, {2, 1}, {2, 2},  {2, 5}, {3, 3},
                       {4, 4}, {4, 7}, {4, 16}, {8, 3}, {8, 32}};
 
 // Dyadic times (exact sums) and non-dyadic ones (rounding, hence the 1e-12 tolerance).
-const FixedLayerTimes kTimes[] = {
+const FixedLayerTimes kLayerTimes[] = {
     {Seconds(1.0), Seconds(2.0), Seconds(1.5), Seconds(0)},
     {Seconds(1.1), Seconds(2.3), Seconds(0.7), Seconds(0)},
 };
@@ -144,7 +142,7 @@ double closed_form(const PM& s, const FixedLayerTimes& t, bool split) {
 }
 
 TEST(SimulateClosedForm, GPipe) {
-  for (const FixedLayerTimes& t : kTimes) {
+  for (const FixedLayerTimes& t : kLayerTimes) {
     const double round = (t.forward + t.backward_input + t.backward_weight).value();
     for (const PM& s : kShapes) {
       for (bool split : {false, true}) {
@@ -165,7 +163,7 @@ TEST(SimulateClosedForm, GPipe) {
 }
 
 TEST(SimulateClosedForm, OneFOneB) {
-  for (const FixedLayerTimes& t : kTimes) {
+  for (const FixedLayerTimes& t : kLayerTimes) {
     const double round = (t.forward + t.backward_input + t.backward_weight).value();
     for (const PM& s : kShapes) {
       for (bool split : {false, true}) {
