@@ -1,5 +1,7 @@
 #include "cli_main.h"
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -58,7 +60,7 @@ int cli_main(int argc, char** argv, const std::vector<AddCommand>& commands) {
   // CLI11 only says "A subcommand is required" for a mistyped command; name it instead.
   if (argc > 1 && argv[1][0] != '-' && find_subcommand(app, argv[1]) == nullptr) {
     print_usage_error(
-        std::string("unknown command '") + argv[1] + "'; commands: " + subcommand_names(app),
+        fmt::format("unknown command '{}'; commands: {}", argv[1], subcommand_names(app)),
         "motley");
     return 2;
   }

@@ -4,6 +4,8 @@
 // exits non-zero stops the others and names itself in the error. POSIX processes and pipes
 // only; it knows nothing of plans or of what the ranks run.
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -69,13 +71,13 @@ Result<int> free_port() {
 }
 
 std::string describe_status(int status) {
-  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
     const char* name = ::strsignal(sig);
-    return "was killed by signal " + std::to_string(sig) + " (" + (name ? name : "?") + ")";
+    return fmt::format("was killed by signal {} ({})", sig, name ? name : "?");
   }
-  return "ended with wait status " + std::to_string(status);
+  return fmt::format("ended with wait status {}", status);
 }
 
 bool failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
@@ -87,7 +89,7 @@ void write_all(FILE* stream, const std::string& text) {
 
 // Emits the complete lines of `partial` (all of it at end of stream) with the rank's prefix.
 void emit_lines(std::string* partial, int rank, FILE* stream, bool at_end) {
-  const std::string prefix = "[rank " + std::to_string(rank) + "] ";
+  const std::string prefix = fmt::format("[rank {}] ", rank);
   size_t begin = 0;
   std::string text;
   for (size_t nl; (nl = partial->find('\n', begin)) != std::string::npos; begin = nl + 1) {
@@ -329,25 +331,26 @@ Status launch_command(const LaunchOptions& opt) {
   if (!failures.empty()) {
     // The first failure, then the ranks that failed on their own meanwhile (usually because of
     // it), then those stop_all ended.
-    std::string message;
+    std::vector<std::string> parts;
     for (const Child* c : failures) {
-      message += (message.empty() ? "" : "; ") + std::string("rank ") + std::to_string(c->rank) +
-                 " " + describe_status(c->wait_status);
+      parts.push_back(fmt::format("rank {} {}", c->rank, describe_status(c->wait_status)));
     }
-    std::string stopped;
+    std::vector<int> stopped;
     for (const Child& c : children) {
       if (std::find(failures.begin(), failures.end(), &c) != failures.end()) continue;
       const bool by_us = c.signalled && WIFSIGNALED(c.wait_status) &&
                          (WTERMSIG(c.wait_status) == SIGTERM || WTERMSIG(c.wait_status) == SIGKILL);
       if (by_us) {
-        stopped += (stopped.empty() ? "" : ", ") + std::to_string(c.rank);
+        stopped.push_back(c.rank);
       } else if (failed(c.wait_status)) {
-        message += "; rank " + std::to_string(c.rank) + " " + describe_status(c.wait_status);
+        parts.push_back(fmt::format("rank {} {}", c.rank, describe_status(c.wait_status)));
       }
     }
-    if (!stopped.empty())
-      message += "; stopped rank" +
-                 std::string(stopped.find(',') != std::string::npos ? "s " : " ") + stopped;
+    if (!stopped.empty()) {
+      parts.push_back(fmt::format("stopped rank{} {}", stopped.size() > 1 ? "s" : "",
+                                  fmt::join(stopped, ", ")));
+    }
+    const std::string message = fmt::format("{}", fmt::join(parts, "; "));
     const Child& first = *failures.front();
     const int code = WIFEXITED(first.wait_status) ? WEXITSTATUS(first.wait_status) : 1;
     // A rank's bad input (exit 2) is the launch's bad input.
@@ -357,8 +360,7 @@ Status launch_command(const LaunchOptions& opt) {
   if (!trace.empty()) {
     MOTLEY_RETURN_IF_ERROR(merge_rank_traces(trace, opt.nproc));
     if (!capture_json) {
-      write_all(stdout, "trace: " + trace + " (the " + std::to_string(opt.nproc) +
-                            " ranks' files merged)\n");
+      write_all(stdout, fmt::format("trace: {} (the {} ranks' files merged)\n", trace, opt.nproc));
     }
   }
   if (capture_json) {

@@ -132,7 +132,7 @@ struct Emulation {
 // What motley wrote into `fd` (run_emulation.h): the factors, or the error it met. Closes `fd`.
 Result<EmulationFactors> read_emulation_factors(int fd) {
   const std::string source =
-      "the emulation's factors from motley (--emulation-fd " + std::to_string(fd) + ")";
+      fmt::format("the emulation's factors from motley (--emulation-fd {})", fd);
   if (fd < 0) {
     return invalid_argument(
         "--emulate: the emulation's factors come from motley, which computes them with the cost "
@@ -484,8 +484,9 @@ ExecOptions exec_options(const RunOptions& opt, std::string* note) {
   if (exec.precision != requested) {
     std::string why;
     cpu_bf16_autocast_available(&why);
-    *note = "--precision bf16: this libtorch cannot autocast to bf16 on the CPU (" + why +
-            "); running in fp32";
+    *note = fmt::format(
+        "--precision bf16: this libtorch cannot autocast to bf16 on the CPU ({}); running in fp32",
+        why);
     std::fprintf(stderr, "motley: note: %s\n", note->c_str());
   }
   return exec;

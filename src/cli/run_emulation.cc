@@ -1,5 +1,6 @@
 #include "run_emulation.h"
 
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -135,14 +136,14 @@ Result<std::optional<int>> emulation_handover(const std::vector<std::string>& ar
     if (n <= 0) {
       const std::string why = std::strerror(errno);
       ::close(fd);
-      return io_error("cannot write the emulation's in-memory file: " + why);
+      return io_error(fmt::format("cannot write the emulation's in-memory file: {}", why));
     }
     written += static_cast<size_t>(n);
   }
   if (::lseek(fd, 0, SEEK_SET) != 0) {
     const std::string why = std::strerror(errno);
     ::close(fd);
-    return io_error("cannot rewind the emulation's in-memory file: " + why);
+    return io_error(fmt::format("cannot rewind the emulation's in-memory file: {}", why));
   }
   return std::optional<int>(fd);
 }

@@ -22,11 +22,12 @@ namespace {
 Status forward_to_motley_run(const std::vector<std::string>& args) {
   std::error_code ec;
   std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return internal_error("cannot locate the motley executable: " + ec.message());
+  if (ec)
+    return internal_error(fmt::format("cannot locate the motley executable: {}", ec.message()));
   std::string target = (self.parent_path() / "motley-run").string();
   if (::access(target.c_str(), X_OK) != 0) {
-    return not_found("'motley run' needs " + target +
-                     ", built beside motley (cmake --build build builds it)");
+    return not_found(fmt::format(
+        "'motley run' needs {}, built beside motley (cmake --build build builds it)", target));
   }
   MOTLEY_ASSIGN_OR_RETURN(std::optional<int> emulation, emulation_handover(args));
   // The hidden option goes first: anything after a `--` in `args` would be positional.
