@@ -137,6 +137,17 @@ TEST(HostileInputCommands, RunRefusesASequenceLengthBeforeTheExecutorStarts) {
                  "seq_len");
 }
 
+TEST(HostileInputCommands, AFileThatNeverEndsIsReadOnlyUpToTheLimit) {
+  TempDir cwd("motley_hostile");
+  const RunResult r = motley::test_support::run_binary(MOTLEY_BINARY, "model show /dev/zero",
+                                                       RunOptions{cwd.path(), ""});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "motley: error: /dev/zero: larger than 256 MiB, the most motley reads as a JSON or "
+            "YAML file\n");
+}
+
 // Every file in the folder is run (a file missing from the manifest would be skipped silently),
 // and every kind of input motley reads has its share.
 TEST(HostileCorpus, ListsEveryFileAndCoversEveryKind) {

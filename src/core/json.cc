@@ -16,7 +16,6 @@
 #include <fstream>
 #include <limits>
 #include <set>
-#include <sstream>
 
 namespace motley {
 namespace {
@@ -408,7 +407,10 @@ Result<Json> parse_json(std::string_view text, std::string_view source) {
   return j;
 }
 
-Result<std::string> read_text_file(const std::string& path) {
+namespace {
+
+// The whole file, or an error as soon as it passes `max_bytes`.
+Result<std::string> read_at_most(const std::string& path, size_t max_bytes) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     return invalid_argument(fmt::format("{}: is a directory, expected a file", path));
@@ -420,14 +422,32 @@ Result<std::string> read_text_file(const std::string& path) {
     if (err == ENOENT) return not_found(fmt::format("{}: no such file", path));
     return io_error(fmt::format("{}: cannot read: {}", path, why));
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  std::string text;
+  std::vector<char> chunk(size_t{1} << 16);
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    const auto got = static_cast<size_t>(in.gcount());
+    if (got > max_bytes - text.size()) {
+      return invalid_argument(
+          fmt::format("{}: larger than {} MiB, the most motley reads as a "
+                      "JSON or YAML file",
+                      path, max_bytes >> 20));
+    }
+    text.append(chunk.data(), got);
+  }
   if (in.bad()) return io_error(fmt::format("{}: read failed", path));
-  return ss.str();
+  return text;
+}
+
+}  // namespace
+
+Result<std::string> read_text_file(const std::string& path) {
+  return read_at_most(path, std::numeric_limits<size_t>::max());
 }
 
 Result<Json> read_json_file(const std::string& path) {
-  MOTLEY_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  MOTLEY_ASSIGN_OR_RETURN(std::string text,
+                          read_at_most(path, static_cast<size_t>(kMaxStructuredFileBytes)));
   return parse_json(text, path);
 }
 
@@ -446,7 +466,8 @@ Result<Json> parse_yaml(std::string_view text, std::string_view source) {
 }
 
 Result<Json> read_yaml_file(const std::string& path) {
-  MOTLEY_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  MOTLEY_ASSIGN_OR_RETURN(std::string text,
+                          read_at_most(path, static_cast<size_t>(kMaxStructuredFileBytes)));
   return parse_yaml(text, path);
 }
 

@@ -276,6 +276,13 @@ TEST(FileTest, MissingFileIsNotFound) {
   EXPECT_EQ(r.status().message(), "/nonexistent/motley.json: no such file");
 }
 
+TEST(FileTest, StructuredFilesAreReadUpToALimit) {
+  // A device that never ends used to be read until memory ran out.
+  EXPECT_EQ(read_json_file("/dev/zero").status().message(),
+            "/dev/zero: larger than 256 MiB, the most motley reads as a JSON or YAML file");
+  EXPECT_EQ(read_yaml_file("/dev/zero").status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(FileTest, AtomicWriteReplacesWholeFileAndLeavesNoTemporary) {
   auto dir =
       std::filesystem::temp_directory_path() / ("motley_json_test_" + std::to_string(::getpid()));

@@ -21,6 +21,9 @@ using Json = nlohmann::json;
 // files nest a handful of levels; the limit is checked before anything recurses into a
 // document, so a hostile file cannot exhaust the stack.
 inline constexpr int kMaxNestingDepth = 64;
+// The largest JSON or YAML file motley reads: far above any plan, model or cluster file, and
+// a stop for a device or pipe that never ends (/dev/zero).
+inline constexpr int64_t kMaxStructuredFileBytes = int64_t{256} << 20;
 // The most values a YAML document may hold once its aliases are expanded (each use of an
 // alias counts its anchor's values again), so that a few hundred bytes of nested aliases
 // cannot expand to gigabytes. The largest cluster file motley accepts holds far fewer.
@@ -39,12 +42,13 @@ Json number_json(double v);
 
 // Reads a whole file; the error names the path and the OS reason.
 Result<std::string> read_text_file(const std::string& path);
+// At most kMaxStructuredFileBytes, then parse_json.
 Result<Json> read_json_file(const std::string& path);
 // Reads YAML and converts it to the same Json tree (scalars become integers, floats, booleans,
 // null or strings, as YAML 1.2's core schema reads them), so one field reader serves both.
 // Anchors and aliases work; an alias inside its own anchor, more than kMaxYamlValues values
 // after expansion, nesting deeper than kMaxNestingDepth, a key repeated within one mapping and
-// a key that is not a scalar are errors naming the source.
+// a key that is not a scalar are errors naming the source. At most kMaxStructuredFileBytes.
 Result<Json> read_yaml_file(const std::string& path);
 Result<Json> parse_yaml(std::string_view text, std::string_view source);
 
