@@ -11,6 +11,8 @@
 #include <sstream>
 
 #include "motley/cluster/cluster.h"
+#include "motley/cluster/limits.h"
+#include "motley/core/checked_math.h"
 
 namespace motley {
 namespace {
@@ -113,6 +115,7 @@ Result<LinkSpec> parse_network(const JsonField& root) {
 struct ParsedDevices {
   std::vector<NodeDevices> groups;
   std::vector<const DeviceType*> types;  // one per group
+  int64_t count = 0;                     // devices over all groups
 };
 
 Result<ParsedDevices> parse_devices(const JsonField& node) {
@@ -147,9 +150,14 @@ Result<ParsedDevices> parse_devices(const JsonField& node) {
             seen->name));
       }
     }
-    MOTLEY_ASSIGN_OR_RETURN(int64_t count, e.get_positive_int("count"));
+    MOTLEY_ASSIGN_OR_RETURN(int64_t count, e.get_int_in("count", IntRange{1, kMaxDevicesPerNode}));
     out.groups.push_back(NodeDevices{type.value()->name, count});
     out.types.push_back(type.value());
+    out.count += count;  // at most kMaxDevicesPerNode per catalog type: no overflow
+  }
+  if (out.count > kMaxDevicesPerNode) {
+    return f.error(fmt::format("gives the node {} devices; at most {} are supported", out.count,
+                               kMaxDevicesPerNode));
   }
   return out;
 }
@@ -238,14 +246,22 @@ Result<LinkSpec> parse_interconnect(const JsonField& node, const ParsedDevices& 
   return ic;
 }
 
-Result<std::vector<NodeSpec>> parse_node(const JsonField& f, const LinkSpec& network) {
+// One entry of `nodes`, before `count: N` makes N of it.
+struct NodeEntry {
+  NodeSpec node;
+  int64_t count = 1;
+  int64_t devices = 0;  // in one copy
+};
+
+Result<NodeEntry> parse_node(const JsonField& f, const LinkSpec& network) {
   MOTLEY_RETURN_IF_ERROR(
       f.check_keys({"name", "count", "devices", "interconnect", "pcie", "devices_per_pcie_switch",
                     "nic", "price_per_hour", "spot"}));
   NodeSpec node;
   MOTLEY_ASSIGN_OR_RETURN(node.name, f.get_string("name"));
   if (node.name.empty()) return f.child_error("name", "expected a non-empty name");
-  MOTLEY_ASSIGN_OR_RETURN(int64_t count, f.get_positive_int_or("count", 1));
+  MOTLEY_ASSIGN_OR_RETURN(int64_t count,
+                          f.get_int_in_or("count", IntRange{1, kMaxClusterDevices}, 1));
   MOTLEY_ASSIGN_OR_RETURN(ParsedDevices devices, parse_devices(f));
   node.devices = devices.groups;
 
@@ -262,15 +278,17 @@ Result<std::vector<NodeSpec>> parse_node(const JsonField& f, const LinkSpec& net
                           get_latency_or(pcie, default_link_latency(LinkKind::kPcie)));
 
   MOTLEY_ASSIGN_OR_RETURN(node.interconnect, parse_interconnect(f, devices, node.pcie));
-  MOTLEY_ASSIGN_OR_RETURN(node.devices_per_pcie_switch,
-                          f.get_nonnegative_int_or("devices_per_pcie_switch", 0));
+  MOTLEY_ASSIGN_OR_RETURN(
+      node.devices_per_pcie_switch,
+      f.get_int_in_or("devices_per_pcie_switch", IntRange{0, kMaxDevicesPerNode}, 0));
 
   const JsonField nic = section_or_empty(f, "nic");
   MOTLEY_RETURN_IF_ERROR(nic.check_keys({"bandwidth_GBps", "latency_us", "count"}));
   node.nic.kind = network.kind;
   MOTLEY_ASSIGN_OR_RETURN(node.nic.bandwidth, get_bandwidth_or(nic, network.bandwidth));
   MOTLEY_ASSIGN_OR_RETURN(node.nic.latency, get_latency_or(nic, default_nic_latency(network.kind)));
-  MOTLEY_ASSIGN_OR_RETURN(node.nic_count, nic.get_positive_int_or("count", 1));
+  MOTLEY_ASSIGN_OR_RETURN(node.nic_count,
+                          nic.get_int_in_or("count", IntRange{1, kMaxNicsPerNode}, 1));
 
   MOTLEY_ASSIGN_OR_RETURN(node.spot, f.get_bool_or("spot", false));
   double price = 0.0;
@@ -281,18 +299,34 @@ Result<std::vector<NodeSpec>> parse_node(const JsonField& f, const LinkSpec& net
   }
   MOTLEY_ASSIGN_OR_RETURN(node.price_per_hour,
                           f.get_nonnegative_double_or("price_per_hour", price));
+  return NodeEntry{std::move(node), count, devices.count};
+}
 
+// The physical nodes an entry stands for: itself, or "<name>-0" .. "<name>-(N-1)".
+std::vector<NodeSpec> expand(const NodeEntry& entry) {
+  if (entry.count == 1) return {entry.node};
   std::vector<NodeSpec> out;
-  if (count == 1) {
-    out.push_back(node);
-    return out;
-  }
-  for (int64_t k = 0; k < count; ++k) {
-    NodeSpec copy = node;
-    copy.name = node.name + "-" + std::to_string(k);
+  out.reserve(static_cast<size_t>(entry.count));
+  for (int64_t k = 0; k < entry.count; ++k) {
+    NodeSpec copy = entry.node;
+    copy.name = entry.node.name + "-" + std::to_string(k);
     out.push_back(std::move(copy));
   }
   return out;
+}
+
+// Adds an entry's devices to the cluster's before it is expanded; an error names the entry.
+Status count_devices(const JsonField& f, const NodeEntry& entry, int64_t* total) {
+  const std::optional<int64_t> devices = checked_mul(entry.count, entry.devices);
+  const std::optional<int64_t> sum = devices ? checked_add(*total, *devices) : std::nullopt;
+  if (!sum || *sum > kMaxClusterDevices) {
+    return f.error(
+        fmt::format("brings the cluster past {} devices ({} nodes of {}), the most "
+                    "supported",
+                    kMaxClusterDevices, entry.count, entry.devices));
+  }
+  *total = *sum;
+  return Status::ok();
 }
 
 // The shortest decimal that reads back as exactly `v`.
@@ -364,9 +398,11 @@ Result<ClusterSpec> cluster_from_json(const JsonField& root) {
   MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> nodes, nodes_field.items());
   if (nodes.empty()) return nodes_field.error("expected at least one node");
   std::map<std::string, std::string> seen;  // node name -> the entry that made it
+  int64_t devices = 0;
   for (const JsonField& n : nodes) {
-    MOTLEY_ASSIGN_OR_RETURN(std::vector<NodeSpec> expanded, parse_node(n, cluster.network));
-    for (NodeSpec& node : expanded) {
+    MOTLEY_ASSIGN_OR_RETURN(NodeEntry entry, parse_node(n, cluster.network));
+    MOTLEY_RETURN_IF_ERROR(count_devices(n, entry, &devices));
+    for (NodeSpec& node : expand(entry)) {
       auto [it, inserted] = seen.emplace(node.name, n.path());
       if (!inserted) {
         return n.child_error("name", fmt::format("duplicate node name '{}' (also made by {}); "

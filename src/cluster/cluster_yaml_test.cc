@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -244,6 +245,79 @@ TEST(ClusterYamlTest, RejectsBadCounts) {
       "got -1");
   expect_error("nodes: [{name: a, devices: {type: A10, count: \"8\"}}]",
                "test.yaml: field 'nodes[0].devices.count': expected an integer, got \"8\"");
+}
+
+// Counts are capped before nodes are expanded or a topology sized: 2^63-1 nodes used to end in
+// std::bad_alloc, naming neither file nor field.
+TEST(ClusterYamlTest, RejectsHugeCountsBeforeExpanding) {
+  expect_error("nodes: [{name: a, count: 9223372036854775807, devices: {type: A10, count: 1}}]",
+               "test.yaml: field 'nodes[0].count': expected an integer from 1 to 4096, got "
+               "9223372036854775807");
+  expect_error("nodes: [{name: a, devices: {type: A10, count: 1e9}}]",
+               "test.yaml: field 'nodes[0].devices.count': expected an integer from 1 to 1024, got "
+               "1000000000.0");
+  expect_error("nodes: [{name: a, devices: {type: A10, count: 1}, nic: {count: 1000000}}]",
+               "test.yaml: field 'nodes[0].nic.count': expected an integer from 1 to 1024, got "
+               "1000000");
+  expect_error(
+      "nodes: [{name: a, devices: {type: A10, count: 1}, devices_per_pcie_switch: 4294967296}]",
+      "test.yaml: field 'nodes[0].devices_per_pcie_switch': expected an integer from 0 to 1024, "
+      "got 4294967296");
+  expect_error("nodes: [{name: a, devices: [{type: A10, count: 1000}, {type: T4, count: 1000}]}]",
+               "test.yaml: field 'nodes[0].devices': gives the node 2000 devices; at most 1024 are "
+               "supported");
+  // The product of two counts within their limits, and the sum over entries.
+  expect_error(
+      "network: {kind: ethernet}\n"
+      "nodes: [{name: a, count: 4096, devices: {type: A10, count: 8}}]",
+      "test.yaml: field 'nodes[0]': brings the cluster past 4096 devices (4096 nodes of "
+      "8), the most supported");
+  expect_error(
+      "network: {kind: ethernet}\n"
+      "nodes: [{name: a, count: 500, devices: {type: A10, count: 8}},\n"
+      "        {name: b, count: 97, devices: {type: T4, count: 1}}]",
+      "test.yaml: field 'nodes[1]': brings the cluster past 4096 devices (97 nodes of 1), "
+      "the most supported");
+  auto at_limit = parse(
+      "network: {kind: ethernet}\n"
+      "nodes: [{name: a, count: 512, devices: {type: A10, count: 8}}]");
+  ASSERT_TRUE(at_limit.is_ok()) << at_limit.status().message();
+  EXPECT_EQ(at_limit.value().nodes.size(), 512u);
+}
+
+TEST(ClusterYamlTest, RejectsRecursiveAliasesAndAliasBombs) {
+  expect_error("nodes: &n [*n]",
+               "test.yaml: field 'nodes[0]' (line 1): an alias refers to a node that contains it; "
+               "YAML aliases must not be recursive");
+  std::string bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n";
+  for (char c = 'b'; c <= 'j'; ++c) {
+    bomb += fmt::format("{0}: &{0} [*{1}, *{1}, *{1}, *{1}, *{1}, *{1}, *{1}, *{1}, *{1}]\n", c,
+                        static_cast<char>(c - 1));
+  }
+  expect_error_starts(bomb + "nodes: [*j]", "test.yaml: field '");
+  // Anchors as a user writes them still work.
+  auto shared = parse(
+      "network: {kind: infiniband}\n"
+      "nodes:\n  - {name: a, devices: &h100 {type: H100-SXM, count: 8}}\n"
+      "  - {name: b, devices: *h100}\n");
+  ASSERT_TRUE(shared.is_ok()) << shared.status().message();
+  EXPECT_EQ(shared.value().nodes[1].devices[0].count, 8);
+}
+
+TEST(ClusterYamlTest, RejectsDuplicateKeysNamingThePath) {
+  expect_error("nodes:\n  - name: a\n    devices: {type: A10, count: 1}\n    name: b\n",
+               "test.yaml: field 'nodes[0].name' (line 4): duplicate key; a key may appear only "
+               "once in a mapping");
+}
+
+TEST(ClusterYamlTest, RejectsNonFiniteNumbers) {
+  expect_error("nodes: [{name: a, devices: {type: A10, count: 1}, price_per_hour: .nan}]",
+               "test.yaml: field 'nodes[0].price_per_hour': expected a finite non-negative "
+               "number, got NaN");
+  expect_error(
+      "network: {bandwidth_GBps: .inf}\nnodes: [{name: a, devices: {type: A10, count: 1}}]",
+      "test.yaml: field 'network.bandwidth_GBps': expected a finite positive number, got "
+      "Infinity");
 }
 
 TEST(ClusterYamlTest, RejectsUnknownKeys) {

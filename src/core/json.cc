@@ -5,15 +5,17 @@
 #include <fmt/ranges.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <sstream>
+#include <set>
 
 namespace motley {
 namespace {
@@ -24,16 +26,33 @@ namespace {
 constexpr std::string_view kNanPlaceholder = "1.2345678901234567e308";
 constexpr std::string_view kInfPlaceholder = "1.7976931348623157e308";
 
-std::string replace_python_tokens(std::string_view text, bool* replaced) {
-  std::string out;
-  out.reserve(text.size());
+// One token rewritten to a placeholder, so that an error position in the rewritten text can
+// be given in the user's text.
+struct Rewrite {
+  size_t offset = 0;       // of the token in the original text
+  size_t token_size = 0;   // in the original text
+  size_t placeholder = 0;  // size of what replaced it
+};
+
+struct CleanedJson {
+  std::string text;
+  std::vector<Rewrite> rewrites;  // in text order
+};
+
+CleanedJson replace_python_tokens(std::string_view text) {
+  CleanedJson out;
+  out.text.reserve(text.size());
   bool in_string = false;
+  auto rewrite = [&](size_t i, std::string_view token, std::string_view placeholder) {
+    out.text.append(placeholder);
+    out.rewrites.push_back(Rewrite{i, token.size(), placeholder.size()});
+  };
   for (size_t i = 0; i < text.size(); ++i) {
     char c = text[i];
     if (in_string) {
-      out.push_back(c);
+      out.text.push_back(c);
       if (c == '\\' && i + 1 < text.size()) {
-        out.push_back(text[++i]);
+        out.text.push_back(text[++i]);
       } else if (c == '"') {
         in_string = false;
       }
@@ -41,20 +60,172 @@ std::string replace_python_tokens(std::string_view text, bool* replaced) {
     }
     if (c == '"') {
       in_string = true;
-      out.push_back(c);
+      out.text.push_back(c);
     } else if (text.substr(i, 8) == "Infinity") {
-      out.append(kInfPlaceholder);
+      rewrite(i, "Infinity", kInfPlaceholder);
       i += 7;
-      *replaced = true;
     } else if (text.substr(i, 3) == "NaN") {
-      out.append(kNanPlaceholder);
+      rewrite(i, "NaN", kNanPlaceholder);
       i += 2;
-      *replaced = true;
     } else {
-      out.push_back(c);
+      out.text.push_back(c);
     }
   }
   return out;
+}
+
+// The offset in the original text of `offset` in the rewritten one (inside a placeholder: the
+// start of its token).
+size_t original_offset(const CleanedJson& cleaned, size_t offset) {
+  size_t growth = 0;
+  for (const Rewrite& r : cleaned.rewrites) {
+    const size_t start = r.offset + growth;
+    if (offset < start) break;
+    if (offset < start + r.placeholder) return r.offset;
+    growth += r.placeholder - r.token_size;
+  }
+  return offset - growth;
+}
+
+// "line 3, column 14" (both from 1) of a byte offset.
+std::string line_and_column(std::string_view text, size_t offset) {
+  offset = std::min(offset, text.size());
+  const std::string_view before = text.substr(0, offset);
+  const size_t line = 1 + static_cast<size_t>(std::count(before.begin(), before.end(), '\n'));
+  const size_t line_start =
+      before.rfind('\n') == std::string_view::npos ? 0 : before.rfind('\n') + 1;
+  return fmt::format("line {}, column {}", line, offset - line_start + 1);
+}
+
+// The offset of the first '[' or '{' outside strings that opens more than kMaxNestingDepth
+// levels. nlohmann parses and frees without recursion, but copies, comparisons and dump()
+// recurse, and so do motley's walks over a tree: too deep a document is refused first.
+std::optional<size_t> too_deep_at(std::string_view text) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxNestingDepth) return i;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+
+// "list[2].name": a key path in JsonField's notation.
+std::string key_path(std::string_view parent, std::string_view key) {
+  return parent.empty() ? std::string(key) : fmt::format("{}.{}", parent, key);
+}
+
+std::string index_path(std::string_view parent, size_t index) {
+  return fmt::format("{}[{}]", parent, index);
+}
+
+// nlohmann's exception id for a number beyond a double's range.
+constexpr int kNumberOverflow = 406;
+
+// What nlohmann's own message says after its "[json.exception...] parse error at ...:" prefix.
+std::string parse_error_reason(const std::string& last_token, const Json::exception& e) {
+  if (e.id == kNumberOverflow) {
+    return fmt::format("the number {} is beyond the range of a double (about 1.8e308)", last_token);
+  }
+  const std::string what = e.what();
+  const size_t reason = what.find("syntax error");
+  if (reason != std::string::npos) return what.substr(reason);
+  const size_t bracket = what.find("] ");
+  return bracket == std::string::npos ? what : what.substr(bracket + 2);
+}
+
+// A SAX pass over the text before it is parsed into a Json: finds the first syntax error with
+// its position, and the first key repeated within one object, which nlohmann's DOM parser
+// would resolve silently by keeping the last value.
+class JsonPrecheck {
+ public:
+  JsonPrecheck(const CleanedJson& cleaned, std::string_view original, std::string_view source)
+      : cleaned_(cleaned), original_(original), source_(source) {}
+
+  const Status& status() const { return status_; }
+
+  bool null() { return value(); }
+  bool boolean(bool /*value*/) { return value(); }
+  bool number_integer(int64_t /*value*/) { return value(); }
+  bool number_unsigned(uint64_t /*value*/) { return value(); }
+  bool number_float(double /*value*/, const std::string& /*text*/) { return value(); }
+  bool string(std::string& /*value*/) { return value(); }
+  bool binary(Json::binary_t& /*value*/) { return value(); }
+  bool start_object(size_t /*size*/) { return open(/*object=*/true); }
+  bool start_array(size_t /*size*/) { return open(/*object=*/false); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(std::string& key);
+  bool parse_error(size_t position, const std::string& last_token, const Json::exception& e);
+
+ private:
+  struct Level {
+    bool object = false;
+    std::set<std::string> keys;  // objects: the keys seen so far
+    std::string key;             // objects: the key whose value comes next
+    size_t index = 0;            // arrays: the index of the next element
+  };
+
+  bool value() {
+    if (!levels_.empty() && !levels_.back().object) ++levels_.back().index;
+    return true;
+  }
+  bool open(bool object) {
+    levels_.push_back(Level{object, {}, {}, 0});
+    return true;
+  }
+  bool close() {
+    levels_.pop_back();
+    return value();
+  }
+  // The key path of the value about to be read.
+  std::string path() const;
+
+  const CleanedJson& cleaned_;
+  std::string_view original_;
+  std::string_view source_;
+  std::vector<Level> levels_;
+  Status status_;
+};
+
+std::string JsonPrecheck::path() const {
+  std::string out;
+  for (const Level& level : levels_) {
+    out = level.object ? key_path(out, level.key) : index_path(out, level.index);
+  }
+  return out;
+}
+
+bool JsonPrecheck::key(std::string& key) {
+  Level& level = levels_.back();
+  level.key = key;
+  if (level.keys.insert(key).second) return true;
+  status_ = invalid_argument(fmt::format(
+      "{}: field '{}': duplicate key; a key may appear only once in an object", source_, path()));
+  return false;
+}
+
+bool JsonPrecheck::parse_error(size_t position, const std::string& last_token,
+                               const Json::exception& e) {
+  // A number out of range is reported once read: point at its start instead.
+  if (e.id == kNumberOverflow && position >= last_token.size()) position -= last_token.size();
+  status_ =
+      invalid_argument(fmt::format("{}: malformed JSON at {}: {}", source_,
+                                   line_and_column(original_, original_offset(cleaned_, position)),
+                                   parse_error_reason(last_token, e)));
+  return false;
 }
 
 void restore_special_numbers(Json& j) {
@@ -98,25 +269,115 @@ Json yaml_scalar_to_json(const YAML::Node& node) {
   return s;
 }
 
-Json yaml_to_json(const YAML::Node& node) {
+// Where a YAML value sits: a chain of steps up to the root, spelled out only for a message.
+struct YamlPath {
+  const YamlPath* parent = nullptr;  // null at the root
+  const std::string* key = nullptr;  // the mapping key of this step, or
+  size_t index = 0;                  // the sequence index when `key` is null
+
+  std::string str() const {
+    if (parent == nullptr) return "";
+    return key != nullptr ? key_path(parent->str(), *key) : index_path(parent->str(), index);
+  }
+};
+
+// yaml-cpp's node graph into Json. An alias is another reference to its anchor's node, so the
+// graph can contain itself (`a: &a [*a]`) or fan out exponentially (nested aliases, "billion
+// laughs"): the walk refuses a node inside itself and stops at kMaxNestingDepth levels and at
+// kMaxYamlValues values.
+class YamlToJson {
+ public:
+  explicit YamlToJson(std::string_view source) : source_(source) {}
+  Result<Json> convert(const YAML::Node& node, const YamlPath& path);
+
+ private:
+  Status enter(const YAML::Node& node, const YamlPath& path);
+  Result<Json> sequence(const YAML::Node& node, const YamlPath& path);
+  Result<Json> mapping(const YAML::Node& node, const YamlPath& path);
+  Status error_at(const YAML::Node& node, const YamlPath& path, std::string_view what) const;
+
+  std::string_view source_;
+  std::vector<YAML::Node> open_;  // the sequences and mappings being converted, outermost first
+  int64_t values_ = 0;
+};
+
+Status YamlToJson::error_at(const YAML::Node& node, const YamlPath& path,
+                            std::string_view what) const {
+  const std::string where = fmt::format("line {}", node.Mark().line + 1);
+  const std::string field = path.str();
+  if (field.empty()) return invalid_argument(fmt::format("{}: {}: {}", source_, where, what));
+  return invalid_argument(fmt::format("{}: field '{}' ({}): {}", source_, field, where, what));
+}
+
+Status YamlToJson::enter(const YAML::Node& node, const YamlPath& path) {
+  if (++values_ > kMaxYamlValues) {
+    return error_at(node, path,
+                    fmt::format("the document holds more than {} values once its aliases are "
+                                "expanded; every use of an alias counts its anchor's values again",
+                                kMaxYamlValues));
+  }
+  if (!node.IsSequence() && !node.IsMap()) return Status::ok();
+  for (const YAML::Node& outer : open_) {
+    if (outer.is(node)) {
+      return error_at(node, path,
+                      "an alias refers to a node that contains it; YAML aliases must not be "
+                      "recursive");
+    }
+  }
+  if (static_cast<int>(open_.size()) >= kMaxNestingDepth) {
+    return error_at(node, YamlPath{},
+                    fmt::format("nested deeper than {} levels", kMaxNestingDepth));
+  }
+  return Status::ok();
+}
+
+Result<Json> YamlToJson::convert(const YAML::Node& node, const YamlPath& path) {
+  MOTLEY_RETURN_IF_ERROR(enter(node, path));
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
-      return nullptr;
+      return Json(nullptr);
     case YAML::NodeType::Scalar:
       return yaml_scalar_to_json(node);
-    case YAML::NodeType::Sequence: {
-      Json arr = Json::array();
-      for (const auto& item : node) arr.push_back(yaml_to_json(item));
-      return arr;
-    }
-    case YAML::NodeType::Map: {
-      Json obj = Json::object();
-      for (const auto& kv : node) obj[kv.first.as<std::string>()] = yaml_to_json(kv.second);
-      return obj;
-    }
+    case YAML::NodeType::Sequence:
+      return sequence(node, path);
+    case YAML::NodeType::Map:
+      return mapping(node, path);
   }
-  return nullptr;
+  return Json(nullptr);
+}
+
+Result<Json> YamlToJson::sequence(const YAML::Node& node, const YamlPath& path) {
+  open_.push_back(node);
+  Json arr = Json::array();
+  YamlPath item_path{&path, nullptr, 0};
+  for (const YAML::Node& item : node) {
+    MOTLEY_ASSIGN_OR_RETURN(Json value, convert(item, item_path));
+    arr.push_back(std::move(value));
+    ++item_path.index;
+  }
+  open_.pop_back();
+  return arr;
+}
+
+Result<Json> YamlToJson::mapping(const YAML::Node& node, const YamlPath& path) {
+  open_.push_back(node);
+  Json obj = Json::object();
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar()) {
+      return error_at(kv.first, path,
+                      "a mapping key must be a plain string, not a sequence, mapping or null");
+    }
+    const std::string& key = kv.first.Scalar();
+    const YamlPath child{&path, &key, 0};
+    if (obj.contains(key)) {
+      return error_at(kv.first, child, "duplicate key; a key may appear only once in a mapping");
+    }
+    MOTLEY_ASSIGN_OR_RETURN(Json value, convert(kv.second, child));
+    obj[key] = std::move(value);
+  }
+  open_.pop_back();
+  return obj;
 }
 
 bool is_integral_number(const Json& j) {
@@ -129,27 +390,27 @@ bool is_integral_number(const Json& j) {
 }  // namespace
 
 Result<Json> parse_json(std::string_view text, std::string_view source) {
-  bool replaced = false;
-  std::string cleaned = replace_python_tokens(text, &replaced);
-  Json j = Json::parse(cleaned, nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/false);
-  if (j.is_discarded()) {
-    // Parse again with exceptions only to obtain the position of the error.
-    try {
-      Json unused = Json::parse(cleaned);
-      (void)unused;
-    } catch (const Json::parse_error& e) {
-      std::string what = e.what();
-      auto pos = what.find("syntax error");
-      return invalid_argument(fmt::format("{}: malformed JSON: {}", source,
-                                          pos == std::string::npos ? what : what.substr(pos)));
-    }
+  if (std::optional<size_t> at = too_deep_at(text)) {
+    return invalid_argument(fmt::format("{}: malformed JSON at {}: nested deeper than {} levels",
+                                        source, line_and_column(text, *at), kMaxNestingDepth));
+  }
+  const CleanedJson cleaned = replace_python_tokens(text);
+  JsonPrecheck precheck(cleaned, text, source);
+  if (!Json::sax_parse(cleaned.text, &precheck)) {
+    if (!precheck.status().is_ok()) return precheck.status();
     return invalid_argument(fmt::format("{}: malformed JSON", source));
   }
-  if (replaced) restore_special_numbers(j);
+  Json j = Json::parse(cleaned.text, nullptr, /*allow_exceptions=*/false,
+                       /*ignore_comments=*/false);
+  if (j.is_discarded()) return invalid_argument(fmt::format("{}: malformed JSON", source));
+  if (!cleaned.rewrites.empty()) restore_special_numbers(j);
   return j;
 }
 
-Result<std::string> read_text_file(const std::string& path) {
+namespace {
+
+// The whole file, or an error as soon as it passes `max_bytes`.
+Result<std::string> read_at_most(const std::string& path, size_t max_bytes) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     return invalid_argument(fmt::format("{}: is a directory, expected a file", path));
@@ -161,21 +422,43 @@ Result<std::string> read_text_file(const std::string& path) {
     if (err == ENOENT) return not_found(fmt::format("{}: no such file", path));
     return io_error(fmt::format("{}: cannot read: {}", path, why));
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  std::string text;
+  std::vector<char> chunk(size_t{1} << 16);
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    const auto got = static_cast<size_t>(in.gcount());
+    if (got > max_bytes - text.size()) {
+      return invalid_argument(
+          fmt::format("{}: larger than {} MiB, the most motley reads as a "
+                      "JSON or YAML file",
+                      path, max_bytes >> 20));
+    }
+    text.append(chunk.data(), got);
+  }
   if (in.bad()) return io_error(fmt::format("{}: read failed", path));
-  return ss.str();
+  return text;
+}
+
+}  // namespace
+
+Result<std::string> read_text_file(const std::string& path) {
+  return read_at_most(path, std::numeric_limits<size_t>::max());
 }
 
 Result<Json> read_json_file(const std::string& path) {
-  MOTLEY_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  MOTLEY_ASSIGN_OR_RETURN(std::string text,
+                          read_at_most(path, static_cast<size_t>(kMaxStructuredFileBytes)));
   return parse_json(text, path);
 }
 
 Result<Json> parse_yaml(std::string_view text, std::string_view source) {
   try {
     YAML::Node root = YAML::Load(std::string(text));
-    return yaml_to_json(root);
+    return YamlToJson(source).convert(root, YamlPath{});
+  } catch (const YAML::DeepRecursion&) {
+    // yaml-cpp's own guard, far above kMaxNestingDepth; its mark is not where the nesting is.
+    return invalid_argument(
+        fmt::format("{}: malformed YAML: nested deeper than {} levels", source, kMaxNestingDepth));
   } catch (const YAML::Exception& e) {
     return invalid_argument(fmt::format("{}: malformed YAML at line {}, column {}: {}", source,
                                         e.mark.line + 1, e.mark.column + 1, e.msg));
@@ -183,7 +466,8 @@ Result<Json> parse_yaml(std::string_view text, std::string_view source) {
 }
 
 Result<Json> read_yaml_file(const std::string& path) {
-  MOTLEY_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  MOTLEY_ASSIGN_OR_RETURN(std::string text,
+                          read_at_most(path, static_cast<size_t>(kMaxStructuredFileBytes)));
   return parse_yaml(text, path);
 }
 
@@ -243,6 +527,11 @@ std::string describe_json_value(const Json& value) {
   if (value.is_object()) return "an object";
   if (value.is_array()) return "an array";
   if (value.is_null()) return "null";
+  // Json::dump writes null for these.
+  if (value.is_number_float() && std::isnan(value.get<double>())) return "NaN";
+  if (value.is_number_float() && std::isinf(value.get<double>())) {
+    return value.get<double>() > 0 ? "Infinity" : "-Infinity";
+  }
   std::string s = value.dump();
   if (s.size() > 40) s = fmt::format("{}...", s.substr(0, 37));
   return s;
@@ -319,9 +608,28 @@ Result<int64_t> JsonField::as_int() const {
   return value_->get<int64_t>();
 }
 
+Result<int64_t> JsonField::as_int_in(IntRange range) const {
+  // An integral number beyond int64_t (1e19, 2^64) is out of range rather than no integer.
+  const double v = value_->is_number() ? value_->get<double>() : 0.0;
+  const bool integral = value_->is_number() && std::isfinite(v) && std::floor(v) == v;
+  const bool outside = v < static_cast<double>(range.min) || v > static_cast<double>(range.max);
+  if (!(integral && outside)) {
+    MOTLEY_ASSIGN_OR_RETURN(int64_t exact, as_int());
+    if (exact >= range.min && exact <= range.max) return exact;
+  }
+  std::string expected = fmt::format("an integer from {} to {}", range.min, range.max);
+  if (v < static_cast<double>(range.min) && (range.min == 0 || range.min == 1)) {
+    expected = range.min == 1 ? "a positive integer" : "a non-negative integer";
+  }
+  return error(fmt::format("expected {}, got {}", expected, describe_json_value(*value_)));
+}
+
 Result<double> JsonField::as_double() const {
   if (!value_->is_number()) {
     return error(fmt::format("expected a number, got {}", describe_json_value(*value_)));
+  }
+  if (!std::isfinite(value_->get<double>())) {
+    return error(fmt::format("expected a finite number, got {}", describe_json_value(*value_)));
   }
   return value_->get<double>();
 }
@@ -359,6 +667,11 @@ Result<int64_t> JsonField::get_nonnegative_int(std::string_view key) const {
   return v;
 }
 
+Result<int64_t> JsonField::get_int_in(std::string_view key, IntRange range) const {
+  MOTLEY_ASSIGN_OR_RETURN(JsonField f, get(key));
+  return f.as_int_in(range);
+}
+
 Result<double> JsonField::get_double(std::string_view key) const {
   MOTLEY_ASSIGN_OR_RETURN(JsonField f, get(key));
   return f.as_double();
@@ -366,8 +679,12 @@ Result<double> JsonField::get_double(std::string_view key) const {
 
 Result<double> JsonField::get_nonnegative_double(std::string_view key) const {
   MOTLEY_ASSIGN_OR_RETURN(JsonField f, get(key));
+  if (f.json().is_number() && !std::isfinite(f.json().get<double>())) {
+    return f.error(fmt::format("expected a finite non-negative number, got {}",
+                               describe_json_value(f.json())));
+  }
   MOTLEY_ASSIGN_OR_RETURN(double v, f.as_double());
-  if (!std::isfinite(v) || v < 0) {
+  if (v < 0) {
     return f.error(fmt::format("expected a finite non-negative number, got {}", f.json().dump()));
   }
   return v;
@@ -375,8 +692,12 @@ Result<double> JsonField::get_nonnegative_double(std::string_view key) const {
 
 Result<double> JsonField::get_positive_double(std::string_view key) const {
   MOTLEY_ASSIGN_OR_RETURN(JsonField f, get(key));
+  if (f.json().is_number() && !std::isfinite(f.json().get<double>())) {
+    return f.error(
+        fmt::format("expected a finite positive number, got {}", describe_json_value(f.json())));
+  }
   MOTLEY_ASSIGN_OR_RETURN(double v, f.as_double());
-  if (!std::isfinite(v) || v <= 0) {
+  if (v <= 0) {
     return f.error(fmt::format("expected a finite positive number, got {}", f.json().dump()));
   }
   return v;
@@ -400,6 +721,10 @@ Result<int64_t> JsonField::get_positive_int_or(std::string_view key, int64_t fal
 }
 Result<int64_t> JsonField::get_nonnegative_int_or(std::string_view key, int64_t fallback) const {
   return has(key) ? get_nonnegative_int(key) : Result<int64_t>(fallback);
+}
+Result<int64_t> JsonField::get_int_in_or(std::string_view key, IntRange range,
+                                         int64_t fallback) const {
+  return has(key) ? get_int_in(key, range) : Result<int64_t>(fallback);
 }
 Result<double> JsonField::get_double_or(std::string_view key, double fallback) const {
   return has(key) ? get_double(key) : Result<double>(fallback);

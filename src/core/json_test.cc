@@ -1,5 +1,6 @@
 #include "motley/core/json.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -49,6 +50,125 @@ TEST(ParseYamlTest, MalformedYamlNamesSourceAndLine) {
   ASSERT_FALSE(r.is_ok());
   EXPECT_NE(r.status().message().find("lab.yaml: malformed YAML at line"), std::string::npos)
       << r.status().message();
+}
+
+TEST(ParseJsonTest, NestingBeyondTheLimitIsRejectedBeforeAnythingRecurses) {
+  // 100,000 levels used to overflow the stack where the tree was walked (here: the pass that
+  // restores NaN); the position is that of the first bracket past the limit.
+  const std::string deep = std::string(100000, '[') + "NaN" + std::string(100000, ']');
+  auto r = parse_json(deep, "deep.json");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(),
+            "deep.json: malformed JSON at line 1, column 65: nested deeper than 64 levels");
+  const std::string at_limit =
+      std::string(kMaxNestingDepth, '[') + std::string(kMaxNestingDepth, ']');
+  EXPECT_TRUE(parse_json(at_limit, "ok.json").is_ok());
+  // Brackets inside strings are text.
+  EXPECT_TRUE(parse_json("{\"s\": \"" + std::string(1000, '[') + "\"}", "ok.json").is_ok());
+}
+
+TEST(ParseJsonTest, DuplicateKeysAreRejectedWithTheirPath) {
+  auto r = parse_json(R"({"a": {"b": [1, {"c": 1, "d": [], "c": 2}]}})", "m.json");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(),
+            "m.json: field 'a.b[1].c': duplicate key; a key may appear only once in an object");
+  EXPECT_EQ(parse_json(R"({"x": 1, "x": 1})", "m.json").status().message(),
+            "m.json: field 'x': duplicate key; a key may appear only once in an object");
+  // The same key in different objects is fine.
+  EXPECT_TRUE(parse_json(R"([{"x": 1}, {"x": 2}, {"y": {"x": 3}}])", "m.json").is_ok());
+}
+
+TEST(ParseJsonTest, NumbersBeyondADoubleAreAnErrorWithThePosition) {
+  // nlohmann reports these with an out_of_range exception, which used to escape as an
+  // "unexpected exception".
+  auto r = parse_json("{\"a\": 1,\n \"b\": -1e999}", "p.json");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(),
+            "p.json: malformed JSON at line 2, column 7: the number -1e999 is beyond the range "
+            "of a double (about 1.8e308)");
+}
+
+TEST(ParseJsonTest, SyntaxErrorPositionsCountTheUsersText) {
+  // NaN is rewritten to a longer placeholder before parsing; the column is still the file's.
+  auto r = parse_json(R"({"a": NaN, "b": Infinity, "c": })", "p.json");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(
+      r.status().message().rfind("p.json: malformed JSON at line 1, column 33: syntax error", 0),
+      0u)
+      << r.status().message();
+  EXPECT_EQ(parse_json("", "e.json")
+                .status()
+                .message()
+                .rfind("e.json: malformed JSON at line 1, column 1: syntax error", 0),
+            0u);
+}
+
+TEST(ParseYamlTest, AnchorsAndAliasesWork) {
+  auto r = parse_yaml("base: &b {type: H100, count: 8}\nnodes: [{devices: *b}, {devices: *b}]\n",
+                      "c.yaml");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r.value()["nodes"][1]["devices"]["count"].get<int64_t>(), 8);
+}
+
+TEST(ParseYamlTest, AnAliasInsideItsOwnAnchorIsRejected) {
+  // 25 bytes that used to recurse until the stack ran out.
+  auto r = parse_yaml("nodes: &n [*n]", "self.yaml");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(),
+            "self.yaml: field 'nodes[0]' (line 1): an alias refers to a node that contains it; "
+            "YAML aliases must not be recursive");
+  EXPECT_FALSE(parse_yaml("a: &a {b: [1, {c: *a}]}", "self.yaml").is_ok());
+}
+
+TEST(ParseYamlTest, AliasExpansionIsCapped) {
+  // Nine levels of nine aliases each: 9^9 (387 million) values, from a few hundred bytes.
+  std::string bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i <= 9; ++i) {
+    bomb += fmt::format("a{0}: &a{0} [", i);
+    for (int k = 0; k < 9; ++k) bomb += fmt::format("{}*a{}", k > 0 ? ", " : "", i - 1);
+    bomb += "]\n";
+  }
+  auto r = parse_yaml(bomb, "bomb.yaml");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("bomb.yaml: field 'a"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("more than 1000000 values once its aliases are expanded"),
+            std::string::npos)
+      << r.status().message();
+}
+
+TEST(ParseYamlTest, NestingBeyondTheLimitIsRejected) {
+  auto r = parse_yaml(std::string(65, '[') + std::string(65, ']'), "deep.yaml");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(), "deep.yaml: line 1: nested deeper than 64 levels");
+  EXPECT_TRUE(parse_yaml(std::string(64, '[') + std::string(64, ']'), "ok.yaml").is_ok());
+  // Far deeper: yaml-cpp's own guard stops it first.
+  EXPECT_EQ(parse_yaml(std::string(100000, '[') + std::string(100000, ']'), "deep.yaml")
+                .status()
+                .message(),
+            "deep.yaml: malformed YAML: nested deeper than 64 levels");
+}
+
+TEST(ParseYamlTest, DuplicateAndNonScalarKeysAreRejected) {
+  auto r = parse_yaml("nodes:\n  - name: a\n    count: 2\n    name: b\n", "lab.yaml");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(),
+            "lab.yaml: field 'nodes[0].name' (line 4): duplicate key; a key may appear only once "
+            "in a mapping");
+  auto k = parse_yaml("a:\n  ? [1, 2]\n  : x\n", "lab.yaml");
+  ASSERT_FALSE(k.is_ok());
+  EXPECT_NE(k.status().message().find("lab.yaml: field 'a' (line 2): a mapping key must be"),
+            std::string::npos)
+      << k.status().message();
+}
+
+TEST(ParseYamlTest, NonFiniteNumbersAreNamed) {
+  Json j = parse_yaml("a: .nan\nb: -.inf\n", "c.yaml").value();
+  JsonField root(j, "c.yaml");
+  EXPECT_EQ(root.get_positive_double("a").status().message(),
+            "c.yaml: field 'a': expected a finite positive number, got NaN");
+  EXPECT_EQ(root.get_nonnegative_double("b").status().message(),
+            "c.yaml: field 'b': expected a finite non-negative number, got -Infinity");
 }
 
 class JsonFieldTest : public ::testing::Test {
@@ -106,11 +226,61 @@ TEST_F(JsonFieldTest, UnknownKeysAreRejectedWithTheAllowedList) {
   EXPECT_TRUE(f.check_keys({"name", "cuont"}).is_ok());
 }
 
+TEST(JsonFieldNumbersTest, NonFiniteNumbersAreRejectedAndNamed) {
+  Json j = parse_json(R"({"nan": NaN, "inf": Infinity, "ninf": -Infinity})", "c.json").value();
+  JsonField root(j, "c.json");
+  EXPECT_EQ(root.get_double("nan").status().message(),
+            "c.json: field 'nan': expected a finite number, got NaN");
+  EXPECT_EQ(root.get_double("inf").status().message(),
+            "c.json: field 'inf': expected a finite number, got Infinity");
+  EXPECT_EQ(root.get_int("ninf").status().message(),
+            "c.json: field 'ninf': expected an integer, got -Infinity");
+  EXPECT_EQ(root.get_nonnegative_double("inf").status().message(),
+            "c.json: field 'inf': expected a finite non-negative number, got Infinity");
+  EXPECT_EQ(root.get_positive_int("nan").status().message(),
+            "c.json: field 'nan': expected an integer, got NaN");
+}
+
+TEST(JsonFieldNumbersTest, RangesStateTheAllowedValues) {
+  Json j = Json::parse(R"({"n": 8, "big": 5000, "neg": -3, "huge": 1e18, "max": 9223372036854775807,
+                           "u64": 18446744073709551615, "half": 2.5})");
+  JsonField root(j, "c.yaml");
+  const IntRange counts{1, 4096};
+  EXPECT_EQ(root.get_int_in("n", counts).value(), 8);
+  EXPECT_EQ(root.get_int_in("big", counts).status().message(),
+            "c.yaml: field 'big': expected an integer from 1 to 4096, got 5000");
+  EXPECT_EQ(root.get_int_in("neg", counts).status().message(),
+            "c.yaml: field 'neg': expected a positive integer, got -3");
+  EXPECT_EQ(root.get_int_in("neg", IntRange{0, 9}).status().message(),
+            "c.yaml: field 'neg': expected a non-negative integer, got -3");
+  EXPECT_EQ(root.get_int_in("neg", IntRange{2, 9}).status().message(),
+            "c.yaml: field 'neg': expected an integer from 2 to 9, got -3");
+  for (const char* key : {"huge", "max", "u64"}) {
+    EXPECT_NE(root.get_int_in(key, counts)
+                  .status()
+                  .message()
+                  .find("expected an integer from 1 to 4096, got"),
+              std::string::npos)
+        << key;
+  }
+  EXPECT_EQ(root.get_int_in("half", counts).status().message(),
+            "c.yaml: field 'half': expected an integer, got 2.5");
+  EXPECT_EQ(root.get_int_in_or("absent", counts, 1).value(), 1);
+  EXPECT_FALSE(root.get_int_in_or("big", counts, 1).is_ok());
+}
+
 TEST(FileTest, MissingFileIsNotFound) {
   auto r = read_text_file("/nonexistent/motley.json");
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
   EXPECT_EQ(r.status().message(), "/nonexistent/motley.json: no such file");
+}
+
+TEST(FileTest, StructuredFilesAreReadUpToALimit) {
+  // A device that never ends used to be read until memory ran out.
+  EXPECT_EQ(read_json_file("/dev/zero").status().message(),
+            "/dev/zero: larger than 256 MiB, the most motley reads as a JSON or YAML file");
+  EXPECT_EQ(read_yaml_file("/dev/zero").status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(FileTest, AtomicWriteReplacesWholeFileAndLeavesNoTemporary) {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -14,6 +15,41 @@ void check_failed(const char* condition, const char* file, int line, const std::
   std::abort();
 }
 }  // namespace internal
+
+namespace {
+
+bool is_control(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  return u < 0x20 || u == 0x7f;
+}
+
+std::string one_line(std::string message) {
+  if (std::none_of(message.begin(), message.end(), is_control)) return message;
+  std::string out;
+  out.reserve(message.size() + 8);
+  for (char c : message) {
+    switch (c) {
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        out += is_control(c) ? fmt::format("\\x{:02x}", static_cast<unsigned char>(c))
+                             : std::string(1, c);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Status::Status(StatusCode code, std::string message)
+    : code_(code), message_(one_line(std::move(message))) {}
 
 Status Status::with_context(const std::string& context) const {
   if (is_ok()) return *this;

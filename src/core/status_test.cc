@@ -42,6 +42,13 @@ TEST(StatusTest, ContextPrefixesTheMessage) {
   EXPECT_TRUE(Status::ok().with_context("f").is_ok());
 }
 
+TEST(StatusTest, MessagesStayOnOneLine) {
+  // User input brings these in: a key with a newline, a file name with a terminal escape.
+  Status s = invalid_argument("field 'a\nb': bad\r\t\x1b[31m").with_context("f\n.yaml");
+  EXPECT_EQ(s.message(), "f\\n.yaml: field 'a\\nb': bad\\r\\t\\x1b[31m");
+  EXPECT_EQ(Status(StatusCode::kInternal, "caf\xc3\xa9").message(), "caf\xc3\xa9");
+}
+
 TEST(ResultTest, PropagatesValuesAndErrors) {
   ASSERT_TRUE(quarter(8).is_ok());
   EXPECT_EQ(quarter(8).value(), 2);

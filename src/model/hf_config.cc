@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "motley/model/limits.h"
 #include "motley/model/model_json.h"
 
 // One rule set per model_type. Every default below is the one transformers'
@@ -41,25 +42,39 @@ bool key_null(const JsonField& c, std::string_view key) {
   return it != c.json().end() && it->is_null();
 }
 
+// Every size and count the import reads is at most the largest of motley's size limits, so
+// that the import's own arithmetic (expand x hidden_size, heads x head_dim) cannot overflow;
+// validate_model then holds each field of the model to its own limit.
+constexpr IntRange kSizes{1, kMaxVocab};
+constexpr IntRange kOptionalSizes{0, kMaxVocab};
+
 // The first of `keys` that is present and not null, read as a positive integer; `fallback` when
 // none is, and an error naming the first key when there is no fallback either.
 Result<int64_t> positive_from(const JsonField& c, Keys keys, std::optional<int64_t> fallback) {
   for (std::string_view key : keys) {
-    if (c.has(key)) return c.get_positive_int(key);
+    if (c.has(key)) return c.get_int_in(key, kSizes);
   }
   if (fallback.has_value()) return *fallback;
   return c.child_error(*keys.begin(), "is missing");
 }
 
 Result<int64_t> required(const JsonField& c, std::string_view key) {
-  return c.get_positive_int(key);
+  return c.get_int_in(key, kSizes);
 }
 
 Result<int64_t> nonnegative_from(const JsonField& c, Keys keys, int64_t fallback) {
   for (std::string_view key : keys) {
-    if (c.has(key)) return c.get_nonnegative_int(key);
+    if (c.has(key)) return c.get_int_in(key, kOptionalSizes);
   }
   return fallback;
+}
+
+// A count of layers that the import turns into `per_layer` motley layers each, next to `fixed`
+// others (the embedding and the head): read only up to what keeps the model within kMaxLayers,
+// before any list is sized by it.
+Result<int64_t> layer_count(const JsonField& c, std::string_view key, int64_t per_layer,
+                            int64_t fixed) {
+  return c.get_int_in(key, IntRange{1, (kMaxLayers - fixed) / per_layer});
 }
 
 Result<bool> bool_from(const JsonField& c, Keys keys, bool fallback) {
@@ -202,7 +217,7 @@ Result<Dims> decoder_dims(const JsonField& c, std::optional<int64_t> kv_default,
                           std::optional<int64_t> head_dim_default) {
   MOTLEY_ASSIGN_OR_RETURN(int64_t vocab, required(c, "vocab_size"));
   MOTLEY_ASSIGN_OR_RETURN(int64_t hidden, required(c, "hidden_size"));
-  MOTLEY_ASSIGN_OR_RETURN(int64_t layers, required(c, "num_hidden_layers"));
+  MOTLEY_ASSIGN_OR_RETURN(int64_t layers, layer_count(c, "num_hidden_layers", 1, 2));
   MOTLEY_ASSIGN_OR_RETURN(Dims d, attention_dims(c, hidden, kv_default, head_dim_default));
   d.vocab = vocab;
   d.layers = layers;
@@ -565,7 +580,7 @@ Result<ModelSpec> import_gpt_oss(const JsonField& c, ModelSpec spec) {
 Result<ModelSpec> import_deepseek(const JsonField& c, ModelSpec spec, bool v3) {
   MOTLEY_ASSIGN_OR_RETURN(int64_t vocab, required(c, "vocab_size"));
   MOTLEY_ASSIGN_OR_RETURN(int64_t hidden, required(c, "hidden_size"));
-  MOTLEY_ASSIGN_OR_RETURN(int64_t layers, required(c, "num_hidden_layers"));
+  MOTLEY_ASSIGN_OR_RETURN(int64_t layers, layer_count(c, "num_hidden_layers", 1, 2));
   MOTLEY_ASSIGN_OR_RETURN(int64_t heads, required(c, "num_attention_heads"));
   MOTLEY_ASSIGN_OR_RETURN(bool tied, c.get_bool_or("tie_word_embeddings", false));
   MOTLEY_ASSIGN_OR_RETURN(bool attention_bias, c.get_bool_or("attention_bias", false));
@@ -621,7 +636,9 @@ Result<ModelSpec> import_deepseek(const JsonField& c, ModelSpec spec, bool v3) {
 
   int64_t mtp = 0;
   if (v3) {
-    MOTLEY_ASSIGN_OR_RETURN(mtp, nonnegative_from(c, {"num_nextn_predict_layers"}, 0));
+    // Each module is three extra layers.
+    MOTLEY_ASSIGN_OR_RETURN(mtp, c.get_int_in_or("num_nextn_predict_layers",
+                                                 IntRange{0, (kMaxLayers - 2 - layers) / 3}, 0));
   }
   bool any_dense = false;
   for (int64_t i = 0; i < layers + mtp; ++i) any_dense = any_dense || !is_moe(i);
@@ -690,6 +707,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Attention layers become decoder blocks; Mamba layers split into mixer and feed-forward.
 Result<ModelSpec> import_jamba(const JsonField& c, ModelSpec spec) {
   MOTLEY_ASSIGN_OR_RETURN(Dims d, decoder_dims(c, /*kv_default=*/8, std::nullopt));
+  // A Mamba layer becomes two: the mixer and its feed-forward part.
+  MOTLEY_RETURN_IF_ERROR(layer_count(c, "num_hidden_layers", 2, 2).status());
   MOTLEY_ASSIGN_OR_RETURN(int64_t ffn, required(c, "intermediate_size"));
   MOTLEY_ASSIGN_OR_RETURN(bool tied, c.get_bool_or("tie_word_embeddings", false));
   MOTLEY_ASSIGN_OR_RETURN(Activation act, activation_from(c, {"hidden_act"}, "silu", true));
@@ -755,6 +774,13 @@ Result<ModelSpec> import_jamba(const JsonField& c, ModelSpec spec) {
   return spec;
 }
 
+// A Nemotron-H pattern's symbols, one layer each, next to the embedding and the head.
+constexpr size_t kMaxNemotronPattern = kMaxLayers - 2;
+
+std::string too_many_symbols(size_t n) {
+  return fmt::format("gives {} layers; at most {} are supported", n, kMaxNemotronPattern);
+}
+
 // Nemotron-H: one sub-layer per symbol of hybrid_override_pattern (M Mamba-2, * attention,
 // - squared-ReLU MLP, E MoE), each with one pre-norm. Newer configs give the same as a list
 // (layers_block_type or layer_types) of mamba / attention / mlp / moe names.
@@ -770,11 +796,17 @@ Result<std::string> nemotron_pattern(const JsonField& c) {
       }
     }
     if (pattern.empty()) return c.child_error("hybrid_override_pattern", "is empty");
+    if (pattern.size() > kMaxNemotronPattern) {
+      return c.child_error("hybrid_override_pattern", too_many_symbols(pattern.size()));
+    }
     return pattern;
   }
   for (std::string_view key : {"layers_block_type", "layer_types"}) {
     std::optional<JsonField> list = c.find(key);
     if (!list.has_value()) continue;
+    if (list->is_array() && list->json().size() > kMaxNemotronPattern) {
+      return list->error(too_many_symbols(list->json().size()));
+    }
     MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> items, list->items());
     std::string pattern;
     for (const JsonField& item : items) {
@@ -902,7 +934,7 @@ Result<ModelSpec> import_nemotron_h(const JsonField& c, ModelSpec spec) {
 // Pure SSM stacks: embedding, num_hidden_layers pre-norm + mixer layers, final norm and head.
 Result<ModelSpec> add_ssm_stack(const JsonField& c, ModelSpec spec, int64_t vocab,
                                 const MambaShape& mixer, bool tie_default) {
-  MOTLEY_ASSIGN_OR_RETURN(int64_t layers, required(c, "num_hidden_layers"));
+  MOTLEY_ASSIGN_OR_RETURN(int64_t layers, layer_count(c, "num_hidden_layers", 1, 2));
   MOTLEY_ASSIGN_OR_RETURN(bool tied, c.get_bool_or("tie_word_embeddings", tie_default));
   spec.layers.push_back(embedding_layer(vocab, mixer.hidden));
   for (int64_t i = 0; i < layers; ++i) {
@@ -1045,8 +1077,9 @@ Result<ModelSpec> import_hf_config(const Json& config, const std::string& source
   ModelSpec spec;
   spec.name = model_name(c, source);
   spec.family = model_type;
+  // Only its minimum with kMaxDefaultSeqLen is used, so any positive size will do.
   MOTLEY_ASSIGN_OR_RETURN(int64_t max_positions,
-                          positive_from(c, {"max_position_embeddings"}, kMaxDefaultSeqLen));
+                          c.get_positive_int_or("max_position_embeddings", kMaxDefaultSeqLen));
   spec.default_seq_len = std::min(max_positions, kMaxDefaultSeqLen);
   MOTLEY_ASSIGN_OR_RETURN(ModelSpec model, family->build(c, std::move(spec)));
   MOTLEY_RETURN_IF_ERROR(validate_model(model, source));

@@ -708,5 +708,59 @@ TEST(HfConfig, UnsupportedActivation) {
               HasSubstr("a gated feed-forward needs silu, swish or a gelu variant"));
 }
 
+// Counts that size lists are capped before anything is allocated; 10^9 layers used to end in
+// std::bad_alloc, naming neither the file nor the field.
+TEST(HfConfig, HugeLayerCountsAreRejectedBeforeLayersAreMade) {
+  EXPECT_EQ(
+      error_of(std::string("{") + kLlamaBase +
+               R"(, "hidden_size": 256, "num_hidden_layers": 1e9, "num_attention_heads": 8})"),
+      "test.json: field 'num_hidden_layers': expected an integer from 1 to 99998, got "
+      "1000000000.0");
+  // Jamba splits each Mamba layer in two.
+  EXPECT_EQ(error_of(R"({"model_type": "jamba", "vocab_size": 1000, "hidden_size": 64,
+      "num_hidden_layers": 60000, "num_attention_heads": 8, "intermediate_size": 128})"),
+            "test.json: field 'num_hidden_layers': expected an integer from 1 to 49999, got 60000");
+  EXPECT_THAT(error_of(R"({"model_type": "deepseek_v3", "vocab_size": 1000, "hidden_size": 64,
+      "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 128,
+      "num_nextn_predict_layers": 9223372036854775807})"),
+              HasSubstr("field 'num_nextn_predict_layers': expected an integer from 0 to 33331, "
+                        "got 9223372036854775807"));
+  EXPECT_EQ(error_of(R"({"model_type": "nemotron_h", "vocab_size": 10, "hidden_size": 64,
+      "intermediate_size": 128, "hybrid_override_pattern": ")" +
+                     std::string(100000, '-') + R"("})"),
+            "test.json: field 'hybrid_override_pattern': gives 100000 layers; at most 99998 are "
+            "supported");
+}
+
+TEST(HfConfig, HugeSizesAreRejected) {
+  // Within the import's own bound the importer's products cannot overflow; the model's limits
+  // then name the layer and field.
+  EXPECT_EQ(error_of(std::string("{") + kLlamaBase +
+                     R"(, "hidden_size": 4611686018427387905, "num_hidden_layers": 2,
+                        "num_attention_heads": 8})"),
+            "test.json: field 'hidden_size': expected an integer from 1 to 16777216, got "
+            "4611686018427387905");
+  EXPECT_EQ(error_of(std::string("{") + kLlamaBase +
+                     R"(, "hidden_size": 4194304, "num_hidden_layers": 2,
+                        "num_attention_heads": 8})"),
+            "test.json: layer 'embed' (layers[0]): embedding.hidden must be at most 1048576, got "
+            "4194304");
+  EXPECT_EQ(error_of(R"({"model_type": "mamba2", "vocab_size": 1000, "hidden_size": 16777216,
+      "expand": 16777216, "num_hidden_layers": 2})"),
+            "test.json: field 'num_heads': num_heads (128) x head_dim (64) must equal expand x "
+            "hidden_size (281474976710656)");
+}
+
+TEST(HfConfig, DuplicateKeysAndNonFiniteNumbersNameTheField) {
+  EXPECT_EQ(error_of(std::string("{") + kLlamaBase +
+                     R"(, "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 8,
+                        "hidden_size": 512})"),
+            "test.json: field 'hidden_size': duplicate key; a key may appear only once in an "
+            "object");
+  EXPECT_EQ(error_of(std::string("{") + kLlamaBase +
+                     R"(, "hidden_size": NaN, "num_hidden_layers": 2, "num_attention_heads": 8})"),
+            "test.json: field 'hidden_size': expected an integer, got NaN");
+}
+
 }  // namespace
 }  // namespace motley

@@ -265,8 +265,11 @@ void mixture_of_experts(CostBuilder& c, const MoeShape& m, double rows) {
     c.keep(d * rows * width);  // combined latent output
   }
 
-  for (int64_t i = 0; i < m.num_shared_experts; ++i) {
-    ffn_core(c, rows, h, static_cast<double>(m.shared_ffn_size), gated);
+  // Shared experts: each sees every token with weights of its own, as `n` networks sharing the
+  // rows do (one pass over them rather than a loop as long as the file asks).
+  if (m.num_shared_experts > 0) {
+    const double n = static_cast<double>(m.num_shared_experts);
+    ffn_core(c, n * rows, h, static_cast<double>(m.shared_ffn_size), gated, n);
   }
   if (m.num_shared_experts > 0 && m.shared_expert_gate) {
     c.linear(rows, h, 1.0);

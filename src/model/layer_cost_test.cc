@@ -364,6 +364,26 @@ TEST(LayerCostTest, MoeComputesRouterTopKAndSharedExpertsOnly) {
   EXPECT_EQ(layer_cost(layer, workload(8, 2)).forward.value(), router + experts + 2 * t * h);
 }
 
+// Shared experts are costed in one step, however many a file gives (a loop over 2^16 of them
+// in each of 10^5 layers took minutes): three cost three times one.
+TEST(LayerCostTest, SharedExpertsAddUpWithoutALoopPerExpert) {
+  Layer layer;
+  layer.name = "moe";
+  layer.kind = LayerKind::kMoe;
+  layer.moe = moe_shape();
+  const double t = 2 * 8, h = 16, fs = 20, d = 2;
+  layer.moe->num_shared_experts = 0;
+  const LayerCost none = layer_cost(layer, workload(8, 2));
+  layer.moe->num_shared_experts = 3;
+  const LayerCost three = layer_cost(layer, workload(8, 2));
+  EXPECT_EQ(three.forward.value() - none.forward.value(), 3 * 6 * t * h * fs);
+  EXPECT_EQ(three.activation_bytes[kNone].value() - none.activation_bytes[kNone].value(),
+            3 * 3 * d * t * fs);
+  // Each shared expert reads its own weights once per pass.
+  EXPECT_EQ(three.backward_weight_memory.value() - none.backward_weight_memory.value(),
+            3 * d * (3 * (t * h + h * fs + t * fs)));
+}
+
 TEST(LayerCostTest, LatentMoeRunsExpertsAtTheLatentWidth) {
   Layer layer;
   layer.name = "moe";

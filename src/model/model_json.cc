@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <set>
 #include <string_view>
@@ -12,7 +14,10 @@
 #include <utility>
 #include <vector>
 
+#include "motley/core/checked_math.h"
 #include "motley/model/hf_config.h"
+#include "motley/model/layer_cost.h"
+#include "motley/model/limits.h"
 #include "motley/model/presets.h"
 #include "motley/model/profile.h"
 
@@ -244,7 +249,10 @@ Result<MambaShape> mamba_from_json(const JsonField& f) {
   }
   m.version = static_cast<int>(version);
   MOTLEY_ASSIGN_OR_RETURN(m.hidden, f.get_positive_int("hidden"));
-  MOTLEY_ASSIGN_OR_RETURN(m.d_inner, f.get_positive_int_or("d_inner", 2 * m.hidden));
+  // Defaults derived from a hidden size past its limit only need not overflow: validation
+  // rejects the hidden size itself.
+  const int64_t hidden = std::min(m.hidden, kMaxWidth);
+  MOTLEY_ASSIGN_OR_RETURN(m.d_inner, f.get_positive_int_or("d_inner", 2 * hidden));
   MOTLEY_ASSIGN_OR_RETURN(m.d_state, f.get_positive_int("d_state"));
   if (m.version == 2) {
     MOTLEY_ASSIGN_OR_RETURN(m.n_groups, f.get_positive_int_or("n_groups", 1));
@@ -268,7 +276,7 @@ Result<MambaShape> mamba_from_json(const JsonField& f) {
   MOTLEY_ASSIGN_OR_RETURN(m.gated_norm, f.get_bool_or("gated_norm", m.gated_norm));
   // Mamba-1's default time-step rank is ceil(hidden / 16) (Gu & Dao 2023, "dt_rank=auto").
   MOTLEY_ASSIGN_OR_RETURN(
-      m.dt_rank, f.get_nonnegative_int_or("dt_rank", m.version == 1 ? (m.hidden + 15) / 16 : 0));
+      m.dt_rank, f.get_nonnegative_int_or("dt_rank", m.version == 1 ? (hidden + 15) / 16 : 0));
   MOTLEY_ASSIGN_OR_RETURN(m.inner_norms, f.get_bool_or("inner_norms", false));
   return m;
 }
@@ -406,6 +414,10 @@ Result<Layer> layer_from_json(const JsonField& f) {
 }
 
 Result<std::vector<Layer>> layers_from_json(const JsonField& list) {
+  if (list.is_array() && list.json().size() > static_cast<size_t>(kMaxLayers)) {
+    return list.error(
+        fmt::format("lists {} layers; at most {} are supported", list.json().size(), kMaxLayers));
+  }
   MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> items, list.items());
   std::vector<Layer> layers;
   layers.reserve(items.size());
@@ -420,6 +432,9 @@ Result<std::vector<Layer>> layers_from_json(const JsonField& list) {
 // Validation. Each check returns an empty string when the shape is fine, else what is wrong,
 // naming the sub-shape field; validate_model adds the source and the layer.
 
+// A sliding window only caps the keys a query attends to, in floating point: any size is safe.
+constexpr int64_t kUnbounded = std::numeric_limits<int64_t>::max();
+
 class Problems {
  public:
   explicit Problems(std::string prefix) : prefix_(std::move(prefix)) {}
@@ -429,11 +444,18 @@ class Problems {
   void require(bool cond, const std::string& what) {
     if (first_.empty() && !cond) first_ = what;
   }
-  void positive(std::string_view field, int64_t v) {
+  // A size from 1 to `max`.
+  void positive(std::string_view field, int64_t v, int64_t max) {
     require(v > 0, fmt::format("{} must be positive, got {}", name(field), v));
+    at_most(field, v, max);
   }
-  void nonnegative(std::string_view field, int64_t v) {
+  // An optional size, count or window: 0 to `max`.
+  void nonnegative(std::string_view field, int64_t v, int64_t max) {
     require(v >= 0, fmt::format("{} must not be negative, got {}", name(field), v));
+    at_most(field, v, max);
+  }
+  void at_most(std::string_view field, int64_t v, int64_t max) {
+    require(v <= max, fmt::format("{} must be at most {}, got {}", name(field), max, v));
   }
   void seconds(std::string_view field, const std::optional<Seconds>& t) {
     if (!t) return;
@@ -444,6 +466,8 @@ class Problems {
   void bytes(std::string_view field, Bytes b) {
     require(std::isfinite(b.value()) && b.value() >= 0,
             fmt::format("{} must be a finite non-negative size, got {:f}", name(field), b.value()));
+    require(b.value() <= kMaxLayerBytes, fmt::format("{} must be at most {:g} bytes, got {:g}",
+                                                     name(field), kMaxLayerBytes, b.value()));
   }
   std::string name(std::string_view field) const { return fmt::format("{}{}", prefix_, field); }
 
@@ -454,22 +478,23 @@ class Problems {
 
 std::string check_attention(const AttentionShape& a) {
   Problems p("attention.");
-  p.positive("hidden", a.hidden);
-  p.positive("num_heads", a.num_heads);
-  p.positive("num_kv_heads", a.num_kv_heads);
-  p.positive("head_dim", a.head_dim);
-  p.nonnegative("v_head_dim", a.v_head_dim);
-  p.nonnegative("sliding_window", a.sliding_window);
+  p.positive("hidden", a.hidden, kMaxWidth);
+  p.positive("num_heads", a.num_heads, kMaxHeads);
+  p.positive("num_kv_heads", a.num_kv_heads, kMaxHeads);
+  p.positive("head_dim", a.head_dim, kMaxWidth);
+  p.nonnegative("v_head_dim", a.v_head_dim, kMaxWidth);
+  p.nonnegative("sliding_window", a.sliding_window, kUnbounded);
   if (!p.ok()) return p.first();
   p.require(
       a.num_heads % a.num_kv_heads == 0,
       fmt::format("attention.num_heads ({}) must be a multiple of attention.num_kv_heads ({})",
                   a.num_heads, a.num_kv_heads));
   if (a.mla) {
-    p.nonnegative("q_lora_rank", a.q_lora_rank);
-    p.positive("kv_lora_rank", a.kv_lora_rank);
-    p.positive("qk_nope_head_dim", a.qk_nope_head_dim);
-    p.nonnegative("qk_rope_head_dim", a.qk_rope_head_dim);
+    p.nonnegative("q_lora_rank", a.q_lora_rank, kMaxWidth);
+    p.positive("kv_lora_rank", a.kv_lora_rank, kMaxWidth);
+    p.positive("qk_nope_head_dim", a.qk_nope_head_dim, kMaxWidth);
+    p.nonnegative("qk_rope_head_dim", a.qk_rope_head_dim, kMaxWidth);
+    if (!p.ok()) return p.first();
     p.require(a.head_dim == a.qk_nope_head_dim + a.qk_rope_head_dim,
               fmt::format("attention.head_dim ({}) of a latent (mla) attention must equal "
                           "qk_nope_head_dim + qk_rope_head_dim ({})",
@@ -485,25 +510,25 @@ std::string check_attention(const AttentionShape& a) {
 
 std::string check_ffn(const FeedForwardShape& f) {
   Problems p("ffn.");
-  p.positive("hidden", f.hidden);
-  p.positive("ffn_size", f.ffn_size);
+  p.positive("hidden", f.hidden, kMaxWidth);
+  p.positive("ffn_size", f.ffn_size, kMaxWidth);
   return p.first();
 }
 
 std::string check_moe(const MoeShape& m) {
   Problems p("moe.");
-  p.positive("hidden", m.hidden);
-  p.positive("num_experts", m.num_experts);
-  p.positive("top_k", m.top_k);
-  p.positive("expert_ffn_size", m.expert_ffn_size);
-  p.nonnegative("num_shared_experts", m.num_shared_experts);
-  p.nonnegative("shared_ffn_size", m.shared_ffn_size);
-  p.nonnegative("latent_size", m.latent_size);
+  p.positive("hidden", m.hidden, kMaxWidth);
+  p.positive("num_experts", m.num_experts, kMaxHeads);
+  p.positive("top_k", m.top_k, kMaxHeads);
+  p.positive("expert_ffn_size", m.expert_ffn_size, kMaxWidth);
+  p.nonnegative("num_shared_experts", m.num_shared_experts, kMaxHeads);
+  p.nonnegative("shared_ffn_size", m.shared_ffn_size, kMaxWidth);
+  p.nonnegative("latent_size", m.latent_size, kMaxWidth);
   if (!p.ok()) return p.first();
   p.require(
       m.top_k <= m.num_experts,
       fmt::format("moe.top_k ({}) must not exceed moe.num_experts ({})", m.top_k, m.num_experts));
-  if (m.num_shared_experts > 0) p.positive("shared_ffn_size", m.shared_ffn_size);
+  if (m.num_shared_experts > 0) p.positive("shared_ffn_size", m.shared_ffn_size, kMaxWidth);
   return p.first();
 }
 
@@ -511,17 +536,17 @@ std::string check_mamba(const MambaShape& m) {
   Problems p("mamba.");
   p.require(m.version == 1 || m.version == 2,
             fmt::format("mamba.version must be 1 or 2, got {}", m.version));
-  p.positive("hidden", m.hidden);
-  p.positive("d_inner", m.d_inner);
-  p.positive("d_state", m.d_state);
-  p.positive("conv_kernel", m.conv_kernel);
+  p.positive("hidden", m.hidden, kMaxWidth);
+  p.positive("d_inner", m.d_inner, kMaxWidth);
+  p.positive("d_state", m.d_state, kMaxWidth);
+  p.positive("conv_kernel", m.conv_kernel, kMaxKernel);
   if (!p.ok()) return p.first();
   // Heads, groups and chunks belong to Mamba-2's scan; Mamba-1 has none of them.
   if (m.version == 2) {
-    p.positive("n_groups", m.n_groups);
-    p.positive("chunk_size", m.chunk_size);
-    p.positive("n_heads", m.n_heads);
-    p.positive("head_dim", m.head_dim);
+    p.positive("n_groups", m.n_groups, kMaxHeads);
+    p.positive("chunk_size", m.chunk_size, kMaxSeqLen);
+    p.positive("n_heads", m.n_heads, kMaxHeads);
+    p.positive("head_dim", m.head_dim, kMaxWidth);
     if (!p.ok()) return p.first();
     p.require(m.n_heads * m.head_dim == m.d_inner,
               fmt::format("mamba.n_heads * mamba.head_dim ({}) must equal mamba.d_inner ({})",
@@ -530,40 +555,40 @@ std::string check_mamba(const MambaShape& m) {
               fmt::format("mamba.n_heads ({}) must be a multiple of mamba.n_groups ({})", m.n_heads,
                           m.n_groups));
   } else {
-    p.positive("dt_rank", m.dt_rank);
+    p.positive("dt_rank", m.dt_rank, kMaxWidth);
   }
   return p.first();
 }
 
 std::string check_embedding(const EmbeddingShape& e) {
   Problems p("embedding.");
-  p.positive("vocab", e.vocab);
-  p.positive("hidden", e.hidden);
-  p.nonnegative("learned_positions", e.learned_positions);
+  p.positive("vocab", e.vocab, kMaxVocab);
+  p.positive("hidden", e.hidden, kMaxWidth);
+  p.nonnegative("learned_positions", e.learned_positions, kMaxSeqLen);
   return p.first();
 }
 
 std::string check_head(const HeadShape& h) {
   Problems p("head.");
-  p.positive("vocab", h.vocab);
-  p.positive("hidden", h.hidden);
+  p.positive("vocab", h.vocab, kMaxVocab);
+  p.positive("hidden", h.hidden, kMaxWidth);
   return p.first();
 }
 
 std::string check_patch_embedding(const PatchEmbeddingShape& s) {
   Problems p("patch_embedding.");
-  p.positive("channels", s.channels);
-  p.positive("patch_size", s.patch_size);
-  p.positive("hidden", s.hidden);
-  p.nonnegative("num_positions", s.num_positions);
+  p.positive("channels", s.channels, kMaxKernel);
+  p.positive("patch_size", s.patch_size, kMaxKernel);
+  p.positive("hidden", s.hidden, kMaxWidth);
+  p.nonnegative("num_positions", s.num_positions, kMaxSeqLen);
   return p.first();
 }
 
 std::string check_projector(const ProjectorShape& s) {
   Problems p("projector.");
-  p.positive("in_hidden", s.in_hidden);
-  p.positive("out_hidden", s.out_hidden);
-  p.nonnegative("ffn_size", s.ffn_size);
+  p.positive("in_hidden", s.in_hidden, kMaxWidth);
+  p.positive("out_hidden", s.out_hidden, kMaxWidth);
+  p.nonnegative("ffn_size", s.ffn_size, kMaxWidth);
   return p.first();
 }
 
@@ -582,8 +607,8 @@ std::string check_measured(const MeasuredLayer& m) {
     p.seconds(fmt::format("times_by_device.{}.backward_input_s", device), times.backward_input);
     p.seconds(fmt::format("times_by_device.{}.backward_weight_s", device), times.backward_weight);
   }
-  p.nonnegative("seq_len", m.seq_len);
-  p.nonnegative("micro_batch_size", m.micro_batch_size);
+  p.nonnegative("seq_len", m.seq_len, kMaxSeqLen);
+  p.nonnegative("micro_batch_size", m.micro_batch_size, kMaxMicroBatchSize);
   p.bytes("param_bytes", m.param_bytes);
   p.bytes("activation_bytes", m.activation_bytes);
   p.bytes("output_bytes", m.output_bytes);
@@ -686,8 +711,8 @@ std::string check_layer(const Layer& l) {
   if (l.name.empty()) return "the layer name is empty";
   if (std::string s = check_kind_shapes(l); !s.empty()) return s;
   Problems p("");
-  p.nonnegative("num_norms", l.num_norms);
-  p.nonnegative("tokens_per_sample", l.tokens_per_sample);
+  p.nonnegative("num_norms", l.num_norms, kMaxNormsPerLayer);
+  p.nonnegative("tokens_per_sample", l.tokens_per_sample, kMaxSeqLen);
   if (!p.ok()) return p.first();
   std::string s;
   if (l.attention && !(s = check_attention(*l.attention)).empty()) return s;
@@ -713,6 +738,25 @@ std::string check_layer(const Layer& l) {
 
 std::string layer_label(const Layer& l, std::string_view list, size_t index) {
   return fmt::format("layer '{}' ({}[{}])", l.name, list, index);
+}
+
+// Within the sizes' limits every layer's parameter count fits int64_t; the model's sum is
+// bounded here, so that totals downstream cannot overflow either.
+Status check_total_params(const ModelSpec& model, const std::string& source) {
+  int64_t total = 0;
+  for (std::string_view list_name : {"layers", "extra_layers"}) {
+    const std::vector<Layer>& list = list_name == "layers" ? model.layers : model.extra_layers;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::optional<int64_t> sum = checked_add(total, layer_stored_params(list[i]));
+      if (!sum || *sum > kMaxModelParams) {
+        return invalid_argument(
+            fmt::format("{}: {}: brings the model past {} parameters, the most supported", source,
+                        layer_label(list[i], list_name, i), kMaxModelParams));
+      }
+      total = *sum;
+    }
+  }
+  return Status::ok();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -843,9 +887,14 @@ Status validate_model(const ModelSpec& model, const std::string& source) {
   if (model.layers.empty()) {
     return invalid_argument(fmt::format("{}: the model has no layers", source));
   }
-  if (model.default_seq_len <= 0) {
-    return invalid_argument(
-        fmt::format("{}: default_seq_len must be positive, got {}", source, model.default_seq_len));
+  const size_t layers = model.layers.size() + model.extra_layers.size();
+  if (layers > static_cast<size_t>(kMaxLayers)) {
+    return invalid_argument(fmt::format("{}: the model has {} layers; at most {} are supported",
+                                        source, layers, kMaxLayers));
+  }
+  if (model.default_seq_len <= 0 || model.default_seq_len > kMaxSeqLen) {
+    return invalid_argument(fmt::format("{}: default_seq_len must be from 1 to {}, got {}", source,
+                                        kMaxSeqLen, model.default_seq_len));
   }
   // name -> where it was first seen, for the duplicate message.
   std::map<std::string, std::string> seen;
@@ -867,6 +916,7 @@ Status validate_model(const ModelSpec& model, const std::string& source) {
   };
   MOTLEY_RETURN_IF_ERROR(check_list(model.layers, "layers"));
   MOTLEY_RETURN_IF_ERROR(check_list(model.extra_layers, "extra_layers"));
+  MOTLEY_RETURN_IF_ERROR(check_total_params(model, source));
   // Each layer of the trained model reads the hidden state the layer before it writes.
   for (size_t i = 1; i < model.layers.size(); ++i) {
     const int64_t read = hidden_width_read(model.layers[i]);

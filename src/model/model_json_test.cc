@@ -2,10 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "model_test_util.h"
+#include "motley/model/limits.h"
 #include "motley/model/presets.h"
 
 namespace motley {
@@ -260,7 +263,113 @@ TEST(ModelJson, ValidatesAfterReading) {
                 "must be a multiple of attention.num_kv_heads (4)");
 }
 
+// The error for a motley model file with `text`, "" when it loads.
+std::string file_error(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  {
+    std::ofstream out(path);
+    out << text;
+  }
+  Result<ModelSpec> m = load_model(path);
+  std::remove(path.c_str());
+  if (m.is_ok()) return "";
+  const std::string& message = m.status().message();
+  // The path prefix varies with the temporary directory.
+  return message.rfind(path, 0) == 0 ? name + message.substr(path.size()) : message;
+}
+
+TEST(ModelJson, RejectsDuplicateKeysNamingTheKeyPath) {
+  EXPECT_EQ(file_error("dup.json", R"({"format": "motley.model/1", "layers": [{"name": "f",
+      "kind": "feed_forward", "ffn": {"hidden": 4, "ffn_size": 8, "hidden": 16}}]})"),
+            "dup.json: field 'layers[0].ffn.hidden': duplicate key; a key may appear only once in "
+            "an object");
+}
+
+TEST(ModelJson, RejectsNonFiniteNumbersNamingTheField) {
+  // A Python writer's NaN, and 1e999, which no double holds.
+  EXPECT_EQ(file_error("nan.json", R"({"format": "motley.model/1", "default_seq_len": NaN,
+      "layers": []})"),
+            "nan.json: field 'default_seq_len': expected an integer, got NaN");
+  EXPECT_EQ(file_error("inf.json", R"({"format": "motley.model/1", "default_seq_len": 1e999})"),
+            "inf.json: malformed JSON at line 1, column 49: the number 1e999 is beyond the range "
+            "of a double (about 1.8e308)");
+  EXPECT_EQ(file_error("nan.json", R"({"format": "motley.model/1", "layers": [{"name": "m",
+      "kind": "measured", "measured": {"measured_on": "T4", "forward_s": NaN,
+      "backward_input_s": 0, "backward_weight_s": 0}}]})"),
+            "nan.json: field 'layers[0].measured.forward_s': expected a finite non-negative "
+            "number, got NaN");
+}
+
+TEST(ModelJson, RejectsMoreLayersThanSupportedBeforeReadingThem) {
+  std::string layers;
+  for (int64_t i = 0; i <= kMaxLayers; ++i) layers += i == 0 ? "{}" : ",{}";
+  Json j = parse_or_die(R"({"format": "motley.model/1", "layers": [)" + layers + "]}");
+  Result<ModelSpec> m = model_from_json(j, "m.json");
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_EQ(m.status().message(),
+            "m.json: field 'layers': lists 100001 layers; at most 100000 are supported");
+}
+
+TEST(ModelJson, HugeSizesAreRejectedNamingTheLayerAndField) {
+  // 2^40: every product of such sizes overflows int64_t.
+  Json j = parse_or_die(R"({"format": "motley.model/1", "layers": [{"name": "f",
+      "kind": "feed_forward", "ffn": {"hidden": 1099511627776, "ffn_size": 8}}]})");
+  Result<ModelSpec> m = model_from_json(j, "m.json");
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_EQ(m.status().message(),
+            "m.json: layer 'f' (layers[0]): ffn.hidden must be at most 1048576, got 1099511627776");
+  // Mamba's defaults derived from an out-of-range hidden size do not overflow on the way.
+  Json mamba = parse_or_die(R"({"format": "motley.model/1", "layers": [{"name": "m",
+      "kind": "mamba", "mamba": {"version": 1, "hidden": 9223372036854775807, "d_state": 16}}]})");
+  EXPECT_EQ(model_from_json(mamba, "m.json").status().message(),
+            "m.json: layer 'm' (layers[0]): mamba.hidden must be at most 1048576, got "
+            "9223372036854775807");
+}
+
 // ---- validate_model ----
+
+TEST(ValidateModel, HoldsEverySizeToItsLimit) {
+  ModelSpec m = tiny_llama();
+  m.layers[1].attention->num_heads = kMaxHeads * 2;
+  EXPECT_EQ(validation_error(m),
+            "m.json: layer 'layers.0' (layers[1]): attention.num_heads must be at most 65536, got "
+            "131072");
+  m = tiny_llama();
+  m.layers[0].embedding->vocab = kMaxVocab + 1;
+  EXPECT_EQ(validation_error(m),
+            "m.json: layer 'embed' (layers[0]): embedding.vocab must be at most 16777216, got "
+            "16777217");
+  m = tiny_llama();
+  m.layers[1].num_norms = int64_t{1} << 40;  // the cost model loops over norms
+  EXPECT_EQ(validation_error(m),
+            "m.json: layer 'layers.0' (layers[1]): num_norms must be at most 64, got "
+            "1099511627776");
+  m = tiny_llama();
+  m.default_seq_len = 1'000'000'000;
+  EXPECT_EQ(validation_error(m),
+            "m.json: default_seq_len must be from 1 to 1048576, got 1000000000");
+}
+
+TEST(ValidateModel, BoundsTheModelsParameterTotal) {
+  // Each layer within its limits (2^16 experts of 2^20 x 2^20: 2.2e17 parameters) fits
+  // int64_t, but such layers add up past any total motley computes with.
+  ModelSpec m = tiny_llama();
+  Layer& block = m.layers[1];
+  block.ffn.reset();
+  block.moe = MoeShape{};
+  block.moe->hidden = block.attention->hidden;
+  block.moe->num_experts = kMaxHeads;
+  block.moe->top_k = 1;
+  block.moe->expert_ffn_size = kMaxWidth;
+  block.moe->latent_size = kMaxWidth;
+  EXPECT_EQ(validation_error(m),
+            "m.json: layer 'layers.0' (layers[1]): brings the model past 1000000000000000 "
+            "parameters, the most supported");
+  ModelSpec many = tiny_llama();
+  many.layers.resize(static_cast<size_t>(kMaxLayers) + 1, many.layers[1]);
+  EXPECT_EQ(validation_error(many),
+            "m.json: the model has 100001 layers; at most 100000 are supported");
+}
 
 TEST(ValidateModel, AcceptsEveryBuiltPreset) { EXPECT_EQ(validation_error(tiny_llama()), ""); }
 

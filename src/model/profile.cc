@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "motley/model/limits.h"
 #include "motley/model/model_json.h"
 
 namespace motley {
@@ -17,6 +18,8 @@ namespace {
 
 constexpr int64_t kDefaultSeqLen = 4096;
 constexpr int64_t kDefaultMicroBatchSize = 1;
+constexpr IntRange kSeqLens{1, kMaxSeqLen};
+constexpr IntRange kMicroBatchSizes{1, kMaxMicroBatchSize};
 
 // One entry of "layers" before `repeat` is expanded.
 struct Entry {
@@ -39,7 +42,7 @@ Result<Entry> entry_from_json(const JsonField& f, const Defaults& defaults) {
   Entry e;
   MOTLEY_ASSIGN_OR_RETURN(e.name, f.get_string("name"));
   if (e.name.empty()) return f.child_error("name", "must not be empty");
-  MOTLEY_ASSIGN_OR_RETURN(e.repeat, f.get_positive_int_or("repeat", 1));
+  MOTLEY_ASSIGN_OR_RETURN(e.repeat, f.get_int_in_or("repeat", IntRange{1, kMaxLayers}, 1));
 
   MeasuredLayer& m = e.measured;
   if (f.has("measured_on")) {
@@ -52,9 +55,9 @@ Result<Entry> entry_from_json(const JsonField& f, const Defaults& defaults) {
                          "once at the top level");
   }
   if (m.measured_on.empty()) return f.child_error("measured_on", "must not be empty");
-  MOTLEY_ASSIGN_OR_RETURN(m.seq_len, f.get_positive_int_or("seq_len", defaults.seq_len));
-  MOTLEY_ASSIGN_OR_RETURN(m.micro_batch_size,
-                          f.get_positive_int_or("micro_batch_size", defaults.micro_batch_size));
+  MOTLEY_ASSIGN_OR_RETURN(m.seq_len, f.get_int_in_or("seq_len", kSeqLens, defaults.seq_len));
+  MOTLEY_ASSIGN_OR_RETURN(m.micro_batch_size, f.get_int_in_or("micro_batch_size", kMicroBatchSizes,
+                                                              defaults.micro_batch_size));
 
   // forward_s is required; a layer without an input gradient (the embedding) or without
   // weights may leave out its backward times, which then count as zero.
@@ -177,9 +180,11 @@ Result<ModelSpec> profile_from_json(const Json& profile, const std::string& sour
   if (root.has("measured_on")) {
     MOTLEY_ASSIGN_OR_RETURN(defaults.measured_on, root.get_string("measured_on"));
   }
-  MOTLEY_ASSIGN_OR_RETURN(defaults.seq_len, root.get_positive_int_or("seq_len", kDefaultSeqLen));
-  MOTLEY_ASSIGN_OR_RETURN(defaults.micro_batch_size,
-                          root.get_positive_int_or("micro_batch_size", kDefaultMicroBatchSize));
+  MOTLEY_ASSIGN_OR_RETURN(defaults.seq_len,
+                          root.get_int_in_or("seq_len", kSeqLens, kDefaultSeqLen));
+  MOTLEY_ASSIGN_OR_RETURN(
+      defaults.micro_batch_size,
+      root.get_int_in_or("micro_batch_size", kMicroBatchSizes, kDefaultMicroBatchSize));
   model.default_seq_len = defaults.seq_len;
 
   MOTLEY_ASSIGN_OR_RETURN(JsonField layers_field, root.get("layers"));
@@ -187,8 +192,15 @@ Result<ModelSpec> profile_from_json(const Json& profile, const std::string& sour
   if (items.empty()) return layers_field.error("expected at least one layer");
   std::vector<Entry> entries;
   std::map<std::string, int64_t> uses;  // layers each entry name stands for, over the file
+  int64_t total = 0;                    // layers the entries expand to
   for (const JsonField& item : items) {
     MOTLEY_ASSIGN_OR_RETURN(Entry e, entry_from_json(item, defaults));
+    total += e.repeat;  // each repeat is at most kMaxLayers: no overflow before the check
+    if (total > kMaxLayers) {
+      const std::string what = fmt::format(
+          "brings the profile to {} layers; at most {} are supported", total, kMaxLayers);
+      return item.has("repeat") ? item.child_error("repeat", what) : item.error(what);
+    }
     uses[e.name] += e.repeat;
     entries.push_back(std::move(e));
   }

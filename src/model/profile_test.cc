@@ -185,6 +185,46 @@ TEST(ProfileErrors, NonIntegerOrNonPositiveRepeat) {
             "p.json: field 'layers[0].repeat': expected a positive integer, got 0");
 }
 
+TEST(ProfileErrors, RepeatsAreCappedBeforeLayersAreMade) {
+  // 2^63 - 1 and 10^9 repeats used to end in std::bad_alloc.
+  EXPECT_EQ(error_for(R"({"format": "motley.profile/1", "measured_on": "H100-SXM",
+      "layers": [{"name": "x", "repeat": 9223372036854775807, "forward_s": 1}]})"),
+            "p.json: field 'layers[0].repeat': expected an integer from 1 to 100000, got "
+            "9223372036854775807");
+  EXPECT_EQ(error_for(R"({"format": "motley.profile/1", "measured_on": "H100-SXM",
+      "layers": [{"name": "x", "repeat": 60000, "forward_s": 1},
+                 {"name": "y", "repeat": 60000, "forward_s": 1}]})"),
+            "p.json: field 'layers[1].repeat': brings the profile to 120000 layers; at most "
+            "100000 are supported");
+}
+
+TEST(ProfileErrors, SequenceLengthAndMicroBatchSizeAreCapped) {
+  EXPECT_EQ(error_for(R"({"format": "motley.profile/1", "measured_on": "H100-SXM",
+      "seq_len": 1e9, "layers": [{"name": "x", "forward_s": 1}]})"),
+            "p.json: field 'seq_len': expected an integer from 1 to 1048576, got 1000000000.0");
+  EXPECT_EQ(error_for(R"({"format": "motley.profile/1", "measured_on": "H100-SXM",
+      "layers": [{"name": "x", "micro_batch_size": 4611686018427387905, "forward_s": 1}]})"),
+            "p.json: field 'layers[0].micro_batch_size': expected an integer from 1 to 65536, got "
+            "4611686018427387905");
+}
+
+TEST(ProfileErrors, HugeByteCountsAreRejected) {
+  EXPECT_EQ(error_for(R"({"format": "motley.profile/1", "measured_on": "H100-SXM",
+      "layers": [{"name": "x", "forward_s": 1, "param_bytes": 1e300}]})"),
+            "p.json: layer 'x' (layers[0]): measured.param_bytes must be at most 1e+18 bytes, got "
+            "1e+300");
+}
+
+TEST(ProfileErrors, DuplicateKeysAreRejected) {
+  Result<Json> j = parse_json(R"({"format": "motley.profile/1", "measured_on": "H100-SXM",
+      "layers": [{"name": "x", "forward_s": 1, "forward_s": 2}]})",
+                              "p.json");
+  ASSERT_FALSE(j.is_ok());
+  EXPECT_EQ(j.status().message(),
+            "p.json: field 'layers[0].forward_s': duplicate key; a key may appear only once in an "
+            "object");
+}
+
 TEST(ProfileErrors, MissingForwardTime) {
   EXPECT_EQ(error_for(R"({"format": "motley.profile/1", "measured_on": "H100-SXM",
       "layers": [{"name": "x", "forward_s": 1}, {"name": "y", "backward_input_s": 1}]})"),

@@ -9,14 +9,23 @@
 #include <optional>
 #include <vector>
 
+#include "motley/model/limits.h"
 #include "motley/model/model_json.h"
 #include "motley/plan/spec_hash.h"
+#include "motley/plan/structure.h"
 
 namespace motley {
 namespace {
 
 constexpr const char* kTimeUnit = "s";
 constexpr const char* kMemoryUnit = "bytes";
+
+// Sizes of a step (docs/plan-format.md, "Limits"): sequences and tokens as the model formats
+// bound them, and micro-batches no more than the actions a plan may list.
+constexpr IntRange kMicroBatchSizes{1, kMaxMicroBatchSize};
+constexpr IntRange kSeqLens{1, kMaxSeqLen};
+constexpr IntRange kGlobalBatches{1, int64_t{1} << 30};
+constexpr IntRange kMicroBatches{1, kMaxPlanActions};
 
 std::optional<ActionKind> kind_of_letter(char c) {
   switch (c) {
@@ -159,7 +168,7 @@ Result<DeviceGroupSchedule> group_from_json(const JsonField& f) {
 Result<Replica> replica_from_json(const JsonField& f) {
   MOTLEY_RETURN_IF_ERROR(f.check_keys({"micro_batches", "stage_group", "groups"}));
   Replica replica;
-  MOTLEY_ASSIGN_OR_RETURN(replica.micro_batches, f.get_positive_int("micro_batches"));
+  MOTLEY_ASSIGN_OR_RETURN(replica.micro_batches, f.get_int_in("micro_batches", kMicroBatches));
   MOTLEY_ASSIGN_OR_RETURN(replica.stage_group, index_list(f, "stage_group"));
   MOTLEY_ASSIGN_OR_RETURN(JsonField groups, f.get("groups"));
   MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> items, groups.items());
@@ -409,9 +418,10 @@ Result<PlanFile> plan_file_from_json(const Json& json, const std::string& source
   Plan& plan = file.plan;
   MOTLEY_ASSIGN_OR_RETURN(plan.model, spec_ref_from_json(root, "model"));
   MOTLEY_ASSIGN_OR_RETURN(plan.cluster, spec_ref_from_json(root, "cluster"));
-  MOTLEY_ASSIGN_OR_RETURN(plan.micro_batch_size, root.get_positive_int("micro_batch_size"));
-  MOTLEY_ASSIGN_OR_RETURN(plan.seq_len, root.get_positive_int("seq_len"));
-  MOTLEY_ASSIGN_OR_RETURN(plan.global_batch, root.get_positive_int("global_batch"));
+  MOTLEY_ASSIGN_OR_RETURN(plan.micro_batch_size,
+                          root.get_int_in("micro_batch_size", kMicroBatchSizes));
+  MOTLEY_ASSIGN_OR_RETURN(plan.seq_len, root.get_int_in("seq_len", kSeqLens));
+  MOTLEY_ASSIGN_OR_RETURN(plan.global_batch, root.get_int_in("global_batch", kGlobalBatches));
 
   MOTLEY_ASSIGN_OR_RETURN(JsonField stages, root.get("stages"));
   MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> stage_items, stages.items());

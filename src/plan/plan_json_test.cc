@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -230,6 +232,36 @@ TEST(PlanJsonErrors, NameTheField) {
   EXPECT_EQ(error_after([](Json& j) { j = Json::array(); }),
             "plan.json: expected a plan (a JSON object with \"format\": \"motley.plan/2\"), got "
             "an array");
+}
+
+TEST(PlanJsonErrors, SizesOfAStepAreCapped) {
+  EXPECT_EQ(error_after([](Json& j) { j["micro_batch_size"] = (int64_t{1} << 62) + 1; }),
+            "plan.json: field 'micro_batch_size': expected an integer from 1 to 65536, got "
+            "4611686018427387905");
+  EXPECT_EQ(error_after([](Json& j) { j["seq_len"] = 1e9; }),
+            "plan.json: field 'seq_len': expected an integer from 1 to 1048576, got 1000000000.0");
+  EXPECT_EQ(error_after([](Json& j) { j["global_batch"] = INT64_MAX; }),
+            "plan.json: field 'global_batch': expected an integer from 1 to 1073741824, got "
+            "9223372036854775807");
+  EXPECT_EQ(error_after([](Json& j) { j["replicas"][0]["micro_batches"] = 1e18; }),
+            "plan.json: field 'replicas[0].micro_batches': expected an integer from 1 to "
+            "1073741824, got 1e+18");
+  EXPECT_EQ(error_after([](Json& j) { j["predicted"]["iteration_time_s"] = NAN; }),
+            "plan.json: field 'predicted.iteration_time_s': expected a finite non-negative "
+            "number, got NaN");
+}
+
+TEST(PlanJsonErrors, DuplicateKeysAreRejectedWithThePath) {
+  std::string text = plan_to_text(full_plan());
+  // Repeat the second replica's micro-batch count, a key whose last value would otherwise win.
+  const size_t at = text.find("\"micro_batches\": 3");
+  ASSERT_NE(at, std::string::npos) << text;
+  text.insert(at, "\"micro_batches\": 5, ");
+  Result<Json> j = parse_json(text, "plan.json");
+  ASSERT_FALSE(j.is_ok());
+  EXPECT_EQ(j.status().message(),
+            "plan.json: field 'replicas[1].micro_batches': duplicate key; a key may appear only "
+            "once in an object");
 }
 
 TEST(PlanJsonErrors, UnknownTopLevelKeyIsRejected) {

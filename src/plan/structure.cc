@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "labels.h"
+#include "motley/core/checked_math.h"
 #include "motley/plan/plan_json.h"
 
 namespace motley {
@@ -21,9 +22,6 @@ using plan_labels::ids;
 using plan_labels::Labels;
 using plan_labels::replica_path;
 using plan_labels::stage_mb;
-
-// Task ids downstream (task_graph.h) are 32-bit.
-constexpr size_t kMaxActions = size_t{1} << 30;
 
 std::string stage_path(size_t s) { return fmt::format("stages[{}]", s); }
 
@@ -81,7 +79,11 @@ Status check_replica_shape(const Plan& plan, const PlanBounds& bounds, const Lab
   }
   size_t listed = 0;
   for (const DeviceGroupSchedule& group : rep.groups) listed += group.actions.size();
-  if (static_cast<uint64_t>(rep.micro_batches) > listed) {
+  // Every (stage, micro-batch) needs a forward and a backward, and check_actions sizes a table
+  // by their number: a count that the listed actions cannot cover is refused before that.
+  const std::optional<int64_t> pairs =
+      checked_mul(rep.micro_batches, static_cast<int64_t>(plan.stages.size()));
+  if (!pairs || static_cast<uint64_t>(*pairs) > listed) {
     return invalid_argument(
         field(fmt::format("{}.micro_batches", path),
               fmt::format("{} runs {} micro-batches but its groups list only {} actions; every "
@@ -254,10 +256,10 @@ Status StructureChecker::check(const Plan& plan, const PlanBounds& bounds) {
       listed += group.actions.size();
     }
   }
-  if (listed > kMaxActions) {
-    return invalid_argument(field(
-        "replicas",
-        fmt::format("the plan lists {} actions; at most {} are supported", listed, kMaxActions)));
+  if (listed > static_cast<size_t>(kMaxPlanActions)) {
+    return invalid_argument(field("replicas", fmt::format("the plan lists {} actions; at most {} "
+                                                          "are supported",
+                                                          listed, kMaxPlanActions)));
   }
   for (size_t r = 0; r < plan.replicas.size(); ++r) {
     MOTLEY_RETURN_IF_ERROR(check_actions(plan, labels, static_cast<int>(r), seen_));

@@ -83,6 +83,19 @@ TEST(Structure, ReplicaShape) {
             "stage 1, uses device -1, but the cost model's cluster has devices 0-1");
 }
 
+// The check's table has a byte per (stage, micro-batch): a count that the listed actions cannot
+// cover is refused before it is sized, also when the product of the two would overflow.
+TEST(Structure, MicroBatchesMustFitTheListedActionsOnEveryStage) {
+  Plan p = two_stages(2);
+  p.replicas[0].micro_batches = 5;  // 10 (stage, micro-batch) pairs, 8 actions
+  EXPECT_EQ(check_plan_structure(p, without_model(2)).message(),
+            "field 'replicas[0].micro_batches': replica 0 runs 5 micro-batches but its groups "
+            "list only 8 actions; every micro-batch needs a forward and a backward on each stage");
+  p.replicas[0].micro_batches = INT64_MAX;
+  EXPECT_NE(check_plan_structure(p, without_model(2)).message().find("runs 9223372036854775807"),
+            std::string::npos);
+}
+
 TEST(Structure, WithSeveralReplicasMessagesNameTheReplica) {
   Plan p = two_stages(2);
   Replica second = p.replicas[0];

@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "labels.h"
 #include "motley/core/check.h"
+#include "motley/core/checked_math.h"
 #include "motley/plan/dependencies.h"
 #include "motley/plan/lower.h"
 #include "motley/plan/plan_json.h"
@@ -245,6 +247,25 @@ Status check_memory(const Plan& plan, const ClusterSpec& cluster, const Labels& 
   return Status::ok();
 }
 
+// global_batch == micro_batch_size x the replicas' micro-batches, in exact arithmetic: with
+// 2^62 + 1 sequences per micro-batch, four micro-batches wrap around to 4 in int64_t.
+Status check_global_batch(const Plan& plan) {
+  std::optional<int64_t> micro_batches = 0;
+  for (const Replica& rep : plan.replicas) {
+    micro_batches = micro_batches ? checked_add(*micro_batches, rep.micro_batches) : std::nullopt;
+  }
+  const std::optional<int64_t> sequences =
+      micro_batches ? checked_mul(*micro_batches, plan.micro_batch_size) : std::nullopt;
+  if (sequences == plan.global_batch) return Status::ok();
+  std::vector<int64_t> parts;
+  for (const Replica& rep : plan.replicas) parts.push_back(rep.micro_batches);
+  const std::string total =
+      sequences ? std::to_string(*sequences) : std::string("more than 2^63 - 1");
+  return invalid_argument(
+      fmt::format("global_batch is {} but the replicas run ({}) micro-batches of {} = {} sequences",
+                  plan.global_batch, fmt::join(parts, " + "), plan.micro_batch_size, total));
+}
+
 }  // namespace
 
 Status validate_plan(const Plan& plan, const ModelSpec& model, const ClusterSpec& cluster,
@@ -265,16 +286,7 @@ Status validate_plan(const Plan& plan, const ModelSpec& model, const ClusterSpec
   MOTLEY_RETURN_IF_ERROR(check_plan_structure(plan, bounds));
   const Labels labels(plan);
   MOTLEY_RETURN_IF_ERROR(check_devices(plan, cluster, labels));
-  int64_t micro_batches = 0;
-  for (const Replica& rep : plan.replicas) micro_batches += rep.micro_batches;
-  if (plan.global_batch != micro_batches * plan.micro_batch_size) {
-    std::vector<int64_t> parts;
-    for (const Replica& rep : plan.replicas) parts.push_back(rep.micro_batches);
-    return invalid_argument(fmt::format(
-        "global_batch is {} but the replicas run ({}) micro-batches of {} = {} sequences",
-        plan.global_batch, fmt::join(parts, " + "), plan.micro_batch_size,
-        micro_batches * plan.micro_batch_size));
-  }
+  MOTLEY_RETURN_IF_ERROR(check_global_batch(plan));
   TaskGraph graph;
   build_task_graph(plan, lower_plan(plan), graph);
   MOTLEY_RETURN_IF_ERROR(check_deadlock(labels, graph));

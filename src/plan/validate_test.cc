@@ -284,6 +284,16 @@ TEST(Validate, RejectsGlobalBatchMismatch) {
             "global_batch is 6 but the replicas run (2) micro-batches of 2 = 4 sequences");
 }
 
+TEST(Validate, GlobalBatchIsCheckedWithoutOverflow) {
+  // (2^62 + 1) x 2 wraps around to 2 in int64_t, which global_batch 2 used to match.
+  Plan p = two_stage("0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1");
+  p.micro_batch_size = (int64_t{1} << 62) + 1;
+  p.global_batch = 2;
+  EXPECT_EQ(check_two_stage(p).message(),
+            "global_batch is 2 but the replicas run (2) micro-batches of 4611686018427387905 = "
+            "more than 2^63 - 1 sequences");
+}
+
 TEST(Validate, RejectsHashMismatch) {
   const Plan p = two_stage("0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1");
   ModelSpec changed = small_model(2);

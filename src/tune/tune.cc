@@ -25,7 +25,9 @@ using tune_internal::Found;
 using tune_internal::Searcher;
 
 double dollars_per_million_tokens(const Context& ctx, const tune_internal::Evaluation& e) {
-  const double tokens = static_cast<double>(ctx.global_batch() * ctx.seq_len());
+  // In floating point: the product of two user-given counts may not fit int64_t.
+  const double tokens =
+      static_cast<double>(ctx.global_batch()) * static_cast<double>(ctx.seq_len());
   return e.iteration_time * e.price_per_second / tokens * 1e6;
 }
 

@@ -17,9 +17,23 @@ namespace motley {
 
 using Json = nlohmann::json;
 
+// How deep arrays and objects (JSON) or sequences and mappings (YAML) may nest. motley's own
+// files nest a handful of levels; the limit is checked before anything recurses into a
+// document, so a hostile file cannot exhaust the stack.
+inline constexpr int kMaxNestingDepth = 64;
+// The largest JSON or YAML file motley reads: far above any plan, model or cluster file, and
+// a stop for a device or pipe that never ends (/dev/zero).
+inline constexpr int64_t kMaxStructuredFileBytes = int64_t{256} << 20;
+// The most values a YAML document may hold once its aliases are expanded (each use of an
+// alias counts its anchor's values again), so that a few hundred bytes of nested aliases
+// cannot expand to gigabytes. The largest cluster file motley accepts holds far fewer.
+inline constexpr int64_t kMaxYamlValues = 1'000'000;
+
 // Parses JSON text. Accepts the non-standard tokens Python's json module writes (NaN,
 // Infinity, -Infinity) outside strings; they become NaN and +/-inf doubles.
-// `source` names the text in error messages (usually the file name).
+// `source` names the text in error messages (usually the file name). Rejects, with the line
+// and column or the key path: syntax errors, numbers beyond a double's range (1e999), nesting
+// deeper than kMaxNestingDepth and a key repeated within one object.
 Result<Json> parse_json(std::string_view text, std::string_view source);
 
 // A number as motley's files write it: an integer when `v` is one exactly (below 9e15, where
@@ -28,15 +42,25 @@ Json number_json(double v);
 
 // Reads a whole file; the error names the path and the OS reason.
 Result<std::string> read_text_file(const std::string& path);
+// At most kMaxStructuredFileBytes, then parse_json.
 Result<Json> read_json_file(const std::string& path);
 // Reads YAML and converts it to the same Json tree (scalars become integers, floats, booleans,
 // null or strings, as YAML 1.2's core schema reads them), so one field reader serves both.
+// Anchors and aliases work; an alias inside its own anchor, more than kMaxYamlValues values
+// after expansion, nesting deeper than kMaxNestingDepth, a key repeated within one mapping and
+// a key that is not a scalar are errors naming the source. At most kMaxStructuredFileBytes.
 Result<Json> read_yaml_file(const std::string& path);
 Result<Json> parse_yaml(std::string_view text, std::string_view source);
 
 // Writes `contents` to `path` through a temporary file, fsync and rename, so a reader never
 // sees a partial file and a failure leaves any previous file untouched.
 Status write_file_atomically(const std::string& path, std::string_view contents);
+
+// An inclusive range of integers a field may take; errors state it.
+struct IntRange {
+  int64_t min = 0;
+  int64_t max = 0;
+};
 
 // One value inside a parsed document plus where it is, for precise error messages:
 // "cluster.yaml: field 'nodes[1].devices.count': expected a positive integer, got -3".
@@ -66,7 +90,10 @@ class JsonField {
 
   // Conversions of this value. Integers accept integral floats (e.g. 8.0) but not 8.5 or "8".
   Result<int64_t> as_int() const;
-  Result<double> as_double() const;  // any finite or infinite number
+  // An integer within `range`: "expected an integer from 1 to 4096, got 5000" (below a minimum
+  // of 1 or 0 the message says "a positive" or "a non-negative integer", as the getters do).
+  Result<int64_t> as_int_in(IntRange range) const;
+  Result<double> as_double() const;  // a finite number: NaN and infinities are errors
   Result<std::string> as_string() const;
   Result<bool> as_bool() const;
 
@@ -74,6 +101,7 @@ class JsonField {
   Result<int64_t> get_int(std::string_view key) const;
   Result<int64_t> get_positive_int(std::string_view key) const;     // > 0
   Result<int64_t> get_nonnegative_int(std::string_view key) const;  // >= 0
+  Result<int64_t> get_int_in(std::string_view key, IntRange range) const;
   Result<double> get_double(std::string_view key) const;
   Result<double> get_nonnegative_double(std::string_view key) const;  // finite, >= 0
   Result<double> get_positive_double(std::string_view key) const;     // finite, > 0
@@ -84,6 +112,7 @@ class JsonField {
   Result<int64_t> get_int_or(std::string_view key, int64_t fallback) const;
   Result<int64_t> get_positive_int_or(std::string_view key, int64_t fallback) const;
   Result<int64_t> get_nonnegative_int_or(std::string_view key, int64_t fallback) const;
+  Result<int64_t> get_int_in_or(std::string_view key, IntRange range, int64_t fallback) const;
   Result<double> get_double_or(std::string_view key, double fallback) const;
   Result<double> get_nonnegative_double_or(std::string_view key, double fallback) const;
   Result<double> get_positive_double_or(std::string_view key, double fallback) const;
@@ -110,7 +139,8 @@ class JsonField {
 // "a, b or c": a list of allowed values for error messages.
 std::string join_alternatives(const std::vector<std::string>& names);
 
-// A short description of a JSON value for error messages: `-3`, `"abc"`, `an object`.
+// A short description of a JSON value for error messages: `-3`, `"abc"`, `an object`, and
+// `NaN`, `Infinity` or `-Infinity` for the non-finite numbers JSON itself cannot write.
 std::string describe_json_value(const Json& value);
 
 }  // namespace motley

@@ -24,7 +24,9 @@ enum class StatusCode {
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  // The message stays on one line: control characters that user input brings into it (a key
+  // or a file name with a newline, a terminal escape) are written as escapes such as \n.
+  Status(StatusCode code, std::string message);
 
   static Status ok() { return Status(); }
   bool is_ok() const { return code_ == StatusCode::kOk; }

@@ -14,6 +14,10 @@
 
 namespace motley {
 
+// The most actions a plan may list over all its replicas and groups: task ids downstream
+// (task_graph.h) are 32-bit.
+inline constexpr int64_t kMaxPlanActions = int64_t{1} << 30;
+
 // What a plan's indices are checked against, and how messages name it.
 struct PlanBounds {
   // The model's layer count; -1 when the reader has no model (the simulator): the stages are
