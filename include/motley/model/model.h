@@ -131,12 +131,18 @@ struct MeasuredTimes {
   std::optional<Seconds> forward;
   std::optional<Seconds> backward_input;
   std::optional<Seconds> backward_weight;
+  // The extra forward work selective recomputation repeats before B (the attention core);
+  // absent: the cost model prices it from the layer's shape when it has one, else 0.
+  std::optional<Seconds> selective_recompute;
 };
 
 struct MeasuredLayer {
   std::string measured_on;                               // device type name of `times`
   MeasuredTimes times;                                   // all three present
   std::map<std::string, MeasuredTimes> times_by_device;  // overrides per device type name
+  // Times per device of a tensor-parallel group, its collectives included: device type name,
+  // then TP degree (>= 2). Where a degree is missing the cost model prices TP itself.
+  std::map<std::string, std::map<int, MeasuredTimes>> times_by_tp;
   int64_t seq_len = 0;                                   // shape the times were measured at
   int64_t micro_batch_size = 0;
   Bytes param_bytes;
