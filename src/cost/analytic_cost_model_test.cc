@@ -366,8 +366,8 @@ Layer measured_layer() {
   l.kind = LayerKind::kMeasured;
   MeasuredLayer m;
   m.measured_on = "A100-80GB";
-  m.times = MeasuredTimes{milliseconds(10), milliseconds(12), milliseconds(8)};
-  m.times_by_device["H100"] = MeasuredTimes{milliseconds(4), std::nullopt, std::nullopt};
+  m.times = MeasuredTimes{milliseconds(10), milliseconds(12), milliseconds(8), std::nullopt};
+  m.times_by_device["H100"] = MeasuredTimes{milliseconds(4), std::nullopt, std::nullopt, std::nullopt};
   m.seq_len = 4096;
   m.micro_batch_size = 1;
   m.param_bytes = Bytes(2e8);

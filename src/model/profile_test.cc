@@ -133,7 +133,7 @@ TEST(Profile, FoldsOnlyWhatReadsBackToTheSameNames) {
     l.kind = LayerKind::kMeasured;
     l.measured = MeasuredLayer{};
     l.measured->measured_on = "H100-SXM";
-    l.measured->times = {Seconds(forward), Seconds(0), Seconds(0)};
+    l.measured->times = {Seconds(forward), Seconds(0), Seconds(0), std::nullopt};
     l.measured->seq_len = 4096;
     l.measured->micro_batch_size = 1;
     m.layers.push_back(l);
