@@ -14,54 +14,85 @@
 namespace motley {
 namespace {
 
-// One layer's costs as they accumulate, sub-layer by sub-layer.
+// One layer's kernels as they accumulate, sub-layer by sub-layer, and the activations they
+// keep; finish() sums the kernels into the layer's FLOPs and memory traffic per pass.
 class CostBuilder {
  public:
-  CostBuilder(double dtype_bytes, bool dropout) : d_(dtype_bytes), dropout_(dropout) {}
+  // finish() hands the kernels to `sink` when it is not null.
+  CostBuilder(double dtype_bytes, bool dropout, std::vector<Kernel>* sink)
+      : d_(dtype_bytes), dropout_(dropout), sink_(sink) {}
 
   double d() const { return d_; }
   bool dropout() const { return dropout_; }
 
   // A matmul with weights: `rows` x `in` times `in` x `out`. Forward, input gradient and weight
   // gradient each cost 2*rows*in*out and each move the input, the weight and the output once.
-  // `weight_copies` distinct weight matrices are touched (MoE experts); `input_grad` is false
-  // for the first layer of a model, whose input needs no gradient.
-  void linear(double rows, double in, double out, double weight_copies = 1.0,
+  // `weight_copies` distinct weight matrices share the rows (MoE experts: that many GEMMs of
+  // rows / weight_copies rows each); `input_grad` is false for the first layer of a model,
+  // whose input needs no gradient. `split` is Megatron's: column-parallel layers divide their
+  // output features across a TP group, row-parallel ones their input features.
+  enum class Parallel { kColumn, kRow, kReplicated };
+  void linear(double rows, double in, double out, Parallel parallel, double weight_copies = 1.0,
               bool input_grad = true) {
     const double flops = 2.0 * rows * in * out;
     const double bytes = d_ * (rows * in + weight_copies * in * out + rows * out);
-    forward_ += flops;
-    forward_memory_ += bytes;
+    const double m = rows / weight_copies;
+    const bool column = parallel == Parallel::kColumn;
+    const bool row = parallel == Parallel::kRow;
+    auto gemm = [&](KernelPass pass, double gm, double gn, double gk, GemmSplit split) {
+      Kernel kernel;
+      kernel.kind = KernelKind::kGemm;
+      kernel.pass = pass;
+      kernel.flops = flops;
+      kernel.bytes = bytes;
+      kernel.m = gm;
+      kernel.n = gn;
+      kernel.k = gk;
+      kernel.count = weight_copies;
+      kernel.split = parallel == Parallel::kReplicated ? GemmSplit::kNone : split;
+      kernels_.push_back(kernel);
+    };
+    // Y = X W (m x in x out); dX = dY W^T (m x out x in); dW = X^T dY (in x m x out).
+    gemm(KernelPass::kForward, m, out, in, column ? GemmSplit::kN : GemmSplit::kK);
     if (input_grad) {
-      backward_input_ += flops;
-      backward_input_memory_ += bytes;
+      gemm(KernelPass::kBackwardInput, m, in, out, column ? GemmSplit::kK : GemmSplit::kN);
     }
-    backward_weight_ += flops;
-    backward_weight_memory_ += bytes;
+    gemm(KernelPass::kBackwardWeight, in, out, m, row ? GemmSplit::kM : GemmSplit::kN);
   }
 
-  // Work without weights (attention core, SSM scan): its whole backward is input gradient.
-  void weightless(double forward_flops, double backward_factor) {
-    forward_ += forward_flops;
-    backward_input_ += backward_factor * forward_flops;
+  // Work without weights, priced as `kind` (the attention core, the SSM scan): its whole
+  // backward is input gradient, `backward_factor` times the forward FLOPs.
+  Kernel& weightless(KernelKind kind, double forward_flops, double backward_factor,
+                     double forward_bytes, double backward_bytes) {
+    Kernel f;
+    f.kind = kind;
+    f.pass = KernelPass::kForward;
+    f.flops = forward_flops;
+    f.bytes = forward_bytes;
+    Kernel b = f;
+    b.pass = KernelPass::kBackwardInput;
+    b.flops = backward_factor * forward_flops;
+    b.bytes = backward_bytes;
+    kernels_.push_back(f);
+    kernels_.push_back(b);
+    return kernels_[kernels_.size() - 2];
   }
 
   // A memory-bound operation reading `in` bytes and writing `out` bytes in the forward pass;
   // its backward reads the output gradient and the saved input and writes the input gradient.
-  void elementwise(double in, double out) {
-    forward_memory_ += in + out;
-    backward_input_memory_ += out + 2.0 * in;
+  // kStream work lies on the residual stream, kElementwise work on tensors TP splits.
+  void elementwise(double in, double out, KernelKind kind = KernelKind::kElementwise) {
+    memory(kind, KernelPass::kForward, in + out);
+    memory(kind, KernelPass::kBackwardInput, out + 2.0 * in);
   }
 
-  // Traffic of a fused attention kernel: forward reads q, k, v and writes o; backward reads
-  // q, k, v, o and do and writes dq, dk, dv.
-  void fused_attention_traffic(double q, double k, double v, double o) {
-    forward_memory_ += q + k + v + o;
-    backward_input_memory_ += 2.0 * (q + k + v) + 2.0 * o;
+  void memory(KernelKind kind, KernelPass pass, double bytes) {
+    Kernel kernel;
+    kernel.kind = kind;
+    kernel.pass = pass;
+    kernel.bytes = bytes;
+    kernels_.push_back(kernel);
   }
-
-  void backward_weight_traffic(double bytes) { backward_weight_memory_ += bytes; }
-  void forward_traffic(double bytes) { forward_memory_ += bytes; }
 
   // Activations kept for backward: `kept` survives selective recompute, `scores` (the s^2
   // terms of the attention core) does not.
@@ -72,43 +103,58 @@ class CostBuilder {
   void norms(int64_t count, double rows, double hidden) {
     for (int64_t i = 0; i < count; ++i) {
       keep(d_ * rows * hidden);
-      elementwise(d_ * rows * hidden, d_ * rows * hidden);
+      elementwise(d_ * rows * hidden, d_ * rows * hidden, KernelKind::kStream);
     }
   }
 
-  // The 1-byte mask of a dropout on a sub-layer's output, when dropout is on.
+  // A sub-layer's output added into the residual stream, through dropout when it is on (the
+  // 1-byte mask is kept): the forward reads the branch and the residual and writes the sum (and
+  // the mask); the backward adds the two gradients of the stream, through the mask.
+  void residual_add(double rows, double hidden) {
+    const double mask = dropout_ ? rows * hidden : 0.0;
+    keep(mask);
+    memory(KernelKind::kStream, KernelPass::kForward, 3.0 * d_ * rows * hidden + mask);
+    memory(KernelKind::kStream, KernelPass::kBackwardInput, 3.0 * d_ * rows * hidden + mask);
+  }
+
+  // The 1-byte mask of a dropout on the embedding's output, when dropout is on.
   void output_dropout(double rows, double hidden) {
     if (dropout_) keep(rows * hidden);
   }
 
-  LayerCost finish(double full_recompute_bytes, double output_bytes, int tp_allreduces) const {
+  LayerCost finish(double full_recompute_bytes, double output_bytes, int tp_allreduces) {
+    std::array<double, 3> flops{0.0, 0.0, 0.0};
+    std::array<double, 3> bytes{0.0, 0.0, 0.0};
+    for (const Kernel& kernel : kernels_) {
+      flops[static_cast<int>(kernel.pass)] += kernel.flops;
+      bytes[static_cast<int>(kernel.pass)] += kernel.bytes;
+    }
     LayerCost cost;
-    cost.forward = Flops(forward_);
-    cost.backward_input = Flops(backward_input_);
-    cost.backward_weight = Flops(backward_weight_);
-    cost.forward_memory = Bytes(forward_memory_);
-    cost.backward_input_memory = Bytes(backward_input_memory_);
-    cost.backward_weight_memory = Bytes(backward_weight_memory_);
+    cost.forward = Flops(flops[0]);
+    cost.backward_input = Flops(flops[1]);
+    cost.backward_weight = Flops(flops[2]);
+    cost.forward_memory = Bytes(bytes[0]);
+    cost.backward_input_memory = Bytes(bytes[1]);
+    cost.backward_weight_memory = Bytes(bytes[2]);
     cost.activation_bytes[static_cast<int>(RecomputePolicy::kNone)] = Bytes(kept_ + scores_);
     cost.activation_bytes[static_cast<int>(RecomputePolicy::kSelective)] = Bytes(kept_);
     cost.activation_bytes[static_cast<int>(RecomputePolicy::kFull)] = Bytes(full_recompute_bytes);
     cost.output_bytes = Bytes(output_bytes);
     cost.tp_allreduces = tp_allreduces;
+    if (sink_ != nullptr) *sink_ = std::move(kernels_);
     return cost;
   }
 
  private:
   double d_;
   bool dropout_;
-  double forward_ = 0.0;
-  double backward_input_ = 0.0;
-  double backward_weight_ = 0.0;
-  double forward_memory_ = 0.0;
-  double backward_input_memory_ = 0.0;
-  double backward_weight_memory_ = 0.0;
+  std::vector<Kernel>* sink_;
+  std::vector<Kernel> kernels_;
   double kept_ = 0.0;
   double scores_ = 0.0;
 };
+
+using Parallel = CostBuilder::Parallel;
 
 // Query-key pairs one head scores for one sample of n tokens.
 double attended_pairs(double n, bool causal, double window) {
@@ -121,11 +167,21 @@ double attended_pairs(double n, bool causal, double window) {
 // Attention core shared by standard and latent attention: QK^T and AV over `heads` query heads,
 // and the stored score tensors of an eager implementation (full n x n per head even when a mask
 // hides part of it).
+// Its traffic is a fused kernel's (FlashAttention): the forward reads q, k, v and writes o;
+// the backward reads q, k, v, o and do and writes dq, dk, dv.
 void attention_core(CostBuilder& c, const AttentionShape& a, double batch, double n, double heads,
-                    double qk_dim, double v_dim) {
+                    double qk_dim, double v_dim, double q, double k, double v, double o) {
   const double pairs =
       attended_pairs(n, a.causal, static_cast<double>(std::max<int64_t>(a.sliding_window, 0)));
-  c.weightless(2.0 * batch * heads * (qk_dim + v_dim) * pairs, 2.0);
+  Kernel& core = c.weightless(KernelKind::kAttention, 2.0 * batch * heads * (qk_dim + v_dim) * pairs,
+                              2.0, q + k + v + o, 2.0 * (q + k + v) + 2.0 * o);
+  for (Kernel* kernel : {&core, &core + 1}) {
+    kernel->batch_heads = batch * heads;
+    kernel->q_len = n;
+    kernel->pairs = pairs;
+    kernel->qk_dim = qk_dim;
+    kernel->v_dim = v_dim;
+  }
   const double scores = batch * heads * n * n;
   c.keep_scores(c.d() * scores);                           // softmax output
   if (c.dropout()) c.keep_scores((1.0 + c.d()) * scores);  // dropout mask and dropout output
@@ -144,9 +200,8 @@ void standard_attention(CostBuilder& c, const AttentionShape& a, double batch, d
   const double vd = value_head_dim(a);
   const double d = c.d();
 
-  c.linear(rows, h, heads * hd);  // Q
-  c.linear(rows, h, kv * hd);     // K
-  c.linear(rows, h, kv * vd);     // V
+  // Q, K and V as one GEMM, as Megatron-LM, Transformer Engine and most trainers fuse them.
+  c.linear(rows, h, heads * hd + kv * hd + kv * vd, Parallel::kColumn);
   c.keep(d * rows * h);           // the projections' shared input
   if (a.qk_norm) {
     c.keep(d * rows * (heads + kv) * hd);
@@ -154,12 +209,11 @@ void standard_attention(CostBuilder& c, const AttentionShape& a, double batch, d
   }
   c.keep(d * rows * (heads * hd + kv * hd));  // Q and K for QK^T
   c.keep(d * rows * kv * vd);                 // V for AV
-  attention_core(c, a, batch, n, heads, hd, vd);
-  c.fused_attention_traffic(d * rows * heads * hd, d * rows * kv * hd, d * rows * kv * vd,
-                            d * rows * heads * vd);
-  c.linear(rows, heads * vd, h);  // output projection
+  attention_core(c, a, batch, n, heads, hd, vd, d * rows * heads * hd, d * rows * kv * hd,
+                 d * rows * kv * vd, d * rows * heads * vd);
+  c.linear(rows, heads * vd, h, Parallel::kRow);  // output projection
   c.keep(d * rows * heads * vd);
-  c.output_dropout(rows, h);
+  c.residual_add(rows, h);
 }
 
 void latent_attention(CostBuilder& c, const AttentionShape& a, double batch, double n) {
@@ -176,24 +230,23 @@ void latent_attention(CostBuilder& c, const AttentionShape& a, double batch, dou
 
   c.keep(d * rows * h);  // input of the query and latent down-projections
   if (q_rank > 0.0) {
-    c.linear(rows, h, q_rank);
+    c.linear(rows, h, q_rank, Parallel::kReplicated);
     c.keep(2.0 * d * rows * q_rank);  // latent norm input and up-projection input
-    c.elementwise(d * rows * q_rank, d * rows * q_rank);
-    c.linear(rows, q_rank, heads * qk);
+    c.elementwise(d * rows * q_rank, d * rows * q_rank, KernelKind::kStream);
+    c.linear(rows, q_rank, heads * qk, Parallel::kColumn);
   } else {
-    c.linear(rows, h, heads * qk);
+    c.linear(rows, h, heads * qk, Parallel::kColumn);
   }
-  c.linear(rows, h, kv_rank + rope);
+  c.linear(rows, h, kv_rank + rope, Parallel::kReplicated);
   c.keep(d * rows * (kv_rank + rope) + d * rows * kv_rank);  // latent (+ rope key), normed latent
-  c.elementwise(d * rows * kv_rank, d * rows * kv_rank);
-  c.linear(rows, kv_rank, heads * (nope + vd));
+  c.elementwise(d * rows * kv_rank, d * rows * kv_rank, KernelKind::kStream);
+  c.linear(rows, kv_rank, heads * (nope + vd), Parallel::kColumn);
   c.keep(d * rows * heads * (2.0 * qk + vd));  // per-head Q, K and V
-  attention_core(c, a, batch, n, heads, qk, vd);
-  c.fused_attention_traffic(d * rows * heads * qk, d * rows * heads * qk, d * rows * heads * vd,
-                            d * rows * heads * vd);
-  c.linear(rows, heads * vd, h);
+  attention_core(c, a, batch, n, heads, qk, vd, d * rows * heads * qk, d * rows * heads * qk,
+                 d * rows * heads * vd, d * rows * heads * vd);
+  c.linear(rows, heads * vd, h, Parallel::kRow);
   c.keep(d * rows * heads * vd);
-  c.output_dropout(rows, h);
+  c.residual_add(rows, h);
 }
 
 void attention(CostBuilder& c, const AttentionShape& a, double batch, double n) {
@@ -215,14 +268,15 @@ double ffn_intermediate_bytes(double d, bool gated, double f) {
 void ffn_core(CostBuilder& c, double rows, double h, double f, bool gated,
               double weight_copies = 1.0) {
   const double d = c.d();
-  c.linear(rows, h, f, weight_copies);  // up (or gate)
   if (gated) {
-    c.linear(rows, h, f, weight_copies);  // up beside the gate
+    // Gate and up as one GEMM of twice the width, as Megatron-LM and Transformer Engine run it.
+    c.linear(rows, h, 2.0 * f, Parallel::kColumn, weight_copies);
     c.elementwise(2.0 * d * rows * f, d * rows * f);
   } else {
+    c.linear(rows, h, f, Parallel::kColumn, weight_copies);  // up
     c.elementwise(d * rows * f, d * rows * f);
   }
-  c.linear(rows, f, h, weight_copies);  // down
+  c.linear(rows, f, h, Parallel::kRow, weight_copies);  // down
   c.keep(rows * ffn_intermediate_bytes(d, gated, f));
 }
 
@@ -230,7 +284,7 @@ void feed_forward(CostBuilder& c, const FeedForwardShape& f, double rows) {
   const double h = static_cast<double>(f.hidden);
   c.keep(c.d() * rows * h);
   ffn_core(c, rows, h, static_cast<double>(f.ffn_size), is_gated(f.activation));
-  c.output_dropout(rows, h);
+  c.residual_add(rows, h);
 }
 
 void mixture_of_experts(CostBuilder& c, const MoeShape& m, double rows) {
@@ -241,27 +295,27 @@ void mixture_of_experts(CostBuilder& c, const MoeShape& m, double rows) {
   const bool gated = is_gated(m.activation);
 
   c.keep(d * rows * h);  // router input and dispatch source
-  c.linear(rows, h, experts);
-  c.elementwise(d * rows * experts, 4.0 * rows * experts);
+  c.linear(rows, h, experts, Parallel::kReplicated);
+  c.elementwise(d * rows * experts, 4.0 * rows * experts, KernelKind::kStream);
   c.keep(4.0 * rows * experts);  // router probabilities, fp32
 
   // A latent MoE moves every token to the experts' narrower width and back.
   const double width = m.latent_size > 0 ? static_cast<double>(m.latent_size) : h;
   if (m.latent_size > 0) {
-    c.linear(rows, h, width);
+    c.linear(rows, h, width, Parallel::kReplicated);
     c.keep(d * rows * width);  // latent tokens, the dispatch source
   }
 
   // Routed experts: k copies of every token; each touched expert's weights are read once.
   const double copies = k * rows;
   const double touched = std::min(experts, copies);
-  c.elementwise(d * rows * width, d * copies * width);  // dispatch
+  c.elementwise(d * rows * width, d * copies * width, KernelKind::kStream);  // dispatch
   c.keep(d * copies * width);                           // expert inputs
   ffn_core(c, copies, width, static_cast<double>(m.expert_ffn_size), gated, touched);
   c.keep(d * copies * width);  // expert outputs, for the routing-weight gradient
-  c.elementwise(d * copies * width, d * rows * width);  // weighted combine
+  c.elementwise(d * copies * width, d * rows * width, KernelKind::kStream);  // weighted combine
   if (m.latent_size > 0) {
-    c.linear(rows, width, h);
+    c.linear(rows, width, h, Parallel::kReplicated);
     c.keep(d * rows * width);  // combined latent output
   }
 
@@ -272,10 +326,10 @@ void mixture_of_experts(CostBuilder& c, const MoeShape& m, double rows) {
     ffn_core(c, n * rows, h, static_cast<double>(m.shared_ffn_size), gated, n);
   }
   if (m.num_shared_experts > 0 && m.shared_expert_gate) {
-    c.linear(rows, h, 1.0);
+    c.linear(rows, h, 1.0, Parallel::kReplicated);
     c.keep(d * rows * (1.0 + h));  // gate value and the gated expert output
   }
-  c.output_dropout(rows, h);
+  c.residual_add(rows, h);
 }
 
 void mamba2(CostBuilder& c, const MambaShape& m, double rows) {
@@ -287,18 +341,21 @@ void mamba2(CostBuilder& c, const MambaShape& m, double rows) {
   const double conv = inner + bc;  // channels through the causal convolution: x, B, C
 
   c.keep(d * rows * h);
-  c.linear(rows, h, 2.0 * inner + bc + heads);  // in_proj: z, x, B, C, dt
+  c.linear(rows, h, 2.0 * inner + bc + heads, Parallel::kColumn);  // in_proj: z, x, B, C, dt
   c.keep(d * rows * (2.0 * inner + bc + heads));
   c.elementwise(d * rows * conv, d * rows * conv);  // conv1d + SiLU
   c.keep(2.0 * d * rows * conv);                    // conv output before and after SiLU
-  c.weightless(7.0 * rows * inner * static_cast<double>(m.d_state), 2.0);
-  c.elementwise(d * rows * (conv + heads), d * rows * inner);  // the scan's traffic
-  c.keep(d * rows * inner);                                    // scan output y
-  c.elementwise(2.0 * d * rows * inner, d * rows * inner);     // y * silu(z), gated norm
+  // The scan reads x, B, C and dt and writes y.
+  const double scan_in = d * rows * (conv + heads);
+  const double scan_out = d * rows * inner;
+  c.weightless(KernelKind::kScan, 7.0 * rows * inner * static_cast<double>(m.d_state), 2.0,
+               scan_in + scan_out, scan_out + 2.0 * scan_in);
+  c.keep(d * rows * inner);                                 // scan output y
+  c.elementwise(2.0 * d * rows * inner, d * rows * inner);  // y * silu(z), gated norm
   if (m.gated_norm) c.keep(d * rows * inner);
-  c.linear(rows, inner, h);  // out_proj
+  c.linear(rows, inner, h, Parallel::kRow);  // out_proj
   c.keep(d * rows * inner);
-  c.output_dropout(rows, h);
+  c.residual_add(rows, h);
 }
 
 void mamba1(CostBuilder& c, const MambaShape& m, double rows) {
@@ -310,25 +367,27 @@ void mamba1(CostBuilder& c, const MambaShape& m, double rows) {
   const double xp = rank + 2.0 * state;  // x_proj output: dt (low rank), B, C
 
   c.keep(d * rows * h);
-  c.linear(rows, h, 2.0 * inner);  // in_proj: x, z
+  c.linear(rows, h, 2.0 * inner, Parallel::kColumn);  // in_proj: x, z
   c.keep(2.0 * d * rows * inner);
   c.elementwise(d * rows * inner, d * rows * inner);  // conv1d + SiLU
   c.keep(2.0 * d * rows * inner);                     // conv output before and after SiLU
-  c.linear(rows, inner, xp);                          // x_proj
+  c.linear(rows, inner, xp, Parallel::kRow);          // x_proj
   c.keep(d * rows * xp);
   if (m.inner_norms) {
     c.elementwise(d * rows * xp, d * rows * xp);
     c.keep(d * rows * xp);
   }
-  c.linear(rows, rank, inner);  // dt_proj
+  c.linear(rows, rank, inner, Parallel::kColumn);  // dt_proj
   c.keep(d * rows * inner);
-  c.weightless(7.0 * rows * inner * state, 2.0);
-  c.elementwise(d * rows * (2.0 * inner + 2.0 * state), d * rows * inner);  // the scan's traffic
-  c.keep(d * rows * inner);                                                 // scan output y
-  c.elementwise(2.0 * d * rows * inner, d * rows * inner);                  // y * silu(z)
-  c.linear(rows, inner, h);                                                 // out_proj
+  const double scan_in = d * rows * (2.0 * inner + 2.0 * state);
+  const double scan_out = d * rows * inner;
+  c.weightless(KernelKind::kScan, 7.0 * rows * inner * state, 2.0, scan_in + scan_out,
+               scan_out + 2.0 * scan_in);
+  c.keep(d * rows * inner);                                 // scan output y
+  c.elementwise(2.0 * d * rows * inner, d * rows * inner);  // y * silu(z)
+  c.linear(rows, inner, h, Parallel::kRow);                 // out_proj
   c.keep(d * rows * inner);
-  c.output_dropout(rows, h);
+  c.residual_add(rows, h);
 }
 
 // Bytes scale with the tokens of a micro-batch when it differs from the measured one.
@@ -351,13 +410,13 @@ const T& shape(const std::optional<T>& value, const Layer& layer, const char* wh
   return *value;
 }
 
-LayerCost formula_cost(const Layer& layer, const Workload& w) {
+LayerCost formula_cost(const Layer& layer, const Workload& w, std::vector<Kernel>* kernels) {
   const double d = static_cast<double>(dtype_bytes(w.dtype));
   const double batch = static_cast<double>(w.micro_batch_size);
   const double n =
       static_cast<double>(layer.tokens_per_sample > 0 ? layer.tokens_per_sample : w.seq_len);
   const double rows = batch * n;
-  CostBuilder c(d, w.dropout);
+  CostBuilder c(d, w.dropout, kernels);
 
   switch (layer.kind) {
     case LayerKind::kEmbedding: {
@@ -365,8 +424,10 @@ LayerCost formula_cost(const Layer& layer, const Workload& w) {
       const double h = static_cast<double>(e.hidden);
       const double positions = static_cast<double>(e.learned_positions);
       // A gather of token rows (and position rows), summed; no FLOPs and no input gradient.
-      c.forward_traffic(d * rows * h * (positions > 0.0 ? 3.0 : 2.0));
-      c.backward_weight_traffic(d * rows * h + d * (static_cast<double>(e.vocab) + positions) * h);
+      c.memory(KernelKind::kGather, KernelPass::kForward,
+               d * rows * h * (positions > 0.0 ? 3.0 : 2.0));
+      c.memory(KernelKind::kGather, KernelPass::kBackwardWeight,
+               d * rows * h + d * (static_cast<double>(e.vocab) + positions) * h);
       c.keep(8.0 * rows);  // token ids (int64) for the scatter-add of the weight gradient
       c.output_dropout(rows, h);
       c.norms(layer.num_norms, rows, h);
@@ -422,7 +483,7 @@ LayerCost formula_cost(const Layer& layer, const Workload& w) {
       const double h = static_cast<double>(p.hidden);
       const double pixels = static_cast<double>(p.patch_size * p.patch_size * p.channels);
       // The first layer: the image needs no gradient, the convolution's weights do.
-      c.linear(rows, pixels, h, 1.0, /*input_grad=*/false);
+      c.linear(rows, pixels, h, Parallel::kReplicated, 1.0, /*input_grad=*/false);
       c.keep(d * rows * pixels);
       c.norms(layer.num_norms, rows, h);
       return c.finish(d * rows * pixels, d * rows * h, 0);
@@ -435,12 +496,12 @@ LayerCost formula_cost(const Layer& layer, const Workload& w) {
       c.norms(layer.num_norms, rows, in);
       c.keep(d * rows * in);
       if (f > 0.0) {
-        c.linear(rows, in, f);
+        c.linear(rows, in, f, Parallel::kColumn);
         c.elementwise(d * rows * f, d * rows * f);  // GELU
         c.keep(2.0 * d * rows * f);
-        c.linear(rows, f, out);
+        c.linear(rows, f, out, Parallel::kRow);
       } else {
-        c.linear(rows, in, out);
+        c.linear(rows, in, out, Parallel::kReplicated);
       }
       return c.finish(d * rows * in, d * rows * out, 0);
     }
@@ -449,7 +510,7 @@ LayerCost formula_cost(const Layer& layer, const Workload& w) {
       const double h = static_cast<double>(hs.hidden);
       const double vocab = static_cast<double>(hs.vocab);
       c.norms(layer.num_norms, rows, h);
-      c.linear(rows, h, vocab);
+      c.linear(rows, h, vocab, Parallel::kColumn);  // vocabulary-parallel under TP
       c.keep(d * rows * h);
       // Cross-entropy on logits upcast to fp32: the softmax it keeps is 4 bytes per logit.
       c.elementwise(d * rows * vocab, 4.0 * rows * vocab);
@@ -471,12 +532,18 @@ LayerCost layer_cost(const Layer& layer, const Workload& workload) {
     cost = measured_cost(shape(layer.measured, layer, "measured"),
                          measured_token_scale(layer, workload));
   } else {
-    cost = formula_cost(layer, workload);
+    cost = formula_cost(layer, workload, nullptr);
   }
   cost.params = layer_params(layer);
   cost.stored_params = layer_stored_params(layer);
   cost.active_params = layer_active_params(layer);
   return cost;
+}
+
+std::vector<Kernel> layer_kernels(const Layer& layer, const Workload& workload) {
+  std::vector<Kernel> kernels;
+  if (layer.kind != LayerKind::kMeasured) formula_cost(layer, workload, &kernels);
+  return kernels;
 }
 
 double measured_token_scale(const Layer& layer, const Workload& workload) {

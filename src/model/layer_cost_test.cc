@@ -315,10 +315,12 @@ TEST(LayerCostTest, FeedForwardMemoryTrafficPerPass) {
   const LayerCost cost = layer_cost(layer, workload(8, 3));
   const double t = 24, h = 16, f = 40, d = 2;
   // Each matmul moves input + weight + output once per pass; GELU reads and writes t*f in the
-  // forward, and reads dy and x and writes dx in the backward.
+  // forward, and reads dy and x and writes dx in the backward. The residual add reads two
+  // t*h tensors and writes one, in each direction.
   const double matmuls = d * (t * h + h * f + t * f) + d * (t * f + f * h + t * h);
-  EXPECT_EQ(cost.forward_memory.value(), matmuls + 2 * d * t * f);
-  EXPECT_EQ(cost.backward_input_memory.value(), matmuls + 3 * d * t * f);
+  const double residual = 3 * d * t * h;
+  EXPECT_EQ(cost.forward_memory.value(), matmuls + 2 * d * t * f + residual);
+  EXPECT_EQ(cost.backward_input_memory.value(), matmuls + 3 * d * t * f + residual);
   EXPECT_EQ(cost.backward_weight_memory.value(), matmuls);
 }
 
@@ -379,9 +381,10 @@ TEST(LayerCostTest, SharedExpertsAddUpWithoutALoopPerExpert) {
   EXPECT_EQ(three.forward.value() - none.forward.value(), 3 * 6 * t * h * fs);
   EXPECT_EQ(three.activation_bytes[kNone].value() - none.activation_bytes[kNone].value(),
             3 * 3 * d * t * fs);
-  // Each shared expert reads its own weights once per pass.
+  // Each shared expert reads its own weights once per pass: the fused gate-and-up GEMM
+  // (t x h in, 2fs wide) and the down GEMM.
   EXPECT_EQ(three.backward_weight_memory.value() - none.backward_weight_memory.value(),
-            3 * d * (3 * (t * h + h * fs + t * fs)));
+            3 * d * ((t * h + 2 * h * fs + 2 * t * fs) + (t * fs + fs * h + t * h)));
 }
 
 TEST(LayerCostTest, LatentMoeRunsExpertsAtTheLatentWidth) {
@@ -430,7 +433,8 @@ TEST(LayerCostTest, MoeReadsOnlyTheExpertsTokensReach) {
   const double dispatch = 2 * d * h;
   const double expert = d * (h + h * f + f) + 2 * d * f + d * (f + f * h + h);
   const double combine = 2 * d * h;
-  EXPECT_EQ(cost.forward_memory.value(), router + dispatch + expert + combine);
+  const double residual = 3 * d * h;
+  EXPECT_EQ(cost.forward_memory.value(), router + dispatch + expert + combine + residual);
 }
 
 TEST(LayerCostTest, DecoderBlockWithMoeEqualsItsSplitForms) {
@@ -636,6 +640,7 @@ TEST(LayerCostTest, MeasuredLayerUsesItsBytesAndHasNoFlops) {
   m.output_bytes = Bytes(1000);
   layer.measured = m;
 
+  EXPECT_TRUE(layer_kernels(layer, workload(128, 1)).empty());
   LayerCost cost = layer_cost(layer, workload(128, 1));
   EXPECT_EQ(cost.forward.value(), 0);
   EXPECT_EQ(cost.backward_input.value(), 0);
@@ -700,6 +705,56 @@ TEST(LayerCostTest, ModelTotalsSumLayersAndKeepExtraLayersApart) {
   ModelSpec without = model;
   without.dropout = false;
   EXPECT_GT(totals.activation_bytes[kNone], model_totals(without, w).activation_bytes[kNone]);
+}
+
+TEST(LayerCostTest, KernelsCarryMegatronGemmShapesAndSplits) {
+  Layer layer;
+  layer.name = "mlp";
+  layer.kind = LayerKind::kFeedForward;
+  layer.ffn = ffn_shape(16, 40, Activation::kGelu);
+  const std::vector<Kernel> kernels = layer_kernels(layer, workload(8, 3));
+  std::vector<const Kernel*> gemms;
+  for (const Kernel& k : kernels) {
+    if (k.kind == KernelKind::kGemm) gemms.push_back(&k);
+  }
+  // up: F, B, W, then down: F, B, W.
+  ASSERT_EQ(gemms.size(), 6u);
+  const double t = 24, h = 16, f = 40;
+  auto expect = [](const Kernel& k, KernelPass pass, double m, double n, double kk,
+                   GemmSplit split) {
+    EXPECT_EQ(k.pass, pass);
+    EXPECT_EQ(k.m, m);
+    EXPECT_EQ(k.n, n);
+    EXPECT_EQ(k.k, kk);
+    EXPECT_EQ(k.split, split);
+    EXPECT_EQ(k.flops, 2 * m * n * kk);
+  };
+  // Column-parallel up projection: its output features are split.
+  expect(*gemms[0], KernelPass::kForward, t, f, h, GemmSplit::kN);
+  expect(*gemms[1], KernelPass::kBackwardInput, t, h, f, GemmSplit::kK);
+  expect(*gemms[2], KernelPass::kBackwardWeight, h, f, t, GemmSplit::kN);
+  // Row-parallel down projection: its input features are split.
+  expect(*gemms[3], KernelPass::kForward, t, h, f, GemmSplit::kK);
+  expect(*gemms[4], KernelPass::kBackwardInput, t, f, h, GemmSplit::kN);
+  expect(*gemms[5], KernelPass::kBackwardWeight, f, h, t, GemmSplit::kM);
+}
+
+TEST(LayerCostTest, AttentionKernelCountsCausalPairsAndKeepsTheSequence) {
+  Layer layer;
+  layer.name = "attn";
+  layer.kind = LayerKind::kAttention;
+  layer.attention = attention_shape(16, 4, 2, 4);
+  int cores = 0;
+  for (const Kernel& k : layer_kernels(layer, workload(8, 3))) {
+    if (k.kind != KernelKind::kAttention) continue;
+    ++cores;
+    EXPECT_EQ(k.batch_heads, 3 * 4);
+    EXPECT_EQ(k.q_len, 8);
+    EXPECT_EQ(k.pairs, 8 * 9 / 2);
+    EXPECT_EQ(k.qk_dim, 4);
+    EXPECT_EQ(k.v_dim, 4);
+  }
+  EXPECT_EQ(cores, 2);  // forward and backward
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "motley/core/units.h"
 #include "motley/model/model.h"
@@ -41,6 +42,34 @@ struct LayerCost {
   int tp_allreduces = 0;
 };
 
+// One kernel of one pass of a layer: the unit the timing model prices (docs/timing-model.md).
+// Shapes are those of one device without tensor parallelism; `split` says which GEMM
+// dimension a tensor-parallel group divides.
+enum class KernelPass { kForward, kBackwardInput, kBackwardWeight };
+enum class KernelKind {
+  kGemm,       // a weight matmul (m x k) * (k x n), `count` independent ones (routed experts)
+  kAttention,  // the attention core: scores, softmax, weighted sum (implementation: the stack's)
+  kScan,       // the selective state-space scan of a Mamba layer
+  kElementwise,  // memory-bound work on tensors tensor parallelism splits (activations, loss)
+  kStream,       // memory-bound work on the residual stream (norms, residual adds, dropout,
+                 // routing): replicated in a TP group unless sequence parallelism splits it
+  kGather,       // embedding rows gathered, or their gradient scatter-added
+};
+enum class GemmSplit { kNone, kM, kN, kK };  // the dimension a TP group divides
+
+struct Kernel {
+  KernelKind kind = KernelKind::kElementwise;
+  KernelPass pass = KernelPass::kForward;
+  double flops = 0;  // per pass, whole layer (all `count` GEMMs)
+  double bytes = 0;  // compulsory memory traffic of the pass
+  // kGemm: one matmul's shape and how many there are.
+  double m = 0, n = 0, k = 0, count = 1;
+  GemmSplit split = GemmSplit::kNone;
+  // kAttention: batch x query heads score `pairs` query-key pairs per head of `q_len` queries
+  // (causal: q_len(q_len+1)/2); an eager implementation computes all q_len^2.
+  double batch_heads = 0, q_len = 0, pairs = 0, qk_dim = 0, v_dim = 0;
+};
+
 // Parameter counts need no workload.
 int64_t layer_params(const Layer& layer);
 int64_t layer_stored_params(const Layer& layer);
@@ -49,6 +78,10 @@ int64_t layer_active_params(const Layer& layer);
 // FLOPs, memory traffic and activation bytes of one micro-batch through `layer`, on one device
 // without tensor parallelism. REQUIRES: the layer carries the shape its kind needs.
 LayerCost layer_cost(const Layer& layer, const Workload& workload);
+
+// The kernels behind layer_cost(): its FLOPs and memory traffic are their sums per pass. Empty
+// for kMeasured layers. REQUIRES: as layer_cost().
+std::vector<Kernel> layer_kernels(const Layer& layer, const Workload& workload);
 
 // What a measured layer's profile figures (times and bytes) are multiplied by for `workload`:
 // its tokens per micro-batch over the measured ones, or 1 when the profile does not state the
