@@ -34,34 +34,25 @@ class SmallBuffer {
   size_t size_;
 };
 
-// Tokens one sample brings to `layer`: vision layers have a fixed count, others the sequence.
-double tokens_per_sample(const Layer& layer, int64_t seq_len) {
-  return static_cast<double>(layer.tokens_per_sample > 0 ? layer.tokens_per_sample : seq_len);
+// A measured layer without a profile for a TP degree is split t ways at this loss per doubling
+// of t, on top of its collectives (docs/timing-model.md, "Measured layers").
+constexpr double kMeasuredTpLossPerDoubling = 0.05;
+// The collectives a measured layer without a TP profile is charged: a transformer block's two
+// all-reduces of its output per forward and per input-gradient pass.
+constexpr int kMeasuredTpCollectives = 2;
+
+double rate_of(const DeviceType& device, DType dtype, double efficiency) {
+  return device.peak(dtype).value() * efficiency;
 }
 
-KernelCounts attention_kernels(const AttentionShape& a) {
-  // pre-norm, QKV projection, rotary embedding, fused attention core, output projection,
-  // residual add; MLA adds its down/up projections and the latent norms.
-  int extra_forward = (a.qk_norm ? 1 : 0) + (a.mla ? 4 : 0);
-  return {6 + extra_forward, 6 + extra_forward, 3 + (a.mla ? 3 : 0)};
-}
-
-KernelCounts ffn_kernels() {
-  // pre-norm, (fused gate and) up projection, activation, down projection, residual add.
-  return {5, 5, 3};
-}
-
-KernelCounts moe_kernels(const MoeShape& m) {
-  // pre-norm, router, top-k softmax, token permutation, grouped up projection, activation,
-  // grouped down projection, un-permutation and weighting, residual add; shared experts add a
-  // dense feed-forward's three.
-  int shared = m.num_shared_experts > 0 ? 3 : 0;
-  return {9 + shared, 9 + shared, 4 + (shared > 0 ? 2 : 0)};
-}
-
-KernelCounts operator+(KernelCounts a, KernelCounts b) {
-  return {a.forward + b.forward, a.backward_input + b.backward_input,
-          a.backward_weight + b.backward_weight};
+// max(compute, memory) + one launch; infinite when the device lacks the dtype.
+double kernel_roofline(double flops, double rate, double bytes, double bandwidth,
+                       double overhead) {
+  double compute = 0;
+  if (flops > 0) compute = rate > 0 ? flops / rate : kInf;
+  double memory = 0;
+  if (bytes > 0) memory = bandwidth > 0 ? bytes / bandwidth : kInf;
+  return std::max(compute, memory) + overhead;
 }
 
 std::string layer_field(size_t index, const Layer& layer) {
@@ -70,91 +61,97 @@ std::string layer_field(size_t index, const Layer& layer) {
 
 }  // namespace
 
-double matmul_efficiency(const DeviceType& device, Flops flops) {
-  if (flops.value() <= 0) return 0.0;
-  const FlopsPerSecond tensor_peak = std::max(device.peak_bf16, device.peak_fp16);
-  const Flops half = tensor_peak * kHalfEfficiencyTime;
-  return device.matmul_efficiency * (flops.value() / (flops.value() + half.value()));
+double gemm_efficiency(const SoftwareStack& stack, const DeviceType& device, double m, double n,
+                       double k) {
+  const double half = stack.gemm_half_dim;
+  auto fill = [half](double x) { return half > 0 ? x / (x + half) : 1.0; };
+  return device.matmul_efficiency * stack.gemm_efficiency * fill(m) * fill(n) * fill(k);
 }
 
-KernelCounts kernel_counts(const Layer& layer) {
-  switch (layer.kind) {
-    case LayerKind::kEmbedding: {
-      // gather rows (+ add learned positions); no input gradient for token ids; the weight
-      // gradient is a scatter-add per table.
-      int tables = layer.embedding && layer.embedding->learned_positions > 0 ? 2 : 1;
-      return {tables, 0, tables};
+Seconds kernel_time(const Kernel& kernel, const DeviceType& device, DType dtype, int tp,
+                    bool sequence_parallel, bool dropout, const SoftwareStack& stack) {
+  const double t = static_cast<double>(std::max(tp, 1));
+  const double d = static_cast<double>(dtype_bytes(dtype));
+  const double bandwidth = device.memory_bandwidth.value() * stack.memory_efficiency;
+  const double launch = stack.kernel_overhead.value();
+  switch (kernel.kind) {
+    case KernelKind::kGemm: {
+      double m = kernel.m, n = kernel.n, k = kernel.k;
+      switch (kernel.split) {
+        case GemmSplit::kNone:
+          break;
+        case GemmSplit::kM:
+          m /= t;
+          break;
+        case GemmSplit::kN:
+          n /= t;
+          break;
+        case GemmSplit::kK:
+          k /= t;
+          break;
+      }
+      const double c = kernel.count;
+      const double flops = 2.0 * m * n * k * c;
+      const double bytes = d * c * (m * k + k * n + m * n);
+      return Seconds(kernel_roofline(
+          flops, rate_of(device, dtype, gemm_efficiency(stack, device, m, n, k)), bytes,
+          bandwidth, launch));
     }
-    case LayerKind::kAttention:
-      return layer.attention ? attention_kernels(*layer.attention) : KernelCounts{6, 6, 3};
-    case LayerKind::kFeedForward:
-      return ffn_kernels();
-    case LayerKind::kMoe:
-      return layer.moe ? moe_kernels(*layer.moe) : KernelCounts{9, 9, 4};
-    case LayerKind::kMamba:
-      // pre-norm, in_proj, causal conv1d, the chunked scan (about five kernels in the Mamba-2
-      // reference implementation), gated norm, out_proj, residual add.
-      return {11, 11, 4};
-    case LayerKind::kDecoderBlock: {
-      KernelCounts attn =
-          layer.attention ? attention_kernels(*layer.attention) : KernelCounts{6, 6, 3};
-      return attn + (layer.moe ? moe_kernels(*layer.moe) : ffn_kernels());
+    case KernelKind::kAttention: {
+      const bool forward = kernel.pass == KernelPass::kForward;
+      if (stack.attention == AttentionImplementation::kFused) {
+        const double efficiency = forward ? stack.attention_forward_efficiency
+                                          : stack.attention_backward_efficiency;
+        return Seconds(kernel_roofline(kernel.flops / t, rate_of(device, dtype, efficiency),
+                                       kernel.bytes / t, bandwidth, launch));
+      }
+      // Eager: batched GEMMs over the full q_len^2 scores (a mask hides, it does not skip),
+      // then softmax (and dropout) passes over them.
+      const double batches = kernel.batch_heads / t;
+      const double q = kernel.q_len;
+      const double scores = batches * q * q;
+      const double qk_rate =
+          rate_of(device, dtype, gemm_efficiency(stack, device, q, q, kernel.qk_dim));
+      const double av_rate =
+          rate_of(device, dtype, gemm_efficiency(stack, device, q, kernel.v_dim, q));
+      const double qk_flops = 2.0 * scores * kernel.qk_dim;
+      const double av_flops = 2.0 * scores * kernel.v_dim;
+      const double qk_bytes = d * batches * (2.0 * q * kernel.qk_dim) + d * scores;
+      const double av_bytes = d * scores + d * batches * 2.0 * q * kernel.v_dim;
+      if (forward) {
+        // softmax reads and writes the scores; dropout reads them, writes them and a mask.
+        const double softmax = 2.0 * d * scores;
+        const double drop = dropout ? (2.0 * d + 1.0) * scores : 0.0;
+        return Seconds(kernel_roofline(qk_flops, qk_rate, qk_bytes, bandwidth, launch) +
+                       kernel_roofline(av_flops, av_rate, av_bytes, bandwidth, launch) +
+                       kernel_roofline(0, 0, softmax, bandwidth, launch) +
+                       (dropout ? kernel_roofline(0, 0, drop, bandwidth, launch) : 0.0));
+      }
+      // Backward: two GEMMs per forward GEMM; the softmax gradient reads y and dy and writes
+      // dx, dropout's reads dy and the mask and writes dx.
+      const double softmax = 3.0 * d * scores;
+      const double drop = dropout ? (2.0 * d + 1.0) * scores : 0.0;
+      return Seconds(2.0 * kernel_roofline(qk_flops, qk_rate, qk_bytes, bandwidth, launch) +
+                     2.0 * kernel_roofline(av_flops, av_rate, av_bytes, bandwidth, launch) +
+                     kernel_roofline(0, 0, softmax, bandwidth, launch) +
+                     (dropout ? kernel_roofline(0, 0, drop, bandwidth, launch) : 0.0));
     }
-    case LayerKind::kPatchEmbedding:
-      // patch convolution, add positions; pixels need no gradient.
-      return {2, 0, 2};
-    case LayerKind::kVisionBlock: {
-      KernelCounts attn =
-          layer.attention ? attention_kernels(*layer.attention) : KernelCounts{6, 6, 3};
-      return attn + ffn_kernels();
+    case KernelKind::kScan: {
+      // The chunked scan runs as several kernels on the matrix units (Mamba-2's SSD): priced
+      // at the large-GEMM rate, five launches.
+      const double efficiency = device.matmul_efficiency * stack.gemm_efficiency;
+      return Seconds(kernel_roofline(kernel.flops / t, rate_of(device, dtype, efficiency),
+                                     kernel.bytes / t, bandwidth, 5.0 * launch));
     }
-    case LayerKind::kProjector:
-      return layer.projector && layer.projector->ffn_size > 0 ? KernelCounts{3, 3, 2}
-                                                              : KernelCounts{1, 1, 1};
-    case LayerKind::kHead:
-      // final norm, LM head projection, cross-entropy (log-sum-exp and loss).
-      return {4, 4, 2};
-    case LayerKind::kMeasured:
-      return {0, 0, 0};
+    case KernelKind::kElementwise:
+      return Seconds(kernel_roofline(0, 0, kernel.bytes / t, bandwidth, launch));
+    case KernelKind::kStream:
+      return Seconds(
+          kernel_roofline(0, 0, kernel.bytes / (sequence_parallel ? t : 1.0), bandwidth, launch));
+    case KernelKind::kGather:
+      return Seconds(kernel_roofline(0, 0, kernel.bytes, bandwidth, launch));
   }
-  return {0, 0, 0};
-}
-
-Flops attention_core_forward_flops(const Layer& layer, const Workload& workload) {
-  if (!layer.attention) return Flops(0);
-  const AttentionShape& a = *layer.attention;
-  const double s = tokens_per_sample(layer, workload.seq_len);
-  const double w = static_cast<double>(std::max<int64_t>(a.sliding_window, 0));
-  const bool windowed = w > 0 && w < s;
-  // Query-key pairs scored per sample and head, counted as model/layer_cost.cc counts them.
-  double pairs = 0;
-  if (!a.causal) {
-    pairs = s * (windowed ? w : s);
-  } else if (!windowed) {
-    pairs = s * (s + 1) / 2;
-  } else {
-    // Queries 0..w-1 see i+1 keys, the other s-w see w each.
-    pairs = w * (w + 1) / 2 + (s - w) * w;
-  }
-  const double nope_rope = static_cast<double>(a.qk_nope_head_dim + a.qk_rope_head_dim);
-  const double qk_dim = a.mla && nope_rope > 0 ? nope_rope : static_cast<double>(a.head_dim);
-  const double v_dim = static_cast<double>(a.v_head_dim > 0 ? a.v_head_dim : a.head_dim);
-  // 2 FLOPs per multiply-add: scores use qk_dim per pair, the weighted sum v_dim per pair.
-  return Flops(2.0 * static_cast<double>(workload.micro_batch_size) *
-               static_cast<double>(a.num_heads) * pairs * (qk_dim + v_dim));
-}
-
-Seconds roofline_time(const DeviceType& device, DType dtype, Flops flops, Bytes bytes) {
-  double compute = 0;
-  if (flops.value() > 0) {
-    const double rate = device.peak(dtype).value() * matmul_efficiency(device, flops);
-    compute = rate > 0 ? flops.value() / rate : kInf;
-  }
-  double memory = 0;
-  if (bytes.value() > 0) {
-    memory = device.memory_bandwidth.value() > 0 ? (bytes / device.memory_bandwidth).value() : kInf;
-  }
-  return Seconds(std::max(compute, memory));
+  return Seconds(0);
 }
 
 OptimizerBytesPerParam optimizer_bytes_per_param(DType dtype, bool fp32_grad_accumulation) {
@@ -202,6 +199,26 @@ Status AnalyticCostModel::validate(const ModelSpec& model, const AnalyticCostOpt
                                             type.status().message()));
       }
     }
+    for (const auto& [name, by_tp] : m.times_by_tp) {
+      Result<const DeviceType*> type = find_device_type(name);
+      if (!type.is_ok()) {
+        return invalid_argument(fmt::format("{}: field 'times_by_tp.{}': {}", where, name,
+                                            type.status().message()));
+      }
+      for (const auto& [tp, times] : by_tp) {
+        if (tp < 2) {
+          return invalid_argument(fmt::format(
+              "{}: field 'times_by_tp.{}': expected TP degrees of 2 or more, got {}", where, name,
+              tp));
+        }
+        if (!times.forward || !times.backward_input || !times.backward_weight) {
+          return invalid_argument(fmt::format(
+              "{}: field 'times_by_tp.{}.{}': expected forward, backward_input and "
+              "backward_weight times",
+              where, name, tp));
+        }
+      }
+    }
   }
   return Status::ok();
 }
@@ -221,14 +238,12 @@ AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& 
   const size_t n = model_.layers.size();
   layer_costs_.reserve(n);
   kernels_.reserve(n);
-  attention_core_flops_.reserve(n);
   measured_.resize(n);
 
   for (size_t i = 0; i < n; ++i) {
     const Layer& layer = model_.layers[i];
     LayerCost cost = layer_cost(layer, w);
-    kernels_.push_back(kernel_counts(layer));
-    attention_core_flops_.push_back(attention_core_forward_flops(layer, w).value());
+    kernels_.push_back(layer_kernels(layer, w));
     if (layer.kind == LayerKind::kMeasured && layer.measured) {
       const MeasuredLayer& m = *layer.measured;
       MeasuredRates& rates = measured_[i];
@@ -243,20 +258,18 @@ AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& 
         Result<const DeviceType*> type = find_device_type(name);
         if (type.is_ok()) rates.overrides.emplace_back(type.value()->name, times);
       }
-      cost.tp_allreduces = 0;  // unknown split: measured layers are priced without collectives
+      for (const auto& [name, by_tp] : m.times_by_tp) {
+        Result<const DeviceType*> type = find_device_type(name);
+        if (type.is_ok()) rates.tp_overrides.emplace_back(type.value()->name, by_tp);
+      }
     }
     layer_costs_.push_back(cost);
   }
 
-  tp_allreduce_count_prefix_.assign(n + 1, 0.0);
-  tp_allreduce_bytes_prefix_.assign(n + 1, 0.0);
   stored_params_prefix_.assign(n + 1, 0.0);
   activation_prefix_.assign(n + 1, {0.0, 0.0, 0.0});
   for (size_t i = 0; i < n; ++i) {
     const LayerCost& c = layer_costs_[i];
-    tp_allreduce_count_prefix_[i + 1] = tp_allreduce_count_prefix_[i] + c.tp_allreduces;
-    tp_allreduce_bytes_prefix_[i + 1] =
-        tp_allreduce_bytes_prefix_[i] + c.tp_allreduces * c.output_bytes.value();
     stored_params_prefix_[i + 1] = stored_params_prefix_[i] + static_cast<double>(c.stored_params);
     for (int p = 0; p < 3; ++p) {
       activation_prefix_[i + 1][p] = activation_prefix_[i][p] + c.activation_bytes[p].value();
@@ -288,7 +301,9 @@ AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& 
         LayerTimes x = layer_times(static_cast<int>(i), *table.type, t);
         prefix[i + 1] = {prefix[i].forward + x.forward, prefix[i].backward_input + x.backward_input,
                          prefix[i].backward_weight + x.backward_weight,
-                         prefix[i].selective_recompute + x.selective_recompute};
+                         prefix[i].selective_recompute + x.selective_recompute,
+                         prefix[i].collectives + x.collectives,
+                         prefix[i].collective_bytes + x.collective_bytes};
       }
     }
   }
@@ -324,6 +339,23 @@ AnalyticCostModel::LayerTimes AnalyticCostModel::layer_times(int layer, const De
   if (spec.kind == LayerKind::kMeasured && spec.measured) {
     const MeasuredLayer& m = *spec.measured;
     const MeasuredRates& rates = measured_[layer];
+    // A profile of this device type at this TP degree: its times, collectives included.
+    if (tp > 1) {
+      for (const auto& [name, by_tp] : rates.tp_overrides) {
+        if (name != device.name) continue;
+        auto it = by_tp.find(tp);
+        if (it == by_tp.end()) break;
+        auto get = [&](std::optional<Seconds> MeasuredTimes::*field) {
+          return (it->second.*field).has_value() ? (it->second.*field)->value() * rates.token_scale
+                                                 : 0.0;
+        };
+        out.forward = get(&MeasuredTimes::forward);
+        out.backward_input = get(&MeasuredTimes::backward_input);
+        out.backward_weight = get(&MeasuredTimes::backward_weight);
+        out.selective_recompute = get(&MeasuredTimes::selective_recompute);
+        return out;
+      }
+    }
     // Another device type runs the measured work at the ratio of achievable matmul rates.
     double ratio = 1;
     if (!rates.measured_on.empty() && rates.measured_on != device.name) {
@@ -334,6 +366,8 @@ AnalyticCostModel::LayerTimes AnalyticCostModel::layer_times(int layer, const De
     for (const auto& [name, times] : rates.overrides) {
       if (name == device.name) own = &times;
     }
+    // Without a profile at this degree: an even split at a loss per doubling, plus collectives.
+    const double split = tp > 1 ? (1.0 + kMeasuredTpLossPerDoubling * std::log2(t)) / t : 1.0;
     auto pick = [&](std::optional<Seconds> MeasuredTimes::*field) {
       double base = 0;
       if (own != nullptr && (own->*field).has_value()) {
@@ -341,24 +375,41 @@ AnalyticCostModel::LayerTimes AnalyticCostModel::layer_times(int layer, const De
       } else if ((m.times.*field).has_value()) {
         base = (m.times.*field)->value() * ratio;
       }
-      return base * rates.token_scale / t;
+      return base * rates.token_scale * split;
     };
     out.forward = pick(&MeasuredTimes::forward);
     out.backward_input = pick(&MeasuredTimes::backward_input);
     out.backward_weight = pick(&MeasuredTimes::backward_weight);
+    out.selective_recompute = pick(&MeasuredTimes::selective_recompute);
+    if (tp > 1) {
+      out.collectives = kMeasuredTpCollectives;
+      out.collective_bytes = kMeasuredTpCollectives * layer_costs_[layer].output_bytes.value();
+    }
     return out;
   }
-  const LayerCost& c = layer_costs_[layer];
-  const KernelCounts& k = kernels_[layer];
-  auto pass = [&](Flops flops, Bytes bytes, int kernels) {
-    return roofline_time(device, dtype, flops / t, bytes / t).value() +
-           kernels * kKernelOverhead.value();
-  };
-  out.forward = pass(c.forward, c.forward_memory, k.forward);
-  out.backward_input = pass(c.backward_input, c.backward_input_memory, k.backward_input);
-  out.backward_weight = pass(c.backward_weight, c.backward_weight_memory, k.backward_weight);
-  out.selective_recompute =
-      roofline_time(device, dtype, Flops(attention_core_flops_[layer] / t), Bytes(0)).value();
+  const SoftwareStack& stack = options_.stack;
+  for (const Kernel& kernel : kernels_[layer]) {
+    const double time = kernel_time(kernel, device, dtype, tp, options_.sequence_parallel,
+                                    options_.workload.dropout, stack)
+                            .value();
+    switch (kernel.pass) {
+      case KernelPass::kForward:
+        out.forward += time;
+        if (kernel.kind == KernelKind::kAttention) out.selective_recompute += time;
+        break;
+      case KernelPass::kBackwardInput:
+        out.backward_input += time;
+        break;
+      case KernelPass::kBackwardWeight:
+        out.backward_weight += time;
+        break;
+    }
+  }
+  if (tp > 1) {
+    const LayerCost& c = layer_costs_[layer];
+    out.collectives = c.tp_allreduces;
+    out.collective_bytes = c.tp_allreduces * c.output_bytes.value();
+  }
   return out;
 }
 
@@ -378,9 +429,12 @@ ComputeTimes AnalyticCostModel::compute(LayerRange layers, const DeviceGroup& gr
     const std::vector<LayerTimes>& p = table.by_tp[t - 1].prefix;
     const LayerTimes& hi = p[layers.end];
     const LayerTimes& lo = p[layers.begin];
-    sum = {hi.forward - lo.forward, hi.backward_input - lo.backward_input,
+    sum = {hi.forward - lo.forward,
+           hi.backward_input - lo.backward_input,
            hi.backward_weight - lo.backward_weight,
-           hi.selective_recompute - lo.selective_recompute};
+           hi.selective_recompute - lo.selective_recompute,
+           hi.collectives - lo.collectives,
+           hi.collective_bytes - lo.collective_bytes};
   } else {
     // A group larger than any node of its type holds: not precomputed, priced directly.
     for (int i = layers.begin; i < layers.end; ++i) {
@@ -389,19 +443,22 @@ ComputeTimes AnalyticCostModel::compute(LayerRange layers, const DeviceGroup& gr
       sum.backward_input += x.backward_input;
       sum.backward_weight += x.backward_weight;
       sum.selective_recompute += x.selective_recompute;
+      sum.collectives += x.collectives;
+      sum.collective_bytes += x.collective_bytes;
     }
   }
-  // Each TP all-reduce is a ring all-reduce of the layer's output over the group:
-  // summed over layers, 2(t-1) alpha * count + 2(t-1)/t * sum(bytes) / beta.
+  // Each TP collective is a ring all-reduce of the layer's output over the group (with sequence
+  // parallelism a reduce-scatter and an all-gather: the same ring cost), at the stack's bus
+  // bandwidth, the part the stack does not overlap exposed:
+  // summed over layers, 2(t-1) alpha * count + 2(t-1)/t * sum(bytes) / (beta * efficiency).
   double comm = 0;
-  const double count =
-      tp_allreduce_count_prefix_[layers.end] - tp_allreduce_count_prefix_[layers.begin];
-  if (t > 1 && count > 0) {
+  if (t > 1 && sum.collectives > 0) {
     const AlphaBeta ring = group_ring(group.devices);
-    const double bytes =
-        tp_allreduce_bytes_prefix_[layers.end] - tp_allreduce_bytes_prefix_[layers.begin];
-    comm = 2.0 * (t - 1) * ring.latency.value() * count +
-           (2.0 * (t - 1) / t) * bytes / ring.bandwidth.value();
+    const SoftwareStack& stack = options_.stack;
+    comm = 2.0 * (t - 1) * ring.latency.value() * sum.collectives +
+           (2.0 * (t - 1) / t) * sum.collective_bytes /
+               (ring.bandwidth.value() * stack.collective_efficiency);
+    comm *= 1.0 - stack.tp_overlap;
   }
   ComputeTimes out;
   out.forward = Seconds(sum.forward + comm);
@@ -418,6 +475,26 @@ ComputeTimes AnalyticCostModel::compute(LayerRange layers, const DeviceGroup& gr
       out.recompute = out.forward;
       break;
   }
+  return out;
+}
+
+AnalyticCostModel::PipelineMessage AnalyticCostModel::pipeline_message(const DeviceGroup& src,
+                                                                      const DeviceGroup& dst,
+                                                                      Bytes bytes) const {
+  PipelineMessage out{bytes, options_.stack.p2p_efficiency};
+  const size_t k = std::min(src.devices.size(), dst.devices.size());
+  if (!options_.stack.pipeline_scatter_gather || k < 2) return out;
+  // Rank i of the sender sends its 1/k share to rank i of the receiver. The shares travel in
+  // parallel only on disjoint paths (a NIC per device); where they share a link, they queue on
+  // it and the whole message crosses it.
+  std::vector<int> used;
+  for (size_t i = 0; i < k; ++i) {
+    const Path& p = topology_.path(src.devices[i], dst.devices[i]);
+    used.insert(used.end(), p.links.begin(), p.links.end());
+  }
+  std::sort(used.begin(), used.end());
+  if (std::adjacent_find(used.begin(), used.end()) != used.end()) return out;
+  out.bytes = bytes / static_cast<double>(k);
   return out;
 }
 
@@ -459,7 +536,7 @@ Bytes AnalyticCostModel::boundary_bytes(int layer) const {
 Seconds AnalyticCostModel::p2p_time(int src, int dst, Bytes bytes) const {
   if (src == dst) return Seconds(0);
   const Path& path = topology_.path(src, dst);
-  return path.latency + bytes / path.bandwidth;
+  return path.latency + bytes / (path.bandwidth * options_.stack.p2p_efficiency);
 }
 
 AlphaBeta AnalyticCostModel::concurrent_parameters(
@@ -487,6 +564,11 @@ AlphaBeta AnalyticCostModel::concurrent_parameters(
     out.bandwidth = BytesPerSecond(std::min(out.bandwidth.value(), bandwidth));
   }
   return out;
+}
+
+AlphaBeta AnalyticCostModel::achieved(AlphaBeta ring) const {
+  ring.bandwidth = ring.bandwidth * options_.stack.collective_efficiency;
+  return ring;
 }
 
 AlphaBeta AnalyticCostModel::group_ring(const std::vector<int>& devices) const {
@@ -520,7 +602,7 @@ Seconds AnalyticCostModel::flat_time(Collective collective, const std::vector<in
   const int k = static_cast<int>(devices.size());
   if (k < 2) return Seconds(0);
   if (collective != Collective::kAllToAll) {
-    return flat_collective_time(collective, k, bytes, ring_parameters(devices));
+    return flat_collective_time(collective, k, bytes, achieved(ring_parameters(devices)));
   }
   // Pairwise exchange: in step s every device sends its block to the device s places ahead.
   // Every step is priced like the slowest one (largest latency, smallest share of bandwidth).
@@ -533,7 +615,7 @@ Seconds AnalyticCostModel::flat_time(Collective collective, const std::vector<in
     worst.latency = std::max(worst.latency, ab.latency);
     worst.bandwidth = std::min(worst.bandwidth, ab.bandwidth);
   }
-  return pairwise_all_to_all_time(k, bytes, worst);
+  return pairwise_all_to_all_time(k, bytes, achieved(worst));
 }
 
 Seconds AnalyticCostModel::hierarchical_time(Collective collective, const std::vector<int>& devices,
@@ -561,7 +643,8 @@ Seconds AnalyticCostModel::hierarchical_time(Collective collective, const std::v
     for (const auto& members : by_node) {
       const int local = static_cast<int>(members.size());
       slowest =
-          std::max(slowest, flat_collective_time(phase, local, bytes, ring_parameters(members)));
+          std::max(slowest,
+                   flat_collective_time(phase, local, bytes, achieved(ring_parameters(members))));
     }
     return slowest;
   };
@@ -575,7 +658,7 @@ Seconds AnalyticCostModel::hierarchical_time(Collective collective, const std::v
       transfers.emplace_back(from[r % from.size()], to[r % to.size()]);
     }
   }
-  const AlphaBeta inter = concurrent_parameters(transfers);
+  const AlphaBeta inter = achieved(concurrent_parameters(transfers));
   const Bytes shard = bytes / static_cast<double>(local_min);
   switch (collective) {
     case Collective::kAllReduce:

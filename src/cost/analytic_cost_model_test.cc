@@ -20,18 +20,6 @@ void expect_close(double actual, double expected) {
 
 const DeviceType& catalog(const std::string& name) { return *find_device_type(name).value(); }
 
-// The curve of matmul_efficiency, written out again: eff_max * F / (F + peak * 2 us).
-double efficiency(const DeviceType& d, double flops) {
-  const double half = std::max(d.peak_bf16.value(), d.peak_fp16.value()) * 2e-6;
-  return d.matmul_efficiency * flops / (flops + half);
-}
-
-// max(F / (peak * eff(F)), bytes / memory bandwidth) for bf16.
-double roofline(const DeviceType& d, double flops, double bytes) {
-  const double compute = flops > 0 ? flops / (d.peak_bf16.value() * efficiency(d, flops)) : 0;
-  return std::max(compute, bytes / d.memory_bandwidth.value());
-}
-
 constexpr double kNvlinkBandwidth = 450e9;
 constexpr double kNvlinkLatency = 1e-6;
 constexpr double kNicBandwidth = 50e9;
@@ -118,41 +106,148 @@ const LayerRange kFirst{0, 1};
 
 // ---- pure pieces ----
 
-TEST(MatmulEfficiency, SmoothCurveTowardsTheDeviceBest) {
+DeviceType test_device() {
   DeviceType d;
-  d.peak_bf16 = teraflops(100);
-  d.peak_fp16 = teraflops(100);
-  d.matmul_efficiency = 0.8;
-  // F_half = 100e12 * 2e-6 = 2e8 FLOPs.
-  EXPECT_DOUBLE_EQ(matmul_efficiency(d, Flops(2e8)), 0.4);
-  EXPECT_DOUBLE_EQ(matmul_efficiency(d, Flops(6e8)), 0.6);
-  EXPECT_NEAR(matmul_efficiency(d, Flops(2e14)), 0.8, 1e-5);
-  EXPECT_EQ(matmul_efficiency(d, Flops(0)), 0.0);
-}
-
-TEST(MatmulEfficiency, SaturationSizeUsesTheTensorRate) {
-  // A device without bf16 units (bf16 at the fp32 rate) saturates like its fp16 tensor cores.
-  DeviceType d;
-  d.peak_bf16 = teraflops(15);
-  d.peak_fp16 = teraflops(120);
-  d.matmul_efficiency = 0.5;
-  EXPECT_DOUBLE_EQ(matmul_efficiency(d, Flops(120e12 * 2e-6)), 0.25);
-}
-
-TEST(Roofline, PicksTheSlowerOfComputeAndMemory) {
-  DeviceType d;
+  d.name = "test";
   d.peak_bf16 = teraflops(100);
   d.peak_fp16 = teraflops(100);
   d.peak_fp32 = FlopsPerSecond(0);
   d.matmul_efficiency = 0.8;
   d.memory_bandwidth = gigabytes_per_second(1000);
-  // 6e8 FLOPs at 100e12 * 0.6 = 1e-5 s; 1e6 bytes at 1e12 B/s = 1e-6 s.
-  EXPECT_DOUBLE_EQ(roofline_time(d, DType::kBFloat16, Flops(6e8), Bytes(1e6)).value(), 1e-5);
-  // 1e8 bytes: 1e-4 s.
-  EXPECT_DOUBLE_EQ(roofline_time(d, DType::kBFloat16, Flops(6e8), Bytes(1e8)).value(), 1e-4);
-  EXPECT_EQ(roofline_time(d, DType::kBFloat16, Flops(0), Bytes(0)).value(), 0.0);
-  // No fp32 rate: the pass cannot run there.
-  EXPECT_TRUE(std::isinf(roofline_time(d, DType::kFloat32, Flops(1), Bytes(0)).value()));
+  return d;
+}
+
+SoftwareStack test_stack() {
+  SoftwareStack s;
+  s.gemm_efficiency = 0.9;
+  s.gemm_half_dim = 64;
+  s.memory_efficiency = 0.5;
+  s.kernel_overhead = microseconds(4);
+  s.attention_forward_efficiency = 0.5;
+  s.attention_backward_efficiency = 0.25;
+  return s;
+}
+
+Kernel gemm(KernelPass pass, double m, double n, double k, GemmSplit split) {
+  Kernel g;
+  g.kind = KernelKind::kGemm;
+  g.pass = pass;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.split = split;
+  g.flops = 2 * m * n * k;
+  return g;
+}
+
+// The sum of kernel_time over one pass of one layer: what compute() adds before collectives.
+double pass_time(const Layer& layer, const AnalyticCostOptions& o, KernelPass pass,
+                 const DeviceType& d, int tp) {
+  Workload w = o.workload;
+  double sum = 0;
+  for (const Kernel& k : layer_kernels(layer, w)) {
+    if (k.pass != pass) continue;
+    sum += kernel_time(k, d, w.dtype, tp, o.sequence_parallel, w.dropout, o.stack).value();
+  }
+  return sum;
+}
+
+TEST(GemmEfficiency, EachSmallDimensionCostsItsShare) {
+  const DeviceType d = test_device();
+  SoftwareStack s = test_stack();
+  // Every dimension at the half size: (1/2)^3 of 0.8 * 0.9.
+  EXPECT_DOUBLE_EQ(gemm_efficiency(s, d, 64, 64, 64), 0.72 / 8);
+  // One skinny dimension: 192 / (192 + 64) = 3/4.
+  EXPECT_DOUBLE_EQ(gemm_efficiency(s, d, 1e300, 1e300, 192), 0.72 * 0.75);
+  s.gemm_half_dim = 0;  // no shape penalty: the large-GEMM rate
+  EXPECT_DOUBLE_EQ(gemm_efficiency(s, d, 8, 8, 8), 0.72);
+}
+
+TEST(KernelTime, GemmIsTheSlowerOfComputeAndMemoryPlusALaunch) {
+  const DeviceType d = test_device();
+  SoftwareStack s = test_stack();
+  s.gemm_half_dim = 0;
+  // 2 * 1024^3 FLOPs at 72 TFLOP/s, against 3 * 1024^2 * 2 bytes at 500 GB/s.
+  const Kernel g = gemm(KernelPass::kForward, 1024, 1024, 1024, GemmSplit::kN);
+  const double compute = 2.0 * 1024 * 1024 * 1024 / 72e12;
+  ASSERT_GT(compute, 3.0 * 1024 * 1024 * 2 / 500e9);
+  expect_close(kernel_time(g, d, DType::kBFloat16, 1, false, false, s).value(), compute + 4e-6);
+  // Two rows: memory-bound, the weight read dominates.
+  const Kernel thin = gemm(KernelPass::kForward, 2, 1024, 1024, GemmSplit::kN);
+  const double bytes = 2.0 * (2 * 1024 + 1024 * 1024 + 2 * 1024);
+  expect_close(kernel_time(thin, d, DType::kBFloat16, 1, false, false, s).value(),
+               bytes / 500e9 + 4e-6);
+  // No fp32 rate: the kernel cannot run there.
+  EXPECT_TRUE(std::isinf(kernel_time(g, d, DType::kFloat32, 1, false, false, s).value()));
+}
+
+TEST(KernelTime, TensorParallelDividesTheSplitDimension) {
+  const DeviceType d = test_device();
+  const SoftwareStack s = test_stack();
+  // Column-parallel over 4: the output features go from 4096 to 1024, with their efficiency.
+  const Kernel column = gemm(KernelPass::kForward, 8192, 4096, 4096, GemmSplit::kN);
+  const Kernel quarter = gemm(KernelPass::kForward, 8192, 1024, 4096, GemmSplit::kNone);
+  EXPECT_EQ(kernel_time(column, d, DType::kBFloat16, 4, false, false, s),
+            kernel_time(quarter, d, DType::kBFloat16, 1, false, false, s));
+  // A replicated GEMM does all its work on every device.
+  const Kernel replicated = gemm(KernelPass::kForward, 8192, 4096, 4096, GemmSplit::kNone);
+  EXPECT_EQ(kernel_time(replicated, d, DType::kBFloat16, 4, false, false, s),
+            kernel_time(replicated, d, DType::kBFloat16, 1, false, false, s));
+}
+
+TEST(KernelTime, StreamWorkIsSplitOnlyUnderSequenceParallelism) {
+  const DeviceType d = test_device();
+  const SoftwareStack s = test_stack();
+  Kernel norm;
+  norm.kind = KernelKind::kStream;
+  norm.bytes = 1e9;
+  Kernel act = norm;
+  act.kind = KernelKind::kElementwise;
+  // 1 GB at 500 GB/s.
+  expect_close(kernel_time(norm, d, DType::kBFloat16, 4, false, false, s).value(), 2e-3 + 4e-6);
+  expect_close(kernel_time(norm, d, DType::kBFloat16, 4, true, false, s).value(), 0.5e-3 + 4e-6);
+  expect_close(kernel_time(act, d, DType::kBFloat16, 4, false, false, s).value(), 0.5e-3 + 4e-6);
+}
+
+TEST(KernelTime, EagerAttentionPaysForAllScoresAndTheirPasses) {
+  const DeviceType d = test_device();
+  SoftwareStack s = test_stack();
+  s.gemm_half_dim = 0;
+  Kernel core;
+  core.kind = KernelKind::kAttention;
+  core.pass = KernelPass::kForward;
+  core.batch_heads = 8;
+  core.q_len = 1024;
+  core.pairs = 1024.0 * 1025 / 2;
+  core.qk_dim = 64;
+  core.v_dim = 64;
+  core.flops = 2 * 8 * (64 + 64) * core.pairs;
+  core.bytes = 1e6;
+  // Fused: the causal FLOPs at half the peak (the traffic is far below).
+  expect_close(kernel_time(core, d, DType::kBFloat16, 1, false, false, s).value(),
+               core.flops / 50e12 + 4e-6);
+  s.attention = AttentionImplementation::kEager;
+  const double scores = 8.0 * 1024 * 1024;
+  auto gemm_time = [&](double flops, double bytes) {
+    return std::max(flops / 72e12, bytes / 500e9) + 4e-6;
+  };
+  const double qk = gemm_time(2 * scores * 64, 2 * 8 * 2 * 1024 * 64.0 + 2 * scores);
+  const double av = gemm_time(2 * scores * 64, 2 * scores + 2 * 8 * 2 * 1024 * 64.0);
+  const double softmax = 2 * 2 * scores / 500e9 + 4e-6;
+  const double dropout = (2 * 2 + 1) * scores / 500e9 + 4e-6;
+  expect_close(kernel_time(core, d, DType::kBFloat16, 1, false, true, s).value(),
+               qk + av + softmax + dropout);
+  expect_close(kernel_time(core, d, DType::kBFloat16, 1, false, false, s).value(),
+               qk + av + softmax);
+  // Backward: two GEMMs per forward GEMM, the softmax gradient reads two and writes one.
+  core.pass = KernelPass::kBackwardInput;
+  expect_close(kernel_time(core, d, DType::kBFloat16, 1, false, false, s).value(),
+               2 * qk + 2 * av + 3 * 2 * scores / 500e9 + 4e-6);
+  // Heads split across TP: a quarter of the batches.
+  Kernel quarter = core;
+  quarter.batch_heads = 2;
+  EXPECT_EQ(kernel_time(core, d, DType::kBFloat16, 4, false, false, s),
+            kernel_time(quarter, d, DType::kBFloat16, 1, false, false, s));
 }
 
 TEST(OptimizerBytes, SixteenOrEighteenPerParameter) {
@@ -171,117 +266,92 @@ TEST(OptimizerBytes, SixteenOrEighteenPerParameter) {
   EXPECT_EQ(b.total(), 16);
 }
 
-TEST(KernelCounts, PerLayerKind) {
-  KernelCounts k = kernel_counts(ffn_layer("f"));
-  EXPECT_EQ(k.forward, 5);
-  EXPECT_EQ(k.backward_input, 5);
-  EXPECT_EQ(k.backward_weight, 3);
-  Layer block = attention_layer("b");
-  block.kind = LayerKind::kDecoderBlock;
-  block.ffn = FeedForwardShape{4096, 14336, Activation::kSwiGlu, false};
-  k = kernel_counts(block);
-  EXPECT_EQ(k.forward, 11);
-  EXPECT_EQ(k.backward_weight, 6);
-  Layer measured;
-  measured.kind = LayerKind::kMeasured;
-  k = kernel_counts(measured);
-  EXPECT_EQ(k.forward + k.backward_input + k.backward_weight, 0);
-}
-
-TEST(AttentionCore, CausalFullAndWindowed) {
-  Layer l = attention_layer("a");
-  Workload w;
-  w.seq_len = 4096;
-  w.micro_batch_size = 2;
-  // 2 FLOPs * b * heads * s(s+1)/2 pairs * (q/k 128 + v 128).
-  EXPECT_DOUBLE_EQ(attention_core_forward_flops(l, w).value(),
-                   2.0 * 2 * 32 * (4096.0 * 4097 / 2) * 256);
-  l.attention->sliding_window = 1024;
-  EXPECT_DOUBLE_EQ(attention_core_forward_flops(l, w).value(),
-                   2.0 * 2 * 32 * (1024.0 * 1025 / 2 + 3072.0 * 1024) * 256);
-  l.attention->sliding_window = 0;
-  l.attention->causal = false;
-  EXPECT_DOUBLE_EQ(attention_core_forward_flops(l, w).value(), 2.0 * 2 * 32 * 4096.0 * 4096 * 256);
-  EXPECT_EQ(attention_core_forward_flops(ffn_layer("f"), w).value(), 0.0);
-}
-
 // ---- compute ----
 
-TEST(AnalyticCompute, ForwardIsRooflinePlusLaunchOverhead) {
+TEST(AnalyticCompute, EachPassIsTheSumOfItsKernels) {
   ModelSpec m = model_of({ffn_layer("ffn")});
-  const auto cost = analytic(m, one_node("H100-SXM", 2), workload(4096));
-  const LayerCost& c = cost->layer_costs()[0];
+  const AnalyticCostOptions o = workload(4096);
+  const auto cost = analytic(m, one_node("H100-SXM", 2), o);
   const DeviceType& h100 = catalog("H100-SXM");
   ComputeTimes t = cost->compute(kFirst, DeviceGroup{{0}}, RecomputePolicy::kNone);
-  // A large GEMM layer is compute-bound: the FLOPs term wins.
-  const double flops_term =
-      c.forward.value() / (h100.peak_bf16.value() * efficiency(h100, c.forward.value()));
-  ASSERT_GT(flops_term, c.forward_memory.value() / h100.memory_bandwidth.value());
-  expect_close(t.forward.value(), flops_term + 5 * 3e-6);
-  expect_close(
-      t.backward_input.value(),
-      roofline(h100, c.backward_input.value(), c.backward_input_memory.value()) + 5 * 3e-6);
-  expect_close(
-      t.backward_weight.value(),
-      roofline(h100, c.backward_weight.value(), c.backward_weight_memory.value()) + 3 * 3e-6);
+  expect_close(t.forward.value(), pass_time(m.layers[0], o, KernelPass::kForward, h100, 1));
+  expect_close(t.backward_input.value(),
+               pass_time(m.layers[0], o, KernelPass::kBackwardInput, h100, 1));
+  expect_close(t.backward_weight.value(),
+               pass_time(m.layers[0], o, KernelPass::kBackwardWeight, h100, 1));
   EXPECT_EQ(t.recompute.value(), 0.0);
-}
-
-TEST(AnalyticCompute, MemoryBoundLayerPicksTheBytesTerm) {
-  // One token: every weight is read once for two FLOPs, far below any GPU's ridge point.
-  ModelSpec m = model_of({ffn_layer("ffn")});
-  const auto cost = analytic(m, one_node("H100-SXM", 1), workload(1));
-  const LayerCost& c = cost->layer_costs()[0];
-  const DeviceType& h100 = catalog("H100-SXM");
-  const double bytes_term = c.forward_memory.value() / h100.memory_bandwidth.value();
-  ASSERT_GT(bytes_term,
-            c.forward.value() / (h100.peak_bf16.value() * efficiency(h100, c.forward.value())));
-  ComputeTimes t = cost->compute(kFirst, DeviceGroup{{0}}, RecomputePolicy::kNone);
-  expect_close(t.forward.value(), bytes_term + 5 * 3e-6);
+  // norm, fused gate+up, activation, down, residual add: five launches in F.
+  int forward_kernels = 0;
+  for (const Kernel& k : layer_kernels(m.layers[0], o.workload)) {
+    forward_kernels += k.pass == KernelPass::kForward ? 1 : 0;
+  }
+  EXPECT_EQ(forward_kernels, 5);
 }
 
 TEST(AnalyticCompute, TensorParallelSplitsWorkAndAddsTheAllReduce) {
   ModelSpec m = model_of({ffn_layer("ffn")});
-  const auto cost = analytic(m, one_node("H100-SXM", 2), workload(4096));
+  AnalyticCostOptions o = workload(4096);
+  const auto cost = analytic(m, one_node("H100-SXM", 2), o);
   const LayerCost& c = cost->layer_costs()[0];
   ASSERT_EQ(c.tp_allreduces, 1);
   const DeviceType& h100 = catalog("H100-SXM");
   ComputeTimes t = cost->compute(kFirst, DeviceGroup{{0, 1}}, RecomputePolicy::kNone);
-  // Ring all-reduce over 2 devices: 2 latencies and n over NVLink.
-  const double allreduce = 2 * kNvlinkLatency + c.output_bytes.value() / kNvlinkBandwidth;
-  expect_close(
-      t.forward.value(),
-      roofline(h100, c.forward.value() / 2, c.forward_memory.value() / 2) + 5 * 3e-6 + allreduce);
+  // Ring all-reduce over 2 devices: 2 latencies and n over NVLink at the stack's bus bandwidth.
+  const double allreduce =
+      2 * kNvlinkLatency + c.output_bytes.value() / (kNvlinkBandwidth * o.stack.collective_efficiency);
+  expect_close(t.forward.value(),
+               pass_time(m.layers[0], o, KernelPass::kForward, h100, 2) + allreduce);
   expect_close(t.backward_input.value(),
-               roofline(h100, c.backward_input.value() / 2, c.backward_input_memory.value() / 2) +
-                   5 * 3e-6 + allreduce);
+               pass_time(m.layers[0], o, KernelPass::kBackwardInput, h100, 2) + allreduce);
   expect_close(t.backward_weight.value(),
-               roofline(h100, c.backward_weight.value() / 2, c.backward_weight_memory.value() / 2) +
-                   3 * 3e-6);
+               pass_time(m.layers[0], o, KernelPass::kBackwardWeight, h100, 2));
+  // A stack that hides a share of the collectives exposes the rest.
+  o.stack.tp_overlap = 0.75;
+  const auto overlapped = analytic(m, one_node("H100-SXM", 2), o);
+  expect_close(
+      overlapped->compute(kFirst, DeviceGroup{{0, 1}}, RecomputePolicy::kNone).forward.value(),
+      pass_time(m.layers[0], o, KernelPass::kForward, h100, 2) + 0.25 * allreduce);
 }
 
 TEST(AnalyticCompute, TensorParallelOverFourDevicesUsesTheRingFormula) {
   ModelSpec m = model_of({ffn_layer("ffn")});
-  const auto cost = analytic(m, one_node("H100-SXM", 4), workload(4096));
+  const AnalyticCostOptions o = workload(4096);
+  const auto cost = analytic(m, one_node("H100-SXM", 4), o);
   const LayerCost& c = cost->layer_costs()[0];
   const DeviceType& h100 = catalog("H100-SXM");
   ComputeTimes t = cost->compute(kFirst, DeviceGroup{{3, 1, 0, 2}}, RecomputePolicy::kNone);
-  const double allreduce = 6 * kNvlinkLatency + 1.5 * c.output_bytes.value() / kNvlinkBandwidth;
-  const double expected =
-      roofline(h100, c.forward.value() / 4, c.forward_memory.value() / 4) + 5 * 3e-6 + allreduce;
+  const double allreduce =
+      6 * kNvlinkLatency +
+      1.5 * c.output_bytes.value() / (kNvlinkBandwidth * o.stack.collective_efficiency);
+  const double expected = pass_time(m.layers[0], o, KernelPass::kForward, h100, 4) + allreduce;
   expect_close(t.forward.value(), expected);
   // A node too large for the precomputed subsets prices the group directly, the same way.
-  const auto big = analytic(m, one_node("H100-SXM", 12), workload(4096));
+  const auto big = analytic(m, one_node("H100-SXM", 12), o);
   expect_close(
       big->compute(kFirst, DeviceGroup{{9, 2, 11, 5}}, RecomputePolicy::kNone).forward.value(),
       expected);
 }
 
+TEST(AnalyticCompute, SequenceParallelismSplitsTheResidualStream) {
+  ModelSpec m = model_of({ffn_layer("ffn")});
+  AnalyticCostOptions o = workload(4096);
+  const auto plain = analytic(m, one_node("H100-SXM", 4), o);
+  o.sequence_parallel = true;
+  const auto sp = analytic(m, one_node("H100-SXM", 4), o);
+  const DeviceGroup g{{0, 1, 2, 3}};
+  // The norm and the residual add run on a quarter of the tokens; the collective costs the same.
+  EXPECT_LT(sp->compute(kFirst, g, RecomputePolicy::kNone).forward,
+            plain->compute(kFirst, g, RecomputePolicy::kNone).forward);
+  const DeviceGroup one{{0}};
+  EXPECT_EQ(sp->compute(kFirst, one, RecomputePolicy::kNone).forward,
+            plain->compute(kFirst, one, RecomputePolicy::kNone).forward);
+}
+
 TEST(AnalyticCompute, RecomputePolicies) {
   ModelSpec m = model_of({attention_layer("attn")});
-  const auto cost = analytic(m, one_node("H100-SXM", 2), workload(4096));
+  const AnalyticCostOptions o = workload(4096);
+  const auto cost = analytic(m, one_node("H100-SXM", 2), o);
   const DeviceType& h100 = catalog("H100-SXM");
-  const double core = 2.0 * 1 * 32 * (4096.0 * 4097 / 2) * 256;
   for (int tp : {1, 2}) {
     DeviceGroup g;
     for (int d = 0; d < tp; ++d) g.devices.push_back(d);
@@ -289,9 +359,15 @@ TEST(AnalyticCompute, RecomputePolicies) {
     ComputeTimes selective = cost->compute(kFirst, g, RecomputePolicy::kSelective);
     ComputeTimes full = cost->compute(kFirst, g, RecomputePolicy::kFull);
     EXPECT_EQ(none.recompute.value(), 0.0);
-    // The attention core's FLOPs only (no launch overhead, no collective).
-    expect_close(selective.recompute.value(),
-                 core / tp / (h100.peak_bf16.value() * efficiency(h100, core / tp)));
+    // The attention core's forward kernel only (no collective).
+    double core = 0;
+    for (const Kernel& k : layer_kernels(m.layers[0], o.workload)) {
+      if (k.kind == KernelKind::kAttention && k.pass == KernelPass::kForward) {
+        core += kernel_time(k, h100, DType::kBFloat16, tp, false, false, o.stack).value();
+      }
+    }
+    ASSERT_GT(core, 0);
+    expect_close(selective.recompute.value(), core);
     // The whole forward pass again, its all-reduce included.
     EXPECT_EQ(full.recompute, full.forward);
     EXPECT_EQ(full.forward, none.forward);
@@ -328,12 +404,11 @@ TEST(AnalyticCompute, SlowerDeviceTakesLonger) {
   ModelSpec m = model_of({ffn_layer("ffn")});
   ClusterSpec c = one_node("H100-SXM", 1);
   c.nodes.push_back(node("n1", "A100-80GB", 1, 1));
-  const auto cost = analytic(m, c, workload(4096));
-  const LayerCost& lc = cost->layer_costs()[0];
+  const AnalyticCostOptions o = workload(4096);
+  const auto cost = analytic(m, c, o);
   ComputeTimes a100 = cost->compute(kFirst, DeviceGroup{{1}}, RecomputePolicy::kNone);
-  expect_close(
-      a100.forward.value(),
-      roofline(catalog("A100-80GB"), lc.forward.value(), lc.forward_memory.value()) + 5 * 3e-6);
+  expect_close(a100.forward.value(),
+               pass_time(m.layers[0], o, KernelPass::kForward, catalog("A100-80GB"), 1));
   EXPECT_GT(a100.forward, cost->compute(kFirst, DeviceGroup{{0}}, RecomputePolicy::kNone).forward);
 }
 
@@ -440,13 +515,36 @@ TEST(AnalyticMeasured, TokensScaleTimesAndBytesLinearly) {
   EXPECT_DOUBLE_EQ(mem.activations_per_micro_batch.value(), 12e8);
 }
 
-TEST(AnalyticMeasured, TensorParallelDividesTheMeasuredTimes) {
+TEST(AnalyticMeasured, TensorParallelWithoutAProfileIsSplitAtALossPlusCollectives) {
   ModelSpec m = model_of({measured_layer()});
-  const auto cost = analytic(m, mixed_cluster(), workload(4096));
+  const AnalyticCostOptions o = workload(4096);
+  const auto cost = analytic(m, mixed_cluster(), o);
   ComputeTimes t = cost->compute(kFirst, DeviceGroup{{0, 1}}, RecomputePolicy::kNone);
-  EXPECT_DOUBLE_EQ(t.forward.value(), 5e-3);
-  EXPECT_DOUBLE_EQ(t.backward_input.value(), 6e-3);
-  EXPECT_DOUBLE_EQ(t.backward_weight.value(), 4e-3);
+  // Half the work at 5 % loss for one doubling, and a block's two ring all-reduces of the
+  // layer's 1e7 output bytes over the pair's NVLink at the stack's bus bandwidth.
+  const double split = 1.05 / 2;
+  const double allreduces =
+      2 * (2 * kNvlinkLatency + 1e7 / (kNvlinkBandwidth * o.stack.collective_efficiency));
+  expect_close(t.forward.value(), 10e-3 * split + allreduces);
+  expect_close(t.backward_input.value(), 12e-3 * split + allreduces);
+  expect_close(t.backward_weight.value(), 8e-3 * split);
+  EXPECT_GT(t.forward.value(), 5e-3);  // never the free, ideal split
+}
+
+TEST(AnalyticMeasured, AProfileAtTheTensorParallelDegreeIsUsedAsMeasured) {
+  ModelSpec m = model_of({measured_layer()});
+  m.layers[0].measured->times_by_tp["A100"][2] =
+      MeasuredTimes{milliseconds(7), milliseconds(8), milliseconds(5), milliseconds(1)};
+  const auto cost = analytic(m, mixed_cluster(), workload(4096));
+  ComputeTimes t = cost->compute(kFirst, DeviceGroup{{0, 1}}, RecomputePolicy::kSelective);
+  EXPECT_DOUBLE_EQ(t.forward.value(), 7e-3);  // collectives included in the measurement
+  EXPECT_DOUBLE_EQ(t.backward_input.value(), 8e-3);
+  EXPECT_DOUBLE_EQ(t.backward_weight.value(), 5e-3);
+  EXPECT_DOUBLE_EQ(t.recompute.value(), 1e-3);
+  // A degree below 2 is refused, naming the field.
+  m.layers[0].measured->times_by_tp["A100"][1] = MeasuredTimes{};
+  Status s = AnalyticCostModel::validate(m, workload(4096), "prof.json");
+  EXPECT_NE(s.message().find("times_by_tp.A100"), std::string::npos) << s.message();
 }
 
 TEST(AnalyticMeasured, MemoryFromTheProfile) {
@@ -606,9 +704,50 @@ TEST(AnalyticMemory, CommunicationBuffersDoubleBufferBothBoundaries) {
 
 // ---- communication ----
 
+// The links' rates as the topology states them: no stack efficiency, so the alpha-beta formulas
+// hold exactly.
+AnalyticCostOptions ideal_links(AnalyticCostOptions o) {
+  o.stack.collective_efficiency = 1.0;
+  o.stack.p2p_efficiency = 1.0;
+  return o;
+}
+
+TEST(AnalyticComm, StackEfficienciesScaleTheBandwidthNotTheLatency) {
+  ModelSpec m = model_of({ffn_layer("ffn")});
+  AnalyticCostOptions o = workload(4096);
+  o.stack.p2p_efficiency = 0.5;
+  o.stack.collective_efficiency = 0.25;
+  const auto cost = analytic(m, two_nodes(), o);
+  const Bytes n(1e8);
+  EXPECT_DOUBLE_EQ(cost->p2p_time(0, 1, n).value(), kNvlinkLatency + 1e8 / (0.5 * kNvlinkBandwidth));
+  // Two devices: one step each way, n / 2 per step, at a quarter of NVLink.
+  const std::vector<int> pair{0, 1};
+  EXPECT_DOUBLE_EQ(cost->collective_time(Collective::kAllReduce, pair, n, CollectiveAlgorithm::kRing)
+                       .value(),
+                   2 * kNvlinkLatency + 1e8 / (0.25 * kNvlinkBandwidth));
+}
+
+TEST(AnalyticComm, PipelineMessagesTravelInSharesOnDisjointPaths) {
+  ModelSpec m = model_of({ffn_layer("ffn")});
+  AnalyticCostOptions o = workload(4096);
+  const auto own_nics = analytic(m, two_nodes(4), o);
+  const DeviceGroup src{{0, 1, 2, 3}};
+  const DeviceGroup dst{{4, 5, 6, 7}};
+  CostModel::PipelineMessage x = own_nics->pipeline_message(src, dst, Bytes(8e6));
+  EXPECT_DOUBLE_EQ(x.bytes.value(), 2e6);  // each rank its quarter, over its own NIC
+  EXPECT_DOUBLE_EQ(x.bandwidth_efficiency, o.stack.p2p_efficiency);
+  // One NIC per node: the shares queue on it, the whole message crosses it.
+  const auto shared = analytic(m, two_nodes(1), o);
+  EXPECT_DOUBLE_EQ(shared->pipeline_message(src, dst, Bytes(8e6)).bytes.value(), 8e6);
+  // Without the scatter-gather optimization, always the whole message.
+  o.stack.pipeline_scatter_gather = false;
+  const auto whole = analytic(m, two_nodes(4), o);
+  EXPECT_DOUBLE_EQ(whole->pipeline_message(src, dst, Bytes(8e6)).bytes.value(), 8e6);
+}
+
 TEST(AnalyticComm, PointToPoint) {
   ModelSpec m = model_of({ffn_layer("ffn")});
-  const auto cost = analytic(m, two_nodes(), workload(4096));
+  const auto cost = analytic(m, two_nodes(), ideal_links(workload(4096)));
   const Bytes n(1e8);
   EXPECT_EQ(cost->p2p_time(3, 3, n).value(), 0.0);
   EXPECT_DOUBLE_EQ(cost->p2p_time(0, 1, n).value(), kNvlinkLatency + 1e8 / kNvlinkBandwidth);
@@ -619,7 +758,7 @@ TEST(AnalyticComm, PointToPoint) {
 
 TEST(AnalyticComm, RingUsesTheSlowestHopAndLargestLatency) {
   ModelSpec m = model_of({ffn_layer("ffn")});
-  const auto cost = analytic(m, two_nodes(), workload(4096));
+  const auto cost = analytic(m, two_nodes(), ideal_links(workload(4096)));
   const double n = 1e9;
   const double cross_latency = 2 * kNicLatency + kNetworkLatency;
   const AlphaBeta ring = cost->ring_parameters(std::vector<int>{7, 0, 1, 2, 3, 4, 5, 6});
@@ -648,7 +787,7 @@ TEST(AnalyticComm, RingUsesTheSlowestHopAndLargestLatency) {
 
 TEST(AnalyticComm, HierarchicalBeatsTheRingWhenEachDeviceHasANic) {
   ModelSpec m = model_of({ffn_layer("ffn")});
-  const auto cost = analytic(m, two_nodes(4), workload(4096));
+  const auto cost = analytic(m, two_nodes(4), ideal_links(workload(4096)));
   const double n = 1e9;
   const double cross_latency = 2 * kNicLatency + kNetworkLatency;
   std::vector<int> all{0, 1, 2, 3, 4, 5, 6, 7};
@@ -683,7 +822,7 @@ TEST(AnalyticComm, SharedNicMakesTheRingWinOverSlowIntraNodeLinks) {
     n.pcie = n.interconnect;
   }
   ModelSpec m = model_of({ffn_layer("ffn")});
-  const auto cost = analytic(m, c, workload(4096));
+  const auto cost = analytic(m, c, ideal_links(workload(4096)));
   const double n = 1e9;
   const double pcie = 20e9;
   const double cross_latency = 2 * kNicLatency + kNetworkLatency;  // 5 us > 3 us
@@ -713,13 +852,13 @@ TEST(AnalyticComm, AllToAllPricedAtTheSlowestExchangeStep) {
   const double cross_latency = 2 * kNicLatency + kNetworkLatency;
   std::vector<int> all{0, 1, 2, 3, 4, 5, 6, 7};
   // One NIC per device: the step where everyone sends across uses each NIC once.
-  const auto own_nics = analytic(m, two_nodes(4), workload(4096));
+  const auto own_nics = analytic(m, two_nodes(4), ideal_links(workload(4096)));
   expect_close(
       own_nics->collective_time(Collective::kAllToAll, all, Bytes(n), CollectiveAlgorithm::kAuto)
           .value(),
       7 * cross_latency + 0.875 * n / kNicBandwidth);
   // One NIC per node: four transfers share it in that step.
-  const auto shared_nic = analytic(m, two_nodes(1), workload(4096));
+  const auto shared_nic = analytic(m, two_nodes(1), ideal_links(workload(4096)));
   expect_close(
       shared_nic->collective_time(Collective::kAllToAll, all, Bytes(n), CollectiveAlgorithm::kRing)
           .value(),

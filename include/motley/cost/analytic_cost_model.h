@@ -1,11 +1,13 @@
-// AnalyticCostModel: CostModel from the model's analytic FLOPs and bytes (model/layer_cost.h)
-// and the cluster's catalog rates: a roofline of FLOPs over peak x efficiency and bytes over
-// memory bandwidth, plus a fixed per-layer launch overhead; measured layers scaled from their
-// profile; alpha-beta collectives on the topology's paths. Formulas, constants and their
-// sources: docs/timing-model.md. Immutable after construction; thread-safe.
+// AnalyticCostModel: CostModel pricing each layer as the sum of its kernels (model/layer_cost.h's
+// layer_kernels: GEMMs by shape, the attention core by implementation, memory-bound work at
+// achieved bandwidth, a launch overhead per kernel) with the efficiencies of a named software
+// stack (software_stack.h), plus the tensor-parallel collectives on the critical path; measured
+// layers from their profile, TP priced when the profile lacks it; alpha-beta collectives on the
+// topology's paths. Formulas and sources: docs/timing-model.md. Immutable; thread-safe.
 #pragma once
 
 #include <array>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -16,6 +18,7 @@
 #include "motley/core/status.h"
 #include "motley/cost/collectives.h"
 #include "motley/cost/cost_model.h"
+#include "motley/cost/software_stack.h"
 #include "motley/model/layer_cost.h"
 
 namespace motley {
@@ -25,39 +28,23 @@ struct AnalyticCostOptions {
   // Gradients accumulated in fp32 rather than the training dtype: mixed-precision Adam keeps
   // 16 bytes/param, 18 with fp32 gradient accumulation (Megatron's default).
   bool fp32_grad_accumulation = true;
+  // The software the cluster trains with: its efficiencies price every kernel.
+  SoftwareStack stack = SoftwareStack{};
+  // Megatron-LM's sequence parallelism: the residual-stream work (norms, dropout, residual adds)
+  // split across a TP group, its all-reduces done as reduce-scatter + all-gather.
+  bool sequence_parallel = false;
 };
 
-// Fixed cost of one kernel on the device's timeline beyond its roofline time (launch and the
-// gap to the next kernel). An estimate; measured profiles replace it.
-inline constexpr Seconds kKernelOverhead = microseconds(3);
-// A pass of `flops` reaches half of the device's best matmul efficiency when it would take this
-// long at the device's peak tensor rate (see matmul_efficiency). An estimate.
-inline constexpr Seconds kHalfEfficiencyTime = microseconds(2);
+// Fraction of the dense peak a GEMM of m x k times k x n reaches under `stack` on `device`:
+// matmul_efficiency * stack.gemm_efficiency * prod over x in {m, n, k} of x / (x + half_dim).
+double gemm_efficiency(const SoftwareStack& stack, const DeviceType& device, double m, double n,
+                       double k);
 
-// Throughput efficiency of a matmul-bound pass of `flops` on `device`: the device's best
-// large-matmul efficiency, degraded for small operations. Exposed for tests and docs.
-// eff(F) = device.matmul_efficiency * F / (F + F_half), F_half = peak_tensor * kHalfEfficiencyTime
-// with peak_tensor = max(peak_bf16, peak_fp16). 0 for F <= 0.
-double matmul_efficiency(const DeviceType& device, Flops flops);
-
-// Kernels one pass of the layer launches (estimates per layer kind, docs/timing-model.md);
-// 0 for kMeasured layers, whose times include their overheads already.
-struct KernelCounts {
-  int forward = 0;
-  int backward_input = 0;
-  int backward_weight = 0;
-};
-KernelCounts kernel_counts(const Layer& layer);
-
-// Forward FLOPs of the attention core (scores QK^T and the weighted sum over V, the terms
-// that grow with s^2) in `layer`: what selective recomputation repeats. 0 for layers without
-// attention. Query-key pairs per head and sample: s(s+1)/2 causal, s^2 bidirectional, and with
-// a window of w < s keys w(w+1)/2 + (s-w)w causal, s*w bidirectional, as layer_cost() counts.
-Flops attention_core_forward_flops(const Layer& layer, const Workload& workload);
-
-// The roofline time of one pass on one device: max(flops / (peak(dtype) * eff(flops)),
-// bytes / memory_bandwidth). Infinite when the device has no rate for `dtype`.
-Seconds roofline_time(const DeviceType& device, DType dtype, Flops flops, Bytes bytes);
+// The time of one kernel of a layer on one device of a TP group of `tp` (its share of the work),
+// launch overhead included, TP collectives excluded. `dropout`: the attention probabilities go
+// through dropout (eager attention prices its passes).
+Seconds kernel_time(const Kernel& kernel, const DeviceType& device, DType dtype, int tp,
+                    bool sequence_parallel, bool dropout, const SoftwareStack& stack);
 
 // Bytes per parameter of mixed-precision Adam, split as StageMemory reports them.
 struct OptimizerBytesPerParam {
@@ -87,6 +74,8 @@ class AnalyticCostModel final : public CostModel {
   // REQUIRES: layers within the model; group non-empty, one device type, in one node.
   ComputeTimes compute(LayerRange layers, const DeviceGroup& group,
                        RecomputePolicy recompute) const override;
+  PipelineMessage pipeline_message(const DeviceGroup& src, const DeviceGroup& dst,
+                                   Bytes bytes) const override;
   StageMemory stage_memory(LayerRange layers, const DeviceGroup& group,
                            const MemoryOptions& options) const override;
   Bytes boundary_bytes(int layer) const override;
@@ -110,12 +99,15 @@ class AnalyticCostModel final : public CostModel {
                     const AnalyticCostOptions& options);
 
   // One pass of every kind for one layer on one device of a tensor-parallel group, without the
-  // TP collectives.
+  // TP collectives, and those collectives: how many per forward (and per input-gradient) pass,
+  // and their bytes summed.
   struct LayerTimes {
     double forward = 0;
     double backward_input = 0;
     double backward_weight = 0;
     double selective_recompute = 0;
+    double collectives = 0;
+    double collective_bytes = 0;
   };
   // A measured layer's times resolved against the catalog at construction.
   struct MeasuredRates {
@@ -123,6 +115,7 @@ class AnalyticCostModel final : public CostModel {
     double reference_rate = 0;  // peak(dtype) * matmul_efficiency of measured_on
     double token_scale = 1;     // workload tokens / measured tokens
     std::vector<std::pair<std::string, MeasuredTimes>> overrides;  // canonical names
+    std::vector<std::pair<std::string, std::map<int, MeasuredTimes>>> tp_overrides;
   };
   // Prefix sums of LayerTimes over the layers, for one device type and one TP degree.
   struct PrefixTable {
@@ -140,6 +133,8 @@ class AnalyticCostModel final : public CostModel {
                             Bytes bytes) const;
   // Alpha-beta of a set of transfers that run at the same time.
   AlphaBeta concurrent_parameters(std::span<const std::pair<int, int>> transfers) const;
+  // The ring's bandwidth at the stack's collective efficiency (nccl-tests' busbw over link rate).
+  AlphaBeta achieved(AlphaBeta ring) const;
   // ring_parameters from node_rings_ when the group lies in one small node.
   AlphaBeta group_ring(const std::vector<int>& devices) const;
 
@@ -147,12 +142,9 @@ class AnalyticCostModel final : public CostModel {
   AnalyticCostOptions options_;
   Topology topology_;
   std::vector<LayerCost> layer_costs_;
-  std::vector<KernelCounts> kernels_;
-  std::vector<double> attention_core_flops_;
+  std::vector<std::vector<Kernel>> kernels_;
   std::vector<MeasuredRates> measured_;  // per layer; used only for kMeasured layers
   // Prefix sums over layers of device-independent figures.
-  std::vector<double> tp_allreduce_count_prefix_;
-  std::vector<double> tp_allreduce_bytes_prefix_;  // tp_allreduces * output_bytes
   std::vector<double> stored_params_prefix_;
   std::vector<std::array<double, 3>> activation_prefix_;
   std::vector<DeviceTables> tables_;

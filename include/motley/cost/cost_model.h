@@ -78,6 +78,19 @@ class CostModel {
   // Bytes of the activation leaving layer `layer` (and of its gradient coming back), per
   // micro-batch: what crosses a stage boundary placed after that layer.
   virtual Bytes boundary_bytes(int layer) const = 0;
+  // How a pipeline message of `bytes` between two stages' groups travels: the bytes crossing the
+  // path from src.devices[0] to dst.devices[0] (a share when the group's ranks send shares in
+  // parallel on disjoint paths) and the fraction of that path's bandwidth the transfer reaches.
+  struct PipelineMessage {
+    Bytes bytes;
+    double bandwidth_efficiency = 1.0;
+  };
+  virtual PipelineMessage pipeline_message(const DeviceGroup& src, const DeviceGroup& dst,
+                                           Bytes bytes) const {
+    (void)src;
+    (void)dst;
+    return PipelineMessage{bytes, 1.0};
+  }
   // latency + bytes / bandwidth on the path between two devices; 0 for src == dst.
   virtual Seconds p2p_time(int src, int dst, Bytes bytes) const = 0;
   // `bytes` is the per-participant buffer size (as nccl-tests' "size").

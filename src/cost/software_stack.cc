@@ -1,0 +1,232 @@
+#include "motley/cost/software_stack.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <iterator>
+#include <optional>
+#include <string>
+
+#include "motley/core/check.h"
+#include "motley/core/enum_names.h"
+
+// The values and their sources are tabled in docs/timing-model.md, "Software stacks".
+
+namespace motley {
+namespace {
+
+constexpr const char* kKernelOverheadUs = "kernel_overhead_us";
+
+SoftwareStack megatron_lm_2022() {
+  SoftwareStack s;
+  s.name = "megatron-lm-2022";
+  s.description =
+      "fp16 Megatron-LM as measured by Narayanan et al. 2021 and Korthikanti et al. 2022: eager "
+      "attention with a fused scale-mask-softmax kernel, fused bias-GeLU and bias-dropout-add, "
+      "blocking tensor-parallel all-reduces, scatter-gather pipeline messages, the data-parallel "
+      "all-reduce after the backward pass";
+  s.attention = AttentionImplementation::kEager;
+  s.tp_overlap = 0.0;
+  s.pipeline_scatter_gather = true;
+  s.overlap_grad_reduce = false;
+  return s;
+}
+
+SoftwareStack megatron_core() {
+  SoftwareStack s;
+  s.name = "megatron-core";
+  s.description =
+      "bf16 Megatron-Core with Transformer Engine: fused (cuDNN flash) attention, "
+      "--overlap-grad-reduce, tensor-parallel communication partly overlapped "
+      "(--tp-comm-overlap), scatter-gather pipeline messages";
+  s.attention = AttentionImplementation::kFused;
+  s.tp_overlap = 0.5;
+  s.pipeline_scatter_gather = true;
+  s.overlap_grad_reduce = true;
+  return s;
+}
+
+SoftwareStack pytorch_fsdp() {
+  SoftwareStack s;
+  s.name = "pytorch-fsdp";
+  s.description =
+      "PyTorch FSDP / DDP with scaled_dot_product_attention (flash): gradient reduction "
+      "overlapped with the backward pass, blocking tensor-parallel collectives, whole pipeline "
+      "messages";
+  s.attention = AttentionImplementation::kFused;
+  s.tp_overlap = 0.0;
+  s.pipeline_scatter_gather = false;
+  s.overlap_grad_reduce = true;
+  return s;
+}
+
+constexpr const char* kAttentionNames[] = {"eager", "fused"};
+static_assert(std::size(kAttentionNames) ==
+              static_cast<size_t>(AttentionImplementation::kFused) + 1);
+
+Status check_finite_in(const JsonField& field, const std::string& key, double value, double lower,
+                       double upper) {
+  if (!(value >= lower && value <= upper)) {
+    return field.child_error(
+        key, fmt::format("expected a number from {} to {}, got {}", lower, upper, value));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+const char* attention_implementation_name(AttentionImplementation implementation) {
+  return name_in(kAttentionNames, implementation);
+}
+
+const std::vector<SoftwareStack>& software_stacks() {
+  static const std::vector<SoftwareStack> stacks = {megatron_core(), megatron_lm_2022(),
+                                                    pytorch_fsdp()};
+  return stacks;
+}
+
+Result<SoftwareStack> find_software_stack(std::string_view name) {
+  std::vector<std::string> names;
+  for (const SoftwareStack& s : software_stacks()) {
+    if (s.name == name) return s;
+    names.push_back(s.name);
+  }
+  return invalid_argument(fmt::format("unknown software stack '{}': expected {}", name,
+                                      join_alternatives(names)));
+}
+
+const std::vector<StackParameter>& stack_parameters() {
+  static const std::vector<StackParameter> parameters = {
+      {"gemm_efficiency", &SoftwareStack::gemm_efficiency, 0.3, 1.1,
+       "large-GEMM rate over the device's best (MAMF) rate"},
+      {"gemm_half_dim", &SoftwareStack::gemm_half_dim, 0.0, 1024.0,
+       "GEMM dimension at which that dimension alone halves the rate"},
+      {"attention_forward_efficiency", &SoftwareStack::attention_forward_efficiency, 0.05, 1.0,
+       "fused attention forward: fraction of dense peak"},
+      {"attention_backward_efficiency", &SoftwareStack::attention_backward_efficiency, 0.05, 1.0,
+       "fused attention backward: fraction of dense peak"},
+      {"memory_efficiency", &SoftwareStack::memory_efficiency, 0.2, 1.0,
+       "element-wise kernels: fraction of memory bandwidth"},
+      {kKernelOverheadUs, nullptr, 0.0, 50.0, "launch and gap per kernel, microseconds"},
+      {"collective_efficiency", &SoftwareStack::collective_efficiency, 0.2, 1.0,
+       "collectives: bus bandwidth over link rate"},
+      {"p2p_efficiency", &SoftwareStack::p2p_efficiency, 0.2, 1.0,
+       "point-to-point: achieved over path bandwidth"},
+      {"tp_overlap", &SoftwareStack::tp_overlap, 0.0, 1.0,
+       "fraction of tensor-parallel communication hidden"},
+  };
+  return parameters;
+}
+
+std::vector<std::string> stack_parameter_names() {
+  std::vector<std::string> names;
+  for (const StackParameter& p : stack_parameters()) names.emplace_back(p.name);
+  return names;
+}
+
+double stack_parameter_value(const SoftwareStack& stack, std::string_view name) {
+  if (name == kKernelOverheadUs) return stack.kernel_overhead.value() * 1e6;
+  for (const StackParameter& p : stack_parameters()) {
+    if (p.field != nullptr && name == p.name) return stack.*(p.field);
+  }
+  MOTLEY_CHECK(false, fmt::format("unknown stack parameter '{}'", name));
+  return 0;
+}
+
+void set_stack_parameter(SoftwareStack& stack, std::string_view name, double value) {
+  if (name == kKernelOverheadUs) {
+    stack.kernel_overhead = Seconds(value * 1e-6);
+    return;
+  }
+  for (const StackParameter& p : stack_parameters()) {
+    if (p.field != nullptr && name == p.name) {
+      stack.*(p.field) = value;
+      return;
+    }
+  }
+  MOTLEY_CHECK(false, fmt::format("unknown stack parameter '{}'", name));
+}
+
+Json calibration_to_json(const Calibration& calibration) {
+  const SoftwareStack& s = calibration.stack;
+  Json stack = Json::object();
+  stack["name"] = s.name;
+  stack["description"] = s.description;
+  stack["attention"] = attention_implementation_name(s.attention);
+  for (const StackParameter& p : stack_parameters()) {
+    stack[p.name] = number_json(stack_parameter_value(s, p.name));
+  }
+  stack["pipeline_scatter_gather"] = s.pipeline_scatter_gather;
+  stack["overlap_grad_reduce"] = s.overlap_grad_reduce;
+  Json out = Json::object();
+  out["format"] = kCalibrationFormat;
+  out["base"] = calibration.base;
+  out["fitted"] = calibration.fitted;
+  out["stack"] = std::move(stack);
+  out["fit"] = calibration.fit;
+  return out;
+}
+
+Result<Calibration> calibration_from_json(const Json& json, const std::string& source) {
+  JsonField root(json, source);
+  if (!root.is_object()) return root.error("expected a calibration object");
+  MOTLEY_RETURN_IF_ERROR(root.check_keys({"format", "base", "fitted", "stack", "fit"}));
+  MOTLEY_ASSIGN_OR_RETURN(std::string format, root.get_string("format"));
+  if (format != kCalibrationFormat) {
+    return root.child_error("format",
+                            fmt::format("expected \"{}\", got \"{}\"", kCalibrationFormat, format));
+  }
+  Calibration c;
+  MOTLEY_ASSIGN_OR_RETURN(c.base, root.get_string("base"));
+  Result<SoftwareStack> found = find_software_stack(c.base);
+  if (!found.is_ok()) return root.child_error("base", found.status().message());
+  const SoftwareStack base = found.value();
+  c.stack = base;
+  MOTLEY_ASSIGN_OR_RETURN(JsonField stack, root.get("stack"));
+  if (!stack.is_object()) return stack.error("expected an object");
+  std::vector<std::string_view> keys = {"name", "description", "attention",
+                                        "pipeline_scatter_gather", "overlap_grad_reduce"};
+  for (const StackParameter& p : stack_parameters()) keys.emplace_back(p.name);
+  MOTLEY_RETURN_IF_ERROR(stack.check_keys(keys));
+  MOTLEY_ASSIGN_OR_RETURN(c.stack.name, stack.get_string_or("name", base.name));
+  MOTLEY_ASSIGN_OR_RETURN(c.stack.description,
+                          stack.get_string_or("description", base.description));
+  if (stack.has("attention")) {
+    MOTLEY_ASSIGN_OR_RETURN(std::string attention, stack.get_string("attention"));
+    std::optional<AttentionImplementation> parsed =
+        parse_name_in<AttentionImplementation>(kAttentionNames, attention);
+    if (!parsed) {
+      return stack.child_error("attention",
+                               fmt::format("expected {}, got \"{}\"",
+                                           join_alternatives(names_in(kAttentionNames)), attention));
+    }
+    c.stack.attention = *parsed;
+  }
+  for (const StackParameter& p : stack_parameters()) {
+    MOTLEY_ASSIGN_OR_RETURN(double value,
+                            stack.get_double_or(p.name, stack_parameter_value(base, p.name)));
+    MOTLEY_RETURN_IF_ERROR(check_finite_in(stack, p.name, value, p.lower, p.upper));
+    set_stack_parameter(c.stack, p.name, value);
+  }
+  MOTLEY_ASSIGN_OR_RETURN(c.stack.pipeline_scatter_gather,
+                          stack.get_bool_or("pipeline_scatter_gather", base.pipeline_scatter_gather));
+  MOTLEY_ASSIGN_OR_RETURN(c.stack.overlap_grad_reduce,
+                          stack.get_bool_or("overlap_grad_reduce", base.overlap_grad_reduce));
+  if (root.has("fitted")) {
+    MOTLEY_ASSIGN_OR_RETURN(JsonField fitted, root.get("fitted"));
+    MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> names, fitted.items());
+    for (const JsonField& n : names) {
+      MOTLEY_ASSIGN_OR_RETURN(std::string name, n.as_string());
+      c.fitted.push_back(std::move(name));
+    }
+  }
+  if (root.has("fit")) c.fit = json["fit"];
+  return c;
+}
+
+Result<Calibration> load_calibration(const std::string& path) {
+  MOTLEY_ASSIGN_OR_RETURN(Json json, read_json_file(path));
+  return calibration_from_json(json, path);
+}
+
+}  // namespace motley
