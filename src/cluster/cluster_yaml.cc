@@ -385,13 +385,14 @@ Result<ClusterSpec> cluster_from_json(const JsonField& root) {
     return root.error(fmt::format("expected a mapping with 'name', 'nodes' and 'network', got {}",
                                   describe_json_value(root.json())));
   }
-  MOTLEY_RETURN_IF_ERROR(root.check_keys({"name", "nodes", "network"}));
+  MOTLEY_RETURN_IF_ERROR(root.check_keys({"name", "nodes", "network", "software_stack"}));
   ClusterSpec cluster;
   std::string stem =
       root.path().empty() ? std::filesystem::path(root.source()).stem().string() : "";
   MOTLEY_ASSIGN_OR_RETURN(cluster.name,
                           root.get_string_or("name", stem.empty() ? "cluster" : stem));
   if (cluster.name.empty()) return root.child_error("name", "expected a non-empty name");
+  MOTLEY_ASSIGN_OR_RETURN(cluster.software_stack, root.get_string_or("software_stack", ""));
   MOTLEY_ASSIGN_OR_RETURN(cluster.network, parse_network(root));
 
   MOTLEY_ASSIGN_OR_RETURN(JsonField nodes_field, root.get("nodes"));
@@ -431,6 +432,9 @@ std::string cluster_to_yaml(const ClusterSpec& cluster) {
   std::ostringstream out;
   out << "# motley cluster (docs/cluster-format.md)\n";
   out << "name: " << quoted(cluster.name) << "\n";
+  if (!cluster.software_stack.empty()) {
+    out << "software_stack: " << quoted(cluster.software_stack) << "\n";
+  }
   out << "network: {kind: " << link_kind_name(cluster.network.kind)
       << ", bandwidth_GBps: " << gbps(cluster.network.bandwidth)
       << ", latency_us: " << us(cluster.network.latency) << "}\n";

@@ -221,6 +221,7 @@ const std::vector<std::string>& preferred_key_order() {
                                                   "global_batch",
                                                   "schedule",
                                                   "zero1",
+                                                  "sequence_parallel",
                                                   "predicted",
                                                   "iteration_time_s",
                                                   "throughput_tokens_per_s",
@@ -359,6 +360,7 @@ Json plan_to_json(const Plan& plan) {
   j["replicas"] = std::move(replicas);
   j["schedule"] = plan.schedule;
   j["zero1"] = plan.zero1;
+  if (plan.sequence_parallel) j["sequence_parallel"] = true;
   if (plan.predicted) {
     const PredictedMetrics& p = *plan.predicted;
     j["predicted"] = Json{{"iteration_time_s", p.iteration_time.value()},
@@ -407,7 +409,7 @@ Result<PlanFile> plan_file_from_json(const Json& json, const std::string& source
   }
   std::vector<std::string_view> keys = {
       "format", "units",    "model",    "cluster", "micro_batch_size", "seq_len", "global_batch",
-      "stages", "replicas", "schedule", "zero1",   "predicted"};
+      "stages", "replicas", "schedule", "zero1",   "predicted", "sequence_parallel"};
   if (!v1) {
     keys.push_back("model_spec");
     keys.push_back("cluster_spec");
@@ -437,6 +439,7 @@ Result<PlanFile> plan_file_from_json(const Json& json, const std::string& source
   }
   MOTLEY_ASSIGN_OR_RETURN(plan.schedule, root.get_string_or("schedule", ""));
   MOTLEY_ASSIGN_OR_RETURN(plan.zero1, root.get_bool_or("zero1", false));
+  MOTLEY_ASSIGN_OR_RETURN(plan.sequence_parallel, root.get_bool_or("sequence_parallel", false));
   if (std::optional<JsonField> predicted = root.find("predicted")) {
     MOTLEY_ASSIGN_OR_RETURN(PredictedMetrics p, predicted_from_json(*predicted));
     plan.predicted = std::move(p);

@@ -152,6 +152,7 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
   assemble.num_layers = layers;
   assemble.seq_len = o.seq_len > 0 ? o.seq_len : model.default_seq_len;
   assemble.zero1 = o.zero1;
+  assemble.sequence_parallel = o.sequence_parallel;
   // Memory is the validator's to check (simulate validates every plan it runs).
   assemble.check_memory = false;
   MOTLEY_ASSIGN_OR_RETURN(Plan plan, assemble_plan(assemble, c, cost));

@@ -3,6 +3,8 @@
 #include "sim_graph.h"
 
 #include <algorithm>
+#include <array>
+#include <map>
 #include <utility>
 
 namespace motley::sim_internal {
@@ -93,6 +95,10 @@ class Builder {
       out_.tasks[id].duration =
           scratch_.stage_times[at(n.replica, n.stage)][kind_index(action_kind(n.kind))];
     }
+    // How each (replica, sender, receiver, stage) message travels, asked of the cost model once.
+    std::map<std::array<int, 4>, double> wire_bytes;
+    DeviceGroup src;
+    DeviceGroup dst;
     for (int32_t id = graph.num_actions(); id < graph.size(); ++id) {
       const TaskNode& n = graph.node(id);
       const Replica& rep = plan_.replicas[n.replica];
@@ -101,7 +107,18 @@ class Builder {
       x.src_device = rep.groups[n.group].devices[0];
       x.dst_device = rep.groups[n.peer_group].devices[0];
       x.path = &topology_.path(x.src_device, x.dst_device);
-      x.bytes = scratch_.boundary_bytes[n.stage];
+      auto [it, inserted] =
+          wire_bytes.try_emplace({n.replica, n.group, n.peer_group, n.stage}, 0.0);
+      if (inserted) {
+        src.devices = rep.groups[n.group].devices;
+        dst.devices = rep.groups[n.peer_group].devices;
+        const CostModel::PipelineMessage m =
+            cost_.pipeline_message(src, dst, Bytes(scratch_.boundary_bytes[n.stage]));
+        // A transfer reaching a fraction of its path's bandwidth takes as long as the bytes
+        // over that fraction at full bandwidth, and shares the link as such.
+        it->second = m.bytes.value() / m.bandwidth_efficiency;
+      }
+      x.bytes = it->second;
       TaskState& t = out_.tasks[id];
       t.duration = x.path->latency.value();
       t.transfer = static_cast<int32_t>(out_.transfers.size());

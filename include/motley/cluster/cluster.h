@@ -46,6 +46,9 @@ struct ClusterSpec {
   std::string name;
   std::vector<NodeSpec> nodes;  // expanded: one entry per physical node
   LinkSpec network;             // the fabric between NICs (its latency adds to the NICs')
+  // The training software the cluster runs, by name (the cost module's software stacks);
+  // empty: the cost model's default.
+  std::string software_stack;
 };
 
 // The fixed cost of staging a transfer through a pinned host buffer (one device-to-host copy

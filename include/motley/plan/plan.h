@@ -88,6 +88,9 @@ struct Plan {
   std::vector<Replica> replicas;
   std::string schedule;  // the generator's name, informational only ("1f1b", "adaptive", ...)
   bool zero1 = false;    // optimizer state sharded across replicas
+  // Megatron-LM's sequence parallelism inside every TP group: the residual-stream work is split
+  // across the group, its all-reduces become reduce-scatter + all-gather.
+  bool sequence_parallel = false;
   std::optional<PredictedMetrics> predicted;
   friend bool operator==(const Plan&, const Plan&) = default;
 };

@@ -66,6 +66,7 @@ struct AssembleOptions {
   int num_layers = 0;  // the model's: every replica's bounds must run from 0 to it
   int64_t seq_len = 0;
   bool zero1 = false;
+  bool sequence_parallel = false;
   // Replicas the optimizer state is sharded across (ZeRO-1); 0: the candidate's replicas. Set
   // when the candidate stands for a larger plan (a subset of identical replicas).
   int64_t data_parallel = 0;
