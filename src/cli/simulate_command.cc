@@ -4,6 +4,7 @@
 // is simulated, and they are written all or none, once everything succeeded.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "cost_options.h"
 #include "motley/cluster/cluster.h"
 #include "motley/core/json.h"
 #include "motley/core/output_files.h"
@@ -43,6 +45,9 @@ struct SimulateOptions {
   int tensor_parallel = 1;
   std::string recompute = "none";
   std::string partition = "uniform";
+  bool sequence_parallel = false;
+  int data_parallel = 0;  // 0: as many replicas as the cluster holds
+  StackChoice stack;
   std::string out;
   std::string trace;
   std::string svg;
@@ -96,12 +101,16 @@ Result<Scenario> scenario_from_schedule(const SimulateOptions& opt) {
   u.seq_len = opt.seq_len.value_or(s.model.default_seq_len);
   u.recompute = *recompute;
   u.partition = *partition;
+  u.sequence_parallel = opt.sequence_parallel;
+  u.data_parallel = opt.data_parallel;
   const int p = opt.stages.value_or(static_cast<int>(cluster_devices(s.cluster).size()) /
-                                    opt.tensor_parallel);
+                                    opt.tensor_parallel / std::max(opt.data_parallel, 1));
   u.micro_batches = opt.micro_batches.value_or(4 * static_cast<int64_t>(p));
 
   AnalyticCostOptions cost_options;
   cost_options.workload = Workload{u.seq_len, u.micro_batch_size, s.model.dtype, s.model.dropout};
+  cost_options.sequence_parallel = opt.sequence_parallel;
+  MOTLEY_ASSIGN_OR_RETURN(cost_options.stack, resolve_stack(opt.stack, s.cluster));
   MOTLEY_ASSIGN_OR_RETURN(
       std::unique_ptr<AnalyticCostModel> cost,
       AnalyticCostModel::create(s.model, s.cluster, cost_options, s.model.name));
@@ -135,10 +144,10 @@ Status simulate_command(const SimulateOptions& opt) {
       Scenario s, opt.plan.empty() ? scenario_from_schedule(opt) : scenario_from_plan_file(opt));
   const std::string source = opt.plan.empty() ? "plan" : opt.plan;
 
-  MOTLEY_ASSIGN_OR_RETURN(
-      std::unique_ptr<AnalyticCostModel> analytic,
-      AnalyticCostModel::create(s.model, s.cluster,
-                                AnalyticCostOptions{plan_workload(s.plan, s.model)}, s.model.name));
+  MOTLEY_ASSIGN_OR_RETURN(AnalyticCostOptions cost_options,
+                          plan_cost_options(s.plan, s.model, s.cluster, opt.stack));
+  MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<AnalyticCostModel> analytic,
+                          AnalyticCostModel::create(s.model, s.cluster, cost_options, s.model.name));
   const AnalyticCostModel& cost = *analytic;
 
   // The validator proves the plan runnable, memory included, before anything is simulated.
@@ -221,6 +230,11 @@ std::vector<CLI::Option*> add_schedule_shape_options(CLI::App* cmd, SimulateOpti
           ->capture_default_str(),
       cmd->add_option("--recompute", opt->recompute, "none, selective or full")
           ->capture_default_str(),
+      cmd->add_flag("--sequence-parallel", opt->sequence_parallel,
+                    "Megatron-LM's sequence parallelism in the tensor-parallel groups"),
+      cmd->add_option("--data-parallel", opt->data_parallel,
+                      "Pipeline replicas (default: as many as the cluster holds)")
+          ->check(integer_in(1, kMaxOptionCount)),
       cmd->add_option("--partition", opt->partition,
                       "Layers per stage: uniform (every layer alike) or megatron (decoder layers "
                       "evenly, embedding first, head last)")
@@ -246,6 +260,7 @@ void add_simulate_command(CLI::App& app, Action* action) {
   cmd->add_option("--schedule", opt->schedule,
                   "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v or dualpipev");
   for (CLI::Option* shape : add_schedule_shape_options(cmd, opt.get())) shape->excludes(plan);
+  add_stack_options(cmd, &opt->stack);
   cmd->add_option("--out", opt->out, "Write the plan (with predicted metrics) to this file");
   cmd->add_option("--trace", opt->trace, "Write a Chrome trace JSON (Perfetto, chrome://tracing)");
   cmd->add_option("--svg", opt->svg, "Write an SVG timeline");

@@ -1,0 +1,356 @@
+// `motley calibrate`: prices published (or measured) end-to-end training runs — each a model, a
+// cluster and the exact layout it ran with — under a software stack, prints predicted against
+// measured time per run, and with --fit fits the stack's parameters to them (bounded least
+// squares on ln(predicted / measured)), writing a calibration file that plan, compare and
+// simulate accept (--calibration). The cases file format is docs/calibration.md's.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "cost_options.h"
+#include "motley/calibrate/stack_fit.h"
+#include "motley/cluster/cluster.h"
+#include "motley/core/json.h"
+#include "motley/core/output_files.h"
+#include "motley/cost/analytic_cost_model.h"
+#include "motley/model/model_json.h"
+#include "motley/plan/plan_workload.h"
+#include "motley/schedule/uniform_plan.h"
+#include "motley/sim/simulator.h"
+#include "output_options.h"
+
+namespace motley::cli {
+namespace {
+
+inline constexpr const char* kCasesFormat = "calibration-cases/1";
+
+struct CalibrateOptions {
+  std::vector<std::string> cases;
+  StackChoice stack;
+  std::string fit;  // comma-separated parameter names, or "all"; empty: evaluate only
+  std::string out;
+  bool json = false;
+};
+
+// One measured run, ready to price: its model, cluster and plan (the plan depends on the
+// layout only, not on the stack being fitted).
+struct Case {
+  std::string id;
+  std::string file;
+  double published_s = 0;
+  ModelSpec model;
+  ClusterSpec cluster;
+  Plan plan;
+};
+
+Result<int64_t> case_int(const JsonField& c, std::string_view key, int64_t fallback) {
+  return c.get_int_in_or(key, IntRange{1, 1 << 24}, fallback);
+}
+
+Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
+  MOTLEY_RETURN_IF_ERROR(c.check_keys(
+      {"id", "model", "cluster", "gpus", "tp", "pp", "dp", "global_batch", "micro_batch_size",
+       "seq_len", "schedule", "virtual_stages", "recompute", "partition", "zero1",
+       "sequence_parallel", "stack", "metric", "published", "note", "flops", "source",
+       "config_source"}));
+  Case out;
+  out.file = c.source();
+  MOTLEY_ASSIGN_OR_RETURN(out.id, c.get_string("id"));
+  MOTLEY_ASSIGN_OR_RETURN(std::string metric, c.get_string_or("metric", "iteration_time_s"));
+  if (metric != "iteration_time_s") {
+    return c.child_error("metric", fmt::format("expected \"iteration_time_s\", got \"{}\"", metric));
+  }
+  MOTLEY_ASSIGN_OR_RETURN(out.published_s, c.get_positive_double("published"));
+  auto resolve = [&](const std::string& p) {
+    const std::filesystem::path path(p);
+    return path.is_absolute() || !std::filesystem::exists(dir / path) ? p : (dir / path).string();
+  };
+  MOTLEY_ASSIGN_OR_RETURN(std::string model_path, c.get_string("model"));
+  MOTLEY_ASSIGN_OR_RETURN(std::string cluster_path, c.get_string("cluster"));
+  Result<ModelSpec> model = load_model(resolve(model_path));
+  if (!model.is_ok()) return c.child_error("model", model.status().message());
+  out.model = std::move(model).value();
+  Result<ClusterSpec> cluster = load_cluster(resolve(cluster_path));
+  if (!cluster.is_ok()) return c.child_error("cluster", cluster.status().message());
+  out.cluster = std::move(cluster).value();
+
+  MOTLEY_ASSIGN_OR_RETURN(int64_t tp, case_int(c, "tp", 1));
+  MOTLEY_ASSIGN_OR_RETURN(int64_t pp, case_int(c, "pp", 1));
+  MOTLEY_ASSIGN_OR_RETURN(int64_t dp, case_int(c, "dp", 1));
+  MOTLEY_ASSIGN_OR_RETURN(int64_t mbs, case_int(c, "micro_batch_size", 1));
+  MOTLEY_ASSIGN_OR_RETURN(int64_t global_batch, c.get_int_in("global_batch", IntRange{1, 1 << 24}));
+  MOTLEY_ASSIGN_OR_RETURN(int64_t seq_len, case_int(c, "seq_len", out.model.default_seq_len));
+  MOTLEY_ASSIGN_OR_RETURN(int64_t virtual_stages, case_int(c, "virtual_stages", 1));
+  if (global_batch % (dp * mbs) != 0) {
+    return c.child_error("global_batch",
+                         fmt::format("{} is not a multiple of dp x micro_batch_size = {}",
+                                     global_batch, dp * mbs));
+  }
+  const int64_t devices = static_cast<int64_t>(cluster_devices(out.cluster).size());
+  if (tp * pp * dp > devices) {
+    return c.child_error("gpus", fmt::format("tp x pp x dp = {} devices, the cluster has {}",
+                                             tp * pp * dp, devices));
+  }
+  MOTLEY_ASSIGN_OR_RETURN(std::string schedule, c.get_string_or("schedule", "1f1b"));
+  std::optional<ScheduleKind> kind = parse_schedule_kind(schedule);
+  if (!kind) {
+    return c.child_error("schedule", fmt::format("expected {}, got \"{}\"",
+                                                 join_alternatives(schedule_kind_names()),
+                                                 schedule));
+  }
+  MOTLEY_ASSIGN_OR_RETURN(std::string recompute_name, c.get_string_or("recompute", "none"));
+  std::optional<RecomputePolicy> recompute = parse_recompute_policy(recompute_name);
+  if (!recompute) {
+    return c.child_error("recompute", fmt::format("expected {}, got \"{}\"",
+                                                  join_alternatives(recompute_policy_names()),
+                                                  recompute_name));
+  }
+  MOTLEY_ASSIGN_OR_RETURN(std::string partition_name, c.get_string_or("partition", "megatron"));
+  std::optional<LayerSplit> partition = parse_layer_split(partition_name);
+  if (!partition) {
+    return c.child_error("partition", fmt::format("expected {}, got \"{}\"",
+                                                  join_alternatives(layer_split_names()),
+                                                  partition_name));
+  }
+  UniformPlanOptions u;
+  u.kind = *kind;
+  u.stages = static_cast<int>(pp);
+  u.virtual_stages = static_cast<int>(virtual_stages);
+  u.tensor_parallel = static_cast<int>(tp);
+  u.data_parallel = static_cast<int>(dp);
+  u.micro_batch_size = mbs;
+  u.seq_len = seq_len;
+  u.micro_batches = global_batch / (dp * mbs);
+  u.recompute = *recompute;
+  u.partition = *partition;
+  MOTLEY_ASSIGN_OR_RETURN(u.zero1, c.get_bool_or("zero1", false));
+  // Korthikanti et al.'s tables ran selective recomputation with sequence parallelism, and
+  // full recomputation without; a case may say otherwise.
+  MOTLEY_ASSIGN_OR_RETURN(u.sequence_parallel,
+                          c.get_bool_or("sequence_parallel",
+                                        *recompute == RecomputePolicy::kSelective && tp > 1));
+  if (c.has("stack")) {
+    MOTLEY_ASSIGN_OR_RETURN(out.cluster.software_stack, c.get_string("stack"));
+  }
+  AnalyticCostOptions cost_options;
+  cost_options.workload = Workload{seq_len, mbs, out.model.dtype, out.model.dropout};
+  MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<AnalyticCostModel> cost,
+                          AnalyticCostModel::create(out.model, out.cluster, cost_options,
+                                                    out.model.name));
+  Result<Plan> plan = make_uniform_plan(u, out.model, out.cluster, *cost);
+  if (!plan.is_ok()) return c.error(plan.status().message());
+  out.plan = std::move(plan).value();
+  return out;
+}
+
+Result<std::vector<Case>> load_cases(const std::string& path) {
+  MOTLEY_ASSIGN_OR_RETURN(Json doc, read_json_file(path));
+  JsonField root(doc, path);
+  if (!root.is_object()) return root.error("expected an object with 'format' and 'cases'");
+  MOTLEY_RETURN_IF_ERROR(root.check_keys({"format", "about", "cases"}));
+  MOTLEY_ASSIGN_OR_RETURN(std::string format, root.get_string("format"));
+  if (format != kCasesFormat) {
+    return root.child_error("format",
+                            fmt::format("expected \"{}\", got \"{}\"", kCasesFormat, format));
+  }
+  MOTLEY_ASSIGN_OR_RETURN(JsonField cases, root.get("cases"));
+  MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> items, cases.items());
+  if (items.empty()) return cases.error("expected at least one case");
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::vector<Case> out;
+  for (const JsonField& item : items) {
+    MOTLEY_ASSIGN_OR_RETURN(Case c, parse_case(item, dir));
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// The predicted iteration time of every case under `stack` (a case naming its own stack keeps
+// its software choices; only the fitted numbers are shared).
+Result<std::vector<double>> predict(const std::vector<Case>& cases, const SoftwareStack& stack) {
+  std::vector<double> out;
+  Simulator simulator;
+  for (const Case& c : cases) {
+    AnalyticCostOptions options;
+    options.workload = plan_workload(c.plan, c.model);
+    options.sequence_parallel = c.plan.sequence_parallel;
+    options.stack = stack;
+    MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<AnalyticCostModel> cost,
+                            AnalyticCostModel::create(c.model, c.cluster, options, c.model.name));
+    SimOptions sim;
+    sim.source = c.id;
+    MOTLEY_ASSIGN_OR_RETURN(SimResult r, simulator.run(sim, c.plan, *cost));
+    out.push_back(r.iteration_time.value());
+  }
+  return out;
+}
+
+std::vector<std::string> split_names(const std::string& list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    if (end > start) out.push_back(list.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+struct Errors {
+  double mean_abs_pct = 0;
+  double max_abs_pct = 0;
+};
+
+Errors errors_of(const std::vector<Case>& cases, const std::vector<double>& predicted) {
+  Errors e;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const double pct = 100.0 * (predicted[i] / cases[i].published_s - 1.0);
+    e.mean_abs_pct += std::abs(pct) / static_cast<double>(cases.size());
+    e.max_abs_pct = std::max(e.max_abs_pct, std::abs(pct));
+  }
+  return e;
+}
+
+Status calibrate_command(const CalibrateOptions& opt) {
+  MOTLEY_RETURN_IF_ERROR(check_output_options({{"--out", opt.out}}));
+  if (!opt.out.empty() && opt.fit.empty()) {
+    return invalid_argument("--out writes a fitted calibration: give --fit too");
+  }
+  std::vector<Case> cases;
+  for (const std::string& file : opt.cases) {
+    MOTLEY_ASSIGN_OR_RETURN(std::vector<Case> more, load_cases(file));
+    for (Case& c : more) cases.push_back(std::move(c));
+  }
+  // The cases' clusters are the reference for a stack named nowhere else.
+  MOTLEY_ASSIGN_OR_RETURN(SoftwareStack start, resolve_stack(opt.stack, cases.front().cluster));
+  std::string base = start.name;
+  if (!opt.stack.calibration.empty()) {
+    MOTLEY_ASSIGN_OR_RETURN(Calibration c, load_calibration(opt.stack.calibration));
+    base = c.base;
+  }
+
+  std::vector<std::string> names;
+  if (opt.fit == "all") {
+    names = stack_parameter_names();
+  } else {
+    names = split_names(opt.fit);
+  }
+  MOTLEY_ASSIGN_OR_RETURN(std::vector<double> before, predict(cases, start));
+  SoftwareStack fitted = start;
+  std::vector<double> after = before;
+  StackFitResult fit;
+  if (!names.empty()) {
+    StackFitOptions fit_options;
+    fit_options.parameters = names;
+    auto residuals = [&](const SoftwareStack& s) -> Result<std::vector<double>> {
+      MOTLEY_ASSIGN_OR_RETURN(std::vector<double> p, predict(cases, s));
+      std::vector<double> r;
+      for (size_t i = 0; i < cases.size(); ++i) r.push_back(std::log(p[i] / cases[i].published_s));
+      return r;
+    };
+    Result<StackFitResult> result = fit_stack(start, fit_options, residuals);
+    if (!result.is_ok()) return result.status().with_context("--fit");
+    fit = std::move(result).value();
+    fitted = fit.stack;
+    MOTLEY_ASSIGN_OR_RETURN(after, predict(cases, fitted));
+  }
+
+  const Errors e0 = errors_of(cases, before);
+  const Errors e1 = errors_of(cases, after);
+  Json rows = Json::array();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    rows.push_back(Json{{"id", cases[i].id},
+                        {"measured_s", cases[i].published_s},
+                        {"predicted_s", after[i]},
+                        {"error_pct", 100.0 * (after[i] / cases[i].published_s - 1.0)}});
+  }
+  OutputFiles files;
+  if (!opt.out.empty()) {
+    Calibration cal;
+    cal.stack = fitted;
+    cal.base = base;
+    cal.fitted = names;
+    cal.fit = Json{{"method", "bounded Levenberg-Marquardt on ln(predicted / measured)"},
+                   {"cases_files", opt.cases},
+                   {"cases", rows},
+                   {"mean_abs_error_pct", e1.mean_abs_pct},
+                   {"max_abs_error_pct", e1.max_abs_pct},
+                   {"parameters_at_bound", fit.at_bound}};
+    files.add(opt.out, calibration_to_json(cal).dump(1) + "\n");
+  }
+  std::string text;
+  if (opt.json) {
+    Json j{{"stack", fitted.name},
+           {"cases", rows},
+           {"mean_abs_error_pct", e1.mean_abs_pct},
+           {"max_abs_error_pct", e1.max_abs_pct}};
+    if (!names.empty()) {
+      Json params = Json::object();
+      for (const std::string& n : names) params[n] = stack_parameter_value(fitted, n);
+      j["fitted"] = params;
+      j["start_mean_abs_error_pct"] = e0.mean_abs_pct;
+      j["start_max_abs_error_pct"] = e0.max_abs_pct;
+    }
+    text = j.dump(2) + "\n";
+  } else {
+    text += fmt::format("stack {}{}\n", fitted.name, names.empty() ? "" : " (fitted)");
+    text += fmt::format("{:<34} {:>11} {:>11} {:>8}", "case", "measured_s", "predicted_s",
+                        "error");
+    if (!names.empty()) text += fmt::format(" {:>11}", "start_error");
+    text += "\n";
+    for (size_t i = 0; i < cases.size(); ++i) {
+      text += fmt::format("{:<34} {:>11.4g} {:>11.4g} {:>+7.1f}%", cases[i].id,
+                          cases[i].published_s, after[i],
+                          100.0 * (after[i] / cases[i].published_s - 1.0));
+      if (!names.empty()) {
+        text += fmt::format(" {:>+10.1f}%", 100.0 * (before[i] / cases[i].published_s - 1.0));
+      }
+      text += "\n";
+    }
+    text += fmt::format("mean |error| {:.1f}%, max {:.1f}%", e1.mean_abs_pct, e1.max_abs_pct);
+    if (!names.empty()) {
+      text += fmt::format(" (from {:.1f}% and {:.1f}%; {} iterations, {} evaluations)",
+                          e0.mean_abs_pct, e0.max_abs_pct, fit.iterations, fit.evaluations);
+    }
+    text += "\n";
+    for (const std::string& n : names) {
+      const bool bound = std::find(fit.at_bound.begin(), fit.at_bound.end(), n) != fit.at_bound.end();
+      text += fmt::format("  {:<30} {:>10.4g} (from {:.4g}){}\n", n,
+                          stack_parameter_value(fitted, n), stack_parameter_value(start, n),
+                          bound ? " at its bound" : "");
+    }
+  }
+  MOTLEY_RETURN_IF_ERROR(files.commit());
+  std::fputs(text.c_str(), stdout);
+  return Status::ok();
+}
+
+}  // namespace
+
+void add_calibrate_command(CLI::App& app, Action* action) {
+  auto opt = std::make_shared<CalibrateOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "calibrate",
+      "Price measured training runs under a software stack and fit its parameters to them");
+  cmd->add_option("--cases", opt->cases,
+                  "Cases files (calibration-cases/1): runs with their model, cluster, layout "
+                  "and measured iteration time")
+      ->required();
+  add_stack_options(cmd, &opt->stack);
+  cmd->add_option("--fit", opt->fit,
+                  "Stack parameters to fit, comma-separated, or 'all' (" +
+                      join_alternatives(stack_parameter_names()) + ")");
+  cmd->add_option("--out", opt->out, "Write the fitted calibration file");
+  cmd->add_flag("--json", opt->json, "Print one JSON object");
+  cmd->callback([opt, action] { *action = [opt] { return calibrate_command(*opt); }; });
+}
+
+}  // namespace motley::cli

@@ -1,0 +1,51 @@
+#include "cost_options.h"
+
+#include <fmt/format.h>
+
+#include "motley/plan/plan_workload.h"
+
+namespace motley::cli {
+
+void add_stack_options(CLI::App* cmd, StackChoice* choice) {
+  std::vector<std::string> names;
+  for (const SoftwareStack& s : software_stacks()) names.push_back(s.name);
+  CLI::Option* stack = cmd->add_option(
+      "--stack", choice->stack,
+      fmt::format("Software stack the cost model assumes: {} (default: the cluster's "
+                  "software_stack, else {})",
+                  join_alternatives(names), software_stacks().front().name));
+  CLI::Option* calibration = cmd->add_option(
+      "--calibration", choice->calibration,
+      "A calibration file (motley calibrate --out): its fitted stack prices the plan");
+  stack->excludes(calibration);
+}
+
+Result<SoftwareStack> resolve_stack(const StackChoice& choice, const ClusterSpec& cluster) {
+  if (!choice.calibration.empty()) {
+    MOTLEY_ASSIGN_OR_RETURN(Calibration c, load_calibration(choice.calibration));
+    return c.stack;
+  }
+  const std::string& name = !choice.stack.empty() ? choice.stack : cluster.software_stack;
+  if (name.empty()) return software_stacks().front();
+  Result<SoftwareStack> stack = find_software_stack(name);
+  if (!stack.is_ok()) {
+    return invalid_argument(fmt::format("{}: {}",
+                                        choice.stack.empty()
+                                            ? fmt::format("{}: field 'software_stack'", cluster.name)
+                                            : std::string("--stack"),
+                                        stack.status().message()));
+  }
+  return stack;
+}
+
+Result<AnalyticCostOptions> plan_cost_options(const Plan& plan, const ModelSpec& model,
+                                              const ClusterSpec& cluster,
+                                              const StackChoice& choice) {
+  AnalyticCostOptions options;
+  options.workload = plan_workload(plan, model);
+  options.sequence_parallel = plan.sequence_parallel;
+  MOTLEY_ASSIGN_OR_RETURN(options.stack, resolve_stack(choice, cluster));
+  return options;
+}
+
+}  // namespace motley::cli

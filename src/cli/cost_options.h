@@ -1,0 +1,35 @@
+// The options every command that prices a plan shares: which software stack the cost model
+// assumes (--stack NAME, or a fitted one from --calibration FILE, else the cluster's, else
+// megatron-core), and the cost-model options of a plan built from them. Thread-compatible.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "motley/cluster/cluster.h"
+#include "motley/core/status.h"
+#include "motley/cost/analytic_cost_model.h"
+#include "motley/model/model.h"
+#include "motley/plan/plan.h"
+
+namespace motley::cli {
+
+struct StackChoice {
+  std::string stack;        // a built-in stack's name
+  std::string calibration;  // a motley.calibration/1 file
+};
+
+// Adds --stack and --calibration (which exclude each other) to `cmd`.
+void add_stack_options(CLI::App* cmd, StackChoice* choice);
+
+// --calibration's stack, else --stack's, else the cluster's `software_stack`, else the default.
+Result<SoftwareStack> resolve_stack(const StackChoice& choice, const ClusterSpec& cluster);
+
+// The cost-model options a plan is priced with: its workload, its sequence parallelism, the
+// resolved stack.
+Result<AnalyticCostOptions> plan_cost_options(const Plan& plan, const ModelSpec& model,
+                                              const ClusterSpec& cluster,
+                                              const StackChoice& choice);
+
+}  // namespace motley::cli
