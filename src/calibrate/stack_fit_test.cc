@@ -58,8 +58,7 @@ TEST(StackFitTest, RefusesUnknownParameters) {
       SoftwareStack{}, options,
       [](const SoftwareStack&) -> Result<std::vector<double>> { return std::vector<double>{0}; });
   ASSERT_FALSE(fit.is_ok());
-  EXPECT_NE(fit.status().message().find("unknown stack parameter 'warp_speed'"),
-            std::string::npos);
+  EXPECT_NE(fit.status().message().find("unknown stack parameter 'warp_speed'"), std::string::npos);
 }
 
 TEST(StackFitTest, KernelOverheadIsFittedInMicroseconds) {

@@ -55,17 +55,36 @@ Result<int64_t> case_int(const JsonField& c, std::string_view key, int64_t fallb
 }
 
 Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
-  MOTLEY_RETURN_IF_ERROR(c.check_keys(
-      {"id", "model", "cluster", "gpus", "tp", "pp", "dp", "global_batch", "micro_batch_size",
-       "seq_len", "schedule", "virtual_stages", "recompute", "partition", "zero1",
-       "sequence_parallel", "stack", "metric", "published", "note", "flops", "source",
-       "config_source"}));
+  MOTLEY_RETURN_IF_ERROR(c.check_keys({"id",
+                                       "model",
+                                       "cluster",
+                                       "gpus",
+                                       "tp",
+                                       "pp",
+                                       "dp",
+                                       "global_batch",
+                                       "micro_batch_size",
+                                       "seq_len",
+                                       "schedule",
+                                       "virtual_stages",
+                                       "recompute",
+                                       "partition",
+                                       "zero1",
+                                       "sequence_parallel",
+                                       "stack",
+                                       "metric",
+                                       "published",
+                                       "note",
+                                       "flops",
+                                       "source",
+                                       "config_source"}));
   Case out;
   out.file = c.source();
   MOTLEY_ASSIGN_OR_RETURN(out.id, c.get_string("id"));
   MOTLEY_ASSIGN_OR_RETURN(std::string metric, c.get_string_or("metric", "iteration_time_s"));
   if (metric != "iteration_time_s") {
-    return c.child_error("metric", fmt::format("expected \"iteration_time_s\", got \"{}\"", metric));
+    return c.child_error("metric",
+                         fmt::format("expected \"iteration_time_s\", got \"{}\"", metric));
   }
   MOTLEY_ASSIGN_OR_RETURN(out.published_s, c.get_positive_double("published"));
   auto resolve = [&](const std::string& p) {
@@ -89,9 +108,9 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
   MOTLEY_ASSIGN_OR_RETURN(int64_t seq_len, case_int(c, "seq_len", out.model.default_seq_len));
   MOTLEY_ASSIGN_OR_RETURN(int64_t virtual_stages, case_int(c, "virtual_stages", 1));
   if (global_batch % (dp * mbs) != 0) {
-    return c.child_error("global_batch",
-                         fmt::format("{} is not a multiple of dp x micro_batch_size = {}",
-                                     global_batch, dp * mbs));
+    return c.child_error(
+        "global_batch",
+        fmt::format("{} is not a multiple of dp x micro_batch_size = {}", global_batch, dp * mbs));
   }
   const int64_t devices = static_cast<int64_t>(cluster_devices(out.cluster).size());
   if (tp * pp * dp > devices) {
@@ -101,23 +120,23 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
   MOTLEY_ASSIGN_OR_RETURN(std::string schedule, c.get_string_or("schedule", "1f1b"));
   std::optional<ScheduleKind> kind = parse_schedule_kind(schedule);
   if (!kind) {
-    return c.child_error("schedule", fmt::format("expected {}, got \"{}\"",
-                                                 join_alternatives(schedule_kind_names()),
-                                                 schedule));
+    return c.child_error(
+        "schedule",
+        fmt::format("expected {}, got \"{}\"", join_alternatives(schedule_kind_names()), schedule));
   }
   MOTLEY_ASSIGN_OR_RETURN(std::string recompute_name, c.get_string_or("recompute", "none"));
   std::optional<RecomputePolicy> recompute = parse_recompute_policy(recompute_name);
   if (!recompute) {
-    return c.child_error("recompute", fmt::format("expected {}, got \"{}\"",
-                                                  join_alternatives(recompute_policy_names()),
-                                                  recompute_name));
+    return c.child_error("recompute",
+                         fmt::format("expected {}, got \"{}\"",
+                                     join_alternatives(recompute_policy_names()), recompute_name));
   }
   MOTLEY_ASSIGN_OR_RETURN(std::string partition_name, c.get_string_or("partition", "megatron"));
   std::optional<LayerSplit> partition = parse_layer_split(partition_name);
   if (!partition) {
-    return c.child_error("partition", fmt::format("expected {}, got \"{}\"",
-                                                  join_alternatives(layer_split_names()),
-                                                  partition_name));
+    return c.child_error(
+        "partition", fmt::format("expected {}, got \"{}\"", join_alternatives(layer_split_names()),
+                                 partition_name));
   }
   UniformPlanOptions u;
   u.kind = *kind;
@@ -133,17 +152,17 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
   MOTLEY_ASSIGN_OR_RETURN(u.zero1, c.get_bool_or("zero1", false));
   // Korthikanti et al.'s tables ran selective recomputation with sequence parallelism, and
   // full recomputation without; a case may say otherwise.
-  MOTLEY_ASSIGN_OR_RETURN(u.sequence_parallel,
-                          c.get_bool_or("sequence_parallel",
-                                        *recompute == RecomputePolicy::kSelective && tp > 1));
+  MOTLEY_ASSIGN_OR_RETURN(
+      u.sequence_parallel,
+      c.get_bool_or("sequence_parallel", *recompute == RecomputePolicy::kSelective && tp > 1));
   if (c.has("stack")) {
     MOTLEY_ASSIGN_OR_RETURN(out.cluster.software_stack, c.get_string("stack"));
   }
   AnalyticCostOptions cost_options;
   cost_options.workload = Workload{seq_len, mbs, out.model.dtype, out.model.dropout};
-  MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<AnalyticCostModel> cost,
-                          AnalyticCostModel::create(out.model, out.cluster, cost_options,
-                                                    out.model.name));
+  MOTLEY_ASSIGN_OR_RETURN(
+      std::unique_ptr<AnalyticCostModel> cost,
+      AnalyticCostModel::create(out.model, out.cluster, cost_options, out.model.name));
   Result<Plan> plan = make_uniform_plan(u, out.model, out.cluster, *cost);
   if (!plan.is_ok()) return c.error(plan.status().message());
   out.plan = std::move(plan).value();
@@ -302,14 +321,13 @@ Status calibrate_command(const CalibrateOptions& opt) {
     text = j.dump(2) + "\n";
   } else {
     text += fmt::format("stack {}{}\n", fitted.name, names.empty() ? "" : " (fitted)");
-    text += fmt::format("{:<34} {:>11} {:>11} {:>8}", "case", "measured_s", "predicted_s",
-                        "error");
+    text += fmt::format("{:<34} {:>11} {:>11} {:>8}", "case", "measured_s", "predicted_s", "error");
     if (!names.empty()) text += fmt::format(" {:>11}", "start_error");
     text += "\n";
     for (size_t i = 0; i < cases.size(); ++i) {
-      text += fmt::format("{:<34} {:>11.4g} {:>11.4g} {:>+7.1f}%", cases[i].id,
-                          cases[i].published_s, after[i],
-                          100.0 * (after[i] / cases[i].published_s - 1.0));
+      text +=
+          fmt::format("{:<34} {:>11.4g} {:>11.4g} {:>+7.1f}%", cases[i].id, cases[i].published_s,
+                      after[i], 100.0 * (after[i] / cases[i].published_s - 1.0));
       if (!names.empty()) {
         text += fmt::format(" {:>+10.1f}%", 100.0 * (before[i] / cases[i].published_s - 1.0));
       }
@@ -322,10 +340,11 @@ Status calibrate_command(const CalibrateOptions& opt) {
     }
     text += "\n";
     for (const std::string& n : names) {
-      const bool bound = std::find(fit.at_bound.begin(), fit.at_bound.end(), n) != fit.at_bound.end();
-      text += fmt::format("  {:<30} {:>10.4g} (from {:.4g}){}\n", n,
-                          stack_parameter_value(fitted, n), stack_parameter_value(start, n),
-                          bound ? " at its bound" : "");
+      const bool bound =
+          std::find(fit.at_bound.begin(), fit.at_bound.end(), n) != fit.at_bound.end();
+      text +=
+          fmt::format("  {:<30} {:>10.4g} (from {:.4g}){}\n", n, stack_parameter_value(fitted, n),
+                      stack_parameter_value(start, n), bound ? " at its bound" : "");
     }
   }
   MOTLEY_RETURN_IF_ERROR(files.commit());

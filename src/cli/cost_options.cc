@@ -29,11 +29,11 @@ Result<SoftwareStack> resolve_stack(const StackChoice& choice, const ClusterSpec
   if (name.empty()) return software_stacks().front();
   Result<SoftwareStack> stack = find_software_stack(name);
   if (!stack.is_ok()) {
-    return invalid_argument(fmt::format("{}: {}",
-                                        choice.stack.empty()
-                                            ? fmt::format("{}: field 'software_stack'", cluster.name)
-                                            : std::string("--stack"),
-                                        stack.status().message()));
+    return invalid_argument(
+        fmt::format("{}: {}",
+                    choice.stack.empty() ? fmt::format("{}: field 'software_stack'", cluster.name)
+                                         : std::string("--stack"),
+                    stack.status().message()));
   }
   return stack;
 }

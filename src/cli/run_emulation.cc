@@ -64,13 +64,14 @@ Result<EmulationFactors> compute_emulation_factors(const RunInputs& inputs, bool
                            static_cast<double>(total_micro_batches(plan)));
   // The executor moves fp32; the cluster would move the model's dtype.
   f.wire_bytes_per_byte = static_cast<double>(dtype_bytes(model.dtype)) / 4.0;
-  // The cost model's point-to-point time is the path's latency + bytes / its bandwidth
-  // (CostModel::p2p_time), so the path's two numbers price every message exactly.
+  // The cost model's point-to-point time is the path's latency + bytes / (its bandwidth times
+  // the stack's p2p efficiency) (CostModel::p2p_time), so two numbers price every message.
   for (int src = 0; src < layout.world_size(); ++src) {
     for (int dst = 0; dst < layout.world_size(); ++dst) {
       if (device[src] == device[dst]) continue;
       const Path& path = topology.path(device[src], device[dst]);
-      f.links.push_back(EmulatedLink{src, dst, path.latency, path.bandwidth});
+      f.links.push_back(EmulatedLink{src, dst, path.latency,
+                                     path.bandwidth * cost.options().stack.p2p_efficiency});
     }
   }
   const std::vector<double> grid = all_reduce_grid();

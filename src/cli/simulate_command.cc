@@ -146,8 +146,9 @@ Status simulate_command(const SimulateOptions& opt) {
 
   MOTLEY_ASSIGN_OR_RETURN(AnalyticCostOptions cost_options,
                           plan_cost_options(s.plan, s.model, s.cluster, opt.stack));
-  MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<AnalyticCostModel> analytic,
-                          AnalyticCostModel::create(s.model, s.cluster, cost_options, s.model.name));
+  MOTLEY_ASSIGN_OR_RETURN(
+      std::unique_ptr<AnalyticCostModel> analytic,
+      AnalyticCostModel::create(s.model, s.cluster, cost_options, s.model.name));
   const AnalyticCostModel& cost = *analytic;
 
   // The validator proves the plan runnable, memory included, before anything is simulated.

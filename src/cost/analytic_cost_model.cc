@@ -46,8 +46,7 @@ double rate_of(const DeviceType& device, DType dtype, double efficiency) {
 }
 
 // max(compute, memory) + one launch; infinite when the device lacks the dtype.
-double kernel_roofline(double flops, double rate, double bytes, double bandwidth,
-                       double overhead) {
+double kernel_roofline(double flops, double rate, double bytes, double bandwidth, double overhead) {
   double compute = 0;
   if (flops > 0) compute = rate > 0 ? flops / rate : kInf;
   double memory = 0;
@@ -93,15 +92,15 @@ Seconds kernel_time(const Kernel& kernel, const DeviceType& device, DType dtype,
       const double c = kernel.count;
       const double flops = 2.0 * m * n * k * c;
       const double bytes = d * c * (m * k + k * n + m * n);
-      return Seconds(kernel_roofline(
-          flops, rate_of(device, dtype, gemm_efficiency(stack, device, m, n, k)), bytes,
-          bandwidth, launch));
+      return Seconds(
+          kernel_roofline(flops, rate_of(device, dtype, gemm_efficiency(stack, device, m, n, k)),
+                          bytes, bandwidth, launch));
     }
     case KernelKind::kAttention: {
       const bool forward = kernel.pass == KernelPass::kForward;
       if (stack.attention == AttentionImplementation::kFused) {
-        const double efficiency = forward ? stack.attention_forward_efficiency
-                                          : stack.attention_backward_efficiency;
+        const double efficiency =
+            forward ? stack.attention_forward_efficiency : stack.attention_backward_efficiency;
         return Seconds(kernel_roofline(kernel.flops / t, rate_of(device, dtype, efficiency),
                                        kernel.bytes / t, bandwidth, launch));
       }
@@ -202,20 +201,20 @@ Status AnalyticCostModel::validate(const ModelSpec& model, const AnalyticCostOpt
     for (const auto& [name, by_tp] : m.times_by_tp) {
       Result<const DeviceType*> type = find_device_type(name);
       if (!type.is_ok()) {
-        return invalid_argument(fmt::format("{}: field 'times_by_tp.{}': {}", where, name,
-                                            type.status().message()));
+        return invalid_argument(
+            fmt::format("{}: field 'times_by_tp.{}': {}", where, name, type.status().message()));
       }
       for (const auto& [tp, times] : by_tp) {
         if (tp < 2) {
-          return invalid_argument(fmt::format(
-              "{}: field 'times_by_tp.{}': expected TP degrees of 2 or more, got {}", where, name,
-              tp));
+          return invalid_argument(
+              fmt::format("{}: field 'times_by_tp.{}': expected TP degrees of 2 or more, got {}",
+                          where, name, tp));
         }
         if (!times.forward || !times.backward_input || !times.backward_weight) {
-          return invalid_argument(fmt::format(
-              "{}: field 'times_by_tp.{}.{}': expected forward, backward_input and "
-              "backward_weight times",
-              where, name, tp));
+          return invalid_argument(
+              fmt::format("{}: field 'times_by_tp.{}.{}': expected forward, backward_input and "
+                          "backward_weight times",
+                          where, name, tp));
         }
       }
     }
@@ -299,7 +298,8 @@ AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& 
       prefix.assign(n + 1, LayerTimes{});
       for (size_t i = 0; i < n; ++i) {
         LayerTimes x = layer_times(static_cast<int>(i), *table.type, t);
-        prefix[i + 1] = {prefix[i].forward + x.forward, prefix[i].backward_input + x.backward_input,
+        prefix[i + 1] = {prefix[i].forward + x.forward,
+                         prefix[i].backward_input + x.backward_input,
                          prefix[i].backward_weight + x.backward_weight,
                          prefix[i].selective_recompute + x.selective_recompute,
                          prefix[i].collectives + x.collectives,
@@ -479,8 +479,8 @@ ComputeTimes AnalyticCostModel::compute(LayerRange layers, const DeviceGroup& gr
 }
 
 AnalyticCostModel::PipelineMessage AnalyticCostModel::pipeline_message(const DeviceGroup& src,
-                                                                      const DeviceGroup& dst,
-                                                                      Bytes bytes) const {
+                                                                       const DeviceGroup& dst,
+                                                                       Bytes bytes) const {
   PipelineMessage out{bytes, options_.stack.p2p_efficiency};
   const size_t k = std::min(src.devices.size(), dst.devices.size());
   if (!options_.stack.pipeline_scatter_gather || k < 2) return out;
@@ -642,9 +642,8 @@ Seconds AnalyticCostModel::hierarchical_time(Collective collective, const std::v
     Seconds slowest(0);
     for (const auto& members : by_node) {
       const int local = static_cast<int>(members.size());
-      slowest =
-          std::max(slowest,
-                   flat_collective_time(phase, local, bytes, achieved(ring_parameters(members))));
+      slowest = std::max(
+          slowest, flat_collective_time(phase, local, bytes, achieved(ring_parameters(members))));
     }
     return slowest;
   };

@@ -298,7 +298,8 @@ TEST(AnalyticCompute, TensorParallelSplitsWorkAndAddsTheAllReduce) {
   ComputeTimes t = cost->compute(kFirst, DeviceGroup{{0, 1}}, RecomputePolicy::kNone);
   // Ring all-reduce over 2 devices: 2 latencies and n over NVLink at the stack's bus bandwidth.
   const double allreduce =
-      2 * kNvlinkLatency + c.output_bytes.value() / (kNvlinkBandwidth * o.stack.collective_efficiency);
+      2 * kNvlinkLatency +
+      c.output_bytes.value() / (kNvlinkBandwidth * o.stack.collective_efficiency);
   expect_close(t.forward.value(),
                pass_time(m.layers[0], o, KernelPass::kForward, h100, 2) + allreduce);
   expect_close(t.backward_input.value(),
@@ -442,7 +443,8 @@ Layer measured_layer() {
   MeasuredLayer m;
   m.measured_on = "A100-80GB";
   m.times = MeasuredTimes{milliseconds(10), milliseconds(12), milliseconds(8), std::nullopt};
-  m.times_by_device["H100"] = MeasuredTimes{milliseconds(4), std::nullopt, std::nullopt, std::nullopt};
+  m.times_by_device["H100"] =
+      MeasuredTimes{milliseconds(4), std::nullopt, std::nullopt, std::nullopt};
   m.seq_len = 4096;
   m.micro_batch_size = 1;
   m.param_bytes = Bytes(2e8);
@@ -719,12 +721,13 @@ TEST(AnalyticComm, StackEfficienciesScaleTheBandwidthNotTheLatency) {
   o.stack.collective_efficiency = 0.25;
   const auto cost = analytic(m, two_nodes(), o);
   const Bytes n(1e8);
-  EXPECT_DOUBLE_EQ(cost->p2p_time(0, 1, n).value(), kNvlinkLatency + 1e8 / (0.5 * kNvlinkBandwidth));
+  EXPECT_DOUBLE_EQ(cost->p2p_time(0, 1, n).value(),
+                   kNvlinkLatency + 1e8 / (0.5 * kNvlinkBandwidth));
   // Two devices: one step each way, n / 2 per step, at a quarter of NVLink.
   const std::vector<int> pair{0, 1};
-  EXPECT_DOUBLE_EQ(cost->collective_time(Collective::kAllReduce, pair, n, CollectiveAlgorithm::kRing)
-                       .value(),
-                   2 * kNvlinkLatency + 1e8 / (0.25 * kNvlinkBandwidth));
+  EXPECT_DOUBLE_EQ(
+      cost->collective_time(Collective::kAllReduce, pair, n, CollectiveAlgorithm::kRing).value(),
+      2 * kNvlinkLatency + 1e8 / (0.25 * kNvlinkBandwidth));
 }
 
 TEST(AnalyticComm, PipelineMessagesTravelInSharesOnDisjointPaths) {

@@ -80,9 +80,9 @@ const char* attention_implementation_name(AttentionImplementation implementation
 }
 
 const std::vector<SoftwareStack>& software_stacks() {
-  static const std::vector<SoftwareStack> stacks = {megatron_core(), megatron_lm_2022(),
-                                                    pytorch_fsdp()};
-  return stacks;
+  static const std::vector<SoftwareStack> kStacks = {megatron_core(), megatron_lm_2022(),
+                                                     pytorch_fsdp()};
+  return kStacks;
 }
 
 Result<SoftwareStack> find_software_stack(std::string_view name) {
@@ -91,12 +91,12 @@ Result<SoftwareStack> find_software_stack(std::string_view name) {
     if (s.name == name) return s;
     names.push_back(s.name);
   }
-  return invalid_argument(fmt::format("unknown software stack '{}': expected {}", name,
-                                      join_alternatives(names)));
+  return invalid_argument(
+      fmt::format("unknown software stack '{}': expected {}", name, join_alternatives(names)));
 }
 
 const std::vector<StackParameter>& stack_parameters() {
-  static const std::vector<StackParameter> parameters = {
+  static const std::vector<StackParameter> kParameters = {
       {"gemm_efficiency", &SoftwareStack::gemm_efficiency, 0.3, 1.1,
        "large-GEMM rate over the device's best (MAMF) rate"},
       {"gemm_half_dim", &SoftwareStack::gemm_half_dim, 0.0, 1024.0,
@@ -115,7 +115,7 @@ const std::vector<StackParameter>& stack_parameters() {
       {"tp_overlap", &SoftwareStack::tp_overlap, 0.0, 1.0,
        "fraction of tensor-parallel communication hidden"},
   };
-  return parameters;
+  return kParameters;
 }
 
 std::vector<std::string> stack_parameter_names() {
@@ -196,9 +196,9 @@ Result<Calibration> calibration_from_json(const Json& json, const std::string& s
     std::optional<AttentionImplementation> parsed =
         parse_name_in<AttentionImplementation>(kAttentionNames, attention);
     if (!parsed) {
-      return stack.child_error("attention",
-                               fmt::format("expected {}, got \"{}\"",
-                                           join_alternatives(names_in(kAttentionNames)), attention));
+      return stack.child_error(
+          "attention", fmt::format("expected {}, got \"{}\"",
+                                   join_alternatives(names_in(kAttentionNames)), attention));
     }
     c.stack.attention = *parsed;
   }
@@ -208,8 +208,9 @@ Result<Calibration> calibration_from_json(const Json& json, const std::string& s
     MOTLEY_RETURN_IF_ERROR(check_finite_in(stack, p.name, value, p.lower, p.upper));
     set_stack_parameter(c.stack, p.name, value);
   }
-  MOTLEY_ASSIGN_OR_RETURN(c.stack.pipeline_scatter_gather,
-                          stack.get_bool_or("pipeline_scatter_gather", base.pipeline_scatter_gather));
+  MOTLEY_ASSIGN_OR_RETURN(
+      c.stack.pipeline_scatter_gather,
+      stack.get_bool_or("pipeline_scatter_gather", base.pipeline_scatter_gather));
   MOTLEY_ASSIGN_OR_RETURN(c.stack.overlap_grad_reduce,
                           stack.get_bool_or("overlap_grad_reduce", base.overlap_grad_reduce));
   if (root.has("fitted")) {

@@ -173,8 +173,9 @@ void attention_core(CostBuilder& c, const AttentionShape& a, double batch, doubl
                     double qk_dim, double v_dim, double q, double k, double v, double o) {
   const double pairs =
       attended_pairs(n, a.causal, static_cast<double>(std::max<int64_t>(a.sliding_window, 0)));
-  Kernel& core = c.weightless(KernelKind::kAttention, 2.0 * batch * heads * (qk_dim + v_dim) * pairs,
-                              2.0, q + k + v + o, 2.0 * (q + k + v) + 2.0 * o);
+  Kernel& core =
+      c.weightless(KernelKind::kAttention, 2.0 * batch * heads * (qk_dim + v_dim) * pairs, 2.0,
+                   q + k + v + o, 2.0 * (q + k + v) + 2.0 * o);
   for (Kernel* kernel : {&core, &core + 1}) {
     kernel->batch_heads = batch * heads;
     kernel->q_len = n;
@@ -202,7 +203,7 @@ void standard_attention(CostBuilder& c, const AttentionShape& a, double batch, d
 
   // Q, K and V as one GEMM, as Megatron-LM, Transformer Engine and most trainers fuse them.
   c.linear(rows, h, heads * hd + kv * hd + kv * vd, Parallel::kColumn);
-  c.keep(d * rows * h);           // the projections' shared input
+  c.keep(d * rows * h);  // the projections' shared input
   if (a.qk_norm) {
     c.keep(d * rows * (heads + kv) * hd);
     c.elementwise(d * rows * (heads + kv) * hd, d * rows * (heads + kv) * hd);
@@ -310,7 +311,7 @@ void mixture_of_experts(CostBuilder& c, const MoeShape& m, double rows) {
   const double copies = k * rows;
   const double touched = std::min(experts, copies);
   c.elementwise(d * rows * width, d * copies * width, KernelKind::kStream);  // dispatch
-  c.keep(d * copies * width);                           // expert inputs
+  c.keep(d * copies * width);                                                // expert inputs
   ffn_core(c, copies, width, static_cast<double>(m.expert_ffn_size), gated, touched);
   c.keep(d * copies * width);  // expert outputs, for the routing-weight gradient
   c.elementwise(d * copies * width, d * rows * width, KernelKind::kStream);  // weighted combine

@@ -407,9 +407,10 @@ Result<PlanFile> plan_file_from_json(const Json& json, const std::string& source
     return root.child_error("format", fmt::format("expected \"{}\" (or \"{}\"), got \"{}\"",
                                                   kPlanFormat, kPlanFormatV1, format));
   }
-  std::vector<std::string_view> keys = {
-      "format", "units",    "model",    "cluster", "micro_batch_size", "seq_len", "global_batch",
-      "stages", "replicas", "schedule", "zero1",   "predicted", "sequence_parallel"};
+  std::vector<std::string_view> keys = {"format",           "units",    "model",        "cluster",
+                                        "micro_batch_size", "seq_len",  "global_batch", "stages",
+                                        "replicas",         "schedule", "zero1",        "predicted",
+                                        "sequence_parallel"};
   if (!v1) {
     keys.push_back("model_spec");
     keys.push_back("cluster_spec");

@@ -99,8 +99,14 @@ TEST_F(AnalyticSimTest, ALoneMessageTakesTheCostModelsP2pTime) {
     const Bytes bytes = cost_->boundary_bytes(plan.stages[t.stage].layer_end - 1);
     EXPECT_EQ(t.device, plan.replicas[0].groups[t.group].devices[0]);
     EXPECT_TRUE(cost_->topology().path(t.device, t.peer_device).crosses_nodes);
+    // Each of the 8 TP ranks sends its eighth over its own NIC (scatter-gather): the message
+    // takes the time of one share.
+    const DeviceGroup src{plan.replicas[0].groups[t.group].devices};
+    const DeviceGroup dst{plan.replicas[0].groups[t.peer_group].devices};
+    const Bytes wire = cost_->pipeline_message(src, dst, bytes).bytes;
+    EXPECT_DOUBLE_EQ(wire.value(), bytes.value() / 8);
     expect_relative((t.end - t.start).value(),
-                    cost_->p2p_time(t.device, t.peer_device, bytes).value());
+                    cost_->p2p_time(t.device, t.peer_device, wire).value());
   }
   EXPECT_EQ(messages, 2);
 }

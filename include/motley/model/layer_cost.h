@@ -47,9 +47,9 @@ struct LayerCost {
 // dimension a tensor-parallel group divides.
 enum class KernelPass { kForward, kBackwardInput, kBackwardWeight };
 enum class KernelKind {
-  kGemm,       // a weight matmul (m x k) * (k x n), `count` independent ones (routed experts)
-  kAttention,  // the attention core: scores, softmax, weighted sum (implementation: the stack's)
-  kScan,       // the selective state-space scan of a Mamba layer
+  kGemm,         // a weight matmul (m x k) * (k x n), `count` independent ones (routed experts)
+  kAttention,    // the attention core: scores, softmax, weighted sum (implementation: the stack's)
+  kScan,         // the selective state-space scan of a Mamba layer
   kElementwise,  // memory-bound work on tensors tensor parallelism splits (activations, loss)
   kStream,       // memory-bound work on the residual stream (norms, residual adds, dropout,
                  // routing): replicated in a TP group unless sequence parallelism splits it
