@@ -143,7 +143,7 @@ struct MeasuredLayer {
   // Times per device of a tensor-parallel group, its collectives included: device type name,
   // then TP degree (>= 2). Where a degree is missing the cost model prices TP itself.
   std::map<std::string, std::map<int, MeasuredTimes>> times_by_tp;
-  int64_t seq_len = 0;                                   // shape the times were measured at
+  int64_t seq_len = 0;  // shape the times were measured at
   int64_t micro_batch_size = 0;
   Bytes param_bytes;
   Bytes activation_bytes;  // kept for backward per micro-batch, no recompute
