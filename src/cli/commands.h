@@ -26,6 +26,10 @@ void add_calibrate_command(CLI::App& app, Action* action);
 void add_run_command(CLI::App& app, Action* action);
 void add_run_forwarder(CLI::App& app, Action* action);
 void add_launch_command(CLI::App& app, Action* action);
+// `motley profile` (a parent of measuring subcommands: layers) in motley-profile (links libtorch)
+// and the forwarder to it in motley.
+void add_profile_command(CLI::App& app, Action* action);
+void add_profile_forwarder(CLI::App& app, Action* action);
 
 // Defaults of the built-in example that the main job runs on.
 inline constexpr const char* kDefaultModel = "nemotron-h-8b";

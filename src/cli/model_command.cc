@@ -350,7 +350,7 @@ Status show_model(const ModelShowOptions& opt) {
 Status list_models() {
   std::string out = "model presets (use with --model or 'motley model show NAME'):\n";
   for (const auto& name : model_preset_names()) out += "  " + name + "\n";
-  out += "also accepted: a Hugging Face config.json, a motley.profile/1 or motley.model/1 file\n";
+  out += "also accepted: a Hugging Face config.json, a motley profile or motley.model/1 file\n";
   std::fputs(out.c_str(), stdout);
   return Status::ok();
 }

@@ -1254,6 +1254,41 @@ Result<std::unique_ptr<StageModule>> make_transformer_stage(const ModelSpec& mod
                                                            layer_end - 1 == last, std::move(used)));
 }
 
+Result<std::function<at::Tensor()>> attention_core_runner(const Layer& layer,
+                                                          int64_t micro_batch_size, int64_t seq_len,
+                                                          int tp) {
+  if (!layer.attention) {
+    return invalid_argument(fmt::format("layer '{}' ({}) has no attention core", layer.name,
+                                        layer_kind_name(layer.kind)));
+  }
+  const AttentionShape& a = *layer.attention;
+  if (tp < 1 || a.num_heads % tp != 0) {
+    return invalid_argument(
+        fmt::format("layer '{}': {} attention heads do not split over {} devices", layer.name,
+                    a.num_heads, tp));
+  }
+  const int64_t heads = a.num_heads / tp;
+  // After grouped-query expansion every query head has its own key and value (Attention), and
+  // latent attention's keys are [nope, rope] per head (LatentAttention).
+  const int64_t qk_dim = a.mla ? a.qk_nope_head_dim + a.qk_rope_head_dim : a.head_dim;
+  const int64_t v_dim = a.v_head_dim > 0 ? a.v_head_dim : a.head_dim;
+  try {
+    at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(0);
+    auto draw = [&](int64_t d) {
+      at::Tensor t = at::empty({micro_batch_size, heads, seq_len, d}, at::kFloat);
+      t.normal_(0.0, 1.0, generator);
+      return t.requires_grad_(true);
+    };
+    at::Tensor q = draw(qk_dim), k = draw(qk_dim), v = draw(v_dim);
+    at::Tensor sinks;
+    if (a.sinks) sinks = at::zeros({heads}, at::kFloat).requires_grad_(true);
+    return std::function<at::Tensor()>([a, q, k, v, sinks] { return attend(a, q, k, v, sinks); });
+  } catch (const std::exception& e) {
+    return internal_error(
+        fmt::format("layer '{}': preparing its attention core: {}", layer.name, e.what()));
+  }
+}
+
 std::vector<int64_t> boundary_shape(const ModelSpec& model, int layer, int64_t micro_batch_size,
                                     int64_t seq_len) {
   MOTLEY_CHECK(layer >= 0 && layer < static_cast<int>(model.layers.size()), "no such layer");

@@ -136,6 +136,7 @@ Json measured_to_json(const MeasuredLayer& m) {
     }
     j["times_by_device"] = std::move(by_device);
   }
+  if (!m.times_by_tp.empty()) j["times_by_tp"] = times_by_tp_to_json(m.times_by_tp);
   j["seq_len"] = m.seq_len;
   j["micro_batch_size"] = m.micro_batch_size;
   j["param_bytes"] = number_json(m.param_bytes.value());
@@ -320,9 +321,10 @@ Result<ProjectorShape> projector_from_json(const JsonField& f) {
 }
 
 Result<MeasuredLayer> measured_from_json(const JsonField& f) {
-  MOTLEY_RETURN_IF_ERROR(f.check_keys(
-      {"measured_on", "forward_s", "backward_input_s", "backward_weight_s", "times_by_device",
-       "seq_len", "micro_batch_size", "param_bytes", "activation_bytes", "output_bytes"}));
+  MOTLEY_RETURN_IF_ERROR(
+      f.check_keys({"measured_on", "forward_s", "backward_input_s", "backward_weight_s",
+                    "selective_recompute_s", "times_by_device", "times_by_tp", "seq_len",
+                    "micro_batch_size", "param_bytes", "activation_bytes", "output_bytes"}));
   MeasuredLayer m;
   MOTLEY_ASSIGN_OR_RETURN(m.measured_on, f.get_string("measured_on"));
   // The times on measured_on are the layer's reference; all three are needed.
@@ -334,10 +336,13 @@ Result<MeasuredLayer> measured_from_json(const JsonField& f) {
     MOTLEY_ASSIGN_OR_RETURN(std::vector<std::string> devices, by_device->keys());
     for (const std::string& device : devices) {
       MOTLEY_ASSIGN_OR_RETURN(JsonField entry, by_device->get(device));
-      MOTLEY_RETURN_IF_ERROR(
-          entry.check_keys({"forward_s", "backward_input_s", "backward_weight_s"}));
+      MOTLEY_RETURN_IF_ERROR(entry.check_keys(
+          {"forward_s", "backward_input_s", "backward_weight_s", "selective_recompute_s"}));
       MOTLEY_ASSIGN_OR_RETURN(m.times_by_device[device], measured_times_from_json(entry));
     }
+  }
+  if (std::optional<JsonField> by_tp = f.find("times_by_tp")) {
+    MOTLEY_ASSIGN_OR_RETURN(m.times_by_tp, times_by_tp_from_json(*by_tp));
   }
   MOTLEY_ASSIGN_OR_RETURN(m.seq_len, f.get_nonnegative_int_or("seq_len", 0));
   MOTLEY_ASSIGN_OR_RETURN(m.micro_batch_size, f.get_nonnegative_int_or("micro_batch_size", 0));
@@ -601,11 +606,26 @@ std::string check_measured(const MeasuredLayer& m) {
   p.seconds("forward_s", m.times.forward);
   p.seconds("backward_input_s", m.times.backward_input);
   p.seconds("backward_weight_s", m.times.backward_weight);
+  p.seconds("selective_recompute_s", m.times.selective_recompute);
+  auto check_times = [&p](const std::string& where, const MeasuredTimes& times) {
+    p.seconds(where + ".forward_s", times.forward);
+    p.seconds(where + ".backward_input_s", times.backward_input);
+    p.seconds(where + ".backward_weight_s", times.backward_weight);
+    p.seconds(where + ".selective_recompute_s", times.selective_recompute);
+  };
   for (const auto& [device, times] : m.times_by_device) {
     p.require(!device.empty(), "measured.times_by_device has an empty device name");
-    p.seconds(fmt::format("times_by_device.{}.forward_s", device), times.forward);
-    p.seconds(fmt::format("times_by_device.{}.backward_input_s", device), times.backward_input);
-    p.seconds(fmt::format("times_by_device.{}.backward_weight_s", device), times.backward_weight);
+    check_times(fmt::format("times_by_device.{}", device), times);
+  }
+  for (const auto& [device, by_degree] : m.times_by_tp) {
+    p.require(!device.empty(), "measured.times_by_tp has an empty device name");
+    for (const auto& [degree, times] : by_degree) {
+      p.require(degree >= kMinMeasuredTpDegree && degree <= kMaxHeads,
+                fmt::format("measured.times_by_tp.{}: tensor-parallel degree {} must be from {} "
+                            "to {}",
+                            device, degree, kMinMeasuredTpDegree, kMaxHeads));
+      check_times(fmt::format("times_by_tp.{}.{}", device, degree), times);
+    }
   }
   p.nonnegative("seq_len", m.seq_len, kMaxSeqLen);
   p.nonnegative("micro_batch_size", m.micro_batch_size, kMaxMicroBatchSize);
@@ -776,10 +796,10 @@ Result<ModelSpec> load_model_file(const std::string& path) {
   if (root.has("format")) {
     MOTLEY_ASSIGN_OR_RETURN(std::string format, root.get_string("format"));
     if (format == kModelFormat) return model_from_json(json, path);
-    if (format == kProfileFormat) return profile_from_json(json, path);
-    return root.child_error("format",
-                            fmt::format("unknown format \"{}\"; expected \"{}\" or \"{}\"", format,
-                                        kModelFormat, kProfileFormat));
+    if (is_profile_format(format)) return profile_from_json(json, path);
+    return root.child_error(
+        "format", fmt::format("unknown format \"{}\"; expected \"{}\", \"{}\" or \"{}\"", format,
+                              kModelFormat, kProfileFormatV1, kProfileFormat));
   }
   if (root.has("model_type")) {
     MOTLEY_ASSIGN_OR_RETURN(ModelSpec model, import_hf_config(json, path));
@@ -799,6 +819,7 @@ Json measured_times_to_json(const MeasuredTimes& times) {
   if (times.forward) j["forward_s"] = times.forward->value();
   if (times.backward_input) j["backward_input_s"] = times.backward_input->value();
   if (times.backward_weight) j["backward_weight_s"] = times.backward_weight->value();
+  if (times.selective_recompute) j["selective_recompute_s"] = times.selective_recompute->value();
   return j;
 }
 
@@ -820,7 +841,66 @@ Result<MeasuredTimes> measured_times_from_json(const JsonField& field) {
     MOTLEY_ASSIGN_OR_RETURN(double v, field.get_nonnegative_double("backward_weight_s"));
     t.backward_weight = Seconds(v);
   }
+  if (field.has("selective_recompute_s")) {
+    MOTLEY_ASSIGN_OR_RETURN(double v, field.get_nonnegative_double("selective_recompute_s"));
+    t.selective_recompute = Seconds(v);
+  }
   return t;
+}
+
+Json times_by_tp_to_json(const std::map<std::string, std::map<int, MeasuredTimes>>& by_tp) {
+  Json j = Json::object();
+  for (const auto& [device, by_degree] : by_tp) {
+    Json degrees = Json::object();
+    for (const auto& [degree, times] : by_degree) {
+      degrees[std::to_string(degree)] = measured_times_to_json(times);
+    }
+    j[device] = std::move(degrees);
+  }
+  return j;
+}
+
+Result<std::map<std::string, std::map<int, MeasuredTimes>>> times_by_tp_from_json(
+    const JsonField& field) {
+  if (!field.is_object()) {
+    return field.error(fmt::format("expected an object of device type names, got {}",
+                                   describe_json_value(field.json())));
+  }
+  std::map<std::string, std::map<int, MeasuredTimes>> out;
+  MOTLEY_ASSIGN_OR_RETURN(std::vector<std::string> devices, field.keys());
+  for (const std::string& device : devices) {
+    if (device.empty()) return field.error("a device name is empty");
+    MOTLEY_ASSIGN_OR_RETURN(JsonField by_degree, field.get(device));
+    if (!by_degree.is_object()) {
+      return by_degree.error(
+          fmt::format("expected an object of tensor-parallel degrees (\"2\", \"4\", ...), got {}",
+                      describe_json_value(by_degree.json())));
+    }
+    MOTLEY_ASSIGN_OR_RETURN(std::vector<std::string> degrees, by_degree.keys());
+    if (degrees.empty()) return by_degree.error("expected at least one tensor-parallel degree");
+    for (const std::string& key : degrees) {
+      // Plain decimal digits only: "2", not "02", "+2", "2.0" or " 2".
+      bool digits = !key.empty() && key.size() <= 6 && (key.size() == 1 || key[0] != '0');
+      for (char c : key) digits = digits && c >= '0' && c <= '9';
+      const int64_t degree = digits ? std::stoll(key) : 0;
+      if (!digits || degree < kMinMeasuredTpDegree || degree > kMaxHeads) {
+        return by_degree.error(
+            fmt::format("tensor-parallel degree \"{}\": expected an integer from {} to {}", key,
+                        kMinMeasuredTpDegree, kMaxHeads));
+      }
+      MOTLEY_ASSIGN_OR_RETURN(JsonField entry, by_degree.get(key));
+      MOTLEY_RETURN_IF_ERROR(entry.check_keys(
+          {"forward_s", "backward_input_s", "backward_weight_s", "selective_recompute_s"}));
+      MOTLEY_ASSIGN_OR_RETURN(MeasuredTimes t, measured_times_from_json(entry));
+      if (!t.forward && !t.backward_input && !t.backward_weight && !t.selective_recompute) {
+        return entry.error(
+            "expected at least one of forward_s, backward_input_s, backward_weight_s or "
+            "selective_recompute_s");
+      }
+      out[device][static_cast<int>(degree)] = t;
+    }
+  }
+  return out;
 }
 
 Json model_to_json(const ModelSpec& model) {

@@ -559,7 +559,7 @@ TEST(LoadModel, ExplainsWhatAFileShouldContain) {
   EXPECT_EQ(m.status().message(),
             path +
                 ": not a model file: expected a motley model (\"format\": "
-                "\"motley.model/1\"), a motley profile (\"format\": \"motley.profile/1\") or "
+                "\"motley.model/1\"), a motley profile (\"format\": \"motley.profile/2\") or "
                 "a Hugging Face config.json (with \"model_type\")");
 }
 
@@ -570,7 +570,7 @@ TEST(LoadModel, RejectsUnknownFormats) {
   EXPECT_EQ(m.status().message(),
             path +
                 ": field 'format': unknown format \"motley.plan/1\"; expected "
-                "\"motley.model/1\" or \"motley.profile/1\"");
+                "\"motley.model/1\", \"motley.profile/1\" or \"motley.profile/2\"");
 }
 
 TEST(LoadModel, DirectoryWithoutConfigIsAnError) {

@@ -34,11 +34,20 @@ struct Defaults {
   int64_t micro_batch_size = kDefaultMicroBatchSize;
 };
 
-Result<Entry> entry_from_json(const JsonField& f, const Defaults& defaults) {
-  MOTLEY_RETURN_IF_ERROR(
-      f.check_keys({"name", "repeat", "measured_on", "seq_len", "micro_batch_size", "forward_s",
-                    "backward_input_s", "backward_weight_s", "param_bytes", "activation_bytes",
-                    "output_bytes", "times_by_device"}));
+// The keys of a measured times object in each version.
+std::vector<std::string_view> time_keys(int version) {
+  std::vector<std::string_view> keys = {"forward_s", "backward_input_s", "backward_weight_s"};
+  if (version >= 2) keys.push_back("selective_recompute_s");
+  return keys;
+}
+
+Result<Entry> entry_from_json(const JsonField& f, const Defaults& defaults, int version) {
+  std::vector<std::string_view> keys = {
+      "name",        "repeat",           "measured_on",  "seq_len",        "micro_batch_size",
+      "param_bytes", "activation_bytes", "output_bytes", "times_by_device"};
+  for (std::string_view k : time_keys(version)) keys.push_back(k);
+  if (version >= 2) keys.push_back("times_by_tp");
+  MOTLEY_RETURN_IF_ERROR(f.check_keys(keys));
   Entry e;
   MOTLEY_ASSIGN_OR_RETURN(e.name, f.get_string("name"));
   if (e.name.empty()) return f.child_error("name", "must not be empty");
@@ -69,22 +78,30 @@ Result<Entry> entry_from_json(const JsonField& f, const Defaults& defaults) {
   m.times.forward = Seconds(forward);
   m.times.backward_input = Seconds(backward_input);
   m.times.backward_weight = Seconds(backward_weight);
+  // Absent: the layer has no attention core to recompute, or it was not measured.
+  if (f.has("selective_recompute_s")) {
+    MOTLEY_ASSIGN_OR_RETURN(double recompute, f.get_nonnegative_double("selective_recompute_s"));
+    m.times.selective_recompute = Seconds(recompute);
+  }
 
   if (std::optional<JsonField> by_device = f.find("times_by_device")) {
     MOTLEY_ASSIGN_OR_RETURN(std::vector<std::string> devices, by_device->keys());
     for (const std::string& device : devices) {
       MOTLEY_ASSIGN_OR_RETURN(JsonField times, by_device->get(device));
       if (device.empty()) return by_device->error("a device name is empty");
-      MOTLEY_RETURN_IF_ERROR(
-          times.check_keys({"forward_s", "backward_input_s", "backward_weight_s"}));
+      MOTLEY_RETURN_IF_ERROR(times.check_keys(time_keys(version)));
       MOTLEY_ASSIGN_OR_RETURN(MeasuredTimes t, measured_times_from_json(times));
-      if (!t.forward && !t.backward_input && !t.backward_weight) {
-        return times.error(
-            "expected at least one of forward_s, backward_input_s or "
-            "backward_weight_s");
+      if (!t.forward && !t.backward_input && !t.backward_weight && !t.selective_recompute) {
+        return times.error(version >= 2 ? "expected at least one of forward_s, backward_input_s, "
+                                          "backward_weight_s or selective_recompute_s"
+                                        : "expected at least one of forward_s, backward_input_s or "
+                                          "backward_weight_s");
       }
       m.times_by_device[device] = t;
     }
+  }
+  if (std::optional<JsonField> by_tp = f.find("times_by_tp")) {
+    MOTLEY_ASSIGN_OR_RETURN(m.times_by_tp, times_by_tp_from_json(*by_tp));
   }
 
   MOTLEY_ASSIGN_OR_RETURN(double param_bytes, f.get_nonnegative_double_or("param_bytes", 0));
@@ -98,19 +115,29 @@ Result<Entry> entry_from_json(const JsonField& f, const Defaults& defaults) {
 
 bool same_times(const MeasuredTimes& a, const MeasuredTimes& b) {
   return a.forward == b.forward && a.backward_input == b.backward_input &&
-         a.backward_weight == b.backward_weight;
+         a.backward_weight == b.backward_weight && a.selective_recompute == b.selective_recompute;
+}
+
+template <typename Key>
+bool same_times_map(const std::map<Key, MeasuredTimes>& a, const std::map<Key, MeasuredTimes>& b) {
+  if (a.size() != b.size()) return false;
+  for (auto ia = a.begin(), ib = b.begin(); ia != a.end(); ++ia, ++ib) {
+    if (ia->first != ib->first || !same_times(ia->second, ib->second)) return false;
+  }
+  return true;
 }
 
 bool same_measurement(const MeasuredLayer& a, const MeasuredLayer& b) {
   if (a.measured_on != b.measured_on || !same_times(a.times, b.times) || a.seq_len != b.seq_len ||
       a.micro_batch_size != b.micro_batch_size || a.param_bytes != b.param_bytes ||
       a.activation_bytes != b.activation_bytes || a.output_bytes != b.output_bytes ||
-      a.times_by_device.size() != b.times_by_device.size()) {
+      !same_times_map(a.times_by_device, b.times_by_device) ||
+      a.times_by_tp.size() != b.times_by_tp.size()) {
     return false;
   }
-  for (auto ia = a.times_by_device.begin(), ib = b.times_by_device.begin();
-       ia != a.times_by_device.end(); ++ia, ++ib) {
-    if (ia->first != ib->first || !same_times(ia->second, ib->second)) return false;
+  for (auto ia = a.times_by_tp.begin(), ib = b.times_by_tp.begin(); ia != a.times_by_tp.end();
+       ++ia, ++ib) {
+    if (ia->first != ib->first || !same_times_map(ia->second, ib->second)) return false;
   }
   return true;
 }
@@ -127,14 +154,15 @@ std::optional<std::pair<std::string, int64_t>> split_index(const std::string& na
   return std::make_pair(name.substr(0, dot), std::stoll(digits));
 }
 
-Json entry_to_json(const std::string& name, int64_t repeat, const MeasuredLayer& m,
-                   const std::string& top_measured_on, int64_t top_seq_len, int64_t top_mbs) {
+// Every entry states where and at which shape it was measured, so an entry read alone (or moved
+// to another file) keeps its meaning.
+Json entry_to_json(const std::string& name, int64_t repeat, const MeasuredLayer& m) {
   Json j = Json::object();
   j["name"] = name;
   if (repeat > 1) j["repeat"] = repeat;
-  if (m.measured_on != top_measured_on) j["measured_on"] = m.measured_on;
-  if (m.seq_len != top_seq_len) j["seq_len"] = m.seq_len;
-  if (m.micro_batch_size != top_mbs) j["micro_batch_size"] = m.micro_batch_size;
+  j["measured_on"] = m.measured_on;
+  j["seq_len"] = m.seq_len;
+  j["micro_batch_size"] = m.micro_batch_size;
   j.update(measured_times_to_json(m.times));
   j["param_bytes"] = number_json(m.param_bytes.value());
   j["activation_bytes"] = number_json(m.activation_bytes.value());
@@ -146,10 +174,15 @@ Json entry_to_json(const std::string& name, int64_t repeat, const MeasuredLayer&
     }
     j["times_by_device"] = std::move(by_device);
   }
+  if (!m.times_by_tp.empty()) j["times_by_tp"] = times_by_tp_to_json(m.times_by_tp);
   return j;
 }
 
 }  // namespace
+
+bool is_profile_format(std::string_view format) {
+  return format == kProfileFormat || format == kProfileFormatV1;
+}
 
 Result<ModelSpec> profile_from_json(const Json& profile, const std::string& source) {
   JsonField root(profile, source);
@@ -160,10 +193,11 @@ Result<ModelSpec> profile_from_json(const Json& profile, const std::string& sour
   MOTLEY_RETURN_IF_ERROR(root.check_keys(
       {"format", "name", "measured_on", "seq_len", "micro_batch_size", "dtype", "layers"}));
   MOTLEY_ASSIGN_OR_RETURN(std::string format, root.get_string("format"));
-  if (format != kProfileFormat) {
-    return root.child_error("format",
-                            fmt::format("expected \"{}\", got \"{}\"", kProfileFormat, format));
+  if (!is_profile_format(format)) {
+    return root.child_error("format", fmt::format("expected \"{}\" or \"{}\", got \"{}\"",
+                                                  kProfileFormat, kProfileFormatV1, format));
   }
+  const int version = format == kProfileFormatV1 ? 1 : 2;
   ModelSpec model;
   model.family = "profile";
   MOTLEY_ASSIGN_OR_RETURN(model.name, root.get_string_or("name", "profile"));
@@ -194,7 +228,7 @@ Result<ModelSpec> profile_from_json(const Json& profile, const std::string& sour
   std::map<std::string, int64_t> uses;  // layers each entry name stands for, over the file
   int64_t total = 0;                    // layers the entries expand to
   for (const JsonField& item : items) {
-    MOTLEY_ASSIGN_OR_RETURN(Entry e, entry_from_json(item, defaults));
+    MOTLEY_ASSIGN_OR_RETURN(Entry e, entry_from_json(item, defaults, version));
     total += e.repeat;  // each repeat is at most kMaxLayers: no overflow before the check
     if (total > kMaxLayers) {
       const std::string what = fmt::format(
@@ -238,9 +272,6 @@ Json profile_to_json(const ModelSpec& model) {
                              layer_kind_name(l.kind)));
   }
   const size_t n = model.layers.size();
-  std::string top_measured_on = n > 0 ? model.layers[0].measured->measured_on : "";
-  int64_t top_mbs = n > 0 ? model.layers[0].measured->micro_batch_size : kDefaultMicroBatchSize;
-  int64_t top_seq_len = model.default_seq_len;
 
   // A base name can be written once per run only when reading it back renumbers its layers to
   // exactly their present names: they are base.0 .. base.(k-1) in order, k >= 2, and no layer
@@ -276,17 +307,14 @@ Json profile_to_json(const ModelSpec& model) {
         ++j;
       }
     }
-    layers.push_back(entry_to_json(name, static_cast<int64_t>(j - i), *first.measured,
-                                   top_measured_on, top_seq_len, top_mbs));
+    layers.push_back(entry_to_json(name, static_cast<int64_t>(j - i), *first.measured));
     i = j;
   }
 
   Json j = Json::object();
   j["format"] = kProfileFormat;
   j["name"] = model.name;
-  if (!top_measured_on.empty()) j["measured_on"] = top_measured_on;
-  j["seq_len"] = top_seq_len;
-  j["micro_batch_size"] = top_mbs;
+  j["seq_len"] = model.default_seq_len;  // the model's default; each entry states its own
   j["dtype"] = dtype_name(model.dtype);
   j["layers"] = std::move(layers);
   return j;

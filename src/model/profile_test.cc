@@ -1,5 +1,6 @@
 #include "motley/model/profile.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -113,8 +114,11 @@ TEST(Profile, RoundTripFoldsRepeatsBack) {
   ASSERT_EQ(written["layers"].size(), 3u);
   EXPECT_EQ(written["layers"][1]["name"], "mamba");
   EXPECT_EQ(written["layers"][1]["repeat"], 4);
-  EXPECT_EQ(written["measured_on"], "H100-SXM");
-  EXPECT_FALSE(written["layers"][1].contains("measured_on"));
+  // Written as version 2, every entry stating its device and shape.
+  EXPECT_EQ(written["format"], "motley.profile/2");
+  EXPECT_EQ(written["layers"][1]["measured_on"], "H100-SXM");
+  EXPECT_EQ(written["layers"][1]["seq_len"], 4096);
+  EXPECT_EQ(written["layers"][1]["micro_batch_size"], 1);
   EXPECT_EQ(written["layers"][2]["measured_on"], "A100-80GB");
   EXPECT_EQ(written["layers"][2]["seq_len"], 2048);
   Result<ModelSpec> back = profile_from_json(written, "written.json");
@@ -157,11 +161,177 @@ TEST(Profile, FoldsOnlyWhatReadsBackToTheSameNames) {
   EXPECT_EQ(model_to_json(*back), model_to_json(m));
 }
 
+// ---- version 2: selective recompute and times per tensor-parallel degree ----
+
+constexpr const char* kV2Example = R"({
+  "format": "motley.profile/2", "name": "tiny", "seq_len": 128, "dtype": "fp32",
+  "layers": [
+    {"name": "embed", "measured_on": "cpu", "seq_len": 128, "micro_batch_size": 2,
+     "forward_s": 0.0001, "backward_input_s": 0, "backward_weight_s": 0.0002,
+     "param_bytes": 65536, "activation_bytes": 0, "output_bytes": 65536,
+     "times_by_tp": {"cpu": {"2": {"forward_s": 0.00008, "backward_weight_s": 0.0001}}}},
+    {"name": "layers", "repeat": 3, "measured_on": "cpu", "seq_len": 128, "micro_batch_size": 2,
+     "forward_s": 0.003, "backward_input_s": 0.004, "backward_weight_s": 0.002,
+     "selective_recompute_s": 0.0007, "param_bytes": 184832, "activation_bytes": 1e6,
+     "output_bytes": 65536,
+     "times_by_device": {"H100-SXM": {"forward_s": 0.00001, "selective_recompute_s": 0.000002}},
+     "times_by_tp": {"cpu": {"2": {"forward_s": 0.002, "backward_input_s": 0.0025,
+                                   "backward_weight_s": 0.0011, "selective_recompute_s": 0.0004},
+                             "4": {"forward_s": 0.0015}},
+                     "H100-SXM": {"8": {"forward_s": 0.000002}}}},
+    {"name": "head", "measured_on": "cpu", "seq_len": 128, "micro_batch_size": 2,
+     "forward_s": 0.001, "backward_input_s": 0.001, "backward_weight_s": 0.0005,
+     "param_bytes": 65792, "activation_bytes": 0, "output_bytes": 4}
+  ]})";
+
+// A profile with one layer entry `entry` (a JSON object's members) in version `format`.
+std::string one_entry(const std::string& entry, const std::string& format = "motley.profile/2") {
+  return R"({"format": ")" + format + R"(", "measured_on": "cpu", "layers": [{"name": "x", )" +
+         entry + "}]}";
+}
+
+TEST(ProfileV2, ReadsSelectiveRecomputeAndTimesPerDegree) {
+  Result<ModelSpec> m = profile_from_json(parse_or_die(kV2Example), "p.json");
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  EXPECT_EQ(m->dtype, DType::kFloat32);
+  EXPECT_EQ(m->default_seq_len, 128);
+  ASSERT_EQ(names(*m),
+            (std::vector<std::string>{"embed", "layers.0", "layers.1", "layers.2", "head"}));
+  const MeasuredLayer& block = *m->layers[2].measured;
+  EXPECT_EQ(block.measured_on, "cpu");
+  EXPECT_EQ(block.seq_len, 128);
+  EXPECT_EQ(block.micro_batch_size, 2);
+  EXPECT_EQ(block.times.selective_recompute, Seconds(0.0007));
+  EXPECT_EQ(block.times_by_device.at("H100-SXM").selective_recompute, Seconds(0.000002));
+  ASSERT_EQ(block.times_by_tp.size(), 2u);
+  const std::map<int, MeasuredTimes>& cpu = block.times_by_tp.at("cpu");
+  ASSERT_EQ(cpu.size(), 2u);
+  EXPECT_EQ(cpu.at(2).forward, Seconds(0.002));
+  EXPECT_EQ(cpu.at(2).backward_input, Seconds(0.0025));
+  EXPECT_EQ(cpu.at(2).backward_weight, Seconds(0.0011));
+  EXPECT_EQ(cpu.at(2).selective_recompute, Seconds(0.0004));
+  EXPECT_EQ(cpu.at(4).forward, Seconds(0.0015));
+  EXPECT_FALSE(cpu.at(4).backward_input.has_value());
+  EXPECT_EQ(block.times_by_tp.at("H100-SXM").at(8).forward, Seconds(0.000002));
+  // Without an attention core the field is absent, not zero.
+  EXPECT_FALSE(m->layers[0].measured->times.selective_recompute.has_value());
+  EXPECT_EQ(m->layers[0].measured->times_by_tp.at("cpu").at(2).forward, Seconds(0.00008));
+  EXPECT_TRUE(m->layers[4].measured->times_by_tp.empty());
+}
+
+TEST(ProfileV2, RoundTripsExactly) {
+  Result<ModelSpec> m = profile_from_json(parse_or_die(kV2Example), "p.json");
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  Json written = profile_to_json(*m);
+  EXPECT_EQ(written, parse_or_die(kV2Example));  // the example is in canonical form
+  Result<ModelSpec> back = profile_from_json(written, "written.json");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(model_to_json(*back), model_to_json(*m));
+  EXPECT_EQ(profile_to_json(*back), written);
+  // The model format carries the same fields, so a plan's embedded model keeps them.
+  Result<ModelSpec> via_model = model_from_json(model_to_json(*m), "m.json");
+  ASSERT_TRUE(via_model.is_ok()) << via_model.status().message();
+  EXPECT_EQ(profile_to_json(*via_model), written);
+}
+
+TEST(ProfileV2, LayersDifferingOnlyInTimesPerDegreeAreNotFolded) {
+  Result<ModelSpec> m = profile_from_json(parse_or_die(kV2Example), "p.json");
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  m->layers[2].measured->times_by_tp["cpu"][2].forward = Seconds(1);
+  Json written = profile_to_json(*m);
+  ASSERT_EQ(written["layers"].size(), 5u);  // layers.0, layers.1, layers.2 each on their own
+  EXPECT_EQ(written["layers"][2]["name"], "layers");
+  EXPECT_FALSE(written["layers"][2].contains("repeat"));
+  m->layers[2].measured->times_by_tp["cpu"].erase(2);
+  m->layers[2].measured->times.selective_recompute.reset();
+  EXPECT_EQ(profile_to_json(*m)["layers"].size(), 5u);
+}
+
+// A version 1 file reads exactly as before: the new fields are absent, the old ones unchanged.
+TEST(ProfileV2, VersionOneFilesLoadUnchanged) {
+  Result<ModelSpec> m = profile_from_json(parse_or_die(kExample), "p.json");
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  for (const Layer& l : m->layers) {
+    EXPECT_FALSE(l.measured->times.selective_recompute.has_value()) << l.name;
+    EXPECT_TRUE(l.measured->times_by_tp.empty()) << l.name;
+  }
+  // The model as version 1 always gave it (model_to_json writes every field).
+  EXPECT_EQ(model_to_json(*m)["layers"][3]["measured"],
+            parse_or_die(R"({"measured_on": "H100-SXM", "forward_s": 0.00373,
+                "backward_input_s": 0.00568, "backward_weight_s": 0.00162,
+                "times_by_device": {"A100-80GB": {"forward_s": 0.009}}, "seq_len": 4096,
+                "micro_batch_size": 1, "param_bytes": 0, "activation_bytes": 0,
+                "output_bytes": 0})"));
+  // Version 2's fields are not part of version 1.
+  EXPECT_EQ(
+      error_for(one_entry(R"("forward_s": 1, "selective_recompute_s": 1)", "motley.profile/1"))
+          .rfind("p.json: field 'layers[0].selective_recompute_s': unknown field", 0),
+      0u);
+  EXPECT_EQ(error_for(one_entry(R"("forward_s": 1, "times_by_tp": {})", "motley.profile/1"))
+                .rfind("p.json: field 'layers[0].times_by_tp': unknown field", 0),
+            0u);
+}
+
+TEST(ProfileV2Errors, DegreesOutsideTwoTo65536) {
+  for (const char* degree : {"1", "0", "65537", "-2", "02", "2.0", "two", ""}) {
+    EXPECT_EQ(error_for(one_entry(std::string(R"("forward_s": 1, "times_by_tp": {"cpu": {")") +
+                                  degree + R"(": {"forward_s": 1}}})")),
+              fmt::format("p.json: field 'layers[0].times_by_tp.cpu': tensor-parallel degree "
+                          "\"{}\": expected an integer from 2 to 65536",
+                          degree));
+  }
+  EXPECT_EQ(error_for(one_entry(R"("forward_s": 1, "times_by_tp": {"cpu": {"65536":
+      {"forward_s": 1}}})")),
+            "");
+}
+
+TEST(ProfileV2Errors, NegativeOrNonFiniteTimes) {
+  EXPECT_EQ(error_for(one_entry(R"("forward_s": 1, "selective_recompute_s": -1)")),
+            "p.json: field 'layers[0].selective_recompute_s': expected a finite non-negative "
+            "number, got -1");
+  EXPECT_EQ(error_for(one_entry(R"("forward_s": 1, "times_by_tp": {"cpu": {"2":
+      {"backward_input_s": -0.5}}})")),
+            "p.json: field 'layers[0].times_by_tp.cpu.2.backward_input_s': expected a finite "
+            "non-negative number, got -0.5");
+  EXPECT_EQ(error_for(one_entry(R"("forward_s": 1, "times_by_tp": {"cpu": {"2":
+      {"forward_s": NaN}}})")),
+            "p.json: field 'layers[0].times_by_tp.cpu.2.forward_s': expected a finite "
+            "non-negative number, got NaN");
+  EXPECT_EQ(error_for(one_entry(R"("forward_s": 1, "selective_recompute_s": Infinity)")),
+            "p.json: field 'layers[0].selective_recompute_s': expected a finite non-negative "
+            "number, got Infinity");
+}
+
+TEST(ProfileV2Errors, WrongTypesAndUnknownKeys) {
+  EXPECT_EQ(error_for(one_entry(R"("forward_s": 1, "times_by_tp": [])")),
+            "p.json: field 'layers[0].times_by_tp': expected an object of device type names, got "
+            "an array");
+  EXPECT_EQ(error_for(one_entry(R"("forward_s": 1, "times_by_tp": {"cpu": 2})")),
+            "p.json: field 'layers[0].times_by_tp.cpu': expected an object of tensor-parallel "
+            "degrees (\"2\", \"4\", ...), got 2");
+  EXPECT_EQ(error_for(one_entry(R"("forward_s": 1, "times_by_tp": {"cpu": {}})")),
+            "p.json: field 'layers[0].times_by_tp.cpu': expected at least one tensor-parallel "
+            "degree");
+  EXPECT_EQ(error_for(one_entry(R"("forward_s": 1, "times_by_tp": {"cpu": {"2": {}}})")),
+            "p.json: field 'layers[0].times_by_tp.cpu.2': expected at least one of forward_s, "
+            "backward_input_s, backward_weight_s or selective_recompute_s");
+  EXPECT_EQ(error_for(one_entry(R"("forward_s": 1, "times_by_tp": {"cpu": {"2": 0.1}})")),
+            "p.json: field 'layers[0].times_by_tp.cpu.2': expected an object, got 0.1");
+  EXPECT_EQ(error_for(one_entry(R"("forward_s": 1, "selective_recompute_s": "0.1")")),
+            "p.json: field 'layers[0].selective_recompute_s': expected a number, got \"0.1\"");
+  const std::string unknown =
+      error_for(one_entry(R"("forward_s": 1, "times_by_tp": {"cpu": {"2": {"forward_ms": 1}}})"));
+  EXPECT_EQ(
+      unknown.rfind("p.json: field 'layers[0].times_by_tp.cpu.2.forward_ms': unknown field", 0), 0u)
+      << unknown;
+}
+
 // ---- errors: each names the file and the field ----
 
 TEST(ProfileErrors, WrongFormatSaysWhichIsExpected) {
   EXPECT_EQ(error_for(R"({"format": "motley.model/1", "layers": []})"),
-            "p.json: field 'format': expected \"motley.profile/1\", got \"motley.model/1\"");
+            "p.json: field 'format': expected \"motley.profile/2\" or \"motley.profile/1\", got "
+            "\"motley.model/1\"");
 }
 
 TEST(ProfileErrors, NegativeTime) {
@@ -325,18 +495,23 @@ TEST_F(NemotronH47bProfile, CarriesThePublishedTimes) {
   EXPECT_EQ(model_.layers[1].measured->param_bytes, Bytes(2.0 * 438432512));
 }
 
+// The fixture stays in version 1 (that form must keep loading); the shipped example is the same
+// profile as profile_to_json writes it now, in version 2.
 TEST_F(NemotronH47bProfile, RoundTripsAndIsWrittenInCanonicalForm) {
+  EXPECT_EQ(json_["format"], "motley.profile/1");
   Json written = profile_to_json(model_);
-  EXPECT_EQ(written, json_);
+  EXPECT_EQ(written["format"], "motley.profile/2");
+  EXPECT_EQ(written["layers"].size(), json_["layers"].size());  // folded the same way
   Result<ModelSpec> back = profile_from_json(written, "written.json");
   ASSERT_TRUE(back.is_ok()) << back.status().message();
   EXPECT_EQ(model_to_json(*back), model_to_json(model_));
+  EXPECT_EQ(profile_to_json(*back), written);
 }
 
 TEST_F(NemotronH47bProfile, ShippedExampleIsTheSameProfile) {
   Result<Json> example = read_json_file(kSource + "/examples/profiles/nemotron-h-47b.json");
   ASSERT_TRUE(example.is_ok()) << example.status().message();
-  EXPECT_EQ(*example, json_);
+  EXPECT_EQ(*example, profile_to_json(model_));
 }
 
 }  // namespace

@@ -124,6 +124,17 @@ Result<std::unique_ptr<StageModule>> make_transformer_stage(const ModelSpec& mod
                                                             const StageModuleOptions& options,
                                                             ParameterStore& store);
 
+// The attention core of `layer` — scores, mask, softmax and the weighted sum of values, the part
+// selective recomputation repeats before the backward pass (Korthikanti et al. 2022) — as the
+// executor's layers compute it, on one rank of a tensor-parallel group of `tp` devices (1 / tp of
+// the heads), for `micro_batch_size` sequences of `seq_len` tokens. Returns a function that runs
+// it once, with autograd recording as a recompute does, on fixed random queries, keys and values
+// (drawn once, here). Errors (invalid_argument): a layer without attention, a degree that does not
+// divide its heads. The tensors are this call's only allocation; the caller bounds their size.
+Result<std::function<at::Tensor()>> attention_core_runner(const Layer& layer,
+                                                          int64_t micro_batch_size, int64_t seq_len,
+                                                          int tp);
+
 // The shape of the hidden state leaving layer `layer` ([b, s, hidden]), what travels between
 // stages. REQUIRES: `layer` is not the head.
 std::vector<int64_t> boundary_shape(const ModelSpec& model, int layer, int64_t micro_batch_size,

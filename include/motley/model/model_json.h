@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "motley/core/json.h"
@@ -37,10 +38,22 @@ Status validate_model(const ModelSpec& model, const std::string& source);
 int64_t hidden_width_read(const Layer& layer);
 int64_t hidden_width_written(const Layer& layer);
 
-// The times of a measured layer as flat fields "forward_s", "backward_input_s" and
-// "backward_weight_s" (absent ones omitted), shared by the model and the profile formats.
-// The reader checks only those three keys; the caller checks the object's other keys.
+// The times of a measured layer as flat fields "forward_s", "backward_input_s",
+// "backward_weight_s" and "selective_recompute_s" (absent ones omitted), shared by the model and
+// the profile formats. The reader checks only those four keys; the caller checks the object's
+// other keys (and so which of them its format allows).
 Json measured_times_to_json(const MeasuredTimes& times);
 Result<MeasuredTimes> measured_times_from_json(const JsonField& field);
+
+// Tensor-parallel degrees a measured layer's "times_by_tp" may name: 2 to kMaxHeads (a degree
+// of 1 is the layer's own times; no layer splits over more devices than it has heads).
+inline constexpr int64_t kMinMeasuredTpDegree = 2;
+// "times_by_tp": device type name -> {"<degree>": times} (the four keys above, at least one),
+// shared by the model and the profile formats. Errors name the device and the degree, e.g.
+// "p.json: field 'layers[0].times_by_tp.cpu': tensor-parallel degree \"1\": expected an
+// integer from 2 to 65536".
+Json times_by_tp_to_json(const std::map<std::string, std::map<int, MeasuredTimes>>& by_tp);
+Result<std::map<std::string, std::map<int, MeasuredTimes>>> times_by_tp_from_json(
+    const JsonField& field);
 
 }  // namespace motley

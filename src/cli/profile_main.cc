@@ -1,0 +1,8 @@
+// motley-profile: the executable behind `motley profile` (it links libtorch, as motley-run does,
+// so that no other command pays for loading it). motley forwards `motley profile ARGS` here as
+// `motley-profile profile ARGS`.
+#include "cli_main.h"
+
+int main(int argc, char** argv) {
+  return motley::cli::cli_main(argc, argv, {motley::cli::add_profile_command});
+}
