@@ -326,8 +326,8 @@ TEST(ClusterYamlTest, RejectsUnknownKeys) {
                "count, devices, interconnect, pcie, devices_per_pcie_switch, nic, "
                "price_per_hour or spot");
   expect_error("cluster: x\nnodes: [{name: a, devices: {type: A10, count: 1}}]",
-               "test.yaml: field 'cluster': unknown field; allowed fields here: name, nodes or "
-               "network");
+               "test.yaml: field 'cluster': unknown field; allowed fields here: name, nodes, "
+               "network or measured_links");
   expect_error("nodes: [{name: a, devices: {type: A10, count: 1, memory: 24}}]",
                "test.yaml: field 'nodes[0].devices.memory': unknown field; allowed fields here: "
                "type or count");
