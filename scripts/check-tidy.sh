@@ -7,8 +7,9 @@
 # test command. It also means two sources of one target cannot both define an internal name
 # (a helper in an anonymous namespace); such a name is a duplicate to share or rename.
 # Left out: tests and their helpers (checked by running them) and the targets that include
-# libtorch (motley_exec, its test helpers, motley-run), whose 1.13 headers Debian 12's clang
-# (14) cannot parse against GCC 12's standard library; -Wall -Wextra -Werror covers those.
+# libtorch (motley_exec, its test helpers, motley-run, motley_profile, motley-profile), whose
+# 1.13 headers Debian 12's clang (14) cannot parse against GCC 12's standard library;
+# -Wall -Wextra -Werror covers those.
 # Usage: scripts/check-tidy.sh BUILD_DIR [CLANG_TIDY]
 set -euo pipefail
 build=${1:?usage: check-tidy.sh BUILD_DIR [CLANG_TIDY]}
@@ -39,7 +40,7 @@ awk -F'"' -v root="$root" '
   $2 == "file" { print target "\t" $4 "\t" flags }' "$db" |
   grep -E "^[^$tab]+$tab$root/(src|bench)/" |
   grep -vE "_test\.cc$tab|/(test_plans|test_util|report_fixture)\.cc$tab" |
-  grep -vE "^(motley_exec|motley_exec_testing|motley_exec_test_plans|motley-run|[a-z_]+_test)$tab" |
+  grep -vE "^(motley_exec|motley_exec_testing|motley_exec_test_plans|motley-run|motley_profile|motley-profile|[a-z_]+_test)$tab" |
   sort -u >"$out/sources"
 [ -s "$out/sources" ] || { echo "check-tidy: no sources in $db" >&2; exit 1; }
 
