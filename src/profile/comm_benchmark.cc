@@ -377,14 +377,9 @@ Result<PairResult> run_pair(const CommBenchOptions& o, Transport& t, int src, in
   std::vector<std::pair<Bytes, Seconds>> points;
   for (const CommRow& row : pair.rows) points.emplace_back(row.size, row.time);
   auto fit = fit_alpha_beta(points);
-  // A sweep of one size (or a flat one) has no slope: report its mean as latency and the rate
-  // of the largest message; the file then says what the data say.
-  if (fit.is_ok()) {
-    pair.fit = fit.value();
-  } else {
-    const CommRow& last = pair.rows.back();
-    pair.fit = AlphaBeta{last.time, last.algbw};
-  }
+  // A sweep of one size (or a flat one) has no slope: the largest message's rate with no
+  // latency, which reproduces that message's time.
+  pair.fit = fit.is_ok() ? fit.value() : AlphaBeta{Seconds(0), pair.rows.back().algbw};
   return pair;
 }
 

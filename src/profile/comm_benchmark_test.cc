@@ -189,6 +189,20 @@ TEST(CommBenchmarkTest, OpsCanBeChosen) {
   EXPECT_EQ(results[0].value().collectives[0].op, CommOp::kReduceScatter);
 }
 
+TEST(CommBenchmarkTest, OneSizeGivesTheMessageRateWithoutLatency) {
+  CommBenchOptions o;
+  o.sizes = {256};
+  o.iters = 1;
+  o.warmup = 0;
+  o.ops = {CommOp::kP2p};
+  auto results = comm_run_threads(2, o);
+  ASSERT_TRUE(results[0].is_ok()) << results[0].status().message();
+  ASSERT_EQ(results[0].value().pairs.size(), 2u);
+  const PairResult& p = results[0].value().pairs[0];
+  EXPECT_EQ(p.fit.latency.value(), 0.0);
+  EXPECT_EQ(p.fit.bandwidth, p.rows[0].algbw);
+}
+
 // Delegates to a transport but adds one to every buffer it receives into.
 class CommCorruptingTransport final : public Transport {
  public:
