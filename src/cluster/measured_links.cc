@@ -150,6 +150,8 @@ std::string measured_links_yaml(const std::vector<MeasuredLink>& links, int inde
   return out;
 }
 
+// Round trips bit for bit for every value the reader can produce (a decimal in file units
+// times 1e-6 or 1e9); not every double is one, which is why profile comm rounds before writing.
 std::string links_to_yaml(const LinksFile& file) {
   std::ostringstream out;
   out << "# motley link measurements (docs/cluster-format.md, \"Measured links\")\n";

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 
@@ -426,6 +427,20 @@ double average_busbw(const CommBenchResult& result) {
   return rows == 0 ? 0.0 : sum / rows;
 }
 
+// The file holds six significant digits in its units (µs, GB/s), far more than a measurement
+// resolves; values are rounded to what the loader will read back, so a written file loads to
+// exactly the LinksFile it was written from.
+double six_digits(double v) {
+  const std::string text = fmt::format("{:.6g}", v);
+  return std::strtod(text.c_str(), nullptr);
+}
+
+Seconds file_time(Seconds t) { return microseconds(six_digits(t.value() * 1e6)); }
+
+BytesPerSecond file_rate(BytesPerSecond b) {
+  return gigabytes_per_second(six_digits(b.value() / kGiga));
+}
+
 }  // namespace
 
 const char* comm_op_name(CommOp op) {
@@ -648,15 +663,17 @@ LinksFile comm_links_file(const CommBenchResult& result, const std::string& tran
   LinksFile file;
   file.transport = transport;
   for (const PairResult& p : result.pairs) {
-    file.links.push_back(
-        {first_device + p.src, first_device + p.dst, p.fit.latency, p.fit.bandwidth});
+    file.links.push_back({first_device + p.src, first_device + p.dst, file_time(p.fit.latency),
+                          file_rate(p.fit.bandwidth)});
   }
   for (const CollectiveResult& c : result.collectives) {
     MeasuredCollective m;
     m.op = comm_op_name(c.op);
     m.implementation = c.implementation;
     m.ranks = result.world_size;
-    for (const CommRow& r : c.rows) m.samples.push_back({r.size, r.time, r.algbw, r.busbw});
+    for (const CommRow& r : c.rows) {
+      m.samples.push_back({r.size, file_time(r.time), file_rate(r.algbw), file_rate(r.busbw)});
+    }
     file.collectives.push_back(std::move(m));
   }
   return file;

@@ -165,7 +165,11 @@ TEST(CommBenchmarkTest, ThreeRanksMeasureEveryPairAndCollectiveAndAgree) {
   ASSERT_EQ(file.links.size(), 6u);
   EXPECT_EQ(file.links[0].src, 4);
   EXPECT_EQ(file.links[0].dst, 5);
-  EXPECT_EQ(file.links[0].latency, res.pairs[0].fit.latency);
+  // Six significant digits in the file's units.
+  EXPECT_NEAR(file.links[0].latency.value(), res.pairs[0].fit.latency.value(),
+              1e-5 * res.pairs[0].fit.latency.value());
+  EXPECT_NEAR(file.links[0].bandwidth.value(), res.pairs[0].fit.bandwidth.value(),
+              1e-5 * res.pairs[0].fit.bandwidth.value());
   ASSERT_EQ(file.collectives.size(), 4u);
   EXPECT_EQ(file.collectives[2].op, "reduce_scatter");
   EXPECT_EQ(file.collectives[2].ranks, 3);
