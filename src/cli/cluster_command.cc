@@ -21,6 +21,7 @@ struct ClusterShowOptions {
 
 std::string path_class(const Topology& topo, const Path& p) {
   if (p.links.empty()) return "local";
+  if (p.measured) return "measured";
   if (p.host_staged) return p.crosses_nodes ? "inter-node, host-staged" : "intra-node, host-staged";
   if (p.crosses_nodes) return "inter-node";
   return std::string("intra-node ") + link_kind_name(topo.links()[p.links.front()].kind);

@@ -2,6 +2,7 @@
 // half a second, so it lives in the sibling executable motley-run (run_main.cc) and this one
 // forwards to it: every other command starts in milliseconds.
 #include "cli_main.h"
+#include "profile_commands.h"
 
 int main(int argc, char** argv) {
   using namespace motley::cli;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "profile_commands.h"
 #include "motley/core/json.h"
 #include "motley/core/output_files.h"
 #include "motley/model/limits.h"
@@ -190,9 +191,11 @@ void add_profile_layers_command(CLI::App& profile, Action* action) {
 
 void add_profile_command(CLI::App& app, Action* action) {
   CLI::App* profile = app.add_subcommand(
-      "profile", "Measure this machine: per-layer times (layers) for the cost model");
+      "profile",
+      "Measure this machine: per-layer times (layers), communication between ranks (comm)");
   profile->require_subcommand(1);
   add_profile_layers_command(*profile, action);
+  add_profile_comm_command(*profile, action);
 }
 
 }  // namespace motley::cli

@@ -1,5 +1,6 @@
 // `motley profile ...` in the main executable: replaces this process with motley-profile (found
-// beside this executable), which links libtorch to measure with the executor's layers.
+// beside this executable), so that only measuring pays for loading libtorch. Under motley
+// launch each rank's motley forwards the same way.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -9,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "commands.h"
+#include "profile_commands.h"
 
 namespace motley::cli {
 namespace {
@@ -17,8 +18,9 @@ namespace {
 Status forward_to_motley_profile(const std::vector<std::string>& args) {
   std::error_code ec;
   std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec)
+  if (ec) {
     return internal_error(fmt::format("cannot locate the motley executable: {}", ec.message()));
+  }
   std::string target = (self.parent_path() / "motley-profile").string();
   if (::access(target.c_str(), X_OK) != 0) {
     return not_found(fmt::format(
@@ -37,7 +39,9 @@ Status forward_to_motley_profile(const std::vector<std::string>& args) {
 
 void add_profile_forwarder(CLI::App& app, Action* action) {
   CLI::App* profile = app.add_subcommand(
-      "profile", "Measure this machine: per-layer times (see 'motley profile --help')");
+      "profile",
+      "Measure on this machine: per-layer times, communication between ranks (see 'motley "
+      "profile --help')");
   // Everything after `profile`, --help included, belongs to motley-profile.
   profile->prefix_command();
   profile->allow_extras();

@@ -13,9 +13,61 @@
 #include "motley/cluster/cluster.h"
 #include "motley/cluster/limits.h"
 #include "motley/core/checked_math.h"
+#include "yaml_numbers.h"
 
 namespace motley {
+namespace cluster_internal {
+
+// The shortest decimal that reads back as exactly `v`.
+std::string yaml_number(double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  MOTLEY_CHECK(ec == std::errc(), "to_chars failed");
+  return std::string(buf, end);
+}
+
+// The shortest decimal c that the loader's conversion `to_si` turns back into exactly x, so
+// that 1e-05 s is written as 10 us and reads back bit for bit. `guess` is x in file units.
+template <class ToSi>
+std::string in_file_units(double x, double guess, ToSi to_si) {
+  char buf[64];
+  for (int digits = 1; digits <= 17; ++digits) {
+    auto [end, ec] =
+        std::to_chars(buf, buf + sizeof(buf), guess, std::chars_format::general, digits);
+    MOTLEY_CHECK(ec == std::errc(), "to_chars failed");
+    double c = 0.0;
+    std::from_chars(buf, end, c);
+    if (to_si(c) == x) return yaml_number(c);
+  }
+  // The guess can be off by a unit in the last place; look at its neighbours.
+  double lo = guess;
+  double hi = guess;
+  for (int i = 0; i < 16; ++i) {
+    lo = std::nextafter(lo, -std::numeric_limits<double>::infinity());
+    if (to_si(lo) == x) return yaml_number(lo);
+    hi = std::nextafter(hi, std::numeric_limits<double>::infinity());
+    if (to_si(hi) == x) return yaml_number(hi);
+  }
+  return yaml_number(guess);
+}
+
+std::string yaml_gbps(BytesPerSecond b) {
+  return in_file_units(b.value(), b.value() / kGiga,
+                       [](double c) { return gigabytes_per_second(c).value(); });
+}
+
+std::string yaml_us(Seconds s) {
+  return in_file_units(s.value(), s.value() * 1e6,
+                       [](double c) { return microseconds(c).value(); });
+}
+
+}  // namespace cluster_internal
+
 namespace {
+
+using cluster_internal::yaml_gbps;
+using cluster_internal::yaml_number;
+using cluster_internal::yaml_us;
 
 // Defaults for values a file leaves out (docs/cluster-format.md, "Format").
 Seconds default_link_latency(LinkKind kind) {
@@ -329,50 +381,34 @@ Status count_devices(const JsonField& f, const NodeEntry& entry, int64_t* total)
   return Status::ok();
 }
 
-// The shortest decimal that reads back as exactly `v`.
-std::string number(double v) {
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
-  MOTLEY_CHECK(ec == std::errc(), "to_chars failed");
-  return std::string(buf, end);
-}
-
-// The shortest decimal c that the loader's conversion `to_si` turns back into exactly x, so
-// that 1e-05 s is written as 10 us and reads back bit for bit. `guess` is x in file units.
-template <class ToSi>
-std::string in_file_units(double x, double guess, ToSi to_si) {
-  char buf[64];
-  for (int digits = 1; digits <= 17; ++digits) {
-    auto [end, ec] =
-        std::to_chars(buf, buf + sizeof(buf), guess, std::chars_format::general, digits);
-    MOTLEY_CHECK(ec == std::errc(), "to_chars failed");
-    double c = 0.0;
-    std::from_chars(buf, end, c);
-    if (to_si(c) == x) return number(c);
-  }
-  // The guess can be off by a unit in the last place; look at its neighbours.
-  double lo = guess;
-  double hi = guess;
-  for (int i = 0; i < 16; ++i) {
-    lo = std::nextafter(lo, -std::numeric_limits<double>::infinity());
-    if (to_si(lo) == x) return number(lo);
-    hi = std::nextafter(hi, std::numeric_limits<double>::infinity());
-    if (to_si(hi) == x) return number(hi);
-  }
-  return number(guess);
-}
-
-std::string gbps(BytesPerSecond b) {
-  return in_file_units(b.value(), b.value() / kGiga,
-                       [](double c) { return gigabytes_per_second(c).value(); });
-}
-
-std::string us(Seconds s) {
-  return in_file_units(s.value(), s.value() * 1e6,
-                       [](double c) { return microseconds(c).value(); });
-}
-
 std::string quoted(const std::string& s) { return Json(s).dump(); }
+
+// `measured_links`: the path of a links file (relative to the cluster file's directory) or the
+// same document inline. Device ids are checked against the cluster's `devices`.
+Result<std::vector<MeasuredLink>> parse_measured_links(const JsonField& root, int64_t devices) {
+  std::optional<JsonField> f = root.find("measured_links");
+  if (!f) return std::vector<MeasuredLink>();
+  if (f->is_object()) {
+    MOTLEY_ASSIGN_OR_RETURN(LinksFile file, links_from_json(*f, devices));
+    return file.links;
+  }
+  if (!f->json().is_string()) {
+    return f->error(fmt::format("expected the path of a {} file or its contents inline, got {}",
+                                kLinksFormat, describe_json_value(f->json())));
+  }
+  const std::string name = f->json().get<std::string>();
+  if (name.empty()) return f->error("expected the path of a links file, got an empty string");
+  std::filesystem::path path(name);
+  if (path.is_relative()) path = std::filesystem::path(root.source()).parent_path() / path;
+  if (!std::filesystem::is_regular_file(path)) {
+    return f->error(
+        fmt::format("links file '{}' not found (looked for {}; a relative path is "
+                    "relative to this file's directory)",
+                    name, path.string()));
+  }
+  MOTLEY_ASSIGN_OR_RETURN(LinksFile file, load_links_file(path.string(), devices));
+  return file.links;
+}
 
 }  // namespace
 
@@ -385,7 +421,8 @@ Result<ClusterSpec> cluster_from_json(const JsonField& root) {
     return root.error(fmt::format("expected a mapping with 'name', 'nodes' and 'network', got {}",
                                   describe_json_value(root.json())));
   }
-  MOTLEY_RETURN_IF_ERROR(root.check_keys({"name", "nodes", "network", "software_stack"}));
+  MOTLEY_RETURN_IF_ERROR(
+      root.check_keys({"name", "nodes", "network", "software_stack", "measured_links"}));
   ClusterSpec cluster;
   std::string stem =
       root.path().empty() ? std::filesystem::path(root.source()).stem().string() : "";
@@ -420,6 +457,7 @@ Result<ClusterSpec> cluster_from_json(const JsonField& root) {
                                         "bandwidth_GBps: 50, latency_us: 2}}",
                                         cluster.nodes.size()));
   }
+  MOTLEY_ASSIGN_OR_RETURN(cluster.measured_links, parse_measured_links(root, devices));
   return cluster;
 }
 
@@ -436,8 +474,8 @@ std::string cluster_to_yaml(const ClusterSpec& cluster) {
     out << "software_stack: " << quoted(cluster.software_stack) << "\n";
   }
   out << "network: {kind: " << link_kind_name(cluster.network.kind)
-      << ", bandwidth_GBps: " << gbps(cluster.network.bandwidth)
-      << ", latency_us: " << us(cluster.network.latency) << "}\n";
+      << ", bandwidth_GBps: " << yaml_gbps(cluster.network.bandwidth)
+      << ", latency_us: " << yaml_us(cluster.network.latency) << "}\n";
   out << "nodes:\n";
   for (const NodeSpec& node : cluster.nodes) {
     out << "  - name: " << quoted(node.name) << "\n";
@@ -452,17 +490,20 @@ std::string cluster_to_yaml(const ClusterSpec& cluster) {
     }
     out << "    interconnect: {kind: " << link_kind_name(node.interconnect.kind);
     if (node.interconnect.kind != LinkKind::kPcie) {
-      out << ", bandwidth_GBps: " << gbps(node.interconnect.bandwidth)
-          << ", latency_us: " << us(node.interconnect.latency);
+      out << ", bandwidth_GBps: " << yaml_gbps(node.interconnect.bandwidth)
+          << ", latency_us: " << yaml_us(node.interconnect.latency);
     }
     out << "}\n";
-    out << "    pcie: {bandwidth_GBps: " << gbps(node.pcie.bandwidth)
-        << ", latency_us: " << us(node.pcie.latency) << "}\n";
+    out << "    pcie: {bandwidth_GBps: " << yaml_gbps(node.pcie.bandwidth)
+        << ", latency_us: " << yaml_us(node.pcie.latency) << "}\n";
     out << "    devices_per_pcie_switch: " << node.devices_per_pcie_switch << "\n";
-    out << "    nic: {bandwidth_GBps: " << gbps(node.nic.bandwidth)
-        << ", latency_us: " << us(node.nic.latency) << ", count: " << node.nic_count << "}\n";
-    out << "    price_per_hour: " << number(node.price_per_hour) << "\n";
+    out << "    nic: {bandwidth_GBps: " << yaml_gbps(node.nic.bandwidth)
+        << ", latency_us: " << yaml_us(node.nic.latency) << ", count: " << node.nic_count << "}\n";
+    out << "    price_per_hour: " << yaml_number(node.price_per_hour) << "\n";
     out << "    spot: " << (node.spot ? "true" : "false") << "\n";
+  }
+  if (!cluster.measured_links.empty()) {
+    out << "measured_links:\n  links:\n" << measured_links_yaml(cluster.measured_links, 4);
   }
   return out.str();
 }
@@ -483,7 +524,8 @@ bool operator==(const NodeSpec& a, const NodeSpec& b) {
 }
 
 bool operator==(const ClusterSpec& a, const ClusterSpec& b) {
-  return a.name == b.name && a.nodes == b.nodes && a.network == b.network;
+  return a.name == b.name && a.nodes == b.nodes && a.network == b.network &&
+         a.measured_links == b.measured_links;
 }
 
 }  // namespace motley

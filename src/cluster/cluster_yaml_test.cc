@@ -327,7 +327,7 @@ TEST(ClusterYamlTest, RejectsUnknownKeys) {
                "price_per_hour or spot");
   expect_error("cluster: x\nnodes: [{name: a, devices: {type: A10, count: 1}}]",
                "test.yaml: field 'cluster': unknown field; allowed fields here: name, nodes, "
-               "network or software_stack");
+               "network, software_stack or measured_links");
   expect_error("nodes: [{name: a, devices: {type: A10, count: 1, memory: 24}}]",
                "test.yaml: field 'nodes[0].devices.memory': unknown field; allowed fields here: "
                "type or count");

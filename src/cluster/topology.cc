@@ -226,6 +226,18 @@ Topology::Topology(const ClusterSpec& cluster)
       paths_[a * n_dev + b] = p.done(!same_vendor, true);
     }
   }
+
+  // Measured pairs keep the links they cross (for sharing) but take their measured alpha-beta.
+  for (const MeasuredLink& m : cluster.measured_links) {
+    MOTLEY_CHECK(m.src >= 0 && m.dst >= 0 && static_cast<size_t>(m.src) < n_dev &&
+                     static_cast<size_t>(m.dst) < n_dev && m.src != m.dst,
+                 fmt::format("measured link {} -> {} outside the cluster's {} devices", m.src,
+                             m.dst, n_dev));
+    Path& path = paths_[static_cast<size_t>(m.src) * n_dev + static_cast<size_t>(m.dst)];
+    path.latency = m.latency;
+    path.bandwidth = m.bandwidth;
+    path.measured = true;
+  }
 }
 
 const NodeSpec& Topology::node_of(int device) const { return nodes_[devices_[device].node]; }

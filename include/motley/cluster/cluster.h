@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "motley/cluster/device_catalog.h"
+#include "motley/cluster/measured_links.h"
 #include "motley/core/json.h"
 #include "motley/core/status.h"
 #include "motley/core/units.h"
@@ -49,6 +50,9 @@ struct ClusterSpec {
   // The training software the cluster runs, by name (the cost module's software stacks);
   // empty: the cost model's default.
   std::string software_stack;
+  // Measured latency and bandwidth of ordered device pairs (`measured_links`, a links file or
+  // inline); Topology uses them instead of the link figures for those pairs. Unique pairs.
+  std::vector<MeasuredLink> measured_links;
 };
 
 // The fixed cost of staging a transfer through a pinned host buffer (one device-to-host copy
@@ -83,12 +87,15 @@ struct Path {
   std::vector<int> links;    // Link ids crossed, in order; empty for a device to itself
   bool host_staged = false;  // crosses host memory (different vendors)
   bool crosses_nodes = false;
+  bool measured = false;  // latency and bandwidth come from ClusterSpec::measured_links
 };
 
 class Topology {
  public:
-  // REQUIRES: every device type is in the catalog (cluster_from_json and the presets ensure
-  // it); a missing one is a bug and aborts.
+  // REQUIRES: every device type is in the catalog and every measured link names two distinct
+  // devices of the cluster (cluster_from_json and the presets ensure both); a violation is a
+  // bug and aborts. A measured pair's path crosses the same links as without the measurement,
+  // with the measured latency and bandwidth.
   explicit Topology(const ClusterSpec& cluster);
 
   const std::vector<Device>& devices() const { return devices_; }
