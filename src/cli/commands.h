@@ -25,6 +25,8 @@ void add_compare_command(CLI::App& app, Action* action);
 void add_run_command(CLI::App& app, Action* action);
 void add_run_forwarder(CLI::App& app, Action* action);
 void add_launch_command(CLI::App& app, Action* action);
+// `motley fidelity`: runs a plan through `launch` and compares the trace with the simulator.
+void add_fidelity_command(CLI::App& app, Action* action);
 
 // Defaults of the built-in example that the main job runs on.
 inline constexpr const char* kDefaultModel = "nemotron-h-8b";

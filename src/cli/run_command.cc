@@ -663,15 +663,20 @@ Status write_trace(const RunOptions& opt, const RunInputs& in, const Mode& mode,
       for (const RankStep& step : steps) step_times.back().push_back(step.time.value());
     }
   }
-  const Timeline timeline = measured_timeline(run.by_rank, step_offsets(step_times),
-                                              run.track_names, run.report.first_step, in.plan);
+  const std::vector<double> offsets = step_offsets(step_times);
+  const Timeline timeline =
+      measured_timeline(run.by_rank, offsets, run.track_names, run.report.first_step, in.plan);
   Json other{{"model", in.model.name},
              {"cluster", in.cluster.name},
              {"schedule", in.plan.schedule},
              {"measured", true},
              {"mode", mode.name},
              {"emulated", opt.emulate},
-             {"first_step", run.report.first_step}};
+             {"first_step", run.report.first_step},
+             // What `motley fidelity` compares: every rank's wall time of each step, [rank][step]
+             // (gathered across a distributed job), and where each step begins on the time axis.
+             {"step_time_s", step_times},
+             {"step_offsets_s", offsets}};
   if (run.emulation) other["emulation_time_scale"] = run.emulation->time_scale;
   OutputFiles files;
   files.add(path, chrome_trace_document(timeline, other).dump() + "\n");
