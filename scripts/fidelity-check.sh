@@ -11,9 +11,12 @@
 # directory to keep the files in; default a temporary one).
 #
 # The profile. Until `motley profile layers` exists, the times come from the executor itself:
-# a one-device plan whose stages are the model's layers one each (interleaved 1 x L, its fused
-# backwards split into B and W) is run with `motley run --trace`; each layer's F, B and W time
-# is the median of its actions' compute time (from their inputs' arrival) after the warm-up.
+# a plan whose stages are the model's layers one each, all on one device (interleaved 1 x L,
+# its fused backwards split into B and W), is run by two `motley run --trace` processes at
+# once, so that the layers are timed with two cores busy as in the 2-rank plans compared (and
+# without the gradient sums a data-parallel run would post during W); each layer's F, B and W
+# time is the median of its actions' compute time (from their inputs' arrival) over both
+# processes after the warm-up.
 # The device catalog has no CPU entry, so the two-device cluster names its devices T4 and the
 # profile is stamped measured_on T4: the times are then used as they are, unscaled. Links are
 # left as that cluster states them (PCIe at 2 GB/s, 30 us) until `motley profile comm` measures
@@ -51,7 +54,7 @@ nodes:
     pcie: {bandwidth_GBps: 2, latency_us: 30}
 YAML
 
-# --- The profile: every layer its own stage on one device. ---
+# --- The profile: every layer its own stage on one device, two such replicas at once. ---
 LAYERS=$("$MOTLEY" model show "$MODEL" --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["layers"]))')
 "$MOTLEY" simulate --model "$MODEL" --cluster "$DIR/cpu1.yaml" --schedule interleaved --stages 1 \
   --virtual-stages "$LAYERS" --micro-batches 4 --out "$DIR/profile-plan.json" >/dev/null
@@ -69,21 +72,26 @@ for replica in plan["replicas"]:
 plan["schedule"] = "profile (interleaved 1 x L, B split into I and W)"
 json.dump(plan, open(path, "w"), indent=1)
 PY
-"$MOTLEY" run --plan "$DIR/profile-plan.json" --steps "$PROFILE_STEPS" --threads 1 \
-  --trace "$DIR/profile-trace.json" >/dev/null
+for copy in 0 1; do
+  "$MOTLEY" run --plan "$DIR/profile-plan.json" --steps "$PROFILE_STEPS" --threads 1 \
+    --trace "$DIR/profile-trace.$copy.json" >/dev/null &
+done
+wait
 "$MOTLEY" model show "$MODEL" --json >"$DIR/model.json"
-python3 - "$DIR/profile-trace.json" "$DIR/model.json" "$WARMUP" "$DIR/profile.json" <<'PY'
+python3 - "$DIR/model.json" "$WARMUP" "$DIR/profile.json" "$DIR"/profile-trace.?.json <<'PY'
 import json, statistics, sys
-trace, model, warmup, out = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3]), sys.argv[4]
-first = trace["otherData"]["first_step"]
+model, warmup, out = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3]
 times = {}  # (stage, cat) -> [seconds]
-for e in trace["traceEvents"]:
-    a = e.get("args", {})
-    if e.get("ph") != "X" or "stage" not in a or e["name"].startswith("wait for"):
-        continue
-    if a["step"] - first < warmup:
-        continue
-    times.setdefault((a["stage"], e["cat"]), []).append(e["dur"] * 1e-6)
+for path in sys.argv[4:]:
+    trace = json.load(open(path))
+    first = trace["otherData"]["first_step"]
+    for e in trace["traceEvents"]:
+        a = e.get("args", {})
+        if e.get("ph") != "X" or "stage" not in a or e["name"].startswith("wait for"):
+            continue
+        if a["step"] - first < warmup:
+            continue
+        times.setdefault((a["stage"], e["cat"]), []).append(e["dur"] * 1e-6)
 med = lambda s, c: statistics.median(times.get((s, c), [0.0]))
 layers = []
 for i, l in enumerate(model["layers"]):
@@ -135,11 +143,15 @@ for p in plans:
     kinds = {k["name"]: k for k in r["kinds"]}
     worst = max((k for k in r["kinds"] if k["measured_s"] > 0),
                 key=lambda k: abs(k["predicted_s"] - k["measured_s"]))
+    spread = 100 * (r["measured_max_s"] - r["measured_min_s"]) / r["measured_s"]
     rows.append((p, r["schedule"], r["predicted_s"], r["measured_s"], r["error_pct"], worst["name"],
-                 worst["predicted_s"] - worst["measured_s"]))
-print(f"{'plan':18} {'schedule':34} {'predicted':>11} {'measured':>11} {'error':>8}  largest gap (kind, pred - meas)")
-for p, s, pr, me, e, wn, wd in rows:
-    print(f"{p:18} {s[:34]:34} {pr*1e3:9.3f}ms {me*1e3:9.3f}ms {e:+7.1f}%  {wn} {wd*1e3:+.3f} ms")
+                 worst["predicted_s"] - worst["measured_s"], spread))
+print(f"{'plan':16} {'schedule':22} {'predicted':>11} {'measured':>11} {'error':>8} {'spread':>7}"
+      "  largest gap (kind, pred - meas)")
+for p, s, pr, me, e, wn, wd, sp in rows:
+    print(f"{p:16} {s[:22]:22} {pr*1e3:9.3f}ms {me*1e3:9.3f}ms {e:+7.1f}% {sp:6.1f}%"
+          f"  {wn} {wd*1e3:+.3f} ms")
+print("(spread: the measured iterations' range after the warm-up, relative to their median)")
 errs = [abs(r[4]) for r in rows]
 print(f"mean |error| {sum(errs)/len(errs):.1f}%   max |error| {max(errs):.1f}%   (goal: mean <= 5%, max <= 10%)")
 by_pred = [r[0] for r in sorted(rows, key=lambda r: r[2])]

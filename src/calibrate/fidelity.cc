@@ -170,6 +170,11 @@ Result<FidelityReport> fidelity_report(const FidelityOptions& options, const Sim
       "iteration", iteration,
       median(std::vector<double>(measured_iteration.begin() + first, measured_iteration.end())));
 
+  report.iteration_min_s =
+      *std::min_element(measured_iteration.begin() + first, measured_iteration.end());
+  report.iteration_max_s =
+      *std::max_element(measured_iteration.begin() + first, measured_iteration.end());
+
   std::array<double, kKinds> predicted_kinds{};
   // [step][kind], summed over ranks.
   std::vector<std::array<double, kKinds>> measured_kinds(steps);
@@ -243,6 +248,8 @@ Result<FidelityReport> fidelity_report(const FidelityOptions& options, const Sim
 Json fidelity_report_to_json(const FidelityReport& report) {
   Json out = figure_json(report.iteration);
   out.erase("name");
+  out["measured_min_s"] = report.iteration_min_s;
+  out["measured_max_s"] = report.iteration_max_s;
   out["steps_measured"] = report.steps_measured;
   out["steps_used"] = report.steps_used;
   Json devices = Json::array();

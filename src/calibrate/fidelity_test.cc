@@ -80,6 +80,8 @@ TEST(FidelityTest, ComparesIterationDevicesAndKindsAfterTheWarmUp) {
   EXPECT_DOUBLE_EQ(r.iteration.predicted_s, 6.0);
   EXPECT_DOUBLE_EQ(r.iteration.measured_s, 6.0);  // median of 5 and 7
   EXPECT_DOUBLE_EQ(*r.iteration.error_pct, 0.0);
+  EXPECT_DOUBLE_EQ(r.iteration_min_s, 5.0);
+  EXPECT_DOUBLE_EQ(r.iteration_max_s, 7.0);
 
   ASSERT_EQ(r.devices.size(), 1u);
   const DeviceFidelity& d = r.devices[0];
@@ -118,6 +120,7 @@ TEST(FidelityTest, ComparesIterationDevicesAndKindsAfterTheWarmUp) {
   EXPECT_DOUBLE_EQ(j["predicted_s"].get<double>(), 6.0);
   EXPECT_DOUBLE_EQ(j["measured_s"].get<double>(), 6.0);
   EXPECT_DOUBLE_EQ(j["error_pct"].get<double>(), 0.0);
+  EXPECT_DOUBLE_EQ(j["measured_max_s"].get<double>(), 7.0);
   EXPECT_EQ(j["devices"].size(), 1u);
   EXPECT_TRUE(j["kinds"][2]["error_pct"].is_null());
 }

@@ -274,7 +274,10 @@ std::string text_report(const FidelityCommandOptions& opt, const PlanInputs& in,
   TextTable head({"", "predicted", "measured", "error"});
   head.add_row({"iteration", format_time(Seconds(r.iteration.predicted_s)),
                 format_time(Seconds(r.iteration.measured_s)), error_cell(r.iteration)});
-  text += head.to_string() + "\n";
+  text += head.to_string();
+  text +=
+      fmt::format("measured iterations after the warm-up: {} to {}\n\n",
+                  format_time(Seconds(r.iteration_min_s)), format_time(Seconds(r.iteration_max_s)));
   TextTable devices({"rank", "device", "step pred", "step meas", "error", "busy pred", "busy meas",
                      "error", "idle pred", "idle meas", "error"});
   for (const DeviceFidelity& d : r.devices) {

@@ -85,6 +85,10 @@ struct FidelityReport {
   int steps_measured = 0;
   int steps_used = 0;  // steps_measured - warmup_steps
   FidelityFigure iteration;
+  // The fastest and slowest measured iterations after the warm-up: an error inside that range
+  // is within the run's own noise.
+  double iteration_min_s = 0;
+  double iteration_max_s = 0;
   std::vector<DeviceFidelity> devices;  // by rank
   // Per kind of work, summed over the devices, in the order fidelity_kind_names() gives;
   // the kinds of each device add up to the iteration time (docs/fidelity.md).
@@ -110,8 +114,9 @@ double median(std::vector<double> values);
 Result<FidelityReport> fidelity_report(const FidelityOptions& options, const SimResult& predicted,
                                        const MeasuredTrace& measured);
 
-// {"predicted_s", "measured_s", "error_pct", "steps_measured", "steps_used", "devices": [...],
-//  "kinds": [...], ...}; error_pct is null where measured is 0.
+// {"predicted_s", "measured_s", "error_pct", "measured_min_s", "measured_max_s",
+//  "steps_measured", "steps_used", "devices": [...], "kinds": [...], ...}; error_pct is null
+//  where measured is 0.
 Json fidelity_report_to_json(const FidelityReport& report);
 
 }  // namespace motley
