@@ -1,5 +1,6 @@
-// Whole-program tests of `motley fidelity`: a tiny 2-rank plan run through the executor and
-// compared with the simulator (valid JSON with every field, the text table), and bad input
+// Whole-program tests of `motley fidelity` (and `motley run --fidelity`): a tiny 2-rank plan run
+// through the executor and compared with the simulator (valid JSON with every field, the text
+// table), and bad input
 // (exit 2, one message) refused before any rank starts. Wall-clock figures are only checked
 // to be positive and finite.
 #include <gtest/gtest.h>
@@ -79,8 +80,10 @@ TEST(FidelityCliTest, TwoRankPlanGivesEveryFigureAsJson) {
   EXPECT_TRUE(forward);
 }
 
+// Through `motley run --fidelity`, which is the same comparison.
 TEST(FidelityCliTest, TextReportNamesTheIterationDevicesAndKinds) {
-  const RunResult r = run_fidelity("--plan " + kTinyPlan + " --steps 2 --warmup 1");
+  const RunResult r =
+      run_binary(MOTLEY_BINARY, "run --plan " + kTinyPlan + " --fidelity --steps=2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* needle : {"iteration", "rank", "busy pred", "input wait", "optimizer",
                              "device step error", "the plan's model"}) {
@@ -95,6 +98,10 @@ TEST(FidelityCliTest, BadInputExitsTwoWithOneMessage) {
       "--plan " + kTinyPlan + " --profile " + fidelity_data("two-layer-profile.json"), "2 layers");
   expect_bad_fidelity_input("--plan " + kTinyPlan + " --steps 0", "--steps");
   expect_bad_fidelity_input("--plan " + kTinyPlan + " --trace /nonexistent-dir/t.json", "--trace");
+  const RunResult run =
+      run_binary(MOTLEY_BINARY, "run --plan " + kTinyPlan + " --fidelity --seed 3");
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_NE(run.err.find("'--seed' does not apply"), std::string::npos) << run.err;
   expect_bad_fidelity_input("--plan " + std::string(MOTLEY_TEST_DATA_DIR) + "/plan/bad-action.json",
                             "bad-action.json");
 }

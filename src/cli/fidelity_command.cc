@@ -4,6 +4,8 @@
 // model it is priced with (the plan's model, or a measured profile of it with --profile) and
 // prints the comparison (calibrate/fidelity.h). The run is a child process of this binary, so
 // motley still links no libtorch. docs/fidelity.md.
+#include "fidelity_command.h"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
@@ -41,16 +43,6 @@ extern char** environ;
 
 namespace motley::cli {
 namespace {
-
-struct FidelityCommandOptions {
-  std::string plan;
-  std::string profile;  // empty: price with the plan's own model
-  int64_t steps = 6;
-  int warmup = 1;
-  bool json = false;
-  std::string trace;  // keep the measured trace here; empty: a temporary file
-  double timeout_s = 60;
-};
 
 // A scratch directory for the run's trace, removed with what is in it.
 class ScratchDir {
@@ -301,6 +293,8 @@ std::string text_report(const FidelityCommandOptions& opt, const PlanInputs& in,
   return text;
 }
 
+}  // namespace
+
 Status fidelity_command(const FidelityCommandOptions& opt) {
   if (opt.plan.empty()) return invalid_argument("--plan: give the plan file to run");
   if (opt.steps <= opt.warmup) {
@@ -363,8 +357,6 @@ Status fidelity_command(const FidelityCommandOptions& opt) {
   }
   return Status::ok();
 }
-
-}  // namespace
 
 void add_fidelity_command(CLI::App& app, Action* action) {
   auto opt = std::make_shared<FidelityCommandOptions>();

@@ -812,7 +812,9 @@ void add_run_command(CLI::App& app, Action* action) {
       "with --json one object with losses, step_time_s, tokens_per_s, mode and a per-rank\n"
       "breakdown of the step time. --emulate slows each rank to its device's peak relative to\n"
       "the fastest and delays messages by the cluster's link times, scaled to this CPU; its\n"
-      "output is labelled as emulation.";
+      "output is labelled as emulation.\n"
+      "'motley run --plan P --fidelity [--steps N] [--json]' runs the plan as 'motley fidelity'\n"
+      "does and compares it with the simulator (docs/fidelity.md).";
 #if MOTLEY_TEST_HOOKS
   footer += std::string("\n") + kFaultHookHelp;
 #endif
