@@ -38,6 +38,9 @@ else
   trap 'rm -rf "$DIR"' EXIT
 fi
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+# What else runs here decides the noise: say how loaded the machine was, before and after.
+load() { echo "$(getconf _NPROCESSORS_ONLN) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"; }
+LOAD_BEFORE=$(load)
 
 cat >"$DIR/cpu1.yaml" <<'YAML'
 name: cpu-local-1
@@ -128,6 +131,7 @@ plan["schedule"] = f"1f1b, replicas {counts[0]}:{counts[1]}"
 json.dump(plan, open(sys.argv[2], "w"), indent=1)
 PY
 
+echo "$MODEL, $STEPS steps per plan ($WARMUP dropped as warm-up); before: $LOAD_BEFORE"
 PLANS=(dp2 pp2-1f1b pp2-zb-h1 pp2-interleaved adaptive dp2-uneven)
 for p in "${PLANS[@]}"; do
   "$MOTLEY" fidelity --plan "$DIR/$p.json" --profile "$DIR/profile.json" --steps "$STEPS" \
@@ -160,3 +164,4 @@ print("predicted ranking (fastest first):", " < ".join(by_pred))
 print("measured ranking  (fastest first):", " < ".join(by_meas))
 print("rankings equal:", "yes" if by_pred == by_meas else "no")
 PY
+echo "after: $(load)"
