@@ -8,7 +8,10 @@
 # Usage: scripts/fidelity-check.sh [BUILD_DIR]   (default: build)
 # Environment: MODEL (default tiny-llama), STEPS (fidelity steps per plan, default 8), WARMUP
 # (default 2), PROFILE_STEPS (default 6), MICRO_BATCHES (per replica, default 8), KEEP (a
-# directory to keep the files in; default a temporary one).
+# directory to keep the files in; default a temporary one), PROFILE (a profile of MODEL to use
+# instead of making one, e.g. from `motley profile layers`; its measured_on must be the
+# cluster's device type, else its times are scaled by the ratio of peak rates), CLUSTER (the
+# two-device cluster file to plan on instead of the one below, e.g. with measured links).
 #
 # The profile. Until `motley profile layers` exists, the times come from the executor itself:
 # a plan whose stages are the model's layers one each, all on one device (interleaved 1 x L,
@@ -57,7 +60,12 @@ nodes:
     pcie: {bandwidth_GBps: 2, latency_us: 30}
 YAML
 
-# --- The profile: every layer its own stage on one device, two such replicas at once. ---
+if [[ -n "${CLUSTER:-}" ]]; then cp "$CLUSTER" "$DIR/cpu2.yaml"; fi
+
+# --- The profile: every layer its own stage on one device, two such runs at once. ---
+if [[ -n "${PROFILE:-}" ]]; then
+  cp "$PROFILE" "$DIR/profile.json"
+else
 LAYERS=$("$MOTLEY" model show "$MODEL" --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["layers"]))')
 "$MOTLEY" simulate --model "$MODEL" --cluster "$DIR/cpu1.yaml" --schedule interleaved --stages 1 \
   --virtual-stages "$LAYERS" --micro-batches 4 --out "$DIR/profile-plan.json" >/dev/null
@@ -108,6 +116,7 @@ json.dump({"format": "motley.profile/1", "name": model["name"] + "-cpu", "measur
            "seq_len": model["seq_len"], "micro_batch_size": model["micro_batch_size"],
            "dtype": "fp32", "layers": layers}, open(out, "w"), indent=1)
 PY
+fi
 
 # --- Six 2-rank plans. ---
 sim() { "$MOTLEY" simulate --model "$MODEL" --cluster "$DIR/cpu2.yaml" "$@" >/dev/null; }
