@@ -263,7 +263,9 @@ std::string text_report(const FidelityCommandOptions& opt, const PlanInputs& in,
       r.steps_used,
       opt.profile.empty() ? "the plan's model (analytic unless its layers are measured)"
                           : "the measured profile " + opt.profile);
+  using Align = TextTable::Align;
   TextTable head({"", "predicted", "measured", "error"});
+  head.set_alignment({Align::kLeft, Align::kRight, Align::kRight, Align::kRight});
   head.add_row({"iteration", format_time(Seconds(r.iteration.predicted_s)),
                 format_time(Seconds(r.iteration.measured_s)), error_cell(r.iteration)});
   text += head.to_string();
@@ -272,6 +274,7 @@ std::string text_report(const FidelityCommandOptions& opt, const PlanInputs& in,
                   format_time(Seconds(r.iteration_min_s)), format_time(Seconds(r.iteration_max_s)));
   TextTable devices({"rank", "device", "step pred", "step meas", "error", "busy pred", "busy meas",
                      "error", "idle pred", "idle meas", "error"});
+  devices.set_alignment(std::vector<Align>(11, Align::kRight));
   for (const DeviceFidelity& d : r.devices) {
     devices.add_row(
         {std::to_string(d.rank), std::to_string(d.device), format_time(Seconds(d.step.predicted_s)),
@@ -282,13 +285,13 @@ std::string text_report(const FidelityCommandOptions& opt, const PlanInputs& in,
   }
   text += devices.to_string() + "\n";
   TextTable kinds({"kind (summed over devices)", "predicted", "measured", "error"});
-  kinds.set_alignment({TextTable::Align::kLeft});
+  kinds.set_alignment({Align::kLeft, Align::kRight, Align::kRight, Align::kRight});
   for (const FidelityFigure& f : r.kinds) {
     kinds.add_row({f.name, format_time(Seconds(f.predicted_s)), format_time(Seconds(f.measured_s)),
                    error_cell(f)});
   }
   text += kinds.to_string();
-  text += fmt::format("\ndevice step error: mean |{:.1f}%|, max |{:.1f}%|\n",
+  text += fmt::format("\ndevice step error, absolute: mean {:.1f}%, max {:.1f}%\n",
                       r.mean_abs_device_error_pct, r.max_abs_device_error_pct);
   return text;
 }
