@@ -228,6 +228,11 @@ Result<FidelityReport> fidelity_report(const FidelityOptions& options, const Sim
     d.step = figure("step", p.last_end, median(own_steps));
     d.busy = figure("busy", stats->second->busy.value(), median(busy));
     d.idle = figure("idle", stats->second->idle.value(), median(idle));
+    for (size_t i = 0; i < kKinds; ++i) {
+      std::vector<double> values;
+      for (size_t k = first; k < steps; ++k) values.push_back(per_step[k][i]);
+      d.kinds.push_back(figure(kKindNames[i], p.kinds[i], median(values)));
+    }
     report.devices.push_back(d);
   }
   for (size_t i = 0; i < kKinds; ++i) {
@@ -254,13 +259,16 @@ Json fidelity_report_to_json(const FidelityReport& report) {
   out["steps_used"] = report.steps_used;
   Json devices = Json::array();
   for (const DeviceFidelity& d : report.devices) {
+    Json kinds = Json::array();
+    for (const FidelityFigure& f : d.kinds) kinds.push_back(figure_json(f));
     devices.push_back(Json{{"device", d.device},
                            {"rank", d.rank},
                            {"replica", d.replica},
                            {"group", d.group},
                            {"step", figure_json(d.step)},
                            {"busy", figure_json(d.busy)},
-                           {"idle", figure_json(d.idle)}});
+                           {"idle", figure_json(d.idle)},
+                           {"kinds", kinds}});
   }
   out["devices"] = devices;
   Json kinds = Json::array();

@@ -122,6 +122,12 @@ TEST(FidelityTest, ComparesIterationDevicesAndKindsAfterTheWarmUp) {
   EXPECT_DOUBLE_EQ(j["error_pct"].get<double>(), 0.0);
   EXPECT_DOUBLE_EQ(j["measured_max_s"].get<double>(), 7.0);
   EXPECT_EQ(j["devices"].size(), 1u);
+  EXPECT_EQ(j["devices"][0]["kinds"].size(), r.kinds.size());
+  // With one device, its kinds are the totals.
+  for (size_t i = 0; i < r.kinds.size(); ++i) {
+    EXPECT_EQ(r.devices[0].kinds[i].predicted_s, r.kinds[i].predicted_s) << r.kinds[i].name;
+    EXPECT_EQ(r.devices[0].kinds[i].measured_s, r.kinds[i].measured_s) << r.kinds[i].name;
+  }
   EXPECT_TRUE(j["kinds"][2]["error_pct"].is_null());
 }
 
@@ -155,6 +161,13 @@ TEST(FidelityTest, SlowestRankIsTheIterationAndDevicesAddUp) {
   EXPECT_DOUBLE_EQ(report->iteration.measured_s, 7.5);  // median of max(5, 8), max(7, 2)
   ASSERT_EQ(report->devices.size(), 2u);
   EXPECT_DOUBLE_EQ(report->devices[1].step.predicted_s, 3.0);
+  // Device 1: F [2, 3] after a 2 s wait, then nothing until the iteration ends at 6.
+  ASSERT_EQ(report->devices[1].kinds.size(), fidelity_kind_names().size());
+  EXPECT_EQ(report->devices[1].kinds[0].name, "F");
+  EXPECT_DOUBLE_EQ(report->devices[1].kinds[0].predicted_s, 1.0);
+  EXPECT_DOUBLE_EQ(report->devices[1].kinds[5].predicted_s, 2.0);        // input wait
+  EXPECT_DOUBLE_EQ(report->devices[1].kinds[8].predicted_s, 6.0 - 3.0);  // no optimizer step
+  EXPECT_DOUBLE_EQ(report->devices[1].kinds.back().measured_s, 7.5);     // nothing measured
   EXPECT_DOUBLE_EQ(report->devices[1].step.measured_s, 5.0);
   EXPECT_DOUBLE_EQ(kind_figure(*report, "input wait").predicted_s, 0.5 + 2.0);
   EXPECT_DOUBLE_EQ(kind_figure(*report, "F").predicted_s, 2.0);

@@ -79,6 +79,8 @@ struct DeviceFidelity {
   FidelityFigure step;  // the device's own step: its last task's end vs. the rank's wall time
   FidelityFigure busy;  // compute and optimizer step
   FidelityFigure idle;  // iteration time - busy
+  // Per kind of work on this device, as FidelityReport::kinds: where its step went.
+  std::vector<FidelityFigure> kinds;
 };
 
 struct FidelityReport {
