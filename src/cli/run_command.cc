@@ -663,15 +663,20 @@ Status write_trace(const RunOptions& opt, const RunInputs& in, const Mode& mode,
       for (const RankStep& step : steps) step_times.back().push_back(step.time.value());
     }
   }
-  const Timeline timeline = measured_timeline(run.by_rank, step_offsets(step_times),
-                                              run.track_names, run.report.first_step, in.plan);
+  const std::vector<double> offsets = step_offsets(step_times);
+  const Timeline timeline =
+      measured_timeline(run.by_rank, offsets, run.track_names, run.report.first_step, in.plan);
   Json other{{"model", in.model.name},
              {"cluster", in.cluster.name},
              {"schedule", in.plan.schedule},
              {"measured", true},
              {"mode", mode.name},
              {"emulated", opt.emulate},
-             {"first_step", run.report.first_step}};
+             {"first_step", run.report.first_step},
+             // What `motley fidelity` compares: every rank's wall time of each step, [rank][step]
+             // (gathered across a distributed job), and where each step begins on the time axis.
+             {"step_time_s", step_times},
+             {"step_offsets_s", offsets}};
   if (run.emulation) other["emulation_time_scale"] = run.emulation->time_scale;
   OutputFiles files;
   files.add(path, chrome_trace_document(timeline, other).dump() + "\n");
@@ -807,7 +812,9 @@ void add_run_command(CLI::App& app, Action* action) {
       "with --json one object with losses, step_time_s, tokens_per_s, mode and a per-rank\n"
       "breakdown of the step time. --emulate slows each rank to its device's peak relative to\n"
       "the fastest and delays messages by the cluster's link times, scaled to this CPU; its\n"
-      "output is labelled as emulation.";
+      "output is labelled as emulation.\n"
+      "'motley run --plan P --fidelity [--steps N] [--json]' runs the plan as 'motley fidelity'\n"
+      "does and compares it with the simulator (docs/fidelity.md).";
 #if MOTLEY_TEST_HOOKS
   footer += std::string("\n") + kFaultHookHelp;
 #endif

@@ -1,11 +1,15 @@
 // `motley run ...` in the main executable: replaces this process with motley-run (found beside
 // this executable) so that only training pays for loading libtorch. With --emulate it first
 // computes the emulation's factors, which need the cost model and the simulator that motley-run
-// does not link, and hands them over (run_emulation.h).
+// does not link, and hands them over (run_emulation.h). With --fidelity it runs the plan as
+// `motley fidelity` does instead (fidelity_command.h).
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -14,6 +18,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "fidelity_command.h"
 #include "run_emulation.h"
 
 namespace motley::cli {
@@ -46,6 +51,52 @@ Status forward_to_motley_run(const std::vector<std::string>& args) {
   return io_error(fmt::format("cannot start {}: {}", target, why));
 }
 
+// `run --fidelity ...`: the options `motley fidelity` shares with `run` (--plan, --steps,
+// --trace, --timeout, --json, each as "--x v" or "--x=v"); any other is refused, since the
+// comparison runs the plan its own way (one thread per rank under launch).
+Result<FidelityCommandOptions> fidelity_options_from_run(const std::vector<std::string>& args) {
+  FidelityCommandOptions opt;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string name = args[i], value;
+    const size_t eq = name.find('=');
+    const bool inline_value = name.rfind("--", 0) == 0 && eq != std::string::npos;
+    if (inline_value) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    if (name == "--fidelity" || name == "--json") {
+      if (inline_value) return invalid_argument(fmt::format("{} takes no value", name));
+      if (name == "--json") opt.json = true;
+      continue;
+    }
+    if (name != "--plan" && name != "--steps" && name != "--trace" && name != "--timeout") {
+      return invalid_argument(fmt::format(
+          "run --fidelity: '{}' does not apply; it takes --plan, --steps, --trace, --timeout and "
+          "--json (motley fidelity --help has the rest)",
+          args[i]));
+    }
+    if (!inline_value) {
+      if (i + 1 >= args.size()) return invalid_argument(fmt::format("{}: give a value", name));
+      value = args[++i];
+    }
+    if (name == "--plan") opt.plan = value;
+    if (name == "--trace") opt.trace = value;
+    if (name == "--steps" || name == "--timeout") {
+      char* end = nullptr;
+      errno = 0;
+      const double v = std::strtod(value.c_str(), &end);
+      const bool whole = name == "--timeout" || std::floor(v) == v;
+      if (end == value.c_str() || *end != '\0' || errno != 0 || !(v > 0) || !whole || v > 1e6) {
+        return invalid_argument(fmt::format("{}: expected a positive {}, got '{}'", name,
+                                            name == "--steps" ? "integer" : "number", value));
+      }
+      if (name == "--steps") opt.steps = static_cast<int64_t>(v);
+      if (name == "--timeout") opt.timeout_s = v;
+    }
+  }
+  return opt;
+}
+
 }  // namespace
 
 void add_run_forwarder(CLI::App& app, Action* action) {
@@ -59,7 +110,13 @@ void add_run_forwarder(CLI::App& app, Action* action) {
   run->set_help_flag();
   run->callback([run, action] {
     std::vector<std::string> args = run->remaining();
-    *action = [args] { return forward_to_motley_run(args); };
+    const bool fidelity = std::find(args.begin(), args.end(), "--fidelity") != args.end() &&
+                          std::find(args.begin(), args.end(), "--help") == args.end();
+    *action = [args, fidelity]() -> Status {
+      if (!fidelity) return forward_to_motley_run(args);
+      MOTLEY_ASSIGN_OR_RETURN(FidelityCommandOptions opt, fidelity_options_from_run(args));
+      return fidelity_command(opt);
+    };
   });
 }
 

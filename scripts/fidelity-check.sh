@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# The simulator's fidelity on this CPU (docs/fidelity.md): profiles a small model's layers here,
+# makes six 2-rank plans of it, runs `motley fidelity --json` on each and prints predicted,
+# measured and error per plan, the mean and largest |error|, and whether the simulator ranks
+# the plans as the measurement does. A benchmark, not a test: its figures depend on the machine
+# and on what else runs on it.
+#
+# Usage: scripts/fidelity-check.sh [BUILD_DIR]   (default: build)
+# Environment: MODEL (default tiny-llama), STEPS (fidelity steps per plan, default 8), WARMUP
+# (default 2), PROFILE_STEPS (default 6), MICRO_BATCHES (per replica, default 8), KEEP (a
+# directory to keep the files in; default a temporary one), PROFILE (a profile of MODEL to use
+# instead of making one, e.g. from `motley profile layers`; its measured_on must be the
+# cluster's device type, else its times are scaled by the ratio of peak rates), CLUSTER (the
+# two-device cluster file to plan on instead of the one below, e.g. with measured links).
+#
+# The profile. Until `motley profile layers` exists, the times come from the executor itself:
+# a plan whose stages are the model's layers one each, all on one device (interleaved 1 x L,
+# its fused backwards split into B and W), is run by two `motley run --trace` processes at
+# once, so that the layers are timed with two cores busy as in the 2-rank plans compared (and
+# without the gradient sums a data-parallel run would post during W); each layer's F, B and W
+# time is the median of its actions' compute time (from their inputs' arrival) over both
+# processes after the warm-up.
+# The device catalog has no CPU entry, so the two-device cluster names its devices T4 and the
+# profile is stamped measured_on T4: the times are then used as they are, unscaled. Links are
+# left as that cluster states them (PCIe at 2 GB/s, 30 us) until `motley profile comm` measures
+# Gloo's.
+set -euo pipefail
+
+BUILD=${1:-build}
+MOTLEY="$(cd "$BUILD" && pwd)/motley"
+MODEL=${MODEL:-tiny-llama}
+STEPS=${STEPS:-8}
+WARMUP=${WARMUP:-2}
+PROFILE_STEPS=${PROFILE_STEPS:-6}
+MB=${MICRO_BATCHES:-8}
+if [[ -n "${KEEP:-}" ]]; then
+  DIR=$KEEP
+  mkdir -p "$DIR"
+else
+  DIR=$(mktemp -d)
+  trap 'rm -rf "$DIR"' EXIT
+fi
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+# What else runs here decides the noise: say how loaded the machine was, before and after.
+load() { echo "$(getconf _NPROCESSORS_ONLN) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"; }
+LOAD_BEFORE=$(load)
+
+cat >"$DIR/cpu1.yaml" <<'YAML'
+name: cpu-local-1
+nodes:
+  - name: localhost
+    devices: {type: T4, count: 1}
+YAML
+cat >"$DIR/cpu2.yaml" <<'YAML'
+name: cpu-local-2
+nodes:
+  - name: localhost
+    devices: {type: T4, count: 2}
+    interconnect: {kind: pcie}
+    pcie: {bandwidth_GBps: 2, latency_us: 30}
+YAML
+
+if [[ -n "${CLUSTER:-}" ]]; then cp "$CLUSTER" "$DIR/cpu2.yaml"; fi
+
+# --- The profile: every layer its own stage on one device, two such runs at once. ---
+if [[ -n "${PROFILE:-}" ]]; then
+  cp "$PROFILE" "$DIR/profile.json"
+else
+LAYERS=$("$MOTLEY" model show "$MODEL" --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["layers"]))')
+"$MOTLEY" simulate --model "$MODEL" --cluster "$DIR/cpu1.yaml" --schedule interleaved --stages 1 \
+  --virtual-stages "$LAYERS" --micro-batches 4 --out "$DIR/profile-plan.json" >/dev/null
+python3 - "$DIR/profile-plan.json" <<'PY'
+import json, re, sys
+path = sys.argv[1]
+plan = json.load(open(path))
+for replica in plan["replicas"]:
+    for group in replica["groups"]:
+        split = []
+        for a in group["actions"]:
+            m = re.fullmatch(r"(\d+)B(\d+)", a)
+            split += [f"{m[1]}I{m[2]}", f"{m[1]}W{m[2]}"] if m else [a]
+        group["actions"] = split
+plan["schedule"] = "profile (interleaved 1 x L, B split into I and W)"
+json.dump(plan, open(path, "w"), indent=1)
+PY
+for copy in 0 1; do
+  "$MOTLEY" run --plan "$DIR/profile-plan.json" --steps "$PROFILE_STEPS" --threads 1 \
+    --trace "$DIR/profile-trace.$copy.json" >/dev/null &
+done
+wait
+"$MOTLEY" model show "$MODEL" --json >"$DIR/model.json"
+python3 - "$DIR/model.json" "$WARMUP" "$DIR/profile.json" "$DIR"/profile-trace.?.json <<'PY'
+import json, statistics, sys
+model, warmup, out = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3]
+times = {}  # (stage, cat) -> [seconds]
+for path in sys.argv[4:]:
+    trace = json.load(open(path))
+    first = trace["otherData"]["first_step"]
+    for e in trace["traceEvents"]:
+        a = e.get("args", {})
+        if e.get("ph") != "X" or "stage" not in a or e["name"].startswith("wait for"):
+            continue
+        if a["step"] - first < warmup:
+            continue
+        times.setdefault((a["stage"], e["cat"]), []).append(e["dur"] * 1e-6)
+med = lambda s, c: statistics.median(times.get((s, c), [0.0]))
+layers = []
+for i, l in enumerate(model["layers"]):
+    layers.append({"name": l["name"], "forward_s": med(i, "F"),
+                   "backward_input_s": med(i, "B (input grad)"),
+                   "backward_weight_s": med(i, "W (weight grad)"),
+                   "param_bytes": 4 * l["stored_params"],
+                   "activation_bytes": l["activation_bytes"]["none"],
+                   "output_bytes": l["output_bytes"]})
+json.dump({"format": "motley.profile/1", "name": model["name"] + "-cpu", "measured_on": "T4",
+           "seq_len": model["seq_len"], "micro_batch_size": model["micro_batch_size"],
+           "dtype": "fp32", "layers": layers}, open(out, "w"), indent=1)
+PY
+fi
+
+# --- Six 2-rank plans. ---
+sim() { "$MOTLEY" simulate --model "$MODEL" --cluster "$DIR/cpu2.yaml" "$@" >/dev/null; }
+sim --schedule 1f1b --stages 1 --micro-batches "$MB" --out "$DIR/dp2.json"
+sim --schedule 1f1b --stages 2 --micro-batches "$MB" --out "$DIR/pp2-1f1b.json"
+sim --schedule zb-h1 --stages 2 --micro-batches "$MB" --out "$DIR/pp2-zb-h1.json"
+sim --schedule interleaved --stages 2 --micro-batches "$MB" --out "$DIR/pp2-interleaved.json"
+"$MOTLEY" plan --model "$MODEL" --cluster "$DIR/cpu2.yaml" --global-batch "$MB" \
+  --micro-batch-size 1 --max-plans 400 --threads 1 --quiet --out "$DIR/adaptive.json" >/dev/null
+# Uneven replicas: DP 2 with its micro-batches split 5 : 3 instead of evenly.
+python3 - "$DIR/dp2.json" "$DIR/dp2-uneven.json" "$MB" <<'PY'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+n = sum(r["micro_batches"] for r in plan["replicas"])
+counts = [n - n * 3 // 8, n * 3 // 8]
+for replica, count in zip(plan["replicas"], counts):
+    replica["micro_batches"] = count
+    for group in replica["groups"]:
+        group["actions"] = [a for m in range(count) for a in (f"0F{m}", f"0B{m}")]
+plan["schedule"] = f"1f1b, replicas {counts[0]}:{counts[1]}"
+json.dump(plan, open(sys.argv[2], "w"), indent=1)
+PY
+
+echo "$MODEL, $STEPS steps per plan ($WARMUP dropped as warm-up); before: $LOAD_BEFORE"
+PLANS=(dp2 pp2-1f1b pp2-zb-h1 pp2-interleaved adaptive dp2-uneven)
+for p in "${PLANS[@]}"; do
+  "$MOTLEY" fidelity --plan "$DIR/$p.json" --profile "$DIR/profile.json" --steps "$STEPS" \
+    --warmup "$WARMUP" --json >"$DIR/$p.fidelity.json"
+done
+
+python3 - "$DIR" "${PLANS[@]}" <<'PY'
+import json, sys
+d, plans = sys.argv[1], sys.argv[2:]
+rows = []
+for p in plans:
+    r = json.load(open(f"{d}/{p}.fidelity.json"))
+    kinds = {k["name"]: k for k in r["kinds"]}
+    worst = max((k for k in r["kinds"] if k["measured_s"] > 0),
+                key=lambda k: abs(k["predicted_s"] - k["measured_s"]))
+    spread = 100 * (r["measured_max_s"] - r["measured_min_s"]) / r["measured_s"]
+    rows.append((p, r["schedule"], r["predicted_s"], r["measured_s"], r["error_pct"], worst["name"],
+                 worst["predicted_s"] - worst["measured_s"], spread))
+print(f"{'plan':16} {'schedule':22} {'predicted':>11} {'measured':>11} {'error':>8} {'spread':>7}"
+      "  largest gap (kind, pred - meas)")
+for p, s, pr, me, e, wn, wd, sp in rows:
+    print(f"{p:16} {s[:22]:22} {pr*1e3:9.3f}ms {me*1e3:9.3f}ms {e:+7.1f}% {sp:6.1f}%"
+          f"  {wn} {wd*1e3:+.3f} ms")
+print("(spread: the measured iterations' range after the warm-up, relative to their median)")
+errs = [abs(r[4]) for r in rows]
+print(f"mean |error| {sum(errs)/len(errs):.1f}%   max |error| {max(errs):.1f}%   (goal: mean <= 5%, max <= 10%)")
+by_pred = [r[0] for r in sorted(rows, key=lambda r: r[2])]
+by_meas = [r[0] for r in sorted(rows, key=lambda r: r[3])]
+print("predicted ranking (fastest first):", " < ".join(by_pred))
+print("measured ranking  (fastest first):", " < ".join(by_meas))
+print("rankings equal:", "yes" if by_pred == by_meas else "no")
+PY
+echo "after: $(load)"
