@@ -555,4 +555,95 @@ TEST(ExamplesTest, EveryExampleMatchesItsGoldenTranscript) {
   EXPECT_GE(checked, 4);
 }
 
+// Two runs of llama-3-8b on eight H100s with their layouts; `published` scales what motley
+// predicts, so the fit has a known answer: a slower stack.
+std::string calibration_cases(double first_s, double second_s) {
+  nlohmann::json c = {{"format", "calibration-cases/1"},
+                      {"cases",
+                       {{{"id", "tp8"},
+                         {"model", "llama-3-8b"},
+                         {"cluster", "h100x8"},
+                         {"tp", 8},
+                         {"pp", 1},
+                         {"dp", 1},
+                         {"global_batch", 4},
+                         {"micro_batch_size", 1},
+                         {"seq_len", 2048},
+                         {"recompute", "full"},
+                         {"published", first_s}},
+                        {{"id", "tp4-pp2"},
+                         {"model", "llama-3-8b"},
+                         {"cluster", "h100x8"},
+                         {"tp", 4},
+                         {"pp", 2},
+                         {"dp", 1},
+                         {"global_batch", 8},
+                         {"micro_batch_size", 1},
+                         {"seq_len", 2048},
+                         {"schedule", "1f1b"},
+                         {"recompute", "selective"},
+                         {"published", second_s}}}}};
+  return c.dump();
+}
+
+TEST(CliTest, CalibrateFitsAStackAndSimulateUsesIt) {
+  TempDir dir("calibrate-fit");
+  const std::string cases = dir.path() + "/cases.json";
+  { std::ofstream(cases) << calibration_cases(1.0, 1.0); }
+  RunResult r = run_motley("calibrate --cases " + cases + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json before = nlohmann::json::parse(r.out);
+  ASSERT_EQ(before["cases"].size(), 2u);
+  const double first = before["cases"][0]["predicted_s"].get<double>();
+  const double second = before["cases"][1]["predicted_s"].get<double>();
+  ASSERT_GT(first, 0);
+  ASSERT_GT(second, 0);
+  // Measured 30 % slower than predicted: the fit must slow the stack down to meet them.
+  { std::ofstream(cases) << calibration_cases(1.3 * first, 1.3 * second); }
+  const std::string out = dir.path() + "/cal.json";
+  r = run_motley("calibrate --cases " + cases +
+                 " --fit gemm_efficiency,memory_efficiency --json --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json fitted = nlohmann::json::parse(r.out);
+  EXPECT_NEAR(fitted["start_mean_abs_error_pct"].get<double>(), 100 * (1 - 1 / 1.3), 0.01);
+  EXPECT_LT(fitted["mean_abs_error_pct"].get<double>(), 5.0);
+  nlohmann::json file = nlohmann::json::parse(read_file(out));
+  EXPECT_EQ(file["format"], "motley.calibration/1");
+  EXPECT_EQ(file["base"], "megatron-core");
+  EXPECT_EQ(file["fitted"].size(), 2u);
+
+  const std::string layout =
+      " --model llama-3-8b --cluster h100x8 --schedule 1f1b --stages 1 --tensor-parallel 8"
+      " --micro-batches 4 --seq-len 2048 --recompute full --json";
+  RunResult base = run_motley("simulate" + layout);
+  RunResult calibrated = run_motley("simulate" + layout + " --calibration " + out);
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  ASSERT_EQ(calibrated.exit_code, 0) << calibrated.err;
+  const double t0 = nlohmann::json::parse(base.out)["iteration_time_s"].get<double>();
+  const double t1 = nlohmann::json::parse(calibrated.out)["iteration_time_s"].get<double>();
+  EXPECT_GT(t1, 1.15 * t0);
+}
+
+TEST(CliTest, CalibrateRefusesBadCasesAndStacks) {
+  TempDir dir("calibrate-bad");
+  const std::string cases = dir.path() + "/cases.json";
+  {
+    nlohmann::json c = nlohmann::json::parse(calibration_cases(1.0, 1.0));
+    c["cases"][1]["pipeline"] = 2;
+    std::ofstream(cases) << c.dump();
+  }
+  expect_bad_input("calibrate --cases " + cases, {cases, "cases[1].pipeline", "unknown field"});
+  { std::ofstream(cases) << calibration_cases(1.0, 1.0); }
+  expect_bad_input("calibrate --cases " + cases + " --stack megatron-1999",
+                   {"--stack", "megatron-1999", "megatron-lm-2022"});
+  expect_bad_input("calibrate --cases " + cases + " --fit warp_speed", {"warp_speed"});
+  const std::string bad = dir.path() + "/cal.json";
+  {
+    std::ofstream(bad) << R"({"format": "motley.calibration/1", "base": "megatron-core",)"
+                       << R"( "stack": {"memory_efficiency": 7}})";
+  }
+  expect_bad_input("simulate --schedule 1f1b --calibration " + bad,
+                   {bad, "stack.memory_efficiency", "from 0.2 to 1"});
+}
+
 }  // namespace

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "commands.h"
-#include "profile_commands.h"
 #include "motley/core/json.h"
 #include "motley/core/output_files.h"
 #include "motley/model/limits.h"
@@ -23,6 +22,7 @@
 #include "motley/report/units_format.h"
 #include "option_checks.h"
 #include "output_options.h"
+#include "profile_commands.h"
 
 namespace motley::cli {
 namespace {
