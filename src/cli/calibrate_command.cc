@@ -71,7 +71,6 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
                                        "partition",
                                        "zero1",
                                        "sequence_parallel",
-                                       "stack",
                                        "metric",
                                        "published",
                                        "note",
@@ -155,9 +154,6 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
   MOTLEY_ASSIGN_OR_RETURN(
       u.sequence_parallel,
       c.get_bool_or("sequence_parallel", *recompute == RecomputePolicy::kSelective && tp > 1));
-  if (c.has("stack")) {
-    MOTLEY_ASSIGN_OR_RETURN(out.cluster.software_stack, c.get_string("stack"));
-  }
   AnalyticCostOptions cost_options;
   cost_options.workload = Workload{seq_len, mbs, out.model.dtype, out.model.dropout};
   MOTLEY_ASSIGN_OR_RETURN(
@@ -191,8 +187,7 @@ Result<std::vector<Case>> load_cases(const std::string& path) {
   return out;
 }
 
-// The predicted iteration time of every case under `stack` (a case naming its own stack keeps
-// its software choices; only the fitted numbers are shared).
+// The predicted iteration time of every case under `stack`.
 Result<std::vector<double>> predict(const std::vector<Case>& cases, const SoftwareStack& stack) {
   std::vector<double> out;
   Simulator simulator;
