@@ -17,6 +17,8 @@
 #include <limits>
 #include <set>
 
+#include "motley/core/utf8.h"
+
 namespace motley {
 namespace {
 
@@ -338,6 +340,9 @@ Result<Json> YamlToJson::convert(const YAML::Node& node, const YamlPath& path) {
     case YAML::NodeType::Undefined:
       return Json(nullptr);
     case YAML::NodeType::Scalar:
+      if (!is_valid_utf8(node.Scalar())) {
+        return error_at(node, path, "not UTF-8 text; a YAML file must be UTF-8");
+      }
       return yaml_scalar_to_json(node);
     case YAML::NodeType::Sequence:
       return sequence(node, path);
@@ -369,6 +374,10 @@ Result<Json> YamlToJson::mapping(const YAML::Node& node, const YamlPath& path) {
                       "a mapping key must be a plain string, not a sequence, mapping or null");
     }
     const std::string& key = kv.first.Scalar();
+    if (!is_valid_utf8(key)) {
+      return error_at(kv.first, path,
+                      "a mapping key that is not UTF-8 text; a YAML file must be UTF-8");
+    }
     const YamlPath child{&path, &key, 0};
     if (obj.contains(key)) {
       return error_at(kv.first, child, "duplicate key; a key may appear only once in a mapping");
@@ -532,9 +541,12 @@ std::string describe_json_value(const Json& value) {
   if (value.is_number_float() && std::isinf(value.get<double>())) {
     return value.get<double>() > 0 ? "Infinity" : "-Infinity";
   }
-  std::string s = value.dump();
-  if (s.size() > 40) s = fmt::format("{}...", s.substr(0, 37));
-  return s;
+  // A document read from YAML may hold text that is not UTF-8, which dump() would refuse.
+  std::string s = value.dump(-1, ' ', false, Json::error_handler_t::replace);
+  if (s.size() <= 40) return s;
+  size_t cut = 37;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xc0u) == 0x80u) --cut;  // whole chars
+  return fmt::format("{}...", s.substr(0, cut));
 }
 
 JsonField::JsonField(const Json& value, std::string source, std::string path)

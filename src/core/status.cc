@@ -2,9 +2,10 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+
+#include "motley/core/utf8.h"
 
 namespace motley {
 
@@ -18,29 +19,24 @@ void check_failed(const char* condition, const char* file, int line, const std::
 
 namespace {
 
-bool is_control(char c) {
-  const auto u = static_cast<unsigned char>(c);
-  return u < 0x20 || u == 0x7f;
-}
-
 std::string one_line(std::string message) {
-  if (std::none_of(message.begin(), message.end(), is_control)) return message;
   std::string out;
-  out.reserve(message.size() + 8);
-  for (char c : message) {
-    switch (c) {
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        out += is_control(c) ? fmt::format("\\x{:02x}", static_cast<unsigned char>(c))
-                             : std::string(1, c);
+  for (size_t i = 0; i < message.size();) {
+    const size_t n = printable_char_length(std::string_view(message).substr(i));
+    if (n > 0) {
+      out.append(message, i, n);
+      i += n;
+      continue;
+    }
+    const char c = message[i++];
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else {
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
     }
   }
   return out;

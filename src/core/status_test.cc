@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "motley/core/utf8.h"
+
 namespace motley {
 namespace {
 
@@ -47,6 +49,47 @@ TEST(StatusTest, MessagesStayOnOneLine) {
   Status s = invalid_argument("field 'a\nb': bad\r\t\x1b[31m").with_context("f\n.yaml");
   EXPECT_EQ(s.message(), "f\\n.yaml: field 'a\\nb': bad\\r\\t\\x1b[31m");
   EXPECT_EQ(Status(StatusCode::kInternal, "caf\xc3\xa9").message(), "caf\xc3\xa9");
+}
+
+TEST(StatusTest, BytesThatAreNotUtf8AreEscapedAndUtf8IsKept) {
+  // Valid UTF-8 of two, three and four bytes stays as it is.
+  EXPECT_EQ(invalid_argument("\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80").message(),
+            "\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+  // A lone continuation byte, a truncated sequence, bytes no sequence starts with.
+  EXPECT_EQ(invalid_argument("a\x80"
+                             "b")
+                .message(),
+            "a\\x80b");
+  EXPECT_EQ(invalid_argument("a\xe2\x82").message(), "a\\xe2\\x82");
+  EXPECT_EQ(invalid_argument("\xff\xfe").message(), "\\xff\\xfe");
+  // An overlong '/', a UTF-16 surrogate, a code point past U+10FFFF.
+  EXPECT_EQ(invalid_argument("\xc0\xaf").message(), "\\xc0\\xaf");
+  EXPECT_EQ(invalid_argument("\xed\xa0\x80").message(), "\\xed\\xa0\\x80");
+  EXPECT_EQ(invalid_argument("\xf4\x90\x80\x80").message(), "\\xf4\\x90\\x80\\x80");
+  // C1 controls (U+0080 to U+009F: U+009B is a terminal's CSI) are escaped byte by byte;
+  // U+00A0 is the first printable character after them.
+  EXPECT_EQ(invalid_argument("\xc2\x9b"
+                             "31m")
+                .message(),
+            "\\xc2\\x9b31m");
+  EXPECT_EQ(invalid_argument("\xc2\xa0").message(), "\xc2\xa0");
+}
+
+TEST(Utf8Test, PrintableCharLengthIsTheLengthOfOneCharacter) {
+  EXPECT_EQ(printable_char_length("ab"), 1u);
+  EXPECT_EQ(printable_char_length("\x7f"), 0u);
+  EXPECT_EQ(printable_char_length("\xc3\xa9x"), 2u);
+  EXPECT_EQ(printable_char_length("\xe2\x82\xac"), 3u);
+  EXPECT_EQ(printable_char_length("\xf0\x9f\x98\x80"), 4u);
+  EXPECT_EQ(printable_char_length("\xe0\x80\x80"), 0u);  // overlong NUL
+  EXPECT_EQ(printable_char_length(std::string_view("\xc3", 1)), 0u);
+  EXPECT_EQ(printable_char_length("\n"), 0u);
+  EXPECT_EQ(utf8_sequence_length("\n"), 1u);
+  EXPECT_EQ(utf8_sequence_length("\xc2\x85"), 2u);  // U+0085: valid, but a control
+  EXPECT_EQ(printable_char_length("\xc2\x85"), 0u);
+  EXPECT_TRUE(is_valid_utf8("caf\xc3\xa9\n"));
+  EXPECT_FALSE(is_valid_utf8("caf\xc3"));
+  EXPECT_TRUE(is_valid_utf8(""));
 }
 
 TEST(ResultTest, PropagatesValuesAndErrors) {

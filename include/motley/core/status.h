@@ -24,8 +24,9 @@ enum class StatusCode {
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  // The message stays on one line: control characters that user input brings into it (a key
-  // or a file name with a newline, a terminal escape) are written as escapes such as \n.
+  // The message stays on one line and prints safely: what user input brings into it that is
+  // not a printable character (a newline or a terminal escape in a key or a file name, bytes
+  // of a binary file that are not UTF-8) is written as an escape such as \n or \xff.
   Status(StatusCode code, std::string message);
 
   static Status ok() { return Status(); }
