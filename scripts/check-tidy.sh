@@ -25,7 +25,9 @@ tab=$'\t'
 trap 'rm -rf "$out"' EXIT
 
 # One line per source: target, file, the compiler's flags without the compiler, -o and -c.
-# Each entry's "command" line comes before its "file" line.
+# Each entry's "command" line comes before its "file" line. A unity build's entry names the
+# generated unity_N_cxx.cxx, whose #include lines name the sources it compiles: those are
+# listed instead, so that unity targets are checked as thoroughly as the others.
 awk -F'"' -v root="$root" '
   $2 == "command" {
     cmd = $0; sub(/^ *"command": "/, "", cmd); sub(/",? *$/, "", cmd)
@@ -37,8 +39,16 @@ awk -F'"' -v root="$root" '
       flags = flags " " w[i]
     }
   }
+  $2 == "file" && $4 ~ /\/Unity\/unity_[0-9]+_cxx\.cxx$/ {
+    unity = $4
+    while ((getline line < unity) > 0) {
+      if (split(line, part, "\"") >= 2 && line ~ /^#include "/) print target "\t" part[2] "\t" flags
+    }
+    close(unity)
+    next
+  }
   $2 == "file" { print target "\t" $4 "\t" flags }' "$db" |
-  grep -E "^[^$tab]+$tab$root/(src|bench)/" |
+  grep -E "^[^$tab]+$tab$root/(src|bench|fuzz)/" |
   grep -vE "_test\.cc$tab|/(test_plans|test_util|report_fixture)\.cc$tab" |
   grep -vE "^(motley_exec|motley_exec_testing|motley_exec_test_plans|motley-run|motley_profile|motley-profile|[a-z_]+_test)$tab" |
   sort -u >"$out/sources"
@@ -57,7 +67,7 @@ export tidy root out
 xargs -P "$(nproc)" -I{} sh -c '
   # shellcheck disable=SC2046
   "$tidy" --quiet --config-file="$root/.clang-tidy" \
-    --header-filter="^$root/(include/motley|src|bench)/" "$out/{}.cc" \
+    --header-filter="^$root/(include/motley|src|bench|fuzz)/" "$out/{}.cc" \
     -- $(cat "$out/{}.flags") >"$out/{}.log" 2>&1 || mv "$out/{}.log" "$out/{}.bad"
 ' <"$out/targets" || true
 bad=("$out"/*.bad)
