@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   mapfile -t files < <(git ls-files --cached --others --exclude-standard -- '*.h' '*.cc')
 else
-  mapfile -t files < <(find include src tests bench -name '*.h' -o -name '*.cc' 2>/dev/null)
+  mapfile -t files < <(find include src tests bench fuzz -name '*.h' -o -name '*.cc' 2>/dev/null)
 fi
 bad=()
 for f in "${files[@]}"; do

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake git clang-format clang-tidy
+  build-essential cmake git clang-format clang-tidy clang libclang-rt-14-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libtorch-dev libgloo-dev libopenblas0-pthread

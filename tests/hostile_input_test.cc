@@ -133,6 +133,9 @@ TEST(HostileInputCommands, EstimateRefusesRepeatsPastTheLayerLimit) {
 }
 
 TEST(HostileInputCommands, RunRefusesASequenceLengthBeforeTheExecutorStarts) {
+  if (!std::filesystem::exists(std::filesystem::path(MOTLEY_BINARY).parent_path() / "motley-run")) {
+    GTEST_SKIP() << "built without the executor (MOTLEY_WITH_TORCH=OFF)";
+  }
   expect_refused("run --plan " + kCorpus + "/plan-seq-len-1e9.json", "plan-seq-len-1e9.json",
                  "seq_len");
 }

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "action_interpreter.h"
+#include "error_text.h"
 #include "gradient_buckets.h"
 #include "motley/exec/rank_layout.h"
 #include "motley/plan/lower.h"
@@ -25,12 +26,6 @@
 
 namespace motley {
 namespace {
-
-std::string first_line(const char* what) {
-  std::string text = what;
-  const size_t end = text.find('\n');
-  return end == std::string::npos ? text : text.substr(0, end);
-}
 
 // What the plan's indices are checked against: the model's layers, and the devices its groups
 // name (the executor has no cluster, only one rank per device listed).
@@ -272,7 +267,7 @@ Result<std::unique_ptr<RankExecutor>> RankExecutor::create(const ExecOptions& op
     MOTLEY_RETURN_IF_ERROR(impl->build());
   } catch (const std::exception& e) {
     return internal_error(fmt::format("rank {}: building the stages failed: {}", transport.rank(),
-                                      first_line(e.what())));
+                                      internal::first_line(e.what())));
   }
   return std::unique_ptr<RankExecutor>(new RankExecutor(std::move(impl)));
 }
@@ -288,7 +283,7 @@ Result<StepResult> RankExecutor::step() {
   try {
     status = m.run_step(&result);
   } catch (const std::exception& e) {
-    status = internal_error(first_line(e.what()));
+    status = internal_error(internal::first_line(e.what()));
   }
   if (!status.is_ok()) {
     m.failed = status.with_context(context);
@@ -303,7 +298,8 @@ Status RankExecutor::save_checkpoint(const std::string& dir) {
   try {
     return impl_->save_checkpoint(dir);
   } catch (const std::exception& e) {
-    return internal_error(fmt::format("saving checkpoint {}: {}", dir, first_line(e.what())));
+    return internal_error(
+        fmt::format("saving checkpoint {}: {}", dir, internal::first_line(e.what())));
   }
 }
 
@@ -311,7 +307,8 @@ Status RankExecutor::load_checkpoint(const std::string& dir) {
   try {
     return impl_->load_checkpoint(dir);
   } catch (const std::exception& e) {
-    return internal_error(fmt::format("loading checkpoint {}: {}", dir, first_line(e.what())));
+    return internal_error(
+        fmt::format("loading checkpoint {}: {}", dir, internal::first_line(e.what())));
   }
 }
 

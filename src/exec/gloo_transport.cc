@@ -14,6 +14,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "error_text.h"
+
 namespace motley {
 namespace {
 
@@ -21,21 +23,8 @@ std::chrono::milliseconds to_ms(Seconds s) {
   return std::chrono::milliseconds(static_cast<int64_t>(s.value() * 1000.0 + 0.5));
 }
 
-std::string format_seconds(Seconds s) {
-  std::ostringstream os;
-  os << s.value() << " s";
-  return os.str();
-}
-
 std::string ranks_key(const std::vector<int>& ranks) {
   return fmt::format("{}", fmt::join(ranks, ","));
-}
-
-// c10d errors carry a backtrace after the first line; the first line is the reason.
-std::string first_line(const char* what) {
-  std::string text = what;
-  const size_t end = text.find('\n');
-  return end == std::string::npos ? text : text.substr(0, end);
 }
 
 class GlooRequest final : public TransportRequest {
@@ -54,8 +43,9 @@ class GlooRequest final : public TransportRequest {
       } catch (const std::exception&) {
         // Already failed; the first error is the one to report.
       }
-      status_ = io_error(fmt::format("{} failed or timed out (limit {}): {}", description_,
-                                     format_seconds(timeout_), first_line(e.what())));
+      status_ =
+          io_error(fmt::format("{} failed or timed out (limit {}): {}", description_,
+                               internal::format_seconds(timeout_), internal::first_line(e.what())));
     }
     return status_;
   }
@@ -123,7 +113,7 @@ class GlooTransport final : public Transport {
       return std::unique_ptr<TransportRequest>(
           new GlooRequest(std::move(work), options_.transport.timeout, description));
     } catch (const std::exception& e) {
-      return io_error(fmt::format("{}: {}", description, first_line(e.what())));
+      return io_error(fmt::format("{}: {}", description, internal::first_line(e.what())));
     }
   }
 
@@ -138,7 +128,7 @@ class GlooTransport final : public Transport {
       return std::unique_ptr<TransportRequest>(
           new GlooRequest(std::move(work), options_.transport.timeout, description));
     } catch (const std::exception& e) {
-      return io_error(fmt::format("{}: {}", description, first_line(e.what())));
+      return io_error(fmt::format("{}: {}", description, internal::first_line(e.what())));
     }
   }
 
@@ -175,7 +165,7 @@ class GlooTransport final : public Transport {
           tensors, buffer[0],
           std::make_unique<GlooRequest>(std::move(work), options_.transport.timeout, description)));
     } catch (const std::exception& e) {
-      return io_error(fmt::format("{} failed: {}", description, first_line(e.what())));
+      return io_error(fmt::format("{} failed: {}", description, internal::first_line(e.what())));
     }
   }
 
@@ -188,7 +178,7 @@ class GlooTransport final : public Transport {
         MOTLEY_RETURN_IF_ERROR(subgroup(ranks).status());
       } catch (const std::exception& e) {
         return io_error(fmt::format("rank {}: setting up collectives over ranks {{{}}}: {}", rank(),
-                                    ranks_key(ranks), first_line(e.what())));
+                                    ranks_key(ranks), internal::first_line(e.what())));
       }
     }
     return Status::ok();
@@ -200,8 +190,8 @@ class GlooTransport final : public Transport {
       return Status::ok();
     } catch (const std::exception& e) {
       return io_error(fmt::format("rank {}: barrier failed or timed out (limit {}): {}", rank(),
-                                  format_seconds(options_.transport.timeout),
-                                  first_line(e.what())));
+                                  internal::format_seconds(options_.transport.timeout),
+                                  internal::first_line(e.what())));
     }
   }
 
@@ -309,7 +299,7 @@ Result<std::unique_ptr<Transport>> connect_gloo(const GlooOptions& options) {
   } catch (const std::exception& e) {
     return io_error(fmt::format("gloo: rank {} could not join the world of {} at {}:{}: {}",
                                 options.rank, options.world_size, options.master_addr,
-                                options.master_port, first_line(e.what())));
+                                options.master_port, internal::first_line(e.what())));
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <exception>
 
+#include "error_text.h"
 #include "motley/core/enum_names.h"
 
 namespace motley {
@@ -16,12 +17,6 @@ struct Probe {
   bool available = false;
   std::string why;
 };
-
-std::string first_line(const char* what) {
-  std::string text = what;
-  const size_t end = text.find('\n');
-  return end == std::string::npos ? text : text.substr(0, end);
-}
 
 }  // namespace
 
@@ -53,7 +48,7 @@ bool cpu_bf16_autocast_available(std::string* why) {
         p.available = true;
       }
     } catch (const std::exception& e) {
-      p.why = fmt::format("CPU autocast to bf16 failed: {}", first_line(e.what()));
+      p.why = fmt::format("CPU autocast to bf16 failed: {}", internal::first_line(e.what()));
     }
     return p;
   }();

@@ -25,27 +25,20 @@ std::string manifest_file(const std::string& dir) {
 // The step the manifest of `dir` records, once it is known to be a checkpoint of `model`.
 Result<int64_t> read_manifest(const std::string& dir, const ModelSpec& model) {
   const std::string path = manifest_file(dir);
-  MOTLEY_ASSIGN_OR_RETURN(Json manifest, read_json_file(path));
-  JsonField root(manifest, path);
-  MOTLEY_ASSIGN_OR_RETURN(std::string format, root.get_string("format"));
-  if (format != kCheckpointFormat) {
-    return root.child_error("format", fmt::format("expected \"{}\"", kCheckpointFormat));
-  }
-  MOTLEY_ASSIGN_OR_RETURN(int64_t step, root.get_nonnegative_int("step"));
-  MOTLEY_ASSIGN_OR_RETURN(JsonField model_field, root.get("model"));
-  MOTLEY_ASSIGN_OR_RETURN(std::string hash, model_field.get_string("hash"));
+  MOTLEY_ASSIGN_OR_RETURN(Json json, read_json_file(path));
+  MOTLEY_ASSIGN_OR_RETURN(CheckpointManifest manifest, checkpoint_manifest_from_json(json, path));
   const SpecRef ref = model_ref(model);
-  if (hash != ref.hash) {
-    return model_field.child_error(
-        "hash",
-        fmt::format("the checkpoint is of another model than '{}' (hash {})", ref.name, ref.hash));
+  if (manifest.model_hash != ref.hash) {
+    return invalid_argument(fmt::format(
+        "{}: field 'model.hash': the checkpoint is of another model than '{}' (hash {})", path,
+        ref.name, ref.hash));
   }
-  MOTLEY_ASSIGN_OR_RETURN(int64_t layers, root.get_nonnegative_int("layers"));
-  if (layers != static_cast<int64_t>(model.layers.size())) {
-    return root.child_error("layers", fmt::format("model '{}' has {} layers, the manifest says {}",
-                                                  ref.name, model.layers.size(), layers));
+  if (manifest.layers != static_cast<int64_t>(model.layers.size())) {
+    return invalid_argument(
+        fmt::format("{}: field 'layers': model '{}' has {} layers, the manifest says {}", path,
+                    ref.name, model.layers.size(), manifest.layers));
   }
-  return step;
+  return manifest.step;
 }
 
 const char* dtype_text(at::ScalarType type) {
@@ -173,10 +166,8 @@ Status RankCheckpoint::save(const std::string& dir, int64_t step, const StateOf&
     // Between the barriers rank 0 alone writes: any other temporary is a killed save's.
     MOTLEY_RETURN_IF_ERROR(remove_stale_checkpoint_temporaries(dir));
     const SpecRef ref = model_ref(model_);
-    Json manifest = {{"format", kCheckpointFormat},
-                     {"step", step},
-                     {"model", {{"name", ref.name}, {"hash", ref.hash}}},
-                     {"layers", model_.layers.size()}};
+    const Json manifest = checkpoint_manifest_to_json(
+        CheckpointManifest{step, ref.name, ref.hash, static_cast<int64_t>(model_.layers.size())});
     OutputFiles files;
     files.add(manifest_file(dir), manifest.dump(2) + "\n");
     MOTLEY_RETURN_IF_ERROR(files.commit());

@@ -17,6 +17,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "error_text.h"
+
 namespace motley {
 namespace {
 
@@ -32,15 +34,15 @@ std::string describe(const at::Tensor& t) {
   return os.str();
 }
 
-std::string format_seconds(Seconds s) {
-  std::ostringstream os;
-  os << s.value() << " s";
-  return os.str();
-}
-
 std::string format_ranks(const std::vector<int>& ranks) {
   return fmt::format("{{{}}}", fmt::join(ranks, ", "));
 }
+
+}  // namespace
+
+// The in-process network's shared state is made of these; not in the anonymous namespace,
+// because InProcessNetwork::State (declared in the public header) holds them.
+namespace internal {
 
 // One posted send or receive, shared between its request and the mailbox slot.
 struct PendingOp {
@@ -63,7 +65,11 @@ struct CollectiveCall {
   Status status;
 };
 
-}  // namespace
+}  // namespace internal
+
+using internal::CollectiveCall;
+using internal::MessageSlot;
+using internal::PendingOp;
 
 struct InProcessNetwork::State {
   State(int n, TransportOptions o) : world_size(n), options(o), calls_made(n) {}
@@ -123,9 +129,9 @@ class InProcessRequest final : public TransportRequest {
     }
     op_->done = true;
     const auto [src, dst, tag] = key_;
-    const std::string why =
-        woken ? "stopped"
-              : fmt::format("timed out after {}", format_seconds(state_->options.timeout));
+    const std::string why = woken ? "stopped"
+                                  : fmt::format("timed out after {}",
+                                                internal::format_seconds(state_->options.timeout));
     const std::string transfer = is_send_ ? fmt::format("send {} to rank {}", what_, dst)
                                           : fmt::format("receive {} from rank {}", what_, src);
     const std::string waiting =
@@ -173,7 +179,7 @@ class CollectiveRequest final : public TransportRequest {
       call.status = io_error(
           woken ? fmt::format("rank {}: stopped {}: {}", rank_, where, state_->shutdown.message())
                 : fmt::format("rank {}: timed out after {} {}", rank_,
-                              format_seconds(state_->options.timeout), where));
+                              internal::format_seconds(state_->options.timeout), where));
       state_->cv.notify_all();
     }
     status_ = call.status;

@@ -12,30 +12,23 @@
 #include <vector>
 
 #include "motley/core/status.h"
+#include "motley/exec/checkpoint_format.h"
 #include "motley/exec/stage_module.h"
 
 namespace motley {
-
-inline constexpr const char* kCheckpointFormat = "motley.checkpoint/1";
 
 struct TensorFile {
   int64_t step = 0;
   std::vector<NamedTensor> tensors;  // in the order written
 };
 
-// Layout (little-endian): "MOTLEYT1", u32 format version (1), i64 step, u32 count, then per
-// tensor: u32 name length, name bytes, u8 dtype (0 float32, 1 int64), u32 rank, i64 sizes,
-// u64 byte count, raw contiguous data; last, u64 FNV-1a of every byte before it.
-// REQUIRES: CPU tensors of float32 or int64.
+// The layout is encode_tensor_file's (checkpoint_format.h). REQUIRES: CPU tensors of float32
+// or int64.
 Status write_tensor_file(const std::string& path, const TensorFile& file);
 // Errors: not_found (no such file), invalid_argument naming the path for a file that is not a
 // tensor file, is truncated, or whose checksum does not match, and naming the tensor for a
 // record whose shape is not its byte count (checked before anything is allocated).
 Result<TensorFile> read_tensor_file(const std::string& path);
-
-// The files of a checkpoint directory: the manifest and one tensor file per model layer.
-inline constexpr std::string_view kCheckpointManifest = "manifest.json";
-std::string checkpoint_layer_file(int layer);  // "layer-3.bin"
 
 // Removes from checkpoint directory `dir` the temporaries a killed save left beside the
 // manifest and the layer files (named as core/output_files.h names them), and nothing else: a
