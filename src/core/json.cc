@@ -650,7 +650,18 @@ Result<std::string> JsonField::as_string() const {
   if (!value_->is_string()) {
     return error(fmt::format("expected a string, got {}", describe_json_value(*value_)));
   }
-  return value_->get<std::string>();
+  // Every string motley reads is a name, a kind or a label that ends up in a table or a
+  // file name, where a newline or a terminal escape would do harm.
+  const std::string& text = value_->get_ref<const std::string&>();
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = printable_char_length(std::string_view(text).substr(i));
+    if (n == 0) {
+      return error(fmt::format("expected printable text (no control characters), got {}",
+                               describe_json_value(*value_)));
+    }
+    i += n;
+  }
+  return text;
 }
 
 Result<bool> JsonField::as_bool() const {

@@ -162,6 +162,33 @@ TEST(ParseYamlTest, DuplicateAndNonScalarKeysAreRejected) {
       << k.status().message();
 }
 
+TEST(ParseYamlTest, TextThatIsNotUtf8IsRejected) {
+  auto value = parse_yaml("name: \"a\"\nnode: box\xff\n", "c.yaml");
+  ASSERT_FALSE(value.is_ok());
+  EXPECT_EQ(value.status().message(),
+            "c.yaml: field 'node' (line 2): not UTF-8 text; a YAML file must be UTF-8");
+  auto key = parse_yaml("a:\n  \xc0\xaf: 1\n", "c.yaml");
+  ASSERT_FALSE(key.is_ok());
+  EXPECT_EQ(key.status().message(),
+            "c.yaml: field 'a' (line 2): a mapping key that is not UTF-8 text; a YAML file must be "
+            "UTF-8");
+  EXPECT_TRUE(parse_yaml("name: caf\xc3\xa9\n", "c.yaml").is_ok());
+}
+
+TEST(JsonFieldStringsTest, StringsWithControlCharactersAreRejected) {
+  const Json j = {{"plain", "caf\xc3\xa9 42"},
+                  {"escape", "lab\x1b[31m"},
+                  {"c1", "x\xc2\x9b"},
+                  {"newline", "a\nb"}};
+  JsonField root(j, "c.yaml");
+  EXPECT_EQ(root.get_string("plain").value(), "caf\xc3\xa9 42");
+  EXPECT_EQ(root.get_string("escape").status().message(),
+            "c.yaml: field 'escape': expected printable text (no control characters), got "
+            "\"lab\\u001b[31m\"");
+  EXPECT_FALSE(root.get_string("c1").is_ok());
+  EXPECT_FALSE(root.get_string("newline").is_ok());
+}
+
 TEST(ParseYamlTest, NonFiniteNumbersAreNamed) {
   Json j = parse_yaml("a: .nan\nb: -.inf\n", "c.yaml").value();
   JsonField root(j, "c.yaml");
