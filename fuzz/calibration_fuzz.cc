@@ -1,5 +1,5 @@
 // A calibration file (motley.calibration/1, what `calibrate --fit --out` writes and
-// `--calibration` reads). An accepted file writes JSON that reads back to the same.
+// `--calibration` reads). An accepted file writes JSON that reads back the same.
 #include "fuzz_support.h"
 #include "fuzz_targets.h"
 #include "motley/cost/software_stack.h"
@@ -7,20 +7,12 @@
 namespace motley::fuzz {
 
 int calibration_target(const uint8_t* data, size_t size) {
-  Result<Json> json = parse_json(text(data, size), kSource);
-  if (!json) {
-    check_refusal(json.status());
-    return 0;
-  }
-  Result<Calibration> calibration = calibration_from_json(*json, kSource);
-  if (!calibration) {
-    check_refusal(calibration.status());
-    return 0;
-  }
-  const Json written = calibration_to_json(*calibration);
-  Result<Calibration> again = calibration_from_json(written, kSource);
-  if (!again) fail("a written calibration must read back", again.status().message());
-  check_same(written, calibration_to_json(*again), "a written calibration must read back the same");
+  const auto read = [](const Json& j) { return calibration_from_json(j, kSource); };
+  const std::optional<Json> document = parse_input(data, size, Syntax::kJson);
+  if (!document) return 0;
+  const std::optional<Calibration> calibration = read_input(*document, read);
+  if (calibration)
+    check_reads_back(*calibration, calibration_to_json, read, "a written calibration");
   return 0;
 }
 

@@ -7,21 +7,13 @@
 namespace motley::fuzz {
 
 int checkpoint_manifest_target(const uint8_t* data, size_t size) {
-  Result<Json> json = parse_json(text(data, size), kSource);
-  if (!json) {
-    check_refusal(json.status());
-    return 0;
+  const auto read = [](const Json& j) { return checkpoint_manifest_from_json(j, kSource); };
+  const std::optional<Json> document = parse_input(data, size, Syntax::kJson);
+  if (!document) return 0;
+  const std::optional<CheckpointManifest> manifest = read_input(*document, read);
+  if (manifest) {
+    check_reads_back(*manifest, checkpoint_manifest_to_json, read, "a written manifest");
   }
-  Result<CheckpointManifest> manifest = checkpoint_manifest_from_json(*json, kSource);
-  if (!manifest) {
-    check_refusal(manifest.status());
-    return 0;
-  }
-  const Json written = checkpoint_manifest_to_json(*manifest);
-  Result<CheckpointManifest> again = checkpoint_manifest_from_json(written, kSource);
-  if (!again) fail("a written manifest must read back", again.status().message());
-  check_same(written, checkpoint_manifest_to_json(*again),
-             "a written manifest must read back the same");
   return 0;
 }
 

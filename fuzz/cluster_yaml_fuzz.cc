@@ -9,24 +9,19 @@
 namespace motley::fuzz {
 
 int cluster_yaml_target(const uint8_t* data, size_t size) {
-  Result<Json> yaml = parse_yaml(text(data, size), kSource);
-  if (!yaml) {
-    check_refusal(yaml.status());
-    return 0;
-  }
-  Result<ClusterSpec> cluster = cluster_from_json(*yaml, kSource);
-  if (!cluster) {
-    check_refusal(cluster.status());
-    return 0;
-  }
+  const std::optional<Json> document = parse_input(data, size, Syntax::kYaml);
+  if (!document) return 0;
+  const std::optional<ClusterSpec> cluster =
+      read_input(*document, [](const Json& j) { return cluster_from_json(j, kSource); });
+  if (!cluster) return 0;
   (void)cluster_ref(*cluster);
-  const std::string written = cluster_to_yaml(*cluster);
-  Result<Json> reread = parse_yaml(written, kSource);
-  if (!reread) fail("a written cluster must parse as YAML", reread.status().message());
-  Result<ClusterSpec> again = cluster_from_json(*reread, kSource);
-  if (!again) fail("a written cluster must read back", again.status().message());
-  check_same(Json(written), Json(cluster_to_yaml(*again)),
-             "a written cluster must read back the same");
+  check_reads_back(
+      *cluster, cluster_to_yaml,
+      [](const std::string& yaml) -> Result<ClusterSpec> {
+        MOTLEY_ASSIGN_OR_RETURN(Json reread, reparse_yaml(yaml));
+        return cluster_from_json(reread, kSource);
+      },
+      "a written cluster");
   return 0;
 }
 

@@ -4,7 +4,6 @@
 #include <cstdlib>
 
 #include "motley/core/utf8.h"
-#include "motley/model/model_json.h"
 
 namespace motley::fuzz {
 
@@ -20,8 +19,9 @@ void check_refusal(const Status& status) {
   if (status.code() == StatusCode::kInternal || status.code() == StatusCode::kIoError) {
     fail("bad input must be refused as bad input, not as an internal or I/O error", message);
   }
-  if (message.rfind(kSource + ":", 0) != 0)
+  if (message.rfind(kSource + ":", 0) != 0) {
     fail("the message must start with the input's name", message);
+  }
   for (size_t i = 0; i < message.size();) {
     const size_t n = printable_char_length(std::string_view(message).substr(i));
     if (n == 0) fail("the message must print safely (no control byte, valid UTF-8)", message);
@@ -29,18 +29,16 @@ void check_refusal(const Status& status) {
   }
 }
 
-void check_same(const Json& first, const Json& second, std::string_view what) {
-  constexpr auto kReplace = Json::error_handler_t::replace;
-  if (first != second) {
-    fail(what, first.dump(-1, ' ', false, kReplace) + "\n" + second.dump(-1, ' ', false, kReplace));
+std::optional<Json> parse_input(const uint8_t* data, size_t size, Syntax syntax) {
+  Result<Json> document = syntax == Syntax::kJson ? parse_json(text(data, size), kSource)
+                                                  : parse_yaml(text(data, size), kSource);
+  if (!document) {
+    check_refusal(document.status());
+    return std::nullopt;
   }
+  return std::move(*document);
 }
 
-void check_model_round_trip(const ModelSpec& model) {
-  const Json written = model_to_json(model);
-  Result<ModelSpec> read = model_from_json(written, kSource);
-  if (!read) fail("a written model must read back", read.status().message());
-  check_same(written, model_to_json(*read), "a written model must read back the same");
-}
+Result<Json> reparse_yaml(const std::string& written) { return parse_yaml(written, kSource); }
 
 }  // namespace motley::fuzz

@@ -6,12 +6,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "motley/core/json.h"
 #include "motley/core/status.h"
-#include "motley/model/model.h"
 
 namespace motley::fuzz {
 
@@ -29,12 +30,35 @@ inline std::string_view text(const uint8_t* data, size_t size) {
 // with kSource and a colon and holds no control character and no byte outside valid UTF-8.
 void check_refusal(const Status& status);
 
-// Aborts, printing both, when `first` and `second` differ: what a writer produced from a value
-// and what it produced from that output read back.
-void check_same(const Json& first, const Json& second, std::string_view what);
+enum class Syntax { kJson, kYaml };
 
-// Aborts unless model_to_json(model) reads back (model_from_json) to a model that writes the
-// same JSON.
-void check_model_round_trip(const ModelSpec& model);
+// The document `data` holds, or nullopt when the parser refused it (the refusal checked).
+std::optional<Json> parse_input(const uint8_t* data, size_t size, Syntax syntax);
+
+// The value `read` makes of `document`, or nullopt when it refused (the refusal checked).
+// `read` returns a Result.
+template <class Read>
+auto read_input(const Json& document, Read read)
+    -> std::optional<std::decay_t<decltype(*read(document))>> {
+  auto value = read(document);
+  if (!value) {
+    check_refusal(value.status());
+    return std::nullopt;
+  }
+  return std::move(*value);
+}
+
+// Aborts unless what `write` makes of `value` reads back (`read`, which returns a Result) to a
+// value `write` makes the same of: motley reads every file it writes, and the same again.
+template <class T, class Write, class Read>
+void check_reads_back(const T& value, Write write, Read read, std::string_view what) {
+  const auto written = write(value);
+  auto again = read(written);
+  if (!again) fail(std::string(what) + " must read back", again.status().message());
+  if (write(*again) != written) fail(std::string(what) + " must read back the same", "");
+}
+
+// The YAML text motley writes, read back as a document (for check_reads_back's `read`).
+Result<Json> reparse_yaml(const std::string& written);
 
 }  // namespace motley::fuzz

@@ -7,23 +7,18 @@
 namespace motley::fuzz {
 
 int links_target(const uint8_t* data, size_t size) {
-  Result<Json> yaml = parse_yaml(text(data, size), kSource);
-  if (!yaml) {
-    check_refusal(yaml.status());
-    return 0;
-  }
-  Result<LinksFile> links = links_from_json(JsonField(*yaml, kSource));
-  if (!links) {
-    check_refusal(links.status());
-    return 0;
-  }
-  const std::string written = links_to_yaml(*links);
-  Result<Json> reread = parse_yaml(written, kSource);
-  if (!reread) fail("a written links file must parse as YAML", reread.status().message());
-  Result<LinksFile> again = links_from_json(JsonField(*reread, kSource));
-  if (!again) fail("a written links file must read back", again.status().message());
-  check_same(Json(written), Json(links_to_yaml(*again)),
-             "a written links file must read back the same");
+  const std::optional<Json> document = parse_input(data, size, Syntax::kYaml);
+  if (!document) return 0;
+  const std::optional<LinksFile> links =
+      read_input(*document, [](const Json& j) { return links_from_json(JsonField(j, kSource)); });
+  if (!links) return 0;
+  check_reads_back(
+      *links, links_to_yaml,
+      [](const std::string& yaml) -> Result<LinksFile> {
+        MOTLEY_ASSIGN_OR_RETURN(Json reread, reparse_yaml(yaml));
+        return links_from_json(JsonField(reread, kSource));
+      },
+      "a written links file");
   return 0;
 }
 

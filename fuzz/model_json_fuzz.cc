@@ -7,17 +7,11 @@
 namespace motley::fuzz {
 
 int model_json_target(const uint8_t* data, size_t size) {
-  Result<Json> json = parse_json(text(data, size), kSource);
-  if (!json) {
-    check_refusal(json.status());
-    return 0;
-  }
-  Result<ModelSpec> model = model_from_json(*json, kSource);
-  if (!model) {
-    check_refusal(model.status());
-    return 0;
-  }
-  check_model_round_trip(*model);
+  const auto read = [](const Json& j) { return model_from_json(j, kSource); };
+  const std::optional<Json> document = parse_input(data, size, Syntax::kJson);
+  if (!document) return 0;
+  const std::optional<ModelSpec> model = read_input(*document, read);
+  if (model) check_reads_back(*model, model_to_json, read, "a written model");
   return 0;
 }
 

@@ -18,23 +18,15 @@ Json write_plan_file(const PlanFile& file) {
 }  // namespace
 
 int plan_target(const uint8_t* data, size_t size) {
-  Result<Json> json = parse_json(text(data, size), kSource);
-  if (!json) {
-    check_refusal(json.status());
-    return 0;
-  }
-  Result<PlanFile> file = plan_file_from_json(*json, kSource);
-  if (!file) {
-    check_refusal(file.status());
-    return 0;
-  }
+  const auto read = [](const Json& j) { return plan_file_from_json(j, kSource); };
+  const std::optional<Json> document = parse_input(data, size, Syntax::kJson);
+  if (!document) return 0;
+  const std::optional<PlanFile> file = read_input(*document, read);
+  if (!file) return 0;
   if (file->model && file->cluster) {
     (void)validate_plan(file->plan, *file->model, *file->cluster, ValidateOptions{});
   }
-  const Json written = write_plan_file(*file);
-  Result<PlanFile> again = plan_file_from_json(written, kSource);
-  if (!again) fail("a written plan must read back", again.status().message());
-  check_same(written, write_plan_file(*again), "a written plan must read back the same");
+  check_reads_back(*file, write_plan_file, read, "a written plan");
   return 0;
 }
 

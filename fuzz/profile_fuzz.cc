@@ -7,22 +7,11 @@
 namespace motley::fuzz {
 
 int profile_target(const uint8_t* data, size_t size) {
-  Result<Json> json = parse_json(text(data, size), kSource);
-  if (!json) {
-    check_refusal(json.status());
-    return 0;
-  }
-  Result<ModelSpec> model = profile_from_json(*json, kSource);
-  if (!model) {
-    check_refusal(model.status());
-    return 0;
-  }
-  const Json written = profile_to_json(*model);
-  Result<ModelSpec> read = profile_from_json(written, kSource);
-  if (!read) {
-    fail("a written profile must read back", read.status().message());
-  }
-  check_same(written, profile_to_json(*read), "a written profile must read back the same");
+  const auto read = [](const Json& j) { return profile_from_json(j, kSource); };
+  const std::optional<Json> document = parse_input(data, size, Syntax::kJson);
+  if (!document) return 0;
+  const std::optional<ModelSpec> model = read_input(*document, read);
+  if (model) check_reads_back(*model, profile_to_json, read, "a written profile");
   return 0;
 }
 

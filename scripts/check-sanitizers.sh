@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The sanitizer check: builds the modules that read motley's input files (core, model, cluster,
-# cost, plan, the executor's tensor-free layout), their unit tests and the fuzz targets with
-# clang, AddressSanitizer and UndefinedBehaviorSanitizer (at -O0, which halves the build;
-# MOTLEY_SANITIZE_OPT=-O1 fuzzes several times faster for long runs),
-# runs those tests, replays every kept fuzz corpus, then fuzzes each input format for SECONDS
-# seconds from its corpus. With MOTLEY_SANITIZE_SCOPE=all it builds and tests everything that
-# does not need libtorch instead: every module but the executor and the profiler, the motley
-# binary and its whole-program tests (about three times the build). Any sanitizer report,
+# cost, plan, the executor's tensor-free layout) and the fuzz targets with clang,
+# AddressSanitizer and UndefinedBehaviorSanitizer (at -O0, which halves the build;
+# MOTLEY_SANITIZE_OPT=-O1 fuzzes several times faster for long runs), then runs each fuzz target
+# over its kept corpus and fuzzes it for SECONDS seconds more. With MOTLEY_SANITIZE_SCOPE=all it
+# also builds and runs, under the same sanitizers, everything else that does not need libtorch:
+# every module but the executor and the profiler, their unit tests, the motley binary and its
+# whole-program tests (about four times the build; too long for the test command). Any sanitizer report,
 # failed test or fuzz finding fails the check; a finding is left in BUILD_DIR/findings/<target>/
 # to be fixed and added to the corpus (fuzz/README.md).
 # Usage: scripts/check-sanitizers.sh BUILD_DIR [SECONDS]   (SECONDS per target, default 10)
@@ -18,21 +18,23 @@ jobs=$(nproc)
 command -v clang++ >/dev/null ||
   { echo "check-sanitizers: no clang++ (scripts/setup.sh installs clang)" >&2; exit 1; }
 
-inputs_only=ON
-[ "${MOTLEY_SANITIZE_SCOPE:-inputs}" = all ] && inputs_only=OFF
+inputs_only=ON tests=OFF
+[ "${MOTLEY_SANITIZE_SCOPE:-inputs}" = all ] && inputs_only=OFF tests=ON
 
 cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=None \
   -DCMAKE_CXX_FLAGS="${MOTLEY_SANITIZE_OPT:--O0} -gline-tables-only" -DMOTLEY_WITH_TORCH=OFF \
   -DMOTLEY_INPUTS_ONLY=$inputs_only -DMOTLEY_SANITIZE=ON \
-  -DMOTLEY_FUZZ=ON -DMOTLEY_BUILD_BENCH=OFF ${MOTLEY_SANITIZE_CMAKE_ARGS:-} >/dev/null
+  -DMOTLEY_BUILD_TESTS=$tests -DMOTLEY_FUZZ=ON -DMOTLEY_BUILD_BENCH=OFF ${MOTLEY_SANITIZE_CMAKE_ARGS:-} >/dev/null
 cmake --build "$build" -j"$jobs" 2>&1 | grep -vE '^\[ *[0-9]+%\]|^(Consolidate|Scanning|Built target)' || true
 cmake --build "$build" -j"$jobs" >/dev/null  # fails the check when the build failed
 
 # Leaks are bugs too; a report of either sanitizer ends the program with an error.
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-ctest --test-dir "$build" -j"$jobs" --output-on-failure
+if [ "$tests" = ON ]; then ctest --test-dir "$build" -j"$jobs" --output-on-failure; fi
 
+# Each fuzzer first runs every input of its corpus (the replay, under the sanitizers), then
+# mutates them.
 targets=$(cd "$build/fuzz" && ls -- *_fuzz | sed 's/_fuzz$//')
 mkdir -p "$build/findings"
 failed=()
