@@ -13,6 +13,7 @@
 
 namespace {
 
+using motley::test_support::directory_entries;
 using motley::test_support::read_file;
 using motley::test_support::RunResult;
 using motley::test_support::TempDir;
@@ -330,15 +331,6 @@ TEST(CliBadInputTest, ParseErrorsAreOneLineNamingTheHelp) {
 }
 
 // The names in `dir`, hidden ones included, sorted.
-std::vector<std::string> entries(const std::string& dir) {
-  std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    names.push_back(entry.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 // A path that cannot be written is refused before anything is computed, and nothing is left:
 // not the plan of a command whose SVG path is bad, nor a temporary.
 TEST(CliBadInputTest, OutputPathsAreCheckedBeforeAnyWork) {
@@ -364,7 +356,7 @@ TEST(CliBadInputTest, OutputPathsAreCheckedBeforeAnyWork) {
   expect_bad_input(
       "compare --model tiny-llama --max-plans 2 --quiet --out-dir " + dir + "/a-file/plans",
       {"--out-dir: " + dir + "/a-file/plans: '" + dir + "/a-file' is not a directory"});
-  EXPECT_EQ(entries(dir), std::vector<std::string>{"a-file"});
+  EXPECT_EQ(directory_entries(dir), std::vector<std::string>{"a-file"});
 }
 
 // compare --out-dir creates the directory and writes every feasible strategy's plan, and
@@ -384,7 +376,7 @@ TEST(CliTest, CompareWritesEveryPlanIntoANewDirectory) {
   }
   std::sort(expected.begin(), expected.end());
   ASSERT_FALSE(expected.empty());
-  EXPECT_EQ(entries(out), expected);
+  EXPECT_EQ(directory_entries(out), expected);
 }
 
 TEST(CliTest, SimulateJsonReportsTheDocumentedFields) {

@@ -23,6 +23,7 @@
 
 namespace {
 
+using motley::test_support::directory_entries;
 using motley::test_support::read_file;
 using motley::test_support::run_binary;
 using motley::test_support::RunOptions;
@@ -407,15 +408,6 @@ TEST(RunBadInputTest, ACorruptCheckpoint) {
 }
 
 // The names in `dir`, hidden ones included, sorted.
-std::vector<std::string> entries(const std::string& dir) {
-  std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    names.push_back(entry.path().filename().string());
-  }
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
 // An output path that cannot be written is refused before the first step: exit 2, one line,
 // no step printed, nothing written.
 TEST(RunBadInputTest, OutputPathsAreCheckedBeforeTraining) {
@@ -439,7 +431,7 @@ TEST(RunBadInputTest, OutputPathsAreCheckedBeforeTraining) {
                    "WORLD_SIZE=4 RANK=0");
   expect_bad_input("launch --nproc 4 -- " + run + "--trace " + dir + "/missing/t.json",
                    {"--trace: " + dir + "/missing/t.json: no such directory"});
-  EXPECT_EQ(entries(dir), std::vector<std::string>{"a-file"});
+  EXPECT_EQ(directory_entries(dir), std::vector<std::string>{"a-file"});
   std::filesystem::remove_all(dir);
 }
 
@@ -536,7 +528,7 @@ TEST(RunTest, AKilledSavesTemporariesAreRemovedAndTheCheckpointKept) {
   std::filesystem::remove_all(dir);
   RunResult saved = run_motley("run --plan " + kFourStage + " --steps 1 --checkpoint-dir " + dir);
   ASSERT_EQ(saved.exit_code, 0) << saved.err;
-  const std::vector<std::string> checkpoint = entries(dir);
+  const std::vector<std::string> checkpoint = directory_entries(dir);
   for (const char* name : {".layer-1.bin.tmp.Ab12Cd", ".manifest.json.tmp.Ab12Cd"}) {
     std::ofstream(dir + "/" + name) << "half written";
   }
@@ -547,7 +539,7 @@ TEST(RunTest, AKilledSavesTemporariesAreRemovedAndTheCheckpointKept) {
   std::vector<std::string> expected = checkpoint;
   expected.push_back("notes.txt");
   std::sort(expected.begin(), expected.end());
-  EXPECT_EQ(entries(dir), expected);
+  EXPECT_EQ(directory_entries(dir), expected);
   std::filesystem::remove_all(dir);
 }
 

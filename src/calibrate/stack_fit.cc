@@ -85,7 +85,6 @@ Result<StackFitResult> fit_stack(const SoftwareStack& start, const StackFitOptio
   }
   MOTLEY_ASSIGN_OR_RETURN(std::vector<double> r, evaluate(z));
   if (r.empty()) return invalid_argument("nothing to fit: no measurements");
-  out.start_residuals = r;
   double cost = sum_of_squares(r);
   const size_t n = r.size();
   double lambda = 1e-2;

@@ -17,46 +17,17 @@ namespace {
 
 constexpr const char* kKernelOverheadUs = "kernel_overhead_us";
 
-SoftwareStack megatron_lm_2022() {
+// A built-in stack: the defaults of SoftwareStack (docs/timing-model.md) with what sets it apart.
+SoftwareStack named_stack(std::string name, std::string description,
+                          AttentionImplementation attention, double tp_overlap,
+                          bool pipeline_scatter_gather, bool overlap_grad_reduce) {
   SoftwareStack s;
-  s.name = "megatron-lm-2022";
-  s.description =
-      "fp16 Megatron-LM as measured by Narayanan et al. 2021 and Korthikanti et al. 2022: eager "
-      "attention with a fused scale-mask-softmax kernel, fused bias-GeLU and bias-dropout-add, "
-      "blocking tensor-parallel all-reduces, scatter-gather pipeline messages, the data-parallel "
-      "all-reduce after the backward pass";
-  s.attention = AttentionImplementation::kEager;
-  s.tp_overlap = 0.0;
-  s.pipeline_scatter_gather = true;
-  s.overlap_grad_reduce = false;
-  return s;
-}
-
-SoftwareStack megatron_core() {
-  SoftwareStack s;
-  s.name = "megatron-core";
-  s.description =
-      "bf16 Megatron-Core with Transformer Engine: fused (cuDNN flash) attention, "
-      "--overlap-grad-reduce, tensor-parallel communication partly overlapped "
-      "(--tp-comm-overlap), scatter-gather pipeline messages";
-  s.attention = AttentionImplementation::kFused;
-  s.tp_overlap = 0.5;
-  s.pipeline_scatter_gather = true;
-  s.overlap_grad_reduce = true;
-  return s;
-}
-
-SoftwareStack pytorch_fsdp() {
-  SoftwareStack s;
-  s.name = "pytorch-fsdp";
-  s.description =
-      "PyTorch FSDP / DDP with scaled_dot_product_attention (flash): gradient reduction "
-      "overlapped with the backward pass, blocking tensor-parallel collectives, whole pipeline "
-      "messages";
-  s.attention = AttentionImplementation::kFused;
-  s.tp_overlap = 0.0;
-  s.pipeline_scatter_gather = false;
-  s.overlap_grad_reduce = true;
+  s.name = std::move(name);
+  s.description = std::move(description);
+  s.attention = attention;
+  s.tp_overlap = tp_overlap;
+  s.pipeline_scatter_gather = pipeline_scatter_gather;
+  s.overlap_grad_reduce = overlap_grad_reduce;
   return s;
 }
 
@@ -80,8 +51,27 @@ const char* attention_implementation_name(AttentionImplementation implementation
 }
 
 const std::vector<SoftwareStack>& software_stacks() {
-  static const std::vector<SoftwareStack> kStacks = {megatron_core(), megatron_lm_2022(),
-                                                     pytorch_fsdp()};
+  static const std::vector<SoftwareStack> kStacks = {
+      named_stack("megatron-core",
+                  "bf16 Megatron-Core with Transformer Engine: fused (cuDNN flash) attention, "
+                  "--overlap-grad-reduce, tensor-parallel communication partly overlapped "
+                  "(--tp-comm-overlap), scatter-gather pipeline messages",
+                  AttentionImplementation::kFused, /*tp_overlap=*/0.5,
+                  /*pipeline_scatter_gather=*/true, /*overlap_grad_reduce=*/true),
+      named_stack("megatron-lm-2022",
+                  "fp16 Megatron-LM as measured by Narayanan et al. 2021 and Korthikanti et al. "
+                  "2022: eager attention with a fused scale-mask-softmax kernel, fused bias-GeLU "
+                  "and bias-dropout-add, blocking tensor-parallel all-reduces, scatter-gather "
+                  "pipeline messages, the data-parallel all-reduce after the backward pass",
+                  AttentionImplementation::kEager, /*tp_overlap=*/0.0,
+                  /*pipeline_scatter_gather=*/true, /*overlap_grad_reduce=*/false),
+      named_stack("pytorch-fsdp",
+                  "PyTorch FSDP / DDP with scaled_dot_product_attention (flash): gradient "
+                  "reduction overlapped with the backward pass, blocking tensor-parallel "
+                  "collectives, whole pipeline messages",
+                  AttentionImplementation::kFused, /*tp_overlap=*/0.0,
+                  /*pipeline_scatter_gather=*/false, /*overlap_grad_reduce=*/true),
+  };
   return kStacks;
 }
 

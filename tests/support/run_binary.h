@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace motley::test_support {
 
@@ -40,5 +41,8 @@ class TempDir {
 };
 
 std::string read_file(const std::string& path);
+
+// The names of the entries of directory `dir`, sorted.
+std::vector<std::string> directory_entries(const std::string& dir);
 
 }  // namespace motley::test_support

@@ -23,9 +23,8 @@ struct StackFitOptions {
 };
 
 struct StackFitResult {
-  SoftwareStack stack;                  // the fitted stack
-  std::vector<double> residuals;        // at the fitted stack
-  std::vector<double> start_residuals;  // at the starting stack
+  SoftwareStack stack;            // the fitted stack
+  std::vector<double> residuals;  // at the fitted stack
   double sum_of_squares = 0;
   int iterations = 0;
   int evaluations = 0;
