@@ -345,6 +345,8 @@ TEST(RunBadInputTest, APlanForAnotherWorldSize) {
 TEST(RunBadInputTest, MissingPlanFileAndOptions) {
   expect_bad_input("run --plan /nonexistent/plan.json", {"/nonexistent/plan.json"});
   expect_bad_input("run --plan " + kFourStage + " --resume", {"--resume", "--checkpoint-dir"});
+  expect_bad_input("run --plan " + kFourStage + " --keep-checkpoints 3",
+                   {"--keep-checkpoints needs --checkpoint-dir"});
   expect_bad_input("run --plan " + kFourStage + " --steps 0", {"--steps"});
   expect_bad_input("run --plan " + kFourStage + " --emulate --emulate-speeds fast",
                    {"--emulate-speeds", "peak", "cost"});
@@ -362,6 +364,8 @@ TEST(RunBadInputTest, EveryNumericOptionIsCheckedByTheParser) {
       {"--steps 0", "--steps: " + whole + "0"},
       {"--steps -3", "--steps: " + whole + "-3"},
       {"--checkpoint-dir d --checkpoint-every 0", "--checkpoint-every: " + whole + "0"},
+      {"--checkpoint-dir d --keep-checkpoints 0",
+       "--keep-checkpoints: expected an integer from 1 to 1000000, got 0"},
       {"--seed -1", "--seed: expected an integer from 0 to 18446744073709551615, got -1"},
       {"--lr inf", "--lr: expected a finite number above 0, got inf"},
       {"--lr 0", "--lr: expected a finite number above 0, got 0"},
@@ -395,15 +399,20 @@ TEST(RunBadInputTest, ACorruptCheckpoint) {
   const std::string dir = temp_path("corrupt");
   std::filesystem::remove_all(dir);
   expect_bad_input("run --plan " + kFourStage + " --resume --checkpoint-dir " + dir,
-                   {dir + "/manifest.json", "no such file"});
+                   {dir + ": no checkpoint here (no 'latest' pointer and no manifest.json)"});
   RunResult saved = run_motley("run --plan " + kFourStage + " --steps 1 --checkpoint-dir " + dir);
   ASSERT_EQ(saved.exit_code, 0) << saved.err;
+  EXPECT_NE(saved.out.find("checkpoint: " + dir + "/step-00000001\n"), std::string::npos)
+      << saved.out;
   {
-    std::ofstream garbage(dir + "/layer-3.bin", std::ios::trunc);
+    std::ofstream garbage(dir + "/step-00000001/layer-3.bin", std::ios::trunc);
     garbage << "not a tensor file";
   }
   expect_bad_input("run --plan " + kFourStage + " --resume --checkpoint-dir " + dir,
-                   {dir + "/layer-3.bin"});
+                   {dir + "/step-00000001/layer-3.bin"});
+  std::ofstream(dir + "/latest", std::ios::trunc) << "step-00000001/../..\n";
+  expect_bad_input("run --plan " + kFourStage + " --resume --checkpoint-dir " + dir,
+                   {dir + "/latest: expected the name of a step directory"});
   std::filesystem::remove_all(dir);
 }
 
@@ -496,7 +505,7 @@ TEST(RunBadInputTest, AForgedCheckpointIsRefusedNamingTheFileAndTheTensor) {
   std::filesystem::remove_all(dir);
   RunResult saved = run_motley("run --plan " + kFourStage + " --steps 1 --checkpoint-dir " + dir);
   ASSERT_EQ(saved.exit_code, 0) << saved.err;
-  const std::string layer = dir + "/layer-1.bin";
+  const std::string layer = dir + "/step-00000001/layer-1.bin";
   const std::string good = read_file(layer);
   const std::vector<TensorRecord> records = tensor_records(good);
   ASSERT_FALSE(records.empty());
@@ -521,25 +530,65 @@ TEST(RunBadInputTest, AForgedCheckpointIsRefusedNamingTheFileAndTheTensor) {
   std::filesystem::remove_all(dir);
 }
 
-// The temporaries of a killed save go when the directory is next used; the checkpoint and
-// anything else in the directory stay.
-TEST(RunTest, AKilledSavesTemporariesAreRemovedAndTheCheckpointKept) {
+// What a killed save left goes when the directory is next used; the checkpoint and anything
+// else in the directory stay, and each save keeps the newest --keep-checkpoints.
+TEST(RunTest, AKilledSavesLeftoversAreRemovedAndTheNewestCheckpointsKept) {
   const std::string dir = temp_path("killed-save");
   std::filesystem::remove_all(dir);
   RunResult saved = run_motley("run --plan " + kFourStage + " --steps 1 --checkpoint-dir " + dir);
   ASSERT_EQ(saved.exit_code, 0) << saved.err;
-  const std::vector<std::string> checkpoint = directory_entries(dir);
-  for (const char* name : {".layer-1.bin.tmp.Ab12Cd", ".manifest.json.tmp.Ab12Cd"}) {
-    std::ofstream(dir + "/" + name) << "half written";
-  }
+  EXPECT_EQ(directory_entries(dir), (std::vector<std::string>{"latest", "step-00000001"}));
+  std::filesystem::create_directory(dir + "/.step-00000002.partial");
+  std::ofstream(dir + "/.step-00000002.partial/layer-1.bin") << "half written";
+  std::ofstream(dir + "/.latest.tmp.Ab12Cd") << "step-";
   std::ofstream(dir + "/notes.txt") << "mine";
-  const nlohmann::json resumed =
-      run_json("run --plan " + kFourStage + " --steps 1 --json --resume --checkpoint-dir " + dir);
+  const std::string resume = "run --plan " + kFourStage + " --json --resume --checkpoint-dir " +
+                             dir + " --keep-checkpoints 2 --steps ";
+  const nlohmann::json resumed = run_json(resume + "1");
   EXPECT_EQ(resumed.value("first_step", -1), 1);
-  std::vector<std::string> expected = checkpoint;
-  expected.push_back("notes.txt");
-  std::sort(expected.begin(), expected.end());
-  EXPECT_EQ(directory_entries(dir), expected);
+  EXPECT_EQ(directory_entries(dir),
+            (std::vector<std::string>{"latest", "notes.txt", "step-00000001", "step-00000002"}));
+  EXPECT_EQ(run_json(resume + "2 --checkpoint-every 1").value("first_step", -1), 2);
+  EXPECT_EQ(directory_entries(dir),
+            (std::vector<std::string>{"latest", "notes.txt", "step-00000003", "step-00000004"}));
+  std::filesystem::remove_all(dir);
+}
+
+// A run that does not resume refuses a directory holding a checkpoint, before training: the
+// checkpoint is not buried under a new run's.
+TEST(RunBadInputTest, AFreshRunRefusesADirectoryHoldingACheckpoint) {
+  const std::string dir = temp_path("taken");
+  std::filesystem::remove_all(dir);
+  RunResult saved = run_motley("run --plan " + kFourStage + " --steps 1 --checkpoint-dir " + dir);
+  ASSERT_EQ(saved.exit_code, 0) << saved.err;
+  expect_bad_input("run --plan " + kFourStage + " --steps 1 --checkpoint-dir " + dir,
+                   {"--checkpoint-dir: " + dir + " already holds a checkpoint (" + dir +
+                    "/step-00000001); add --resume"});
+  EXPECT_EQ(directory_entries(dir), (std::vector<std::string>{"latest", "step-00000001"}));
+  std::filesystem::remove_all(dir);
+}
+
+// Killed (SIGKILL) during its second save, a run leaves the first checkpoint, or the second if
+// the kill came after its pointer switched, and resuming from it continues the uninterrupted
+// run bit for bit. scripts/checkpoint-kill-matrix.sh kills at every point in turn.
+TEST(RunFaultTest, AKillDuringASaveLeavesACheckpointTheRunContinuesFrom) {
+  SKIP_WITHOUT_FAULT_HOOK();
+  const std::string dir = temp_path("kill-save");
+  std::filesystem::remove_all(dir);
+  const std::vector<double> straight =
+      losses_of(run_json("run --plan " + kFourStage + " --steps 3 --json"));
+  ASSERT_EQ(straight.size(), 3u);
+  // A save of this plan's six layers passes 18 crash points (its directory, 7 files written and
+  // renamed, its rename, the pointer written and renamed): point 25 is inside the second.
+  const std::string run =
+      "run --plan " + kFourStage + " --json --checkpoint-every 1 --checkpoint-dir " + dir;
+  RunResult killed = run_motley(run + " --steps 2", "MOTLEY_TEST_FAULT=save:25");
+  EXPECT_NE(killed.exit_code, 0) << killed.err;
+  const nlohmann::json resumed = run_json(run + " --resume --steps 2");
+  EXPECT_EQ(resumed.value("first_step", -1), 1);
+  EXPECT_EQ(losses_of(resumed), std::vector<double>(straight.begin() + 1, straight.end()));
+  EXPECT_EQ(directory_entries(dir),
+            (std::vector<std::string>{"latest", "step-00000002", "step-00000003"}));
   std::filesystem::remove_all(dir);
 }
 

@@ -27,7 +27,7 @@
 #include "commands.h"
 #include "motley/core/json.h"
 #include "motley/core/output_files.h"
-#include "motley/exec/checkpoint.h"
+#include "motley/exec/checkpoint_store.h"
 #include "motley/exec/data.h"
 #include "motley/exec/emulation.h"
 #include "motley/exec/emulation_factors.h"
@@ -384,9 +384,11 @@ std::string step_line(int64_t step, double loss, Seconds time, double tokens) {
 
 Status check_options(const RunOptions& opt) {
   if (opt.plan.empty()) return invalid_argument("--plan: give the plan file to run");
-  if ((opt.resume || opt.checkpoint_every.has_value()) && opt.checkpoint_dir.empty()) {
-    return invalid_argument(std::string(opt.resume ? "--resume" : "--checkpoint-every") +
-                            " needs --checkpoint-dir");
+  if ((opt.resume || opt.checkpoint_every || opt.keep_checkpoints) && opt.checkpoint_dir.empty()) {
+    const char* option = opt.resume             ? "--resume"
+                         : opt.checkpoint_every ? "--checkpoint-every"
+                                                : "--keep-checkpoints";
+    return invalid_argument(std::string(option) + " needs --checkpoint-dir");
   }
   if (opt.emulate_speeds != "peak" && opt.emulate_speeds != "cost") {
     return invalid_argument(
@@ -455,16 +457,27 @@ std::string trace_file(const RunOptions& opt, const Mode& mode) {
   return mode.dist ? rank_trace_path(opt.trace, mode.rank()) : opt.trace;
 }
 
-// Before anything is trained: the trace file and the checkpoint directory can be written, and
-// the directory holds no temporaries of a killed save (removed by one process of a job, before
-// any rank can save).
+// Before anything is trained: the trace file and the checkpoint directory can be written; a
+// run that does not resume finds no checkpoint there to bury under its own (nothing a user
+// saved is lost); and the directory holds nothing a killed save left (removed by one process of
+// a job, before any rank can save).
 Status prepare_outputs(const RunOptions& opt, const Mode& mode) {
   if (!opt.trace.empty()) {
     MOTLEY_RETURN_IF_ERROR(check_output_file("--trace", trace_file(opt, mode)));
   }
   if (opt.checkpoint_dir.empty()) return Status::ok();
   MOTLEY_RETURN_IF_ERROR(check_output_directory("--checkpoint-dir", opt.checkpoint_dir));
-  return mode.rank() <= 0 ? remove_stale_checkpoint_temporaries(opt.checkpoint_dir) : Status::ok();
+  if (!opt.resume) {
+    const Result<std::string> found = find_checkpoint(opt.checkpoint_dir);
+    if (found.is_ok()) {
+      return invalid_argument(fmt::format(
+          "--checkpoint-dir: {} already holds a checkpoint ({}); add --resume to continue from "
+          "it, or give another directory",
+          opt.checkpoint_dir, *found));
+    }
+    if (found.status().code() != StatusCode::kNotFound) return found.status();
+  }
+  return mode.rank() <= 0 ? clean_checkpoint_directory(opt.checkpoint_dir) : Status::ok();
 }
 
 // Intra-op threads: the ranks of this process (or of this machine) share its cores.
@@ -620,6 +633,7 @@ Result<ExecutorRun> run_executor(const RunOptions& opt, const RunInputs& in, con
   train.transport.timeout = Seconds(opt.timeout_s);
   if (!opt.checkpoint_dir.empty()) train.checkpoint_dir = opt.checkpoint_dir;
   train.checkpoint_every = opt.checkpoint_every.value_or(0);  // TrainOptions' 0: none
+  train.checkpoint_keep = opt.keep_checkpoints.value_or(kDefaultKeptCheckpoints);
   if (opt.resume) train.resume_from = opt.checkpoint_dir;
   if (opt.emulate) {
     MOTLEY_ASSIGN_OR_RETURN(
@@ -755,7 +769,8 @@ std::string text_output(const Mode& mode, const RunOptions& opt, const RunInputs
         e.time_scale, format_time(Seconds(e.factors.simulated_iteration.value() * e.time_scale)));
   }
   if (!opt.checkpoint_dir.empty() && (!mode.dist || mode.rank() == 0)) {
-    text += "checkpoint: " + opt.checkpoint_dir + "\n";
+    const Result<std::string> saved = find_checkpoint(opt.checkpoint_dir);
+    text += "checkpoint: " + (saved.is_ok() ? *saved : opt.checkpoint_dir) + "\n";
   }
   // Under motley launch the rank files are merged into opt.trace, which launch names.
   const bool launched = std::getenv("MOTLEY_LAUNCH") != nullptr;

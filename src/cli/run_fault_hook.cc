@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -9,28 +10,51 @@
 #include <string>
 #include <thread>
 
+#include "motley/core/crash_point.h"
+
 namespace motley::cli {
 namespace {
 
 constexpr const char* kFaultVariable = "MOTLEY_TEST_FAULT";
 
+// The crash points (core/crash_point.h) still to pass before the one that kills the process.
+std::atomic<int64_t> crash_points_left{0};
+
+void kill_at_chosen_crash_point(std::string_view /*done*/) {
+  if (crash_points_left.fetch_sub(1) == 1) std::raise(SIGKILL);
+}
+
 }  // namespace
 
 const char kFaultHookHelp[] =
     "Test hook: MOTLEY_TEST_FAULT=RANK:STEP:exit kills rank RANK (SIGKILL) after its first\n"
-    "compute action of step STEP; RANK:STEP:hang makes it sleep forever there.";
+    "compute action of step STEP; RANK:STEP:hang makes it sleep forever there; save:N kills\n"
+    "the process (each one under WORLD_SIZE) at its N-th crash point of writing files, such\n"
+    "as a file of a checkpoint renamed into place.";
 
 Result<decltype(ExecOptions::after_action)> fault_hook_from_env() {
   using Hook = decltype(ExecOptions::after_action);
   const char* value = std::getenv(kFaultVariable);
   if (value == nullptr || *value == '\0') return Hook();
+  long long points = 0;
+  char end = 0;
+  if (std::sscanf(value, "save:%lld%c", &points, &end) == 1) {
+    if (points < 1) {
+      return invalid_argument(fmt::format("environment variable {}: save:N needs N >= 1, got '{}'",
+                                          kFaultVariable, value));
+    }
+    crash_points_left.store(points);
+    set_crash_point_hook(&kill_at_chosen_crash_point);
+    return Hook();
+  }
   int rank = -1;
   long long step = 0;
   char what[16] = {0};
   if (std::sscanf(value, "%d:%lld:%15s", &rank, &step, what) != 3 || rank < 0 || step < 0 ||
       (std::string(what) != "exit" && std::string(what) != "hang")) {
     return invalid_argument(
-        fmt::format("environment variable {}: expected RANK:STEP:exit or RANK:STEP:hang, got '{}'",
+        fmt::format("environment variable {}: expected RANK:STEP:exit, RANK:STEP:hang or save:N, "
+                    "got '{}'",
                     kFaultVariable, value));
   }
   const bool hang = std::string(what) == "hang";

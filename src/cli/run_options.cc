@@ -24,11 +24,17 @@ void add_run_options(CLI::App* cmd, RunOptions* opt, const std::string& default_
       "--data", opt->data,
       "Text file to train on (bytes as tokens), or 'synthetic' (default: " + default_data + ")");
   cmd->add_option("--checkpoint-dir", opt->checkpoint_dir,
-                  "Save a checkpoint here after the last step");
-  cmd->add_flag("--resume", opt->resume, "Load the checkpoint in --checkpoint-dir first");
+                  "Save a checkpoint after the last step into its own directory here "
+                  "(D/step-00000010), then point D/latest at it");
+  cmd->add_flag("--resume", opt->resume,
+                "Load the latest checkpoint of --checkpoint-dir first (needed when it has one)");
   cmd->add_option("--checkpoint-every", opt->checkpoint_every,
                   "Also save after every K-th step (counted from step 0)")
       ->check(integer_in(1, std::numeric_limits<int64_t>::max()));
+  cmd->add_option("--keep-checkpoints", opt->keep_checkpoints,
+                  "How many of the newest checkpoints a save keeps (default: " +
+                      std::to_string(kDefaultKeptCheckpoints) + ")")
+      ->check(integer_in(1, 1000000));
   cmd->add_option("--trace", opt->trace,
                   "Write the measured Chrome trace (under WORLD_SIZE: one file per rank, "
                   "NAME.rankK.json, on the common time axis; motley launch merges them)");

@@ -11,6 +11,7 @@
 
 #include "motley/cluster/cluster.h"
 #include "motley/core/status.h"
+#include "motley/exec/checkpoint_store.h"
 #include "motley/model/model.h"
 #include "motley/plan/plan.h"
 #include "motley/plan/plan_json.h"
@@ -26,6 +27,7 @@ struct RunOptions {
   std::string checkpoint_dir;
   bool resume = false;
   std::optional<int64_t> checkpoint_every;  // unset: only after the last step
+  std::optional<int> keep_checkpoints;      // unset: kDefaultKeptCheckpoints
   std::string trace;
   bool json = false;
   bool sequential = false;

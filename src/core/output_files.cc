@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <set>
 
+#include "motley/core/crash_point.h"
+
 namespace motley {
 namespace {
 
@@ -65,15 +67,14 @@ Status write_and_sync(int fd, std::string_view contents, const std::string& path
   return Status::ok();
 }
 
-// Makes the renames in `dir` durable; a directory that cannot be opened is left as it is.
-void sync_directory(const fs::path& dir) {
+}  // namespace
+
+void sync_directory(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (fd < 0) return;
   ::fsync(fd);
   ::close(fd);
 }
-
-}  // namespace
 
 Status check_output_file(std::string_view option, const std::string& path) {
   auto refuse = [&](const std::string& why) {
@@ -169,6 +170,7 @@ Status OutputFiles::write_temporaries(std::vector<std::string>* temporaries) con
     const Status written = write_and_sync(fd, file.contents, file.path);
     ::close(fd);
     MOTLEY_RETURN_IF_ERROR(written);
+    crash_point("wrote " + temporary);
   }
   return Status::ok();
 }
@@ -181,6 +183,7 @@ Status OutputFiles::rename_into_place(std::vector<std::string>* temporaries) con
       return io_error(
           fmt::format("{}: cannot rename the temporary file into place: {}", files_[i].path, why));
     }
+    crash_point("renamed " + files_[i].path);
   }
   temporaries->clear();
   return Status::ok();
@@ -194,7 +197,7 @@ Status OutputFiles::commit() {
   if (status.is_ok()) {
     std::set<fs::path> directories;
     for (const File& file : files_) directories.insert(directory_of(fs::path(file.path)));
-    for (const fs::path& dir : directories) sync_directory(dir);
+    for (const fs::path& dir : directories) sync_directory(dir.string());
   } else {
     for (const std::string& temporary : temporaries) ::unlink(temporary.c_str());
     // Innermost first; a directory that is not empty is someone else's now and stays.

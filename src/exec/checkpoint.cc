@@ -6,7 +6,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <sstream>
 
 #include "motley/core/output_files.h"
@@ -48,21 +47,6 @@ Result<TensorFile> read_tensor_file(const std::string& path) {
     file.tensors.push_back(NamedTensor{r.name, std::move(tensor)});
   }
   return file;
-}
-
-Status remove_stale_checkpoint_temporaries(const std::string& dir) {
-  std::error_code error;
-  std::filesystem::directory_iterator entries(dir, error);
-  if (error) return Status::ok();  // no directory, no temporaries
-  for (const std::filesystem::directory_entry& entry : entries) {
-    const std::optional<std::string> target = temporary_target(entry.path().filename().string());
-    if (!target || (*target != kCheckpointManifest && !is_checkpoint_layer_file(*target))) continue;
-    if (!std::filesystem::remove(entry.path(), error) && error) {
-      return io_error(fmt::format("{}: cannot remove a killed save's temporary file: {}",
-                                  entry.path().string(), error.message()));
-    }
-  }
-  return Status::ok();
 }
 
 }  // namespace motley

@@ -13,6 +13,7 @@
 #include "motley/core/hash.h"
 #include "motley/core/json.h"
 #include "motley/exec/executor.h"
+#include "support/run_binary.h"
 #include "test_util.h"
 
 namespace motley {
@@ -145,24 +146,6 @@ TEST(TensorFile, AForgedShapeIsRefusedBeforeAllocating) {
             path + ": tensor 'x' declares 1000 dimensions; at most 8 are allowed");
 }
 
-TEST(CheckpointDirectory, OnlyAKilledSavesTemporariesAreRemoved) {
-  TempDir dir;
-  const std::vector<std::string> kept = {"manifest.json",         "layer-0.bin",
-                                         "layer-12.bin",          "notes.txt",
-                                         ".notes.txt.tmp.Ab12Cd", ".layer-x.bin.tmp.Ab12Cd"};
-  const std::vector<std::string> stale = {".manifest.json.tmp.Ab12Cd", ".layer-0.bin.tmp.zz9ZZ9",
-                                          ".layer-12.bin.tmp.000000"};
-  for (const std::string& name : kept) write_bytes(dir.file(name), "x");
-  for (const std::string& name : stale) write_bytes(dir.file(name), "x");
-  ASSERT_TRUE(remove_stale_checkpoint_temporaries(dir.path()).is_ok());
-  for (const std::string& name : kept) EXPECT_TRUE(std::filesystem::exists(dir.file(name))) << name;
-  for (const std::string& name : stale) {
-    EXPECT_FALSE(std::filesystem::exists(dir.file(name))) << name;
-  }
-  EXPECT_TRUE(remove_stale_checkpoint_temporaries(dir.file("missing")).is_ok());
-  EXPECT_EQ(checkpoint_layer_file(3), "layer-3.bin");
-}
-
 // Runs `body(rank, executor)` for every rank of `plan` on its own thread.
 void run_executors(const Plan& plan, const ModelSpec& model, const TokenStream& tokens,
                    const std::function<void(int, RankExecutor&)>& body) {
@@ -217,11 +200,14 @@ TEST(Checkpoint, ResumeEqualsUninterruptedTraining) {
   TempDir dir;
   const auto uninterrupted = train(plan, model, *tokens, 3);
   train(plan, model, *tokens, 2, dir.path(), /*save_after=*/2);
-  // One file per layer (embedding, four blocks, the head's norm) and the manifest.
+  // The step's own directory, which the pointer names, with one file per layer (embedding, four
+  // blocks, the head's norm) and the manifest.
+  EXPECT_EQ(read_bytes(dir.file("latest")), "step-00000002\n");
+  const std::string saved = dir.file("step-00000002");
   for (int layer = 0; layer < 6; ++layer) {
-    EXPECT_TRUE(std::filesystem::exists(dir.file("layer-" + std::to_string(layer) + ".bin")));
+    EXPECT_TRUE(std::filesystem::exists(saved + "/layer-" + std::to_string(layer) + ".bin"));
   }
-  auto manifest = read_json_file(dir.file("manifest.json"));
+  auto manifest = read_json_file(saved + "/manifest.json");
   ASSERT_TRUE(manifest.is_ok());
   EXPECT_EQ((*manifest)["step"], 2);
   EXPECT_EQ((*manifest)["format"], "motley.checkpoint/1");
@@ -256,15 +242,16 @@ TEST(Checkpoint, RejectsAnotherModelAndAMixedSave) {
   TempDir dir;
   train(plan, model, *tokens, 1, dir.path(), /*save_after=*/1);
 
-  // A layer file from another step than the manifest's (a save interrupted half-way).
-  auto layer = read_tensor_file(dir.file("layer-2.bin"));
+  // A layer file from another step than the manifest's (files mixed by hand).
+  const std::string layer_path = dir.file("step-00000001/layer-2.bin");
+  auto layer = read_tensor_file(layer_path);
   ASSERT_TRUE(layer.is_ok());
   layer->step = 7;
-  ASSERT_TRUE(write_tensor_file(dir.file("layer-2.bin"), *layer).is_ok());
+  ASSERT_TRUE(write_tensor_file(layer_path, *layer).is_ok());
   run_executors(plan, model, *tokens, [&](int rank, RankExecutor& executor) {
     Status status = executor.load_checkpoint(dir.path());
     if (rank == 0) {
-      EXPECT_EQ(status.message(), dir.file("layer-2.bin") +
+      EXPECT_EQ(status.message(), layer_path +
                                       ": holds step 7 but the manifest says step 1 (an "
                                       "interrupted save?)");
     }
@@ -283,21 +270,30 @@ TEST(Checkpoint, RejectsAnotherModelAndAMixedSave) {
   });
 }
 
-// A save removes the temporaries an earlier, killed save left, and never the checkpoint.
-TEST(Checkpoint, ASaveRemovesAKilledSavesTemporaries) {
+// A save removes what an earlier, killed save left, never a checkpoint, and keeps the newest.
+TEST(Checkpoint, ASaveRemovesAKilledSavesLeftoversAndKeepsTheNewest) {
   const ModelSpec model = preset("tiny-llama");
   const Plan plan = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 2, 1});
   auto tokens = TokenStream::from_text(synthetic_corpus(4096, 3), "corpus");
   TempDir dir;
-  write_bytes(dir.file(".layer-2.bin.tmp.Ab12Cd"), "half a layer");
-  write_bytes(dir.file(".manifest.json.tmp.Ab12Cd"), "{");
-  train(plan, model, *tokens, 1, dir.path(), /*save_after=*/1);
-  EXPECT_FALSE(std::filesystem::exists(dir.file(".layer-2.bin.tmp.Ab12Cd")));
-  EXPECT_FALSE(std::filesystem::exists(dir.file(".manifest.json.tmp.Ab12Cd")));
+  std::filesystem::create_directory(dir.file(".step-00000005.partial"));
+  write_bytes(dir.file(".step-00000005.partial/layer-2.bin"), "half a layer");
+  write_bytes(dir.file(".latest.tmp.Ab12Cd"), "step-");
+  run_executors(plan, model, *tokens, [&](int, RankExecutor& executor) {
+    for (int step = 1; step <= 3; ++step) {
+      ASSERT_TRUE(executor.step().is_ok());
+      Status saved = executor.save_checkpoint(dir.path(), /*keep=*/2);
+      ASSERT_TRUE(saved.is_ok()) << saved.message();
+    }
+  });
+  EXPECT_EQ(test_support::directory_entries(dir.path()),
+            (std::vector<std::string>{"latest", "step-00000002", "step-00000003"}));
   for (int layer = 0; layer < 6; ++layer) {
-    EXPECT_TRUE(read_tensor_file(dir.file(checkpoint_layer_file(layer))).is_ok()) << layer;
+    auto file = read_tensor_file(dir.file("step-00000003/" + checkpoint_layer_file(layer)));
+    ASSERT_TRUE(file.is_ok()) << layer;
+    EXPECT_EQ(file->step, 3);
   }
-  EXPECT_EQ((*read_json_file(dir.file("manifest.json")))["step"], 1);
+  EXPECT_EQ((*read_json_file(dir.file("step-00000003/manifest.json")))["step"], 3);
 }
 
 }  // namespace

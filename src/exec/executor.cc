@@ -81,7 +81,7 @@ struct RankExecutor::Impl {
     if (!status.is_ok())
       throw std::runtime_error(fmt::format("tensor-parallel all-reduce: {}", status.message()));
   }
-  Status save_checkpoint(const std::string& dir);  // may throw c10::Error
+  Status save_checkpoint(const std::string& dir, int keep);  // may throw c10::Error
   Status load_checkpoint(const std::string& dir);
   int64_t optimizer_state_bytes() const;
   void zero_gradients() {
@@ -227,13 +227,7 @@ int64_t RankExecutor::Impl::optimizer_state_bytes() const {
   return n * static_cast<int64_t>(sizeof(float));
 }
 
-Status RankExecutor::Impl::save_checkpoint(const std::string& dir) {
-  std::error_code error;
-  std::filesystem::create_directories(dir, error);
-  if (error) {
-    return io_error(
-        fmt::format("{}: cannot create the checkpoint directory: {}", dir, error.message()));
-  }
+Status RankExecutor::Impl::save_checkpoint(const std::string& dir, int keep) {
   // ZeRO-1 moments come from their owners, whatever replica they are in.
   MOTLEY_ASSIGN_OR_RETURN(auto zero_state, zero1.gather_state(transport, *optimizer, steps_done));
   auto state_of = [&](const at::Tensor& param) {
@@ -242,7 +236,7 @@ Status RankExecutor::Impl::save_checkpoint(const std::string& dir) {
     }
     return optimizer->state(param);
   };
-  return checkpoint->save(dir, steps_done, state_of, transport);
+  return checkpoint->save(dir, steps_done, keep, state_of, transport);
 }
 
 Status RankExecutor::Impl::load_checkpoint(const std::string& dir) {
@@ -293,10 +287,10 @@ Result<StepResult> RankExecutor::step() {
   return result;
 }
 
-Status RankExecutor::save_checkpoint(const std::string& dir) {
+Status RankExecutor::save_checkpoint(const std::string& dir, int keep) {
   if (!impl_->failed.is_ok()) return impl_->failed;
   try {
-    return impl_->save_checkpoint(dir);
+    return impl_->save_checkpoint(dir, keep);
   } catch (const std::exception& e) {
     return internal_error(
         fmt::format("saving checkpoint {}: {}", dir, internal::first_line(e.what())));

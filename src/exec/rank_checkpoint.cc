@@ -4,11 +4,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "motley/core/json.h"
 #include "motley/core/output_files.h"
 #include "motley/exec/checkpoint.h"
+#include "motley/exec/checkpoint_store.h"
 #include "motley/plan/spec_hash.h"
 
 namespace motley::internal {
@@ -133,8 +135,12 @@ Result<at::Tensor> RankCheckpoint::gather_full(const at::Tensor& local, const Te
   return full;
 }
 
-Status RankCheckpoint::save(const std::string& dir, int64_t step, const StateOf& state_of,
+Status RankCheckpoint::save(const std::string& dir, int64_t step, int keep, const StateOf& state_of,
                             Transport& transport) const {
+  const std::string context = fmt::format("saving checkpoint {} in {}", step, dir);
+  if (rank_ == 0) MOTLEY_RETURN_IF_ERROR(begin_checkpoint_save(dir, step));
+  MOTLEY_RETURN_IF_ERROR(transport.barrier().with_context(context));
+  const std::string partial = checkpoint_partial_directory(dir, step);
   if (place_.replica == 0) {
     // A tensor-parallel group assembles its full tensors (a collective of the group, in name
     // order on every member); its first rank writes them.
@@ -156,27 +162,35 @@ Status RankCheckpoint::save(const std::string& dir, int64_t step, const StateOf&
     }
     if (place_.tp_rank == 0) {
       for (const auto& [layer, file] : files) {
-        MOTLEY_RETURN_IF_ERROR(write_tensor_file(layer_file(dir, layer), file));
+        MOTLEY_RETURN_IF_ERROR(write_tensor_file(layer_file(partial, layer), file));
       }
     }
   }
-  MOTLEY_RETURN_IF_ERROR(
-      transport.barrier().with_context(fmt::format("saving checkpoint {}", dir)));
+  MOTLEY_RETURN_IF_ERROR(transport.barrier().with_context(context));
   if (rank_ == 0) {
-    // Between the barriers rank 0 alone writes: any other temporary is a killed save's.
-    MOTLEY_RETURN_IF_ERROR(remove_stale_checkpoint_temporaries(dir));
+    // Every layer file is in place: the manifest, then the switch to the new checkpoint.
     const SpecRef ref = model_ref(model_);
     const Json manifest = checkpoint_manifest_to_json(
         CheckpointManifest{step, ref.name, ref.hash, static_cast<int64_t>(model_.layers.size())});
     OutputFiles files;
-    files.add(manifest_file(dir), manifest.dump(2) + "\n");
+    files.add(manifest_file(partial), manifest.dump(2) + "\n");
     MOTLEY_RETURN_IF_ERROR(files.commit());
+    MOTLEY_RETURN_IF_ERROR(finish_checkpoint_save(dir, step, keep));
   }
-  return transport.barrier().with_context(fmt::format("saving checkpoint {}", dir));
+  return transport.barrier().with_context(context);
 }
 
-Result<int64_t> RankCheckpoint::load(const std::string& dir, const Restore& restore) const {
+Result<int64_t> RankCheckpoint::load(const std::string& checkpoint_dir,
+                                     const Restore& restore) const {
+  MOTLEY_ASSIGN_OR_RETURN(const std::string dir, find_checkpoint(checkpoint_dir));
   MOTLEY_ASSIGN_OR_RETURN(const int64_t step, read_manifest(dir, model_));
+  const std::optional<int64_t> named =
+      checkpoint_step_of(std::filesystem::path(dir).filename().string());
+  if (named && *named != step) {
+    return invalid_argument(
+        fmt::format("{}: field 'step': the manifest says {}, its directory is step {}'s",
+                    manifest_file(dir), step, *named));
+  }
   // Every file and tensor this rank needs is read and checked before any parameter changes.
   std::map<int, LayerFile> files;
   std::map<std::string, SavedParameter> saved;

@@ -49,16 +49,18 @@ class RankCheckpoint {
 
   const std::map<std::string, CheckpointParameter>& parameters() const { return parameters_; }
 
-  // Writes this rank's layer files of the state after `step` steps into `dir` (which exists),
-  // then, after a barrier, rank 0 the manifest, then a second barrier; every rank of the world
+  // Saves the state after `step` steps into checkpoint directory `dir` (checkpoint_store.h),
+  // keeping the `keep` newest checkpoints: rank 0 begins the save, and after a barrier every
+  // writer puts its layer files into the save's partial directory; after a second barrier rank
+  // 0 writes the manifest and completes the save, then a third barrier. Every rank of the world
   // calls it. A tensor-parallel group's members assemble each full tensor together (in name
   // order), so every member takes part. May throw c10::Error.
-  Status save(const std::string& dir, int64_t step, const StateOf& state_of,
+  Status save(const std::string& dir, int64_t step, int keep, const StateOf& state_of,
               Transport& transport) const;
-  // Loads this rank's rows of every parameter and, through `restore`, the optimizer state saved
-  // with it; returns the checkpoint's step. Errors as RankExecutor::load_checkpoint's. May throw
-  // c10::Error.
-  Result<int64_t> load(const std::string& dir, const Restore& restore) const;
+  // Loads, from the checkpoint find_checkpoint(checkpoint_dir) names, this rank's rows of every
+  // parameter and, through `restore`, the optimizer state saved with it; returns the
+  // checkpoint's step. Errors as RankExecutor::load_checkpoint's. May throw c10::Error.
+  Result<int64_t> load(const std::string& checkpoint_dir, const Restore& restore) const;
 
  private:
   // The full value of a split tensor of this rank's group (`local` has `slice`'s rows): a sum

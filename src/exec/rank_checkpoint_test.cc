@@ -86,7 +86,7 @@ void round_trip(int from, int to) {
   const ModelSpec model = testing::preset("tiny-llama");
   const std::string dir = temp_dir(std::to_string(from) + "-" + std::to_string(to));
   on_group(model, from, 3.0f, [&](int, const RankCheckpoint& c, Transport& t, Group&) {
-    ASSERT_TRUE(c.save(dir, 7, state_of, t).is_ok());
+    ASSERT_TRUE(c.save(dir, 7, /*keep=*/1, state_of, t).is_ok());
   });
   on_group(model, to, 1.0f, [&](int rank, const RankCheckpoint& c, Transport&, Group& g) {
     std::map<const at::TensorImpl*, AdamWStep::State> restored;
@@ -118,10 +118,10 @@ TEST(RankCheckpoint, RoundTripsBetweenDegreesInOneFilePerLayer) {
   const ModelSpec model = testing::preset("tiny-llama");
   const std::string dir = temp_dir("files");
   on_group(model, 2, 1.0f, [&](int, const RankCheckpoint& c, Transport& t, Group&) {
-    ASSERT_TRUE(c.save(dir, 1, state_of, t).is_ok());
+    ASSERT_TRUE(c.save(dir, 1, /*keep=*/1, state_of, t).is_ok());
   });
   std::vector<std::string> files;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir + "/step-00000001")) {
     files.push_back(entry.path().filename().string());
   }
   std::sort(files.begin(), files.end());
@@ -155,9 +155,9 @@ TEST(RankCheckpoint, ForgedTensorsAreRefusedNamingTheFileAndTheTensor) {
   const ModelSpec model = testing::preset("tiny-llama");
   const std::string dir = temp_dir("forged");
   on_group(model, 1, 3.0f, [&](int, const RankCheckpoint& c, Transport& t, Group&) {
-    ASSERT_TRUE(c.save(dir, 7, state_of, t).is_ok());
+    ASSERT_TRUE(c.save(dir, 7, /*keep=*/1, state_of, t).is_ok());
   });
-  const std::string path = dir + "/layer-1.bin";
+  const std::string path = dir + "/step-00000007/layer-1.bin";
   const Result<TensorFile> good = read_tensor_file(path);
   ASSERT_TRUE(good.is_ok()) << good.status().message();
   ASSERT_GE(good->tensors.size(), 4u);
@@ -198,16 +198,21 @@ TEST(RankCheckpoint, AManifestOfAnotherLayerCountIsRefused) {
   const ModelSpec model = testing::preset("tiny-llama");
   const std::string dir = temp_dir("manifest");
   on_group(model, 1, 1.0f, [&](int, const RankCheckpoint& c, Transport& t, Group&) {
-    ASSERT_TRUE(c.save(dir, 2, state_of, t).is_ok());
+    ASSERT_TRUE(c.save(dir, 2, /*keep=*/1, state_of, t).is_ok());
   });
-  Result<Json> manifest = read_json_file(dir + "/manifest.json");
+  const std::string path = dir + "/step-00000002/manifest.json";
+  Result<Json> manifest = read_json_file(path);
   ASSERT_TRUE(manifest.is_ok());
   (*manifest)["layers"] = 99;
-  std::ofstream(dir + "/manifest.json") << manifest->dump(2) << "\n";
+  std::ofstream(path) << manifest->dump(2) << "\n";
   EXPECT_EQ(load_refusal(model, dir),
-            dir +
-                "/manifest.json: field 'layers': model 'tiny-llama' has 6 layers, the manifest "
-                "says 99");
+            path + ": field 'layers': model 'tiny-llama' has 6 layers, the manifest says 99");
+  // A manifest of another step than its directory's (files moved by hand).
+  (*manifest)["layers"] = 6;
+  (*manifest)["step"] = 3;
+  std::ofstream(path) << manifest->dump(2) << "\n";
+  EXPECT_EQ(load_refusal(model, dir),
+            path + ": field 'step': the manifest says 3, its directory is step 2's");
   std::filesystem::remove_all(dir);
 }
 

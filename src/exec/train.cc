@@ -51,7 +51,8 @@ Result<TrainReport> train_rank(const TrainOptions& options, const Plan& plan,
     const bool periodic =
         options.checkpoint_every > 0 && executor->steps_done() % options.checkpoint_every == 0;
     if (!options.checkpoint_dir.empty() && (last || periodic)) {
-      MOTLEY_RETURN_IF_ERROR(executor->save_checkpoint(options.checkpoint_dir));
+      MOTLEY_RETURN_IF_ERROR(
+          executor->save_checkpoint(options.checkpoint_dir, options.checkpoint_keep));
     }
   }
   return report;

@@ -96,7 +96,7 @@ TEST(Train, ResumingFromACheckpointContinuesTheRunExactly) {
   std::optional<int64_t> manifest_step_seen_at_third_step;
   first.on_rank_step = [&](int rank, const StepResult& result, Seconds) {
     if (rank != 0 || result.step != 2) return;
-    auto manifest = read_json_file(dir + "/manifest.json");
+    auto manifest = read_json_file(dir + "/step-00000002/manifest.json");
     if (manifest.is_ok()) manifest_step_seen_at_third_step = (*manifest)["step"].get<int64_t>();
   };
   auto head = train_in_process(first, plan, model, *tokens);
@@ -134,7 +134,8 @@ TEST(Train, AMissingCheckpointIsNotFound) {
   auto report = train_in_process(options, plan, model, *tokens);
   ASSERT_FALSE(report.is_ok());
   EXPECT_EQ(report.status().code(), StatusCode::kNotFound);
-  EXPECT_NE(report.status().message().find("motley_no_such_checkpoint/manifest.json"),
+  EXPECT_NE(report.status().message().find("motley_no_such_checkpoint: no checkpoint here (no "
+                                           "'latest' pointer and no manifest.json)"),
             std::string::npos)
       << report.status().message();
 }

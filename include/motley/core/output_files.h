@@ -30,6 +30,10 @@ Status check_output_directory(std::string_view option, const std::string& path);
 // naming as write_file_atomically's (core/json.h), so its temporaries are recognised too.
 std::optional<std::string> temporary_target(std::string_view file_name);
 
+// Makes the entries created, renamed or removed in directory `dir` durable (fsync of the
+// directory); a directory that cannot be opened is left as it is.
+void sync_directory(const std::string& dir);
+
 class OutputFiles {
  public:
   // Queues `contents` for `path`; nothing is written before commit().

@@ -1,9 +1,8 @@
 // Checkpoint files: named tensors in one binary file with the training step it belongs to and an
 // FNV-1a checksum, written atomically (a reader sees the old file or the new one, never a mix).
 // RankExecutor::save_checkpoint / load_checkpoint (executor.h) lay a checkpoint out as one such
-// file per model layer plus a manifest, so it can be resumed under any plan of the same model;
-// this header names those files and rids a checkpoint directory of a killed save's temporaries.
-// Thread-safe free functions.
+// file per model layer plus a manifest, so it can be resumed under any plan of the same model,
+// in the step directories of checkpoint_store.h. Thread-safe free functions.
 #pragma once
 
 #include <cstdint>
@@ -29,11 +28,5 @@ Status write_tensor_file(const std::string& path, const TensorFile& file);
 // tensor file, is truncated, or whose checksum does not match, and naming the tensor for a
 // record whose shape is not its byte count (checked before anything is allocated).
 Result<TensorFile> read_tensor_file(const std::string& path);
-
-// Removes from checkpoint directory `dir` the temporaries a killed save left beside the
-// manifest and the layer files (named as core/output_files.h names them), and nothing else: a
-// checkpoint's own files stay. A missing directory has none. REQUIRES: no save into `dir` is
-// under way. Errors: io_error naming the temporary that could not be removed.
-Status remove_stale_checkpoint_temporaries(const std::string& dir);
 
 }  // namespace motley

@@ -18,6 +18,7 @@
 
 #include "motley/core/status.h"
 #include "motley/core/units.h"
+#include "motley/exec/checkpoint_store.h"
 #include "motley/exec/data.h"
 #include "motley/exec/precision.h"
 #include "motley/exec/stage_module.h"
@@ -109,17 +110,20 @@ class RankExecutor {
   // naming the rank, the step and the action.
   Result<StepResult> step();
 
-  // Writes a checkpoint of the state after steps_done() steps into directory `dir` (created if
-  // missing): one tensor file per model layer ("layer-<i>.bin": its parameters and their AdamW
-  // state, checkpoint.h), written by the replica-0 rank that runs the layer, then, after a
-  // barrier, "manifest.json" (format, step, model name and hash) by rank 0. Every rank must
-  // call it; it returns once the checkpoint is complete. Replicas hold identical state, so one
-  // copy suffices.
-  Status save_checkpoint(const std::string& dir);
-  // Loads parameters, optimizer state and the step count from a checkpoint of the same model;
-  // the plan may differ from the one that saved it (other partition, placement or replicas).
-  // Errors: not_found (missing manifest or layer file), invalid_argument (another model, a
-  // corrupt file, a layer file of another step than the manifest's, a shape mismatch).
+  // Saves a checkpoint of the state after steps_done() steps into checkpoint directory `dir`
+  // (created if missing) as its step's directory (checkpoint_store.h), keeping the `keep` newest:
+  // one tensor file per model layer ("layer-<i>.bin": its parameters and their AdamW state,
+  // checkpoint.h), written by the replica-0 rank that runs the layer, then "manifest.json"
+  // (format, step, model name and hash) by rank 0, which then switches the directory's pointer
+  // to it. Every rank must call it; it returns once the checkpoint is complete. Replicas hold
+  // identical state, so one copy suffices. REQUIRES: keep >= 1.
+  Status save_checkpoint(const std::string& dir, int keep = kDefaultKeptCheckpoints);
+  // Loads parameters, optimizer state and the step count from the checkpoint of the same model
+  // that find_checkpoint(dir) names (the latest of a checkpoint directory, or `dir` itself when
+  // it holds a manifest); the plan may differ from the one that saved it (other partition,
+  // placement or replicas). Errors: not_found (no checkpoint, a missing layer file),
+  // invalid_argument (a pointer naming no step directory, another model, a corrupt file, a
+  // layer file of another step than the manifest's, a shape mismatch).
   Status load_checkpoint(const std::string& dir);
 
   // This rank's parameters (all stages it runs), in increasing name order. After a step each

@@ -31,13 +31,14 @@ struct TrainOptions {
   // step took there (RankExecutor::step, measured by a steady clock).
   std::function<void(int rank, const StepResult& result, Seconds step_time)> on_rank_step;
 
-  // When set, every rank loads this checkpoint directory (RankExecutor::load_checkpoint) before
-  // the first step; the run then continues from the checkpoint's step.
+  // When set, every rank loads the checkpoint of this directory (RankExecutor::load_checkpoint)
+  // before the first step; the run then continues from the checkpoint's step.
   std::string resume_from;
   // When set, every rank saves a checkpoint here after the last step, and also after each step
   // that brings the step count to a multiple of checkpoint_every (when positive).
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
+  int checkpoint_keep = kDefaultKeptCheckpoints;  // the newest checkpoints a save keeps; >= 1
 
   // When set, each rank talks through the transport this returns (wrapping the rank's own,
   // which outlives it) instead: a seam for emulated links (emulation.h).
