@@ -476,6 +476,60 @@ TEST(CliTest, PlanJsonAndItsPlanFileAgreeWithTheSimulator) {
   EXPECT_NE(read_file(dir + "/plan.svg").find("</svg>"), std::string::npos);
 }
 
+// A node lost: the new plan keeps the global batch, runs on what is left, simulates to what
+// replan reported, and each device of the lost node is gone; the same node back (renamed, in
+// a file) makes a cluster as large as the first. Bad changes are refused before any search.
+TEST(CliTest, ReplanAfterALostNodeKeepsTheGlobalBatch) {
+  const TempDir scratch("cli_replan");
+  const std::string old_plan = scratch.file("old.json");
+  const std::string new_plan = scratch.file("new.json");
+  RunResult planned = run_motley(
+      "plan --model tiny-llama --cluster h100-a100 --global-batch 64 "
+      "--quiet --max-plans 200 --out " +
+      old_plan);
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  RunResult r = run_motley("replan --plan " + old_plan +
+                           " --lost a100-1 --json --max-plans 200 "
+                           "--out " +
+                           new_plan);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["old_cluster_devices"], 32);
+  EXPECT_EQ(j["new_cluster_devices"], 24);
+  EXPECT_EQ(j["global_batch"], 64);
+  EXPECT_EQ(j["plan"], new_plan);
+  int gone = 0;
+  for (const auto& d : j["devices"]) {
+    EXPECT_EQ(d["node"] == "a100-1", d["new_layers"] == "gone") << d.dump();
+    gone += d["new_layers"] == "gone";
+  }
+  EXPECT_EQ(gone, 8);
+  RunResult again = run_motley("simulate --plan " + new_plan + " --json");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  const nlohmann::json sim = nlohmann::json::parse(again.out);
+  EXPECT_DOUBLE_EQ(sim["iteration_time_s"].get<double>(), j["iteration_time_s"].get<double>());
+  EXPECT_EQ(sim["global_batch"], 64);
+
+  std::ofstream(scratch.file("spare.yaml"))
+      << "name: spare\nnodes:\n  - name: a100-spare\n    devices: {type: A100-80GB, count: 8}\n";
+  RunResult grown = run_motley("replan --plan " + new_plan + " --gained " +
+                               scratch.file("spare.yaml") + " --json --max-plans 50");
+  ASSERT_EQ(grown.exit_code, 0) << grown.err;
+  EXPECT_EQ(nlohmann::json::parse(grown.out)["new_cluster_devices"], 32);
+
+  expect_bad_input("replan --plan " + old_plan, {"give exactly one of --cluster NEW, --lost"});
+  expect_bad_input("replan --plan " + old_plan + " --lost a100-1 --cluster default",
+                   {"give exactly one of"});
+  expect_bad_input("replan --plan " + old_plan + " --lost nowhere",
+                   {"--lost: cluster 'h100-a100' has no node 'nowhere'; its nodes: h100-0"});
+  expect_bad_input("replan --plan " + old_plan + " --lost h100-0,h100-1,a100-0,a100-1",
+                   {"every node of cluster 'h100-a100'"});
+  expect_bad_input("replan --plan " + new_plan + " --gained " + scratch.file("spare.yaml") +
+                       " --out " + scratch.file("missing/x.json"),
+                   {"--out: ", "no such directory"});
+  EXPECT_FALSE(std::filesystem::exists(scratch.file("missing")));
+}
+
 TEST(CliTest, CompareListsEveryStrategyAboveTheLowerBound) {
   RunResult r = run_motley("compare --model tiny-llama --cluster h100-a100 --quiet --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -49,6 +49,20 @@ class ProgressLine {
 
 }  // namespace
 
+void add_search_limits(CLI::App* cmd, std::optional<int64_t>* max_plans, uint64_t* seed,
+                       int* threads) {
+  cmd->add_option("--max-plans", *max_plans,
+                  "Stop the search after simulating this many plans (default: no limit); unlike "
+                  "the time budget, the plan found then does not depend on the machine's speed")
+      ->check(integer_in(1, std::numeric_limits<int64_t>::max()));
+  cmd->add_option("--seed", *seed, "Seed of the search's random moves")
+      ->check(unsigned_integer())
+      ->capture_default_str();
+  cmd->add_option("--threads", *threads, "Plans simulated in parallel")
+      ->check(integer_in(1, kMaxOptionThreads))
+      ->capture_default_str();
+}
+
 void add_tune_options(CLI::App* cmd, TuneCliOptions* opt) {
   cmd->add_option("--model", opt->model, std::string("Model (default ") + kDefaultModel + ")");
   cmd->add_option("--cluster", opt->cluster,
@@ -65,16 +79,7 @@ void add_tune_options(CLI::App* cmd, TuneCliOptions* opt) {
   cmd->add_option("--time-budget", opt->time_budget, "Search time limit in seconds")
       ->check(positive_number())
       ->capture_default_str();
-  cmd->add_option("--max-plans", opt->max_plans,
-                  "Stop the search after simulating this many plans (default: no limit); unlike "
-                  "the time budget, the plan found then does not depend on the machine's speed")
-      ->check(integer_in(1, std::numeric_limits<int64_t>::max()));
-  cmd->add_option("--seed", opt->seed, "Seed of the search's random moves")
-      ->check(unsigned_integer())
-      ->capture_default_str();
-  cmd->add_option("--threads", opt->threads, "Plans simulated in parallel")
-      ->check(integer_in(1, kMaxOptionThreads))
-      ->capture_default_str();
+  add_search_limits(cmd, &opt->max_plans, &opt->seed, &opt->threads);
   cmd->add_flag("--zero1", opt->zero1, "Shard optimizer state across data-parallel replicas");
   cmd->add_flag("--quiet", opt->quiet, "No progress bar on stderr");
 }

@@ -31,6 +31,9 @@ struct TuneCliOptions {
 
 // Declares the options on `cmd`; the parser refuses a value out of its range (option_checks.h).
 void add_tune_options(CLI::App* cmd, TuneCliOptions* opt);
+// The search's --max-plans, --seed and --threads alone (add_tune_options declares them too).
+void add_search_limits(CLI::App* cmd, std::optional<int64_t>* max_plans, uint64_t* seed,
+                       int* threads);
 
 struct TuneSetup {
   ModelSpec model;

@@ -1,8 +1,14 @@
 #include "candidate.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
+#include <cstdlib>
+#include <optional>
 #include <string>
+#include <utility>
 
 namespace motley::tune_internal {
 
@@ -14,7 +20,115 @@ void append_number(std::string* out, int64_t x) {
   out->append(buf, end);
 }
 
+// A run of consecutive stages on one group: stages [first, last].
+struct StageRun {
+  int group = 0;
+  int first = 0;
+  int last = 0;
+};
+
+std::vector<StageRun> stage_runs(const Replica& replica) {
+  std::vector<StageRun> runs;
+  for (int s = 0; s < static_cast<int>(replica.stage_group.size()); ++s) {
+    const int g = replica.stage_group[s];
+    if (!runs.empty() && runs.back().group == g) {
+      runs.back().last = s;
+    } else {
+      runs.push_back(StageRun{g, s, s});
+    }
+  }
+  return runs;
+}
+
+// The shape and chunk count whose stage map the runs follow over p groups in order, or nullopt.
+std::optional<std::pair<StageShape, int>> runs_shape(const std::vector<StageRun>& runs, int p) {
+  const int n = static_cast<int>(runs.size());
+  if (p <= 0) return std::nullopt;
+  auto follows = [&](auto group_of) {
+    for (int i = 0; i < n; ++i) {
+      if (runs[i].group != group_of(i)) return false;
+    }
+    return true;
+  };
+  if (n == p && follows([](int i) { return i; })) return std::pair{StageShape::kLinear, 1};
+  if (n % p == 0 && n / p >= 2 && follows([p](int i) { return i % p; })) {
+    return std::pair{StageShape::kInterleaved, n / p};
+  }
+  // V: out to the last group and back, the turn's two stages on it fused into one run.
+  if (n == 2 * p - 1 && follows([p](int i) { return i < p ? i : 2 * p - 2 - i; }) &&
+      runs[p - 1].last > runs[p - 1].first) {
+    return std::pair{StageShape::kV, 2};
+  }
+  return std::nullopt;
+}
+
+// The named or adaptive schedule called `name` on `shape` with `chunks` stages per group.
+ScheduleSpec schedule_named(const std::string& name, StageShape shape, int chunks) {
+  std::vector<ScheduleSpec> specs;
+  const std::string kind_name = name.substr(0, name.find('('));
+  if (std::optional<ScheduleKind> kind = parse_schedule_kind(kind_name)) {
+    specs.push_back(ScheduleSpec::named(*kind, chunks));
+  }
+  for (AdaptivePriority priority :
+       {AdaptivePriority::kBackwardFirst, AdaptivePriority::kForwardFirst}) {
+    for (WeightFill fill : {WeightFill::kIfItFits, WeightFill::kAlways}) {
+      specs.push_back(ScheduleSpec::adaptive_on(shape, chunks, priority, fill));
+    }
+  }
+  for (const ScheduleSpec& spec : specs) {
+    if (spec.name() == name && spec.shape == shape && spec.chunks == chunks) return spec;
+  }
+  return ScheduleSpec::adaptive_on(shape, chunks, AdaptivePriority::kBackwardFirst,
+                                   WeightFill::kIfItFits);
+}
+
 }  // namespace
+
+Result<Candidate> candidate_from_plan(const Plan& plan) {
+  Candidate c;
+  c.micro_batch_size = plan.micro_batch_size;
+  std::optional<std::pair<StageShape, int>> shape;
+  for (size_t r = 0; r < plan.replicas.size(); ++r) {
+    const Replica& replica = plan.replicas[r];
+    const int p = static_cast<int>(replica.groups.size());
+    std::vector<StageRun> runs = stage_runs(replica);
+    const std::optional<std::pair<StageShape, int>> mine = runs_shape(runs, p);
+    if (!mine || (shape && *mine != *shape)) {
+      return invalid_argument(fmt::format(
+          "replica {}: its stages are not a linear, interleaved or V map over its {} groups in "
+          "order{}",
+          r, p, shape && mine ? ", or not the other replicas' shape" : ""));
+    }
+    shape = mine;
+    if (mine->first == StageShape::kV) {
+      // Split the turn where its two halves' layer counts are closest.
+      StageRun turn = runs[p - 1];
+      const int begin = plan.stages[turn.first].layer_begin;
+      const int end = plan.stages[turn.last].layer_end;
+      int split = turn.first + 1;
+      for (int s = turn.first + 1; s <= turn.last; ++s) {
+        const int here = std::abs(2 * plan.stages[s].layer_begin - begin - end);
+        if (here < std::abs(2 * plan.stages[split].layer_begin - begin - end)) split = s;
+      }
+      runs[p - 1].last = split - 1;
+      runs.insert(runs.begin() + p, StageRun{turn.group, split, turn.last});
+    }
+    PipelineSpec spec;
+    spec.micro_batches = replica.micro_batches;
+    for (const DeviceGroupSchedule& g : replica.groups) spec.groups.push_back(g.devices);
+    for (const StageRun& run : runs) {
+      spec.bounds.push_back(plan.stages[run.first].layer_begin);
+      RecomputePolicy most = RecomputePolicy::kNone;
+      for (int s = run.first; s <= run.last; ++s) most = std::max(most, plan.stages[s].recompute);
+      spec.recompute.push_back(most);
+    }
+    spec.bounds.push_back(plan.stages.empty() ? 0 : plan.stages.back().layer_end);
+    c.replicas.push_back(std::move(spec));
+  }
+  if (!shape) return invalid_argument("the plan has no replicas");
+  c.schedule = schedule_named(plan.schedule, shape->first, shape->second);
+  return c;
+}
 
 // Built by appending rather than through a string stream: the search asks for a key for every
 // candidate it evaluates.

@@ -31,4 +31,13 @@ std::vector<std::vector<GroupLoad>> group_loads(const Context& ctx, const Candid
 Result<Plan> assemble(const Context& ctx, const Candidate& c, int64_t data_parallel = 0,
                       bool whole_batch = true);
 
+// The structure of `plan` as a candidate: each replica's device groups in pipeline order, its
+// coarse stages (the runs of consecutive stages on one group, the middle run of a V split
+// where it splits most evenly) with their recompute (the most any of its stages has), and its
+// micro-batch count; the plan's micro-batch size; the schedule its name names on that shape
+// (the adaptive scheduler on it when the name is none of the search's). The plan's actions are
+// not read. Errors: invalid_argument when a replica's stages are not one of the shapes over its
+// groups in order (linear, interleaved, V) or the replicas' shapes differ.
+Result<Candidate> candidate_from_plan(const Plan& plan);
+
 }  // namespace motley::tune_internal

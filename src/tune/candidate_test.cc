@@ -64,5 +64,50 @@ TEST(CandidateTest, GroupLoadsSumEachGroupsStages) {
   EXPECT_NEAR(loads[0][1].total(), 3 * 6e-3, 1e-15);
 }
 
+// A plan's structure read back as a candidate is the candidate it was assembled from: linear
+// replicas of other bounds (the plan's stages are their common refinement, so a recompute
+// policy would be shared), interleaved, V, and the adaptive scheduler with recompute.
+TEST(CandidateTest, APlansStructureReadsBackAsItsCandidate) {
+  Fixture fx(8, {"H100-SXM", "H100-SXM"}, 2, 16, uniform_spec(8));
+  const auto none = [](int n) { return std::vector<RecomputePolicy>(n, RecomputePolicy::kNone); };
+  std::vector<Candidate> cases(4);
+  cases[0].schedule = ScheduleSpec::named(ScheduleKind::k1f1b);
+  cases[0].replicas = {PipelineSpec{{{0}, {1}}, {0, 3, 8}, none(2), 10},
+                       PipelineSpec{{{2}, {3}}, {0, 5, 8}, none(2), 6}};
+  cases[1].schedule = ScheduleSpec::named(ScheduleKind::kInterleaved, 2);
+  cases[1].replicas = {PipelineSpec{{{0, 1}, {2, 3}}, {0, 2, 4, 6, 8}, none(4), 16}};
+  cases[2].schedule = ScheduleSpec::named(ScheduleKind::kZbV);
+  cases[2].replicas = {PipelineSpec{{{0}, {1}, {2}}, {0, 1, 2, 4, 5, 7, 8}, none(6), 16}};
+  cases[3].schedule = ScheduleSpec::adaptive_on(
+      StageShape::kLinear, 1, AdaptivePriority::kForwardFirst, WeightFill::kAlways);
+  cases[3].replicas = {PipelineSpec{{{0}, {1}, {2}, {3}},
+                                    {0, 1, 3, 6, 8},
+                                    {RecomputePolicy::kNone, RecomputePolicy::kFull,
+                                     RecomputePolicy::kSelective, RecomputePolicy::kNone},
+                                    16}};
+  for (const Candidate& c : cases) {
+    SCOPED_TRACE(c.schedule.name());
+    Result<Plan> plan = assemble(*fx.ctx, c);
+    ASSERT_TRUE(plan.is_ok()) << plan.status().message();
+    Result<Candidate> back = candidate_from_plan(*plan);
+    ASSERT_TRUE(back.is_ok()) << back.status().message();
+    EXPECT_EQ(candidate_key(*back), candidate_key(c));
+  }
+}
+
+TEST(CandidateTest, AStageMapOfNoShapeIsNotACandidate) {
+  Fixture fx(8, {"H100-SXM"}, 2, 16, uniform_spec(8));
+  Candidate c;
+  c.schedule = ScheduleSpec::named(ScheduleKind::k1f1b);
+  c.replicas = {PipelineSpec{{{0}, {1}}, {0, 4, 8}, std::vector<RecomputePolicy>(2), 16}};
+  Result<Plan> plan = assemble(*fx.ctx, c);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().message();
+  Plan swapped = *plan;
+  swapped.replicas[0].stage_group = {1, 0};  // the pipeline runs its groups out of order
+  EXPECT_EQ(candidate_from_plan(swapped).status().message(),
+            "replica 0: its stages are not a linear, interleaved or V map over its 2 groups in "
+            "order");
+}
+
 }  // namespace
 }  // namespace motley::tune_internal::tune_testing

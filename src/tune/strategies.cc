@@ -319,6 +319,19 @@ Found Searcher::partition_only(const Found& base) {
   return found;
 }
 
+Found Searcher::given(const Candidate& c, const std::string& detail_prefix) {
+  const Seconds start = ctx_.now();
+  const int64_t simulated = evaluator_.simulated();
+  fidelity_ = Fidelity::kFull;
+  std::vector<Candidate> cands = {c};
+  std::vector<std::shared_ptr<const Evaluation>> evals = evaluate(cands);
+  retry_with_more_recompute(cands, evals);
+  Found found = best_of(cands, evals, detail_prefix);
+  found.simulated = evaluator_.simulated() - simulated;
+  found.seconds = (ctx_.now() - start).value();
+  return found;
+}
+
 Found Searcher::placement_only() {
   const Seconds start = ctx_.now();
   const int64_t simulated = evaluator_.simulated();

@@ -58,6 +58,9 @@ class Searcher {
   Found partition_only(const Found& base);
   Found placement_only();
   Found schedule_only(const Found& base);
+  // `c` itself, simulated whole (with more recompute when it does not fit memory as it is);
+  // its detail starts with `detail_prefix`.
+  Found given(const Candidate& c, const std::string& detail_prefix);
   // The full search; `seeds` (e.g. the baselines' plans) join the candidates it improves.
   Found motley(const std::vector<Found>& seeds);
   // Every partition x placement x named schedule (small instances), branch and bound on the

@@ -136,6 +136,58 @@ Result<Seconds> iteration_lower_bound(const TuneOptions& options, const ModelSpe
   return tune_internal::lower_bound(*ctx);
 }
 
+namespace {
+
+// A warm start's structure with its micro-batch counts scaled to the global batch (largest
+// remainders first), simulated as it is.
+Found warm_start(const tune_internal::Context& ctx, Searcher& searcher, const Plan& plan) {
+  Found refused;
+  Result<Candidate> converted = tune_internal::candidate_from_plan(plan);
+  if (!converted.is_ok()) {
+    refused.why_not = "warm start: " + converted.status().message();
+    return refused;
+  }
+  Candidate c = std::move(converted).value();
+  const int64_t b = c.micro_batch_size;
+  if (b <= 0 || ctx.global_batch() % b != 0) {
+    refused.why_not =
+        fmt::format("warm start: micro-batch size {} does not divide the global batch {}", b,
+                    ctx.global_batch());
+    return refused;
+  }
+  const int64_t total = ctx.global_batch() / b;
+  int64_t had = 0;
+  for (const PipelineSpec& r : c.replicas) had += r.micro_batches;
+  if (had <= 0 || total < static_cast<int64_t>(c.replicas.size())) {
+    refused.why_not = "warm start: fewer micro-batches than replicas";
+    return refused;
+  }
+  std::vector<std::pair<double, size_t>> remainders;
+  int64_t given = 0;
+  for (size_t i = 0; i < c.replicas.size(); ++i) {
+    const double share = static_cast<double>(c.replicas[i].micro_batches) *
+                         static_cast<double>(total) / static_cast<double>(had);
+    c.replicas[i].micro_batches = std::max<int64_t>(1, static_cast<int64_t>(share));
+    given += c.replicas[i].micro_batches;
+    remainders.emplace_back(share - std::floor(share), i);
+  }
+  std::stable_sort(remainders.begin(), remainders.end(),
+                   [](const auto& x, const auto& y) { return x.first > y.first; });
+  for (size_t k = 0; given < total; k = (k + 1) % remainders.size(), ++given) {
+    ++c.replicas[remainders[k].second].micro_batches;
+  }
+  for (size_t k = 0; given > total; k = (k + 1) % remainders.size()) {
+    PipelineSpec& r = c.replicas[remainders[remainders.size() - 1 - k].second];
+    if (r.micro_batches > 1) {
+      --r.micro_batches;
+      --given;
+    }
+  }
+  return searcher.given(c, "the warm start's structure: ");
+}
+
+}  // namespace
+
 Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
                         const ClusterSpec& cluster) {
   const Seconds start = tune_internal::clock_now(options);
@@ -187,7 +239,12 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
   };
 
   Found chosen;
+  std::vector<Found> warm;  // options.warm_starts' outcomes
   if (options.strategy == "motley") {
+    // First, so that a search cut short by its budget still has them.
+    phase = "warm starts";
+    for (const Plan& plan : options.warm_starts) warm.push_back(warm_start(*ctx, searcher, plan));
+    phase = "baselines";
     // Everything motley is compared with is also a candidate it may return.
     const bool all = options.report_baselines || !options.exhaustive;
     for (const std::string& name : baseline_names) {
@@ -198,7 +255,9 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
       chosen = searcher.exhaustive();
     } else {
       phase = "structures";
-      chosen = searcher.motley(baselines);
+      std::vector<Found> seeds = baselines;
+      seeds.insert(seeds.end(), warm.begin(), warm.end());
+      chosen = searcher.motley(seeds);
     }
   } else {
     chosen = run_baseline(options.strategy);
@@ -274,6 +333,16 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
       }
       result.baselines.push_back(std::move(o));
     }
+  }
+  for (const Found& f : warm) {
+    StrategyOutcome o;
+    o.strategy = "warm start";
+    if (f.ok) {
+      MOTLEY_RETURN_IF_ERROR(realize(f, &o, nullptr));
+    } else {
+      o.detail = f.why_not;
+    }
+    result.warm_starts.push_back(std::move(o));
   }
   result.search_time = ctx->now() - start;
   return result;

@@ -33,7 +33,8 @@ const char* tune_objective_name(TuneObjective objective);  // "throughput", "cos
 
 // Reported while the search runs (from the calling thread).
 struct TuneProgress {
-  std::string phase;  // "baselines", "structures", "local search", "exhaustive", "done"
+  std::string
+      phase;  // "warm starts", "baselines", "structures", "local search", "exhaustive", "done"
   int64_t candidates_evaluated = 0;
   Seconds best_iteration_time;  // 0 before the first feasible candidate
   Seconds elapsed;
@@ -76,6 +77,13 @@ struct TuneOptions {
   // builds the baselines anyway and may return one of their plans; the exhaustive search builds
   // only megatron-1f1b (for the explanation) unless this is set, and returns its own best.
   bool report_baselines = true;
+  // Plans on this cluster whose structure the full search also starts from and may return,
+  // such as the survivors of an earlier plan (replan.h): per replica its device groups, stages
+  // and micro-batch count, and the plan's schedule and micro-batch size. Their actions are not
+  // read, and the micro-batch counts are scaled to the global batch. One whose stages are not a
+  // linear, interleaved or V map, or whose micro-batch size does not divide the global batch,
+  // is left out (its outcome says why).
+  std::vector<Plan> warm_starts;
   std::function<void(const TuneProgress&)> progress;
   CostModelFactory cost_model;               // empty: AnalyticCostModel with the model's dtype
   std::string cost_model_name = "analytic";  // PredictedMetrics::cost_model of the plans
@@ -121,6 +129,9 @@ struct TuneResult {
   PlanExplanation explanation;
   // motley with report_baselines: every baseline's outcome, in tune_strategy_names() order.
   std::vector<StrategyOutcome> baselines;
+  // Each of TuneOptions::warm_starts as it is (strategy "warm start"), simulated whole (with
+  // more recompute if it does not fit as it is), in their order; motley only.
+  std::vector<StrategyOutcome> warm_starts;
 };
 
 // Searches for the best plan under `options.strategy`.
