@@ -592,6 +592,57 @@ TEST(RunFaultTest, AKillDuringASaveLeavesACheckpointTheRunContinuesFrom) {
   std::filesystem::remove_all(dir);
 }
 
+// The elastic launch: a plan on three one-device nodes loses a rank (its node) once, or twice;
+// each time the rest is replanned and the run resumes from its last checkpoint, and the run
+// ends with the losses of the sequential reference on the same global batch (within rounding:
+// the plans differ). With no restart allowed, it gives up naming the failure.
+TEST(ElasticTest, TrainingCompletesAfterOneAndAfterTwoLostNodes) {
+  SKIP_WITHOUT_FAULT_HOOK();
+  const std::string plan = temp_path("elastic-plan.json");
+  RunResult planned =
+      run_motley("plan --model tiny-llama --cluster " + data("three-single-device-nodes.yaml") +
+                 " --global-batch 6 --max-plans 60 --quiet --out " + plan);
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  const std::vector<double> straight =
+      losses_of(run_json("run --plan " + plan + " --steps 5 --json --sequential --threads 1"));
+  ASSERT_EQ(straight.size(), 5u);
+  struct Case {
+    std::string faults;
+    int attempts;
+  };
+  for (const Case& c : {Case{"1:2:exit", 2}, Case{"2:1:exit,0:3:exit", 3}}) {
+    SCOPED_TRACE(c.faults);
+    const std::string dir = temp_path("elastic-" + std::to_string(c.attempts));
+    RunResult r = run_motley("launch --elastic -- run --plan " + plan + " --steps 5 --json " +
+                                 "--checkpoint-every 1 --checkpoint-dir " + dir,
+                             "MOTLEY_TEST_FAULT=" + c.faults);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("elastic: done: steps 0 to 4 (5 steps)"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("over " + std::to_string(c.attempts) + " attempts"), std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("was killed by signal 9"), std::string::npos) << r.err;
+    const nlohmann::json last = nlohmann::json::parse(r.out);
+    const int64_t first = last.value("first_step", -1);
+    ASSERT_GE(first, 1);
+    expect_close(losses_of(last), std::vector<double>(straight.begin() + first, straight.end()),
+                 "after the losses");
+    EXPECT_EQ(last.value("world_size", 0), 4 - c.attempts);
+    EXPECT_TRUE(
+        std::filesystem::exists(dir + "/elastic-plan-" + std::to_string(c.attempts - 1) + ".json"));
+  }
+
+  RunResult gave_up = run_motley("launch --elastic --max-restarts 0 -- run --plan " + plan +
+                                     " --steps 3 --checkpoint-dir " + temp_path("elastic-0"),
+                                 "MOTLEY_TEST_FAULT=1:1:exit");
+  EXPECT_EQ(gave_up.exit_code, 1) << gave_up.err;
+  EXPECT_NE(gave_up.err.find("motley: error: elastic: gave up after 0 restarts (--max-restarts); "
+                             "last: rank 1 was killed by signal 9"),
+            std::string::npos)
+      << gave_up.err;
+  expect_bad_input("launch --elastic -- run --plan " + plan + " --steps 3",
+                   {"--elastic: the command must be 'run --plan P --checkpoint-dir D ...'"});
+}
+
 TEST(LaunchFaultTest, AKilledRankStopsTheJobAndIsNamed) {
   SKIP_WITHOUT_FAULT_HOOK();
   // Rank 1 dies (SIGKILL) after its first action of step 1.

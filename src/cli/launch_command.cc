@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "launch.h"
 #include "motley/core/output_files.h"
 #include "option_checks.h"
 #include "rank_traces.h"
@@ -33,12 +34,6 @@ extern char** environ;
 
 namespace motley::cli {
 namespace {
-
-struct LaunchOptions {
-  int nproc = 0;
-  std::optional<int> master_port;  // unset: a free port
-  std::vector<std::string> command;
-};
 
 // One rank's process and the unfinished last line of each of its streams.
 struct Child {
@@ -87,31 +82,35 @@ void write_all(FILE* stream, const std::string& text) {
   std::fflush(stream);
 }
 
-// Emits the complete lines of `partial` (all of it at end of stream) with the rank's prefix.
-void emit_lines(std::string* partial, int rank, FILE* stream, bool at_end) {
+// Emits the complete lines of `partial` (all of it at end of stream) with the rank's prefix,
+// handing each to `on_line` (when set) without it.
+void emit_lines(std::string* partial, int rank, FILE* stream, bool at_end,
+                const LineHandler& on_line = nullptr) {
   const std::string prefix = fmt::format("[rank {}] ", rank);
   size_t begin = 0;
   std::string text;
   for (size_t nl; (nl = partial->find('\n', begin)) != std::string::npos; begin = nl + 1) {
     text += prefix + partial->substr(begin, nl - begin + 1);
+    if (on_line) on_line(rank, partial->substr(begin, nl - begin));
   }
   partial->erase(0, begin);
   if (at_end && !partial->empty()) {
     text += prefix + *partial + "\n";
+    if (on_line) on_line(rank, *partial);
     partial->clear();
   }
   if (!text.empty()) write_all(stream, text);
 }
 
 // Reads what is available on `fd`; closes it and returns false at end of stream.
-bool drain(int* fd, Child& c, bool is_out, bool capture_out) {
+bool drain(int* fd, Child& c, bool is_out, bool capture_out, const LineHandler& on_line) {
   char buffer[4096];
   const ssize_t n = ::read(*fd, buffer, sizeof(buffer));
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
   if (n <= 0) {
     ::close(*fd);
     *fd = -1;
-    if (is_out && !capture_out) emit_lines(&c.out_partial, c.rank, stdout, true);
+    if (is_out && !capture_out) emit_lines(&c.out_partial, c.rank, stdout, true, on_line);
     if (!is_out) emit_lines(&c.err_partial, c.rank, stderr, true);
     return false;
   }
@@ -120,7 +119,7 @@ bool drain(int* fd, Child& c, bool is_out, bool capture_out) {
     c.out_all += chunk;
   } else if (is_out) {
     c.out_partial += chunk;
-    emit_lines(&c.out_partial, c.rank, stdout, false);
+    emit_lines(&c.out_partial, c.rank, stdout, false, on_line);
   } else {
     c.err_partial += chunk;
     emit_lines(&c.err_partial, c.rank, stderr, false);
@@ -157,7 +156,8 @@ Result<pid_t> spawn(const std::vector<std::string>& argv, const std::vector<std:
   return pid;
 }
 
-std::vector<std::string> child_environment(int rank, int world, int port, int threads) {
+std::vector<std::string> child_environment(int rank, int world, int port, int threads,
+                                           const std::vector<std::string>& extra) {
   static const char* const kOwn[] = {
       "RANK",        "WORLD_SIZE",  "LOCAL_RANK",   "LOCAL_WORLD_SIZE",
       "MASTER_ADDR", "MASTER_PORT", "MOTLEY_LAUNCH"};
@@ -178,6 +178,11 @@ std::vector<std::string> child_environment(int rank, int world, int port, int th
   env.push_back("MASTER_ADDR=127.0.0.1");
   env.push_back("MASTER_PORT=" + std::to_string(port));
   env.push_back("MOTLEY_LAUNCH=1");  // the ranks leave naming the merged trace to launch
+  for (const std::string& entry : extra) {
+    const std::string name = entry.substr(0, entry.find('=') + 1);
+    std::erase_if(env, [&name](const std::string& e) { return e.rfind(name, 0) == 0; });
+    env.push_back(entry);
+  }
   // OpenBLAS sizes its pool when it is loaded, before the rank can limit it.
   if (!has_blas) env.push_back("OPENBLAS_NUM_THREADS=" + std::to_string(threads));
   if (!has_omp) env.push_back("OMP_NUM_THREADS=" + std::to_string(threads));
@@ -188,16 +193,7 @@ std::vector<std::string> child_environment(int rank, int world, int port, int th
 // "" when it writes none: each rank then writes rank_trace_path(PATH, rank), merged afterwards.
 std::string run_trace_path(const std::vector<std::string>& command) {
   if (command.empty() || command[0] != "run") return "";
-  const std::string flag = "--trace";
-  std::string path;
-  for (size_t i = 1; i < command.size(); ++i) {
-    if (command[i] == flag && i + 1 < command.size()) {
-      path = command[++i];
-    } else if (command[i].rfind(flag + "=", 0) == 0) {
-      path = command[i].substr(flag.size() + 1);
-    }
-  }
-  return path;
+  return command_option(command, "--trace").value_or("");
 }
 
 void stop_all(std::vector<Child>& children) {
@@ -227,7 +223,22 @@ void stop_all(std::vector<Child>& children) {
   }
 }
 
-Status launch_command(const LaunchOptions& opt) {
+}  // namespace
+
+std::optional<std::string> command_option(const std::vector<std::string>& command,
+                                          const std::string& name) {
+  std::optional<std::string> value;
+  for (size_t i = 1; i < command.size(); ++i) {
+    if (command[i] == name && i + 1 < command.size()) {
+      value = command[++i];
+    } else if (command[i].rfind(name + "=", 0) == 0) {
+      value = command[i].substr(name.size() + 1);
+    }
+  }
+  return value;
+}
+
+Status run_job(const LaunchOptions& opt, std::vector<int>* failed_ranks) {
   if (opt.command.empty()) {
     return invalid_argument(
         "give the command each rank runs after '--', e.g. "
@@ -258,8 +269,8 @@ Status launch_command(const LaunchOptions& opt) {
       stop_all(children);
       return io_error(std::string("launch: pipe: ") + std::strerror(errno));
     }
-    auto pid = spawn(argv, child_environment(rank, opt.nproc, port, threads), out[1], err[1],
-                     out[0], err[0]);
+    auto pid = spawn(argv, child_environment(rank, opt.nproc, port, threads, opt.extra_env), out[1],
+                     err[1], out[0], err[0]);
     ::close(out[1]);
     ::close(err[1]);
     if (!pid.is_ok()) {
@@ -302,7 +313,8 @@ Status launch_command(const LaunchOptions& opt) {
       for (size_t i = 0; ready > 0 && i < fds.size(); ++i) {
         if (fds[i].revents == 0) continue;
         Child& c = *owners[i].first;
-        drain(owners[i].second ? &c.out_fd : &c.err_fd, c, owners[i].second, capture_json);
+        drain(owners[i].second ? &c.out_fd : &c.err_fd, c, owners[i].second, capture_json,
+              opt.on_line);
       }
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -350,6 +362,9 @@ Status launch_command(const LaunchOptions& opt) {
       parts.push_back(fmt::format("stopped rank{} {}", stopped.size() > 1 ? "s" : "",
                                   fmt::join(stopped, ", ")));
     }
+    if (failed_ranks != nullptr) {
+      for (const Child* c : failures) failed_ranks->push_back(c->rank);
+    }
     const std::string message = fmt::format("{}", fmt::join(parts, "; "));
     const Child& first = *failures.front();
     const int code = WIFEXITED(first.wait_status) ? WEXITSTATUS(first.wait_status) : 1;
@@ -374,6 +389,14 @@ Status launch_command(const LaunchOptions& opt) {
   return Status::ok();
 }
 
+namespace {
+
+Status launch_command(const LaunchOptions& opt) {
+  if (opt.elastic) return elastic_launch(opt);
+  if (opt.nproc == 0) return invalid_argument("--nproc: give the number of ranks to start");
+  return run_job(opt, nullptr);
+}
+
 }  // namespace
 
 void add_launch_command(CLI::App& app, Action* action) {
@@ -390,10 +413,21 @@ void add_launch_command(CLI::App& app, Action* action) {
       "launch fails naming the rank and how it ended. When every rank succeeded and the\n"
       "command is 'run ... --trace t.json', the ranks' files (t.rank0.json, ...) are merged\n"
       "into t.json (one trace, every rank's track) and removed.\n"
+      "With --elastic (command 'run --plan P --checkpoint-dir D ...'), a failed job is started\n"
+      "again: the nodes of the ranks that failed count as lost, P is replanned on the nodes\n"
+      "left (written to D/elastic-plan-K.json), and the run resumes from D's last checkpoint\n"
+      "until its --steps are done; use --checkpoint-every to bound the work a loss costs.\n"
       "Example: motley launch --nproc 4 -- run --plan plan.json --steps 3");
-  cmd->add_option("--nproc", opt->nproc, "Number of ranks (processes) to start")
-      ->check(integer_in(1, kMaxOptionThreads))
-      ->required();
+  cmd->add_option("--nproc", opt->nproc,
+                  "Number of ranks (processes) to start (with --elastic: the plan's, by default)")
+      ->check(integer_in(1, kMaxOptionThreads));
+  cmd->add_flag("--elastic", opt->elastic,
+                "Supervise a 'run --plan P --checkpoint-dir D' job: when ranks fail, treat their "
+                "nodes as lost, replan on the rest and resume from the last checkpoint");
+  cmd->add_option("--max-restarts", opt->max_restarts,
+                  "With --elastic, restarts after failures before giving up")
+      ->check(integer_in(0, 1000))
+      ->capture_default_str();
   cmd->add_option("--master-port", opt->master_port,
                   "TCP port of rank 0's store (default: a free port)")
       ->check(integer_in(1, 65535));

@@ -30,12 +30,29 @@ const char kFaultHookHelp[] =
     "Test hook: MOTLEY_TEST_FAULT=RANK:STEP:exit kills rank RANK (SIGKILL) after its first\n"
     "compute action of step STEP; RANK:STEP:hang makes it sleep forever there; save:N kills\n"
     "the process (each one under WORLD_SIZE) at its N-th crash point of writing files, such\n"
-    "as a file of a checkpoint renamed into place.";
+    "as a file of a checkpoint renamed into place. Under launch --elastic, faults separated by\n"
+    "commas apply to the first attempt, the second, ... ('-' for none).";
 
 Result<decltype(ExecOptions::after_action)> fault_hook_from_env() {
   using Hook = decltype(ExecOptions::after_action);
-  const char* value = std::getenv(kFaultVariable);
-  if (value == nullptr || *value == '\0') return Hook();
+  const char* all = std::getenv(kFaultVariable);
+  if (all == nullptr || *all == '\0') return Hook();
+  // One fault per attempt of an elastic launch, comma-separated: the restart's own.
+  const char* restart_text = std::getenv("MOTLEY_ELASTIC_RESTART");
+  const long restart = restart_text != nullptr ? std::strtol(restart_text, nullptr, 10) : 0;
+  std::string own;
+  {
+    std::string list = all;
+    size_t begin = 0;
+    for (long k = 0; k <= restart && begin != std::string::npos; ++k) {
+      const size_t comma = list.find(',', begin);
+      own = list.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+      begin = comma == std::string::npos ? std::string::npos : comma + 1;
+      if (k < restart && begin == std::string::npos) own.clear();
+    }
+  }
+  if (own.empty() || own == "-") return Hook();
+  const char* value = own.c_str();
   long long points = 0;
   char end = 0;
   if (std::sscanf(value, "save:%lld%c", &points, &end) == 1) {
