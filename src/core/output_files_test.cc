@@ -1,11 +1,13 @@
 #include "motley/core/output_files.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -130,16 +132,45 @@ TEST(OutputFiles, CheckOutputDirectoryAcceptsOneToCreate) {
                 "' is not a directory");
 }
 
+// What `checks` returns, computed by a process without root's right to write anywhere: this
+// process itself, or (under root) a forked child that has become user and group 65534
+// ("nobody"), its text handed back through a pipe. "" when the child could not drop root.
+std::string as_unprivileged_user(const std::function<std::string()>& checks) {
+  if (::geteuid() != 0) return checks();
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) return "";
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    std::string text;
+    if (::setgid(65534) == 0 && ::setuid(65534) == 0) text = checks();
+    const ssize_t written = ::write(pipe_fds[1], text.data(), text.size());
+    ::_exit(written == static_cast<ssize_t>(text.size()) ? 0 : 1);
+  }
+  ::close(pipe_fds[1]);
+  std::string text;
+  char buffer[512];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buffer, sizeof(buffer))) > 0;) text.append(buffer, n);
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return text;
+}
+
 TEST(OutputFiles, AReadOnlyDirectoryIsRefused) {
-  if (::geteuid() == 0) GTEST_SKIP() << "root may write into any directory";
   TempDir dir;
   fs::create_directory(dir.file("ro"));
-  fs::permissions(dir.file("ro"), fs::perms::owner_read | fs::perms::owner_exec);
-  EXPECT_EQ(
-      check_output_file("--out", dir.file("ro/x.json")).message(),
-      "--out: " + dir.file("ro/x.json") + ": directory '" + dir.file("ro") + "' is not writable");
-  EXPECT_EQ(check_output_directory("--out-dir", dir.file("ro")).code(),
-            StatusCode::kInvalidArgument);
+  // Readable and searchable by everyone, writable by no one (root aside, hence the child).
+  fs::permissions(dir.file("ro"), fs::perms::owner_read | fs::perms::owner_exec |
+                                      fs::perms::group_read | fs::perms::group_exec |
+                                      fs::perms::others_read | fs::perms::others_exec);
+  const std::string seen = as_unprivileged_user([&dir] {
+    return check_output_file("--out", dir.file("ro/x.json")).message() + "\n" +
+           check_output_directory("--out-dir", dir.file("ro")).message();
+  });
+  EXPECT_EQ(seen, "--out: " + dir.file("ro/x.json") + ": directory '" + dir.file("ro") +
+                      "' is not writable\n--out-dir: " + dir.file("ro") +
+                      ": the directory is not writable");
   fs::permissions(dir.file("ro"), fs::perms::owner_all);
 }
 
