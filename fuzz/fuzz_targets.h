@@ -19,6 +19,7 @@ int links_target(const uint8_t* data, size_t size);
 int calibration_target(const uint8_t* data, size_t size);
 int checkpoint_manifest_target(const uint8_t* data, size_t size);
 int tensor_file_target(const uint8_t* data, size_t size);
+int torch_pp_csv_target(const uint8_t* data, size_t size);
 
 struct Target {
   std::string_view name;
@@ -35,6 +36,7 @@ inline constexpr Target kTargets[] = {
     {"calibration", calibration_target},
     {"checkpoint_manifest", checkpoint_manifest_target},
     {"tensor_file", tensor_file_target},
+    {"torch_pp_csv", torch_pp_csv_target},
 };
 
 }  // namespace motley::fuzz

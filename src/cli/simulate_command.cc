@@ -20,6 +20,7 @@
 #include "motley/model/model_json.h"
 #include "motley/plan/plan_json.h"
 #include "motley/plan/plan_workload.h"
+#include "motley/plan/torch_pp.h"
 #include "motley/plan/validate.h"
 #include "motley/report/chrome_trace.h"
 #include "motley/report/summary.h"
@@ -48,6 +49,7 @@ struct SimulateOptions {
   bool sequence_parallel = false;
   int data_parallel = 0;  // 0: as many replicas as the cluster holds
   StackChoice stack;
+  std::string torch_pp_csv;  // the orders, from a PyTorch pipelining CSV
   std::string out;
   std::string trace;
   std::string svg;
@@ -65,6 +67,12 @@ Result<Scenario> scenario_from_plan_file(const SimulateOptions& opt) {
   // The plan carries what it was made for; --model and --cluster may stand in for it.
   MOTLEY_ASSIGN_OR_RETURN(PlanInputs in,
                           load_plan_inputs(opt.plan, PlanSpecOverrides{opt.model, opt.cluster}));
+  if (!opt.torch_pp_csv.empty()) {
+    // The structure stays the plan's; the order is the CSV's, checked by the validator below.
+    MOTLEY_ASSIGN_OR_RETURN(std::string csv, read_text_file(opt.torch_pp_csv));
+    MOTLEY_ASSIGN_OR_RETURN(in.plan, plan_with_torch_pp_order(in.plan, csv, opt.torch_pp_csv));
+    in.plan.schedule = "torch-pp-csv";
+  }
   return Scenario{std::move(in.model), std::move(in.cluster), std::move(in.plan)};
 }
 
@@ -142,7 +150,9 @@ Status simulate_command(const SimulateOptions& opt) {
       check_output_options({{"--out", opt.out}, {"--trace", opt.trace}, {"--svg", opt.svg}}));
   MOTLEY_ASSIGN_OR_RETURN(
       Scenario s, opt.plan.empty() ? scenario_from_schedule(opt) : scenario_from_plan_file(opt));
-  const std::string source = opt.plan.empty() ? "plan" : opt.plan;
+  const std::string source = opt.plan.empty()           ? "plan"
+                             : opt.torch_pp_csv.empty() ? opt.plan
+                                                        : opt.plan + " with " + opt.torch_pp_csv;
 
   MOTLEY_ASSIGN_OR_RETURN(AnalyticCostOptions cost_options,
                           plan_cost_options(s.plan, s.model, s.cluster, opt.stack));
@@ -261,6 +271,10 @@ void add_simulate_command(CLI::App& app, Action* action) {
   cmd->add_option("--schedule", opt->schedule,
                   "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v or dualpipev");
   for (CLI::Option* shape : add_schedule_shape_options(cmd, opt.get())) shape->excludes(plan);
+  cmd->add_option("--torch-pp-csv", opt->torch_pp_csv,
+                  "With --plan: run the order of this PyTorch pipelining CSV (one row per "
+                  "pipeline rank, compute-only or with SEND/RECV) on the plan's stages")
+      ->needs(plan);
   add_stack_options(cmd, &opt->stack);
   cmd->add_option("--out", opt->out, "Write the plan (with predicted metrics) to this file");
   cmd->add_option("--trace", opt->trace, "Write a Chrome trace JSON (Perfetto, chrome://tracing)");
