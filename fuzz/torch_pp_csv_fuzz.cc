@@ -42,15 +42,15 @@ std::string orders_text(const Plan& plan) {
 }  // namespace
 
 int torch_pp_csv_target(const uint8_t* data, size_t size) {
-  static const Plan plan = v_plan();
-  Result<Plan> read = plan_with_torch_pp_order(plan, text(data, size), kSource);
+  static const Plan kPlan = v_plan();
+  Result<Plan> read = plan_with_torch_pp_order(kPlan, text(data, size), kSource);
   if (!read.is_ok()) {
     check_refusal(read.status());
     return 0;
   }
   for (bool lowered : {false, true}) {
     const std::string written = torch_pp_csv(*read, 0, lowered);
-    Result<Plan> again = plan_with_torch_pp_order(plan, written, kSource);
+    Result<Plan> again = plan_with_torch_pp_order(kPlan, written, kSource);
     if (!again.is_ok()) fail("a written CSV must read back", again.status().message());
     if (orders_text(*again) != orders_text(*read)) {
       fail("a written CSV must read back to the same orders", written);
