@@ -577,6 +577,27 @@ TEST(CliTest, TorchPipeliningCsvRoundTripsThroughSimulate) {
                    {"--replica: ", "has 4 replicas (0 to 3), got 4"});
 }
 
+// plan prices its candidates with the stack simulate prices the written plan with: the
+// cluster's (none here: the default) or the one given, so the two agree exactly.
+TEST(CliTest, PlanAndSimulateUseTheSameSoftwareStack) {
+  const TempDir scratch("cli_plan_stack");
+  for (const std::string stack : {"", " --stack megatron-lm-2022"}) {
+    SCOPED_TRACE(stack);
+    const std::string file = scratch.file("plan.json");
+    RunResult planned = run_motley(
+        "plan --model llama-3-8b --cluster h100-a100 --quiet --json "
+        "--max-plans 80 --out " +
+        file + stack);
+    ASSERT_EQ(planned.exit_code, 0) << planned.err;
+    RunResult simulated = run_motley("simulate --plan " + file + " --json" + stack);
+    ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
+    EXPECT_DOUBLE_EQ(nlohmann::json::parse(simulated.out)["iteration_time_s"].get<double>(),
+                     nlohmann::json::parse(planned.out)["iteration_time_s"].get<double>());
+  }
+  expect_bad_input("plan --model tiny-llama --stack no-such-stack --quiet",
+                   {"--stack: ", "no-such-stack"});
+}
+
 TEST(CliTest, CompareListsEveryStrategyAboveTheLowerBound) {
   RunResult r = run_motley("compare --model tiny-llama --cluster h100-a100 --quiet --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -82,6 +82,7 @@ void add_tune_options(CLI::App* cmd, TuneCliOptions* opt) {
   add_search_limits(cmd, &opt->max_plans, &opt->seed, &opt->threads);
   cmd->add_flag("--zero1", opt->zero1, "Shard optimizer state across data-parallel replicas");
   cmd->add_flag("--quiet", opt->quiet, "No progress bar on stderr");
+  add_stack_options(cmd, &opt->stack);
 }
 
 Result<TuneSetup> prepare_tune(const TuneCliOptions& opt) {
@@ -106,6 +107,8 @@ Result<TuneSetup> prepare_tune(const TuneCliOptions& opt) {
   options.seed = opt.seed;
   options.threads = opt.threads;
   options.zero1 = opt.zero1;
+  // The stack every candidate is priced with, as `simulate` prices the plan written.
+  MOTLEY_ASSIGN_OR_RETURN(options.stack, resolve_stack(opt.stack, setup.cluster));
   return setup;
 }
 

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "cost_options.h"
 #include "motley/cluster/cluster.h"
 #include "motley/core/status.h"
 #include "motley/model/model.h"
@@ -27,6 +28,7 @@ struct TuneCliOptions {
   int threads = 2;
   bool zero1 = false;
   bool quiet = false;
+  StackChoice stack;  // --stack / --calibration
 };
 
 // Declares the options on `cmd`; the parser refuses a value out of its range (option_checks.h).

@@ -91,6 +91,18 @@ Result<std::unique_ptr<CostModel>> make_cost_model(const TuneOptions& options,
   }
   AnalyticCostOptions cost_options;
   cost_options.workload = workload;
+  if (options.stack) {
+    cost_options.stack = *options.stack;
+  } else if (!cluster.software_stack.empty()) {
+    Result<SoftwareStack> named = find_software_stack(cluster.software_stack);
+    if (!named.is_ok()) {
+      return invalid_argument(
+          fmt::format("{}: field 'software_stack': {}", cluster.name, named.status().message()));
+    }
+    cost_options.stack = *named;
+  } else {
+    cost_options.stack = software_stacks().front();
+  }
   MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<AnalyticCostModel> analytic,
                           AnalyticCostModel::create(model, cluster, cost_options, model.name));
   return std::unique_ptr<CostModel>(std::move(analytic));

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "motley/core/status.h"
 #include "motley/core/units.h"
 #include "motley/cost/cost_model.h"
+#include "motley/cost/software_stack.h"
 #include "motley/model/layer_cost.h"
 #include "motley/model/model.h"
 #include "motley/plan/explanation.h"
@@ -85,7 +87,10 @@ struct TuneOptions {
   // is left out (its outcome says why).
   std::vector<Plan> warm_starts;
   std::function<void(const TuneProgress&)> progress;
-  CostModelFactory cost_model;               // empty: AnalyticCostModel with the model's dtype
+  CostModelFactory cost_model;  // empty: AnalyticCostModel with the model's dtype and `stack`
+  // The software stack the analytic cost model assumes; unset: the cluster's software_stack,
+  // else the default stack (software_stacks().front()), as `motley simulate` prices a plan.
+  std::optional<SoftwareStack> stack;
   std::string cost_model_name = "analytic";  // PredictedMetrics::cost_model of the plans
 };
 
