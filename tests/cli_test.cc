@@ -616,6 +616,54 @@ TEST(CliTest, CompareListsEveryStrategyAboveTheLowerBound) {
                                              "placement-only", "schedule-only"}));
 }
 
+// A cluster with a spot node: the plan prices interruptions (goodput, Daly's interval) and
+// the budget and deadline constrain it.
+TEST(CliTest, PlanPricesInterruptionsUnderBudgetAndDeadline) {
+  const std::string base = "plan --model tiny-llama --cluster " +
+                           data("../cluster/spot-and-on-demand.yaml") +
+                           " --max-plans 200 --quiet --json";
+  RunResult r = run_motley(base + " --objective cost");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  const auto& p = j["preemption"];
+  const double t = j["iteration_time_s"].get<double>();
+  if (p["interruptible_nodes"].get<int>() > 0) {
+    EXPECT_LT(p["goodput"].get<double>(), 1.0);
+    EXPECT_GT(p["goodput"].get<double>(), 0.0);
+    EXPECT_DOUBLE_EQ(p["checkpoint_interval_s"].get<double>(),
+                     t * p["checkpoint_interval_iterations"].get<double>());
+    // Two hours between preemptions of the one spot node.
+    EXPECT_DOUBLE_EQ(p["mean_time_between_interruptions_s"].get<double>(), 7200.0);
+    EXPECT_LT(j["dollars_per_million_tokens"].get<double>(),
+              j["on_demand_dollars_per_million_tokens"].get<double>());
+  } else {
+    EXPECT_EQ(p["goodput"].get<double>(), 1.0);
+  }
+
+  // $5 an hour leaves the spot A100s alone.
+  RunResult cheap = run_motley(base + " --budget 5");
+  ASSERT_EQ(cheap.exit_code, 0) << cheap.err;
+  auto c = nlohmann::json::parse(cheap.out);
+  EXPECT_EQ(c["preemption"]["interruptible_nodes"].get<int>(), 1);
+  RunResult none = run_motley(base + " --budget 0.5");
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.err.find("budget: its devices cost $"), std::string::npos) << none.err;
+
+  // A deadline no plan meets names the nearest plan's expected time.
+  RunResult late = run_motley(base + " --deadline 1 --train-tokens 1e15");
+  EXPECT_EQ(late.exit_code, 2);
+  EXPECT_NE(late.err.find("past the deadline of 1.0 h"), std::string::npos) << late.err;
+
+  RunResult text = run_motley("plan --model tiny-llama --cluster " +
+                              data("../cluster/spot-and-on-demand.yaml") +
+                              " --max-plans 200 --quiet --budget 5");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("interruptions: 1 node can be interrupted, one interruption every 2.0 h"),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("Daly's interval"), std::string::npos);
+}
+
 TEST(CliBadInputTest, InvalidPlansExitWithTheValidatorsMessage) {
   expect_bad_input("simulate --plan " + data("deadlock-plan.json"),
                    {"deadlock-plan.json", "deadlock", "device group 1", "1B0"});
@@ -629,6 +677,9 @@ TEST(CliBadInputTest, InvalidPlansExitWithTheValidatorsMessage) {
   expect_bad_input("simulate --model tiny-llama", {"--plan", "--schedule"});
   expect_bad_input("plan --strategy fastest --model tiny-llama", {"--strategy", "megatron-1f1b"});
   expect_bad_input("compare --objective speed --model tiny-llama", {"--objective", "cost"});
+  expect_bad_input("plan --model tiny-llama --deadline 24", {"--deadline", "--train-tokens"});
+  expect_bad_input("compare --model tiny-llama --train-tokens 1e12", {"--train-tokens"});
+  expect_bad_input("plan --model tiny-llama --budget -3", {"--budget"});
 }
 
 // Every file under examples/ is run, and its output must equal the golden transcript beside it

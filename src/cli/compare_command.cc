@@ -55,6 +55,8 @@ Status compare_command(const CompareOptions& opt) {
   mine.iteration_time = r.simulation.iteration_time;
   mine.tokens_per_s = r.simulation.throughput_tokens_per_s;
   mine.dollars_per_million_tokens = r.dollars_per_million_tokens;
+  mine.on_demand_dollars_per_million_tokens = r.on_demand_dollars_per_million_tokens;
+  mine.preemption = r.preemption;
   mine.search_time = r.search_time;
   mine.candidates_evaluated = r.candidates_evaluated;
   const std::vector<std::string> explanation = explanation_lines(r.explanation);
@@ -100,6 +102,8 @@ Status compare_command(const CompareOptions& opt) {
         j["throughput_tokens_per_s"] = b.tokens_per_s;
         j["efficiency"] = r.lower_bound.value() / b.iteration_time.value();
         j["dollars_per_million_tokens"] = b.dollars_per_million_tokens;
+        j["on_demand_dollars_per_million_tokens"] = b.on_demand_dollars_per_million_tokens;
+        j["preemption"] = preemption_json(b.preemption);
         if (megatron > 0) j["speedup_over_megatron_1f1b"] = megatron / b.iteration_time.value();
         j["search_time_s"] = b.search_time.value();
         if (!opt.out_dir.empty()) j["plan"] = opt.out_dir + "/" + b.strategy + ".json";
@@ -118,23 +122,46 @@ Status compare_command(const CompareOptions& opt) {
     out += fmt::format("{} on {} ({} devices), global batch {}: lower bound {} per iteration\n\n",
                        model.name, cluster.name, devices, options.global_batch,
                        format_time(r.lower_bound));
-    Table table({"strategy", "iteration", "tokens/s", "bubble", "peak memory", "vs megatron-1f1b",
-                 "efficiency", "$/M tokens", "search"});
+    // With nodes that can be interrupted: the expected cost on the cluster as it is (spot
+    // prices, interruptions priced), the cost bought on demand, and the goodput.
+    const bool spot = cluster_interruptible(cluster);
+    std::vector<std::string> header = {"strategy",    "iteration",        "tokens/s",  "bubble",
+                                       "peak memory", "vs megatron-1f1b", "efficiency"};
+    if (spot) {
+      header.insert(header.end(), {"goodput", "$/M tokens", "$/M on demand"});
+    } else {
+      header.push_back("$/M tokens");
+    }
+    header.push_back("search");
+    Table table(header);
     for (size_t i = 0; i < rows.size(); ++i) {
       const StrategyOutcome& b = rows[i];
       if (!b.feasible) {
-        table.add_row(
-            {b.strategy, "infeasible", "-", "-", "-", "-", "-", "-", format_time(b.search_time)});
+        std::vector<std::string> row = {b.strategy, "infeasible"};
+        row.resize(header.size() - 1, "-");
+        row.push_back(format_time(b.search_time));
+        table.add_row(row);
         continue;
       }
-      table.add_row({b.strategy, format_time(b.iteration_time), format_count(b.tokens_per_s),
-                     format_percent(shapes[i].bubble), format_percent(shapes[i].memory_ratio),
-                     megatron > 0 ? fmt::format("{:.2f}x", megatron / b.iteration_time.value())
-                                  : std::string("-"),
-                     fmt::format("{:.3f}", r.lower_bound.value() / b.iteration_time.value()),
-                     format_money(b.dollars_per_million_tokens), format_time(b.search_time)});
+      std::vector<std::string> row = {
+          b.strategy,
+          format_time(b.iteration_time),
+          format_count(b.tokens_per_s),
+          format_percent(shapes[i].bubble),
+          format_percent(shapes[i].memory_ratio),
+          megatron > 0 ? fmt::format("{:.2f}x", megatron / b.iteration_time.value())
+                       : std::string("-"),
+          fmt::format("{:.3f}", r.lower_bound.value() / b.iteration_time.value())};
+      if (spot) row.push_back(format_percent(b.preemption.goodput));
+      row.push_back(format_money(b.dollars_per_million_tokens));
+      if (spot) row.push_back(format_money(b.on_demand_dollars_per_million_tokens));
+      row.push_back(format_time(b.search_time));
+      table.add_row(row);
     }
     out += table.to_string() + "\n";
+    out += preemption_line(r.preemption, r.dollars_per_million_tokens,
+                           r.on_demand_dollars_per_million_tokens);
+    if (spot) out += "\n";
     for (const StrategyOutcome& b : rows) {
       out += b.strategy + ": " + (b.strategy == "motley" ? std::string() : b.detail) + "\n";
       if (b.strategy == "motley") {

@@ -11,7 +11,7 @@
 
 namespace motley::cli {
 
-std::string format_money(double usd);  // $24.00
+std::string format_money(double usd);  // $24.00, $0.53, $0.0612, $0.000118
 
 // The project's one table formatter (report/text_table.h).
 using Table = ::motley::TextTable;

@@ -46,6 +46,7 @@ Json outcome_json(const StrategyOutcome& b, double motley_time) {
     j["iteration_time_s"] = b.iteration_time.value();
     j["throughput_tokens_per_s"] = b.tokens_per_s;
     j["dollars_per_million_tokens"] = b.dollars_per_million_tokens;
+    j["on_demand_dollars_per_million_tokens"] = b.on_demand_dollars_per_million_tokens;
     j["motley_speedup"] = b.iteration_time.value() / motley_time;
     j["search_time_s"] = b.search_time.value();
   }
@@ -107,6 +108,8 @@ Status plan_command(const PlanOptions& opt) {
            {"throughput_tokens_per_s", r.simulation.throughput_tokens_per_s},
            {"bubble_fraction", r.simulation.bubble_fraction},
            {"dollars_per_million_tokens", r.dollars_per_million_tokens},
+           {"on_demand_dollars_per_million_tokens", r.on_demand_dollars_per_million_tokens},
+           {"preemption", preemption_json(r.preemption)},
            {"lower_bound_s", r.lower_bound.value()},
            {"efficiency", r.efficiency},
            {"search_time_s", r.search_time.value()},
@@ -126,6 +129,8 @@ Status plan_command(const PlanOptions& opt) {
         format_time(r.simulation.iteration_time),
         format_count(r.simulation.throughput_tokens_per_s), 100 * r.simulation.bubble_fraction,
         format_money(r.dollars_per_million_tokens), r.efficiency, format_time(r.lower_bound));
+    out += preemption_line(r.preemption, r.dollars_per_million_tokens,
+                           r.on_demand_dollars_per_million_tokens);
     out += fmt::format("searched {} plans in {}\n\n", r.candidates_evaluated,
                        format_time(r.search_time));
     for (const std::string& line : explanation_lines(r.explanation)) out += line + "\n";

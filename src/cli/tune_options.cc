@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "format.h"
 #include "motley/model/model_json.h"
 #include "motley/report/units_format.h"
 #include "option_checks.h"
@@ -81,6 +82,20 @@ void add_tune_options(CLI::App* cmd, TuneCliOptions* opt) {
       ->capture_default_str();
   add_search_limits(cmd, &opt->max_plans, &opt->seed, &opt->threads);
   cmd->add_flag("--zero1", opt->zero1, "Shard optimizer state across data-parallel replicas");
+  cmd->add_option("--budget", opt->budget,
+                  "Most USD per hour the devices of a plan may cost (every strategy's plan)")
+      ->check(positive_number());
+  CLI::Option* deadline =
+      cmd->add_option("--deadline", opt->deadline_hours,
+                      "Hours within which --train-tokens tokens must be trained, expected time "
+                      "with interruptions and checkpoints included")
+          ->check(positive_number());
+  CLI::Option* tokens =
+      cmd->add_option("--train-tokens", opt->train_tokens,
+                      "Tokens the whole training run processes (for --deadline), e.g. 1e12")
+          ->check(positive_number());
+  deadline->needs(tokens);
+  tokens->needs(deadline);
   cmd->add_flag("--quiet", opt->quiet, "No progress bar on stderr");
   add_stack_options(cmd, &opt->stack);
 }
@@ -107,9 +122,50 @@ Result<TuneSetup> prepare_tune(const TuneCliOptions& opt) {
   options.seed = opt.seed;
   options.threads = opt.threads;
   options.zero1 = opt.zero1;
+  options.budget_per_hour = opt.budget.value_or(0);
+  options.deadline = Seconds(opt.deadline_hours.value_or(0) * 3600.0);
+  options.train_tokens = opt.train_tokens.value_or(0);
   // The stack every candidate is priced with, as `simulate` prices the plan written.
   MOTLEY_ASSIGN_OR_RETURN(options.stack, resolve_stack(opt.stack, setup.cluster));
   return setup;
+}
+
+namespace {
+
+// Hours, minutes or seconds, whichever reads best.
+std::string format_duration(Seconds t) {
+  if (t >= Seconds(3600)) return fmt::format("{:.1f} h", t.value() / 3600.0);
+  if (t >= Seconds(60)) return fmt::format("{:.1f} min", t.value() / 60.0);
+  return format_time(t);
+}
+
+}  // namespace
+
+std::string preemption_line(const PreemptionEstimate& e, double expected_dollars_per_million,
+                            double on_demand_dollars_per_million) {
+  if (!e.interruptible()) return "";
+  return fmt::format(
+      "interruptions: {} node{} can be interrupted, one interruption every {} expected; goodput "
+      "{}\n  checkpoint {} in {} every {} iterations ({}, Daly's interval), {} to come back; "
+      "{}/M tokens expected, {}/M bought on demand\n",
+      e.interruptible_nodes, e.interruptible_nodes == 1 ? "" : "s",
+      format_duration(e.mean_time_between_interruptions), format_percent(e.goodput),
+      format_bytes(e.checkpoint_bytes), format_time(e.checkpoint_time), e.interval_iterations,
+      format_duration(e.interval), format_duration(e.restart_time),
+      format_money(expected_dollars_per_million), format_money(on_demand_dollars_per_million));
+}
+
+Json preemption_json(const PreemptionEstimate& e) {
+  Json j{{"interruptible_nodes", e.interruptible_nodes}, {"goodput", e.goodput}};
+  if (e.interruptible()) {
+    j["mean_time_between_interruptions_s"] = e.mean_time_between_interruptions.value();
+    j["checkpoint_bytes"] = e.checkpoint_bytes.value();
+    j["checkpoint_time_s"] = e.checkpoint_time.value();
+    j["restart_time_s"] = e.restart_time.value();
+    j["checkpoint_interval_iterations"] = e.interval_iterations;
+    j["checkpoint_interval_s"] = e.interval.value();
+  }
+  return j;
 }
 
 Result<TuneResult> tune_with_progress(const TuneSetup& setup, bool quiet) {

@@ -9,6 +9,7 @@
 
 #include "cost_options.h"
 #include "motley/cluster/cluster.h"
+#include "motley/core/json.h"
 #include "motley/core/status.h"
 #include "motley/model/model.h"
 #include "motley/tune/tune.h"
@@ -27,6 +28,9 @@ struct TuneCliOptions {
   uint64_t seed = 1;
   int threads = 2;
   bool zero1 = false;
+  std::optional<double> budget;          // USD per hour
+  std::optional<double> deadline_hours;  // with train_tokens
+  std::optional<double> train_tokens;
   bool quiet = false;
   StackChoice stack;  // --stack / --calibration
 };
@@ -45,6 +49,12 @@ struct TuneSetup {
 
 // Checks the objective (the parser checked the numbers) and loads the specs.
 Result<TuneSetup> prepare_tune(const TuneCliOptions& opt);
+
+// The price of interruptions of a chosen plan, as one line ("interruptions: ...") and as JSON;
+// the line is empty when no node the plan uses can be interrupted.
+std::string preemption_line(const PreemptionEstimate& e, double expected_dollars_per_million,
+                            double on_demand_dollars_per_million);
+Json preemption_json(const PreemptionEstimate& e);
 
 // tune() with a one-line progress bar on stderr: only on a terminal, only once the search has
 // run for a second, never with --quiet; cleared when the search ends.

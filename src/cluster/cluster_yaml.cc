@@ -306,9 +306,9 @@ struct NodeEntry {
 };
 
 Result<NodeEntry> parse_node(const JsonField& f, const LinkSpec& network) {
-  MOTLEY_RETURN_IF_ERROR(
-      f.check_keys({"name", "count", "devices", "interconnect", "pcie", "devices_per_pcie_switch",
-                    "nic", "price_per_hour", "spot"}));
+  MOTLEY_RETURN_IF_ERROR(f.check_keys(
+      {"name", "count", "devices", "interconnect", "pcie", "devices_per_pcie_switch", "nic",
+       "price_per_hour", "spot", "mean_hours_between_preemptions", "on_demand_price_per_hour"}));
   NodeSpec node;
   MOTLEY_ASSIGN_OR_RETURN(node.name, f.get_string("name"));
   if (node.name.empty()) return f.child_error("name", "expected a non-empty name");
@@ -351,6 +351,19 @@ Result<NodeEntry> parse_node(const JsonField& f, const LinkSpec& network) {
   }
   MOTLEY_ASSIGN_OR_RETURN(node.price_per_hour,
                           f.get_nonnegative_double_or("price_per_hour", price));
+  if (f.has("mean_hours_between_preemptions")) {
+    MOTLEY_ASSIGN_OR_RETURN(node.mean_hours_between_preemptions,
+                            f.get_positive_double("mean_hours_between_preemptions"));
+  }
+  if (f.has("on_demand_price_per_hour")) {
+    if (!node.spot) {
+      return f.child_error("on_demand_price_per_hour",
+                           "is for spot nodes (spot: true); an on-demand node's price is "
+                           "price_per_hour");
+    }
+    MOTLEY_ASSIGN_OR_RETURN(node.on_demand_price_per_hour,
+                            f.get_nonnegative_double_or("on_demand_price_per_hour", 0.0));
+  }
   return NodeEntry{std::move(node), count, devices.count};
 }
 
@@ -410,7 +423,40 @@ Result<std::vector<MeasuredLink>> parse_measured_links(const JsonField& root, in
   return file.links;
 }
 
+// `checkpoint: {write_GBps, restart_s}`; absent fields stay unset (the defaults apply).
+Result<CheckpointStorage> parse_checkpoint_storage(const JsonField& root) {
+  CheckpointStorage out;
+  const JsonField f = section_or_empty(root, "checkpoint");
+  MOTLEY_RETURN_IF_ERROR(f.check_keys({"write_GBps", "restart_s"}));
+  if (f.has("write_GBps")) {
+    MOTLEY_ASSIGN_OR_RETURN(const double gbps, f.get_positive_double("write_GBps"));
+    out.write_bandwidth = gigabytes_per_second(gbps);
+  }
+  if (f.has("restart_s")) {
+    MOTLEY_ASSIGN_OR_RETURN(const double s, f.get_nonnegative_double_or("restart_s", 0.0));
+    out.restart = Seconds(s);
+  }
+  return out;
+}
+
 }  // namespace
+
+std::optional<double> node_hours_between_preemptions(const NodeSpec& node) {
+  if (node.mean_hours_between_preemptions) return node.mean_hours_between_preemptions;
+  if (node.spot) return kDefaultSpotHoursBetweenPreemptions;
+  return std::nullopt;
+}
+
+double node_on_demand_price_per_hour(const NodeSpec& node) {
+  if (!node.spot) return node.price_per_hour;
+  if (node.on_demand_price_per_hour) return *node.on_demand_price_per_hour;
+  double price = 0.0;
+  for (const NodeDevices& g : node.devices) {
+    Result<const DeviceType*> t = find_device_type(g.type);
+    if (t.is_ok()) price += static_cast<double>(g.count) * t.value()->price_on_demand_per_hour;
+  }
+  return price;
+}
 
 Result<ClusterSpec> cluster_from_json(const Json& doc, const std::string& source) {
   return cluster_from_json(JsonField(doc, source));
@@ -421,8 +467,8 @@ Result<ClusterSpec> cluster_from_json(const JsonField& root) {
     return root.error(fmt::format("expected a mapping with 'name', 'nodes' and 'network', got {}",
                                   describe_json_value(root.json())));
   }
-  MOTLEY_RETURN_IF_ERROR(
-      root.check_keys({"name", "nodes", "network", "software_stack", "measured_links"}));
+  MOTLEY_RETURN_IF_ERROR(root.check_keys(
+      {"name", "nodes", "network", "software_stack", "measured_links", "checkpoint"}));
   ClusterSpec cluster;
   std::string stem =
       root.path().empty() ? std::filesystem::path(root.source()).stem().string() : "";
@@ -458,6 +504,7 @@ Result<ClusterSpec> cluster_from_json(const JsonField& root) {
                                         cluster.nodes.size()));
   }
   MOTLEY_ASSIGN_OR_RETURN(cluster.measured_links, parse_measured_links(root, devices));
+  MOTLEY_ASSIGN_OR_RETURN(cluster.checkpoint, parse_checkpoint_storage(root));
   return cluster;
 }
 
@@ -501,6 +548,26 @@ std::string cluster_to_yaml(const ClusterSpec& cluster) {
         << ", latency_us: " << yaml_us(node.nic.latency) << ", count: " << node.nic_count << "}\n";
     out << "    price_per_hour: " << yaml_number(node.price_per_hour) << "\n";
     out << "    spot: " << (node.spot ? "true" : "false") << "\n";
+    if (node.mean_hours_between_preemptions) {
+      out << "    mean_hours_between_preemptions: "
+          << yaml_number(*node.mean_hours_between_preemptions) << "\n";
+    }
+    if (node.on_demand_price_per_hour) {
+      out << "    on_demand_price_per_hour: " << yaml_number(*node.on_demand_price_per_hour)
+          << "\n";
+    }
+  }
+  if (cluster.checkpoint.write_bandwidth || cluster.checkpoint.restart) {
+    std::vector<std::string> fields;
+    if (cluster.checkpoint.write_bandwidth) {
+      fields.push_back("write_GBps: " + yaml_gbps(*cluster.checkpoint.write_bandwidth));
+    }
+    if (cluster.checkpoint.restart) {
+      fields.push_back("restart_s: " + yaml_number(cluster.checkpoint.restart->value()));
+    }
+    std::string joined;
+    for (const std::string& field : fields) joined += (joined.empty() ? "" : ", ") + field;
+    out << "checkpoint: {" << joined << "}\n";
   }
   if (!cluster.measured_links.empty()) {
     out << "measured_links:\n  links:\n" << measured_links_yaml(cluster.measured_links, 4);
@@ -520,12 +587,15 @@ bool operator==(const NodeSpec& a, const NodeSpec& b) {
   return a.name == b.name && a.devices == b.devices && a.interconnect == b.interconnect &&
          a.pcie == b.pcie && a.devices_per_pcie_switch == b.devices_per_pcie_switch &&
          a.nic == b.nic && a.nic_count == b.nic_count && a.price_per_hour == b.price_per_hour &&
-         a.spot == b.spot;
+         a.spot == b.spot && a.mean_hours_between_preemptions == b.mean_hours_between_preemptions &&
+         a.on_demand_price_per_hour == b.on_demand_price_per_hour;
 }
 
 bool operator==(const ClusterSpec& a, const ClusterSpec& b) {
   return a.name == b.name && a.nodes == b.nodes && a.network == b.network &&
-         a.measured_links == b.measured_links;
+         a.measured_links == b.measured_links &&
+         a.checkpoint.write_bandwidth == b.checkpoint.write_bandwidth &&
+         a.checkpoint.restart == b.checkpoint.restart;
 }
 
 }  // namespace motley

@@ -320,14 +320,68 @@ TEST(ClusterYamlTest, RejectsNonFiniteNumbers) {
       "Infinity");
 }
 
+TEST(ClusterYamlTest, PreemptionAndCheckpointFieldsRoundTrip) {
+  const std::string text =
+      "network: {kind: ethernet}\n"
+      "checkpoint: {write_GBps: 1.5, restart_s: 240}\n"
+      "nodes:\n"
+      "  - {name: s, devices: {type: A100-80GB, count: 2}, spot: true,\n"
+      "     mean_hours_between_preemptions: 6, on_demand_price_per_hour: 5.5}\n"
+      "  - {name: d, devices: {type: A100-80GB, count: 2}, mean_hours_between_preemptions: 2000}\n"
+      "  - {name: plain, devices: {type: A100-80GB, count: 2}}\n";
+  Result<ClusterSpec> c = parse(text);
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_EQ(c->nodes[0].mean_hours_between_preemptions, 6.0);
+  EXPECT_EQ(c->nodes[0].on_demand_price_per_hour, 5.5);
+  EXPECT_EQ(node_on_demand_price_per_hour(c->nodes[0]), 5.5);
+  EXPECT_EQ(node_hours_between_preemptions(c->nodes[1]), 2000.0);
+  EXPECT_EQ(node_hours_between_preemptions(c->nodes[2]), std::nullopt);
+  EXPECT_EQ(node_on_demand_price_per_hour(c->nodes[2]), c->nodes[2].price_per_hour);
+  EXPECT_EQ(c->checkpoint.write_bandwidth, gigabytes_per_second(1.5));
+  EXPECT_EQ(c->checkpoint.restart, Seconds(240));
+  Result<Json> again = parse_yaml(cluster_to_yaml(*c), "again.yaml");
+  ASSERT_TRUE(again.is_ok());
+  Result<ClusterSpec> back = cluster_from_json(*again, "again.yaml");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_TRUE(*back == *c);
+  // Left out, nothing is written: a cluster without them reads and writes as before.
+  Result<ClusterSpec> plain = parse("nodes: [{name: a, devices: {type: A10, count: 1}}]");
+  ASSERT_TRUE(plain.is_ok());
+  EXPECT_EQ(cluster_to_yaml(*plain).find("checkpoint"), std::string::npos);
+  EXPECT_EQ(cluster_to_yaml(*plain).find("preemptions"), std::string::npos);
+  // A spot node bought on demand costs the catalog's on-demand price of its devices.
+  Result<ClusterSpec> spot =
+      parse("nodes: [{name: a, devices: {type: A10, count: 2}, spot: true}]");
+  ASSERT_TRUE(spot.is_ok());
+  EXPECT_GT(node_on_demand_price_per_hour(spot->nodes[0]), spot->nodes[0].price_per_hour);
+}
+
+TEST(ClusterYamlTest, RejectsBadPreemptionAndCheckpointFields) {
+  expect_error(
+      "nodes: [{name: a, devices: {type: A10, count: 1}, mean_hours_between_preemptions: 0}]",
+      "test.yaml: field 'nodes[0].mean_hours_between_preemptions': expected a finite positive "
+      "number, got 0");
+  expect_error(
+      "nodes: [{name: a, devices: {type: A10, count: 1}, on_demand_price_per_hour: 3}]",
+      "test.yaml: field 'nodes[0].on_demand_price_per_hour': is for spot nodes (spot: true); an "
+      "on-demand node's price is price_per_hour");
+  expect_error("checkpoint: {write_GBps: -1}\nnodes: [{name: a, devices: {type: A10, count: 1}}]",
+               "test.yaml: field 'checkpoint.write_GBps': expected a finite positive number, got "
+               "-1");
+  expect_error("checkpoint: {restart: 5}\nnodes: [{name: a, devices: {type: A10, count: 1}}]",
+               "test.yaml: field 'checkpoint.restart': unknown field; allowed fields here: "
+               "write_GBps or restart_s");
+}
+
 TEST(ClusterYamlTest, RejectsUnknownKeys) {
   expect_error("nodes: [{name: a, gpus: 8, devices: {type: A10, count: 1}}]",
                "test.yaml: field 'nodes[0].gpus': unknown field; allowed fields here: name, "
                "count, devices, interconnect, pcie, devices_per_pcie_switch, nic, "
-               "price_per_hour or spot");
+               "price_per_hour, spot, mean_hours_between_preemptions or "
+               "on_demand_price_per_hour");
   expect_error("cluster: x\nnodes: [{name: a, devices: {type: A10, count: 1}}]",
                "test.yaml: field 'cluster': unknown field; allowed fields here: name, nodes, "
-               "network, software_stack or measured_links");
+               "network, software_stack, measured_links or checkpoint");
   expect_error("nodes: [{name: a, devices: {type: A10, count: 1, memory: 24}}]",
                "test.yaml: field 'nodes[0].devices.memory': unknown field; allowed fields here: "
                "type or count");

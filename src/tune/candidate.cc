@@ -184,6 +184,27 @@ std::vector<std::vector<GroupLoad>> group_loads(const Context& ctx, const Candid
   return out;
 }
 
+std::vector<StateHolder> candidate_state_holders(const Candidate& c) {
+  std::vector<StateHolder> out;
+  for (const PipelineSpec& rep : c.replicas) {
+    const std::vector<int> stage_group =
+        shape_stage_group(c.schedule, static_cast<int>(rep.groups.size()));
+    for (size_t s = 0; s + 1 < rep.bounds.size(); ++s) {
+      out.push_back(
+          StateHolder{LayerRange{rep.bounds[s], rep.bounds[s + 1]}, rep.groups[stage_group[s]]});
+    }
+  }
+  return out;
+}
+
+PreemptionEstimate candidate_preemption(const Context& ctx, const std::vector<StateHolder>& holders,
+                                        double iteration_time, bool on_demand) {
+  if (!ctx.interruptible() || !(iteration_time > 0)) return PreemptionEstimate{};
+  return estimate_preemption(ctx.cluster(),
+                             checkpoint_shares(holders, ctx.layer_state(), ctx.num_devices()),
+                             Seconds(iteration_time), on_demand);
+}
+
 Result<Plan> assemble(const Context& ctx, const Candidate& c, int64_t data_parallel,
                       bool whole_batch) {
   AssembleOptions options;

@@ -11,6 +11,7 @@
 #include "motley/core/status.h"
 #include "motley/plan/plan.h"
 #include "motley/schedule/assemble.h"
+#include "motley/tune/preemption.h"
 
 namespace motley::tune_internal {
 
@@ -30,6 +31,14 @@ std::vector<std::vector<GroupLoad>> group_loads(const Context& ctx, const Candid
 // run exactly the global batch.
 Result<Plan> assemble(const Context& ctx, const Candidate& c, int64_t data_parallel = 0,
                       bool whole_batch = true);
+
+// The layers each device group of `c` holds (preemption.h), coarse stage by coarse stage.
+std::vector<StateHolder> candidate_state_holders(const Candidate& c);
+
+// The interruption estimate of `c` (or of a plan with `holders`) on the context's cluster with
+// iterations of `iteration_time`: the cluster as it is, or its spot nodes bought on demand.
+PreemptionEstimate candidate_preemption(const Context& ctx, const std::vector<StateHolder>& holders,
+                                        double iteration_time, bool on_demand = false);
 
 // The structure of `plan` as a candidate: each replica's device groups in pipeline order, its
 // coarse stages (the runs of consecutive stages on one group, the middle run of a V split

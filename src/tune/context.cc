@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <string>
 
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/model/layer_cost.h"
 #include "motley/plan/spec_hash.h"
+#include "motley/tune/preemption.h"
 
 namespace motley::tune_internal {
 
@@ -49,6 +51,17 @@ Status check_options(const TuneOptions& o, const ModelSpec& model, const Cluster
   if (o.max_evaluations < 0) {
     return invalid_argument(fmt::format(
         "{}'max_evaluations' must be 0 (no limit) or positive, got {}", pre, o.max_evaluations));
+  }
+  if (!(o.budget_per_hour >= 0) || !std::isfinite(o.budget_per_hour)) {
+    return invalid_argument(
+        fmt::format("{}'budget_per_hour' must be 0 (no limit) or a positive number of USD", pre));
+  }
+  if (!(o.train_tokens >= 0) || !std::isfinite(o.train_tokens) || !(o.deadline.value() >= 0) ||
+      !std::isfinite(o.deadline.value()) || (o.train_tokens > 0) != (o.deadline.value() > 0)) {
+    return invalid_argument(fmt::format(
+        "{}'train_tokens' and 'deadline' go together: both positive (a deadline for that many "
+        "tokens) or both 0",
+        pre));
   }
   const std::vector<std::string> names = tune_strategy_names();
   if (std::find(names.begin(), names.end(), o.strategy) == names.end()) {
@@ -162,7 +175,10 @@ Result<std::unique_ptr<Context>> Context::create(const TuneOptions& options, con
   for (const Device& d : ctx->devices_) {
     ctx->price_per_second_.push_back(cluster.nodes[d.node].price_per_hour / per_node[d.node] /
                                      3600.0);
+    ctx->on_demand_price_per_second_.push_back(
+        node_on_demand_price_per_hour(cluster.nodes[d.node]) / per_node[d.node] / 3600.0);
   }
+  ctx->interruptible_ = cluster_interruptible(cluster);
   // Relative speeds from the whole model on one device of each type.
   const CostModel& cost = ctx->cost(ctx->micro_batch_sizes_.front());
   double fastest = 0;
@@ -176,6 +192,7 @@ Result<std::unique_ptr<Context>> Context::create(const TuneOptions& options, con
     fastest = std::max(fastest, rate.back());
   }
   for (size_t i = 0; i < ctx->types_.size(); ++i) ctx->types_[i].relative_speed = rate[i] / fastest;
+  ctx->layer_state_ = layer_state_bytes(cost, ctx->num_layers(), 0);
   return ctx;
 }
 

@@ -51,6 +51,14 @@ class Context {
   int type_of(int device) const { return type_of_device_[device]; }
   Bytes capacity(int device) const;
   double price_per_second(int device) const { return price_per_second_[device]; }
+  // What the device's share of its node costs bought on demand (spot nodes at their on-demand
+  // price).
+  double on_demand_price_per_second(int device) const {
+    return on_demand_price_per_second_[device];
+  }
+  // Whether any node can be interrupted (preemption.h), and each layer's checkpointed state.
+  bool interruptible() const { return interruptible_; }
+  const std::vector<Bytes>& layer_state() const { return layer_state_; }
 
   // Micro-batch sizes the search may use, and the one the baselines use.
   const std::vector<int64_t>& micro_batch_sizes() const { return micro_batch_sizes_; }
@@ -76,6 +84,9 @@ class Context {
   std::vector<TypeInfo> types_;
   std::vector<int> type_of_device_;
   std::vector<double> price_per_second_;
+  std::vector<double> on_demand_price_per_second_;
+  bool interruptible_ = false;
+  std::vector<Bytes> layer_state_;
   std::vector<int64_t> micro_batch_sizes_;
   std::map<int64_t, std::unique_ptr<CostModel>> costs_;
   SpecRef model_ref_;

@@ -1,5 +1,7 @@
 #include "evaluator.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <map>
@@ -86,6 +88,21 @@ bool Evaluator::out_of_evaluations() const {
 
 Evaluation Evaluator::run(const Candidate& c, Fidelity fidelity, Simulator& sim) {
   Evaluation e;
+  // The budget first: a plan over it is not simulated.
+  double price = 0;
+  for (const PipelineSpec& rep : c.replicas) {
+    for (const auto& g : rep.groups) {
+      for (int d : g) price += ctx_.price_per_second(d);
+    }
+  }
+  const double budget = ctx_.options().budget_per_hour;
+  if (budget > 0 && price * 3600.0 > budget * (1 + 1e-12)) {
+    e.status = infeasible(fmt::format("budget: its devices cost ${:.2f}/hour, over the ${:.2f}",
+                                      price * 3600.0, budget));
+    e.refusal = Evaluation::Refusal::kBudget;
+    e.refused_at = price;
+    return e;
+  }
   const CostModel& base = ctx_.cost(c.micro_batch_size);
   const Candidate* plan_of = &c;
   Candidate reduced;
@@ -185,16 +202,28 @@ Evaluation Evaluator::run(const Candidate& c, Fidelity fidelity, Simulator& sim)
     }
     e.groups.push_back(std::move(groups));
   }
-  for (const PipelineSpec& rep : c.replicas) {
-    for (const auto& g : rep.groups) {
-      for (int d : g) e.price_per_second += ctx_.price_per_second(d);
-    }
-  }
-  e.score = ctx_.options().objective == TuneObjective::kCost ? e.iteration_time * e.price_per_second
-                                                             : e.iteration_time;
+  e.price_per_second = price;
+  e.goodput = candidate_preemption(ctx_, candidate_state_holders(c), e.iteration_time).goodput;
+  e.score = ctx_.options().objective == TuneObjective::kCost
+                ? e.iteration_time * e.price_per_second / e.goodput
+                : e.iteration_time;
   if (!r.fits_memory) {
     e.status = infeasible("memory: the simulated peak exceeds a device's capacity");
     return e;
+  }
+  const TuneOptions& o = ctx_.options();
+  if (o.deadline > Seconds(0)) {
+    const double tokens_per_iteration =
+        static_cast<double>(ctx_.global_batch()) * static_cast<double>(ctx_.seq_len());
+    const double expected = o.train_tokens / tokens_per_iteration * e.iteration_time / e.goodput;
+    if (expected > o.deadline.value()) {
+      e.status = infeasible(fmt::format(
+          "deadline: {:.4g} tokens take {:.1f} h expected, past the deadline of {:.1f} h",
+          o.train_tokens, expected / 3600.0, o.deadline.value() / 3600.0));
+      e.refusal = Evaluation::Refusal::kDeadline;
+      e.refused_at = expected;
+      return e;
+    }
   }
   e.ok = true;
   return e;
@@ -247,6 +276,13 @@ std::vector<std::shared_ptr<const Evaluation>> Evaluator::evaluate(
       if (e.ok && (best_iteration_time_ == 0 || e.iteration_time < best_iteration_time_)) {
         best_iteration_time_ = e.iteration_time;
       }
+      if (e.refusal != Evaluation::Refusal::kNone) {
+        const Evaluation* n = nearest_refused_.get();
+        if (n == nullptr || e.refusal > n->refusal ||
+            (e.refusal == n->refusal && e.refused_at < n->refused_at)) {
+          nearest_refused_ = fresh[i];
+        }
+      }
       if (e.ok && fidelity == Fidelity::kScreen) {
         auto entry = std::make_pair(std::make_pair(e.score, keys[todo[i]]), batch[todo[i]]);
         auto pos = std::lower_bound(screened_.begin(), screened_.end(), entry,
@@ -266,6 +302,10 @@ std::vector<std::shared_ptr<const Evaluation>> Evaluator::evaluate(
     if (!out[i]) out[i] = fresh[first_todo[keys[i]]];
   }
   return out;
+}
+
+std::string Evaluator::constraint_refusal() const {
+  return nearest_refused_ ? nearest_refused_->status.message() : "";
 }
 
 std::vector<Candidate> Evaluator::best_screened(size_t k) const {

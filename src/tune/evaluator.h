@@ -33,8 +33,15 @@ struct Evaluation {
   bool ok = false;  // assembled, simulated and within memory
   Status status;    // why not, when !ok
   double iteration_time = 0;
-  double score = 0;             // what the objective minimizes: seconds, or dollars per iteration
+  // What the objective minimizes: seconds, or expected dollars per iteration (the price over
+  // the goodput).
+  double score = 0;
   double price_per_second = 0;  // of the devices the plan uses
+  double goodput = 1;           // under interruptions (preemption.h)
+  // Refused by TuneOptions' budget or deadline (status says how far off): then how far, the
+  // price per second or the expected seconds for the tokens.
+  enum class Refusal { kNone, kBudget, kDeadline } refusal = Refusal::kNone;
+  double refused_at = 0;
   double bubble_fraction = 0;
   std::vector<std::vector<GroupStat>> groups;  // [replica][group]
 };
@@ -65,6 +72,9 @@ class Evaluator {
   int64_t simulated() const { return simulated_; }
   // The shortest iteration of a feasible candidate so far; 0 before the first.
   double best_iteration_time() const { return best_iteration_time_; }
+  // Why the nearest candidate refused by the budget or the deadline was refused (the one
+  // missing the deadline by least, else the cheapest over the budget); empty when none was.
+  std::string constraint_refusal() const;
 
   // The plan and full simulation of an evaluated candidate (assembled and simulated again).
   Result<std::pair<Plan, SimResult>> replay(const Candidate& c);
@@ -80,6 +90,7 @@ class Evaluator {
   std::map<std::string, std::shared_ptr<const Evaluation>> cache_;
   int64_t simulated_ = 0;
   double best_iteration_time_ = 0;
+  std::shared_ptr<const Evaluation> nearest_refused_;
   std::vector<std::pair<std::pair<double, std::string>, Candidate>> screened_;  // best first
 };
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <queue>
 #include <set>
@@ -420,6 +421,22 @@ double estimate(const Context& ctx, const Candidate& c) {
     optimizer = std::max(optimizer, *std::max_element(step.begin(), step.end()));
   }
   return pipelines + all_reduce + optimizer;
+}
+
+double objective_estimate(const Context& ctx, const Candidate& c) {
+  double price = 0;
+  for (const PipelineSpec& rep : c.replicas) {
+    for (const auto& g : rep.groups) {
+      for (int d : g) price += ctx.price_per_second(d);
+    }
+  }
+  const double budget = ctx.options().budget_per_hour;
+  if (budget > 0 && price * 3600.0 > budget * (1 + 1e-12)) {
+    return std::numeric_limits<double>::infinity();
+  }
+  const double time = estimate(ctx, c);
+  if (ctx.options().objective != TuneObjective::kCost) return time;
+  return time * price / candidate_preemption(ctx, candidate_state_holders(c), time).goodput;
 }
 
 Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,

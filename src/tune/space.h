@@ -85,6 +85,11 @@ std::vector<int64_t> split_micro_batches(const std::vector<double>& slope,
 // (m-1) max + sum), the slowest boundary transfer where it exceeds compute, plus the exposed
 // data-parallel all-reduce of the first stage and the optimizer step.
 double estimate(const Context& ctx, const Candidate& c);
+
+// The estimate of what the objective minimizes, for ranking candidates before simulation: the
+// estimate, or under the cost objective the expected dollars per iteration (the devices' price
+// over the goodput, preemption.h); infinite for a candidate over the budget.
+double objective_estimate(const Context& ctx, const Candidate& c);
 // The same for one replica, without all-reduce and optimizer.
 double replica_estimate(const Context& ctx, const Candidate& c, int replica, int64_t m);
 

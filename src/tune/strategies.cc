@@ -106,6 +106,12 @@ std::vector<std::shared_ptr<const Evaluation>> Searcher::evaluate(
   return out;
 }
 
+std::string Searcher::no_plan() const {
+  const std::string refusal = evaluator_.constraint_refusal();
+  if (refusal.empty()) return "no plan fits the cluster's memory";
+  return "no plan that fits memory meets the budget and deadline; the nearest: " + refusal;
+}
+
 std::string Searcher::describe(const Candidate& c) const {
   std::string text = describe_layout(ctx_, c.replicas) + ", " + c.schedule.name() +
                      ", micro-batch size " + std::to_string(c.micro_batch_size);
@@ -354,7 +360,7 @@ Found Searcher::placement_only() {
     BuildOptions options;
     options.split = LayerSplit::kMegatron;
     Result<Candidate> c = build_candidate(ctx_, layout, spec, b, options);
-    if (c.is_ok()) ranked.emplace_back(estimate(ctx_, c.value()), c.value());
+    if (c.is_ok()) ranked.emplace_back(objective_estimate(ctx_, c.value()), c.value());
   }
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const auto& x, const auto& y) { return x.first < y.first; });
@@ -684,7 +690,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
     double best = kInf;
     for (int64_t b : ctx_.micro_batch_sizes()) {
       Result<Candidate> c = build_candidate(ctx_, layouts[i], rank_spec, b, options);
-      if (c.is_ok()) best = std::min(best, estimate(ctx_, c.value()));
+      if (c.is_ok()) best = std::min(best, objective_estimate(ctx_, c.value()));
     }
     if (best < kInf) layout_rank.emplace_back(best, i);
   }
@@ -706,7 +712,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       for (int64_t b : ctx_.micro_batch_sizes()) {
         Result<Candidate> c = build_candidate(ctx_, layout, spec, b, options);
         if (!c.is_ok() || !accepts_all(spec, c.value())) continue;
-        ranked.emplace_back(estimate(ctx_, c.value()), std::move(c.value()));
+        ranked.emplace_back(objective_estimate(ctx_, c.value()), std::move(c.value()));
       }
     }
   }
@@ -774,7 +780,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   if (best.ok) {
     best.detail = describe(best.candidate);
   } else {
-    best.why_not = "no plan fits the cluster's memory";
+    best.why_not = no_plan();
   }
   best.simulated = evaluator_.simulated() - simulated;
   best.seconds = (ctx_.now() - start).value();
@@ -935,7 +941,7 @@ Found Searcher::exhaustive() {
   if (best.ok) {
     best.detail = "exhaustive: " + describe(best.candidate);
   } else {
-    best.why_not = "no plan fits the cluster's memory";
+    best.why_not = no_plan();
   }
   best.simulated = evaluator_.simulated() - simulated;
   best.seconds = (ctx_.now() - start).value();

@@ -91,6 +91,8 @@ class Searcher {
   std::vector<Candidate> neighbors(const Candidate& c, const Evaluation& e, unsigned moves) const;
   Found climb(const Found& start, unsigned moves);
   std::string describe(const Candidate& c) const;
+  // Why a search found nothing: memory, or the budget or deadline that refused the nearest.
+  std::string no_plan() const;
 
   const Context& ctx_;
   Evaluator& evaluator_;

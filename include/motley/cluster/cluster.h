@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,7 +42,25 @@ struct NodeSpec {
   int64_t nic_count = 1;                // NICs per node; device i uses NIC (i mod nic_count)
   double price_per_hour = 0.0;          // USD for the whole node
   bool spot = false;
+  // Mean hours between this node's interruptions (preemptions of spot capacity, or failures
+  // where the user states them); unset: node_hours_between_preemptions's default.
+  std::optional<double> mean_hours_between_preemptions;
+  // What the node costs bought on demand (spot nodes only); unset: the catalog's on-demand
+  // prices of its devices.
+  std::optional<double> on_demand_price_per_hour;
 };
+
+// Where checkpoints are written and how a job comes back after an interruption; unset fields
+// take the defaults of docs/preemption.md (kDefaultCheckpoint*).
+struct CheckpointStorage {
+  std::optional<BytesPerSecond> write_bandwidth;  // per node, to the checkpoint store
+  std::optional<Seconds> restart;                 // from an interruption to training again
+};
+
+// Defaults, estimates with their basis in docs/preemption.md.
+inline constexpr double kDefaultSpotHoursBetweenPreemptions = 24.0;
+inline constexpr BytesPerSecond kDefaultCheckpointWriteBandwidth = gigabytes_per_second(2.0);
+inline constexpr Seconds kDefaultRestartTime = Seconds(300.0);
 
 struct ClusterSpec {
   std::string name;
@@ -53,7 +72,15 @@ struct ClusterSpec {
   // Measured latency and bandwidth of ordered device pairs (`measured_links`, a links file or
   // inline); Topology uses them instead of the link figures for those pairs. Unique pairs.
   std::vector<MeasuredLink> measured_links;
+  CheckpointStorage checkpoint;
 };
+
+// The node's mean hours between interruptions: as stated, else
+// kDefaultSpotHoursBetweenPreemptions for a spot node; nullopt: never interrupted.
+std::optional<double> node_hours_between_preemptions(const NodeSpec& node);
+// USD per hour of the node bought on demand: on_demand_price_per_hour, or for a spot node the
+// catalog's on-demand prices of its devices; an on-demand node's own price_per_hour.
+double node_on_demand_price_per_hour(const NodeSpec& node);
 
 // The fixed cost of staging a transfer through a pinned host buffer (one device-to-host copy
 // handing over to a host-to-device or NIC send); counted once per staging buffer crossed.

@@ -24,12 +24,15 @@
 #include "motley/plan/explanation.h"
 #include "motley/plan/plan.h"
 #include "motley/sim/simulator.h"
+#include "motley/tune/preemption.h"
 
 namespace motley {
 
 enum class TuneObjective {
   kThroughput,  // the shortest iteration (most tokens per second)
-  kCost,        // the fewest dollars per token, from the prices of the devices a plan uses
+  // The fewest expected dollars per token: the prices of the devices a plan uses over its
+  // tokens per second times its goodput under interruptions (preemption.h).
+  kCost,
 };
 const char* tune_objective_name(TuneObjective objective);  // "throughput", "cost"
 
@@ -57,6 +60,12 @@ struct TuneOptions {
   // Sequences per micro-batch; 0 lets the tuner choose among 1, 2 and 4 (baselines use 1).
   int64_t micro_batch_size = 0;
   TuneObjective objective = TuneObjective::kThroughput;
+  // Constraints every plan must meet (each strategy's): the devices it uses cost at most
+  // `budget_per_hour` USD an hour (0: no limit); `train_tokens` tokens take at most `deadline`
+  // of expected wall-clock time, interruptions included (both 0: no deadline).
+  double budget_per_hour = 0;
+  double train_tokens = 0;
+  Seconds deadline;
   // Time limit of the search, on `clock`. The result is deterministic for a seed whenever the
   // search converges before the limit (the usual case); a search cut short returns the best so
   // far, which then depends on the machine's speed.
@@ -110,7 +119,11 @@ struct StrategyOutcome {
   Plan plan;  // with predicted metrics; empty when !feasible
   Seconds iteration_time;
   double tokens_per_s = 0;
+  // Expected, interruptions included (goodput below), and with every spot node bought on
+  // demand instead.
   double dollars_per_million_tokens = 0;
+  double on_demand_dollars_per_million_tokens = 0;
+  PreemptionEstimate preemption;  // of `plan` on the cluster as it is
   Seconds search_time;
   int64_t candidates_evaluated = 0;
 };
@@ -119,7 +132,9 @@ struct TuneResult {
   std::string strategy;  // the strategy that was asked for
   Plan plan;             // the best memory-feasible plan, predicted metrics filled
   SimResult simulation;  // its simulation (with the critical path, without the timeline)
-  double dollars_per_million_tokens = 0;
+  double dollars_per_million_tokens = 0;            // expected (StrategyOutcome's)
+  double on_demand_dollars_per_million_tokens = 0;  // spot nodes bought on demand
+  PreemptionEstimate preemption;
   Seconds search_time;
   // Candidates evaluated: assembled into plans and, when they fit memory, simulated (repeats
   // served from the cache are not counted).
