@@ -654,9 +654,9 @@ TEST(CliTest, PlanPricesInterruptionsUnderBudgetAndDeadline) {
   EXPECT_EQ(late.exit_code, 2);
   EXPECT_NE(late.err.find("past the deadline of 1.0 h"), std::string::npos) << late.err;
 
-  RunResult text = run_motley("plan --model tiny-llama --cluster " +
-                              data("../cluster/spot-and-on-demand.yaml") +
-                              " --max-plans 200 --quiet --budget 5");
+  RunResult text =
+      run_motley("plan --model tiny-llama --cluster " + data("../cluster/spot-and-on-demand.yaml") +
+                 " --max-plans 200 --quiet --budget 5");
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("interruptions: 1 node can be interrupted, one interruption every 2.0 h"),
             std::string::npos)

@@ -17,8 +17,43 @@
 #include "motley/profile/comm_benchmark.h"
 #include "option_checks.h"
 #include "profile_commands.h"
+#include "rank_environment.h"
 
 namespace motley::cli {
+
+namespace {
+
+const char* env_value(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : nullptr;
+}
+
+}  // namespace
+
+Result<GlooOptions> rank_gloo_options(const std::string& command) {
+  const bool torch_style = env_value("WORLD_SIZE") != nullptr;
+  const bool mpi = !torch_style && env_value("OMPI_COMM_WORLD_SIZE") != nullptr;
+  if (!torch_style && !mpi) {
+    return invalid_argument(fmt::format(
+        "{0} measures between ranks: start it as N >= 2 ranks, e.g. 'motley launch --nproc 2 -- "
+        "{0}', or under torchrun / mpirun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)",
+        command));
+  }
+  auto get = [mpi](const char* name) -> const char* {
+    const std::string n = name;
+    if (mpi && n == "RANK") return env_value("OMPI_COMM_WORLD_RANK");
+    if (mpi && n == "WORLD_SIZE") return env_value("OMPI_COMM_WORLD_SIZE");
+    return env_value(name);
+  };
+  MOTLEY_ASSIGN_OR_RETURN(GlooOptions gloo, gloo_options_from_env(get));
+  // Every rank meets at a loopback address only when all run on this machine.
+  if (gloo.interface.empty() &&
+      (gloo.master_addr == "127.0.0.1" || gloo.master_addr == "localhost")) {
+    gloo.hostname = "127.0.0.1";
+  }
+  return gloo;
+}
+
 namespace {
 
 constexpr int64_t kMaxCommBytes = int64_t{1} << 30;  // per buffer; a few buffers per rank
@@ -37,36 +72,6 @@ struct ProfileCommOptions {
   int first_device = 0;
   double timeout_s = 60;
 };
-
-const char* env_value(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr && *value != '\0' ? value : nullptr;
-}
-
-// The rank's place in the job: the variables of a torch-style launcher, or mpirun's.
-Result<GlooOptions> gloo_from_environment() {
-  const bool torch_style = env_value("WORLD_SIZE") != nullptr;
-  const bool mpi = !torch_style && env_value("OMPI_COMM_WORLD_SIZE") != nullptr;
-  if (!torch_style && !mpi) {
-    return invalid_argument(
-        "profile comm measures between ranks: start it as N >= 2 ranks, e.g. 'motley launch "
-        "--nproc 2 -- profile comm', or under torchrun / mpirun (RANK, WORLD_SIZE, MASTER_ADDR, "
-        "MASTER_PORT)");
-  }
-  auto get = [mpi](const char* name) -> const char* {
-    const std::string n = name;
-    if (mpi && n == "RANK") return env_value("OMPI_COMM_WORLD_RANK");
-    if (mpi && n == "WORLD_SIZE") return env_value("OMPI_COMM_WORLD_SIZE");
-    return env_value(name);
-  };
-  MOTLEY_ASSIGN_OR_RETURN(GlooOptions gloo, gloo_options_from_env(get));
-  // Every rank meets at a loopback address only when all run on this machine.
-  if (gloo.interface.empty() &&
-      (gloo.master_addr == "127.0.0.1" || gloo.master_addr == "localhost")) {
-    gloo.hostname = "127.0.0.1";
-  }
-  return gloo;
-}
 
 Result<CommBenchOptions> bench_options(const ProfileCommOptions& opt) {
   CommBenchOptions o;
@@ -119,7 +124,7 @@ Result<CommBenchOptions> bench_options(const ProfileCommOptions& opt) {
 Status profile_comm(const ProfileCommOptions& opt) {
   MOTLEY_ASSIGN_OR_RETURN(const CommBenchOptions bench, bench_options(opt));
   if (!opt.out.empty()) MOTLEY_RETURN_IF_ERROR(check_output_file("--out", opt.out));
-  MOTLEY_ASSIGN_OR_RETURN(GlooOptions gloo, gloo_from_environment());
+  MOTLEY_ASSIGN_OR_RETURN(GlooOptions gloo, rank_gloo_options("profile comm"));
   if (gloo.world_size < 2) {
     return invalid_argument("profile comm measures between ranks: WORLD_SIZE must be at least 2");
   }

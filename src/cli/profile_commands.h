@@ -11,7 +11,11 @@ namespace motley::cli {
 
 // `motley profile comm` (profile_comm_command.cc).
 void add_profile_comm_command(CLI::App& profile, Action* action);
-// `motley profile` in motley: forwards everything after `profile` to motley-profile.
+// `motley stress` (stress_command.cc), in motley-profile too.
+void add_stress_command(CLI::App& app, Action* action);
+// `motley profile` and `motley stress` in motley: forward everything after the command name to
+// motley-profile.
 void add_profile_forwarder(CLI::App& app, Action* action);
+void add_stress_forwarder(CLI::App& app, Action* action);
 
 }  // namespace motley::cli

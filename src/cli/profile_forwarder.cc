@@ -1,6 +1,6 @@
-// `motley profile ...` in the main executable: replaces this process with motley-profile (found
-// beside this executable), so that only measuring pays for loading libtorch. Under motley
-// launch each rank's motley forwards the same way.
+// `motley profile ...` and `motley stress ...` in the main executable: replace this process with
+// motley-profile (found beside this executable), so that only measuring pays for loading
+// libtorch. Under motley launch each rank's motley forwards the same way.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -15,7 +15,7 @@
 namespace motley::cli {
 namespace {
 
-Status forward_to_motley_profile(const std::vector<std::string>& args) {
+Status forward_to_motley_profile(const std::string& command, const std::vector<std::string>& args) {
   std::error_code ec;
   std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) {
@@ -23,10 +23,11 @@ Status forward_to_motley_profile(const std::vector<std::string>& args) {
   }
   std::string target = (self.parent_path() / "motley-profile").string();
   if (::access(target.c_str(), X_OK) != 0) {
-    return not_found(fmt::format(
-        "'motley profile' needs {}, built beside motley (cmake --build build builds it)", target));
+    return not_found(
+        fmt::format("'motley {}' needs {}, built beside motley (cmake --build build builds it)",
+                    command, target));
   }
-  std::vector<std::string> argv_storage = {target, "profile"};
+  std::vector<std::string> argv_storage = {target, command};
   argv_storage.insert(argv_storage.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& a : argv_storage) argv.push_back(a.data());
@@ -35,21 +36,31 @@ Status forward_to_motley_profile(const std::vector<std::string>& args) {
   return io_error(fmt::format("cannot start {}: {}", target, std::strerror(errno)));
 }
 
+// `command` on `app`: everything after it, --help included, belongs to motley-profile.
+void add_forwarder(CLI::App& app, Action* action, const std::string& command,
+                   const std::string& description) {
+  CLI::App* cmd = app.add_subcommand(command, description);
+  cmd->prefix_command();
+  cmd->allow_extras();
+  cmd->set_help_flag();
+  cmd->callback([cmd, action, command] {
+    std::vector<std::string> args = cmd->remaining();
+    *action = [command, args] { return forward_to_motley_profile(command, args); };
+  });
+}
+
 }  // namespace
 
 void add_profile_forwarder(CLI::App& app, Action* action) {
-  CLI::App* profile = app.add_subcommand(
-      "profile",
-      "Measure on this machine: per-layer times, communication between ranks (see 'motley "
-      "profile --help')");
-  // Everything after `profile`, --help included, belongs to motley-profile.
-  profile->prefix_command();
-  profile->allow_extras();
-  profile->set_help_flag();
-  profile->callback([profile, action] {
-    std::vector<std::string> args = profile->remaining();
-    *action = [args] { return forward_to_motley_profile(args); };
-  });
+  add_forwarder(app, action, "profile",
+                "Measure on this machine: per-layer times, communication between ranks (see "
+                "'motley profile --help')");
+}
+
+void add_stress_forwarder(CLI::App& app, Action* action) {
+  add_forwarder(app, action, "stress",
+                "Burn-in before scaling: every device's compute and every link for a set time, "
+                "checked exactly (see 'motley stress --help')");
 }
 
 }  // namespace motley::cli

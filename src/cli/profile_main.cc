@@ -2,7 +2,9 @@
 // so that no other command pays for loading it). motley forwards `motley profile ARGS` here as
 // `motley-profile profile ARGS`.
 #include "cli_main.h"
+#include "profile_commands.h"
 
 int main(int argc, char** argv) {
-  return motley::cli::cli_main(argc, argv, {motley::cli::add_profile_command});
+  return motley::cli::cli_main(argc, argv,
+                               {motley::cli::add_profile_command, motley::cli::add_stress_command});
 }
