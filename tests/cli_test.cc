@@ -579,6 +579,77 @@ TEST(CliTest, TorchPipeliningCsvRoundTripsThroughSimulate) {
 
 // plan prices its candidates with the stack simulate prices the written plan with: the
 // cluster's (none here: the default) or the one given, so the two agree exactly.
+// Megatron-LM's arguments: a plan Megatron runs as it is, and plans it cannot (mixed devices,
+// a V stage map, a zero-bubble order, Mamba layers), each with the closest plan it can run.
+TEST(CliTest, MegatronExportSaysWhatItCannotExpressAndPricesTheClosest) {
+  const TempDir scratch("cli_megatron");
+  auto plan_file = [&](const std::string& name, const std::string& args) {
+    const std::string path = scratch.file(name);
+    RunResult r = run_motley("plan --quiet --max-plans 200 --out " + path + " " + args);
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+    return path;
+  };
+  const std::string interleaved = plan_file("interleaved.json",
+                                            "--model tiny-llama --cluster h100x8 --strategy "
+                                            "megatron-interleaved --global-batch 32");
+  const std::string args = scratch.file("args.txt");
+  RunResult r = run_motley("export megatron --plan " + interleaved + " --out " + args + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["not_expressed"].empty()) << j["not_expressed"];
+  EXPECT_FALSE(j.contains("closest"));
+  const int tp = j["tensor_parallel"], pp = j["pipeline_parallel"], dp = j["data_parallel"];
+  EXPECT_EQ(tp * pp * dp, 8);
+  // tiny-llama: the embedding, four decoder layers, the head; the stages in order.
+  std::string layout = j["layout"];
+  EXPECT_EQ(layout.front(), 'E');
+  EXPECT_EQ(layout.back(), 'L');
+  EXPECT_EQ(std::count(layout.begin(), layout.end(), '|') + 1, pp * j["virtual_stages"].get<int>());
+  std::vector<int> ranks = j["rank_devices"];
+  std::sort(ranks.begin(), ranks.end());
+  EXPECT_EQ(ranks, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  const std::string line = read_file(args);
+  EXPECT_NE(line.find("--pipeline-model-parallel-layout '" + layout + "'"), std::string::npos)
+      << line;
+  EXPECT_NE(line.find("--num-layers 4 "), std::string::npos) << line;
+  EXPECT_NE(line.find("--global-batch-size 32"), std::string::npos) << line;
+
+  // A zero-bubble order on one type of device: only the order is not Megatron's.
+  const std::string zb = plan_file(
+      "zb.json", "--model tiny-llama --cluster h100x8 --strategy zb-h1 --global-batch 32");
+  r = run_motley("export megatron --plan " + zb + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["not_expressed"].size(), 1u) << j["not_expressed"];
+  EXPECT_NE(j["not_expressed"][0].get<std::string>().find("schedule 'zb-h1'"), std::string::npos);
+  EXPECT_TRUE(j["closest"]["not_expressed"].empty());
+  EXPECT_GT(j["closest"]["iteration_time_s"].get<double>(), 0.0);
+
+  // motley's plan on mixed devices, in words.
+  const std::string mixed = plan_file("mixed.json", "--model tiny-llama --cluster h100-a100");
+  r = run_motley("export megatron --plan " + mixed);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("not expressed: mixed device types (A100-80GB, H100-SXM)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("the closest Megatron plan, megatron-"), std::string::npos) << r.out;
+
+  // Mamba layers have no letter in the layout: no layout argument, and it says why.
+  const std::string hybrid =
+      plan_file("hybrid.json", "--model tiny-hybrid --cluster h100x8 --strategy megatron-1f1b");
+  r = run_motley("export megatron --plan " + hybrid + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["layout"], "");
+  bool named = false;
+  for (const auto& why : j["not_expressed"]) {
+    named = named || why.get<std::string>().find("kind 'mamba'") != std::string::npos;
+  }
+  EXPECT_TRUE(named) << j["not_expressed"];
+
+  expect_bad_input("export megatron --plan " + scratch.file("missing.json"), {"missing.json"});
+}
+
 TEST(CliTest, PlanAndSimulateUseTheSameSoftwareStack) {
   const TempDir scratch("cli_plan_stack");
   for (const std::string stack : {"", " --stack megatron-lm-2022"}) {

@@ -7,15 +7,22 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "commands.h"
+#include "cost_options.h"
+#include "format.h"
 #include "motley/core/json.h"
 #include "motley/core/output_files.h"
+#include "motley/cost/analytic_cost_model.h"
 #include "motley/plan/plan_json.h"
 #include "motley/plan/torch_pp.h"
 #include "motley/plan/validate.h"
+#include "motley/report/units_format.h"
+#include "motley/sim/simulator.h"
+#include "motley/tune/megatron.h"
 #include "option_checks.h"
 #include "output_options.h"
 
@@ -77,6 +84,108 @@ Status export_torch_pp(const TorchPpOptions& opt) {
   return Status::ok();
 }
 
+struct MegatronOptions {
+  std::string plan;
+  std::string out;
+  bool json = false;
+  StackChoice stack;
+};
+
+std::string shell_words(const std::vector<std::string>& args) {
+  std::string out;
+  for (const std::string& a : args) {
+    const bool plain = a.find_first_not_of(
+                           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                           "0123456789-_.=/") == std::string::npos;
+    out += (out.empty() ? "" : " ") + (plain ? a : "'" + a + "'");
+  }
+  return out;
+}
+
+Status export_megatron(const MegatronOptions& opt) {
+  MOTLEY_RETURN_IF_ERROR(check_output_options({{"--out", opt.out}}));
+  MOTLEY_ASSIGN_OR_RETURN(const PlanInputs in, load_plan_inputs(opt.plan));
+  MOTLEY_RETURN_IF_ERROR(
+      validate_plan(in.plan, in.model, in.cluster, ValidateOptions{}).with_context(opt.plan));
+  const MegatronArguments args = megatron_arguments(in.plan, in.model, in.cluster);
+  // The plan and, where Megatron cannot run it, the closest plan it can, priced alike.
+  MOTLEY_ASSIGN_OR_RETURN(const AnalyticCostOptions cost_options,
+                          plan_cost_options(in.plan, in.model, in.cluster, opt.stack));
+  MOTLEY_ASSIGN_OR_RETURN(
+      std::unique_ptr<AnalyticCostModel> cost,
+      AnalyticCostModel::create(in.model, in.cluster, cost_options, "analytic"));
+  MOTLEY_ASSIGN_OR_RETURN(const SimResult sim, simulate(SimOptions{}, in.plan, *cost));
+  std::optional<StrategyOutcome> closest;
+  std::optional<MegatronArguments> closest_args;
+  if (!args.not_expressed.empty()) {
+    TuneOptions options;
+    MOTLEY_ASSIGN_OR_RETURN(options.stack, resolve_stack(opt.stack, in.cluster));
+    options.time_budget = Seconds(60);
+    MOTLEY_ASSIGN_OR_RETURN(closest, closest_megatron_plan(in.plan, in.model, in.cluster, options));
+    closest_args = megatron_arguments(closest->plan, in.model, in.cluster);
+  }
+  OutputFiles files;
+  if (!opt.out.empty()) files.add(opt.out, shell_words(args.arguments) + "\n");
+  std::string text;
+  const double t = sim.iteration_time.value();
+  if (opt.json) {
+    Json j{{"plan", opt.plan},
+           {"tensor_parallel", args.tensor_parallel},
+           {"pipeline_parallel", args.pipeline_parallel},
+           {"data_parallel", args.data_parallel},
+           {"virtual_stages", args.virtual_stages},
+           {"layout", args.layout},
+           {"arguments", args.arguments},
+           {"rank_devices", args.rank_devices},
+           {"not_expressed", args.not_expressed},
+           {"iteration_time_s", t}};
+    if (closest) {
+      j["closest"] = Json{{"strategy", closest->strategy},
+                          {"detail", closest->detail},
+                          {"iteration_time_s", closest->iteration_time.value()},
+                          {"slowdown", closest->iteration_time.value() / t},
+                          {"arguments", closest_args->arguments},
+                          {"rank_devices", closest_args->rank_devices},
+                          {"not_expressed", closest_args->not_expressed}};
+    }
+    text = j.dump(2) + "\n";
+  } else {
+    text = fmt::format("Megatron-LM arguments for {} ({} on {}): TP {} x PP {} x DP {}{}\n",
+                       opt.plan, in.model.name, in.cluster.name, args.tensor_parallel,
+                       args.pipeline_parallel, args.data_parallel,
+                       args.virtual_stages > 1
+                           ? fmt::format(", {} virtual stages per rank", args.virtual_stages)
+                           : std::string());
+    text += "  " + shell_words(args.arguments) + "\n";
+    if (!args.rank_devices.empty()) {
+      text += fmt::format("global rank -> device: {}\n", fmt::join(args.rank_devices, " "));
+    }
+    if (args.not_expressed.empty()) {
+      text += fmt::format("Megatron runs this plan as it is: {} per iteration\n",
+                          format_time(sim.iteration_time));
+    } else {
+      for (const std::string& why : args.not_expressed) text += "not expressed: " + why + "\n";
+      text += fmt::format(
+          "the arguments run a different plan; the closest Megatron plan, {} ({}): {} per "
+          "iteration, {:.2f}x this plan's {}\n",
+          closest->strategy, closest->detail, format_time(closest->iteration_time),
+          closest->iteration_time.value() / t, format_time(sim.iteration_time));
+      text += "  " + shell_words(closest_args->arguments) + "\n";
+      if (!closest_args->rank_devices.empty()) {
+        text += fmt::format("  global rank -> device: {}\n",
+                            fmt::join(closest_args->rank_devices, " "));
+      }
+      for (const std::string& why : closest_args->not_expressed) {
+        text += "  not expressed: " + why + "\n";
+      }
+    }
+    if (!opt.out.empty()) text += "wrote " + opt.out + "\n";
+  }
+  MOTLEY_RETURN_IF_ERROR(files.commit());
+  std::fputs(text.c_str(), stdout);
+  return Status::ok();
+}
+
 }  // namespace
 
 void add_export_command(CLI::App& app, Action* action) {
@@ -98,6 +207,21 @@ void add_export_command(CLI::App& app, Action* action) {
   torch_pp->add_option("--lowered", opt->lowered, "Write the CSV with the messages here");
   torch_pp->add_flag("--json", opt->json, "Print one JSON object");
   torch_pp->callback([opt, action] { *action = [opt] { return export_torch_pp(*opt); }; });
+
+  auto mopt = std::make_shared<MegatronOptions>();
+  CLI::App* megatron =
+      cmd->add_subcommand("megatron", "The plan as Megatron-LM's command-line arguments");
+  megatron->footer(
+      "TP and PP sizes, the per-stage layout (--pipeline-model-parallel-layout: E embedding, t\n"
+      "decoder layer, L loss, '|' between stages, virtual stages continuing the list), micro\n"
+      "and global batch, recompute, the distributed optimizer, sequence parallelism, and which\n"
+      "global rank runs on which device. What Megatron cannot express is listed, and the\n"
+      "closest plan it can run is simulated next to this one. See docs/exports.md.");
+  megatron->add_option("--plan", mopt->plan, "The plan file")->required();
+  megatron->add_option("--out", mopt->out, "Write the arguments here (one shell line)");
+  megatron->add_flag("--json", mopt->json, "Print one JSON object");
+  add_stack_options(megatron, &mopt->stack);
+  megatron->callback([mopt, action] { *action = [mopt] { return export_megatron(*mopt); }; });
 }
 
 }  // namespace motley::cli

@@ -1,0 +1,50 @@
+// A plan as Megatron-LM's command-line arguments: tensor and pipeline sizes, the per-stage layer
+// layout (--pipeline-model-parallel-layout), micro and global batch, recompute, the distributed
+// optimizer, sequence parallelism; which global rank runs on which of the plan's devices; what
+// of the plan Megatron cannot express; and the closest plan it can, priced. Conventions and
+// sources: docs/exports.md. Thread-safe free functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "motley/cluster/cluster.h"
+#include "motley/core/status.h"
+#include "motley/model/model.h"
+#include "motley/plan/plan.h"
+#include "motley/tune/tune.h"
+
+namespace motley {
+
+struct MegatronArguments {
+  int tensor_parallel = 1;
+  int pipeline_parallel = 1;
+  int data_parallel = 1;
+  int virtual_stages = 1;  // per pipeline rank (interleaved 1F1B); implied by the layout
+  // "Et*3|t*4|t*3L": E the embedding, t a decoder layer, L the output layer and loss, '|'
+  // between stages in the plan's stage order (virtual stages continue the list), "*N" a run;
+  // empty when a layer has no letter (not_expressed says which).
+  std::string layout;
+  std::vector<std::string> arguments;  // "--tensor-model-parallel-size", "2", ...
+  // Megatron's global rank r (tensor rank fastest, then data-parallel, then pipeline: its
+  // default order "tp-cp-ep-dp-pp") -> the plan's device id.
+  std::vector<int> rank_devices;
+  // What Megatron cannot express, in words; empty: it runs the plan as it is.
+  std::vector<std::string> not_expressed;
+};
+
+// The arguments for `plan` (its first replica where replicas differ, which not_expressed then
+// says). REQUIRES: the plan validates against `model` and `cluster`.
+MegatronArguments megatron_arguments(const Plan& plan, const ModelSpec& model,
+                                     const ClusterSpec& cluster);
+
+// The closest plan Megatron can run, for a plan it cannot: the faster of the megatron-1f1b and
+// megatron-interleaved baselines (Megatron's uniform split and cluster order) on the plan's
+// cluster, global batch, sequence length and micro-batch size, priced under `options`
+// (its cost model and stack; `options.global_batch` and the batch shape are taken from the plan).
+// Errors: tune's (infeasible when neither baseline fits).
+Result<StrategyOutcome> closest_megatron_plan(const Plan& plan, const ModelSpec& model,
+                                              const ClusterSpec& cluster, TuneOptions options);
+
+}  // namespace motley

@@ -1,0 +1,291 @@
+#include "motley/tune/megatron.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "motley/schedule/schedule.h"
+
+namespace motley {
+namespace {
+
+std::string join(const std::vector<std::string>& items, const std::string& sep) {
+  std::string out;
+  for (const std::string& s : items) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+// One stage's part of the layout, or nullopt with `why` set when a layer has no letter.
+std::optional<std::string> stage_layout(const ModelSpec& model, const Stage& stage,
+                                        std::set<std::string>* why) {
+  std::string out;
+  int run = 0;  // decoder layers waiting to be written as "t" or "t*N"
+  auto flush = [&] {
+    if (run == 1) out += "t";
+    if (run > 1) out += fmt::format("t*{}", run);
+    run = 0;
+  };
+  bool ok = true;
+  for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
+    const Layer& layer = model.layers[l];
+    switch (layer.kind) {
+      case LayerKind::kDecoderBlock:
+        ++run;
+        break;
+      case LayerKind::kAttention: {
+        // Megatron's layer is attention and its MLP together: both must be in this stage.
+        const bool paired =
+            l + 1 < stage.layer_end && (model.layers[l + 1].kind == LayerKind::kFeedForward ||
+                                        model.layers[l + 1].kind == LayerKind::kMoe);
+        if (paired) {
+          ++run;
+          ++l;
+        } else {
+          why->insert(fmt::format(
+              "a stage boundary inside a decoder layer (after '{}'): Megatron's layer is the "
+              "attention and its MLP together",
+              layer.name));
+          ok = false;
+        }
+        break;
+      }
+      case LayerKind::kEmbedding:
+        flush();
+        out += "E";
+        break;
+      case LayerKind::kHead:
+        flush();
+        out += "L";
+        break;
+      default:
+        why->insert(fmt::format(
+            "layers of kind '{}' (e.g. '{}'): --pipeline-model-parallel-layout has letters for "
+            "the embedding (E), decoder layers (t), MTP layers (m) and the loss (L) only",
+            layer_kind_name(layer.kind), layer.name));
+        ok = false;
+    }
+  }
+  flush();
+  if (!ok) return std::nullopt;
+  return out;
+}
+
+// The orders Megatron would run on replica `r`'s structure: 1F1B on a linear map, interleaved
+// 1F1B on stage s -> group s mod p; nullopt (with `why`) for another map or a count it refuses.
+std::optional<GroupOrders> megatron_orders(const Plan& plan, const Replica& r,
+                                           std::vector<std::string>* why) {
+  const int p = static_cast<int>(r.groups.size());
+  const int stages = static_cast<int>(plan.stages.size());
+  const bool linear = stages == p && std::all_of(r.stage_group.begin(), r.stage_group.end(),
+                                                 [s = 0](int g) mutable { return g == s++; });
+  bool interleaved = stages > p && stages % p == 0;
+  for (int s = 0; interleaved && s < stages; ++s) interleaved = r.stage_group[s] == s % p;
+  if (!linear && !interleaved) {
+    why->push_back(
+        "the stage map (a V shape or another placement of stages on ranks): Megatron places "
+        "stage s on pipeline rank s mod pp");
+    return std::nullopt;
+  }
+  ScheduleRequest request;
+  request.num_groups = p;
+  request.num_stages = stages;
+  request.stage_group = r.stage_group;
+  request.micro_batches = r.micro_batches;
+  Result<GroupOrders> orders =
+      generate_schedule(linear ? ScheduleKind::k1f1b : ScheduleKind::kInterleaved, request);
+  if (!orders.is_ok()) {
+    why->push_back(fmt::format("the interleaved schedule: {}", orders.status().message()));
+    return std::nullopt;
+  }
+  return std::move(orders).value();
+}
+
+}  // namespace
+
+MegatronArguments megatron_arguments(const Plan& plan, const ModelSpec& model,
+                                     const ClusterSpec& cluster) {
+  MegatronArguments out;
+  std::vector<std::string>& why = out.not_expressed;
+  const Replica& first = plan.replicas.front();
+  out.pipeline_parallel = static_cast<int>(first.groups.size());
+  out.data_parallel = static_cast<int>(plan.replicas.size());
+  out.tensor_parallel = static_cast<int>(first.groups.front().devices.size());
+  out.virtual_stages = static_cast<int>(plan.stages.size()) / out.pipeline_parallel;
+
+  // One shape for every rank: the same TP everywhere, the same pipeline in every replica.
+  std::set<size_t> tps;
+  std::set<int64_t> micro_batches;
+  bool same_shape = true;
+  for (const Replica& r : plan.replicas) {
+    micro_batches.insert(r.micro_batches);
+    same_shape =
+        same_shape && r.groups.size() == first.groups.size() && r.stage_group == first.stage_group;
+    for (const DeviceGroupSchedule& g : r.groups) tps.insert(g.devices.size());
+  }
+  if (tps.size() > 1) {
+    std::vector<std::string> list;
+    for (size_t t : tps) list.push_back(std::to_string(t));
+    why.push_back(fmt::format(
+        "tensor-parallel degrees that differ between stages or replicas ({}): Megatron has one "
+        "--tensor-model-parallel-size",
+        join(list, ", ")));
+  }
+  if (!same_shape) {
+    why.push_back(
+        "replicas of different pipelines (stage maps or depths): Megatron's data-parallel "
+        "replicas are identical");
+  }
+  if (micro_batches.size() > 1) {
+    std::vector<std::string> list;
+    for (int64_t m : micro_batches) list.push_back(std::to_string(m));
+    why.push_back(fmt::format(
+        "uneven micro-batch counts across replicas ({}): Megatron gives every data-parallel rank "
+        "global batch / (DP x micro-batch size)",
+        join(list, ", ")));
+  }
+  // The order: what Megatron would run on each replica's structure, recompute aside.
+  std::vector<std::string> order_why;
+  std::optional<GroupOrders> expected = megatron_orders(plan, first, &order_why);
+  bool same_order = expected.has_value();
+  for (const Replica& r : plan.replicas) {
+    if (!same_order) break;
+    if (r.micro_batches != first.micro_batches) expected = megatron_orders(plan, r, &order_why);
+    if (!expected) break;
+    for (size_t g = 0; g < r.groups.size() && same_order; ++g) {
+      std::vector<Action> actions;
+      for (const Action& a : r.groups[g].actions) {
+        if (a.kind != ActionKind::kRecompute) actions.push_back(a);
+      }
+      same_order = actions == (*expected)[g];
+    }
+  }
+  why.insert(why.end(), order_why.begin(), order_why.end());
+  if (expected && !same_order) {
+    why.push_back(fmt::format(
+        "the order of actions (schedule '{}'): Megatron runs 1F1B, or interleaved 1F1B with "
+        "virtual stages, and nothing else",
+        plan.schedule));
+  }
+  // Device types.
+  std::set<std::string> types;
+  const std::vector<Device> devices = cluster_devices(cluster);
+  for (const Replica& r : plan.replicas) {
+    for (const DeviceGroupSchedule& g : r.groups) {
+      for (int d : g.devices) types.insert(devices[d].type);
+    }
+  }
+  if (types.size() > 1) {
+    why.push_back(fmt::format(
+        "mixed device types ({}): Megatron assumes identical devices and balances nothing by "
+        "speed; the layout above still places the layers as the plan does",
+        join(std::vector<std::string>(types.begin(), types.end()), ", ")));
+  }
+  // Recompute: one policy for every stage.
+  std::map<RecomputePolicy, int> policies;
+  for (const Stage& s : plan.stages) ++policies[s.recompute];
+  const RecomputePolicy recompute = policies.rbegin()->first;  // the most memory-saving used
+  if (policies.size() > 1) {
+    std::vector<std::string> list;
+    for (const auto& [p, n] : policies) {
+      list.push_back(fmt::format("{} on {}", recompute_policy_name(p), n));
+    }
+    why.push_back(fmt::format(
+        "recompute that differs between stages ({} stages): Megatron's recompute is one policy "
+        "for every stage; the arguments use '{}'",
+        join(list, ", "), recompute_policy_name(recompute)));
+  }
+
+  // The layout, stage by stage in the plan's (global) stage order.
+  std::set<std::string> layout_why;
+  std::vector<std::string> parts;
+  bool layout_ok = true;
+  int decoder_layers = 0;
+  for (const Stage& s : plan.stages) {
+    std::optional<std::string> part = stage_layout(model, s, &layout_why);
+    layout_ok = layout_ok && part.has_value();
+    if (part) parts.push_back(*part);
+  }
+  for (const Layer& l : model.layers) {
+    decoder_layers += l.kind == LayerKind::kDecoderBlock || l.kind == LayerKind::kAttention;
+  }
+  why.insert(why.end(), layout_why.begin(), layout_why.end());
+  if (layout_ok) out.layout = join(parts, "|");
+
+  std::vector<std::string>& a = out.arguments;
+  auto add = [&a](const std::string& flag, const std::string& value = "") {
+    a.push_back(flag);
+    if (!value.empty()) a.push_back(value);
+  };
+  add("--tensor-model-parallel-size", std::to_string(out.tensor_parallel));
+  add("--pipeline-model-parallel-size", std::to_string(out.pipeline_parallel));
+  if (!out.layout.empty()) add("--pipeline-model-parallel-layout", out.layout);
+  add("--num-layers", std::to_string(decoder_layers));
+  add("--seq-length", std::to_string(plan.seq_len));
+  add("--micro-batch-size", std::to_string(plan.micro_batch_size));
+  add("--global-batch-size", std::to_string(plan.global_batch));
+  if (model.dtype == DType::kBFloat16) add("--bf16");
+  if (model.dtype == DType::kFloat16) add("--fp16");
+  if (recompute == RecomputePolicy::kSelective) add("--recompute-granularity", "selective");
+  if (recompute == RecomputePolicy::kFull) {
+    add("--recompute-granularity", "full");
+    add("--recompute-method", "uniform");
+    add("--recompute-num-layers", "1");
+  }
+  if (plan.zero1 && out.data_parallel > 1) add("--use-distributed-optimizer");
+  if (plan.sequence_parallel && out.tensor_parallel > 1) add("--sequence-parallel");
+
+  // Global rank -> device, where every replica and group has the same shape.
+  if (tps.size() == 1 && same_shape) {
+    for (int pp = 0; pp < out.pipeline_parallel; ++pp) {
+      for (int dp = 0; dp < out.data_parallel; ++dp) {
+        for (int tp = 0; tp < out.tensor_parallel; ++tp) {
+          out.rank_devices.push_back(plan.replicas[dp].groups[pp].devices[tp]);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+Result<StrategyOutcome> closest_megatron_plan(const Plan& plan, const ModelSpec& model,
+                                              const ClusterSpec& cluster, TuneOptions options) {
+  options.global_batch = plan.global_batch;
+  options.seq_len = plan.seq_len;
+  options.micro_batch_size = plan.micro_batch_size;
+  options.zero1 = plan.zero1;
+  options.report_baselines = false;
+  options.warm_starts.clear();
+  std::optional<StrategyOutcome> best;
+  Status last;
+  for (const char* strategy : {"megatron-1f1b", "megatron-interleaved"}) {
+    options.strategy = strategy;
+    Result<TuneResult> r = tune(options, model, cluster);
+    if (!r.is_ok()) {
+      last = r.status();
+      continue;
+    }
+    if (!best || r->simulation.iteration_time < best->iteration_time) {
+      StrategyOutcome o;
+      o.strategy = strategy;
+      o.feasible = true;
+      const Replica& rep = r->plan.replicas.front();
+      o.detail = fmt::format("TP {} x PP {} x DP {}, {}, Megatron-LM's layer split",
+                             rep.groups.front().devices.size(), rep.groups.size(),
+                             r->plan.replicas.size(), r->plan.schedule);
+      o.iteration_time = r->simulation.iteration_time;
+      o.tokens_per_s = r->simulation.throughput_tokens_per_s;
+      o.dollars_per_million_tokens = r->dollars_per_million_tokens;
+      o.plan = std::move(r->plan);
+      best = std::move(o);
+    }
+  }
+  if (!best) return last;
+  return *best;
+}
+
+}  // namespace motley
