@@ -6,8 +6,10 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "support/run_binary.h"
 
@@ -15,6 +17,8 @@ namespace {
 
 using motley::test_support::directory_entries;
 using motley::test_support::read_file;
+using motley::test_support::run_binary;
+using motley::test_support::RunOptions;
 using motley::test_support::RunResult;
 using motley::test_support::TempDir;
 
@@ -648,6 +652,95 @@ TEST(CliTest, MegatronExportSaysWhatItCannotExpressAndPricesTheClosest) {
   EXPECT_TRUE(named) << j["not_expressed"];
 
   expect_bad_input("export megatron --plan " + scratch.file("missing.json"), {"missing.json"});
+}
+
+// The sbatch script, run by bash with stand-ins for scontrol and srun: every plan device gets
+// one task, on the host that plays its node, with the rank the executor gives that device.
+TEST(CliTest, SlurmScriptGivesEveryPlanDeviceItsRank) {
+  const TempDir scratch("cli_slurm");
+  const std::string plan = scratch.file("mixed.json");
+  ASSERT_EQ(run_motley("plan --model tiny-llama --cluster h100-a100 --quiet --max-plans 100 "
+                       "--out " +
+                       plan)
+                .exit_code,
+            0);
+  const std::string job = scratch.file("job.sbatch");
+  RunResult r = run_motley("export slurm --plan " + plan +
+                           " --partition gpu --time 01:00:00 --gres A100-80GB=a100_80g --out " +
+                           job + " -- run --plan " + plan + " --steps 10");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string text = read_file(job);
+  EXPECT_NE(text.find("#SBATCH --gres=gpu:h100:8\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("#SBATCH --gres=gpu:a100_80g:8\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("#SBATCH hetjob\n"), std::string::npos);
+  EXPECT_NE(text.find("#SBATCH --partition=gpu\n"), std::string::npos);
+
+  // Stand-ins: scontrol expands a comma list; srun runs the task once per FAKE_TASKS entry.
+  const std::string bin = scratch.file("bin");
+  std::filesystem::create_directories(bin);
+  auto script = [&](const std::string& name, const std::string& body) {
+    std::ofstream(bin + "/" + name) << "#!/bin/bash\n" << body;
+    std::filesystem::permissions(bin + "/" + name, std::filesystem::perms::owner_all);
+  };
+  script("scontrol", "[[ $1 == show && $2 == hostnames ]] && tr ',' '\\n' <<< \"$3\"\n");
+  script("srun",
+         "while [[ $1 == --* ]]; do shift; done\n"
+         "for t in $FAKE_TASKS; do SLURMD_NODENAME=${t%:*} SLURM_LOCALID=${t#*:} \"$@\" || exit 1; "
+         "done\n");
+  script("fake-motley",
+         "echo \"$SLURMD_NODENAME $SLURM_LOCALID $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE "
+         "$MOTLEY_LOCAL_DEVICE $MASTER_ADDR:$MASTER_PORT $*\"\n");
+  std::string tasks;
+  for (const char* host : {"gpu-a", "gpu-b", "gpu-c", "gpu-d"}) {
+    for (int k = 0; k < 8; ++k) tasks += std::string(host) + ":" + std::to_string(k) + " ";
+  }
+  const std::string env = "PATH=" + bin + ":$PATH MOTLEY=fake-motley FAKE_TASKS='" + tasks +
+                          "' SLURM_JOB_NODELIST_HET_GROUP_0=gpu-a,gpu-b "
+                          "SLURM_JOB_NODELIST_HET_GROUP_1=gpu-c,gpu-d";
+  RunResult ran = run_binary("bash", job, RunOptions{"", env});
+  ASSERT_EQ(ran.exit_code, 0) << ran.out << ran.err;
+
+  // The executor's ranks: replicas, groups, devices in order; device d of h100-a100 is on node
+  // d / 8 (played by the (d / 8)-th host) at index d % 8.
+  const auto p = nlohmann::json::parse(read_file(plan));
+  std::vector<int> rank_device;
+  for (const auto& rep : p["replicas"]) {
+    for (const auto& g : rep["groups"]) {
+      for (const auto& d : g["devices"]) rank_device.push_back(d.get<int>());
+    }
+  }
+  const std::vector<std::string> hosts = {"gpu-a", "gpu-b", "gpu-c", "gpu-d"};
+  std::istringstream lines(ran.out);
+  std::string host, line;
+  int local = 0, rank = 0, world = 0, local_rank = 0, local_world = 0, device = 0;
+  std::set<int> seen;
+  while (std::getline(lines, line)) {
+    std::istringstream in(line);
+    std::string master, command;
+    in >> host >> local >> rank >> world >> local_rank >> local_world >> device >> master;
+    std::getline(in, command);
+    ASSERT_GE(rank, 0);
+    ASSERT_LT(rank, static_cast<int>(rank_device.size())) << line;
+    EXPECT_TRUE(seen.insert(rank).second) << "rank twice: " << line;
+    EXPECT_EQ(host, hosts[rank_device[rank] / 8]) << line;
+    EXPECT_EQ(device, rank_device[rank] % 8) << line;
+    EXPECT_EQ(world, 32);
+    EXPECT_EQ(local_rank, local);
+    EXPECT_EQ(master, "gpu-a:29500");
+    EXPECT_EQ(command, " run --plan " + plan + " --steps 10");
+  }
+  EXPECT_EQ(seen.size(), 32u);
+
+  // Slurm gave a component fewer hosts than the plan has nodes: exit 2, saying so.
+  RunResult short_job = run_binary(
+      "bash", job,
+      RunOptions{"", "PATH=" + bin +
+                         ":$PATH MOTLEY=fake-motley SLURM_JOB_NODELIST_HET_GROUP_0=gpu-a "
+                         "SLURM_JOB_NODELIST_HET_GROUP_1=gpu-c,gpu-d"});
+  EXPECT_EQ(short_job.exit_code, 2);
+  EXPECT_NE(short_job.err.find("component 0 has 1 hosts, the plan 2"), std::string::npos)
+      << short_job.err;
+  expect_bad_input("export slurm --plan " + plan + " --gres H100", {"--gres", "TYPE=GRES_NAME"});
 }
 
 TEST(CliTest, PlanAndSimulateUseTheSameSoftwareStack) {

@@ -25,6 +25,7 @@
 #include "motley/tune/megatron.h"
 #include "option_checks.h"
 #include "output_options.h"
+#include "slurm_script.h"
 
 namespace motley::cli {
 namespace {
@@ -186,6 +187,49 @@ Status export_megatron(const MegatronOptions& opt) {
   return Status::ok();
 }
 
+struct SlurmCliOptions {
+  std::string plan;
+  std::string out;
+  SlurmOptions script;
+  std::vector<std::string> gres;  // TYPE=NAME
+};
+
+Status export_slurm(const SlurmCliOptions& opt) {
+  MOTLEY_RETURN_IF_ERROR(check_output_options({{"--out", opt.out}}));
+  MOTLEY_ASSIGN_OR_RETURN(const PlanInputs in, load_plan_inputs(opt.plan));
+  MOTLEY_RETURN_IF_ERROR(
+      validate_plan(in.plan, in.model, in.cluster, ValidateOptions{}).with_context(opt.plan));
+  SlurmOptions o = opt.script;
+  o.plan_path = opt.plan;
+  o.model_name = in.model.name;
+  for (const std::string& g : opt.gres) {
+    const size_t eq = g.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == g.size()) {
+      return invalid_argument(
+          fmt::format("--gres: expected DEVICE_TYPE=GRES_NAME (e.g. H100-SXM=h100), got '{}'", g));
+    }
+    MOTLEY_ASSIGN_OR_RETURN(const DeviceType* type, find_device_type(g.substr(0, eq)));
+    o.gres_names[type->name] = g.substr(eq + 1);
+  }
+  for (const std::string* text : {&o.partition, &o.account, &o.time, &o.job_name}) {
+    if (text->find_first_of(" \t\n'\"$`\\") != std::string::npos) {
+      return invalid_argument(fmt::format(
+          "--partition/--account/--time/--job-name: '{}' has a space or a shell character", *text));
+    }
+  }
+  const std::string script = slurm_script(in.plan, in.cluster, o);
+  if (opt.out.empty()) {
+    std::fputs(script.c_str(), stdout);
+    return Status::ok();
+  }
+  OutputFiles files;
+  files.add(opt.out, script);
+  MOTLEY_RETURN_IF_ERROR(files.commit());
+  std::fputs(fmt::format("wrote {}: submit it with 'sbatch {}'\n", opt.out, opt.out).c_str(),
+             stdout);
+  return Status::ok();
+}
+
 }  // namespace
 
 void add_export_command(CLI::App& app, Action* action) {
@@ -222,6 +266,39 @@ void add_export_command(CLI::App& app, Action* action) {
   megatron->add_flag("--json", mopt->json, "Print one JSON object");
   add_stack_options(megatron, &mopt->stack);
   megatron->callback([mopt, action] { *action = [mopt] { return export_megatron(*mopt); }; });
+
+  auto sopt = std::make_shared<SlurmCliOptions>();
+  CLI::App* slurm = cmd->add_subcommand(
+      "slurm",
+      "An sbatch script: one heterogeneous-job component per kind of node, one task per "
+      "plan device");
+  slurm->footer(
+      "Components: the plan's nodes grouped by the devices they use (--nodes, --ntasks-per-node,\n"
+      "--gres=gpu:TYPE:N, --exclusive), separated by '#SBATCH hetjob'. One srun step starts a\n"
+      "task per plan device; each finds its plan node by its host's place in its component's\n"
+      "node list and gets the rank motley's executor gives that device (RANK, WORLD_SIZE,\n"
+      "LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, MOTLEY_LOCAL_DEVICE), then runs\n"
+      "'$MOTLEY <command>' (default: run --plan P). See docs/exports.md.\n"
+      "Example: motley export slurm --plan P --partition gpu --time 04:00:00 --out job.sbatch "
+      "-- run --plan P --steps 1000 --checkpoint-dir ckpt");
+  slurm->add_option("--plan", sopt->plan, "The plan file (its path as the nodes see it)")
+      ->required();
+  slurm->add_option("--out", sopt->out, "Write the script here (default: print it)");
+  slurm->add_option("--job-name", sopt->script.job_name,
+                    "sbatch --job-name (default motley-MODEL)");
+  slurm->add_option("--partition", sopt->script.partition, "sbatch --partition of every component");
+  slurm->add_option("--account", sopt->script.account, "sbatch --account");
+  slurm->add_option("--time", sopt->script.time, "sbatch --time, e.g. 04:00:00");
+  slurm->add_option("--gres", sopt->gres,
+                    "The site's GRES name of a device type, TYPE=NAME (repeatable; default: the "
+                    "type's first word in lower case, H100-SXM -> h100)");
+  slurm
+      ->add_option("--master-port", sopt->script.master_port,
+                   "Rank 0's TCP port (default 29500; MASTER_PORT in the job overrides it)")
+      ->check(integer_in(1, 65535));
+  slurm->add_option("command", sopt->script.command,
+                    "The motley command each task runs, after '--' (default: run --plan P)");
+  slurm->callback([sopt, action] { *action = [sopt] { return export_slurm(*sopt); }; });
 }
 
 }  // namespace motley::cli
