@@ -743,6 +743,56 @@ TEST(CliTest, SlurmScriptGivesEveryPlanDeviceItsRank) {
   expect_bad_input("export slurm --plan " + plan + " --gres H100", {"--gres", "TYPE=GRES_NAME"});
 }
 
+// motley detect on tool outputs recorded on other nodes (tests/data/detect/*, the layout
+// scripts/collect-node.sh writes).
+TEST(CliTest, DetectDescribesRecordedNodes) {
+  const TempDir scratch("cli_detect");
+  const std::string root = std::string(MOTLEY_TEST_DATA_DIR) + "/detect/";
+  const std::string dgx = scratch.file("dgx.yaml");
+  RunResult r = run_motley("detect --from " + root + "dgx-h100 --out " + dgx);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("8 x NVIDIA H100 80GB HBM3 (79.6 GiB) -> H100-SXM"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("network: InfiniBand, 8 NICs of 50.0 GB/s"), std::string::npos) << r.out;
+  RunResult shown = run_motley("cluster show " + dgx + " --json");
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  auto c = nlohmann::json::parse(shown.out);
+  EXPECT_EQ(c["devices"].size(), 8u) << shown.out;
+  EXPECT_EQ(c["devices"][0]["type"], "H100-SXM");
+
+  r = run_motley("detect --json --from " + root + "pcie-a100");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["nvlink"], false);
+  EXPECT_EQ(j["cluster"]["nodes"][0]["interconnect"]["kind"], "pcie");
+  EXPECT_EQ(j["cluster"]["nodes"][0]["devices"]["type"], "A100-40GB");
+  EXPECT_EQ(j["nic_count"], 2);
+
+  r = run_motley("detect --json --from " + root + "mi300x");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["source"], "rocm-smi");
+  EXPECT_EQ(j["cluster"]["nodes"][0]["devices"]["type"], "MI300X");
+  EXPECT_EQ(j["cluster"]["nodes"][0]["interconnect"]["kind"], "xgmi");
+
+  // A CPU-only host is described as such; it makes no cluster file.
+  r = run_motley("detect --from " + root + "cpu-only");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("host build-box: Intel(R) Xeon(R) Platinum 8488C, 2 threads"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("accelerators: none"), std::string::npos);
+  const std::string none = scratch.file("none.yaml");
+  expect_bad_input("detect --from " + root + "cpu-only --out " + none, {"--out", "no accelerator"});
+  EXPECT_FALSE(std::filesystem::exists(none));
+  r = run_motley("detect --from " + root + "driverless");
+  EXPECT_NE(r.out.find("lspci lists 2 accelerators, but neither nvidia-smi nor rocm-smi"),
+            std::string::npos)
+      << r.out;
+  expect_bad_input("detect --from " + root + "unknown-gpu", {"'NVIDIA B200'", "catalog"});
+  expect_bad_input("detect --from " + root + "nowhere", {"--from", "not a directory"});
+}
+
 TEST(CliTest, PlanAndSimulateUseTheSameSoftwareStack) {
   const TempDir scratch("cli_plan_stack");
   for (const std::string stack : {"", " --stack megatron-lm-2022"}) {

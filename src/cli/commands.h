@@ -23,6 +23,7 @@ void add_plan_command(CLI::App& app, Action* action);
 void add_compare_command(CLI::App& app, Action* action);
 void add_replan_command(CLI::App& app, Action* action);
 void add_export_command(CLI::App& app, Action* action);
+void add_detect_command(CLI::App& app, Action* action);
 void add_calibrate_command(CLI::App& app, Action* action);
 // `motley run` in motley-run (links libtorch) and the forwarder to it in motley.
 void add_run_command(CLI::App& app, Action* action);
