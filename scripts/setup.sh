@@ -16,7 +16,25 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+# The test-only schema validator of the Kubernetes manifests (tests/k8s), from npm: no Debian
+# package carries the Kubernetes API schemas. Needs node and npm (Debian's, or a newer node's).
+k8s_tests="$(cd "$(dirname "$0")/.." && pwd)/tests/k8s"
+install_k8s_validator() {
+  [ -d "$k8s_tests/node_modules/kubernetes-models" ] && return 0
+  command -v npm >/dev/null || return 0
+  echo "setup: installing the test-only npm package kubernetes-models into tests/k8s" >&2
+  (cd "$k8s_tests" && npm install --no-audit --no-fund --silent --loglevel=error >/dev/null) ||
+    echo "setup: npm install failed: the k8s_schema_check test will fail until it succeeds" >&2
+}
+if ! command -v npm >/dev/null && ! dpkg-query -W -f='${Status}' npm 2>/dev/null |
+    grep -q "install ok installed"; then
+  missing_npm=1
+fi
+if [ ${#missing[@]} -eq 0 ] && [ -z "${missing_npm:-}" ]; then
+  install_k8s_validator
+  exit 0
+fi
+[ -n "${missing_npm:-}" ] && missing+=(npm)
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "setup: need root to install: ${missing[*]}" >&2
@@ -26,3 +44,4 @@ echo "setup: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq >/dev/null
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+install_k8s_validator

@@ -793,6 +793,126 @@ TEST(CliTest, DetectDescribesRecordedNodes) {
   expect_bad_input("detect --from " + root + "nowhere", {"--from", "not a directory"});
 }
 
+// Kubernetes manifests: a PyTorchJob on nodes of one kind, a JobSet on mixed nodes; the start
+// script every pod runs, run by bash with a stand-in for motley, gives every plan device one
+// process with the executor's rank, and the pod playing rank 0's node is the rendezvous.
+TEST(CliTest, K8sManifestsGiveEveryPlanDeviceItsRank) {
+  const TempDir scratch("cli_k8s");
+  auto plan_of = [&](const std::string& name, const std::string& args) {
+    const std::string path = scratch.file(name);
+    EXPECT_EQ(run_motley("plan --quiet --max-plans 100 --out " + path + " " + args).exit_code, 0);
+    return path;
+  };
+  auto docs_of = [](const std::string& text) {
+    std::vector<nlohmann::json> out;
+    size_t at = 0;
+    while ((at = text.find("---\n", at)) != std::string::npos) {
+      at += 4;
+      const size_t next = text.find("---\n", at);
+      out.push_back(nlohmann::json::parse(text.substr(at, next - at)));
+    }
+    return out;
+  };
+  const std::string bin = scratch.file("bin");
+  std::filesystem::create_directories(bin);
+  std::ofstream(bin + "/fake-motley") << "#!/bin/bash\necho \"$RANK $LOCAL_RANK $WORLD_SIZE "
+                                         "$MOTLEY_LOCAL_DEVICE $*\"\n";
+  std::filesystem::permissions(bin + "/fake-motley", std::filesystem::perms::owner_all);
+
+  // One kind of node: a PyTorchJob, Master and Worker.
+  const std::string same = plan_of("same.json", "--model tiny-llama --cluster h100x16");
+  RunResult r = run_motley("export k8s --plan " + same + " --image reg/motley:1 --name train");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<nlohmann::json> docs = docs_of(r.out);
+  ASSERT_EQ(docs.size(), 2u);
+  EXPECT_EQ(docs[0]["kind"], "ConfigMap");
+  EXPECT_EQ(docs[0]["data"]["plan.json"].get<std::string>(), read_file(same));
+  EXPECT_EQ(docs[1]["kind"], "PyTorchJob");
+  EXPECT_EQ(docs[1]["apiVersion"], "kubeflow.org/v1");
+  const auto& replicas = docs[1]["spec"]["pytorchReplicaSpecs"];
+  EXPECT_EQ(replicas["Master"]["replicas"], 1);
+  EXPECT_EQ(replicas["Worker"]["replicas"], 1);
+  const auto& pod = replicas["Worker"]["template"]["spec"];
+  EXPECT_EQ(pod["containers"][0]["name"], "pytorch");
+  EXPECT_EQ(pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], 8);
+  EXPECT_EQ(pod["nodeSelector"]["nvidia.com/gpu.product"], "NVIDIA-H100-80GB-HBM3");
+  const std::string start = scratch.file("start.sh");
+  std::ofstream(start) << docs[0]["data"]["start.sh"].get<std::string>();
+  std::set<int> ranks;
+  for (int podrank = 0; podrank < 2; ++podrank) {
+    RunResult ran = run_binary(
+        "bash", start + " run --plan /etc/motley/plan.json",
+        RunOptions{"", "MOTLEY=" + bin + "/fake-motley RANK=" + std::to_string(podrank)});
+    ASSERT_EQ(ran.exit_code, 0) << ran.err;
+    std::istringstream lines(ran.out);
+    std::string line;
+    std::getline(lines, line);  // "motley: pod ... plays plan node ..."
+    while (std::getline(lines, line)) {
+      std::istringstream in(line);
+      int rank = -1, local = -1, world = 0, device = -1;
+      in >> rank >> local >> world >> device;
+      EXPECT_EQ(world, 16);
+      EXPECT_TRUE(ranks.insert(rank).second) << line;
+      if (rank == 0) {
+        EXPECT_EQ(podrank, 0) << "rank 0 must run in the Master pod";
+      }
+    }
+  }
+  EXPECT_EQ(ranks.size(), 16u);
+
+  // Mixed nodes on spot capacity: a JobSet, one replicated job per kind, spot tolerations.
+  const std::string mixed = plan_of("mixed.json", "--model tiny-llama --cluster spot-fleet");
+  r = run_motley("export k8s --plan " + mixed +
+                 " --image reg/motley:1 --checkpoint-claim ckpt -- run --plan "
+                 "/etc/motley/plan.json --checkpoint-dir /checkpoints");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  docs = docs_of(r.out);
+  ASSERT_EQ(docs.size(), 2u);
+  EXPECT_EQ(docs[1]["kind"], "JobSet");
+  const auto& jobs = docs[1]["spec"]["replicatedJobs"];
+  EXPECT_GE(jobs.size(), 2u);
+  bool tolerates = false;
+  std::set<int> mixed_ranks;
+  std::ofstream(start) << docs[0]["data"]["start.sh"].get<std::string>();
+  for (const auto& job : jobs) {
+    const auto& spec = job["template"]["spec"]["template"]["spec"];
+    tolerates = tolerates || spec.contains("tolerations");
+    EXPECT_EQ(spec["volumes"].back()["persistentVolumeClaim"]["claimName"], "ckpt");
+    for (int index = 0; index < job["template"]["spec"]["completions"].get<int>(); ++index) {
+      RunResult ran = run_binary(
+          "bash", start + " run",
+          RunOptions{"", "MOTLEY=" + bin +
+                             "/fake-motley MOTLEY_NODE_KIND=" + job["name"].get<std::string>() +
+                             " JOB_COMPLETION_INDEX=" + std::to_string(index)});
+      ASSERT_EQ(ran.exit_code, 0) << ran.err;
+      std::istringstream lines(ran.out);
+      std::string line;
+      std::getline(lines, line);
+      while (std::getline(lines, line)) {
+        std::istringstream in(line);
+        int rank = -1;
+        in >> rank;
+        EXPECT_TRUE(mixed_ranks.insert(rank).second) << line;
+      }
+    }
+  }
+  EXPECT_TRUE(tolerates);
+  const auto p = nlohmann::json::parse(read_file(mixed));
+  size_t devices = 0;
+  for (const auto& rep : p["replicas"]) {
+    for (const auto& g : rep["groups"]) devices += g["devices"].size();
+  }
+  EXPECT_EQ(mixed_ranks.size(), devices);
+  EXPECT_EQ(*mixed_ranks.rbegin(), static_cast<int>(devices) - 1);
+  // The rendezvous is the pod of the node holding rank 0.
+  const std::string master =
+      jobs[0]["template"]["spec"]["template"]["spec"]["containers"][0]["env"][3]["value"];
+  EXPECT_EQ(master.rfind("motley-", 0), 0u) << master;
+
+  expect_bad_input("export k8s --plan " + same, {"--image"});
+  expect_bad_input("export k8s --plan " + same + " --image x --node-label H100", {"--node-label"});
+}
+
 TEST(CliTest, PlanAndSimulateUseTheSameSoftwareStack) {
   const TempDir scratch("cli_plan_stack");
   for (const std::string stack : {"", " --stack megatron-lm-2022"}) {

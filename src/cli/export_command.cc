@@ -1,7 +1,8 @@
 // `motley export`: a plan in the forms other engines read. `export torch-pp` writes a replica's
-// schedule as PyTorch torch.distributed.pipelining's CSV (compute actions, and with --lowered
-// the messages too; plan/torch_pp.h), prints the stage-to-rank map, and says what the CSV does
-// not carry of the plan. `motley simulate --plan P --torch-pp-csv F` reads such a CSV back.
+// schedule as PyTorch torch.distributed.pipelining's CSV (plan/torch_pp.h; `motley simulate
+// --torch-pp-csv` reads one back); `export megatron` Megatron-LM's arguments and the closest
+// plan Megatron runs (tune/megatron.h); `export slurm` an sbatch script (slurm_script.h);
+// `export k8s` Kubernetes manifests (k8s_manifests.h). Each says what its engine cannot carry.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -14,6 +15,7 @@
 #include "commands.h"
 #include "cost_options.h"
 #include "format.h"
+#include "k8s_manifests.h"
 #include "motley/core/json.h"
 #include "motley/core/output_files.h"
 #include "motley/cost/analytic_cost_model.h"
@@ -30,6 +32,14 @@
 namespace motley::cli {
 namespace {
 
+// The plan file with its model and cluster, checked as `motley simulate` checks it.
+Result<PlanInputs> load_valid_plan(const std::string& path) {
+  MOTLEY_ASSIGN_OR_RETURN(PlanInputs in, load_plan_inputs(path));
+  MOTLEY_RETURN_IF_ERROR(
+      validate_plan(in.plan, in.model, in.cluster, ValidateOptions{}).with_context(path));
+  return in;
+}
+
 struct TorchPpOptions {
   std::string plan;
   int replica = 0;
@@ -40,9 +50,7 @@ struct TorchPpOptions {
 
 Status export_torch_pp(const TorchPpOptions& opt) {
   MOTLEY_RETURN_IF_ERROR(check_output_options({{"--out", opt.out}, {"--lowered", opt.lowered}}));
-  MOTLEY_ASSIGN_OR_RETURN(const PlanInputs in, load_plan_inputs(opt.plan));
-  MOTLEY_RETURN_IF_ERROR(
-      validate_plan(in.plan, in.model, in.cluster, ValidateOptions{}).with_context(opt.plan));
+  MOTLEY_ASSIGN_OR_RETURN(const PlanInputs in, load_valid_plan(opt.plan));
   const int replicas = static_cast<int>(in.plan.replicas.size());
   if (opt.replica >= replicas) {
     return invalid_argument(fmt::format("--replica: {} has {} replica{} (0 to {}), got {}",
@@ -105,9 +113,7 @@ std::string shell_words(const std::vector<std::string>& args) {
 
 Status export_megatron(const MegatronOptions& opt) {
   MOTLEY_RETURN_IF_ERROR(check_output_options({{"--out", opt.out}}));
-  MOTLEY_ASSIGN_OR_RETURN(const PlanInputs in, load_plan_inputs(opt.plan));
-  MOTLEY_RETURN_IF_ERROR(
-      validate_plan(in.plan, in.model, in.cluster, ValidateOptions{}).with_context(opt.plan));
+  MOTLEY_ASSIGN_OR_RETURN(const PlanInputs in, load_valid_plan(opt.plan));
   const MegatronArguments args = megatron_arguments(in.plan, in.model, in.cluster);
   // The plan and, where Megatron cannot run it, the closest plan it can, priced alike.
   MOTLEY_ASSIGN_OR_RETURN(const AnalyticCostOptions cost_options,
@@ -196,9 +202,7 @@ struct SlurmCliOptions {
 
 Status export_slurm(const SlurmCliOptions& opt) {
   MOTLEY_RETURN_IF_ERROR(check_output_options({{"--out", opt.out}}));
-  MOTLEY_ASSIGN_OR_RETURN(const PlanInputs in, load_plan_inputs(opt.plan));
-  MOTLEY_RETURN_IF_ERROR(
-      validate_plan(in.plan, in.model, in.cluster, ValidateOptions{}).with_context(opt.plan));
+  MOTLEY_ASSIGN_OR_RETURN(const PlanInputs in, load_valid_plan(opt.plan));
   SlurmOptions o = opt.script;
   o.plan_path = opt.plan;
   o.model_name = in.model.name;
@@ -226,6 +230,55 @@ Status export_slurm(const SlurmCliOptions& opt) {
   files.add(opt.out, script);
   MOTLEY_RETURN_IF_ERROR(files.commit());
   std::fputs(fmt::format("wrote {}: submit it with 'sbatch {}'\n", opt.out, opt.out).c_str(),
+             stdout);
+  return Status::ok();
+}
+
+struct K8sCliOptions {
+  std::string plan;
+  std::string out;
+  K8sOptions manifests;
+  std::vector<std::string> node_labels;  // TYPE=KEY=VALUE
+};
+
+Status export_k8s(const K8sCliOptions& opt) {
+  MOTLEY_RETURN_IF_ERROR(check_output_options({{"--out", opt.out}}));
+  MOTLEY_ASSIGN_OR_RETURN(const PlanInputs in, load_valid_plan(opt.plan));
+  K8sOptions o = opt.manifests;
+  if (o.image.empty() || o.image.find_first_of(" \t\n") != std::string::npos) {
+    return invalid_argument(
+        "--image: expected a container image reference, e.g. "
+        "registry.example.com/motley:1.0");
+  }
+  for (const std::string& l : opt.node_labels) {
+    const size_t eq = l.find('=');
+    const size_t eq2 = eq == std::string::npos ? eq : l.find('=', eq + 1);
+    if (eq == std::string::npos || eq2 == std::string::npos || eq == 0 || eq2 == eq + 1) {
+      return invalid_argument(
+          fmt::format("--node-label: expected DEVICE_TYPE=KEY=VALUE (e.g. "
+                      "MI300X=amd.com/gpu.product-name=AMD_Instinct_MI300X_OAM), got '{}'",
+                      l));
+    }
+    MOTLEY_ASSIGN_OR_RETURN(const DeviceType* type, find_device_type(l.substr(0, eq)));
+    o.node_labels[type->name] = l.substr(eq + 1);
+  }
+  MOTLEY_ASSIGN_OR_RETURN(o.plan_text, read_text_file(opt.plan));
+  o.model_name = in.model.name;
+  const K8sManifests m = k8s_manifests(in.plan, in.cluster, o);
+  const std::string yaml = k8s_yaml(m);
+  std::string notes;
+  for (const std::string& n : m.notes) notes += "note: " + n + "\n";
+  if (opt.out.empty()) {
+    std::fputs(yaml.c_str(), stdout);
+    std::fputs(notes.c_str(), stderr);
+    return Status::ok();
+  }
+  OutputFiles files;
+  files.add(opt.out, yaml);
+  MOTLEY_RETURN_IF_ERROR(files.commit());
+  std::fputs((notes + fmt::format("wrote {} ({} objects): apply it with 'kubectl apply -f {}'\n",
+                                  opt.out, m.objects.size(), opt.out))
+                 .c_str(),
              stdout);
   return Status::ok();
 }
@@ -299,6 +352,36 @@ void add_export_command(CLI::App& app, Action* action) {
   slurm->add_option("command", sopt->script.command,
                     "The motley command each task runs, after '--' (default: run --plan P)");
   slurm->callback([sopt, action] { *action = [sopt] { return export_slurm(*sopt); }; });
+
+  auto kopt = std::make_shared<K8sCliOptions>();
+  CLI::App* k8s = cmd->add_subcommand(
+      "k8s", "Kubernetes manifests: the plan in a ConfigMap and a PyTorchJob (or a JobSet)");
+  k8s->footer(
+      "One pod per plan node: a Kubeflow PyTorchJob (kubeflow.org/v1) when every node the plan\n"
+      "uses is of one kind, else a JobSet (jobset.x-k8s.io/v1alpha2) with one replicated job per\n"
+      "kind. Pods are selected by GPU model (nvidia.com/gpu.product, or --node-label), request\n"
+      "nvidia.com/gpu, amd.com/gpu or habana.ai/gaudi, tolerate spot taints on spot nodes, and\n"
+      "run /etc/motley/start.sh from the ConfigMap, which starts one process per device with the\n"
+      "executor's rank for it. See docs/exports.md.");
+  k8s->add_option("--plan", kopt->plan, "The plan file")->required();
+  k8s->add_option("--image", kopt->manifests.image, "The container image (see Dockerfile)")
+      ->required();
+  k8s->add_option("--name", kopt->manifests.name,
+                  "Name of the job and its ConfigMap (default "
+                  "motley)");
+  k8s->add_option("--namespace", kopt->manifests.namespace_name, "Namespace of every object");
+  k8s->add_flag("--jobset", kopt->manifests.jobset, "A JobSet even when every node is of one kind");
+  k8s->add_option("--checkpoint-claim", kopt->manifests.checkpoint_claim,
+                  "A PersistentVolumeClaim mounted at /checkpoints");
+  k8s->add_option("--node-label", kopt->node_labels,
+                  "The node label selecting a device type, TYPE=KEY=VALUE (repeatable)");
+  k8s->add_option("--master-port", kopt->manifests.master_port, "Rank 0's TCP port (default 29500)")
+      ->check(integer_in(1, 65535));
+  k8s->add_option("--out", kopt->out, "Write the manifests here (default: print them)");
+  k8s->add_option("command", kopt->manifests.command,
+                  "The motley command each process runs, after '--' (default: run --plan "
+                  "/etc/motley/plan.json)");
+  k8s->callback([kopt, action] { *action = [kopt] { return export_k8s(*kopt); }; });
 }
 
 }  // namespace motley::cli

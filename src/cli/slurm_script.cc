@@ -9,29 +9,9 @@
 #include <utility>
 #include <vector>
 
+#include "node_ranks.h"
+
 namespace motley::cli {
-namespace {
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-// The ranks on one node of the plan, by the device's index in the node.
-struct NodeRanks {
-  int node = 0;
-  std::vector<std::pair<int, int>> local_rank;  // (local device index, rank), increasing
-  std::map<std::string, int> types;             // device type -> devices used
-};
-
-// A heterogeneous-job component: nodes whose used devices are the same.
-struct Component {
-  std::map<std::string, int> types;
-  std::vector<int> nodes;  // indices into the plan's NodeRanks
-};
-
-}  // namespace
 
 std::string default_gres_name(const std::string& device_type) {
   std::string out;
@@ -43,35 +23,10 @@ std::string default_gres_name(const std::string& device_type) {
 }
 
 std::string slurm_script(const Plan& plan, const ClusterSpec& cluster, const SlurmOptions& o) {
-  const std::vector<Device> devices = cluster_devices(cluster);
-  // Ranks as the executor numbers them: replicas, then groups, then a group's devices.
-  std::vector<NodeRanks> used;
-  std::map<int, size_t> slot;  // cluster node -> index into `used`
-  int world = 0;
-  for (const Replica& r : plan.replicas) {
-    for (const DeviceGroupSchedule& g : r.groups) {
-      for (int d : g.devices) {
-        const Device& dev = devices[d];
-        auto [it, added] = slot.emplace(dev.node, used.size());
-        if (added) used.push_back(NodeRanks{dev.node, {}, {}});
-        used[it->second].local_rank.emplace_back(dev.local_index, world++);
-        ++used[it->second].types[dev.type];
-      }
-    }
-  }
-  std::sort(used.begin(), used.end(),
-            [](const NodeRanks& a, const NodeRanks& b) { return a.node < b.node; });
-  for (NodeRanks& n : used) std::sort(n.local_rank.begin(), n.local_rank.end());
-  std::vector<Component> components;
-  for (size_t i = 0; i < used.size(); ++i) {
-    auto it = std::find_if(components.begin(), components.end(),
-                           [&](const Component& c) { return c.types == used[i].types; });
-    if (it == components.end()) {
-      components.push_back(Component{used[i].types, {}});
-      it = components.end() - 1;
-    }
-    it->nodes.push_back(static_cast<int>(i));
-  }
+  const PlanRanks ranks = plan_ranks(plan, cluster);
+  const std::vector<NodeRanks>& used = ranks.nodes;
+  const std::vector<NodeKind>& components = ranks.kinds;
+  const int world = ranks.world;
   const bool het = components.size() > 1;
 
   std::string s = "#!/bin/bash\n";
@@ -82,10 +37,10 @@ std::string slurm_script(const Plan& plan, const ClusterSpec& cluster, const Slu
   for (size_t c = 0; c < components.size(); ++c) {
     std::string what, names;
     for (const auto& [type, n] : components[c].types) {
-      what += (what.empty() ? "" : " + ") + fmt::format("{} {}", n, type);
+      what += fmt::format("{}{} {}", what.empty() ? "" : " + ", n, type);
     }
     for (int i : components[c].nodes) {
-      names += (names.empty() ? "" : ", ") + cluster.nodes[used[i].node].name;
+      names += fmt::format("{}{}", names.empty() ? "" : ", ", cluster.nodes[used[i].node].name);
     }
     s += fmt::format("# component {}: {} node{} of {} ({})\n", c, components[c].nodes.size(),
                      components[c].nodes.size() == 1 ? "" : "s", what, names);
@@ -103,7 +58,7 @@ std::string slurm_script(const Plan& plan, const ClusterSpec& cluster, const Slu
       auto named = o.gres_names.find(type);
       const std::string name =
           named != o.gres_names.end() ? named->second : default_gres_name(type);
-      gres += (gres.empty() ? "" : ",") + fmt::format("gpu:{}:{}", name, n);
+      gres += fmt::format("{}gpu:{}:{}", gres.empty() ? "" : ",", name, n);
       tasks += n;
     }
     s += fmt::format("#SBATCH --nodes={}\n", components[c].nodes.size());
@@ -122,7 +77,10 @@ std::string slurm_script(const Plan& plan, const ClusterSpec& cluster, const Slu
   s += "MOTLEY_HOST_NODES=\"\"\n";
   for (size_t c = 0; c < components.size(); ++c) {
     std::string names;
-    for (int i : components[c].nodes) names += " " + shell_quote(cluster.nodes[used[i].node].name);
+    for (int i : components[c].nodes) {
+      names += ' ';
+      names += shell_quote(cluster.nodes[used[i].node].name);
+    }
     s += fmt::format("plan_nodes=({} )\n", names);
     s += fmt::format("mapfile -t hosts < <(scontrol show hostnames {})\n", nodelist(c));
     if (c == 0) s += "export MASTER_ADDR=\"${hosts[0]}\"\n";
@@ -161,7 +119,10 @@ std::string slurm_script(const Plan& plan, const ClusterSpec& cluster, const Slu
   std::vector<std::string> command = o.command;
   if (command.empty()) command = {"run", "--plan", o.plan_path};
   std::string args;
-  for (const std::string& a : command) args += " " + shell_quote(a);
+  for (const std::string& a : command) {
+    args += ' ';
+    args += shell_quote(a);
+  }
   std::string groups;
   for (size_t c = 0; c < components.size(); ++c) groups += (c ? "," : "") + std::to_string(c);
   s += fmt::format("srun {}--kill-on-bad-exit=1 bash -c \"$MOTLEY_TASK\" motley-task{}\n",
