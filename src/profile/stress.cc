@@ -104,16 +104,18 @@ Result<PairMeasure> stress_pair(const StressOptions& o, Transport& t, int a, int
   const int peer = lower ? b : a;
   PairMeasure out;
   std::vector<std::unique_ptr<TransportRequest>> reqs;
-  at::Tensor one = at::zeros({1}, at::kFloat);
+  // A buffer for each direction: a send's buffer is never a receive's.
+  at::Tensor ping = at::zeros({1}, at::kFloat);
+  at::Tensor pong = at::zeros({1}, at::kFloat);
   for (int i = -2; i < kLatencyTrips; ++i) {  // two untimed
     const Clock::time_point start = Clock::now();
     if (lower) {
-      MOTLEY_RETURN_IF_ERROR(queue(&reqs, t.send(one, peer, kTagLatencyPing, "a stress ping")));
-      MOTLEY_RETURN_IF_ERROR(queue(&reqs, t.recv(one, peer, kTagLatencyPong, "a stress pong")));
+      MOTLEY_RETURN_IF_ERROR(queue(&reqs, t.send(ping, peer, kTagLatencyPing, "a stress ping")));
+      MOTLEY_RETURN_IF_ERROR(queue(&reqs, t.recv(pong, peer, kTagLatencyPong, "a stress pong")));
     } else {
-      MOTLEY_RETURN_IF_ERROR(queue(&reqs, t.recv(one, peer, kTagLatencyPing, "a stress ping")));
+      MOTLEY_RETURN_IF_ERROR(queue(&reqs, t.recv(ping, peer, kTagLatencyPing, "a stress ping")));
       MOTLEY_RETURN_IF_ERROR(finish_all(&reqs));
-      MOTLEY_RETURN_IF_ERROR(queue(&reqs, t.send(one, peer, kTagLatencyPong, "a stress pong")));
+      MOTLEY_RETURN_IF_ERROR(queue(&reqs, t.send(pong, peer, kTagLatencyPong, "a stress pong")));
     }
     MOTLEY_RETURN_IF_ERROR(finish_all(&reqs));
     if (i >= 0) out.latency += elapsed_since(start) / 2 / kLatencyTrips;
