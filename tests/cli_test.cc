@@ -974,6 +974,25 @@ TEST(CliTest, PlanPricesInterruptionsUnderBudgetAndDeadline) {
     EXPECT_EQ(p["goodput"].get<double>(), 1.0);
   }
 
+  // simulate prices the plan file exactly as plan priced it.
+  const TempDir scratch("cli_preemption");
+  const std::string written = scratch.file("spot-plan.json");
+  RunResult planned = run_motley(base + " --objective cost --out " + written);
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  RunResult simulated = run_motley("simulate --plan " + written + " --json");
+  ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
+  auto pj = nlohmann::json::parse(planned.out), sj = nlohmann::json::parse(simulated.out);
+  EXPECT_NEAR(sj["preemption"]["goodput"].get<double>(), pj["preemption"]["goodput"].get<double>(),
+              1e-12);
+  EXPECT_EQ(sj["preemption"]["checkpoint_interval_iterations"],
+            pj["preemption"]["checkpoint_interval_iterations"]);
+  EXPECT_NEAR(sj["dollars_per_million_tokens"].get<double>() /
+                  pj["dollars_per_million_tokens"].get<double>(),
+              1.0, 1e-9);
+  EXPECT_NEAR(sj["on_demand_dollars_per_million_tokens"].get<double>() /
+                  pj["on_demand_dollars_per_million_tokens"].get<double>(),
+              1.0, 1e-9);
+
   // $5 an hour leaves the spot A100s alone.
   RunResult cheap = run_motley(base + " --budget 5");
   ASSERT_EQ(cheap.exit_code, 0) << cheap.err;

@@ -27,8 +27,10 @@
 #include "motley/report/svg_timeline.h"
 #include "motley/schedule/uniform_plan.h"
 #include "motley/sim/simulator.h"
+#include "motley/tune/preemption.h"
 #include "option_checks.h"
 #include "output_options.h"
+#include "tune_options.h"
 
 namespace motley::cli {
 namespace {
@@ -189,6 +191,9 @@ Status simulate_command(const SimulateOptions& opt) {
     files.add(opt.trace, chrome_trace_json(s.plan, result, topo, TraceOptions{}));
   }
   if (!opt.svg.empty()) files.add(opt.svg, svg_timeline(s.plan, result, topo, SvgOptions{}));
+  // What interruptions cost, where a node the cluster has can be interrupted.
+  const bool interruptible = cluster_interruptible(s.cluster);
+  const PlanPricing pricing = price_plan(s.plan, cost, s.cluster, result.iteration_time);
   std::string out;
   if (opt.json) {
     Json devices = Json::array();
@@ -208,9 +213,16 @@ Status simulate_command(const SimulateOptions& opt) {
            {"tasks", result.tasks},
            {"devices", devices}};
     if (!opt.out.empty()) j["plan"] = opt.out;
+    if (interruptible) {
+      j["preemption"] = preemption_json(pricing.preemption);
+      j["dollars_per_million_tokens"] = pricing.dollars_per_million_tokens;
+      j["on_demand_dollars_per_million_tokens"] = pricing.on_demand_dollars_per_million_tokens;
+    }
     out = j.dump(2) + "\n";
   } else {
     out = simulation_summary(s.plan, result, topo, SummaryOptions{});
+    out += preemption_line(pricing.preemption, pricing.dollars_per_million_tokens,
+                           pricing.on_demand_dollars_per_million_tokens);
   }
   MOTLEY_RETURN_IF_ERROR(files.commit());
   std::fputs(out.c_str(), stdout);

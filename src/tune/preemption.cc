@@ -128,6 +128,39 @@ std::vector<StateHolder> plan_state_holders(const Plan& plan) {
   return out;
 }
 
+PlanPricing price_plan(const Plan& plan, const CostModel& cost, const ClusterSpec& cluster,
+                       Seconds iteration_time) {
+  const std::vector<Device> devices = cluster_devices(cluster);
+  std::vector<int> per_node(cluster.nodes.size(), 0);
+  for (const Device& d : devices) ++per_node[d.node];
+  double price = 0, on_demand = 0;  // USD per hour of the devices the plan uses
+  for (const Replica& r : plan.replicas) {
+    for (const DeviceGroupSchedule& g : r.groups) {
+      for (int id : g.devices) {
+        const NodeSpec& node = cluster.nodes[devices[id].node];
+        price += node.price_per_hour / per_node[devices[id].node];
+        on_demand += node_on_demand_price_per_hour(node) / per_node[devices[id].node];
+      }
+    }
+  }
+  PlanPricing out;
+  PreemptionEstimate bought;
+  if (cluster_interruptible(cluster)) {
+    const int layers = plan.stages.empty() ? 0 : plan.stages.back().layer_end;
+    const std::vector<Bytes> shares =
+        checkpoint_shares(plan_state_holders(plan), layer_state_bytes(cost, layers, 0),
+                          static_cast<int>(devices.size()));
+    out.preemption = estimate_preemption(cluster, shares, iteration_time);
+    bought = estimate_preemption(cluster, shares, iteration_time, /*on_demand=*/true);
+  }
+  // In floating point: the product of two counts may not fit int64_t.
+  const double tokens = static_cast<double>(plan.global_batch) * static_cast<double>(plan.seq_len);
+  const double hours_per_million = iteration_time.value() / 3600.0 / tokens * 1e6;
+  out.dollars_per_million_tokens = price * hours_per_million / out.preemption.goodput;
+  out.on_demand_dollars_per_million_tokens = on_demand * hours_per_million / bought.goodput;
+  return out;
+}
+
 bool cluster_interruptible(const ClusterSpec& cluster) {
   return std::any_of(cluster.nodes.begin(), cluster.nodes.end(), [](const NodeSpec& n) {
     return node_hours_between_preemptions(n).has_value();

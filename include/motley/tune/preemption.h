@@ -69,6 +69,17 @@ PreemptionEstimate estimate_preemption(const ClusterSpec& cluster, const std::ve
 // The holders of a plan's stages: each (replica, stage) group holds the stage's layers.
 std::vector<StateHolder> plan_state_holders(const Plan& plan);
 
+// What a plan costs: its estimate on the cluster as it is and with its spot nodes bought on
+// demand, and the expected USD per million tokens of each (node prices shared evenly by a
+// node's devices; iterations of `iteration_time`).
+struct PlanPricing {
+  PreemptionEstimate preemption;
+  double dollars_per_million_tokens = 0;
+  double on_demand_dollars_per_million_tokens = 0;
+};
+PlanPricing price_plan(const Plan& plan, const CostModel& cost, const ClusterSpec& cluster,
+                       Seconds iteration_time);
+
 // Whether any node of the cluster can be interrupted.
 bool cluster_interruptible(const ClusterSpec& cluster);
 
