@@ -7,7 +7,7 @@ set -euo pipefail
 MOTLEY=$1
 HERE=$(cd "$(dirname "$0")" && pwd)
 if [[ ! -d "$HERE/node_modules/kubernetes-models" ]]; then
-  echo "k8s_schema_check: $HERE/node_modules/kubernetes-models is missing; run scripts/setup.sh" >&2
+  echo "k8s_schema_check: $HERE/node_modules/kubernetes-models is missing; run scripts/setup.sh --tests" >&2
   exit 1
 fi
 WORK=$(mktemp -d)
