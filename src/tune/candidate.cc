@@ -198,11 +198,11 @@ std::vector<StateHolder> candidate_state_holders(const Candidate& c) {
 }
 
 PreemptionEstimate candidate_preemption(const Context& ctx, const std::vector<StateHolder>& holders,
-                                        double iteration_time, bool on_demand) {
+                                        double iteration_time) {
   if (!ctx.interruptible() || !(iteration_time > 0)) return PreemptionEstimate{};
   return estimate_preemption(ctx.cluster(),
                              checkpoint_shares(holders, ctx.layer_state(), ctx.num_devices()),
-                             Seconds(iteration_time), on_demand);
+                             Seconds(iteration_time));
 }
 
 Result<Plan> assemble(const Context& ctx, const Candidate& c, int64_t data_parallel,

@@ -36,9 +36,9 @@ Result<Plan> assemble(const Context& ctx, const Candidate& c, int64_t data_paral
 std::vector<StateHolder> candidate_state_holders(const Candidate& c);
 
 // The interruption estimate of `c` (or of a plan with `holders`) on the context's cluster with
-// iterations of `iteration_time`: the cluster as it is, or its spot nodes bought on demand.
+// iterations of `iteration_time`, on the cluster as it is.
 PreemptionEstimate candidate_preemption(const Context& ctx, const std::vector<StateHolder>& holders,
-                                        double iteration_time, bool on_demand = false);
+                                        double iteration_time);
 
 // The structure of `plan` as a candidate: each replica's device groups in pipeline order, its
 // coarse stages (the runs of consecutive stages on one group, the middle run of a V split

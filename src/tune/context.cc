@@ -175,8 +175,6 @@ Result<std::unique_ptr<Context>> Context::create(const TuneOptions& options, con
   for (const Device& d : ctx->devices_) {
     ctx->price_per_second_.push_back(cluster.nodes[d.node].price_per_hour / per_node[d.node] /
                                      3600.0);
-    ctx->on_demand_price_per_second_.push_back(
-        node_on_demand_price_per_hour(cluster.nodes[d.node]) / per_node[d.node] / 3600.0);
   }
   ctx->interruptible_ = cluster_interruptible(cluster);
   // Relative speeds from the whole model on one device of each type.

@@ -51,11 +51,6 @@ class Context {
   int type_of(int device) const { return type_of_device_[device]; }
   Bytes capacity(int device) const;
   double price_per_second(int device) const { return price_per_second_[device]; }
-  // What the device's share of its node costs bought on demand (spot nodes at their on-demand
-  // price).
-  double on_demand_price_per_second(int device) const {
-    return on_demand_price_per_second_[device];
-  }
   // Whether any node can be interrupted (preemption.h), and each layer's checkpointed state.
   bool interruptible() const { return interruptible_; }
   const std::vector<Bytes>& layer_state() const { return layer_state_; }
@@ -84,7 +79,6 @@ class Context {
   std::vector<TypeInfo> types_;
   std::vector<int> type_of_device_;
   std::vector<double> price_per_second_;
-  std::vector<double> on_demand_price_per_second_;
   bool interruptible_ = false;
   std::vector<Bytes> layer_state_;
   std::vector<int64_t> micro_batch_sizes_;

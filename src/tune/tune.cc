@@ -24,41 +24,12 @@ using tune_internal::Evaluator;
 using tune_internal::Found;
 using tune_internal::Searcher;
 
-// Expected USD per million tokens of iterations of `iteration_time` on devices costing
-// `price_per_second`, `goodput` of the wall-clock time making progress.
-double dollars_per_million_tokens(const Context& ctx, double iteration_time,
-                                  double price_per_second, double goodput) {
+// Expected USD per million tokens of an evaluation: its devices' price over its goodput.
+double dollars_per_million_tokens(const Context& ctx, const tune_internal::Evaluation& e) {
   // In floating point: the product of two user-given counts may not fit int64_t.
   const double tokens =
       static_cast<double>(ctx.global_batch()) * static_cast<double>(ctx.seq_len());
-  return iteration_time * price_per_second / goodput / tokens * 1e6;
-}
-
-double dollars_per_million_tokens(const Context& ctx, const tune_internal::Evaluation& e) {
-  return dollars_per_million_tokens(ctx, e.iteration_time, e.price_per_second, e.goodput);
-}
-
-// A chosen plan's prices: expected on the cluster as it is, and with its spot nodes bought on
-// demand; `out` gets both and the interruption estimate.
-void price_outcome(const Context& ctx, const Plan& plan, StrategyOutcome* out) {
-  const std::vector<StateHolder> holders = plan_state_holders(plan);
-  const double t = out->iteration_time.value();
-  out->preemption = tune_internal::candidate_preemption(ctx, holders, t);
-  const PreemptionEstimate on_demand =
-      tune_internal::candidate_preemption(ctx, holders, t, /*on_demand=*/true);
-  double price = 0, on_demand_price = 0;
-  for (const Replica& r : plan.replicas) {
-    for (const DeviceGroupSchedule& g : r.groups) {
-      for (int d : g.devices) {
-        price += ctx.price_per_second(d);
-        on_demand_price += ctx.on_demand_price_per_second(d);
-      }
-    }
-  }
-  out->dollars_per_million_tokens =
-      dollars_per_million_tokens(ctx, t, price, out->preemption.goodput);
-  out->on_demand_dollars_per_million_tokens =
-      dollars_per_million_tokens(ctx, t, on_demand_price, on_demand.goodput);
+  return e.iteration_time * e.price_per_second / e.goodput / tokens * 1e6;
 }
 
 // Validates a chosen plan the way `motley simulate` does: memory footprints per (replica,
@@ -330,7 +301,10 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
     out->detail = f.detail;
     out->iteration_time = replay.second.iteration_time;
     out->tokens_per_s = replay.second.throughput_tokens_per_s;
-    price_outcome(*ctx, plan, out);
+    const PlanPricing pricing = price_plan(plan, cost, ctx->cluster(), out->iteration_time);
+    out->preemption = pricing.preemption;
+    out->dollars_per_million_tokens = pricing.dollars_per_million_tokens;
+    out->on_demand_dollars_per_million_tokens = pricing.on_demand_dollars_per_million_tokens;
     out->search_time = Seconds(f.seconds);
     out->candidates_evaluated = f.simulated;
     out->plan = std::move(plan);
