@@ -363,6 +363,91 @@ TEST(CliBadInputTest, OutputPathsAreCheckedBeforeAnyWork) {
   EXPECT_EQ(directory_entries(dir), std::vector<std::string>{"a-file"});
 }
 
+// The data an HTML report draws, read back from its motley-data element.
+nlohmann::json report_data(const std::string& html) {
+  const std::string open = "<script type=\"application/json\" id=\"motley-data\">";
+  const size_t begin = html.find(open);
+  if (begin == std::string::npos) return nullptr;
+  const size_t end = html.find("</script>", begin);
+  return nlohmann::json::parse(html.substr(begin + open.size(), end - begin - open.size()));
+}
+
+TEST(CliTest, ReportWritesOnePageOfThePlan) {
+  const TempDir scratch("cli_report");
+  const std::string page = scratch.path() + "/plan.html";
+  const std::string plan = std::string(MOTLEY_SOURCE_DIR) + "/examples/plans/1f1b-4stage.json";
+  RunResult r = run_motley("report --plan " + plan + " --html " + page);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind(page + ": ", 0), 0u) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  const std::string html = read_file(page);
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  const nlohmann::json d = report_data(html);
+  ASSERT_TRUE(d.is_object());
+  // The same iteration `simulate` prices the plan at.
+  RunResult sim = run_motley("simulate --plan " + plan + " --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  const nlohmann::json s = nlohmann::json::parse(sim.out);
+  EXPECT_EQ(d["summary"]["iteration_s"], s["iteration_time_s"]);
+  EXPECT_EQ(d["summary"]["stages"], s["stages"]);
+  EXPECT_EQ(d["devices"].size(), s["devices"].size());
+  // One replica: one row per device group, stages in order, and no all-reduce row.
+  ASSERT_EQ(s["replicas"], 1);
+  const nlohmann::json& rows = d["timeline"]["rows"];
+  ASSERT_EQ(rows.size(), s["stages"].get<size_t>());
+  for (size_t i = 0; i < rows.size(); ++i) EXPECT_EQ(rows[i]["stage"], i);
+  EXPECT_FALSE(d.contains("strategies"));
+  EXPECT_EQ(directory_entries(scratch.path()), std::vector<std::string>{"plan.html"});
+}
+
+// compare --html draws motley's plan with every strategy of the table as a bar.
+TEST(CliTest, CompareHtmlHoldsEveryStrategy) {
+  const TempDir scratch("cli_compare_html");
+  const std::string page = scratch.path() + "/compare.html";
+  RunResult r = run_motley(
+      "compare --model tiny-llama --cluster spot-fleet --max-plans 20 --quiet --json --html " +
+      page);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json d = report_data(read_file(page));
+  ASSERT_TRUE(d.is_object());
+  ASSERT_EQ(d["strategies"].size(), j["strategies"].size());
+  for (size_t i = 0; i < j["strategies"].size(); ++i) {
+    EXPECT_EQ(d["strategies"][i]["name"], j["strategies"][i]["name"]);
+    if (j["strategies"][i]["feasible"].get<bool>()) {
+      EXPECT_EQ(d["strategies"][i]["iteration_s"], j["strategies"][i]["iteration_time_s"]);
+      EXPECT_EQ(d["strategies"][i]["bubble_fraction"], j["strategies"][i]["bubble_fraction"]);
+    }
+  }
+  EXPECT_EQ(d["summary"]["iteration_s"], j["strategies"][0]["iteration_time_s"]);
+  EXPECT_EQ(d["summary"]["lower_bound_s"], j["lower_bound_s"]);
+  // Spot nodes: the page prices interruptions and the on-demand alternative.
+  EXPECT_EQ(d["cost"]["interruptible"], true);
+  EXPECT_GT(d["cost"]["on_demand_dollars_per_hour"].get<double>(),
+            d["cost"]["dollars_per_hour"].get<double>());
+}
+
+TEST(CliBadInputTest, ReportRefusesBadInputBeforeWriting) {
+  const TempDir scratch("cli_report_bad");
+  const std::string dir = scratch.path();
+  const std::string plan = std::string(MOTLEY_SOURCE_DIR) + "/examples/plans/1f1b-4stage.json";
+  expect_bad_input("report --plan " + plan, {"--html is required"});
+  expect_bad_input("report --plan " + plan + " --html " + dir + "/missing/p.html",
+                   {"--html: " + dir + "/missing/p.html: no such directory"});
+  expect_bad_input("report --plan " + plan + " --html " + dir,
+                   {"--html: " + dir + ": is a directory"});
+  expect_bad_input("report --plan " + dir + "/none.json --html " + dir + "/p.html", {"none.json"});
+  expect_bad_input(
+      "report --plan " + plan + " --html " + dir + "/p.html --trace " + dir + "/none.json",
+      {"none.json"});
+  // A plan is not a measured trace.
+  expect_bad_input("report --plan " + plan + " --html " + dir + "/p.html --trace " + plan,
+                   {plan, "measured trace"});
+  expect_bad_input("report --plan " + plan + " --html " + dir + "/p.html --warmup -1",
+                   {"--warmup: expected an integer from 0 to 65536, got -1"});
+  EXPECT_EQ(directory_entries(dir), std::vector<std::string>{});
+}
+
 // compare --out-dir creates the directory and writes every feasible strategy's plan, and
 // nothing else.
 TEST(CliTest, CompareWritesEveryPlanIntoANewDirectory) {

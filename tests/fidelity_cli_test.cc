@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -13,8 +14,10 @@
 
 namespace {
 
+using motley::test_support::read_file;
 using motley::test_support::run_binary;
 using motley::test_support::RunResult;
+using motley::test_support::TempDir;
 
 std::string fidelity_data(const std::string& name) {
   return std::string(MOTLEY_TEST_DATA_DIR) + "/fidelity/" + name;
@@ -89,6 +92,50 @@ TEST(FidelityCliTest, TextReportNamesTheIterationDevicesAndKinds) {
                              "device step error", "the plan's model"}) {
     EXPECT_NE(r.out.find(needle), std::string::npos) << needle << "\n" << r.out;
   }
+}
+
+// `motley report --trace` draws the measured run under the simulated rows; its per-group error
+// and measured iteration are the fidelity report's, computed the same way from the same trace.
+TEST(FidelityCliTest, ReportDrawsTheMeasuredRunWithFidelitysErrors) {
+  const TempDir scratch("fidelity_report");
+  const std::string trace = scratch.path() + "/trace.json";
+  const RunResult f = run_fidelity("--plan " + kTinyPlan + " --profile " + kTinyProfile +
+                                   " --steps 4 --warmup 1 --json --trace " + trace);
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  const nlohmann::json fid = nlohmann::json::parse(f.out);
+  const std::string page = scratch.path() + "/run.html";
+  const RunResult r =
+      run_binary(MOTLEY_BINARY, "report --plan " + kTinyPlan + " --profile " + kTinyProfile +
+                                    " --trace " + trace + " --warmup 1 --html " + page);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string html = read_file(page);
+  const std::string open = "<script type=\"application/json\" id=\"motley-data\">";
+  const size_t begin = html.find(open) + open.size();
+  const nlohmann::json d =
+      nlohmann::json::parse(html.substr(begin, html.find("</script>", begin) - begin));
+  EXPECT_EQ(d["summary"]["iteration_s"], fid["predicted_s"]);
+  EXPECT_EQ(d["summary"]["measured_iteration_s"], fid["measured_s"]);
+  // Rows: simulated group 0, its measured row, simulated group 1, its measured row.
+  const nlohmann::json& rows = d["timeline"]["rows"];
+  ASSERT_EQ(rows.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(rows[i]["source"], i % 2 == 0 ? "simulated" : "measured") << i;
+    EXPECT_EQ(rows[i]["group"], i / 2) << i;
+  }
+  for (const auto& dev : fid["devices"]) {
+    const nlohmann::json& row = rows[2 * dev["group"].get<int>() + 1];
+    EXPECT_EQ(row["error_pct"], dev["step"]["error_pct"]);
+    EXPECT_EQ(row["measured_s"], dev["step"]["measured_s"]);
+    EXPECT_FALSE(row["events"].empty());
+  }
+  // A trace of another plan is refused, and no page is written for it.
+  const std::string other = scratch.path() + "/other.html";
+  const RunResult wrong = run_binary(
+      MOTLEY_BINARY, "report --plan " + std::string(MOTLEY_SOURCE_DIR) +
+                         "/examples/plans/1f1b-4stage.json --trace " + trace + " --html " + other);
+  EXPECT_EQ(wrong.exit_code, 2) << wrong.err;
+  EXPECT_NE(wrong.err.find(trace), std::string::npos) << wrong.err;
+  EXPECT_FALSE(std::filesystem::exists(other));
 }
 
 TEST(FidelityCliTest, BadInputExitsTwoWithOneMessage) {

@@ -35,6 +35,8 @@ void add_profile_command(CLI::App& app, Action* action);
 void add_profile_forwarder(CLI::App& app, Action* action);
 // `motley fidelity`: runs a plan through `launch` and compares the trace with the simulator.
 void add_fidelity_command(CLI::App& app, Action* action);
+// `motley report`: a plan as one self-contained HTML page.
+void add_report_command(CLI::App& app, Action* action);
 
 // Defaults of the built-in example that the main job runs on.
 inline constexpr const char* kDefaultModel = "nemotron-h-8b";

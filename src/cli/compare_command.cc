@@ -23,6 +23,8 @@
 #include "motley/report/explanation.h"
 #include "motley/sim/simulator.h"
 #include "motley/tune/tune.h"
+#include "output_options.h"
+#include "report_command.h"
 #include "tune_options.h"
 
 namespace motley::cli {
@@ -31,6 +33,7 @@ namespace {
 struct CompareOptions {
   TuneCliOptions tune;
   std::string out_dir;
+  std::string html;  // the comparison as an HTML page (report_command.h)
   bool json = false;
 };
 
@@ -38,6 +41,7 @@ Status compare_command(const CompareOptions& opt) {
   if (!opt.out_dir.empty()) {
     MOTLEY_RETURN_IF_ERROR(check_output_directory("--out-dir", opt.out_dir));
   }
+  MOTLEY_RETURN_IF_ERROR(check_output_options({{"--html", opt.html}}));
   MOTLEY_ASSIGN_OR_RETURN(TuneSetup setup, prepare_tune(opt.tune));
   setup.options.report_baselines = true;
   MOTLEY_ASSIGN_OR_RETURN(TuneResult r, tune_with_progress(setup, opt.tune.quiet));
@@ -70,25 +74,8 @@ Status compare_command(const CompareOptions& opt) {
 
   // Bubble fraction and the fullest device's memory of every feasible plan, from one more
   // simulation of each (the outcomes carry times only).
-  struct Shape {
-    double bubble = 0;
-    double memory_ratio = 0;
-  };
-  std::vector<Shape> shapes(rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (!rows[i].feasible) continue;
-    const Plan& plan = rows[i].plan;
-    MOTLEY_ASSIGN_OR_RETURN(
-        std::unique_ptr<AnalyticCostModel> cost,
-        AnalyticCostModel::create(model, cluster, AnalyticCostOptions{plan_workload(plan, model)},
-                                  model.name));
-    MOTLEY_ASSIGN_OR_RETURN(SimResult sim, simulate(SimOptions{}, plan, *cost));
-    shapes[i].bubble = sim.bubble_fraction;
-    for (const DeviceStats& d : sim.devices) {
-      shapes[i].memory_ratio = std::max(shapes[i].memory_ratio, d.peak_memory / d.capacity);
-    }
-  }
-
+  MOTLEY_ASSIGN_OR_RETURN(const std::vector<ReportStrategy> shapes,
+                          report_strategies(rows, model, cluster, opt.tune.stack));
   std::string out;
   if (opt.json) {
     Json list = Json::array();
@@ -96,8 +83,8 @@ Status compare_command(const CompareOptions& opt) {
       const StrategyOutcome& b = rows[i];
       Json j{{"name", b.strategy}, {"feasible", b.feasible}, {"detail", b.detail}};
       if (b.feasible) {
-        j["bubble_fraction"] = shapes[i].bubble;
-        j["peak_memory_ratio"] = shapes[i].memory_ratio;
+        j["bubble_fraction"] = shapes[i].bubble_fraction;
+        j["peak_memory_ratio"] = shapes[i].peak_memory_ratio;
         j["iteration_time_s"] = b.iteration_time.value();
         j["throughput_tokens_per_s"] = b.tokens_per_s;
         j["efficiency"] = r.lower_bound.value() / b.iteration_time.value();
@@ -147,8 +134,8 @@ Status compare_command(const CompareOptions& opt) {
           b.strategy,
           format_time(b.iteration_time),
           format_count(b.tokens_per_s),
-          format_percent(shapes[i].bubble),
-          format_percent(shapes[i].memory_ratio),
+          format_percent(shapes[i].bubble_fraction),
+          format_percent(shapes[i].peak_memory_ratio),
           megatron > 0 ? fmt::format("{:.2f}x", megatron / b.iteration_time.value())
                        : std::string("-"),
           fmt::format("{:.3f}", r.lower_bound.value() / b.iteration_time.value())};
@@ -172,16 +159,26 @@ Status compare_command(const CompareOptions& opt) {
         "\nmotley may return any plan it evaluated, the baselines' included, so it is never "
         "slower than they are.\n";
   }
+  OutputFiles files;
+  if (!opt.html.empty()) {
+    // The page draws motley's plan, simulated once more with its timeline, and every row.
+    MOTLEY_ASSIGN_OR_RETURN(const PlanReport report,
+                            prepare_plan_report(r.plan, model, model, cluster, opt.tune.stack));
+    HtmlReportInput input = html_input(report, "motley compare");
+    input.title = fmt::format("{} on {}: motley against the baselines", model.name, cluster.name);
+    input.lower_bound_s = r.lower_bound.value();
+    input.strategies = shapes;
+    files.add(opt.html, html_report(input));
+  }
   if (!opt.out_dir.empty()) {
-    OutputFiles files;
     files.add_directory(opt.out_dir);
     for (const StrategyOutcome& b : rows) {
       if (b.feasible) {
         files.add(opt.out_dir + "/" + b.strategy + ".json", plan_to_text(b.plan, model, cluster));
       }
     }
-    MOTLEY_RETURN_IF_ERROR(files.commit());
   }
+  MOTLEY_RETURN_IF_ERROR(files.commit());
   std::fputs(out.c_str(), stdout);
   return Status::ok();
 }
@@ -194,6 +191,9 @@ void add_compare_command(CLI::App& app, Action* action) {
       "compare", "Compare motley's plan with the baselines (Megatron-LM, ZB, Metis, ...)");
   add_tune_options(cmd, &opt->tune);
   cmd->add_option("--out-dir", opt->out_dir, "Write every strategy's plan as DIR/<strategy>.json");
+  cmd->add_option("--html", opt->html,
+                  "Write the comparison as one self-contained HTML page (motley's plan drawn, "
+                  "every strategy as a bar)");
   cmd->add_flag("--json", opt->json, "Print one JSON object");
   cmd->callback([opt, action] { *action = [opt] { return compare_command(*opt); }; });
 }

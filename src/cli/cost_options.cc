@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "motley/plan/plan_workload.h"
+#include "motley/plan/validate.h"
 
 namespace motley::cli {
 
@@ -46,6 +47,21 @@ Result<AnalyticCostOptions> plan_cost_options(const Plan& plan, const ModelSpec&
   options.sequence_parallel = plan.sequence_parallel;
   MOTLEY_ASSIGN_OR_RETURN(options.stack, resolve_stack(choice, cluster));
   return options;
+}
+
+Status validate_priced_plan(const Plan& plan, const ModelSpec& model, const ClusterSpec& cluster,
+                            const AnalyticCostModel& cost, const std::string& source) {
+  ValidateOptions validate;
+  const int64_t replicas = static_cast<int64_t>(plan.replicas.size());
+  validate.footprint = [&](int r, int g, int stage) {
+    const Stage& st = plan.stages[stage];
+    MemoryOptions m{st.recompute, 0, replicas, plan.zero1};
+    StageMemory mem = cost.stage_memory(LayerRange{st.layer_begin, st.layer_end},
+                                        DeviceGroup{plan.replicas[r].groups[g].devices}, m);
+    return StageFootprint{mem.total(), mem.activations_per_micro_batch};
+  };
+  Status valid = validate_plan(plan, model, cluster, validate);
+  return valid.is_ok() ? valid : valid.with_context(source);
 }
 
 }  // namespace motley::cli

@@ -31,4 +31,10 @@ Result<AnalyticCostOptions> plan_cost_options(const Plan& plan, const ModelSpec&
                                               const ClusterSpec& cluster,
                                               const StackChoice& choice);
 
+// validate_plan with each stage's memory priced by `cost` (weights, optimizer state, ZeRO-1
+// over the plan's replicas, activations per micro-batch): whether the plan runs, memory
+// included. Errors carry `source` as context.
+Status validate_priced_plan(const Plan& plan, const ModelSpec& model, const ClusterSpec& cluster,
+                            const AnalyticCostModel& cost, const std::string& source);
+
 }  // namespace motley::cli

@@ -10,6 +10,6 @@ int main(int argc, char** argv) {
       argc, argv,
       {add_model_command, add_cluster_command, add_estimate_command, add_plan_command,
        add_compare_command, add_replan_command, add_export_command, add_detect_command,
-       add_simulate_command, add_calibrate_command, add_fidelity_command, add_run_forwarder,
-       add_launch_command, add_profile_forwarder, add_stress_forwarder});
+       add_simulate_command, add_report_command, add_calibrate_command, add_fidelity_command,
+       add_run_forwarder, add_launch_command, add_profile_forwarder, add_stress_forwarder});
 }

@@ -21,7 +21,6 @@
 #include "motley/plan/plan_json.h"
 #include "motley/plan/plan_workload.h"
 #include "motley/plan/torch_pp.h"
-#include "motley/plan/validate.h"
 #include "motley/report/chrome_trace.h"
 #include "motley/report/summary.h"
 #include "motley/report/svg_timeline.h"
@@ -164,17 +163,7 @@ Status simulate_command(const SimulateOptions& opt) {
   const AnalyticCostModel& cost = *analytic;
 
   // The validator proves the plan runnable, memory included, before anything is simulated.
-  ValidateOptions validate;
-  const int64_t replicas = static_cast<int64_t>(s.plan.replicas.size());
-  validate.footprint = [&](int r, int g, int stage) {
-    const Stage& st = s.plan.stages[stage];
-    MemoryOptions m{st.recompute, 0, replicas, s.plan.zero1};
-    StageMemory mem = cost.stage_memory(LayerRange{st.layer_begin, st.layer_end},
-                                        DeviceGroup{s.plan.replicas[r].groups[g].devices}, m);
-    return StageFootprint{mem.total(), mem.activations_per_micro_batch};
-  };
-  Status valid = validate_plan(s.plan, s.model, s.cluster, validate);
-  if (!valid.is_ok()) return valid.with_context(source);
+  MOTLEY_RETURN_IF_ERROR(validate_priced_plan(s.plan, s.model, s.cluster, cost, source));
 
   SimOptions sim_options;
   sim_options.source = source;

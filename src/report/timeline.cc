@@ -64,6 +64,7 @@ class Builder {
         TimelineTrack track;
         track.role = TrackRole::kCompute;
         track.replica = static_cast<int>(r);
+        track.group = static_cast<int>(g);
         track.sort_key = devices.empty() ? std::numeric_limits<int>::max()
                                          : *std::min_element(devices.begin(), devices.end());
         const std::string type = devices.empty() ? "?" : device_type_name(devices.front());
@@ -97,6 +98,7 @@ class Builder {
     track.name = fmt::format("replica {} group {}", t.replica, t.group);
     track.sort_key = t.device >= 0 ? t.device : std::numeric_limits<int>::max();
     track.replica = t.replica;
+    track.group = t.group;
     const int id = new_track(std::move(track));
     compute_track_[{t.replica, t.group}] = id;
     unplanned_.insert(id);

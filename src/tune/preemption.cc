@@ -144,6 +144,8 @@ PlanPricing price_plan(const Plan& plan, const CostModel& cost, const ClusterSpe
     }
   }
   PlanPricing out;
+  out.dollars_per_hour = price;
+  out.on_demand_dollars_per_hour = on_demand;
   PreemptionEstimate bought;
   if (cluster_interruptible(cluster)) {
     const int layers = plan.stages.empty() ? 0 : plan.stages.back().layer_end;

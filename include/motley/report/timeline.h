@@ -47,6 +47,7 @@ struct TimelineTrack {
   int replica = -1;  // compute tracks: the data-parallel replica; -1 otherwise
   // Compute tracks: the lowest pipeline stage the track runs; -1 when not known.
   int first_stage = -1;
+  int group = -1;  // compute tracks: the device group within the replica; -1 when not known
 };
 
 struct TimelineEvent {

@@ -74,6 +74,9 @@ std::vector<StateHolder> plan_state_holders(const Plan& plan);
 // node's devices; iterations of `iteration_time`).
 struct PlanPricing {
   PreemptionEstimate preemption;
+  // USD per hour of the devices the plan uses: at the cluster's prices, and bought on demand.
+  double dollars_per_hour = 0;
+  double on_demand_dollars_per_hour = 0;
   double dollars_per_million_tokens = 0;
   double on_demand_dollars_per_million_tokens = 0;
 };
