@@ -52,19 +52,8 @@ Status compare_command(const CompareOptions& opt) {
 
   // motley first, then the baselines, as one list.
   std::vector<StrategyOutcome> rows;
-  StrategyOutcome mine;
-  mine.strategy = "motley";
-  mine.feasible = true;
-  mine.plan = r.plan;
-  mine.iteration_time = r.simulation.iteration_time;
-  mine.tokens_per_s = r.simulation.throughput_tokens_per_s;
-  mine.dollars_per_million_tokens = r.dollars_per_million_tokens;
-  mine.on_demand_dollars_per_million_tokens = r.on_demand_dollars_per_million_tokens;
-  mine.preemption = r.preemption;
-  mine.search_time = r.search_time;
-  mine.candidates_evaluated = r.candidates_evaluated;
   const std::vector<std::string> explanation = explanation_lines(r.explanation);
-  mine.detail = explanation.front();
+  const StrategyOutcome mine = motley_outcome(r, explanation.front());
   rows.push_back(mine);
   rows.insert(rows.end(), r.baselines.begin(), r.baselines.end());
   double megatron = 0;

@@ -245,16 +245,8 @@ Result<std::vector<ReportStrategy>> compared_strategies(const ReportOptions& opt
       report.prices.on_demand_dollars_per_million_tokens;
   plan_row.goodput = report.prices.goodput;
   rows.push_back(plan_row);
-  StrategyOutcome mine;
-  mine.strategy = "motley";
-  mine.feasible = true;
-  mine.plan = r.plan;
-  mine.iteration_time = r.simulation.iteration_time;
-  mine.tokens_per_s = r.simulation.throughput_tokens_per_s;
-  mine.dollars_per_million_tokens = r.dollars_per_million_tokens;
-  mine.on_demand_dollars_per_million_tokens = r.on_demand_dollars_per_million_tokens;
-  mine.preemption = r.preemption;
-  mine.detail = "motley's search on the plan's model, cluster and batch";
+  const StrategyOutcome mine =
+      motley_outcome(r, "motley's search on the plan's model, cluster and batch");
   std::vector<StrategyOutcome> outcomes = {mine};
   outcomes.insert(outcomes.end(), r.baselines.begin(), r.baselines.end());
   MOTLEY_ASSIGN_OR_RETURN(std::vector<ReportStrategy> more,

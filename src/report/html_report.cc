@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "html_assets.h"
+#include "markup.h"
 #include "motley/cluster/device_catalog.h"
 #include "motley/report/svg_timeline.h"
 
@@ -105,29 +106,6 @@ std::string script_safe(const std::string& text) {
       out += "\\u003c";
     } else {
       out += c;
-    }
-  }
-  return out;
-}
-
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
     }
   }
   return out;
@@ -606,9 +584,9 @@ std::string html_report(const HtmlReportInput& input) {
   page +=
       "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
       "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n";
-  page += "<title>" + html_escape(title) + "</title>\n";
+  page += "<title>" + internal::escape_markup(title) + "</title>\n";
   page += "<style>\n" + std::string(internal::kHtmlReportStyle) + "</style>\n</head>\n<body>\n";
-  page += "<h1 id=\"title\">" + html_escape(title) + "</h1>\n";
+  page += "<h1 id=\"title\">" + internal::escape_markup(title) + "</h1>\n";
   page +=
       "<noscript><p>This report draws its figures with JavaScript; the data is in the "
       "motley-data element of this file.</p></noscript>\n";

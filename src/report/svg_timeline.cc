@@ -10,11 +10,14 @@
 #include <cstdio>
 #include <set>
 
+#include "markup.h"
 #include "motley/core/enum_names.h"
 #include "motley/report/units_format.h"
 
 namespace motley {
 namespace {
+
+using internal::escape_markup;
 
 // Text is measured, not rendered, so widths are estimates: a monospace glyph is 0.6 em in
 // every common monospace face; proportional faces average below 0.6 em on mixed text.
@@ -27,33 +30,6 @@ constexpr const char* kIdleColor = "#e8e8e8";  // row background: idle time
 constexpr const char* kTextColor = "#222222";
 // The transfer yellow is light; an outline keeps thin transfers visible on the idle grey.
 constexpr const char* kTransferOutline = "#8c8200";
-
-std::string escape(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
 
 // Coordinates with at most two decimals and no trailing zeros: small files, exact enough.
 std::string num(double v) {
@@ -272,7 +248,8 @@ class Renderer {
                                 ? std::string(" stroke=\"#999999\" stroke-width=\"0.5\"")
                                 : fmt::format(" stroke=\"{}\" stroke-width=\"1\"", item.stroke));
         out_ += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"{}\" fill=\"{}\">{}</text>\n",
-                            num(x + 19), num(y + 10.5), num(font), kTextColor, escape(item.label));
+                            num(x + 19), num(y + 10.5), num(font), kTextColor,
+                            escape_markup(item.label));
       }
       x += w;
     }
@@ -283,10 +260,10 @@ class Renderer {
     out_ += "<g id=\"header\">\n";
     out_ += fmt::format(
         "<text x=\"{}\" y=\"{}\" font-size=\"16\" font-weight=\"bold\" fill=\"{}\">{}</text>\n",
-        num(kMargin), num(title_y_), kTextColor, escape(title_));
+        num(kMargin), num(title_y_), kTextColor, escape_markup(title_));
     if (!subtitle_.empty()) {
       out_ += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"12\" fill=\"{}\">{}</text>\n",
-                          num(kMargin), num(subtitle_y_), kTextColor, escape(subtitle_));
+                          num(kMargin), num(subtitle_y_), kTextColor, escape_markup(subtitle_));
     }
     out_ += "</g>\n<g id=\"legend\">\n";
     layout_legend(true);
@@ -317,7 +294,7 @@ class Renderer {
           "<text class=\"label\" x=\"{}\" y=\"{}\" font-size=\"{}\" font-family=\"{}\" "
           "text-anchor=\"end\" fill=\"{}\">{}</text>\n",
           num(plot_x0_ - 6), num(r.y + r.height / 2 + 0.35 * label_font_), num(label_font_),
-          kMonoFont, kTextColor, escape(label_text(r.label)));
+          kMonoFont, kTextColor, escape_markup(label_text(r.label)));
     }
     // Grid lines at the axis ticks, under the boxes: visible in idle time only.
     ticks_ = time_axis_ticks(tl_.span, std::max(2, static_cast<int>(plot_w_ / 90)));
@@ -349,7 +326,7 @@ class Renderer {
         "fill=\"{}\"{}",
         kind_class(e.kind), num(x), num(y), num(w), num(h), to_hex(fill), attrs);
     if (opt_.tooltips) {
-      out_ += fmt::format("><title>{}: {} - {} ms</title></rect>\n", escape(e.name),
+      out_ += fmt::format("><title>{}: {} - {} ms</title></rect>\n", escape_markup(e.name),
                           format_milliseconds(e.start, 3), format_milliseconds(e.end, 3));
     } else {
       out_ += "/>\n";
@@ -364,7 +341,7 @@ class Renderer {
         "<text class=\"mb\" x=\"{}\" y=\"{}\" font-size=\"{}\" font-family=\"{}\" "
         "text-anchor=\"middle\" fill=\"{}\">{}</text>\n",
         num(x + w / 2), num(y + h / 2 + 0.35 * font), num(font), kMonoFont, text_color_on(fill),
-        escape(e.label));
+        escape_markup(e.label));
   }
 
   void draw_events() {

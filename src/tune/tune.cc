@@ -354,4 +354,20 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
   return result;
 }
 
+StrategyOutcome motley_outcome(const TuneResult& result, std::string detail) {
+  StrategyOutcome mine;
+  mine.strategy = "motley";
+  mine.feasible = true;
+  mine.detail = std::move(detail);
+  mine.plan = result.plan;
+  mine.iteration_time = result.simulation.iteration_time;
+  mine.tokens_per_s = result.simulation.throughput_tokens_per_s;
+  mine.dollars_per_million_tokens = result.dollars_per_million_tokens;
+  mine.on_demand_dollars_per_million_tokens = result.on_demand_dollars_per_million_tokens;
+  mine.preemption = result.preemption;
+  mine.search_time = result.search_time;
+  mine.candidates_evaluated = result.candidates_evaluated;
+  return mine;
+}
+
 }  // namespace motley

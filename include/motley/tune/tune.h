@@ -161,6 +161,10 @@ struct TuneResult {
 Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
                         const ClusterSpec& cluster);
 
+// The result's chosen plan as a row beside the baselines: strategy "motley", its times,
+// prices, search time and candidates, with `detail` as the row's text.
+StrategyOutcome motley_outcome(const TuneResult& result, std::string detail);
+
 // The lower bound on the iteration time of any plan with the options' global batch, sequence
 // length and micro-batch sizes: per layer, F+B+W device-seconds at its best tensor-parallel
 // degree on each device type, plus one optimizer pass over the layer's parameters, spread over
