@@ -1030,9 +1030,9 @@ TEST(CliTest, CompareListsEveryStrategyAboveTheLowerBound) {
     EXPECT_GE(s["iteration_time_s"].get<double>(), bound) << s["name"];
     EXPECT_GT(s["throughput_tokens_per_s"].get<double>(), 0.0);
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"motley", "megatron-1f1b", "megatron-interleaved",
-                                             "zb-h1", "zb-v", "metis", "partition-only",
-                                             "placement-only", "schedule-only"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"motley", "megatron-1f1b", "megatron-tuned",
+                                             "megatron-interleaved", "zb-h1", "zb-v", "metis",
+                                             "partition-only", "placement-only", "schedule-only"}));
 }
 
 // A cluster with a spot node: the plan prices interruptions (goodput, Daly's interval) and
@@ -1250,3 +1250,140 @@ TEST(CliTest, CalibrateRefusesBadCasesAndStacks) {
 }
 
 }  // namespace
+
+// The devices of every group of a plan file, replica by replica.
+std::vector<std::vector<std::vector<int>>> plan_groups(const nlohmann::json& plan) {
+  std::vector<std::vector<std::vector<int>>> out;
+  for (const auto& rep : plan["replicas"]) {
+    out.emplace_back();
+    for (const auto& g : rep["groups"]) out.back().push_back(g["devices"].get<std::vector<int>>());
+  }
+  return out;
+}
+
+TEST(CliTest, PlanKeepsTheLayoutTheUserFixes) {
+  const TempDir scratch("cli_plan_constraints");
+  const std::string file = scratch.file("plan.json");
+  RunResult r = run_motley(
+      "plan --model tiny-llama --cluster h100-a100 --quiet --json --max-plans 80 "
+      "--tensor-parallel 2 --pipeline-parallel 2 --data-parallel 2 --schedule zb-h1,adaptive "
+      "--out " +
+      file);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["constraints"]["tensor_parallel"], 2);
+  EXPECT_EQ(j["constraints"]["pipeline_parallel"], 2);
+  EXPECT_EQ(j["constraints"]["data_parallel"], 2);
+  const auto plan = nlohmann::json::parse(read_file(file));
+  const auto groups = plan_groups(plan);
+  ASSERT_EQ(groups.size(), 2u);
+  for (const auto& rep : groups) {
+    ASSERT_EQ(rep.size(), 2u);
+    for (const auto& g : rep) EXPECT_EQ(g.size(), 2u);
+  }
+  const std::string schedule = plan["schedule"].get<std::string>();
+  EXPECT_TRUE(schedule == "zb-h1" || schedule.rfind("adaptive", 0) == 0) << schedule;
+  // Every baseline keeps them too, or finds no plan.
+  for (const auto& b : j["baselines"]) {
+    if (b["feasible"].get<bool>()) {
+      EXPECT_NE(b["detail"].get<std::string>().find("zb-h1"), std::string::npos) << b["detail"];
+    }
+  }
+}
+
+TEST(CliTest, PlanUsesOnlyTheDevicesItIsGiven) {
+  const TempDir scratch("cli_plan_devices");
+  for (const std::string flag : {"--devices 0-3,h100-1", "--exclude-devices A100-80GB"}) {
+    SCOPED_TRACE(flag);
+    const std::string file = scratch.file("plan.json");
+    RunResult r = run_motley("plan --model tiny-llama --cluster h100-a100 --quiet --max-plans 80 " +
+                             flag + " --out " + file);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("devices left out"), std::string::npos) << r.out;
+    for (const auto& rep : plan_groups(nlohmann::json::parse(read_file(file)))) {
+      for (const auto& g : rep) {
+        for (int d : g) EXPECT_TRUE(flag[2] == 'd' ? d <= 3 || (d >= 8 && d <= 15) : d < 16) << d;
+      }
+    }
+  }
+}
+
+TEST(CliTest, CompareReportsSpeedupsOverTheTunedMegatronLayout) {
+  RunResult r = run_motley("compare --model tiny-llama --cluster h100-a100 --quiet --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  double tuned = 0, motley = 0, defaults = 1e300;
+  for (const auto& s : j["strategies"]) {
+    if (!s["feasible"].get<bool>()) continue;
+    const double t = s["iteration_time_s"].get<double>();
+    if (s["name"] == "megatron-tuned") tuned = t;
+    if (s["name"] == "motley") motley = t;
+    if (s["name"] == "megatron-1f1b" || s["name"] == "megatron-interleaved") {
+      defaults = std::min(defaults, t);
+    }
+    EXPECT_TRUE(s.contains("speedup_over_megatron_tuned")) << s["name"];
+  }
+  ASSERT_GT(tuned, 0);
+  EXPECT_LE(tuned, defaults * (1 + 1e-12));
+  EXPECT_LE(motley, tuned * (1 + 1e-12));
+  for (const auto& s : j["strategies"]) {
+    if (s["name"] == "megatron-tuned") {
+      EXPECT_DOUBLE_EQ(s["speedup_over_megatron_tuned"].get<double>(), 1.0);
+    }
+  }
+}
+
+TEST(CliTest, PlanRefusesConstraintsItCannotMeet) {
+  const std::string base = "plan --model tiny-llama --cluster h100-a100 --quiet ";
+  expect_bad_input(base + "--tensor-parallel 3", {"--tensor-parallel", "3"});
+  expect_bad_input(base + "--pipeline-parallel 0", {"--pipeline-parallel", "0"});
+  expect_bad_input(base + "--data-parallel -1", {"--data-parallel"});
+  expect_bad_input(base + "--schedule fast", {"--schedule", "fast"});
+  expect_bad_input(base + "--memory-headroom 1", {"--memory-headroom", "below 1"});
+  expect_bad_input(base + "--memory-headroom nan", {"--memory-headroom", "nan"});
+  expect_bad_input(base + "--exclude-devices 99", {"--exclude-devices", "'99'", "0 to 31"});
+  expect_bad_input(base + "--exclude-devices 4-2", {"--exclude-devices", "'4-2'"});
+  expect_bad_input(base + "--devices gpu-node", {"--devices", "'gpu-node'"});
+  expect_bad_input(base + "--devices 0,,1", {"--devices", "empty item"});
+  expect_bad_input(base + "--exclude-devices 0-31", {"--exclude-devices", "leaves none"});
+  expect_bad_input(base + "--devices 0 --exclude-devices 1", {"--devices", "--exclude-devices"});
+  expect_bad_input(base + "--tensor-parallel 8 --pipeline-parallel 4 --data-parallel 2",
+                   {"tensor x pipeline x data parallel", "64 devices"});
+  expect_bad_input(base + "--pipeline-parallel 7", {"pipeline_parallel", "6 layers"});
+}
+
+TEST(CliTest, SimulateTakesLayerCountsPerStageAndTheDistributedOptimizer) {
+  const TempDir scratch("cli_simulate_layout");
+  const std::string file = scratch.file("plan.json");
+  RunResult r = run_motley(
+      "simulate --model tiny-llama --cluster h100x8 --schedule 1f1b --pipeline-parallel 2 "
+      "--data-parallel 2 --partition 1,5 --zero1 --out " +
+      file);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto plan = nlohmann::json::parse(read_file(file));
+  EXPECT_TRUE(plan["zero1"].get<bool>());
+  ASSERT_EQ(plan["stages"].size(), 2u);
+  EXPECT_EQ(plan["stages"][0]["layers"], nlohmann::json::array({0, 1}));
+  EXPECT_EQ(plan["stages"][1]["layers"], nlohmann::json::array({1, 6}));
+  EXPECT_EQ(plan["replicas"].size(), 2u);
+  // ZeRO-1 shards the optimizer state: the same layout without it needs more memory.
+  RunResult with = run_motley(
+      "simulate --model tiny-llama --cluster h100x8 --schedule 1f1b --stages 2 "
+      "--data-parallel 2 --partition 1,5 --zero1 --json");
+  RunResult without = run_motley(
+      "simulate --model tiny-llama --cluster h100x8 --schedule 1f1b --stages 2 "
+      "--data-parallel 2 --partition 1,5 --json");
+  ASSERT_EQ(with.exit_code, 0) << with.err;
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+  const auto peak = [](const std::string& out) {
+    return nlohmann::json::parse(out)["devices"][0]["peak_memory_bytes"].get<double>();
+  };
+  EXPECT_LT(peak(with.out), peak(without.out));
+
+  const std::string base =
+      "simulate --model tiny-llama --cluster h100x8 --schedule 1f1b --stages 2 --partition ";
+  expect_bad_input(base + "1,4", {"layer_counts", "summing to 5", "6 layers"});
+  expect_bad_input(base + "1,2,3", {"layer_counts", "3 counts", "2 stages"});
+  expect_bad_input(base + "0,6", {"--partition", "0,6"});
+  expect_bad_input(base + "3,x", {"--partition", "3,x"});
+}

@@ -56,9 +56,10 @@ Status compare_command(const CompareOptions& opt) {
   const StrategyOutcome mine = motley_outcome(r, explanation.front());
   rows.push_back(mine);
   rows.insert(rows.end(), r.baselines.begin(), r.baselines.end());
-  double megatron = 0;
+  double megatron = 0, tuned = 0;  // megatron-1f1b's and megatron-tuned's iterations
   for (const StrategyOutcome& b : r.baselines) {
     if (b.strategy == "megatron-1f1b" && b.feasible) megatron = b.iteration_time.value();
+    if (b.strategy == "megatron-tuned" && b.feasible) tuned = b.iteration_time.value();
   }
 
   // Bubble fraction and the fullest device's memory of every feasible plan, from one more
@@ -81,6 +82,7 @@ Status compare_command(const CompareOptions& opt) {
         j["on_demand_dollars_per_million_tokens"] = b.on_demand_dollars_per_million_tokens;
         j["preemption"] = preemption_json(b.preemption);
         if (megatron > 0) j["speedup_over_megatron_1f1b"] = megatron / b.iteration_time.value();
+        if (tuned > 0) j["speedup_over_megatron_tuned"] = tuned / b.iteration_time.value();
         j["search_time_s"] = b.search_time.value();
         if (!opt.out_dir.empty()) j["plan"] = opt.out_dir + "/" + b.strategy + ".json";
       }
@@ -92,17 +94,22 @@ Status compare_command(const CompareOptions& opt) {
            {"global_batch", options.global_batch},
            {"objective", tune_objective_name(options.objective)},
            {"lower_bound_s", r.lower_bound.value()},
+           {"constraints", constraints_json(options.constraints)},
            {"strategies", list}};
     out = j.dump(2) + "\n";
   } else {
-    out += fmt::format("{} on {} ({} devices), global batch {}: lower bound {} per iteration\n\n",
+    out += fmt::format("{} on {} ({} devices), global batch {}{}: lower bound {} per iteration\n\n",
                        model.name, cluster.name, devices, options.global_batch,
+                       options.constraints.any()
+                           ? ", within " + describe_constraints(options.constraints)
+                           : std::string(),
                        format_time(r.lower_bound));
     // With nodes that can be interrupted: the expected cost on the cluster as it is (spot
     // prices, interruptions priced), the cost bought on demand, and the goodput.
     const bool spot = cluster_interruptible(cluster);
-    std::vector<std::string> header = {"strategy",    "iteration",        "tokens/s",  "bubble",
-                                       "peak memory", "vs megatron-1f1b", "efficiency"};
+    std::vector<std::string> header = {
+        "strategy",    "iteration",        "tokens/s",          "bubble",
+        "peak memory", "vs megatron-1f1b", "vs megatron-tuned", "efficiency"};
     if (spot) {
       header.insert(header.end(), {"goodput", "$/M tokens", "$/M on demand"});
     } else {
@@ -127,6 +134,7 @@ Status compare_command(const CompareOptions& opt) {
           format_percent(shapes[i].peak_memory_ratio),
           megatron > 0 ? fmt::format("{:.2f}x", megatron / b.iteration_time.value())
                        : std::string("-"),
+          tuned > 0 ? fmt::format("{:.2f}x", tuned / b.iteration_time.value()) : std::string("-"),
           fmt::format("{:.3f}", r.lower_bound.value() / b.iteration_time.value())};
       if (spot) row.push_back(format_percent(b.preemption.goodput));
       row.push_back(format_money(b.dollars_per_million_tokens));

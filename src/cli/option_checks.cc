@@ -68,4 +68,15 @@ CLI::Validator positive_number(double max) {
       "POSITIVE");
 }
 
+CLI::Validator fraction_below(double max) {
+  const std::string allowed = fmt::format("a number from 0 to below {}", max);
+  return CLI::Validator(
+      [max, allowed](std::string& text) -> std::string {
+        const std::optional<double> value = whole_number(text);
+        if (value && std::isfinite(*value) && *value >= 0 && *value < max) return "";
+        return fmt::format("expected {}, got {}", allowed, given(text));
+      },
+      "FRACTION");
+}
+
 }  // namespace motley::cli

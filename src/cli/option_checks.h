@@ -25,5 +25,7 @@ CLI::Validator integer_in(int64_t min, int64_t max);
 CLI::Validator unsigned_integer();
 // A finite number above 0 and at most `max`.
 CLI::Validator positive_number(double max = std::numeric_limits<double>::infinity());
+// A finite number from 0 to below `max` (a share such as a memory headroom).
+CLI::Validator fraction_below(double max);
 
 }  // namespace motley::cli

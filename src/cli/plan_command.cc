@@ -114,15 +114,18 @@ Status plan_command(const PlanOptions& opt) {
            {"efficiency", r.efficiency},
            {"search_time_s", r.search_time.value()},
            {"candidates_evaluated", r.candidates_evaluated},
+           {"constraints", constraints_json(options.constraints)},
            {"explanation", explanation_lines(r.explanation)},
            {"baselines", baselines}};
     if (!opt.out.empty()) j["plan"] = opt.out;
     out = j.dump(2) + "\n";
   } else {
-    out +=
-        fmt::format("plan for {} on {} ({} devices): global batch {} x {} tokens, {}\n", model.name,
-                    cluster.name, devices, r.plan.global_batch, r.plan.seq_len,
-                    r.strategy == "motley" ? std::string("full search") : "baseline " + r.strategy);
+    out += fmt::format(
+        "plan for {} on {} ({} devices): global batch {} x {} tokens, {}\n", model.name,
+        cluster.name, devices, r.plan.global_batch, r.plan.seq_len,
+        (r.strategy == "motley" ? std::string("full search") : "baseline " + r.strategy) +
+            (options.constraints.any() ? " within " + describe_constraints(options.constraints)
+                                       : std::string()));
     out += fmt::format(
         "{} per iteration, {} tokens/s, bubble {:.1f}%, {}/M tokens; {:.3f} of the lower bound "
         "({})\n",
@@ -165,8 +168,8 @@ void add_plan_command(CLI::App& app, Action* action) {
       "plan", "Search for the fastest (or cheapest) plan of a model on a cluster");
   add_tune_options(cmd, &opt->tune);
   cmd->add_option("--strategy", opt->strategy,
-                  "motley, or a baseline: megatron-1f1b, megatron-interleaved, zb-h1, zb-v, "
-                  "metis, partition-only, placement-only, schedule-only")
+                  "motley, or a baseline: megatron-1f1b, megatron-tuned, megatron-interleaved, "
+                  "zb-h1, zb-v, metis, partition-only, placement-only, schedule-only")
       ->capture_default_str();
   cmd->add_flag("--exhaustive", opt->exhaustive,
                 "Enumerate every partition x placement x named schedule (<= 8 devices, <= 16 "

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -48,6 +49,7 @@ struct SimulateOptions {
   std::string recompute = "none";
   std::string partition = "uniform";
   bool sequence_parallel = false;
+  bool zero1 = false;
   int data_parallel = 0;  // 0: as many replicas as the cluster holds
   StackChoice stack;
   std::string torch_pp_csv;  // the orders, from a PyTorch pipelining CSV
@@ -91,9 +93,25 @@ Result<Scenario> scenario_from_schedule(const SimulateOptions& opt) {
                                         opt.recompute));
   }
   auto partition = parse_layer_split(opt.partition);
+  std::vector<int> layer_counts;
   if (!partition) {
-    return invalid_argument(fmt::format("--partition: expected {}, got '{}'",
-                                        join_alternatives(layer_split_names()), opt.partition));
+    // Else layer counts per stage: "4,8,8,4".
+    size_t start = 0;
+    while (start <= opt.partition.size()) {
+      const size_t comma = std::min(opt.partition.find(',', start), opt.partition.size());
+      const std::string item = opt.partition.substr(start, comma - start);
+      int count = 0;
+      const auto [end, err] = std::from_chars(item.data(), item.data() + item.size(), count);
+      if (item.empty() || err != std::errc() || end != item.data() + item.size() || count < 1) {
+        return invalid_argument(
+            fmt::format("--partition: expected {} or layer counts per stage (positive integers, "
+                        "comma-separated, e.g. 4,8,8,4), got '{}'",
+                        join_alternatives(layer_split_names()), opt.partition));
+      }
+      layer_counts.push_back(count);
+      start = comma + 1;
+    }
+    partition = LayerSplit::kUniform;
   }
   MOTLEY_ASSIGN_OR_RETURN(s.model, load_model(opt.model.empty() ? kDefaultModel : opt.model));
   MOTLEY_ASSIGN_OR_RETURN(s.cluster,
@@ -110,6 +128,8 @@ Result<Scenario> scenario_from_schedule(const SimulateOptions& opt) {
   u.seq_len = opt.seq_len.value_or(s.model.default_seq_len);
   u.recompute = *recompute;
   u.partition = *partition;
+  u.layer_counts = layer_counts;
+  u.zero1 = opt.zero1;
   u.sequence_parallel = opt.sequence_parallel;
   u.data_parallel = opt.data_parallel;
   const int p = opt.stages.value_or(static_cast<int>(cluster_devices(s.cluster).size()) /
@@ -222,7 +242,7 @@ Status simulate_command(const SimulateOptions& opt) {
 // giving one with --plan is refused rather than ignored.
 std::vector<CLI::Option*> add_schedule_shape_options(CLI::App* cmd, SimulateOptions* opt) {
   return {
-      cmd->add_option("--stages", opt->stages,
+      cmd->add_option("--stages,--pipeline-parallel", opt->stages,
                       "Pipeline depth: device groups per pipeline (default: the whole cluster)")
           ->check(integer_in(1, kMaxOptionCount)),
       cmd->add_option("--virtual-stages", opt->virtual_stages,
@@ -247,9 +267,13 @@ std::vector<CLI::Option*> add_schedule_shape_options(CLI::App* cmd, SimulateOpti
       cmd->add_option("--data-parallel", opt->data_parallel,
                       "Pipeline replicas (default: as many as the cluster holds)")
           ->check(integer_in(1, kMaxOptionCount)),
+      cmd->add_flag("--zero1", opt->zero1,
+                    "Shard the optimizer state across the replicas (ZeRO-1, Megatron-LM's "
+                    "distributed optimizer)"),
       cmd->add_option("--partition", opt->partition,
-                      "Layers per stage: uniform (every layer alike) or megatron (decoder layers "
-                      "evenly, embedding first, head last)")
+                      "Layers per stage: uniform (every layer alike), megatron (decoder layers "
+                      "evenly, embedding first, head last) or the counts per stage, e.g. "
+                      "4,8,8,4")
           ->capture_default_str(),
   };
 }

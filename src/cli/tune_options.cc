@@ -1,12 +1,16 @@
 #include "tune_options.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <limits>
 #include <memory>
+#include <set>
+#include <string_view>
 
 #include "commands.h"
 #include "format.h"
@@ -98,6 +102,121 @@ void add_tune_options(CLI::App* cmd, TuneCliOptions* opt) {
   tokens->needs(deadline);
   cmd->add_flag("--quiet", opt->quiet, "No progress bar on stderr");
   add_stack_options(cmd, &opt->stack);
+  add_constraint_options(cmd, opt);
+}
+
+void add_constraint_options(CLI::App* cmd, TuneCliOptions* opt) {
+  cmd->add_option("--tensor-parallel", opt->tensor_parallel,
+                  "Devices in every tensor-parallel group (1, 2, 4 or 8; default: searched)")
+      ->check(CLI::IsMember({1, 2, 4, 8}))
+      ->group("Constraints");
+  cmd->add_option("--pipeline-parallel", opt->pipeline_parallel,
+                  "Device groups in every pipeline (default: searched)")
+      ->check(integer_in(1, kMaxOptionCount))
+      ->group("Constraints");
+  cmd->add_option("--data-parallel", opt->data_parallel,
+                  "Data-parallel replicas (default: searched)")
+      ->check(integer_in(1, kMaxOptionCount))
+      ->group("Constraints");
+  cmd->add_option("--schedule", opt->schedules,
+                  "Schedule families plans may use, comma-separated: " +
+                      fmt::format("{}", fmt::join(schedule_family_names(), ", ")) +
+                      " (default: any)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(schedule_family_names()))
+      ->group("Constraints");
+  CLI::Option* only =
+      cmd->add_option("--devices", opt->devices,
+                      "The only devices plans may use: ids, ranges (8-15), node names or device "
+                      "types, comma-separated")
+          ->group("Constraints");
+  CLI::Option* except = cmd->add_option("--exclude-devices", opt->exclude_devices,
+                                        "Devices no plan may use, written as for --devices")
+                            ->group("Constraints");
+  only->excludes(except);
+  cmd->add_option("--memory-headroom", opt->memory_headroom,
+                  "Share of every device's memory plans leave free, e.g. 0.1 (default 0)")
+      ->check(fraction_below(1))
+      ->group("Constraints");
+}
+
+std::string describe_constraints(const PlanConstraints& c) {
+  std::vector<std::string> parts;
+  if (c.tensor_parallel > 0) parts.push_back(fmt::format("TP {}", c.tensor_parallel));
+  if (c.pipeline_parallel > 0) parts.push_back(fmt::format("PP {}", c.pipeline_parallel));
+  if (c.data_parallel > 0) parts.push_back(fmt::format("DP {}", c.data_parallel));
+  if (!c.schedules.empty()) {
+    parts.push_back(fmt::format("schedule{} {}", c.schedules.size() == 1 ? "" : "s",
+                                fmt::join(c.schedules, " or ")));
+  }
+  if (!c.excluded_devices.empty()) {
+    parts.push_back(fmt::format("{} device{} left out", c.excluded_devices.size(),
+                                c.excluded_devices.size() == 1 ? "" : "s"));
+  }
+  if (c.memory_headroom > 0) {
+    parts.push_back(fmt::format("{:.0f}% of memory left free", 100 * c.memory_headroom));
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+Json constraints_json(const PlanConstraints& c) {
+  Json j = Json::object();
+  if (c.tensor_parallel > 0) j["tensor_parallel"] = c.tensor_parallel;
+  if (c.pipeline_parallel > 0) j["pipeline_parallel"] = c.pipeline_parallel;
+  if (c.data_parallel > 0) j["data_parallel"] = c.data_parallel;
+  if (!c.schedules.empty()) j["schedules"] = c.schedules;
+  if (!c.excluded_devices.empty()) j["excluded_devices"] = c.excluded_devices;
+  if (c.memory_headroom > 0) j["memory_headroom"] = c.memory_headroom;
+  return j;
+}
+
+Result<std::vector<int>> parse_device_list(const std::string& option, const std::string& list,
+                                           const ClusterSpec& cluster) {
+  const std::vector<Device> devices = cluster_devices(cluster);
+  const int n = static_cast<int>(devices.size());
+  std::set<int> ids;
+  auto number = [](std::string_view text, int* out) {
+    const auto [end, err] = std::from_chars(text.data(), text.data() + text.size(), *out);
+    return err == std::errc() && end == text.data() + text.size();
+  };
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const std::string item = list.substr(start, comma - start);
+    start = comma + 1;
+    if (item.empty()) {
+      return invalid_argument(fmt::format("{}: an empty item in '{}'", option, list));
+    }
+    int first = 0, last = 0;
+    const size_t dash = item.find('-');
+    const bool single = number(item, &first);
+    const bool range = !single && dash != std::string::npos &&
+                       number(std::string_view(item).substr(0, dash), &first) &&
+                       number(std::string_view(item).substr(dash + 1), &last);
+    if (single || range) {
+      if (single) last = first;
+      if (first < 0 || last >= n || first > last) {
+        return invalid_argument(fmt::format("{}: '{}' is outside cluster '{}''s device ids 0 to {}",
+                                            option, item, cluster.name, n - 1));
+      }
+      for (int d = first; d <= last; ++d) ids.insert(d);
+      continue;
+    }
+    bool matched = false;
+    for (const Device& d : devices) {
+      if (cluster.nodes[d.node].name == item || d.type == item) {
+        ids.insert(d.id);
+        matched = true;
+      }
+    }
+    if (!matched) {
+      return invalid_argument(fmt::format(
+          "{}: '{}' is neither a device id, an id range, a node name nor a device type of "
+          "cluster '{}'",
+          option, item, cluster.name));
+    }
+  }
+  return std::vector<int>(ids.begin(), ids.end());
 }
 
 Result<TuneSetup> prepare_tune(const TuneCliOptions& opt) {
@@ -125,6 +244,28 @@ Result<TuneSetup> prepare_tune(const TuneCliOptions& opt) {
   options.budget_per_hour = opt.budget.value_or(0);
   options.deadline = Seconds(opt.deadline_hours.value_or(0) * 3600.0);
   options.train_tokens = opt.train_tokens.value_or(0);
+  PlanConstraints& fixed = options.constraints;
+  fixed.tensor_parallel = opt.tensor_parallel.value_or(0);
+  fixed.pipeline_parallel = opt.pipeline_parallel.value_or(0);
+  fixed.data_parallel = opt.data_parallel.value_or(0);
+  fixed.schedules = opt.schedules;
+  fixed.memory_headroom = opt.memory_headroom.value_or(0);
+  if (!opt.exclude_devices.empty()) {
+    MOTLEY_ASSIGN_OR_RETURN(
+        fixed.excluded_devices,
+        parse_device_list("--exclude-devices", opt.exclude_devices, setup.cluster));
+  } else if (!opt.devices.empty()) {
+    MOTLEY_ASSIGN_OR_RETURN(const std::vector<int> kept,
+                            parse_device_list("--devices", opt.devices, setup.cluster));
+    for (int d = 0; d < devices; ++d) {
+      if (!std::binary_search(kept.begin(), kept.end(), d)) fixed.excluded_devices.push_back(d);
+    }
+  }
+  if (static_cast<int64_t>(fixed.excluded_devices.size()) == devices) {
+    return invalid_argument(fmt::format("{}: leaves none of cluster '{}''s {} devices",
+                                        opt.devices.empty() ? "--exclude-devices" : "--devices",
+                                        setup.cluster.name, devices));
+  }
   // The stack every candidate is priced with, as `simulate` prices the plan written.
   MOTLEY_ASSIGN_OR_RETURN(options.stack, resolve_stack(opt.stack, setup.cluster));
   return setup;

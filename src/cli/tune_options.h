@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cost_options.h"
 #include "motley/cluster/cluster.h"
@@ -33,13 +34,36 @@ struct TuneCliOptions {
   std::optional<double> train_tokens;
   bool quiet = false;
   StackChoice stack;  // --stack / --calibration
+  // The layout the user fixes (PlanConstraints): unset or empty leaves it to the search.
+  std::optional<int> tensor_parallel;
+  std::optional<int> pipeline_parallel;
+  std::optional<int> data_parallel;
+  std::vector<std::string> schedules;  // families
+  std::string devices;                 // --devices: the only devices plans may use
+  std::string exclude_devices;         // --exclude-devices
+  std::optional<double> memory_headroom;
 };
+
+// The cluster device ids a device list names: comma-separated device ids ("3"), id ranges
+// ("8-15"), node names (every device of the node) and device type names (every device of the
+// type). `option` names the flag in errors. Errors: invalid_argument naming the item and what
+// the cluster offers.
+Result<std::vector<int>> parse_device_list(const std::string& option, const std::string& list,
+                                           const ClusterSpec& cluster);
 
 // Declares the options on `cmd`; the parser refuses a value out of its range (option_checks.h).
 void add_tune_options(CLI::App* cmd, TuneCliOptions* opt);
+// The constraint flags alone (--tensor-parallel, --pipeline-parallel, --data-parallel,
+// --schedule, --devices / --exclude-devices, --memory-headroom); add_tune_options declares them.
+void add_constraint_options(CLI::App* cmd, TuneCliOptions* opt);
 // The search's --max-plans, --seed and --threads alone (add_tune_options declares them too).
 void add_search_limits(CLI::App* cmd, std::optional<int64_t>* max_plans, uint64_t* seed,
                        int* threads);
+
+// The constraints in words ("TP 1, PP 4, DP 1, schedules zb-v or adaptive, 2 devices left
+// out, 10% of memory left free"); empty when there are none.
+std::string describe_constraints(const PlanConstraints& c);
+Json constraints_json(const PlanConstraints& c);
 
 struct TuneSetup {
   ModelSpec model;

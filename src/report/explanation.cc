@@ -92,6 +92,10 @@ std::string result(const PlanExplanation& e) {
         fmt::format("; {:.2f}x megatron-1f1b ({})", e.megatron->iteration_time / e.iteration_time,
                     ms(e.megatron->iteration_time));
   }
+  if (e.megatron_tuned) {
+    out += fmt::format("; {:.2f}x megatron-tuned ({})", *e.megatron_tuned / e.iteration_time,
+                       ms(*e.megatron_tuned));
+  }
   return out + ".";
 }
 

@@ -25,8 +25,9 @@ std::string gib(Bytes b) {
   return out.str();
 }
 
-Bytes capacity(const CostModel& cost, int device) {
-  return cost.topology().device_type(device).memory;
+// What a plan may fill on `device`: its capacity times the usable fraction.
+Bytes capacity(const CostModel& cost, int device, double usable) {
+  return cost.topology().device_type(device).memory * usable;
 }
 
 // Fixed memory (no activations) and activations per micro-batch of a plan's stage on a group.
@@ -62,6 +63,10 @@ std::vector<Action> expand(const std::vector<Action>& coarse,
 Status check_candidate(const AssembleOptions& o, const Candidate& c) {
   const char* pre = "candidate: ";
   if (c.replicas.empty()) return invalid_argument(fmt::format("{}no replicas", pre));
+  if (!(o.usable_memory_fraction > 0 && o.usable_memory_fraction <= 1)) {
+    return invalid_argument(fmt::format("{}the usable memory fraction must be in (0, 1], got {}",
+                                        pre, o.usable_memory_fraction));
+  }
   if (c.micro_batch_size <= 0) {
     return invalid_argument(fmt::format("{}micro-batch size must be positive", pre));
   }
@@ -103,7 +108,7 @@ struct GroupMemory {
 };
 
 std::vector<std::vector<GroupMemory>> plan_memory(const Plan& plan, const CostModel& cost,
-                                                  int64_t data_parallel) {
+                                                  int64_t data_parallel, double usable) {
   std::vector<std::vector<GroupMemory>> out;
   const int stages = static_cast<int>(plan.stages.size());
   for (const Replica& rep : plan.replicas) {
@@ -129,7 +134,7 @@ std::vector<std::vector<GroupMemory>> plan_memory(const Plan& plan, const CostMo
         }
       }
       gm.peak = gm.fixed + Bytes(peak);
-      gm.capacity = capacity(cost, devices.front());
+      gm.capacity = capacity(cost, devices.front(), usable);
       groups.push_back(gm);
     }
     out.push_back(std::move(groups));
@@ -171,7 +176,7 @@ Result<ReplicaFacts> replica_facts(const AssembleOptions& o, const Plan& plan, s
   f.budget.assign(p, std::numeric_limits<double>::infinity());
   if (!o.check_memory) return f;
   for (int g = 0; g < p; ++g) {
-    const Bytes cap = capacity(cost, rep.groups[g].front());
+    const Bytes cap = capacity(cost, rep.groups[g].front(), o.usable_memory_fraction);
     f.budget[g] = cap.value() - fixed[g];
     if (f.budget[g] < f.reserve[g]) {
       return infeasible(
@@ -323,7 +328,7 @@ Result<Plan> assemble_plan(const AssembleOptions& o, const Candidate& c, const C
   for (const PipelineSpec& rep : c.replicas)
     plan.global_batch += rep.micro_batches * c.micro_batch_size;
   plan.schedule = c.schedule.name();
-  plan.zero1 = o.zero1;
+  plan.zero1 = o.zero1 || c.zero1;
   plan.sequence_parallel = o.sequence_parallel;
   for (int s = 0; s < stages; ++s) plan.stages.push_back(Stage{fine[s], fine[s + 1]});
 
@@ -367,7 +372,7 @@ Result<Plan> assemble_plan(const AssembleOptions& o, const Candidate& c, const C
   }
 
   if (!o.check_memory) return plan;
-  const auto memory = plan_memory(plan, cost, o.data_parallel);
+  const auto memory = plan_memory(plan, cost, o.data_parallel, o.usable_memory_fraction);
   for (size_t r = 0; r < memory.size(); ++r) {
     for (size_t g = 0; g < memory[r].size(); ++g) {
       const GroupMemory& m = memory[r][g];

@@ -107,7 +107,22 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
 
   const int num_stages = p * chunks;
   const int layers = static_cast<int>(model.layers.size());
-  if (max_stages(o.partition, model) < num_stages) {
+  if (!o.layer_counts.empty()) {
+    int64_t sum = 0;
+    for (int count : o.layer_counts) {
+      if (count < 1) {
+        return invalid_argument(fmt::format(
+            "{}'layer_counts': every stage needs at least 1 layer, got {}", kUniformPlan, count));
+      }
+      sum += count;
+    }
+    if (static_cast<int>(o.layer_counts.size()) != num_stages || sum != layers) {
+      return invalid_argument(fmt::format(
+          "{}'layer_counts': {} counts summing to {}; the plan has {} stages ({} groups x {} "
+          "chunks) and model '{}' {} layers",
+          kUniformPlan, o.layer_counts.size(), sum, num_stages, p, chunks, model.name, layers));
+    }
+  } else if (max_stages(o.partition, model) < num_stages) {
     const bool megatron = o.partition == LayerSplit::kMegatron;
     return invalid_argument(
         fmt::format("{}model '{}' has {} {}, fewer than the {} stages of {} groups x {} chunks{}",
@@ -120,7 +135,12 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
   Candidate c;
   c.micro_batch_size = o.micro_batch_size;
   c.schedule = ScheduleSpec::named(o.kind, chunks);
-  const std::vector<int> bounds = split_bounds(o.partition, model, num_stages);
+  std::vector<int> bounds{0};
+  if (o.layer_counts.empty()) {
+    bounds = split_bounds(o.partition, model, num_stages);
+  } else {
+    for (int count : o.layer_counts) bounds.push_back(bounds.back() + count);
+  }
   for (int k = 0; k < replicas; ++k) {
     PipelineSpec replica;
     replica.bounds = bounds;

@@ -1,6 +1,7 @@
 #include "candidate.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <charconv>
@@ -87,6 +88,7 @@ ScheduleSpec schedule_named(const std::string& name, StageShape shape, int chunk
 Result<Candidate> candidate_from_plan(const Plan& plan) {
   Candidate c;
   c.micro_batch_size = plan.micro_batch_size;
+  c.zero1 = plan.zero1 && plan.replicas.size() > 1;
   std::optional<std::pair<StageShape, int>> shape;
   for (size_t r = 0; r < plan.replicas.size(); ++r) {
     const Replica& replica = plan.replicas[r];
@@ -139,6 +141,7 @@ std::string candidate_key(const Candidate& c) {
   k += '|';
   k += c.schedule.name();
   if (!c.schedule.limit_in_flight) k += '!';
+  if (c.zero1) k += 'z';
   k += '|';
   for (const PipelineSpec& r : c.replicas) {
     k += 'm';
@@ -197,12 +200,52 @@ std::vector<StateHolder> candidate_state_holders(const Candidate& c) {
   return out;
 }
 
+std::string schedule_family(const ScheduleSpec& s) {
+  return s.adaptive ? "adaptive" : schedule_kind_name(s.kind);
+}
+
+bool schedule_allowed(const Context& ctx, const ScheduleSpec& s) {
+  const std::vector<std::string>& allowed = ctx.options().constraints.schedules;
+  return allowed.empty() ||
+         std::find(allowed.begin(), allowed.end(), schedule_family(s)) != allowed.end();
+}
+
+std::string constraint_violation(const Context& ctx, const Candidate& c) {
+  const PlanConstraints& k = ctx.options().constraints;
+  if (!schedule_allowed(ctx, c.schedule)) {
+    return fmt::format("schedule {} is not among the allowed families ({})", c.schedule.name(),
+                       fmt::join(k.schedules, ", "));
+  }
+  if (k.data_parallel > 0 && static_cast<int>(c.replicas.size()) != k.data_parallel) {
+    return fmt::format("{} replicas, not the data-parallel degree {}", c.replicas.size(),
+                       k.data_parallel);
+  }
+  for (const PipelineSpec& r : c.replicas) {
+    if (k.pipeline_parallel > 0 && static_cast<int>(r.groups.size()) != k.pipeline_parallel) {
+      return fmt::format("a pipeline of {} device groups, not the pipeline-parallel degree {}",
+                         r.groups.size(), k.pipeline_parallel);
+    }
+    for (const auto& g : r.groups) {
+      if (k.tensor_parallel > 0 && static_cast<int>(g.size()) != k.tensor_parallel) {
+        return fmt::format("a device group of {}, not the tensor-parallel degree {}", g.size(),
+                           k.tensor_parallel);
+      }
+      for (int d : g) {
+        if (d < 0 || d >= ctx.num_cluster_devices() || ctx.type_of(d) < 0) {
+          return fmt::format("device {} is left out", d);
+        }
+      }
+    }
+  }
+  return "";
+}
+
 PreemptionEstimate candidate_preemption(const Context& ctx, const std::vector<StateHolder>& holders,
                                         double iteration_time) {
   if (!ctx.interruptible() || !(iteration_time > 0)) return PreemptionEstimate{};
-  return estimate_preemption(ctx.cluster(),
-                             checkpoint_shares(holders, ctx.layer_state(), ctx.num_devices()),
-                             Seconds(iteration_time));
+  return estimate_preemption(
+      ctx.cluster(), checkpoint_shares(holders, ctx.layer_state(), ctx.num_cluster_devices()),
+      Seconds(iteration_time));
 }
 
 Result<Plan> assemble(const Context& ctx, const Candidate& c, int64_t data_parallel,
@@ -212,7 +255,8 @@ Result<Plan> assemble(const Context& ctx, const Candidate& c, int64_t data_paral
   options.cluster = ctx.cluster_ref();
   options.num_layers = ctx.num_layers();
   options.seq_len = ctx.seq_len();
-  options.zero1 = ctx.options().zero1;
+  options.zero1 = ctx.options().zero1 || c.zero1;
+  options.usable_memory_fraction = ctx.usable_memory_fraction();
   options.data_parallel = data_parallel;
   options.global_batch = whole_batch ? ctx.global_batch() : 0;
   return assemble_plan(options, c, ctx.cost(c.micro_batch_size));

@@ -32,6 +32,14 @@ std::vector<std::vector<GroupLoad>> group_loads(const Context& ctx, const Candid
 Result<Plan> assemble(const Context& ctx, const Candidate& c, int64_t data_parallel = 0,
                       bool whole_batch = true);
 
+// The schedule family of `s` (PlanConstraints::schedules): "adaptive" or the named kind.
+std::string schedule_family(const ScheduleSpec& s);
+// Whether the options' constraints allow schedule `s`.
+bool schedule_allowed(const Context& ctx, const ScheduleSpec& s);
+// Why `c` breaks the options' constraints (TP, PP, DP, schedule, excluded devices), in words;
+// empty when it meets them.
+std::string constraint_violation(const Context& ctx, const Candidate& c);
+
 // The layers each device group of `c` holds (preemption.h), coarse stage by coarse stage.
 std::vector<StateHolder> candidate_state_holders(const Candidate& c);
 

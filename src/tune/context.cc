@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
+#include <set>
 #include <string>
+#include <utility>
 
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/model/layer_cost.h"
@@ -63,6 +66,35 @@ Status check_options(const TuneOptions& o, const ModelSpec& model, const Cluster
         "tokens) or both 0",
         pre));
   }
+  const PlanConstraints& k = o.constraints;
+  if (k.tensor_parallel < 0 || k.pipeline_parallel < 0 || k.data_parallel < 0) {
+    return invalid_argument(fmt::format(
+        "{}'constraints': tensor_parallel, pipeline_parallel and data_parallel must be 0 (free) "
+        "or positive, got {}, {} and {}",
+        pre, k.tensor_parallel, k.pipeline_parallel, k.data_parallel));
+  }
+  if (k.tensor_parallel > 0 && (k.tensor_parallel & (k.tensor_parallel - 1)) != 0) {
+    return invalid_argument(
+        fmt::format("{}'constraints.tensor_parallel' must be a power of two (1, 2, 4, 8), got {}",
+                    pre, k.tensor_parallel));
+  }
+  if (k.pipeline_parallel > static_cast<int>(model.layers.size())) {
+    return invalid_argument(
+        fmt::format("{}'constraints.pipeline_parallel' is {}, more than model '{}''s {} layers",
+                    pre, k.pipeline_parallel, model.name, model.layers.size()));
+  }
+  const std::vector<std::string> families = schedule_family_names();
+  for (const std::string& s : k.schedules) {
+    if (std::find(families.begin(), families.end(), s) == families.end()) {
+      return invalid_argument(fmt::format("{}'constraints.schedules' names '{}'; expected {}", pre,
+                                          s, join_alternatives(families)));
+    }
+  }
+  if (!(k.memory_headroom >= 0 && k.memory_headroom < 1)) {
+    return invalid_argument(
+        fmt::format("{}'constraints.memory_headroom' must be a share of memory in [0, 1), got {}",
+                    pre, k.memory_headroom));
+  }
   const std::vector<std::string> names = tune_strategy_names();
   if (std::find(names.begin(), names.end(), o.strategy) == names.end()) {
     return invalid_argument(fmt::format("{}'strategy' is '{}'; expected {}", pre, o.strategy,
@@ -74,6 +106,28 @@ Status check_options(const TuneOptions& o, const ModelSpec& model, const Cluster
   const int devices = static_cast<int>(cluster_devices(cluster).size());
   if (devices == 0) {
     return invalid_argument(fmt::format("{}cluster '{}' has no devices", pre, cluster.name));
+  }
+  for (size_t i = 0; i < k.excluded_devices.size(); ++i) {
+    const int d = k.excluded_devices[i];
+    if (d < 0 || d >= devices || (i > 0 && d <= k.excluded_devices[i - 1])) {
+      return invalid_argument(fmt::format(
+          "{}'constraints.excluded_devices' must be ascending unique device ids of cluster '{}' "
+          "(0 to {}), got {} at position {}",
+          pre, cluster.name, devices - 1, d, i));
+    }
+  }
+  if (static_cast<int>(k.excluded_devices.size()) == devices) {
+    return invalid_argument(
+        fmt::format("{}'constraints.excluded_devices' leaves none of cluster '{}''s {} devices",
+                    pre, cluster.name, devices));
+  }
+  const int64_t fixed = static_cast<int64_t>(std::max(1, k.tensor_parallel)) *
+                        std::max(1, k.pipeline_parallel) * std::max(1, k.data_parallel);
+  if (fixed > devices - static_cast<int64_t>(k.excluded_devices.size())) {
+    return invalid_argument(fmt::format(
+        "{}'constraints': tensor x pipeline x data parallel is {} devices, more than the {} "
+        "cluster '{}' offers",
+        pre, fixed, devices - static_cast<int64_t>(k.excluded_devices.size()), cluster.name));
   }
   if (o.exhaustive) {
     if (o.strategy != "motley") {
@@ -136,7 +190,36 @@ Result<std::unique_ptr<Context>> Context::create(const TuneOptions& options, con
   ctx->cluster_ref_ = motley::cluster_ref(cluster);
 
   const Topology& topo = ctx->cost(ctx->micro_batch_sizes_.front()).topology();
-  ctx->type_of_device_.assign(ctx->devices_.size(), -1);
+  const std::vector<Device> all = ctx->devices_;
+  const PlanConstraints& fixed = options.constraints;
+  // Device types whose nodes cannot form groups of the fixed TP degree are left out with the
+  // excluded devices; the plans use the rest.
+  std::set<std::string> unusable;
+  if (fixed.tensor_parallel > 0) {
+    std::map<std::pair<std::string, int>, int> per_node_type;
+    for (const Device& d : all) ++per_node_type[{d.type, d.node}];
+    for (const auto& [key, count] : per_node_type) {
+      bool splits = count % fixed.tensor_parallel == 0;
+      for (const Layer& layer : model.layers) {
+        splits = splits && !tensor_parallel_obstacle(layer, fixed.tensor_parallel, false);
+      }
+      if (!splits) unusable.insert(key.first);
+    }
+  }
+  ctx->devices_.clear();
+  for (const Device& d : all) {
+    if (unusable.count(d.type) == 0 &&
+        !std::binary_search(fixed.excluded_devices.begin(), fixed.excluded_devices.end(), d.id)) {
+      ctx->devices_.push_back(d);
+    }
+  }
+  if (ctx->devices_.empty()) {
+    return invalid_argument(fmt::format(
+        "tune options: 'constraints.tensor_parallel' {}: no device type of cluster '{}' has nodes "
+        "whose devices split into groups of {} that divide every layer's heads and widths",
+        fixed.tensor_parallel, cluster.name, fixed.tensor_parallel));
+  }
+  ctx->type_of_device_.assign(all.size(), -1);
   for (const Device& d : ctx->devices_) {
     int t = -1;
     for (size_t i = 0; i < ctx->types_.size(); ++i) {
@@ -166,13 +249,15 @@ Result<std::unique_ptr<Context>> Context::create(const TuneOptions& options, con
       for (const Layer& layer : model.layers) {
         tiles = tiles && !tensor_parallel_obstacle(layer, tp, /*vocabulary=*/false);
       }
-      if (tiles) info.tp_degrees.push_back(tp);
+      if (tiles && (fixed.tensor_parallel == 0 || tp == fixed.tensor_parallel)) {
+        info.tp_degrees.push_back(tp);
+      }
     }
   }
   // Node prices are for the whole node: each device carries its share.
   std::vector<int> per_node(cluster.nodes.size(), 0);
-  for (const Device& d : ctx->devices_) ++per_node[d.node];
-  for (const Device& d : ctx->devices_) {
+  for (const Device& d : all) ++per_node[d.node];
+  for (const Device& d : all) {
     ctx->price_per_second_.push_back(cluster.nodes[d.node].price_per_hour / per_node[d.node] /
                                      3600.0);
   }
@@ -200,7 +285,9 @@ Seconds clock_now(const TuneOptions& options) {
       std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count());
 }
 
-Bytes Context::capacity(int device) const { return types_[type_of_device_[device]].type->memory; }
+Bytes Context::capacity(int device) const {
+  return types_[type_of_device_[device]].type->memory * usable_memory_fraction();
+}
 
 const CostModel& Context::cost(int64_t b) const {
   auto it = costs_.find(b);

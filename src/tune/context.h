@@ -43,13 +43,18 @@ class Context {
   const ModelSpec& model() const { return model_; }
   const ClusterSpec& cluster() const { return cluster_; }
   int num_layers() const { return static_cast<int>(model_.layers.size()); }
-  int num_devices() const { return static_cast<int>(devices_.size()); }
+  int num_devices() const { return static_cast<int>(devices_.size()); }  // usable ones
   int64_t seq_len() const { return seq_len_; }
   int64_t global_batch() const { return options_.global_batch; }
+  // The devices plans may use (the cluster's less the constraints' exclusions), ids as in the
+  // cluster; num_cluster_devices() sizes arrays indexed by id.
   const std::vector<Device>& devices() const { return devices_; }
+  int num_cluster_devices() const { return static_cast<int>(type_of_device_.size()); }
   const std::vector<TypeInfo>& types() const { return types_; }
-  int type_of(int device) const { return type_of_device_[device]; }
+  int type_of(int device) const { return type_of_device_[device]; }  // -1: unusable
+  // The memory a plan may fill on `device`: its capacity less the constraints' headroom.
   Bytes capacity(int device) const;
+  double usable_memory_fraction() const { return 1.0 - options_.constraints.memory_headroom; }
   double price_per_second(int device) const { return price_per_second_[device]; }
   // Whether any node can be interrupted (preemption.h), and each layer's checkpointed state.
   bool interruptible() const { return interruptible_; }

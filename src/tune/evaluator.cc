@@ -211,6 +211,16 @@ Evaluation Evaluator::run(const Candidate& c, Fidelity fidelity, Simulator& sim)
     e.status = infeasible("memory: the simulated peak exceeds a device's capacity");
     return e;
   }
+  if (ctx_.usable_memory_fraction() < 1) {
+    for (const DeviceStats& d : r.devices) {
+      if (d.peak_memory > d.capacity * ctx_.usable_memory_fraction()) {
+        e.status = infeasible(fmt::format(
+            "memory: the simulated peak of device {} leaves less than the {:.0f} % headroom",
+            d.device, 100 * ctx_.options().constraints.memory_headroom));
+        return e;
+      }
+    }
+  }
   const TuneOptions& o = ctx_.options();
   if (o.deadline > Seconds(0)) {
     const double tokens_per_iteration =
@@ -240,6 +250,12 @@ std::vector<std::shared_ptr<const Evaluation>> Evaluator::evaluate(
     auto it = cache_.find(keys[i]);
     if (it != cache_.end()) {
       out[i] = it->second;
+    } else if (std::string why = constraint_violation(ctx_, batch[i]); !why.empty()) {
+      // Outside the user's constraints: refused without simulating or counting it.
+      auto e = std::make_shared<Evaluation>();
+      e->status = infeasible("constraints: " + why);
+      cache_[keys[i]] = e;
+      out[i] = e;
     } else if (first_todo.emplace(keys[i], todo.size()).second) {
       todo.push_back(i);
     }

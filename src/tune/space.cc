@@ -139,9 +139,9 @@ Result<Layout> cluster_order_layout(const Context& ctx, int t, int p, int d) {
       for (int i = first; i < first + t; ++i) {
         if (devices[i].node != devices[first].node || devices[i].type != devices[first].type) {
           return invalid_argument(fmt::format("layout: devices {}-{} span nodes or device types",
-                                              first, first + t - 1));
+                                              devices[first].id, devices[first + t - 1].id));
         }
-        group.push_back(i);
+        group.push_back(devices[i].id);
       }
       groups.push_back(std::move(group));
     }
@@ -175,7 +175,7 @@ std::vector<Layout> mixed_layouts(const Context& ctx) {
     }
     size_t product = 1;
     for (int i : used) product *= types[i].tp_degrees.size();
-    if (product <= 16) {
+    if (product > 0 && product <= 16) {
       std::vector<int> idx(n, 0);
       while (true) {
         std::vector<int> combo;
@@ -242,6 +242,54 @@ std::vector<Layout> mixed_layouts(const Context& ctx) {
             out.push_back(std::move(layout));
           }
         }
+      }
+    }
+  }
+  return out;
+}
+
+bool layout_meets_constraints(const Context& ctx, const Layout& layout) {
+  const PlanConstraints& k = ctx.options().constraints;
+  if (k.data_parallel > 0 && static_cast<int>(layout.replicas.size()) != k.data_parallel) {
+    return false;
+  }
+  for (const auto& replica : layout.replicas) {
+    if (k.pipeline_parallel > 0 && static_cast<int>(replica.size()) != k.pipeline_parallel) {
+      return false;
+    }
+    for (const auto& group : replica) {
+      if (k.tensor_parallel > 0 && static_cast<int>(group.size()) != k.tensor_parallel) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+std::vector<Layout> constrained_layouts(const Context& ctx, std::vector<Layout> layouts) {
+  const PlanConstraints& k = ctx.options().constraints;
+  std::vector<Layout> out;
+  for (Layout& l : layouts) {
+    if (layout_meets_constraints(ctx, l)) out.push_back(std::move(l));
+  }
+  if (k.pipeline_parallel == 0 && k.data_parallel == 0) return out;
+  // A fixed depth or replica count may leave devices over: the cluster-order layouts of that
+  // shape on the first t x p x d devices, as a Megatron-LM job of that world size runs.
+  const int n = ctx.num_devices();
+  for (int t : {1, 2, 4, 8}) {
+    if (k.tensor_parallel > 0 && t != k.tensor_parallel) continue;
+    std::vector<int> depths;
+    if (k.pipeline_parallel > 0) {
+      depths.push_back(k.pipeline_parallel);
+    } else {
+      for (int p = 1; p <= std::min(n / t, ctx.num_layers()); ++p) depths.push_back(p);
+    }
+    for (int p : depths) {
+      const int d = k.data_parallel > 0 ? k.data_parallel : n / (t * p);
+      if (d < 1 || static_cast<int64_t>(t) * p * d > n) continue;
+      Result<Layout> l = cluster_order_layout(ctx, t, p, d);
+      if (l.is_ok() && std::find(out.begin(), out.end(), l.value()) == out.end()) {
+        out.push_back(std::move(l.value()));
       }
     }
   }
@@ -389,7 +437,7 @@ double estimate(const Context& ctx, const Candidate& c) {
   }
   MemoryOptions mem;
   mem.data_parallel = static_cast<int64_t>(c.replicas.size());
-  mem.zero1 = ctx.options().zero1;
+  mem.zero1 = ctx.options().zero1 || c.zero1;
   // The stages of the group holding the first layer finish last; their all-reduces are exposed.
   double all_reduce = 0;
   if (c.replicas.size() > 1) {
@@ -452,6 +500,8 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
   Candidate c;
   c.micro_batch_size = b;
   c.schedule = schedule;
+  const bool zero1 = ctx.options().zero1 || (options.zero1 && replicas > 1);
+  c.zero1 = zero1;
   // A first guess of each replica's micro-batches (for the memory targets): by device speed.
   std::vector<double> speed(replicas, 0);
   double speed_sum = 0;
@@ -492,7 +542,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
       }
       req.in_flight = in_flight_targets(schedule, p, guess);
       req.memory.data_parallel = replicas;
-      req.memory.zero1 = ctx.options().zero1;
+      req.memory.zero1 = zero1;
       if (schedule.chunks > 1) req.stage_owner = stage_group;
       std::string key;
       if (options.cache != nullptr) {
@@ -501,6 +551,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
               group_signature(ctx, groups) + "/";
         for (int64_t x : req.in_flight) key += std::to_string(x) + ",";
         key += adapts_to_memory(schedule) ? "a" : "f";
+        if (zero1) key += "z";
       }
       Result<Partition> part = infeasible("");
       if (options.cache == nullptr || !options.cache->find(key, &part)) {

@@ -44,6 +44,12 @@ std::vector<Layout> mixed_layouts(const Context& ctx);
 // Layouts whose replicas each use one device type, with their own depth and TP degree.
 std::vector<Layout> separate_layouts(const Context& ctx);
 
+// Whether every replica and group of `layout` has the constraints' DP, PP and TP degrees.
+bool layout_meets_constraints(const Context& ctx, const Layout& layout);
+// The layouts that meet the constraints, plus, where the pipeline depth or the replica count is
+// fixed, the cluster-order layouts of that shape (which may leave devices idle).
+std::vector<Layout> constrained_layouts(const Context& ctx, std::vector<Layout> layouts);
+
 // Balanced partitions already computed, keyed by everything they depend on; shared by the
 // threads that build candidates.
 class PartitionCache {
@@ -65,6 +71,8 @@ struct BuildOptions {
   // the extra ones to the first replicas).
   bool proportional_micro_batches = true;
   PartitionCache* cache = nullptr;  // optional
+  // Shard the optimizer state across the replicas (ZeRO-1); TuneOptions::zero1 forces it on.
+  bool zero1 = false;
 };
 
 // A candidate for `layout` with `schedule` and micro-batch size `b`. Errors: invalid_argument

@@ -24,6 +24,14 @@ bool memory_failure(const Evaluation& e) {
          e.status.message().rfind("memory", 0) == 0;
 }
 
+// The pipeline depths Megatron-LM's rule tries at TP t on n devices: the fixed one, else those
+// that divide the devices left by the fixed replica count (or by t alone).
+std::vector<int> megatron_depths(int n, int t, const PlanConstraints& fixed) {
+  if (fixed.pipeline_parallel > 0) return {fixed.pipeline_parallel};
+  const int per_replica = n / t / std::max(1, fixed.data_parallel);
+  return per_replica >= 1 ? divisors(per_replica) : std::vector<int>{};
+}
+
 RecomputePolicy more_recompute(RecomputePolicy p) {
   return p == RecomputePolicy::kNone ? RecomputePolicy::kSelective : RecomputePolicy::kFull;
 }
@@ -35,7 +43,7 @@ Layout layout_of(const Candidate& c) {
 }
 
 // The named schedules and adaptive variants motley considers.
-std::vector<ScheduleSpec> search_specs() {
+std::vector<ScheduleSpec> all_search_specs() {
   return {
       ScheduleSpec::named(ScheduleKind::k1f1b),
       ScheduleSpec::named(ScheduleKind::kInterleaved, 2),
@@ -50,6 +58,21 @@ std::vector<ScheduleSpec> search_specs() {
       ScheduleSpec::adaptive_on(StageShape::kV, 2, AdaptivePriority::kBackwardFirst,
                                 WeightFill::kIfItFits),
   };
+}
+
+// Those the constraints allow; GPipe and deeper interleaving where the constraints name them.
+std::vector<ScheduleSpec> search_specs(const Context& ctx) {
+  std::vector<ScheduleSpec> out;
+  for (const ScheduleSpec& s : all_search_specs()) {
+    if (schedule_allowed(ctx, s)) out.push_back(s);
+  }
+  const std::vector<std::string>& named = ctx.options().constraints.schedules;
+  auto names = [&](const char* family) {
+    return std::find(named.begin(), named.end(), family) != named.end();
+  };
+  if (names("gpipe")) out.push_back(ScheduleSpec::named(ScheduleKind::kGpipe));
+  if (names("interleaved")) out.push_back(ScheduleSpec::named(ScheduleKind::kInterleaved, 4));
+  return out;
 }
 
 // Whether a schedule can run m micro-batches on p groups (the generators' requirements).
@@ -184,17 +207,27 @@ Found Searcher::megatron(const ScheduleSpec& spec) {
   for (const Device& d : ctx_.devices()) ++per_node[d.node];
   int smallest_node = n;
   for (const auto& [node, count] : per_node) smallest_node = std::min(smallest_node, count);
+  const PlanConstraints& fixed = ctx_.options().constraints;
   std::vector<int> tps;
-  for (int t = 1; t <= std::min(8, smallest_node); t *= 2) tps.push_back(t);
+  for (int t = 1; t <= std::min(8, smallest_node); t *= 2) {
+    if (fixed.tensor_parallel == 0 || t == fixed.tensor_parallel) tps.push_back(t);
+  }
   const int most_stages = max_stages(LayerSplit::kMegatron, ctx_.model());
 
   Found found;
+  if (tps.empty() || !schedule_allowed(ctx_, spec)) {
+    found.why_not = tps.empty() ? fmt::format("no node holds {} devices for TP {}",
+                                              fixed.tensor_parallel, fixed.tensor_parallel)
+                                : fmt::format("the constraints leave out {}", spec.name());
+    return found;
+  }
   bool shaped = false;  // some TP x PP x DP met the shape's requirements
   auto attempt = [&](int t, RecomputePolicy policy) {
-    if (n % t != 0) return false;
-    for (int p : divisors(n / t)) {
+    if (n % t != 0 && (fixed.pipeline_parallel == 0 || fixed.data_parallel == 0)) return false;
+    for (int p : megatron_depths(n, t, fixed)) {
       if (p * spec.chunks > most_stages) continue;
-      const int d = n / (t * p);
+      const int d = fixed.data_parallel > 0 ? fixed.data_parallel : n / (t * p);
+      if (d < 1 || static_cast<int64_t>(t) * p * d > n) continue;
       if (total % d != 0) continue;
       const int64_t m = total / d;
       if (!schedule_accepts(spec, p, m)) continue;
@@ -250,6 +283,100 @@ Found Searcher::megatron(const ScheduleSpec& spec) {
   return found;
 }
 
+Found Searcher::megatron_tuned(const std::vector<Found>& defaults) {
+  const Seconds start = ctx_.now();
+  const int64_t simulated = evaluator_.simulated();
+  const PlanConstraints& fixed = ctx_.options().constraints;
+  const int n = ctx_.num_devices();
+  std::map<int, int> per_node;
+  for (const Device& d : ctx_.devices()) ++per_node[d.node];
+  int smallest_node = n;
+  for (const auto& [node, count] : per_node) smallest_node = std::min(smallest_node, count);
+  const int most_stages = max_stages(LayerSplit::kMegatron, ctx_.model());
+  std::vector<ScheduleSpec> specs;
+  for (const ScheduleSpec& s : {ScheduleSpec::named(ScheduleKind::k1f1b),
+                                ScheduleSpec::named(ScheduleKind::kInterleaved, 2),
+                                ScheduleSpec::named(ScheduleKind::kInterleaved, 4)}) {
+    if (schedule_allowed(ctx_, s)) specs.push_back(s);
+  }
+  std::vector<std::pair<double, Candidate>> ranked;
+  for (int t = 1; t <= std::min(8, smallest_node); t *= 2) {
+    if (fixed.tensor_parallel > 0 && t != fixed.tensor_parallel) continue;
+    for (int p : megatron_depths(n, t, fixed)) {
+      const int d = fixed.data_parallel > 0 ? fixed.data_parallel : n / (t * p);
+      if (d < 1 || static_cast<int64_t>(t) * p * d > n) continue;
+      Result<Layout> layout = cluster_order_layout(ctx_, t, p, d);
+      if (!layout.is_ok()) continue;
+      for (int64_t b : ctx_.micro_batch_sizes()) {
+        const int64_t total = ctx_.global_batch() / b;
+        if (total % d != 0) continue;
+        for (const ScheduleSpec& spec : specs) {
+          if (p * spec.chunks > most_stages || !schedule_accepts(spec, p, total / d)) continue;
+          if (spec.chunks > 1 && p == 1) continue;
+          for (RecomputePolicy policy :
+               {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
+            for (bool zero1 : {false, true}) {
+              if (zero1 && (d == 1 || ctx_.options().zero1)) continue;
+              BuildOptions options;
+              options.split = LayerSplit::kMegatron;
+              options.uniform_recompute = policy;
+              options.proportional_micro_batches = false;
+              options.zero1 = zero1;
+              Result<Candidate> c = build_candidate(ctx_, layout.value(), spec, b, options);
+              if (c.is_ok()) ranked.emplace_back(objective_estimate(ctx_, c.value()), c.value());
+            }
+          }
+        }
+      }
+    }
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& x, const auto& y) { return x.first < y.first; });
+  // Screened in the estimate's order until eight fit (those short of memory fail fast in
+  // assembly); the best four of them simulated whole.
+  fidelity_ = Fidelity::kScreen;
+  std::vector<Candidate> cands;
+  std::vector<std::shared_ptr<const Evaluation>> evals;
+  const size_t step = static_cast<size_t>(std::max(1, ctx_.options().threads)) * 4;
+  size_t fitting = 0;
+  for (size_t i = 0; i < ranked.size() && fitting < 8 && !evaluator_.out_of_time(); i += step) {
+    std::vector<Candidate> batch;
+    for (size_t j = i; j < std::min(ranked.size(), i + step); ++j) {
+      batch.push_back(ranked[j].second);
+    }
+    auto batch_evals = evaluate(batch);
+    for (size_t j = 0; j < batch.size(); ++j) {
+      fitting += batch_evals[j]->ok ? 1 : 0;
+      cands.push_back(std::move(batch[j]));
+      evals.push_back(std::move(batch_evals[j]));
+    }
+  }
+  fidelity_ = Fidelity::kFull;
+  std::vector<Candidate> last = finalists(cands, evals, Found{});
+  for (const Found& f : defaults) {
+    if (f.ok) last.push_back(f.candidate);
+  }
+  Found found = best_of(last, "");
+  if (found.ok) {
+    const Candidate& c = found.candidate;
+    const int t = static_cast<int>(c.replicas[0].groups[0].size());
+    const int p = static_cast<int>(c.replicas[0].groups.size());
+    found.detail = fmt::format(
+        "TP {} x PP {} x DP {}, {}, Megatron-LM's layer split, devices in cluster order, "
+        "recompute {}{}, {} micro-batches of {} per replica (best of {} swept layouts)",
+        t, p, c.replicas.size(), c.schedule.name(),
+        recompute_policy_name(c.replicas[0].recompute[0]), c.zero1 ? ", distributed optimizer" : "",
+        c.replicas[0].micro_batches, c.micro_batch_size, ranked.size());
+  } else if (ranked.empty()) {
+    found.why_not = "no TP x PP x DP in cluster order meets Megatron-LM's requirements";
+  } else if (found.why_not.empty() || cands.empty()) {
+    found.why_not = "no swept Megatron-LM layout fits memory";
+  }
+  found.simulated = evaluator_.simulated() - simulated;
+  found.seconds = (ctx_.now() - start).value();
+  return found;
+}
+
 Found Searcher::metis() {
   const Seconds start = ctx_.now();
   const int64_t simulated = evaluator_.simulated();
@@ -257,6 +384,7 @@ Found Searcher::metis() {
   const ScheduleSpec spec = ScheduleSpec::named(ScheduleKind::k1f1b);
   std::vector<std::pair<double, Candidate>> ranked;
   for (const Layout& layout : mixed_layouts(ctx_)) {
+    if (!layout_meets_constraints(ctx_, layout)) continue;
     size_t devices = 0;
     for (const auto& rep : layout.replicas) {
       for (const auto& g : rep) devices += g.size();
@@ -355,6 +483,7 @@ Found Searcher::placement_only() {
       if (l.is_ok()) layouts.push_back(std::move(l.value()));
     }
   }
+  layouts = constrained_layouts(ctx_, std::move(layouts));
   std::vector<std::pair<double, Candidate>> ranked;
   for (const Layout& layout : layouts) {
     BuildOptions options;
@@ -421,10 +550,16 @@ Found Searcher::schedule_only(const Found& base) {
   }
   const Layout layout = layout_of(base.candidate);
   const int64_t b = base.candidate.micro_batch_size;
-  std::vector<ScheduleSpec> specs = search_specs();
-  specs.push_back(ScheduleSpec::named(ScheduleKind::kInterleaved, 4));
-  specs.push_back(ScheduleSpec::adaptive_on(StageShape::kLinear, 1,
-                                            AdaptivePriority::kBackwardFirst, WeightFill::kAlways));
+  std::vector<ScheduleSpec> specs = search_specs(ctx_);
+  for (const ScheduleSpec& extra :
+       {ScheduleSpec::named(ScheduleKind::kInterleaved, 4),
+        ScheduleSpec::adaptive_on(StageShape::kLinear, 1, AdaptivePriority::kBackwardFirst,
+                                  WeightFill::kAlways)}) {
+    if (schedule_allowed(ctx_, extra) &&
+        std::find(specs.begin(), specs.end(), extra) == specs.end()) {
+      specs.push_back(extra);
+    }
+  }
   std::vector<Candidate> cands{base.candidate};
   fidelity_ = Fidelity::kScreen;
   for (const ScheduleSpec& spec : specs) {
@@ -680,6 +815,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       }
     }
   }
+  layouts = constrained_layouts(ctx_, std::move(layouts));
   fidelity_ = Fidelity::kScreen;
   phase_ = "structures";
   BuildOptions options;
@@ -708,7 +844,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   std::vector<std::pair<double, Candidate>> ranked;
   for (size_t k = 0; k < keep_layouts; ++k) {
     const Layout& layout = layouts[layout_rank[k].second];
-    for (const ScheduleSpec& spec : search_specs()) {
+    for (const ScheduleSpec& spec : search_specs(ctx_)) {
       for (int64_t b : ctx_.micro_batch_sizes()) {
         Result<Candidate> c = build_candidate(ctx_, layout, spec, b, options);
         if (!c.is_ok() || !accepts_all(spec, c.value())) continue;
@@ -826,6 +962,7 @@ Found Searcher::exhaustive() {
       } while (std::next_permutation(pattern.begin(), pattern.end()));
     }
   }
+  layouts = constrained_layouts(ctx_, std::move(layouts));
   const std::vector<ScheduleSpec> specs = {
       ScheduleSpec::named(ScheduleKind::kGpipe),          ScheduleSpec::named(ScheduleKind::k1f1b),
       ScheduleSpec::named(ScheduleKind::kInterleaved, 2), ScheduleSpec::named(ScheduleKind::kZbH1),

@@ -50,6 +50,12 @@ class Searcher {
   // that fits (GPUs per node with recompute when nothing fits without), the smallest PP that
   // fits, DP the rest, the same micro-batch count per replica.
   Found megatron(const ScheduleSpec& schedule);
+  // What a Megatron-LM user finds by sweeping: the best of TP x PP x DP (devices in cluster
+  // order, its layer split) x 1F1B or interleaved 1F1B (v = 2, 4) x micro-batch size x uniform
+  // recompute x the distributed optimizer, ranked by the estimate, screened until eight fit
+  // and the best four simulated whole, with `defaults` (the default layouts a sweep starts
+  // from: megatron-1f1b, megatron-interleaved), so it is never slower than they are.
+  Found megatron_tuned(const std::vector<Found>& defaults);
   // Metis (ATC'24): heterogeneity-aware device grouping, TP/DP degrees and layer partition,
   // chosen by its cost model (m-1) max(stage) + sum(stage) + all-reduce, with 1F1B.
   Found metis();

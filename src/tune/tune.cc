@@ -66,7 +66,7 @@ PlanExplanation explain(const Context& ctx, const Found& best, const SimResult& 
   const Candidate& c = best.candidate;
   const PipelineSpec& first = c.replicas[0];
   out.layout = tune_internal::describe_layout(ctx, c.replicas);
-  std::vector<bool> used(ctx.num_devices(), false);
+  std::vector<bool> used(ctx.num_cluster_devices(), false);
   for (const PipelineSpec& r : c.replicas) {
     out.replica_micro_batches.push_back(r.micro_batches);
     for (const auto& g : r.groups) {
@@ -74,8 +74,8 @@ PlanExplanation explain(const Context& ctx, const Found& best, const SimResult& 
     }
   }
   std::map<std::string, int> idle;
-  for (int d = 0; d < ctx.num_devices(); ++d) {
-    if (!used[d]) ++idle[ctx.devices()[d].type];
+  for (const Device& d : ctx.devices()) {
+    if (!used[d.id]) ++idle[d.type];
   }
   out.idle_devices.assign(idle.begin(), idle.end());
 
@@ -111,6 +111,11 @@ PlanExplanation explain(const Context& ctx, const Found& best, const SimResult& 
     }
   }
   for (size_t i = 0; i < baselines.size(); ++i) {
+    if (names[i] == "megatron-tuned" && baselines[i].ok) {
+      out.megatron_tuned = Seconds(baselines[i].eval->iteration_time);
+    }
+  }
+  for (size_t i = 0; i < baselines.size(); ++i) {
     if (baselines[i].ok &&
         tune_internal::candidate_key(baselines[i].candidate) == tune_internal::candidate_key(c)) {
       out.baseline_plan = names[i];
@@ -127,8 +132,14 @@ const char* tune_objective_name(TuneObjective objective) {
 }
 
 std::vector<std::string> tune_strategy_names() {
-  return {"motley", "megatron-1f1b",  "megatron-interleaved", "zb-h1",        "zb-v",
-          "metis",  "partition-only", "placement-only",       "schedule-only"};
+  return {"motley", "megatron-1f1b", "megatron-tuned", "megatron-interleaved", "zb-h1",
+          "zb-v",   "metis",         "partition-only", "placement-only",       "schedule-only"};
+}
+
+std::vector<std::string> schedule_family_names() {
+  std::vector<std::string> names = schedule_kind_names();
+  names.emplace_back("adaptive");
+  return names;
 }
 
 Result<Seconds> iteration_lower_bound(const TuneOptions& options, const ModelSpec& model,
@@ -218,6 +229,11 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
     if (slot.ok || !slot.why_not.empty()) return slot;
     if (name == "megatron-1f1b") {
       slot = searcher.megatron(ScheduleSpec::named(ScheduleKind::k1f1b));
+    } else if (name == "megatron-tuned") {
+      // The sweep includes the default layouts: a user starts from them.
+      std::vector<Found> defaults{run_baseline("megatron-1f1b"),
+                                  run_baseline("megatron-interleaved")};
+      slot = searcher.megatron_tuned(defaults);
     } else if (name == "megatron-interleaved") {
       slot = searcher.megatron(ScheduleSpec::named(ScheduleKind::kInterleaved, 2));
     } else if (name == "zb-h1") {

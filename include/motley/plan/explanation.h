@@ -60,6 +60,8 @@ struct PlanExplanation {
   // megatron-1f1b, when it found a plan; then the single-dimension baselines that found one,
   // in tune_strategy_names() order.
   std::optional<ExplainedBaseline> megatron;
+  // megatron-tuned's iteration (the best of a sweep of Megatron-LM layouts), when it found one.
+  std::optional<Seconds> megatron_tuned;
   std::vector<DimensionOutcome> single_dimension;
   // The baseline whose plan this is (the first in tune_strategy_names() order); empty when the
   // full search's own candidate won.

@@ -56,6 +56,9 @@ struct Candidate {
   int64_t micro_batch_size = 1;
   ScheduleSpec schedule;
   std::vector<PipelineSpec> replicas;
+  // The optimizer state sharded across the replicas (ZeRO-1); so is it with
+  // AssembleOptions::zero1.
+  bool zero1 = false;
   bool operator==(const Candidate&) const = default;
 };
 
@@ -76,6 +79,9 @@ struct AssembleOptions {
   // whose peak exceeds a device's capacity. Off: no budget anywhere, no check (the plan is
   // validated later, as `motley simulate` does).
   bool check_memory = true;
+  // The share of each device's capacity the budgets and the check use (1 less a headroom the
+  // plan leaves free), in (0, 1].
+  double usable_memory_fraction = 1.0;
 };
 
 // The Plan of `candidate`, its stages and orders priced with `cost` (the memory check with the

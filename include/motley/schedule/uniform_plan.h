@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "motley/cluster/cluster.h"
 #include "motley/core/status.h"
@@ -37,6 +38,9 @@ struct UniformPlanOptions {
   bool sequence_parallel = false;  // recorded in the plan (Plan::sequence_parallel)
   // How layers are counted onto stages: uniform_bounds (every layer alike) or megatron_bounds.
   LayerSplit partition = LayerSplit::kUniform;
+  // Non-empty: the layers of each stage in order (one count per stage, each at least 1,
+  // summing to the model's layers), instead of `partition`'s rule.
+  std::vector<int> layer_counts;
 };
 
 // The S = p * stages_per_group stages get split_bounds(partition, model, S): by default stage s

@@ -54,6 +54,29 @@ using CostModelFactory = std::function<std::unique_ptr<CostModel>(
 // threads, so it must be thread-safe. Tests inject a fake one.
 using TuneClock = std::function<Seconds()>;
 
+// The layout a user fixes; every strategy's plan meets it (baselines included). Zero or empty
+// leaves a dimension to the search.
+struct PlanConstraints {
+  int tensor_parallel = 0;    // devices in every device group
+  int pipeline_parallel = 0;  // device groups in every replica (the pipeline depth)
+  int data_parallel = 0;      // replicas
+  // Schedule families a plan may use (schedule_family_names()); empty: any.
+  std::vector<std::string> schedules;
+  // Cluster device ids no plan uses (ascending, unique); the rest must hold some device.
+  std::vector<int> excluded_devices;
+  // The share of every device's memory a plan leaves free (the framework's own buffers, the
+  // allocator's fragmentation), in [0, 1): peaks are checked against (1 - headroom) x capacity.
+  double memory_headroom = 0;
+  bool any() const {
+    return tensor_parallel > 0 || pipeline_parallel > 0 || data_parallel > 0 ||
+           !schedules.empty() || !excluded_devices.empty() || memory_headroom > 0;
+  }
+};
+
+// The families PlanConstraints::schedules names: schedule_kind_names() and "adaptive" (the list
+// scheduler on any stage shape).
+std::vector<std::string> schedule_family_names();
+
 struct TuneOptions {
   int64_t global_batch = 0;  // sequences per iteration; required, > 0
   int64_t seq_len = 0;       // 0: the model's default_seq_len
@@ -84,6 +107,7 @@ struct TuneOptions {
   // kExhaustiveMaxDevices devices and kExhaustiveMaxLayers layers).
   bool exhaustive = false;
   bool zero1 = false;  // every plan shards its optimizer state across replicas
+  PlanConstraints constraints;
   // Keep every baseline's outcome in TuneResult::baselines (motley only). The full search
   // builds the baselines anyway and may return one of their plans; the exhaustive search builds
   // only megatron-1f1b (for the explanation) unless this is set, and returns its own best.
@@ -106,8 +130,9 @@ struct TuneOptions {
 inline constexpr int kExhaustiveMaxDevices = 8;
 inline constexpr int kExhaustiveMaxLayers = 16;
 
-// "motley" first, then the baselines: "megatron-1f1b", "megatron-interleaved", "zb-h1", "zb-v",
-// "metis", "partition-only", "placement-only", "schedule-only".
+// "motley" first, then the baselines: "megatron-1f1b" (Megatron-LM's default layout),
+// "megatron-tuned" (the best of a sweep of Megatron-LM layouts), "megatron-interleaved",
+// "zb-h1", "zb-v", "metis", "partition-only", "placement-only", "schedule-only".
 std::vector<std::string> tune_strategy_names();
 
 // What one strategy produced.

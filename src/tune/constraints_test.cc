@@ -1,0 +1,195 @@
+// The layout a user fixes (PlanConstraints) holds for every strategy's plan, and the
+// megatron-tuned sweep is never slower than the default layouts it starts from.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "motley/tune/tune.h"
+#include "tune_test_util.h"
+
+namespace motley::tune_internal::tune_testing {
+namespace {
+
+// Every feasible plan of the result: motley's and each baseline's.
+std::vector<const Plan*> all_plans(const TuneResult& r) {
+  std::vector<const Plan*> out{&r.plan};
+  for (const StrategyOutcome& b : r.baselines) {
+    if (b.feasible) out.push_back(&b.plan);
+  }
+  return out;
+}
+
+// 8 layers on two nodes of four H100s.
+struct EightOnTwoNodes {
+  ModelSpec model = tiny_model(8);
+  ClusterSpec cluster = fixed_cluster({"H100-SXM", "H100-SXM"}, 4);
+  TuneOptions options = fixed_options(16, uniform_spec(8));
+};
+
+TEST(PlanConstraintsTest, EveryStrategyKeepsTheFixedDegrees) {
+  EightOnTwoNodes c;
+  c.options.constraints.tensor_parallel = 2;
+  c.options.constraints.pipeline_parallel = 2;
+  c.options.constraints.data_parallel = 2;
+  Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  int feasible = 0;
+  for (const Plan* plan : all_plans(r.value())) {
+    ++feasible;
+    ASSERT_EQ(plan->replicas.size(), 2u);
+    for (const Replica& rep : plan->replicas) {
+      ASSERT_EQ(rep.groups.size(), 2u);
+      for (const DeviceGroupSchedule& g : rep.groups) EXPECT_EQ(g.devices.size(), 2u);
+    }
+  }
+  EXPECT_GE(feasible, 4);  // motley and most baselines find a plan of that shape
+}
+
+TEST(PlanConstraintsTest, AFixedDepthMayLeaveDevicesIdle) {
+  EightOnTwoNodes c;
+  c.options.constraints.pipeline_parallel = 3;
+  c.options.constraints.data_parallel = 1;
+  c.options.constraints.tensor_parallel = 1;
+  Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  for (const Plan* plan : all_plans(r.value())) {
+    ASSERT_EQ(plan->replicas.size(), 1u);
+    EXPECT_EQ(plan->replicas[0].groups.size(), 3u);
+  }
+}
+
+TEST(PlanConstraintsTest, ExcludedDevicesAreNeverUsed) {
+  EightOnTwoNodes c;
+  c.options.constraints.excluded_devices = {0, 5};
+  Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  for (const Plan* plan : all_plans(r.value())) {
+    for (const Replica& rep : plan->replicas) {
+      for (const DeviceGroupSchedule& g : rep.groups) {
+        for (int d : g.devices) EXPECT_TRUE(d != 0 && d != 5) << "device " << d;
+      }
+    }
+  }
+  // The bound spreads the work over the six devices left: it is 8/6 of the whole cluster's.
+  TuneOptions all = c.options;
+  all.constraints = PlanConstraints{};
+  const double six = iteration_lower_bound(c.options, c.model, c.cluster).value().value();
+  const double eight = iteration_lower_bound(all, c.model, c.cluster).value().value();
+  EXPECT_GT(six, eight);
+}
+
+TEST(PlanConstraintsTest, OnlyTheNamedScheduleFamiliesRun) {
+  EightOnTwoNodes c;
+  c.options.constraints.schedules = {"zb-h1"};
+  Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  for (const Plan* plan : all_plans(r.value())) EXPECT_EQ(plan->schedule, "zb-h1");
+  for (const StrategyOutcome& b : r.value().baselines) {
+    if (b.strategy == "megatron-1f1b") {
+      EXPECT_FALSE(b.feasible);
+      EXPECT_NE(b.detail.find("leave out 1f1b"), std::string::npos) << b.detail;
+    }
+  }
+}
+
+TEST(PlanConstraintsTest, GpipeRunsWhenItIsTheOnlyFamily) {
+  EightOnTwoNodes c;
+  c.options.constraints.schedules = {"gpipe"};
+  Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r.value().plan.schedule, "gpipe");
+}
+
+TEST(PlanConstraintsTest, HeadroomKeepsEveryPeakBelowItsShare) {
+  // 8 layers of 8 GB each: 64 GB fits one 80 GB device, but not under a 30 % headroom (56 GB).
+  FixedCostSpec spec;
+  for (int i = 0; i < 8; ++i) spec.layers.push_back(layer_ms(1, 1, 1, 8, 0.5));
+  ModelSpec model = tiny_model(8);
+  TuneOptions options = fixed_options(4, spec);
+  const ClusterSpec one = fixed_cluster({"H100-SXM"}, 1);
+  ASSERT_TRUE(tune(options, model, one).is_ok());
+  options.constraints.memory_headroom = 0.3;
+  Result<TuneResult> refused = tune(options, model, one);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInfeasible);
+
+  Result<TuneResult> r = tune(options, model, fixed_cluster({"H100-SXM"}, 2));
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  for (const DeviceStats& d : r.value().simulation.devices) {
+    EXPECT_LE(d.peak_memory.value(), 0.7 * d.capacity.value() * (1 + 1e-12))
+        << "device " << d.device;
+  }
+}
+
+TEST(PlanConstraintsTest, RefusesConstraintsNoClusterMeets) {
+  EightOnTwoNodes c;
+  auto refused = [&](PlanConstraints k, const std::string& field) {
+    TuneOptions o = c.options;
+    o.constraints = k;
+    Result<TuneResult> r = tune(o, c.model, c.cluster);
+    ASSERT_FALSE(r.is_ok()) << field;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().message();
+    EXPECT_NE(r.status().message().find(field), std::string::npos) << r.status().message();
+  };
+  refused(PlanConstraints{3, 0, 0, {}, {}, 0}, "tensor_parallel");
+  refused(PlanConstraints{0, 9, 0, {}, {}, 0}, "pipeline_parallel");
+  refused(PlanConstraints{2, 2, 4, {}, {}, 0}, "tensor x pipeline x data");
+  refused(PlanConstraints{0, 0, 0, {"fast"}, {}, 0}, "schedules");
+  refused(PlanConstraints{0, 0, 0, {}, {3, 3}, 0}, "excluded_devices");
+  refused(PlanConstraints{0, 0, 0, {}, {8}, 0}, "excluded_devices");
+  refused(PlanConstraints{0, 0, 0, {}, {0, 1, 2, 3, 4, 5, 6, 7}, 0}, "excluded_devices");
+  refused(PlanConstraints{0, 0, 0, {}, {}, 1.0}, "memory_headroom");
+  // TP 8 needs nodes of eight devices.
+  refused(PlanConstraints{8, 0, 0, {}, {}, 0}, "tensor_parallel");
+}
+
+TEST(MegatronTunedTest, NeverSlowerThanTheDefaultLayoutsAndMotleyNeverSlowerThanIt) {
+  // Two speeds of device, so the default layout is far from the best a sweep finds.
+  ModelSpec model = tiny_model(8);
+  ClusterSpec cluster = fixed_cluster({"H100-SXM", "A100-80GB"}, 4);
+  TuneOptions options = fixed_options(32, two_speeds(8));
+  options.micro_batch_size = 0;  // the sweep covers micro-batch sizes too
+  Result<TuneResult> r = tune(options, model, cluster);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  double tuned = 0;
+  std::vector<double> defaults;
+  for (const StrategyOutcome& b : r.value().baselines) {
+    if (!b.feasible) continue;
+    if (b.strategy == "megatron-tuned") tuned = b.iteration_time.value();
+    if (b.strategy == "megatron-1f1b" || b.strategy == "megatron-interleaved") {
+      defaults.push_back(b.iteration_time.value());
+    }
+  }
+  ASSERT_GT(tuned, 0);
+  ASSERT_FALSE(defaults.empty());
+  for (double d : defaults) EXPECT_LE(tuned, d * (1 + 1e-12));
+  EXPECT_LE(r.value().simulation.iteration_time.value(), tuned * (1 + 1e-12));
+  ASSERT_TRUE(r.value().explanation.megatron_tuned.has_value());
+  EXPECT_DOUBLE_EQ(r.value().explanation.megatron_tuned->value(), tuned);
+}
+
+TEST(MegatronTunedTest, ItsPlanIsOneMegatronCanRun) {
+  EightOnTwoNodes c;
+  c.options.micro_batch_size = 0;
+  c.options.strategy = "megatron-tuned";
+  Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  const Plan& plan = r.value().plan;
+  // Identical replicas, one TP degree, devices in cluster order.
+  int next = 0;
+  for (const Replica& rep : plan.replicas) {
+    EXPECT_EQ(rep.micro_batches, plan.replicas[0].micro_batches);
+    for (const DeviceGroupSchedule& g : rep.groups) {
+      EXPECT_EQ(g.devices.size(), plan.replicas[0].groups[0].devices.size());
+      for (int d : g.devices) EXPECT_EQ(d, next++);
+    }
+  }
+  EXPECT_TRUE(plan.schedule == "1f1b" || plan.schedule.rfind("interleaved", 0) == 0)
+      << plan.schedule;
+}
+
+}  // namespace
+}  // namespace motley::tune_internal::tune_testing
