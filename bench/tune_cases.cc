@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,7 @@ struct Row {
   CaseFile file;
   int devices = 0;
   int layers = 0;
+  bool mixed = false;  // the cluster holds more than one device type
   TuneResult result;
 };
 
@@ -160,8 +162,8 @@ std::string markdown(const std::vector<Row>& rows, double budget,
       "show by how much its own search beats them.\n\n";
 
   // Summary.
-  std::vector<double> vs_megatron, vs_single, efficiency;
-  double worst = 1e300;
+  std::vector<double> vs_megatron, vs_single, efficiency, vs_tuned, vs_tuned_mixed;
+  double worst = 1e300, worst_tuned = 1e300;
   for (const Row& r : rows) {
     const double t = r.result.simulation.iteration_time.value();
     double best_single = 1e300;
@@ -170,6 +172,11 @@ std::string markdown(const std::vector<Row>& rows, double budget,
       const double s = b.iteration_time.value() / t;
       worst = std::min(worst, s);
       if (b.strategy == "megatron-1f1b") vs_megatron.push_back(s);
+      if (b.strategy == "megatron-tuned") {
+        vs_tuned.push_back(s);
+        if (r.mixed) vs_tuned_mixed.push_back(s);
+        worst_tuned = std::min(worst_tuned, s);
+      }
       if (std::find(single.begin(), single.end(), b.strategy) != single.end()) {
         best_single = std::min(best_single, s);
       }
@@ -184,6 +191,11 @@ std::string markdown(const std::vector<Row>& rows, double budget,
   out += "| cases | " + std::to_string(rows.size()) + " |\n";
   out += "| geometric-mean speedup of motley over megatron-1f1b | " + num(geomean(vs_megatron), 2) +
          "x |\n";
+  out += "| geometric-mean speedup of motley over megatron-tuned | " + num(geomean(vs_tuned), 2) +
+         "x |\n";
+  out += "| the same on the " + std::to_string(vs_tuned_mixed.size()) +
+         " cases with more than one device type | " + num(geomean(vs_tuned_mixed), 2) + "x |\n";
+  out += "| smallest speedup over megatron-tuned on any case | " + num(worst_tuned, 3) + "x |\n";
   out += "| geometric-mean speedup over the best single-dimension strategy of each case | " +
          num(geomean(vs_single), 2) + "x |\n";
   out += "| smallest speedup over any baseline on any case | " + num(worst, 3) + "x |\n";
@@ -345,6 +357,9 @@ int run(int argc, char** argv) {
     row.file = c.value();
     row.devices = static_cast<int>(cluster_devices(cluster.value()).size());
     row.layers = static_cast<int>(model->layers.size());
+    std::set<std::string> types;
+    for (const Device& d : cluster_devices(cluster.value())) types.insert(d.type);
+    row.mixed = types.size() > 1;
     row.result = std::move(result.value());
     rows.push_back(std::move(row));
   }
