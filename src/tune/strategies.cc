@@ -32,6 +32,21 @@ std::vector<int> megatron_depths(int n, int t, const PlanConstraints& fixed) {
   return per_replica >= 1 ? divisors(per_replica) : std::vector<int>{};
 }
 
+// The TP degrees Megatron-LM's rule tries: powers of two up to 8 and the smallest node's
+// usable devices, or the fixed one.
+std::vector<int> megatron_tp_degrees(const Context& ctx) {
+  std::map<int, int> per_node;
+  for (const Device& d : ctx.devices()) ++per_node[d.node];
+  int smallest_node = ctx.num_devices();
+  for (const auto& [node, count] : per_node) smallest_node = std::min(smallest_node, count);
+  const int fixed = ctx.options().constraints.tensor_parallel;
+  std::vector<int> tps;
+  for (int t = 1; t <= std::min(8, smallest_node); t *= 2) {
+    if (fixed == 0 || t == fixed) tps.push_back(t);
+  }
+  return tps;
+}
+
 RecomputePolicy more_recompute(RecomputePolicy p) {
   return p == RecomputePolicy::kNone ? RecomputePolicy::kSelective : RecomputePolicy::kFull;
 }
@@ -203,15 +218,8 @@ Found Searcher::megatron(const ScheduleSpec& spec) {
   const int64_t b = ctx_.baseline_micro_batch_size();
   const int64_t total = ctx_.global_batch() / b;
   const int n = ctx_.num_devices();
-  std::map<int, int> per_node;
-  for (const Device& d : ctx_.devices()) ++per_node[d.node];
-  int smallest_node = n;
-  for (const auto& [node, count] : per_node) smallest_node = std::min(smallest_node, count);
   const PlanConstraints& fixed = ctx_.options().constraints;
-  std::vector<int> tps;
-  for (int t = 1; t <= std::min(8, smallest_node); t *= 2) {
-    if (fixed.tensor_parallel == 0 || t == fixed.tensor_parallel) tps.push_back(t);
-  }
+  const std::vector<int> tps = megatron_tp_degrees(ctx_);
   const int most_stages = max_stages(LayerSplit::kMegatron, ctx_.model());
 
   Found found;
@@ -288,10 +296,6 @@ Found Searcher::megatron_tuned(const std::vector<Found>& defaults) {
   const int64_t simulated = evaluator_.simulated();
   const PlanConstraints& fixed = ctx_.options().constraints;
   const int n = ctx_.num_devices();
-  std::map<int, int> per_node;
-  for (const Device& d : ctx_.devices()) ++per_node[d.node];
-  int smallest_node = n;
-  for (const auto& [node, count] : per_node) smallest_node = std::min(smallest_node, count);
   const int most_stages = max_stages(LayerSplit::kMegatron, ctx_.model());
   std::vector<ScheduleSpec> specs;
   for (const ScheduleSpec& s : {ScheduleSpec::named(ScheduleKind::k1f1b),
@@ -300,8 +304,7 @@ Found Searcher::megatron_tuned(const std::vector<Found>& defaults) {
     if (schedule_allowed(ctx_, s)) specs.push_back(s);
   }
   std::vector<std::pair<double, Candidate>> ranked;
-  for (int t = 1; t <= std::min(8, smallest_node); t *= 2) {
-    if (fixed.tensor_parallel > 0 && t != fixed.tensor_parallel) continue;
+  for (int t : megatron_tp_degrees(ctx_)) {
     for (int p : megatron_depths(n, t, fixed)) {
       const int d = fixed.data_parallel > 0 ? fixed.data_parallel : n / (t * p);
       if (d < 1 || static_cast<int64_t>(t) * p * d > n) continue;
