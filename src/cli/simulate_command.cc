@@ -220,6 +220,7 @@ Status simulate_command(const SimulateOptions& opt) {
            {"bubble_fraction", result.bubble_fraction},
            {"fits_memory", result.fits_memory},
            {"tasks", result.tasks},
+           {"replicas_simulated", result.replicas_simulated},
            {"devices", devices}};
     if (!opt.out.empty()) j["plan"] = opt.out;
     if (interruptible) {

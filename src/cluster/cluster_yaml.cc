@@ -380,8 +380,10 @@ std::vector<NodeSpec> expand(const NodeEntry& entry) {
   return out;
 }
 
-// Adds an entry's devices to the cluster's before it is expanded; an error names the entry.
-Status count_devices(const JsonField& f, const NodeEntry& entry, int64_t* total) {
+// Adds an entry's devices and shared links to the cluster's before it is expanded; an error
+// names the entry.
+Status count_devices(const JsonField& f, const NodeEntry& entry, int64_t* total,
+                     int64_t* total_links) {
   const std::optional<int64_t> devices = checked_mul(entry.count, entry.devices);
   const std::optional<int64_t> sum = devices ? checked_add(*total, *devices) : std::nullopt;
   if (!sum || *sum > kMaxClusterDevices) {
@@ -390,7 +392,18 @@ Status count_devices(const JsonField& f, const NodeEntry& entry, int64_t* total)
                     "supported",
                     kMaxClusterDevices, entry.count, entry.devices));
   }
+  // One node's links are at most about a million (1,024 xGMI devices, 1,024 NICs): no overflow.
+  const int64_t per_node = topology_link_count(entry.node);
+  const std::optional<int64_t> links = checked_mul(entry.count, per_node);
+  const std::optional<int64_t> links_sum = links ? checked_add(*total_links, *links) : std::nullopt;
+  if (!links_sum || *links_sum > kMaxClusterLinks) {
+    return f.error(fmt::format(
+        "brings the cluster past {} shared links ({} nodes of {}: device ports, PCIe links and "
+        "switch uplinks, xGMI device pairs, two per NIC), the most supported",
+        kMaxClusterLinks, entry.count, per_node));
+  }
   *total = *sum;
+  *total_links = *links_sum;
   return Status::ok();
 }
 
@@ -483,9 +496,10 @@ Result<ClusterSpec> cluster_from_json(const JsonField& root) {
   if (nodes.empty()) return nodes_field.error("expected at least one node");
   std::map<std::string, std::string> seen;  // node name -> the entry that made it
   int64_t devices = 0;
+  int64_t links = 0;
   for (const JsonField& n : nodes) {
     MOTLEY_ASSIGN_OR_RETURN(NodeEntry entry, parse_node(n, cluster.network));
-    MOTLEY_RETURN_IF_ERROR(count_devices(n, entry, &devices));
+    MOTLEY_RETURN_IF_ERROR(count_devices(n, entry, &devices, &links));
     for (NodeSpec& node : expand(entry)) {
       auto [it, inserted] = seen.emplace(node.name, n.path());
       if (!inserted) {

@@ -251,7 +251,7 @@ TEST(ClusterYamlTest, RejectsBadCounts) {
 // std::bad_alloc, naming neither file nor field.
 TEST(ClusterYamlTest, RejectsHugeCountsBeforeExpanding) {
   expect_error("nodes: [{name: a, count: 9223372036854775807, devices: {type: A10, count: 1}}]",
-               "test.yaml: field 'nodes[0].count': expected an integer from 1 to 4096, got "
+               "test.yaml: field 'nodes[0].count': expected an integer from 1 to 262144, got "
                "9223372036854775807");
   expect_error("nodes: [{name: a, devices: {type: A10, count: 1e9}}]",
                "test.yaml: field 'nodes[0].devices.count': expected an integer from 1 to 1024, got "
@@ -269,20 +269,38 @@ TEST(ClusterYamlTest, RejectsHugeCountsBeforeExpanding) {
   // The product of two counts within their limits, and the sum over entries.
   expect_error(
       "network: {kind: ethernet}\n"
-      "nodes: [{name: a, count: 4096, devices: {type: A10, count: 8}}]",
-      "test.yaml: field 'nodes[0]': brings the cluster past 4096 devices (4096 nodes of "
+      "nodes: [{name: a, count: 262144, devices: {type: A10, count: 8}}]",
+      "test.yaml: field 'nodes[0]': brings the cluster past 262144 devices (262144 nodes of "
       "8), the most supported");
   expect_error(
       "network: {kind: ethernet}\n"
-      "nodes: [{name: a, count: 500, devices: {type: A10, count: 8}},\n"
-      "        {name: b, count: 97, devices: {type: T4, count: 1}}]",
-      "test.yaml: field 'nodes[1]': brings the cluster past 4096 devices (97 nodes of 1), "
+      "nodes: [{name: a, count: 32000, devices: {type: A10, count: 8}},\n"
+      "        {name: b, count: 6145, devices: {type: T4, count: 1}}]",
+      "test.yaml: field 'nodes[1]': brings the cluster past 262144 devices (6145 nodes of 1), "
+      "the most supported");
+  // Links, which a topology holds one by one: xGMI has one per device pair of a node, so a few
+  // nodes of 1,024 such devices (1,047,552 pair links each) are too many; so are many NICs.
+  expect_error(
+      "network: {kind: ethernet}\n"
+      "nodes: [{name: a, count: 5, devices: {type: MI300X, count: 1024}}]",
+      "test.yaml: field 'nodes[0]': brings the cluster past 4194304 shared links (5 nodes of "
+      "1049602: device ports, PCIe links and switch uplinks, xGMI device pairs, two per NIC), "
+      "the most supported");
+  expect_error(
+      "network: {kind: ethernet}\n"
+      "nodes: [{name: a, count: 4000, devices: {type: A10, count: 1}, nic: {count: 1024}}]",
+      "test.yaml: field 'nodes[0]': brings the cluster past 4194304 shared links (4000 nodes of "
+      "2050: device ports, PCIe links and switch uplinks, xGMI device pairs, two per NIC), "
       "the most supported");
   auto at_limit = parse(
       "network: {kind: ethernet}\n"
-      "nodes: [{name: a, count: 512, devices: {type: A10, count: 8}}]");
+      "nodes: [{name: a, count: 32768, devices: {type: A10, count: 8}}]");
   ASSERT_TRUE(at_limit.is_ok()) << at_limit.status().message();
-  EXPECT_EQ(at_limit.value().nodes.size(), 512u);
+  EXPECT_EQ(at_limit.value().nodes.size(), 32768u);
+  // A topology of that many devices resolves paths when asked, with no table of pairs.
+  const Topology topology(at_limit.value());
+  EXPECT_EQ(topology.devices().size(), 262144u);
+  EXPECT_TRUE(topology.path(0, 262143).crosses_nodes);
 }
 
 TEST(ClusterYamlTest, RejectsRecursiveAliasesAndAliasBombs) {

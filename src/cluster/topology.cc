@@ -1,11 +1,13 @@
-// Resolves every device pair of a ClusterSpec to a Path over shared Links. The rules (which
-// links a transfer crosses, how latencies add) are documented in docs/cluster-format.md,
+// Resolves a device pair of a ClusterSpec to a Path over shared Links, when asked. The rules
+// (which links a transfer crosses, how latencies add) are documented in docs/cluster-format.md,
 // "Paths"; keep the two in step.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <string>
+#include <utility>
 
 #include "motley/cluster/cluster.h"
 
@@ -13,16 +15,6 @@ namespace motley {
 namespace {
 
 constexpr int kNone = -1;
-
-// Link ids of one node, by local device index where per device.
-struct NodeLinks {
-  int first_device = 0;
-  std::vector<int> port_tx, port_rx;      // NVLink / Gaudi RoCE ports (empty for other kinds)
-  std::vector<int> pcie_tx, pcie_rx;      // device <-> its PCIe switch (or the root complex)
-  std::vector<int> uplink_tx, uplink_rx;  // per switch: towards / from the root complex
-  std::vector<int> pair;                  // xGMI: n*n, kNone on the diagonal and across vendors
-  std::vector<int> nic_tx, nic_rx;
-};
 
 bool has_ports(LinkKind kind) { return kind == LinkKind::kNvlink || kind == LinkKind::kGaudiRoce; }
 
@@ -46,7 +38,7 @@ class PathBuilder {
   Path done(bool host_staged, bool crosses_nodes) {
     path_.host_staged = host_staged;
     path_.crosses_nodes = crosses_nodes;
-    return std::move(path_);
+    return path_;
   }
 
  private:
@@ -74,8 +66,28 @@ std::vector<Device> cluster_devices(const ClusterSpec& cluster) {
   return out;
 }
 
+int64_t topology_link_count(const NodeSpec& node) {
+  int64_t devices = 0;
+  std::map<Vendor, int64_t> per_vendor;
+  for (const NodeDevices& g : node.devices) {
+    devices += g.count;
+    auto type = find_device_type(g.type);
+    MOTLEY_CHECK(type.is_ok(), type.status().message());
+    per_vendor[type.value()->vendor] += g.count;
+  }
+  int64_t links = 2 * devices;  // PCIe tx and rx
+  if (has_ports(node.interconnect.kind)) links += 2 * devices;
+  if (node.devices_per_pcie_switch > 0 && devices > 0) {
+    links += 2 * ((devices + node.devices_per_pcie_switch - 1) / node.devices_per_pcie_switch);
+  }
+  if (node.interconnect.kind == LinkKind::kXgmi) {
+    for (const auto& [vendor, n] : per_vendor) links += n * (n - 1);
+  }
+  return links + 2 * node.nic_count;
+}
+
 Topology::Topology(const ClusterSpec& cluster)
-    : nodes_(cluster.nodes), devices_(cluster_devices(cluster)) {
+    : nodes_(cluster.nodes), devices_(cluster_devices(cluster)), network_(cluster.network) {
   types_.reserve(devices_.size());
   for (const Device& d : devices_) {
     auto type = find_device_type(d.type);
@@ -93,7 +105,7 @@ Topology::Topology(const ClusterSpec& cluster)
     return links_.back().id;
   };
 
-  std::vector<NodeLinks> node_links(nodes_.size());
+  node_links_.resize(nodes_.size());
   int first_device = 0;
   for (size_t n = 0; n < nodes_.size(); ++n) {
     const NodeSpec& node = nodes_[n];
@@ -101,8 +113,8 @@ Topology::Topology(const ClusterSpec& cluster)
                  fmt::format("node '{}': nic_count must be positive and devices_per_pcie_switch "
                              "non-negative",
                              node.name));
-    NodeLinks& nl = node_links[n];
-    nl.first_device = first_device;
+    NodeLinks& nl = node_links_[n];
+    const int node_first = first_device;
     int count = 0;
     for (const NodeDevices& g : node.devices) count += static_cast<int>(g.count);
     first_device += count;
@@ -132,8 +144,7 @@ Topology::Topology(const ClusterSpec& cluster)
       nl.pair.assign(static_cast<size_t>(count) * count, kNone);
       for (int i = 0; i < count; ++i) {
         for (int j = 0; j < count; ++j) {
-          if (i == j ||
-              types_[nl.first_device + i]->vendor != types_[nl.first_device + j]->vendor) {
+          if (i == j || types_[node_first + i]->vendor != types_[node_first + j]->vendor) {
             continue;
           }
           nl.pair[i * count + j] = add_link(
@@ -150,94 +161,106 @@ Topology::Topology(const ClusterSpec& cluster)
   }
 
   const size_t n_dev = devices_.size();
-  paths_.resize(n_dev * n_dev);
-  for (size_t a = 0; a < n_dev; ++a) {
-    for (size_t b = 0; b < n_dev; ++b) {
-      PathBuilder p(links_);
-      if (a == b) {
-        paths_[a * n_dev + b] = p.done(false, false);
-        continue;
-      }
-      const Device& da = devices_[a];
-      const Device& db = devices_[b];
-      const NodeSpec& na = nodes_[da.node];
-      const NodeSpec& nb = nodes_[db.node];
-      const NodeLinks& la = node_links[da.node];
-      const NodeLinks& lb = node_links[db.node];
-      const int ia = da.local_index;
-      const int ib = db.local_index;
-      const int sa = switch_of(na, ia);
-      const int sb = switch_of(nb, ib);
-      const bool same_vendor = types_[a]->vendor == types_[b]->vendor;
-
-      // Device a up to host memory (or to its switch) and, mirrored, down to device b.
-      auto up = [&](bool through_root) {
-        p.cross(la.pcie_tx[ia]);
-        if (through_root && !la.uplink_tx.empty()) p.cross(la.uplink_tx[sa]);
-      };
-      auto down = [&](bool through_root) {
-        if (through_root && !lb.uplink_rx.empty()) p.cross(lb.uplink_rx[sb]);
-        p.cross(lb.pcie_rx[ib]);
-      };
-
-      if (da.node == db.node) {
-        const LinkKind ic = na.interconnect.kind;
-        if (!same_vendor) {
-          up(true);
-          down(true);
-          p.wait(na.pcie.latency + kHostStagingLatency + na.pcie.latency);
-          paths_[a * n_dev + b] = p.done(true, false);
-        } else if (has_ports(ic)) {
-          p.cross(la.port_tx[ia]);
-          p.cross(la.port_rx[ib]);
-          p.wait(na.interconnect.latency);
-          paths_[a * n_dev + b] = p.done(false, false);
-        } else if (ic == LinkKind::kXgmi) {
-          const int count = static_cast<int>(la.pcie_tx.size());
-          p.cross(la.pair[ia * count + ib]);
-          p.wait(na.interconnect.latency);
-          paths_[a * n_dev + b] = p.done(false, false);
-        } else {
-          // PCIe peer to peer: under one switch, or up through the root complex.
-          const bool same_switch = na.devices_per_pcie_switch == 0 || sa == sb;
-          up(!same_switch);
-          down(!same_switch);
-          p.wait(same_switch ? na.pcie.latency : na.pcie.latency + na.pcie.latency);
-          paths_[a * n_dev + b] = p.done(false, false);
-        }
-        continue;
-      }
-
-      const int nic_a = static_cast<int>(ia % na.nic_count);
-      const int nic_b = static_cast<int>(ib % nb.nic_count);
-      // No GPUDirect between vendors: stage through host memory on both ends.
-      if (!same_vendor) {
-        up(true);
-        p.wait(na.pcie.latency + kHostStagingLatency);
-      }
-      p.cross(la.nic_tx[nic_a]);
-      p.limit(cluster.network.bandwidth);
-      p.cross(lb.nic_rx[nic_b]);
-      p.wait(na.nic.latency + cluster.network.latency + nb.nic.latency);
-      if (!same_vendor) {
-        down(true);
-        p.wait(kHostStagingLatency + nb.pcie.latency);
-      }
-      paths_[a * n_dev + b] = p.done(!same_vendor, true);
-    }
-  }
-
-  // Measured pairs keep the links they cross (for sharing) but take their measured alpha-beta.
-  for (const MeasuredLink& m : cluster.measured_links) {
+  int64_t expected_links = 0;
+  for (const NodeSpec& node : nodes_) expected_links += topology_link_count(node);
+  MOTLEY_CHECK(expected_links == static_cast<int64_t>(links_.size()),
+               "topology_link_count disagrees with the links Topology made");
+  measured_ = cluster.measured_links;
+  for (const MeasuredLink& m : measured_) {
     MOTLEY_CHECK(m.src >= 0 && m.dst >= 0 && static_cast<size_t>(m.src) < n_dev &&
                      static_cast<size_t>(m.dst) < n_dev && m.src != m.dst,
                  fmt::format("measured link {} -> {} outside the cluster's {} devices", m.src,
                              m.dst, n_dev));
-    Path& path = paths_[static_cast<size_t>(m.src) * n_dev + static_cast<size_t>(m.dst)];
-    path.latency = m.latency;
-    path.bandwidth = m.bandwidth;
-    path.measured = true;
   }
+  std::sort(measured_.begin(), measured_.end(), [](const MeasuredLink& a, const MeasuredLink& b) {
+    return std::pair(a.src, a.dst) < std::pair(b.src, b.dst);
+  });
+}
+
+Path Topology::path(int src, int dst) const {
+  Path p = resolve(src, dst);
+  // Measured pairs keep the links they cross (for sharing) but take their measured alpha-beta.
+  auto it = std::lower_bound(measured_.begin(), measured_.end(), std::pair(src, dst),
+                             [](const MeasuredLink& m, const std::pair<int, int>& key) {
+                               return std::pair(m.src, m.dst) < key;
+                             });
+  if (it != measured_.end() && it->src == src && it->dst == dst) {
+    p.latency = it->latency;
+    p.bandwidth = it->bandwidth;
+    p.measured = true;
+  }
+  return p;
+}
+
+Path Topology::resolve(int a, int b) const {
+  PathBuilder p(links_);
+  if (a == b) return p.done(false, false);
+  const Device& da = devices_[a];
+  const Device& db = devices_[b];
+  const NodeSpec& na = nodes_[da.node];
+  const NodeSpec& nb = nodes_[db.node];
+  const NodeLinks& la = node_links_[da.node];
+  const NodeLinks& lb = node_links_[db.node];
+  const int ia = da.local_index;
+  const int ib = db.local_index;
+  const int sa = switch_of(na, ia);
+  const int sb = switch_of(nb, ib);
+  const bool same_vendor = types_[a]->vendor == types_[b]->vendor;
+
+  // Device a up to host memory (or to its switch) and, mirrored, down to device b.
+  auto up = [&](bool through_root) {
+    p.cross(la.pcie_tx[ia]);
+    if (through_root && !la.uplink_tx.empty()) p.cross(la.uplink_tx[sa]);
+  };
+  auto down = [&](bool through_root) {
+    if (through_root && !lb.uplink_rx.empty()) p.cross(lb.uplink_rx[sb]);
+    p.cross(lb.pcie_rx[ib]);
+  };
+
+  if (da.node == db.node) {
+    const LinkKind ic = na.interconnect.kind;
+    if (!same_vendor) {
+      up(true);
+      down(true);
+      p.wait(na.pcie.latency + kHostStagingLatency + na.pcie.latency);
+      return p.done(true, false);
+    }
+    if (has_ports(ic)) {
+      p.cross(la.port_tx[ia]);
+      p.cross(la.port_rx[ib]);
+      p.wait(na.interconnect.latency);
+      return p.done(false, false);
+    }
+    if (ic == LinkKind::kXgmi) {
+      const int count = static_cast<int>(la.pcie_tx.size());
+      p.cross(la.pair[ia * count + ib]);
+      p.wait(na.interconnect.latency);
+      return p.done(false, false);
+    }
+    // PCIe peer to peer: under one switch, or up through the root complex.
+    const bool same_switch = na.devices_per_pcie_switch == 0 || sa == sb;
+    up(!same_switch);
+    down(!same_switch);
+    p.wait(same_switch ? na.pcie.latency : na.pcie.latency + na.pcie.latency);
+    return p.done(false, false);
+  }
+
+  const int nic_a = static_cast<int>(ia % na.nic_count);
+  const int nic_b = static_cast<int>(ib % nb.nic_count);
+  // No GPUDirect between vendors: stage through host memory on both ends.
+  if (!same_vendor) {
+    up(true);
+    p.wait(na.pcie.latency + kHostStagingLatency);
+  }
+  p.cross(la.nic_tx[nic_a]);
+  p.limit(network_.bandwidth);
+  p.cross(lb.nic_rx[nic_b]);
+  p.wait(na.nic.latency + network_.latency + nb.nic.latency);
+  if (!same_vendor) {
+    down(true);
+    p.wait(kHostStagingLatency + nb.pcie.latency);
+  }
+  return p.done(!same_vendor, true);
 }
 
 const NodeSpec& Topology::node_of(int device) const { return nodes_[devices_[device].node]; }

@@ -144,7 +144,13 @@ std::string simulation_summary(const Plan& plan, const SimResult& result, const 
   head.push_back({"  memory", over == 0 ? std::string("fits on every device")
                                         : fmt::format("OVER CAPACITY on {} of {} devices", over,
                                                       result.devices.size())});
-  head.push_back({"  tasks simulated", std::to_string(result.tasks)});
+  std::string tasks = std::to_string(result.tasks);
+  if (result.replicas_simulated > 0 &&
+      result.replicas_simulated < static_cast<int64_t>(plan.replicas.size())) {
+    tasks += fmt::format(" ({} of {} replicas; each stands for the identical ones)",
+                         result.replicas_simulated, plan.replicas.size());
+  }
+  head.push_back({"  tasks simulated", tasks});
   out += table(head, {});
 
   if (options.device_table && !result.devices.empty()) {

@@ -188,9 +188,8 @@ class Builder {
     const int n = static_cast<int>(topology_.devices().size());
     const bool devices_ok =
         t.device >= 0 && t.device < n && t.peer_device >= 0 && t.peer_device < n;
-    const std::vector<int> no_links;
-    const std::vector<int>& links =
-        devices_ok ? topology_.path(t.device, t.peer_device).links : no_links;
+    const PathLinks links =
+        devices_ok ? topology_.path(t.device, t.peer_device).links : PathLinks{};
     const int n_links = static_cast<int>(topology_.links().size());
     bool first = true;
     for (int link : links) {

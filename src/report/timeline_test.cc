@@ -107,7 +107,7 @@ TEST(TimelineTest, EventsCarryNamesArgsLabelsAndCriticalFlags) {
   EXPECT_FALSE(f_r1->args.contains("critical_path"));
 
   // A transfer: one copy per link of its path, the first primary, each naming its link.
-  const std::vector<int>& path = topology.path(0, 4).links;
+  const PathLinks path = topology.path(0, 4).links;
   ASSERT_FALSE(path.empty());
   std::vector<const TimelineEvent*> copies;
   for (const TimelineEvent& e : tl.events) {

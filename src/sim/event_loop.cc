@@ -30,7 +30,7 @@ void EventLoop::begin_data(int32_t xi, double now) {
     push(now, x.task, EventType::kFinish);
     return;
   }
-  links_.start(xi, *x.path, x.bytes, now);
+  links_.start(xi, x.path, x.bytes, now);
 }
 
 void EventLoop::finish(int32_t id, double now) {
@@ -53,8 +53,7 @@ void EventLoop::finish(int32_t id, double now) {
   }
 }
 
-Status EventLoop::run(const SimOptions& options, const Plan& plan, const Topology& topology,
-                      SimGraph& graph) {
+Status EventLoop::run(const SimOptions& options, const Topology& topology, SimGraph& graph) {
   graph_ = &graph;
   const int32_t n = static_cast<int32_t>(graph.tasks.size());
   heap_.clear();
@@ -87,7 +86,7 @@ Status EventLoop::run(const SimOptions& options, const Plan& plan, const Topolog
   if (finished_ == n) return Status::ok();
   for (int32_t i = 0; i < n; ++i) {
     if (graph.tasks[i].pending == 0) continue;
-    const SimTask t = graph.task(plan, i);
+    const SimTask t = graph.task(i);
     const std::string where = t.replica >= 0 ? fmt::format("replicas[{}].groups[{}]", t.replica,
                                                            t.group < 0 ? 0 : t.group)
                                              : std::string("replicas");

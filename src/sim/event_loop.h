@@ -22,8 +22,7 @@ class EventLoop {
   // Runs every task of `graph` from time 0, filling in each task's start, end, data_ready and
   // critical_pred. `topology` is the one the graph's paths belong to.
   // Errors: infeasible when some tasks never start (the orders deadlock), naming the first.
-  Status run(const SimOptions& options, const Plan& plan, const Topology& topology,
-             SimGraph& graph);
+  Status run(const SimOptions& options, const Topology& topology, SimGraph& graph);
 
  private:
   enum class EventType : uint8_t { kFinish, kLatencyDone };

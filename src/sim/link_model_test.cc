@@ -8,10 +8,10 @@
 namespace motley::sim_internal {
 namespace {
 
-Path path(std::vector<int> links, double bytes_per_s) {
+Path path(const std::vector<int>& links, double bytes_per_s) {
   Path p;
   p.bandwidth = BytesPerSecond(bytes_per_s);
-  p.links = std::move(links);
+  for (int id : links) p.links.push_back(id);
   return p;
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <map>
 #include <utility>
 
@@ -29,8 +30,9 @@ class Builder {
     bounds.cluster = "the cost model's cluster";
     const Status structure = scratch_.checker.check(plan_, bounds);
     if (!structure.is_ok()) return structure.with_context(options_.source);
-    out_.graph.assign(plan_, scratch_.lowering.lower(plan_));
     price_stages();
+    fold_replicas();
+    out_.graph.assign(sim_, scratch_.lowering.lower(sim_));
     price_actions_and_messages();
     add_all_reduces_and_optimizer_steps();
     out_.graph.link();
@@ -43,14 +45,16 @@ class Builder {
  private:
   size_t at(int r, int s) const { return static_cast<size_t>(r) * stages_ + s; }
 
-  // Per (replica, stage): times, memory and boundary bytes, from the cost model once.
+  // Per (replica, stage) of the plan: times, memory and boundary bytes, from the cost model once.
   void price_stages() {
-    const TaskGraph& graph = out_.graph;
     const int n_rep = static_cast<int>(plan_.replicas.size());
     scratch_.explicit_recompute.assign(static_cast<size_t>(n_rep) * stages_, 0);
-    for (int32_t id = 0; id < graph.num_actions(); ++id) {
-      const TaskNode& n = graph.node(id);
-      if (n.kind == TaskKind::kRecompute) scratch_.explicit_recompute[at(n.replica, n.stage)] = 1;
+    for (int r = 0; r < n_rep; ++r) {
+      for (const DeviceGroupSchedule& g : plan_.replicas[r].groups) {
+        for (const Action& a : g.actions) {
+          if (a.kind == ActionKind::kRecompute) scratch_.explicit_recompute[at(r, a.stage)] = 1;
+        }
+      }
     }
     scratch_.stage_times.assign(static_cast<size_t>(n_rep) * stages_, SimGraph::StageTimes{});
     out_.stage_memory.assign(static_cast<size_t>(n_rep) * stages_, StageMemory{});
@@ -85,8 +89,51 @@ class Builder {
     }
   }
 
+  // The bytes a message of `stage` from `group` to `peer` of replica r takes on its path: a
+  // transfer reaching a fraction of its path's bandwidth takes as long as the bytes over that
+  // fraction at full bandwidth, and shares the link as such.
+  double wire_bytes(const Plan& plan, int r, int group, int peer, int stage) {
+    const Replica& rep = plan.replicas[r];
+    src_.devices = rep.groups[group].devices;
+    dst_.devices = rep.groups[peer].devices;
+    const CostModel::PipelineMessage m =
+        cost_.pipeline_message(src_, dst_, Bytes(scratch_.boundary_bytes[stage]));
+    return m.bytes.value() / m.bandwidth_efficiency;
+  }
+
+  // Chooses the replicas to simulate and keeps their priced stages, in simulated order.
+  void fold_replicas() {
+    sim_ = plan_;
+    out_.simulated = &plan_;
+    if (!options_.fold_identical_replicas || plan_.replicas.size() < 2) {
+      out_.folding = no_folding(plan_);
+      return;
+    }
+    out_.folding = fold_identical_replicas(plan_, cost_, scratch_.stage_times, out_.stage_memory,
+                                           [this](int r, int group, int peer, int stage) {
+                                             return wire_bytes(plan_, r, group, peer, stage);
+                                           });
+    if (!out_.folding.folds()) return;
+    folded_plan(plan_, out_.folding, out_.folded);
+    out_.simulated = &out_.folded;
+    sim_ = std::cref(out_.folded);
+    // Row k of the simulated replicas is row members[k][0] of the plan's; k <= members[k][0].
+    for (size_t k = 0; k < out_.folding.members.size(); ++k) {
+      const int from = out_.folding.members[k].front();
+      const int to = static_cast<int>(k);
+      for (int s = 0; s < stages_; ++s) {
+        scratch_.stage_times[at(to, s)] = scratch_.stage_times[at(from, s)];
+        out_.stage_memory[at(to, s)] = out_.stage_memory[at(from, s)];
+      }
+    }
+    const size_t rows = out_.folding.members.size() * static_cast<size_t>(stages_);
+    scratch_.stage_times.resize(rows);
+    out_.stage_memory.resize(rows);
+  }
+
   // Compute tasks take their stage's time; a message its path's latency before its bytes.
   void price_actions_and_messages() {
+    const Plan& sim = sim_;
     const TaskGraph& graph = out_.graph;
     out_.tasks.assign(graph.size(), TaskState{});
     out_.transfers.clear();
@@ -96,31 +143,20 @@ class Builder {
           scratch_.stage_times[at(n.replica, n.stage)][kind_index(action_kind(n.kind))];
     }
     // How each (replica, sender, receiver, stage) message travels, asked of the cost model once.
-    std::map<std::array<int, 4>, double> wire_bytes;
-    DeviceGroup src;
-    DeviceGroup dst;
+    std::map<std::array<int, 4>, double> wire;
     for (int32_t id = graph.num_actions(); id < graph.size(); ++id) {
       const TaskNode& n = graph.node(id);
-      const Replica& rep = plan_.replicas[n.replica];
+      const Replica& rep = sim.replicas[n.replica];
       Transfer x;
       x.task = id;
       x.src_device = rep.groups[n.group].devices[0];
       x.dst_device = rep.groups[n.peer_group].devices[0];
-      x.path = &topology_.path(x.src_device, x.dst_device);
-      auto [it, inserted] =
-          wire_bytes.try_emplace({n.replica, n.group, n.peer_group, n.stage}, 0.0);
-      if (inserted) {
-        src.devices = rep.groups[n.group].devices;
-        dst.devices = rep.groups[n.peer_group].devices;
-        const CostModel::PipelineMessage m =
-            cost_.pipeline_message(src, dst, Bytes(scratch_.boundary_bytes[n.stage]));
-        // A transfer reaching a fraction of its path's bandwidth takes as long as the bytes
-        // over that fraction at full bandwidth, and shares the link as such.
-        it->second = m.bytes.value() / m.bandwidth_efficiency;
-      }
+      x.path = topology_.path(x.src_device, x.dst_device);
+      auto [it, inserted] = wire.try_emplace({n.replica, n.group, n.peer_group, n.stage}, 0.0);
+      if (inserted) it->second = wire_bytes(sim, n.replica, n.group, n.peer_group, n.stage);
       x.bytes = it->second;
       TaskState& t = out_.tasks[id];
-      t.duration = x.path->latency.value();
+      t.duration = x.path.latency.value();
       t.transfer = static_cast<int32_t>(out_.transfers.size());
       t.communication = true;
       out_.transfers.push_back(x);
@@ -135,9 +171,12 @@ class Builder {
     return out_.graph.add_node(node);
   }
 
-  // Gradient all-reduce per stage (one replica: none) and the optimizer step per group.
+  // Gradient all-reduce per stage (one replica: none) and the optimizer step per group. The
+  // all-reduce spans every replica of the plan, folded or not.
   void add_all_reduces_and_optimizer_steps() {
     TaskGraph& graph = out_.graph;
+    const Plan& sim = sim_;
+    const int n_sim = static_cast<int>(sim.replicas.size());
     const int n_rep = static_cast<int>(plan_.replicas.size());
     std::vector<int32_t>& all_reduce = scratch_.all_reduce;
     all_reduce.assign(stages_, -1);
@@ -146,16 +185,16 @@ class Builder {
       for (int s = 0; s < stages_; ++s) {
         // Each replica's TP rank k reduces with the other replicas' rank k; the rings run at
         // once, so the slowest prices the stage. Unequal TP degrees: one ring over all.
+        const size_t tp = plan_.replicas[0].groups[plan_.replicas[0].stage_group[s]].devices.size();
         bool same_tp = true;
-        double bytes = 0;
         for (int r = 0; r < n_rep; ++r) {
           const Replica& rep = plan_.replicas[r];
-          same_tp = same_tp &&
-                    rep.groups[rep.stage_group[s]].devices.size() ==
-                        plan_.replicas[0].groups[plan_.replicas[0].stage_group[s]].devices.size();
+          same_tp = same_tp && rep.groups[rep.stage_group[s]].devices.size() == tp;
+        }
+        double bytes = 0;
+        for (int r = 0; r < n_sim; ++r) {
           bytes = std::max(bytes, out_.stage_memory[at(r, s)].gradients.value());
         }
-        const size_t tp = plan_.replicas[0].groups[plan_.replicas[0].stage_group[s]].devices.size();
         double duration = 0;
         for (size_t k = 0; k < (same_tp ? tp : 1); ++k) {
           devices.clear();
@@ -180,8 +219,8 @@ class Builder {
     }
 
     std::vector<std::pair<int32_t, int>>& order = scratch_.order;
-    for (int r = 0; r < n_rep; ++r) {
-      const Replica& rep = plan_.replicas[r];
+    for (int r = 0; r < n_sim; ++r) {
+      const Replica& rep = sim.replicas[r];
       for (size_t gi = 0; gi < rep.groups.size(); ++gi) {
         const int g = static_cast<int>(gi);
         // The group's all-reduces are issued on its communication stream in the order their
@@ -225,6 +264,9 @@ class Builder {
 
   const SimOptions& options_;
   const Plan& plan_;
+  std::reference_wrapper<const Plan> sim_ = plan_;  // the simulated replicas' plan
+  DeviceGroup src_;
+  DeviceGroup dst_;
   const CostModel& cost_;
   const Topology& topology_;
   SimGraph& out_;
@@ -258,12 +300,12 @@ SimTaskKind SimGraph::kind(int32_t id) const {
   return n.replica < 0 ? SimTaskKind::kGradientAllReduce : SimTaskKind::kOptimizerStep;
 }
 
-SimTask SimGraph::task(const Plan& plan, int32_t id) const {
+SimTask SimGraph::task(int32_t id) const {
   const TaskNode& n = graph.node(id);
   const TaskState& st = tasks[id];
   SimTask t;
   t.kind = kind(id);
-  t.replica = n.replica;
+  t.replica = n.replica >= 0 ? folding.members[n.replica].front() : n.replica;
   t.group = n.group;
   t.stage = n.stage;
   t.micro_batch = n.micro_batch;
@@ -272,7 +314,7 @@ SimTask SimGraph::task(const Plan& plan, int32_t id) const {
     t.device = transfers[st.transfer].src_device;
     t.peer_device = transfers[st.transfer].dst_device;
   } else if (n.replica >= 0) {
-    t.device = plan.replicas[n.replica].groups[n.group].devices[0];
+    t.device = simulated->replicas[n.replica].groups[n.group].devices[0];
   }
   t.start = Seconds(st.start);
   t.end = Seconds(st.end);

@@ -16,6 +16,7 @@
 #include "motley/plan/structure.h"
 #include "motley/plan/task_graph.h"
 #include "motley/sim/simulator.h"
+#include "replica_folding.h"
 
 namespace motley::sim_internal {
 
@@ -35,7 +36,7 @@ struct TaskState {
 
 // One message in flight: through the representative pair of devices (docs/simulator.md).
 struct Transfer {
-  const Path* path = nullptr;
+  Path path;
   int32_t task = 0;
   int32_t src_device = 0;
   int32_t dst_device = 0;
@@ -43,21 +44,27 @@ struct Transfer {
 };
 
 // The simulated graph of one plan, as the event loop and the result assembly read it. Task ids
-// are the task graph's: compute actions, messages, then all-reduces and optimizer steps.
+// are the task graph's: compute actions, messages, then all-reduces and optimizer steps. The
+// graph is of the simulated replicas (`folding`): the plan's own, or one of each class of
+// identical replicas (`folded`).
 struct SimGraph {
   TaskGraph graph;
   std::vector<TaskState> tasks;
   std::vector<Transfer> transfers;
-  std::vector<StageMemory> stage_memory;  // per replica * stages + stage, no activations
+  std::vector<StageMemory> stage_memory;  // per simulated replica * stages + stage, no activations
+  ReplicaFolding folding;
+  Plan folded;                      // the simulated replicas when folding.folds()
+  const Plan* simulated = nullptr;  // the plan the graph is of: the given one, or &folded
 
   // The kind of task `id` as results name it.
   SimTaskKind kind(int32_t id) const;
-  // Task `id` with its devices and times, as SimResult lists it.
-  SimTask task(const Plan& plan, int32_t id) const;
+  // Task `id` with its devices and times, as SimResult lists it; its replica is the plan's (the
+  // first of those the simulated replica stands for).
+  SimTask task(int32_t id) const;
 
   // What building needs and keeps between plans, so that it allocates only for a larger one.
   // Seconds of one action of a stage, by ActionKind (the same order as TaskKind's actions).
-  using StageTimes = std::array<double, 5>;
+  using StageTimes = sim_internal::StageTimes;
   struct Scratch {
     StructureChecker checker;
     Lowering lowering;
@@ -71,8 +78,9 @@ struct SimGraph {
   Scratch scratch;
 };
 
-// Rebuilds `out` for `plan` priced by `cost`. Errors: invalid_argument naming
-// `options.source` and the field when the plan is malformed (check_plan_structure).
+// Rebuilds `out` for `plan` priced by `cost`, folding identical replicas unless the options
+// say not to. Errors: invalid_argument naming `options.source` and the field when the plan is
+// malformed (check_plan_structure). REQUIRES: `plan` outlives `out`'s use.
 Status build_sim_graph(const SimOptions& options, const Plan& plan, const CostModel& cost,
                        SimGraph& out);
 

@@ -11,7 +11,8 @@
 
 namespace motley::sim_internal {
 
-// REQUIRES: EventLoop::run(options, plan, topology, graph) succeeded.
+// Lists every replica of `plan`, the one the graph was built for (build_sim_graph), each with
+// the figures of the replica simulated for it. REQUIRES: EventLoop::run on `graph` succeeded.
 SimResult assemble_results(const SimOptions& options, const Plan& plan, const Topology& topology,
                            const SimGraph& graph);
 

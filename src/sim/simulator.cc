@@ -29,7 +29,7 @@ Result<SimResult> Simulator::run(const SimOptions& options, const Plan& plan,
                                  const CostModel& cost) {
   sim_internal::Workspace& ws = *workspace_;
   MOTLEY_RETURN_IF_ERROR(sim_internal::build_sim_graph(options, plan, cost, ws.graph));
-  MOTLEY_RETURN_IF_ERROR(ws.loop.run(options, plan, cost.topology(), ws.graph));
+  MOTLEY_RETURN_IF_ERROR(ws.loop.run(options, cost.topology(), ws.graph));
   return sim_internal::assemble_results(options, plan, cost.topology(), ws.graph);
 }
 

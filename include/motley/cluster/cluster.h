@@ -5,6 +5,8 @@
 // a built Topology is immutable and safe to share.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -13,6 +15,7 @@
 
 #include "motley/cluster/device_catalog.h"
 #include "motley/cluster/measured_links.h"
+#include "motley/core/check.h"
 #include "motley/core/json.h"
 #include "motley/core/status.h"
 #include "motley/core/units.h"
@@ -106,12 +109,46 @@ struct Link {
   BytesPerSecond bandwidth;
 };
 
+// The links a path crosses, in order: at most kCapacity (a device's PCIe link and its switch's
+// uplink, the NIC out, the NIC in, and the same two at the far end). A value, so that paths are
+// computed when asked and never stored for every pair.
+class PathLinks {
+ public:
+  static constexpr int kCapacity = 6;
+  // REQUIRES: size() < kCapacity.
+  void push_back(int id) {
+    MOTLEY_CHECK(size_ < kCapacity, "a path crosses more links than any rule makes");
+    ids_[size_++] = id;
+  }
+  const int* begin() const { return ids_.data(); }
+  const int* end() const { return ids_.data() + size_; }
+  size_t size() const { return static_cast<size_t>(size_); }
+  bool empty() const { return size_ == 0; }
+  int front() const { return ids_[0]; }
+  int operator[](size_t i) const { return ids_[i]; }
+  friend bool operator==(const PathLinks& a, const PathLinks& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  }
+  friend bool operator==(const PathLinks& a, const std::vector<int>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  }
+
+ private:
+  std::array<int, kCapacity> ids_{};
+  int size_ = 0;
+};
+
+// The shared links Topology makes for one node: its devices' interconnect ports and PCIe
+// links, its switches' uplinks, xGMI's pair links and its NICs. Topology's link count is the
+// sum over the nodes. REQUIRES: the node's device types are in the catalog.
+int64_t topology_link_count(const NodeSpec& node);
+
 // How bytes travel from one device to another (docs/cluster-format.md, "Paths"). A device to
 // itself: no links, zero latency, infinite bandwidth (a local copy is not a transfer).
 struct Path {
   Seconds latency;
   BytesPerSecond bandwidth;  // the bottleneck of the links crossed (and of the fabric port)
-  std::vector<int> links;    // Link ids crossed, in order; empty for a device to itself
+  PathLinks links;           // Link ids crossed, in order; empty for a device to itself
   bool host_staged = false;  // crosses host memory (different vendors)
   bool crosses_nodes = false;
   bool measured = false;  // latency and bandwidth come from ClusterSpec::measured_links
@@ -122,22 +159,37 @@ class Topology {
   // REQUIRES: every device type is in the catalog and every measured link names two distinct
   // devices of the cluster (cluster_from_json and the presets ensure both); a violation is a
   // bug and aborts. A measured pair's path crosses the same links as without the measurement,
-  // with the measured latency and bandwidth.
+  // with the measured latency and bandwidth. Memory grows with devices and links, not with
+  // pairs: a path is resolved each time it is asked for.
   explicit Topology(const ClusterSpec& cluster);
 
   const std::vector<Device>& devices() const { return devices_; }
   const std::vector<Link>& links() const { return links_; }
   // REQUIRES: 0 <= src, dst < devices().size().
-  const Path& path(int src, int dst) const { return paths_[src * devices_.size() + dst]; }
+  Path path(int src, int dst) const;
   const DeviceType& device_type(int device) const { return *types_[device]; }
   const NodeSpec& node_of(int device) const;
 
  private:
+  // Link ids of one node, by local device index where per device.
+  struct NodeLinks {
+    std::vector<int> port_tx, port_rx;      // NVLink / Gaudi RoCE ports (empty for other kinds)
+    std::vector<int> pcie_tx, pcie_rx;      // device <-> its PCIe switch (or the root complex)
+    std::vector<int> uplink_tx, uplink_rx;  // per switch: towards / from the root complex
+    std::vector<int> pair;                  // xGMI: n*n, -1 on the diagonal and across vendors
+    std::vector<int> nic_tx, nic_rx;
+  };
+
+  Path resolve(int src, int dst) const;
+
   std::vector<NodeSpec> nodes_;
   std::vector<Device> devices_;
   std::vector<const DeviceType*> types_;
   std::vector<Link> links_;
-  std::vector<Path> paths_;  // devices_.size()^2, row-major by source
+  std::vector<NodeLinks> node_links_;
+  LinkSpec network_;
+  // Measured pairs, sorted by (src, dst): their latency and bandwidth replace the path's.
+  std::vector<MeasuredLink> measured_;
 };
 
 // Cluster YAML (see docs/cluster-format.md). Errors name the file and field. Applies the

@@ -78,6 +78,9 @@ struct SimResult {
   std::vector<SimTask> critical_path;
   std::vector<SimTask> timeline;  // every task, when SimOptions::record_timeline
   int64_t tasks = 0;              // tasks simulated (compute, transfers, all-reduces, steps)
+  // Replicas simulated: fewer than the plan's when identical ones were simulated once
+  // (SimOptions::fold_identical_replicas); the figures above cover every replica all the same.
+  int64_t replicas_simulated = 0;
 };
 
 }  // namespace motley

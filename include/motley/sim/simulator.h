@@ -45,6 +45,10 @@ struct SimOptions {
   Seconds optimizer_step_time;  // kFixed only
   // Record every task in SimResult::timeline (costs one entry per task).
   bool record_timeline = false;
+  // Simulate each class of identical replicas once (docs/simulator.md, "Identical replicas"):
+  // the same times, statistics and timeline as simulating every replica, in a fraction of the
+  // time and memory. false simulates every replica (what the tests compare it with).
+  bool fold_identical_replicas = true;
 };
 
 // Simulates one training iteration of `plan` priced by `cost`.
