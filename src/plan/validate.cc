@@ -102,9 +102,53 @@ Status check_devices(const Plan& plan, const ClusterSpec& cluster, const Labels&
   return Status::ok();
 }
 
+// The replicas whose task graphs differ: one of each set of replicas with the same
+// micro-batch count, stage-to-group map and orders (devices do not enter a task graph), in
+// plan order.
+std::vector<int> distinct_orders(const Plan& plan) {
+  auto fingerprint = [](const Replica& rep) {
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](int64_t v) { h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull; };
+    mix(rep.micro_batches);
+    for (int g : rep.stage_group) mix(g);
+    for (const DeviceGroupSchedule& group : rep.groups) {
+      mix(static_cast<int64_t>(group.actions.size()));
+      for (const Action& a : group.actions) {
+        mix(static_cast<int64_t>(a.kind));
+        mix(a.stage);
+        mix(a.micro_batch);
+      }
+    }
+    return h;
+  };
+  auto same = [](const Replica& a, const Replica& b) {
+    if (a.micro_batches != b.micro_batches || a.stage_group != b.stage_group ||
+        a.groups.size() != b.groups.size()) {
+      return false;
+    }
+    for (size_t g = 0; g < a.groups.size(); ++g) {
+      if (a.groups[g].actions != b.groups[g].actions) return false;
+    }
+    return true;
+  };
+  std::vector<int> out;
+  std::map<uint64_t, std::vector<int>> seen;  // fingerprint -> replicas kept with it
+  for (size_t r = 0; r < plan.replicas.size(); ++r) {
+    std::vector<int>& kept = seen[fingerprint(plan.replicas[r])];
+    const bool repeat = std::any_of(
+        kept.begin(), kept.end(), [&](int k) { return same(plan.replicas[k], plan.replicas[r]); });
+    if (repeat) continue;
+    kept.push_back(static_cast<int>(r));
+    out.push_back(static_cast<int>(r));
+  }
+  return out;
+}
+
 // Kahn's algorithm over the plan's task graph (group orders, data, messages); on a cycle,
-// names the groups that wait on each other.
-Status check_deadlock(const Labels& labels, const TaskGraph& graph) {
+// names the groups that wait on each other. Replica r of the graph is replica replicas[r] of
+// the plan `labels` names.
+Status check_deadlock(const Labels& labels, const TaskGraph& graph,
+                      const std::vector<int>& replicas) {
   const int32_t n = graph.size();
   std::vector<int32_t> indegree(n);
   std::vector<int32_t> ready;
@@ -174,15 +218,17 @@ Status check_deadlock(const Labels& labels, const TaskGraph& graph) {
   for (size_t k = start; k < chain.size(); ++k) {
     const Wait& w = chain[k];
     const int need_group = graph.node(w.need).group;
-    const std::string waiter = k == start ? fmt::format("{} waits at", labels.group(r, w.group))
-                                          : std::string("itself blocked at");
+    const std::string waiter = k == start
+                                   ? fmt::format("{} waits at", labels.group(replicas[r], w.group))
+                                   : std::string("itself blocked at");
     msg += fmt::format("{} {}, which needs ", waiter, action_label(action(w.node)));
     if (need_group == w.group) {
       msg +=
           fmt::format("{}, listed later in the same group's order", action_label(action(w.need)));
       break;
     }
-    msg += fmt::format("{} from {}", action_to_string(action(w.need)), labels.group(r, need_group));
+    msg += fmt::format("{} from {}", action_to_string(action(w.need)),
+                       labels.group(replicas[r], need_group));
     msg += k + 1 < chain.size() ? ", " : ", which is where the cycle started";
   }
   return invalid_argument(msg);
@@ -287,9 +333,18 @@ Status validate_plan(const Plan& plan, const ModelSpec& model, const ClusterSpec
   const Labels labels(plan);
   MOTLEY_RETURN_IF_ERROR(check_devices(plan, cluster, labels));
   MOTLEY_RETURN_IF_ERROR(check_global_batch(plan));
+  // Replicas share no task: the graph of one of each kind decides for all of that kind.
+  const std::vector<int> distinct = distinct_orders(plan);
+  Plan checked;
+  const Plan* of = &plan;
+  if (distinct.size() < plan.replicas.size()) {
+    checked.stages = plan.stages;
+    for (int r : distinct) checked.replicas.push_back(plan.replicas[r]);
+    of = &checked;
+  }
   TaskGraph graph;
-  build_task_graph(plan, lower_plan(plan), graph);
-  MOTLEY_RETURN_IF_ERROR(check_deadlock(labels, graph));
+  build_task_graph(*of, lower_plan(*of), graph);
+  MOTLEY_RETURN_IF_ERROR(check_deadlock(labels, graph, distinct));
   if (!options.stage_memory.empty() || options.footprint) {
     MOTLEY_RETURN_IF_ERROR(check_memory(plan, cluster, labels, options));
   }

@@ -408,6 +408,31 @@ TEST(Validate, DeadlockInASecondReplicaNamesTheReplica) {
             "which is where the cycle started");
 }
 
+// Replicas with the same orders share one deadlock check; a deadlock in a later replica is
+// still named by the plan's own replica index.
+TEST(Validate, DeadlockAfterIdenticalReplicasNamesItsReplica) {
+  const ModelSpec model = small_model(2);
+  const ClusterSpec cluster = single_device_nodes(6);
+  Plan p = one_f_one_b_plan(model, cluster, 2);
+  Replica copy = p.replicas[0];
+  copy.groups[0].devices = {2};
+  copy.groups[1].devices = {3};
+  p.replicas.push_back(copy);
+  Replica broken = p.replicas[0];
+  broken.groups[0] = DeviceGroupSchedule{{4}, actions("0F0 0B0 0F1 0B1")};
+  broken.groups[1] = DeviceGroupSchedule{{5}, actions("1F1 1B1 1F0 1B0")};
+  p.replicas.push_back(broken);
+  p.global_batch *= 3;
+  EXPECT_EQ(validate_plan(p, model, cluster, defaults()).message(),
+            "deadlock: replica 2 device group 0 (device 4) waits at 0B0 (stage 0, micro-batch 0), "
+            "which needs 1B0 from replica 2 device group 1 (device 5), itself blocked at 1F1 "
+            "(stage 1, micro-batch 1), which needs 0F1 from replica 2 device group 0 (device 4), "
+            "which is where the cycle started");
+  p.replicas.pop_back();
+  p.global_batch = p.global_batch / 3 * 2;
+  EXPECT_TRUE(validate_plan(p, model, cluster, defaults()).is_ok());
+}
+
 TEST(Validate, SplitBackwardFreesAtWeightGradient) {
   // With I and W split, activations live until W: 1F1B split peaks like fused 1F1B.
   const ModelSpec model = small_model(4);
