@@ -1003,15 +1003,26 @@ TEST(CliTest, PlanAndSimulateUseTheSameSoftwareStack) {
   for (const std::string stack : {"", " --stack megatron-lm-2022"}) {
     SCOPED_TRACE(stack);
     const std::string file = scratch.file("plan.json");
+    const std::string trace = scratch.file("trace.json");
     RunResult planned = run_motley(
         "plan --model llama-3-8b --cluster h100-a100 --quiet --json "
         "--max-plans 80 --out " +
-        file + stack);
+        file + " --trace " + trace + stack);
     ASSERT_EQ(planned.exit_code, 0) << planned.err;
+    const double reported = nlohmann::json::parse(planned.out)["iteration_time_s"].get<double>();
     RunResult simulated = run_motley("simulate --plan " + file + " --json" + stack);
     ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
     EXPECT_DOUBLE_EQ(nlohmann::json::parse(simulated.out)["iteration_time_s"].get<double>(),
-                     nlohmann::json::parse(planned.out)["iteration_time_s"].get<double>());
+                     reported);
+    // The timeline `plan` draws (its trace, SVG and per-device table) is of the same pricing.
+    double last_end_us = 0;
+    const nlohmann::json events = nlohmann::json::parse(read_file(trace))["traceEvents"];
+    for (const auto& e : events) {
+      if (e.contains("dur")) {
+        last_end_us = std::max(last_end_us, e["ts"].get<double>() + e["dur"].get<double>());
+      }
+    }
+    EXPECT_NEAR(last_end_us * 1e-6, reported, 1e-9 * reported);
   }
   expect_bad_input("plan --model tiny-llama --stack no-such-stack --quiet",
                    {"--stack: ", "no-such-stack"});

@@ -17,7 +17,6 @@
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/model/model_json.h"
 #include "motley/plan/plan_json.h"
-#include "motley/plan/plan_workload.h"
 #include "motley/report/chrome_trace.h"
 #include "motley/report/explanation.h"
 #include "motley/report/summary.h"
@@ -72,10 +71,11 @@ Status plan_command(const PlanOptions& opt) {
 
   // The chosen plan simulated once more, recording its timeline, for the per-device summary,
   // the trace and the SVG.
-  MOTLEY_ASSIGN_OR_RETURN(
-      std::unique_ptr<AnalyticCostModel> analytic,
-      AnalyticCostModel::create(model, cluster, AnalyticCostOptions{plan_workload(r.plan, model)},
-                                model.name));
+  // Priced as the search priced it and as `motley simulate` prices the file: the same stack.
+  MOTLEY_ASSIGN_OR_RETURN(AnalyticCostOptions cost_options,
+                          plan_cost_options(r.plan, model, cluster, opt.tune.stack));
+  MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<AnalyticCostModel> analytic,
+                          AnalyticCostModel::create(model, cluster, cost_options, model.name));
   const AnalyticCostModel& cost = *analytic;
   SimOptions sim_options;
   sim_options.record_timeline = !opt.trace.empty() || !opt.svg.empty();
