@@ -95,9 +95,9 @@ class ListScheduler {
         next_f_(stages_, 0),
         next_b_(stages_, 0),
         live_(r.num_groups, 0.0),
-        admitted_(r.num_groups, 0),
         pending_w_(r.num_groups),
         remaining_fb_(r.num_groups, 0),
+        last_was_backward_(r.num_groups, false),
         orders_(r.num_groups) {
     for (int s = 0; s < stages_; ++s) {
       const int g = r.stage_group[s];
@@ -134,10 +134,17 @@ class ListScheduler {
   }
 
  private:
+  // F(s, j) allocates its stage's activations; it may use only what the older micro-batches
+  // still need for their own forwards on this group leaves free (docs/planner.md, "Adaptive
+  // schedule": why this cannot deadlock).
   bool admissible(int g, int s, int j) const {
-    if (s != stages_of_[g].front()) return true;  // admitted at the group's first stage
-    MOTLEY_CHECK(j == admitted_[g], "micro-batches must be admitted in order");
-    return live_[g] + reserve_[g] <= r_.memory_budget[g].value() * (1 + 1e-12);
+    double need = live_[g] + r_.activation_bytes[s].value();
+    for (int t : stages_of_[g]) {
+      // Micro-batches i < j whose F(t, i) has not run yet: next_f_[t] <= i < j.
+      const int older = std::max(0, j - next_f_[t]);
+      need += static_cast<double>(older) * r_.activation_bytes[t].value();
+    }
+    return need <= r_.memory_budget[g].value() * (1 + 1e-12);
   }
 
   void wake(int g, double t) { events_.push(Event{t, seq_++, g}); }
@@ -145,16 +152,15 @@ class ListScheduler {
   void start(int g, double t, const Action& a) {
     const double end = timeline_.run(a, t);
     orders_[g].push_back(a);
+    if (a.kind != ActionKind::kBackwardWeight)
+      last_was_backward_[g] = a.kind != ActionKind::kForward;
     wake(g, end);
     const int s = a.stage;
     switch (a.kind) {
       case ActionKind::kForward:
         ++next_f_[s];
         --remaining_fb_[g];
-        if (s == stages_of_[g].front()) {
-          ++admitted_[g];
-          live_[g] += reserve_[g];
-        }
+        live_[g] += r_.activation_bytes[s].value();
         break;
       case ActionKind::kBackwardInput:
         ++next_b_[s];
@@ -193,7 +199,9 @@ class ListScheduler {
       if (jb < m_) {
         const internal::Readiness ready = timeline_.readiness(Action{b_kind, s, jb}, t);
         if (ready.known && ready.time <= t) {
-          if (best_b < 0 || jb < next_b_[best_b] || (jb == next_b_[best_b] && s > best_b)) {
+          const bool deepest_first = r_.priority == AdaptivePriority::kAlternate;
+          if (best_b < 0 || (deepest_first && s > best_b) ||
+              (!deepest_first && (jb < next_b_[best_b] || (jb == next_b_[best_b] && s > best_b)))) {
             best_b = s;
           }
         } else {
@@ -215,7 +223,9 @@ class ListScheduler {
         }
       }
     }
-    const bool backward_first = r_.priority == AdaptivePriority::kBackwardFirst;
+    const bool backward_first = r_.priority == AdaptivePriority::kAlternate
+                                    ? !last_was_backward_[g]
+                                    : r_.priority == AdaptivePriority::kBackwardFirst;
     const int first = backward_first ? best_b : best_f;
     const int second = backward_first ? best_f : best_b;
     if (first >= 0) {
@@ -258,10 +268,10 @@ class ListScheduler {
   std::vector<std::vector<int>> stages_of_;
   std::vector<double> reserve_;  // activation bytes of one micro-batch over the group's stages
   std::vector<int> next_f_, next_b_;
-  std::vector<double> live_;  // reserved activation bytes
-  std::vector<int> admitted_;
+  std::vector<double> live_;  // activation bytes held
   std::vector<std::deque<std::pair<int, int>>> pending_w_;
   std::vector<int64_t> remaining_fb_;
+  std::vector<bool> last_was_backward_;  // of the group's last F or B (kAlternate)
   GroupOrders orders_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   int64_t seq_ = 0;

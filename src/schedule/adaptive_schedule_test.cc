@@ -102,6 +102,56 @@ TEST(AdaptiveScheduleTest, ForwardFirstFillsMemoryBeforeBackwards) {
   EXPECT_EQ(peak_in_flight_per_group(orders.value()), (std::vector<int64_t>{2, 2}));
 }
 
+// Four chunks interleaved on two groups, a budget of one and a quarter micro-batches' share of
+// a group: a micro-batch holds one small chunk at a time, so several are in flight at once
+// (admission by the micro-batch's whole share would allow one), always within the budget.
+TEST(AdaptiveScheduleTest, DeepInterleavingKeepsSeveralMicroBatchesInFlight) {
+  AdaptiveRequest r = uniform_request(2, 8, 5e9);
+  r.stage_group = {0, 1, 0, 1, 0, 1, 0, 1};
+  r.stage_times.assign(8,
+                       ComputeTimes{milliseconds(1), milliseconds(1), milliseconds(1), Seconds(0)});
+  r.activation_bytes.assign(8, Bytes(1e9));
+  r.transfer_time.assign(7, Seconds(0));
+  for (AdaptivePriority priority :
+       {AdaptivePriority::kBackwardFirst, AdaptivePriority::kAlternate}) {
+    r.priority = priority;
+    Result<GroupOrders> orders = adaptive_schedule(r);
+    ASSERT_TRUE(orders.is_ok()) << orders.status().message();
+    for (int g = 0; g < 2; ++g) {
+      std::vector<int> chunks_live(8, 0);
+      double live = 0, peak = 0;
+      int most_in_flight = 0;
+      for (const Action& a : orders.value()[g]) {
+        if (a.kind == ActionKind::kForward) {
+          live += 1e9;
+          ++chunks_live[a.micro_batch];
+        }
+        if (a.kind == ActionKind::kBackwardWeight) {
+          live -= 1e9;
+          --chunks_live[a.micro_batch];
+        }
+        peak = std::max(peak, live);
+        most_in_flight = std::max(
+            most_in_flight, static_cast<int>(std::count_if(chunks_live.begin(), chunks_live.end(),
+                                                           [](int c) { return c > 0; })));
+      }
+      EXPECT_LE(peak, 5e9) << "group " << g;
+      EXPECT_GE(most_in_flight, 2) << "group " << g;
+    }
+  }
+}
+
+// Under the alternating rule a group runs a forward after a backward and a backward after a
+// forward wherever both are ready: 1F1B's steady state, on two stages.
+TEST(AdaptiveScheduleTest, AlternatingRuleTakesForwardsAndBackwardsInTurn) {
+  AdaptiveRequest r = uniform_request(2, 4, 1e12);
+  r.priority = AdaptivePriority::kAlternate;
+  r.weight_fill = WeightFill::kAlways;
+  Result<GroupOrders> orders = adaptive_schedule(r);
+  ASSERT_TRUE(orders.is_ok()) << orders.status().message();
+  EXPECT_EQ(order_text(orders.value()[1]), "1F0 1I0 1F1 1I1 1F2 1I2 1F3 1I3 1W0 1W1 1W2 1W3");
+}
+
 TEST(AdaptiveScheduleTest, FusedBackwardWhenNotSplit) {
   AdaptiveRequest r = uniform_request(2, 2, 1e12);
   r.split_backward = false;
@@ -137,17 +187,17 @@ TEST(AdaptiveScheduleTest, RejectsInconsistentRequests) {
   EXPECT_EQ(orders.status().code(), StatusCode::kInvalidArgument);
 }
 
-// Random shapes (one stage per group, V, interleaved, consecutive stages on one group), times,
-// transfers and budgets: every order is complete, deadlock-free (validate_plan), within its
-// memory budget, and simulates.
+// Random shapes (one stage per group, V, interleaved and zigzags of up to four chunks,
+// consecutive stages on one group), times, transfers, budgets and priorities: every order is
+// complete, deadlock-free (validate_plan), within its memory budget, and simulates.
 TEST(AdaptiveScheduleTest, RandomRequestsGiveValidOrdersWithinMemory) {
   std::mt19937 rng(7);
   auto uniform = [&](double lo, double hi) {
     return std::uniform_real_distribution<double>(lo, hi)(rng);
   };
-  for (int trial = 0; trial < 60; ++trial) {
+  for (int trial = 0; trial < 240; ++trial) {
     const int p = 1 + static_cast<int>(rng() % 4);
-    const int shape = static_cast<int>(rng() % 4);
+    const int shape = static_cast<int>(rng() % 6);
     std::vector<int> stage_group;
     for (int s = 0; s < p; ++s) stage_group.push_back(s);
     if (shape == 1) {  // V
@@ -157,6 +207,16 @@ TEST(AdaptiveScheduleTest, RandomRequestsGiveValidOrdersWithinMemory) {
     } else if (shape == 3) {  // two consecutive stages per group
       stage_group.clear();
       for (int s = 0; s < p; ++s) stage_group.insert(stage_group.end(), {s, s});
+    } else if (shape == 4) {  // interleaved, three or four chunks
+      const int chunks = 3 + static_cast<int>(rng() % 2);
+      for (int k = 1; k < chunks; ++k) {
+        for (int s = 0; s < p; ++s) stage_group.push_back(s);
+      }
+    } else if (shape == 5) {  // zigzag, three or four chunks
+      const int chunks = 3 + static_cast<int>(rng() % 2);
+      for (int k = 1; k < chunks; ++k) {
+        for (int s = 0; s < p; ++s) stage_group.push_back(k % 2 ? p - 1 - s : s);
+      }
     }
     AdaptiveRequest r;
     r.num_groups = p;
@@ -173,8 +233,10 @@ TEST(AdaptiveScheduleTest, RandomRequestsGiveValidOrdersWithinMemory) {
     std::vector<double> reserve(p, 0);
     for (size_t s = 0; s < stages; ++s) reserve[stage_group[s]] += r.activation_bytes[s].value();
     for (int g = 0; g < p; ++g) r.memory_budget.push_back(Bytes(reserve[g] * uniform(1, 4)));
-    r.priority = trial % 2 ? AdaptivePriority::kForwardFirst : AdaptivePriority::kBackwardFirst;
-    r.weight_fill = trial % 3 ? WeightFill::kIfItFits : WeightFill::kAlways;
+    r.priority = trial % 3 == 0   ? AdaptivePriority::kForwardFirst
+                 : trial % 3 == 1 ? AdaptivePriority::kBackwardFirst
+                                  : AdaptivePriority::kAlternate;
+    r.weight_fill = trial % 5 < 3 ? WeightFill::kIfItFits : WeightFill::kAlways;
 
     Result<GroupOrders> orders = adaptive_schedule(r);
     ASSERT_TRUE(orders.is_ok()) << "trial " << trial << ": " << orders.status().message();

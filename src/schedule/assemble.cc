@@ -275,7 +275,7 @@ ScheduleSpec ScheduleSpec::adaptive_on(StageShape shape, int chunks, AdaptivePri
   ScheduleSpec s;
   s.adaptive = true;
   s.shape = shape;
-  s.chunks = shape == StageShape::kLinear ? 1 : shape == StageShape::kV ? 2 : std::max(chunks, 2);
+  s.chunks = shape == StageShape::kLinear ? 1 : std::max(chunks, 2);
   s.priority = priority;
   s.weight_fill = fill;
   return s;
@@ -288,10 +288,13 @@ std::string ScheduleSpec::name() const {
     return n;
   }
   std::string n = "adaptive";
-  if (shape == StageShape::kV) n += "-v";
+  if (shape == StageShape::kV) {
+    n += chunks == 2 ? "-v" : "-zigzag(v=" + std::to_string(chunks) + ")";
+  }
   if (shape == StageShape::kInterleaved) n += "-interleaved(v=" + std::to_string(chunks) + ")";
   std::string variant;
   if (priority == AdaptivePriority::kForwardFirst) variant = "forward-first";
+  if (priority == AdaptivePriority::kAlternate) variant = "alternate";
   if (weight_fill == WeightFill::kAlways)
     variant += (variant.empty() ? "" : ", ") + std::string("eager-w");
   if (!variant.empty()) n += "(" + variant + ")";
@@ -304,8 +307,15 @@ std::vector<int> shape_stage_group(const ScheduleSpec& schedule, int p) {
       return default_stage_group(ScheduleKind::k1f1b, p, 1);
     case StageShape::kInterleaved:
       return default_stage_group(ScheduleKind::kInterleaved, p, schedule.chunks);
-    case StageShape::kV:
-      return default_stage_group(ScheduleKind::kZbV, p, 2);
+    case StageShape::kV: {
+      std::vector<int> out(static_cast<size_t>(p) * std::max(schedule.chunks, 2));
+      for (size_t s = 0; s < out.size(); ++s) {
+        const int k = static_cast<int>(s) / p;
+        const int i = static_cast<int>(s) % p;
+        out[s] = k % 2 == 0 ? i : p - 1 - i;
+      }
+      return out;
+    }
   }
   return {};
 }

@@ -55,12 +55,29 @@ std::optional<std::pair<StageShape, int>> runs_shape(const std::vector<StageRun>
   if (n % p == 0 && n / p >= 2 && follows([p](int i) { return i % p; })) {
     return std::pair{StageShape::kInterleaved, n / p};
   }
-  // V: out to the last group and back, the turn's two stages on it fused into one run.
-  if (n == 2 * p - 1 && follows([p](int i) { return i < p ? i : 2 * p - 2 - i; }) &&
-      runs[p - 1].last > runs[p - 1].first) {
-    return std::pair{StageShape::kV, 2};
+  // V and zigzag: out to the last group and back (and out again ...), each turn's two stages on
+  // the group it turns at fused into one run: c chunks make c (p - 1) + 1 runs.
+  if (p > 1 && n > p && (n - 1) % (p - 1) == 0) {
+    const int chunks = (n - 1) / (p - 1);
+    const bool zigzag = follows([p](int i) {
+      const int leg = i / (p - 1), at = i % (p - 1);
+      return leg % 2 == 0 ? at : p - 1 - at;
+    });
+    bool turns_split = true;
+    for (int t = 1; t < chunks; ++t) {
+      const StageRun& turn = runs[static_cast<size_t>(t) * static_cast<size_t>(p - 1)];
+      turns_split = turns_split && turn.last > turn.first;
+    }
+    if (zigzag && turns_split) return std::pair{StageShape::kV, chunks};
   }
   return std::nullopt;
+}
+
+// The runs at which a V or zigzag of `chunks` over p groups turns: c - 1 of them.
+std::vector<int> turn_runs(int p, int chunks) {
+  std::vector<int> out;
+  for (int t = 1; t < chunks; ++t) out.push_back(t * (p - 1));
+  return out;
 }
 
 // The named or adaptive schedule called `name` on `shape` with `chunks` stages per group.
@@ -71,7 +88,8 @@ ScheduleSpec schedule_named(const std::string& name, StageShape shape, int chunk
     specs.push_back(ScheduleSpec::named(*kind, chunks));
   }
   for (AdaptivePriority priority :
-       {AdaptivePriority::kBackwardFirst, AdaptivePriority::kForwardFirst}) {
+       {AdaptivePriority::kBackwardFirst, AdaptivePriority::kForwardFirst,
+        AdaptivePriority::kAlternate}) {
     for (WeightFill fill : {WeightFill::kIfItFits, WeightFill::kAlways}) {
       specs.push_back(ScheduleSpec::adaptive_on(shape, chunks, priority, fill));
     }
@@ -97,23 +115,27 @@ Result<Candidate> candidate_from_plan(const Plan& plan) {
     const std::optional<std::pair<StageShape, int>> mine = runs_shape(runs, p);
     if (!mine || (shape && *mine != *shape)) {
       return invalid_argument(fmt::format(
-          "replica {}: its stages are not a linear, interleaved or V map over its {} groups in "
-          "order{}",
+          "replica {}: its stages are not a linear, interleaved, V or zigzag map over its {} "
+          "groups in order{}",
           r, p, shape && mine ? ", or not the other replicas' shape" : ""));
     }
     shape = mine;
     if (mine->first == StageShape::kV) {
-      // Split the turn where its two halves' layer counts are closest.
-      StageRun turn = runs[p - 1];
-      const int begin = plan.stages[turn.first].layer_begin;
-      const int end = plan.stages[turn.last].layer_end;
-      int split = turn.first + 1;
-      for (int s = turn.first + 1; s <= turn.last; ++s) {
-        const int here = std::abs(2 * plan.stages[s].layer_begin - begin - end);
-        if (here < std::abs(2 * plan.stages[split].layer_begin - begin - end)) split = s;
+      // Split each turn where its two halves' layer counts are closest, the last turn first so
+      // that the earlier ones keep their indices.
+      const std::vector<int> turns = turn_runs(p, mine->second);
+      for (auto it = turns.rbegin(); it != turns.rend(); ++it) {
+        const StageRun turn = runs[*it];
+        const int begin = plan.stages[turn.first].layer_begin;
+        const int end = plan.stages[turn.last].layer_end;
+        int split = turn.first + 1;
+        for (int s = turn.first + 1; s <= turn.last; ++s) {
+          const int here = std::abs(2 * plan.stages[s].layer_begin - begin - end);
+          if (here < std::abs(2 * plan.stages[split].layer_begin - begin - end)) split = s;
+        }
+        runs[*it].last = split - 1;
+        runs.insert(runs.begin() + *it + 1, StageRun{turn.group, split, turn.last});
       }
-      runs[p - 1].last = split - 1;
-      runs.insert(runs.begin() + p, StageRun{turn.group, split, turn.last});
     }
     PipelineSpec spec;
     spec.micro_batches = replica.micro_batches;

@@ -95,6 +95,35 @@ TEST(CandidateTest, APlansStructureReadsBackAsItsCandidate) {
   }
 }
 
+// Zigzags of three and four chunks over three groups (out, back, out, back), each turn split
+// where its two coarse stages were, under the alternating priority.
+TEST(CandidateTest, AZigzagPlanReadsBackAsItsCandidate) {
+  Fixture fx(16, {"H100-SXM", "H100-SXM"}, 2, 16, uniform_spec(16));
+  std::vector<Candidate> cases(2);
+  for (int chunks : {3, 4}) {
+    Candidate& c = cases[chunks - 3];
+    c.schedule = ScheduleSpec::adaptive_on(StageShape::kV, chunks, AdaptivePriority::kAlternate,
+                                           WeightFill::kAlways);
+    std::vector<int> bounds;
+    for (int s = 0; s <= 3 * chunks; ++s) bounds.push_back(s * 16 / (3 * chunks));
+    c.replicas = {PipelineSpec{{{0}, {1}, {2}},
+                               bounds,
+                               std::vector<RecomputePolicy>(3 * chunks, RecomputePolicy::kNone),
+                               16}};
+    EXPECT_EQ(shape_stage_group(c.schedule, 3),
+              chunks == 3 ? (std::vector<int>{0, 1, 2, 2, 1, 0, 0, 1, 2})
+                          : (std::vector<int>{0, 1, 2, 2, 1, 0, 0, 1, 2, 2, 1, 0}));
+  }
+  for (const Candidate& c : cases) {
+    SCOPED_TRACE(c.schedule.name());
+    Result<Plan> plan = assemble(*fx.ctx, c);
+    ASSERT_TRUE(plan.is_ok()) << plan.status().message();
+    Result<Candidate> back = candidate_from_plan(*plan);
+    ASSERT_TRUE(back.is_ok()) << back.status().message();
+    EXPECT_EQ(candidate_key(*back), candidate_key(c));
+  }
+}
+
 TEST(CandidateTest, AStageMapOfNoShapeIsNotACandidate) {
   Fixture fx(8, {"H100-SXM"}, 2, 16, uniform_spec(8));
   Candidate c;
@@ -104,9 +133,10 @@ TEST(CandidateTest, AStageMapOfNoShapeIsNotACandidate) {
   ASSERT_TRUE(plan.is_ok()) << plan.status().message();
   Plan swapped = *plan;
   swapped.replicas[0].stage_group = {1, 0};  // the pipeline runs its groups out of order
-  EXPECT_EQ(candidate_from_plan(swapped).status().message(),
-            "replica 0: its stages are not a linear, interleaved or V map over its 2 groups in "
-            "order");
+  EXPECT_EQ(
+      candidate_from_plan(swapped).status().message(),
+      "replica 0: its stages are not a linear, interleaved, V or zigzag map over its 2 groups "
+      "in order");
 }
 
 }  // namespace

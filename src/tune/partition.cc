@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -142,6 +143,84 @@ void rebalance_groups(const PartitionRequest& req, const Partitioner& part, Chea
   }
 }
 
+// The largest group total and the sum of squared group totals of `p` (rebalance_groups's
+// objective).
+std::pair<double, double> group_score(const PartitionRequest& req, const Partitioner& part,
+                                      const Partition& p) {
+  std::vector<double> load;
+  for (size_t s = 0; s + 1 < p.bounds.size(); ++s) {
+    const size_t g = static_cast<size_t>(req.stage_owner[s]);
+    if (load.size() <= g) load.resize(g + 1, 0);
+    load[g] += part.time(static_cast<int>(s), p.bounds[s], p.bounds[s + 1], p.recompute[s]);
+  }
+  double worst = 0, squares = 0;
+  for (double x : load) {
+    worst = std::max(worst, x);
+    squares += x * x;
+  }
+  return {worst, squares};
+}
+
+// The partition whose stage times are closest to one another: the least sum of squared
+// differences from a target time, each stage at the cheapest policy that fits its budget. A
+// dynamic program over (stage, last layer), O(stages x layers^2). The target is the time at
+// which every stage would finish the whole model's work together, 1 / sum_s (1 / time of all
+// layers on stage s's group), refined once to the mean of the first result's stage times.
+// Where a group runs many stages, even stages keep every group's warm-up short, which the
+// bisection's partition (early stages filled to the bound, the last ones left a layer each)
+// does not. nullopt when no partition fits memory.
+template <class Cheapest>
+std::optional<Partition> even_partition(const PartitionRequest& req, const Partitioner& part,
+                                        Cheapest cheapest) {
+  const int stages = static_cast<int>(req.stage_groups.size());
+  const int layers = req.num_layers;
+  const RecomputePolicy first = req.policies.front();
+  double rate = 0;
+  for (int s = 0; s < stages; ++s) rate += 1.0 / part.time(s, 0, layers, first);
+  double target = 1.0 / rate;
+  std::optional<Partition> best;
+  for (int pass = 0; pass < 2; ++pass) {
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<std::vector<double>> cost(stages + 1, std::vector<double>(layers + 1, inf));
+    std::vector<std::vector<int>> from(stages + 1, std::vector<int>(layers + 1, -1));
+    std::vector<std::vector<RecomputePolicy>> policy(
+        stages + 1, std::vector<RecomputePolicy>(layers + 1, first));
+    cost[0][0] = 0;
+    for (int s = 1; s <= stages; ++s) {
+      // Stage s - 1 ends at `end`, leaving a layer for every later stage.
+      for (int end = s; end <= layers - (stages - s); ++end) {
+        for (int begin = s - 1; begin < end; ++begin) {
+          if (cost[s - 1][begin] == inf) continue;
+          RecomputePolicy p = first;
+          if (!cheapest(s - 1, begin, end, &p)) continue;
+          const double d = part.time(s - 1, begin, end, p) - target;
+          const double c = cost[s - 1][begin] + d * d;
+          if (c < cost[s][end]) {
+            cost[s][end] = c;
+            from[s][end] = begin;
+            policy[s][end] = p;
+          }
+        }
+      }
+    }
+    if (cost[stages][layers] == inf) return best;
+    Partition out;
+    out.bounds.assign(stages + 1, layers);
+    out.recompute.assign(stages, first);
+    for (int s = stages; s > 0; --s) {
+      out.recompute[s - 1] = policy[s][out.bounds[s]];
+      out.bounds[s - 1] = from[s][out.bounds[s]];
+    }
+    double sum = 0;
+    for (int s = 0; s < stages; ++s) {
+      sum += part.time(s, out.bounds[s], out.bounds[s + 1], out.recompute[s]);
+    }
+    target = sum / stages;
+    best = std::move(out);
+  }
+  return best;
+}
+
 std::string devices_text(const DeviceGroup& g) {
   return fmt::format("{}", fmt::join(g.devices, ","));
 }
@@ -224,7 +303,21 @@ Result<Partition> balanced_partition(const PartitionRequest& req, const CostMode
     cheapest(static_cast<int>(s), bounds[s], bounds[s + 1], &chosen);
     out.recompute.push_back(chosen);
   }
-  if (!req.stage_owner.empty()) rebalance_groups(req, part, cheapest, &out);
+  if (!req.stage_owner.empty()) {
+    rebalance_groups(req, part, cheapest, &out);
+    // Where a group runs three or more stages, the even partition rebalanced is kept unless it
+    // balances the groups worse: its stages are even, the other's need not be.
+    int groups = 0;
+    for (int g : req.stage_owner) groups = std::max(groups, g + 1);
+    if (static_cast<int>(stages) >= 3 * groups) {
+      if (std::optional<Partition> even = even_partition(req, part, cheapest)) {
+        rebalance_groups(req, part, cheapest, &*even);
+        if (group_score(req, part, *even).first <= group_score(req, part, out).first * (1 + 1e-9)) {
+          out = std::move(*even);
+        }
+      }
+    }
+  }
   for (size_t s = 0; s < stages; ++s) {
     out.bottleneck =
         std::max(out.bottleneck, Seconds(part.time(static_cast<int>(s), out.bounds[s],

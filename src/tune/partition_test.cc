@@ -126,6 +126,27 @@ TEST(BalancedPartitionTest, BalancesGroupTotalsOfAVShape) {
   EXPECT_LE(std::max(device0, device1), 27) << b[1] << " " << b[2] << " " << b[3];
 }
 
+// A zigzag of six chunks over four devices (24 stages), 57 layers of 1 ms and a 12 ms head.
+// Bisection alone fills the first stages up to the head's time and leaves the last ones a
+// layer each, so the last device waits for 27 ms of forwards before its first stage; starting
+// also from the stages closest to equal keeps the devices as balanced (18 ms each, the head's
+// device taking small stages elsewhere) and that wait under one and a half mean stages per hop.
+TEST(BalancedPartitionTest, ManyStagesPerGroupStayEven) {
+  FixedCostSpec spec;
+  for (int i = 0; i < 58; ++i) spec.layers.push_back(layer_ms(i == 57 ? 12 : 1, 0, 0));
+  FixedCostModel cost(fixed_cluster({"H100-SXM"}, 4), spec);
+  std::vector<int> owner;
+  for (int s = 0; s < 24; ++s) owner.push_back((s / 4) % 2 == 0 ? s % 4 : 3 - s % 4);
+  PartitionRequest r = request(58, owner);
+  r.stage_owner = owner;
+  Result<Partition> p = balanced_partition(r, cost);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_NEAR(p->bottleneck.value(), 18e-3, 1e-12);
+  const double mean_stage_ms = 69.0 / 24;
+  const int warm_up_ms = p->bounds[3];  // stages 0-2, all 1 ms layers
+  EXPECT_LE(warm_up_ms, 3 * 1.5 * mean_stage_ms);
+}
+
 TEST(BalancedPartitionTest, RejectsMoreStagesThanLayers) {
   FixedCostSpec spec;
   spec.layers = {layer_ms(1, 1, 1), layer_ms(1, 1, 1)};

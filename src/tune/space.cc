@@ -81,7 +81,7 @@ double bubble_share(const ScheduleSpec& spec, double f, double b, double w) {
       case StageShape::kInterleaved:
         return h1 / spec.chunks;
       case StageShape::kV:
-        return v_shape;
+        return std::max(f, b) / (spec.chunks * total);
     }
   }
   switch (spec.kind) {

@@ -72,6 +72,14 @@ std::vector<ScheduleSpec> all_search_specs() {
                                 WeightFill::kIfItFits),
       ScheduleSpec::adaptive_on(StageShape::kV, 2, AdaptivePriority::kBackwardFirst,
                                 WeightFill::kIfItFits),
+      // V and zigzags of more chunks under OctoPipe's alternating rule: finer stages shorten
+      // every group's warm-up, and a zigzag keeps the groups' memory even (docs/planner.md).
+      ScheduleSpec::adaptive_on(StageShape::kV, 2, AdaptivePriority::kAlternate,
+                                WeightFill::kAlways),
+      ScheduleSpec::adaptive_on(StageShape::kV, 3, AdaptivePriority::kAlternate,
+                                WeightFill::kAlways),
+      ScheduleSpec::adaptive_on(StageShape::kV, 4, AdaptivePriority::kAlternate,
+                                WeightFill::kAlways),
   };
 }
 
@@ -706,8 +714,8 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
     }
   }
   if ((moves & kMoveSchedule) && c.schedule.adaptive) {
-    for (AdaptivePriority pr :
-         {AdaptivePriority::kBackwardFirst, AdaptivePriority::kForwardFirst}) {
+    for (AdaptivePriority pr : {AdaptivePriority::kBackwardFirst, AdaptivePriority::kForwardFirst,
+                                AdaptivePriority::kAlternate}) {
       for (WeightFill wf : {WeightFill::kIfItFits, WeightFill::kAlways}) {
         Candidate x = c;
         x.schedule.priority = pr;

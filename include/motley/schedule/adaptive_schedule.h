@@ -1,8 +1,9 @@
 // The adaptive list scheduler: an irregular order per device group for any map of stages to
 // groups, built by replaying the estimated timeline the zero-bubble W placement uses too — a
-// free group runs its most urgent ready action (B, then F while memory admits a micro-batch, W
-// in the gaps) — with admission control that keeps activations within budget and deadlock-free
-// orders. No simulation (sim/). Algorithm: docs/planner.md, "Adaptive schedule". Thread-safe.
+// free group runs its most urgent ready action (B, then F while memory admits it, W in the
+// gaps; or F and B in turn) — with admission control that keeps activations within budget and
+// deadlock-free orders. No simulation (sim/). Algorithm: docs/planner.md, "Adaptive schedule".
+// Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,10 @@ namespace motley {
 enum class AdaptivePriority {
   kBackwardFirst,  // a ready backward runs before a ready forward (1F1B-like steady state)
   kForwardFirst,   // forwards first while memory admits them (deep warm-up), then backwards
+  // After a forward a ready backward runs first, after a backward a ready forward (one of each
+  // in turn where both are ready), and the backward of the deepest stage goes first: the rule
+  // of OctoPipe's dynamic scheduler (guojihu-hana/SimPipe), which suits deep interleaving.
+  kAlternate,
 };
 
 struct AdaptiveRequest {
@@ -41,8 +46,9 @@ struct AdaptiveRequest {
 
 // One action list per group, in execution order. Every (stage, micro-batch) gets one F and one
 // B and W (or one fused backward); per stage, forwards and backwards run in micro-batch order; a
-// group starts a micro-batch's first forward only when the activations of all its stages for
-// that micro-batch fit beside those it holds (so peak_in_flight memory <= memory_budget).
+// forward runs only when its stage's activations fit beside those the group holds and what the
+// older micro-batches' forwards still to come on the group will need (so peak_in_flight memory
+// <= memory_budget, and the orders cannot deadlock: docs/planner.md, "Adaptive schedule").
 // Errors: invalid_argument for inconsistent sizes or negative values; infeasible when one
 // micro-batch's activations on a group exceed its budget (names the group and both sizes).
 Result<GroupOrders> adaptive_schedule(const AdaptiveRequest& request);

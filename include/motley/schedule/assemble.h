@@ -18,14 +18,16 @@
 
 namespace motley {
 
-// Where each group's stages sit: one per group, interleaved (s mod p) or V (r and 2p-1-r).
+// Where each group's stages sit: one per group, interleaved (s mod p), or V (r and 2p-1-r):
+// with more than two chunks a zigzag, out to the last group and back again, stage s of chunk
+// k = s / p on group s mod p when k is even and p - 1 - s mod p when it is odd.
 enum class StageShape { kLinear, kInterleaved, kV };
 
 struct ScheduleSpec {
   bool adaptive = false;
   ScheduleKind kind = ScheduleKind::k1f1b;  // named schedules only
   StageShape shape = StageShape::kLinear;
-  int chunks = 1;  // stages per group: 1, v (interleaved) or 2 (V)
+  int chunks = 1;  // stages per group: 1, v (interleaved), 2 (V) or v (zigzag, adaptive only)
   AdaptivePriority priority = AdaptivePriority::kBackwardFirst;
   WeightFill weight_fill = WeightFill::kIfItFits;
   // ZB-H1 / ZB-H2: let the generator shorten the warm-up to what memory holds (max_in_flight).
@@ -36,7 +38,8 @@ struct ScheduleSpec {
   static ScheduleSpec named(ScheduleKind kind, int virtual_stages = 1);
   static ScheduleSpec adaptive_on(StageShape shape, int chunks, AdaptivePriority priority,
                                   WeightFill fill);
-  // "1f1b", "interleaved(v=2)", "zb-v", "adaptive", "adaptive-v", "adaptive(forward-first)".
+  // "1f1b", "interleaved(v=2)", "zb-v", "adaptive", "adaptive-v", "adaptive(forward-first)",
+  // "adaptive-zigzag(v=3)(alternate, eager-w)".
   std::string name() const;
   bool operator==(const ScheduleSpec&) const = default;
 };
