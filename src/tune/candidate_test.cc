@@ -64,6 +64,16 @@ TEST(CandidateTest, GroupLoadsSumEachGroupsStages) {
   EXPECT_NEAR(loads[0][1].total(), 3 * 6e-3, 1e-15);
 }
 
+// `c` assembled into a plan, and the plan's structure read back, is `c` again.
+void expect_reads_back(const Fixture& fx, const Candidate& c) {
+  SCOPED_TRACE(c.schedule.name());
+  Result<Plan> plan = assemble(*fx.ctx, c);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().message();
+  Result<Candidate> back = candidate_from_plan(*plan);
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(candidate_key(*back), candidate_key(c));
+}
+
 // A plan's structure read back as a candidate is the candidate it was assembled from: linear
 // replicas of other bounds (the plan's stages are their common refinement, so a recompute
 // policy would be shared), interleaved, V, and the adaptive scheduler with recompute.
@@ -85,14 +95,7 @@ TEST(CandidateTest, APlansStructureReadsBackAsItsCandidate) {
                                     {RecomputePolicy::kNone, RecomputePolicy::kFull,
                                      RecomputePolicy::kSelective, RecomputePolicy::kNone},
                                     16}};
-  for (const Candidate& c : cases) {
-    SCOPED_TRACE(c.schedule.name());
-    Result<Plan> plan = assemble(*fx.ctx, c);
-    ASSERT_TRUE(plan.is_ok()) << plan.status().message();
-    Result<Candidate> back = candidate_from_plan(*plan);
-    ASSERT_TRUE(back.is_ok()) << back.status().message();
-    EXPECT_EQ(candidate_key(*back), candidate_key(c));
-  }
+  for (const Candidate& c : cases) expect_reads_back(fx, c);
 }
 
 // Zigzags of three and four chunks over three groups (out, back, out, back), each turn split
@@ -114,14 +117,7 @@ TEST(CandidateTest, AZigzagPlanReadsBackAsItsCandidate) {
               chunks == 3 ? (std::vector<int>{0, 1, 2, 2, 1, 0, 0, 1, 2})
                           : (std::vector<int>{0, 1, 2, 2, 1, 0, 0, 1, 2, 2, 1, 0}));
   }
-  for (const Candidate& c : cases) {
-    SCOPED_TRACE(c.schedule.name());
-    Result<Plan> plan = assemble(*fx.ctx, c);
-    ASSERT_TRUE(plan.is_ok()) << plan.status().message();
-    Result<Candidate> back = candidate_from_plan(*plan);
-    ASSERT_TRUE(back.is_ok()) << back.status().message();
-    EXPECT_EQ(candidate_key(*back), candidate_key(c));
-  }
+  for (const Candidate& c : cases) expect_reads_back(fx, c);
 }
 
 TEST(CandidateTest, AStageMapOfNoShapeIsNotACandidate) {
