@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <regex>
 #include <set>
 #include <string>
 #include <thread>
@@ -143,8 +144,10 @@ TEST(StressTest, WrongBytesOnALinkAreCaughtAtTheReceiver) {
   EXPECT_EQ(r.all_reduce.wrong, r.all_reduce.iterations);
   for (const DeviceStress& d : r.devices) EXPECT_EQ(d.wrong, 0);
   const std::string text = stress_report_text(r, "x");
-  EXPECT_NE(text.find("link 0-1 ("), std::string::npos) << text;
-  EXPECT_EQ(text.find("link 0-2 ("), std::string::npos) << text;
+  // Link 0-1 is named faulty; link 0-2 is not (it may still be named slow: on a loaded machine
+  // its timing is anybody's).
+  EXPECT_TRUE(std::regex_search(text, std::regex("link 0-1 \\([0-9]+ wrong messages\\)"))) << text;
+  EXPECT_FALSE(std::regex_search(text, std::regex("link 0-2 \\([0-9]+ wrong"))) << text;
 }
 
 TEST(StressTest, LinksFileAndExpectations) {
