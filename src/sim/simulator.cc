@@ -1,8 +1,8 @@
-// The simulator's entry points (task names: sim_task.cc). A run goes through four rooms, each in
+// The simulator's entry points (task names: sim_task.cc). A run goes through five rooms, each in
 // its own file: graph building (sim_graph.h: the plan's task graph, the simulator's own
-// tasks, durations), the link-sharing model (link_model.h), the event loop (event_loop.h) and
-// result assembly (sim_results.h). docs/simulator.md gives the model and why each choice was
-// made.
+// tasks, durations), which folds identical replicas (replica_folding.h), the link-sharing
+// model (link_model.h), the event loop (event_loop.h) and result assembly (sim_results.h).
+// docs/simulator.md gives the model and why each choice was made.
 #include "motley/sim/simulator.h"
 
 #include "event_loop.h"
