@@ -542,18 +542,19 @@ Seconds AnalyticCostModel::p2p_time(int src, int dst, Bytes bytes) const {
 AlphaBeta AnalyticCostModel::concurrent_parameters(
     std::span<const std::pair<int, int>> transfers) const {
   AlphaBeta out{Seconds(0), BytesPerSecond(kInf)};
+  // Topology resolves a path each time it is asked: once per transfer here.
+  SmallBuffer<Path, 32> paths(transfers.size());
   size_t crossings = 0;
-  for (const auto& [src, dst] : transfers) crossings += topology_.path(src, dst).links.size();
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    paths.begin()[i] = topology_.path(transfers[i].first, transfers[i].second);
+    crossings += paths.begin()[i].links.size();
+  }
   SmallBuffer<int, 256> used(crossings);
   int* next = used.begin();
-  for (const auto& [src, dst] : transfers) {
-    const Path& p = topology_.path(src, dst);
-    next = std::copy(p.links.begin(), p.links.end(), next);
-  }
+  for (const Path& p : paths) next = std::copy(p.links.begin(), p.links.end(), next);
   std::sort(used.begin(), used.end());
   const std::vector<Link>& links = topology_.links();
-  for (const auto& [src, dst] : transfers) {
-    const Path& p = topology_.path(src, dst);
+  for (const Path& p : paths) {
     out.latency = std::max(out.latency, p.latency);
     double bandwidth = p.bandwidth.value();
     for (int link : p.links) {

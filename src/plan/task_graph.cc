@@ -216,4 +216,15 @@ void build_task_graph(const Plan& plan, const LoweredPlan& lowered, TaskGraph& g
   graph.link();
 }
 
+bool same_task_graph(const Replica& a, const Replica& b) {
+  if (a.micro_batches != b.micro_batches || a.stage_group != b.stage_group ||
+      a.groups.size() != b.groups.size()) {
+    return false;
+  }
+  for (size_t g = 0; g < a.groups.size(); ++g) {
+    if (a.groups[g].actions != b.groups[g].actions) return false;
+  }
+  return true;
+}
+
 }  // namespace motley

@@ -102,9 +102,7 @@ Status check_devices(const Plan& plan, const ClusterSpec& cluster, const Labels&
   return Status::ok();
 }
 
-// The replicas whose task graphs differ: one of each set of replicas with the same
-// micro-batch count, stage-to-group map and orders (devices do not enter a task graph), in
-// plan order.
+// The replicas whose task graphs differ (same_task_graph): one of each kind, in plan order.
 std::vector<int> distinct_orders(const Plan& plan) {
   auto fingerprint = [](const Replica& rep) {
     uint64_t h = 1469598103934665603ull;
@@ -121,22 +119,13 @@ std::vector<int> distinct_orders(const Plan& plan) {
     }
     return h;
   };
-  auto same = [](const Replica& a, const Replica& b) {
-    if (a.micro_batches != b.micro_batches || a.stage_group != b.stage_group ||
-        a.groups.size() != b.groups.size()) {
-      return false;
-    }
-    for (size_t g = 0; g < a.groups.size(); ++g) {
-      if (a.groups[g].actions != b.groups[g].actions) return false;
-    }
-    return true;
-  };
   std::vector<int> out;
   std::map<uint64_t, std::vector<int>> seen;  // fingerprint -> replicas kept with it
   for (size_t r = 0; r < plan.replicas.size(); ++r) {
     std::vector<int>& kept = seen[fingerprint(plan.replicas[r])];
-    const bool repeat = std::any_of(
-        kept.begin(), kept.end(), [&](int k) { return same(plan.replicas[k], plan.replicas[r]); });
+    const bool repeat = std::any_of(kept.begin(), kept.end(), [&](int k) {
+      return same_task_graph(plan.replicas[k], plan.replicas[r]);
+    });
     if (repeat) continue;
     kept.push_back(static_cast<int>(r));
     out.push_back(static_cast<int>(r));

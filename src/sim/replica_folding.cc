@@ -7,6 +7,8 @@
 #include <tuple>
 #include <utility>
 
+#include "motley/plan/task_graph.h"
+
 namespace motley::sim_internal {
 namespace {
 
@@ -57,7 +59,7 @@ class Folder {
       if (!shares_links[r]) {
         std::vector<int>& candidates = classes[signatures[r]];
         for (int k : candidates) {
-          if (same_orders(plan_.replicas[out.members[k].front()], plan_.replicas[r])) {
+          if (same_task_graph(plan_.replicas[out.members[k].front()], plan_.replicas[r])) {
             joined = k;
             break;
           }
@@ -75,14 +77,6 @@ class Folder {
   }
 
  private:
-  static bool same_orders(const Replica& a, const Replica& b) {
-    if (a.groups.size() != b.groups.size()) return false;
-    for (size_t g = 0; g < a.groups.size(); ++g) {
-      if (a.groups[g].actions != b.groups[g].actions) return false;
-    }
-    return true;
-  }
-
   int64_t type_id(int device) {
     auto [it, inserted] =
         type_ids_.emplace(&topology_.device_type(device), static_cast<int64_t>(type_ids_.size()));
@@ -170,16 +164,7 @@ ReplicaFolding fold_identical_replicas(
 }
 
 void folded_plan(const Plan& plan, const ReplicaFolding& folding, Plan& out) {
-  out.model = plan.model;
-  out.cluster = plan.cluster;
-  out.micro_batch_size = plan.micro_batch_size;
-  out.seq_len = plan.seq_len;
-  out.global_batch = plan.global_batch;
   out.stages = plan.stages;
-  out.schedule = plan.schedule;
-  out.zero1 = plan.zero1;
-  out.sequence_parallel = plan.sequence_parallel;
-  out.predicted.reset();
   out.replicas.resize(folding.members.size());
   for (size_t k = 0; k < folding.members.size(); ++k) {
     out.replicas[k] = plan.replicas[folding.members[k].front()];

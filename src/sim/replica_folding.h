@@ -41,7 +41,9 @@ ReplicaFolding fold_identical_replicas(
     std::span<const StageMemory> stage_memory,
     const std::function<double(int replica, int group, int peer_group, int stage)>& wire_bytes);
 
-// `plan` with only the first member of each class, in the order of `folding.members`.
+// The stages of `plan` and, in the order of `folding.members`, the first replica of each class:
+// all a task graph reads of a plan (the other fields stay as `out` had them; the plan's own
+// are read from `plan`).
 void folded_plan(const Plan& plan, const ReplicaFolding& folding, Plan& out);
 
 }  // namespace motley::sim_internal

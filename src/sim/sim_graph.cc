@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <functional>
 #include <map>
 #include <utility>
 
@@ -32,7 +31,7 @@ class Builder {
     if (!structure.is_ok()) return structure.with_context(options_.source);
     price_stages();
     fold_replicas();
-    out_.graph.assign(sim_, scratch_.lowering.lower(sim_));
+    out_.graph.assign(sim(), scratch_.lowering.lower(sim()));
     price_actions_and_messages();
     add_all_reduces_and_optimizer_steps();
     out_.graph.link();
@@ -44,6 +43,8 @@ class Builder {
 
  private:
   size_t at(int r, int s) const { return static_cast<size_t>(r) * stages_ + s; }
+  // The plan of the replicas simulated (fold_replicas chooses it).
+  const Plan& sim() const { return *out_.simulated; }
 
   // Per (replica, stage) of the plan: times, memory and boundary bytes, from the cost model once.
   void price_stages() {
@@ -103,7 +104,6 @@ class Builder {
 
   // Chooses the replicas to simulate and keeps their priced stages, in simulated order.
   void fold_replicas() {
-    sim_ = plan_;
     out_.simulated = &plan_;
     if (!options_.fold_identical_replicas || plan_.replicas.size() < 2) {
       out_.folding = no_folding(plan_);
@@ -116,7 +116,6 @@ class Builder {
     if (!out_.folding.folds()) return;
     folded_plan(plan_, out_.folding, out_.folded);
     out_.simulated = &out_.folded;
-    sim_ = std::cref(out_.folded);
     // Row k of the simulated replicas is row members[k][0] of the plan's; k <= members[k][0].
     for (size_t k = 0; k < out_.folding.members.size(); ++k) {
       const int from = out_.folding.members[k].front();
@@ -133,7 +132,7 @@ class Builder {
 
   // Compute tasks take their stage's time; a message its path's latency before its bytes.
   void price_actions_and_messages() {
-    const Plan& sim = sim_;
+    const Plan& sim = this->sim();
     const TaskGraph& graph = out_.graph;
     out_.tasks.assign(graph.size(), TaskState{});
     out_.transfers.clear();
@@ -142,8 +141,9 @@ class Builder {
       out_.tasks[id].duration =
           scratch_.stage_times[at(n.replica, n.stage)][kind_index(action_kind(n.kind))];
     }
-    // How each (replica, sender, receiver, stage) message travels, asked of the cost model once.
-    std::map<std::array<int, 4>, double> wire;
+    // How each (replica, sender, receiver, stage) message travels — its path and its bytes on
+    // the wire — resolved once for all its micro-batches.
+    std::map<std::array<int, 4>, std::pair<Path, double>> route;
     for (int32_t id = graph.num_actions(); id < graph.size(); ++id) {
       const TaskNode& n = graph.node(id);
       const Replica& rep = sim.replicas[n.replica];
@@ -151,10 +151,13 @@ class Builder {
       x.task = id;
       x.src_device = rep.groups[n.group].devices[0];
       x.dst_device = rep.groups[n.peer_group].devices[0];
-      x.path = topology_.path(x.src_device, x.dst_device);
-      auto [it, inserted] = wire.try_emplace({n.replica, n.group, n.peer_group, n.stage}, 0.0);
-      if (inserted) it->second = wire_bytes(sim, n.replica, n.group, n.peer_group, n.stage);
-      x.bytes = it->second;
+      auto [it, inserted] = route.try_emplace({n.replica, n.group, n.peer_group, n.stage});
+      if (inserted) {
+        it->second = {topology_.path(x.src_device, x.dst_device),
+                      wire_bytes(sim, n.replica, n.group, n.peer_group, n.stage)};
+      }
+      x.path = it->second.first;
+      x.bytes = it->second.second;
       TaskState& t = out_.tasks[id];
       t.duration = x.path.latency.value();
       t.transfer = static_cast<int32_t>(out_.transfers.size());
@@ -175,7 +178,7 @@ class Builder {
   // all-reduce spans every replica of the plan, folded or not.
   void add_all_reduces_and_optimizer_steps() {
     TaskGraph& graph = out_.graph;
-    const Plan& sim = sim_;
+    const Plan& sim = this->sim();
     const int n_sim = static_cast<int>(sim.replicas.size());
     const int n_rep = static_cast<int>(plan_.replicas.size());
     std::vector<int32_t>& all_reduce = scratch_.all_reduce;
@@ -264,7 +267,6 @@ class Builder {
 
   const SimOptions& options_;
   const Plan& plan_;
-  std::reference_wrapper<const Plan> sim_ = plan_;  // the simulated replicas' plan
   DeviceGroup src_;
   DeviceGroup dst_;
   const CostModel& cost_;

@@ -41,6 +41,13 @@ std::vector<StageRun> stage_runs(const Replica& replica) {
   return runs;
 }
 
+// The runs at which a V or zigzag of `chunks` over p groups turns: c - 1 of them.
+std::vector<int> turn_runs(int p, int chunks) {
+  std::vector<int> out;
+  for (int t = 1; t < chunks; ++t) out.push_back(t * (p - 1));
+  return out;
+}
+
 // The shape and chunk count whose stage map the runs follow over p groups in order, or nullopt.
 std::optional<std::pair<StageShape, int>> runs_shape(const std::vector<StageRun>& runs, int p) {
   const int n = static_cast<int>(runs.size());
@@ -64,20 +71,12 @@ std::optional<std::pair<StageShape, int>> runs_shape(const std::vector<StageRun>
       return leg % 2 == 0 ? at : p - 1 - at;
     });
     bool turns_split = true;
-    for (int t = 1; t < chunks; ++t) {
-      const StageRun& turn = runs[static_cast<size_t>(t) * static_cast<size_t>(p - 1)];
-      turns_split = turns_split && turn.last > turn.first;
+    for (int at : turn_runs(p, chunks)) {
+      turns_split = turns_split && runs[static_cast<size_t>(at)].last > runs[at].first;
     }
     if (zigzag && turns_split) return std::pair{StageShape::kV, chunks};
   }
   return std::nullopt;
-}
-
-// The runs at which a V or zigzag of `chunks` over p groups turns: c - 1 of them.
-std::vector<int> turn_runs(int p, int chunks) {
-  std::vector<int> out;
-  for (int t = 1; t < chunks; ++t) out.push_back(t * (p - 1));
-  return out;
 }
 
 // The named or adaptive schedule called `name` on `shape` with `chunks` stages per group.

@@ -160,4 +160,8 @@ class TaskGraph {
 // assign + link: the plan's graph on its own, as validation checks it.
 void build_task_graph(const Plan& plan, const LoweredPlan& lowered, TaskGraph& graph);
 
+// Whether two replicas have the same task graph: the same micro-batch count, stage-to-group map
+// and every group's actions (devices do not enter a task graph, and replicas share no task).
+bool same_task_graph(const Replica& a, const Replica& b);
+
 }  // namespace motley
