@@ -1225,6 +1225,8 @@ TEST(CliTest, CalibrateFitsAStackAndSimulateUsesIt) {
   EXPECT_EQ(file["format"], "motley.calibration/1");
   EXPECT_EQ(file["base"], "megatron-core");
   EXPECT_EQ(file["fitted"].size(), 2u);
+  EXPECT_EQ(file["stack"]["gradient_bucket_parameters"].get<double>(), 40e6);
+  EXPECT_EQ(file["stack"]["gradient_bucket_parameters_per_replica"].get<double>(), 1e6);
 
   const std::string layout =
       " --model llama-3-8b --cluster h100x8 --schedule 1f1b --stages 1 --tensor-parallel 8"
@@ -1258,6 +1260,12 @@ TEST(CliTest, CalibrateRefusesBadCasesAndStacks) {
   }
   expect_bad_input("simulate --schedule 1f1b --calibration " + bad,
                    {bad, "stack.memory_efficiency", "from 0.2 to 1"});
+  {
+    std::ofstream(bad) << R"({"format": "motley.calibration/1", "base": "megatron-core",)"
+                       << R"( "stack": {"gradient_bucket_parameters": 0}})";
+  }
+  expect_bad_input("simulate --schedule 1f1b --calibration " + bad,
+                   {bad, "stack.gradient_bucket_parameters", "from 1 to 1000000000000"});
 }
 
 }  // namespace

@@ -527,6 +527,19 @@ StageMemory AnalyticCostModel::stage_memory(LayerRange layers, const DeviceGroup
   return m;
 }
 
+int AnalyticCostModel::gradient_buckets(LayerRange layers, const DeviceGroup& group,
+                                        int64_t data_parallel) const {
+  const SoftwareStack& stack = options_.stack;
+  if (!stack.overlap_grad_reduce) return 1;
+  const double params = (stored_params_prefix_[layers.end] - stored_params_prefix_[layers.begin]) /
+                        static_cast<double>(std::max(group.tp(), 1));
+  const double bucket = std::max(
+      {stack.gradient_bucket_parameters,
+       stack.gradient_bucket_parameters_per_replica * static_cast<double>(data_parallel), 1.0});
+  constexpr double kMaxBuckets = 1 << 20;
+  return static_cast<int>(std::clamp(std::ceil(params / bucket), 1.0, kMaxBuckets));
+}
+
 Bytes AnalyticCostModel::boundary_bytes(int layer) const {
   MOTLEY_CHECK(0 <= layer && layer < static_cast<int>(layer_costs_.size()),
                "boundary_bytes of a layer outside the model");

@@ -676,6 +676,45 @@ TEST(AnalyticMemory, TensorParallelShardsTheModelState) {
   EXPECT_DOUBLE_EQ(two.optimizer_state.value(), one.optimizer_state.value() / 2);
 }
 
+// p = 3 * 4096 * 14336 + 4096 = 176,164,864 parameters per FFN layer.
+TEST(AnalyticGradientBuckets, StageParametersPerDeviceOverTheStacksBucket) {
+  ModelSpec m = model_of({ffn_layer("f0"), ffn_layer("f1"), ffn_layer("f2")});
+  AnalyticCostOptions o = workload(4096);
+  o.stack = find_software_stack("megatron-core").value();
+  const auto cost = analytic(m, one_node("H100-SXM", 2), o);
+  const double p = static_cast<double>(cost->layer_costs()[0].stored_params);
+  ASSERT_EQ(p, 3.0 * 4096 * 14336 + 4096);
+  // Megatron-Core: buckets of max(40 M, 1 M per replica) parameters.
+  EXPECT_EQ(cost->gradient_buckets(LayerRange{0, 3}, DeviceGroup{{0}}, 8),
+            static_cast<int>(std::ceil(3 * p / 40e6)));  // 14
+  EXPECT_EQ(cost->gradient_buckets(LayerRange{0, 3}, DeviceGroup{{0, 1}}, 8),
+            static_cast<int>(std::ceil(3 * p / 2 / 40e6)));  // 7
+  EXPECT_EQ(cost->gradient_buckets(LayerRange{0, 3}, DeviceGroup{{0}}, 100),
+            static_cast<int>(std::ceil(3 * p / 100e6)));  // 6
+  EXPECT_EQ(cost->gradient_buckets(kFirst, DeviceGroup{{0}}, 1000), 1);
+  // Megatron-LM of 2022 reduces after the backward: one bucket.
+  o.stack = find_software_stack("megatron-lm-2022").value();
+  EXPECT_EQ(analytic(m, one_node("H100-SXM", 2), o)
+                ->gradient_buckets(LayerRange{0, 3}, DeviceGroup{{0}}, 8),
+            1);
+  // DDP's 25 MiB of fp32 gradients.
+  o.stack = find_software_stack("pytorch-fsdp").value();
+  EXPECT_EQ(analytic(m, one_node("H100-SXM", 2), o)->gradient_buckets(kFirst, DeviceGroup{{0}}, 8),
+            static_cast<int>(std::ceil(p / (25.0 * 1024 * 1024 / 4))));  // 27
+}
+
+TEST(ExposedGradientReduction, OnlyWhatTheLastPassCannotHide) {
+  // One bucket: all of it after the pass.
+  EXPECT_EQ(exposed_gradient_reduction(Seconds(3), 1, Seconds(10)), Seconds(3));
+  // Short reduction under a long pass: only the last bucket.
+  EXPECT_DOUBLE_EQ(exposed_gradient_reduction(Seconds(1), 4, Seconds(2)).value(), 0.25);
+  // Long reduction: the first bucket starts a quarter into the pass, the rest follow back to
+  // back: 10 - 2 * 3/4.
+  EXPECT_DOUBLE_EQ(exposed_gradient_reduction(Seconds(10), 4, Seconds(2)).value(), 8.5);
+  // The two bounds meet where reduction = pass.
+  EXPECT_DOUBLE_EQ(exposed_gradient_reduction(Seconds(2), 2, Seconds(2)).value(), 1.0);
+}
+
 TEST(AnalyticMemory, CommunicationBuffersDoubleBufferBothBoundaries) {
   ModelSpec m = model_of({attention_layer("a0"), ffn_layer("f0"), attention_layer("a1")});
   const auto cost = analytic(m, one_node("H100-SXM", 2), workload(4096));

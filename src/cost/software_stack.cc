@@ -16,6 +16,9 @@ namespace motley {
 namespace {
 
 constexpr const char* kKernelOverheadUs = "kernel_overhead_us";
+constexpr const char* kBucketParameters = "gradient_bucket_parameters";
+constexpr const char* kBucketPerReplica = "gradient_bucket_parameters_per_replica";
+constexpr double kMaxBucket = 1e12;  // parameters: more than any model has
 
 // A built-in stack: the defaults of SoftwareStack (docs/timing-model.md) with what sets it apart.
 SoftwareStack named_stack(std::string name, std::string description,
@@ -51,27 +54,35 @@ const char* attention_implementation_name(AttentionImplementation implementation
 }
 
 const std::vector<SoftwareStack>& software_stacks() {
-  static const std::vector<SoftwareStack> kStacks = {
-      named_stack("megatron-core",
-                  "bf16 Megatron-Core with Transformer Engine: fused (cuDNN flash) attention, "
-                  "--overlap-grad-reduce, tensor-parallel communication partly overlapped "
-                  "(--tp-comm-overlap), scatter-gather pipeline messages",
-                  AttentionImplementation::kFused, /*tp_overlap=*/0.5,
-                  /*pipeline_scatter_gather=*/true, /*overlap_grad_reduce=*/true),
-      named_stack("megatron-lm-2022",
-                  "fp16 Megatron-LM as measured by Narayanan et al. 2021 and Korthikanti et al. "
-                  "2022: eager attention with a fused scale-mask-softmax kernel, fused bias-GeLU "
-                  "and bias-dropout-add, blocking tensor-parallel all-reduces, scatter-gather "
-                  "pipeline messages, the data-parallel all-reduce after the backward pass",
-                  AttentionImplementation::kEager, /*tp_overlap=*/0.0,
-                  /*pipeline_scatter_gather=*/true, /*overlap_grad_reduce=*/false),
-      named_stack("pytorch-fsdp",
-                  "PyTorch FSDP / DDP with scaled_dot_product_attention (flash): gradient "
-                  "reduction overlapped with the backward pass, blocking tensor-parallel "
-                  "collectives, whole pipeline messages",
-                  AttentionImplementation::kFused, /*tp_overlap=*/0.0,
-                  /*pipeline_scatter_gather=*/false, /*overlap_grad_reduce=*/true),
-  };
+  static const std::vector<SoftwareStack> kStacks = [] {
+    std::vector<SoftwareStack> stacks = {
+        named_stack("megatron-core",
+                    "bf16 Megatron-Core with Transformer Engine: fused (cuDNN flash) attention, "
+                    "--overlap-grad-reduce, tensor-parallel communication partly overlapped "
+                    "(--tp-comm-overlap), scatter-gather pipeline messages",
+                    AttentionImplementation::kFused, /*tp_overlap=*/0.5,
+                    /*pipeline_scatter_gather=*/true, /*overlap_grad_reduce=*/true),
+        named_stack("megatron-lm-2022",
+                    "fp16 Megatron-LM as measured by Narayanan et al. 2021 and Korthikanti et al. "
+                    "2022: eager attention with a fused scale-mask-softmax kernel, fused bias-GeLU "
+                    "and bias-dropout-add, blocking tensor-parallel all-reduces, scatter-gather "
+                    "pipeline messages, the data-parallel all-reduce after the backward pass",
+                    AttentionImplementation::kEager, /*tp_overlap=*/0.0,
+                    /*pipeline_scatter_gather=*/true, /*overlap_grad_reduce=*/false),
+        named_stack("pytorch-fsdp",
+                    "PyTorch FSDP / DDP with scaled_dot_product_attention (flash): gradient "
+                    "reduction overlapped with the backward pass, blocking tensor-parallel "
+                    "collectives, whole pipeline messages",
+                    AttentionImplementation::kFused, /*tp_overlap=*/0.0,
+                    /*pipeline_scatter_gather=*/false, /*overlap_grad_reduce=*/true),
+    };
+    // DistributedDataParallel's bucket_cap_mb of 25 MiB of fp32 gradients, whatever the
+    // number of replicas.
+    SoftwareStack& fsdp = stacks.back();
+    fsdp.gradient_bucket_parameters = 25.0 * 1024 * 1024 / 4;
+    fsdp.gradient_bucket_parameters_per_replica = 0;
+    return stacks;
+  }();
   return kStacks;
 }
 
@@ -148,6 +159,8 @@ Json calibration_to_json(const Calibration& calibration) {
   }
   stack["pipeline_scatter_gather"] = s.pipeline_scatter_gather;
   stack["overlap_grad_reduce"] = s.overlap_grad_reduce;
+  stack[kBucketParameters] = number_json(s.gradient_bucket_parameters);
+  stack[kBucketPerReplica] = number_json(s.gradient_bucket_parameters_per_replica);
   Json out = Json::object();
   out["format"] = kCalibrationFormat;
   out["base"] = calibration.base;
@@ -174,8 +187,13 @@ Result<Calibration> calibration_from_json(const Json& json, const std::string& s
   c.stack = base;
   MOTLEY_ASSIGN_OR_RETURN(JsonField stack, root.get("stack"));
   if (!stack.is_object()) return stack.error("expected an object");
-  std::vector<std::string_view> keys = {"name", "description", "attention",
-                                        "pipeline_scatter_gather", "overlap_grad_reduce"};
+  std::vector<std::string_view> keys = {"name",
+                                        "description",
+                                        "attention",
+                                        "pipeline_scatter_gather",
+                                        "overlap_grad_reduce",
+                                        kBucketParameters,
+                                        kBucketPerReplica};
   for (const StackParameter& p : stack_parameters()) keys.emplace_back(p.name);
   MOTLEY_RETURN_IF_ERROR(stack.check_keys(keys));
   MOTLEY_ASSIGN_OR_RETURN(c.stack.name, stack.get_string_or("name", base.name));
@@ -203,6 +221,15 @@ Result<Calibration> calibration_from_json(const Json& json, const std::string& s
       stack.get_bool_or("pipeline_scatter_gather", base.pipeline_scatter_gather));
   MOTLEY_ASSIGN_OR_RETURN(c.stack.overlap_grad_reduce,
                           stack.get_bool_or("overlap_grad_reduce", base.overlap_grad_reduce));
+  MOTLEY_ASSIGN_OR_RETURN(c.stack.gradient_bucket_parameters,
+                          stack.get_double_or(kBucketParameters, base.gradient_bucket_parameters));
+  MOTLEY_RETURN_IF_ERROR(
+      check_finite_in(stack, kBucketParameters, c.stack.gradient_bucket_parameters, 1, kMaxBucket));
+  MOTLEY_ASSIGN_OR_RETURN(
+      c.stack.gradient_bucket_parameters_per_replica,
+      stack.get_double_or(kBucketPerReplica, base.gradient_bucket_parameters_per_replica));
+  MOTLEY_RETURN_IF_ERROR(check_finite_in(
+      stack, kBucketPerReplica, c.stack.gradient_bucket_parameters_per_replica, 0, kMaxBucket));
   if (root.has("fitted")) {
     MOTLEY_ASSIGN_OR_RETURN(JsonField fitted, root.get("fitted"));
     MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> names, fitted.items());

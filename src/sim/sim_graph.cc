@@ -174,6 +174,18 @@ class Builder {
     return out_.graph.add_node(node);
   }
 
+  // The task after which stage s's gradients are final on simulated replica r: its last W (or
+  // fused backward, or B where the stage has no W) in its group's list.
+  int32_t last_backward(int r, int s) const {
+    const Replica& rep = sim().replicas[r];
+    int32_t last = -1;
+    for (int j = 0; j < rep.micro_batches; ++j) {
+      const int32_t w = out_.graph.find(r, ActionKind::kBackwardWeight, s, j);
+      last = std::max(last, w >= 0 ? w : out_.graph.input_backward(r, s, j));
+    }
+    return last;
+  }
+
   // Gradient all-reduce per stage (one replica: none) and the optimizer step per group. The
   // all-reduce spans every replica of the plan, folded or not.
   void add_all_reduces_and_optimizer_steps() {
@@ -181,6 +193,11 @@ class Builder {
     const Plan& sim = this->sim();
     const int n_sim = static_cast<int>(sim.replicas.size());
     const int n_rep = static_cast<int>(plan_.replicas.size());
+    std::vector<int32_t>& last = scratch_.last_backward;
+    last.assign(static_cast<size_t>(n_sim) * stages_, -1);
+    for (int r = 0; r < n_sim; ++r) {
+      for (int s = 0; s < stages_; ++s) last[at(r, s)] = last_backward(r, s);
+    }
     std::vector<int32_t>& all_reduce = scratch_.all_reduce;
     all_reduce.assign(stages_, -1);
     if (options_.gradient_all_reduce && n_rep > 1) {
@@ -188,15 +205,20 @@ class Builder {
       for (int s = 0; s < stages_; ++s) {
         // Each replica's TP rank k reduces with the other replicas' rank k; the rings run at
         // once, so the slowest prices the stage. Unequal TP degrees: one ring over all.
-        const size_t tp = plan_.replicas[0].groups[plan_.replicas[0].stage_group[s]].devices.size();
+        const std::vector<int>& first =
+            plan_.replicas[0].groups[plan_.replicas[0].stage_group[s]].devices;
+        const size_t tp = first.size();
         bool same_tp = true;
         for (int r = 0; r < n_rep; ++r) {
           const Replica& rep = plan_.replicas[r];
           same_tp = same_tp && rep.groups[rep.stage_group[s]].devices.size() == tp;
         }
         double bytes = 0;
+        double last_pass = -1;  // the shortest last backward among the replicas
         for (int r = 0; r < n_sim; ++r) {
           bytes = std::max(bytes, out_.stage_memory[at(r, s)].gradients.value());
+          const double pass = out_.tasks[last[at(r, s)]].duration;
+          last_pass = last_pass < 0 ? pass : std::min(last_pass, pass);
         }
         double duration = 0;
         for (size_t k = 0; k < (same_tp ? tp : 1); ++k) {
@@ -216,6 +238,12 @@ class Builder {
                                                       options_.all_reduce_algorithm)
                                      .value());
         }
+        group_.devices = first;
+        const Stage& st = plan_.stages[s];
+        const int buckets =
+            cost_.gradient_buckets(LayerRange{st.layer_begin, st.layer_end}, group_, n_rep);
+        duration =
+            exposed_gradient_reduction(Seconds(duration), buckets, Seconds(last_pass)).value();
         all_reduce[s] =
             add_task(TaskNode{TaskKind::kExternal, -1, -1, s, -1, -1, -1, -1}, duration, true);
       }
@@ -231,12 +259,7 @@ class Builder {
         order.clear();
         for (int s = 0; s < stages_; ++s) {
           if (rep.stage_group[s] != g || all_reduce[s] < 0) continue;
-          int32_t last = -1;
-          for (int j = 0; j < rep.micro_batches; ++j) {
-            const int32_t w = graph.find(r, ActionKind::kBackwardWeight, s, j);
-            last = std::max(last, w >= 0 ? w : graph.input_backward(r, s, j));
-          }
-          order.emplace_back(last, s);
+          order.emplace_back(last[at(r, s)], s);
         }
         std::sort(order.begin(), order.end());
         for (size_t i = 0; i < order.size(); ++i) {
@@ -269,6 +292,7 @@ class Builder {
   const Plan& plan_;
   DeviceGroup src_;
   DeviceGroup dst_;
+  DeviceGroup group_;
   const CostModel& cost_;
   const Topology& topology_;
   SimGraph& out_;

@@ -400,6 +400,39 @@ TEST(Simulate, DataParallelAllReduceOverlapsComputeByHand) {
                                      "allreduce s0", "optimizer g0"));
 }
 
+// The case above with each stage's gradients reduced in 4 buckets under its last backward
+// (1 s): the all-reduce of 1 s leaves max(1/4, 1 - 1 * 3/4) = 0.25 s after it. s1 [5, 5.25],
+// s0 [6, 6.25]; the steps follow.
+TEST(Simulate, BucketedAllReduceLeavesOnlyItsLastBucketAfterTheBackward) {
+  const LinkSpec intra{LinkKind::kNvlink, BytesPerSecond(1e9), Seconds(0)};
+  FixedCostSpec spec = uniform_spec(2, {Seconds(1), Seconds(1), Seconds(0), Seconds(0)});
+  for (FixedLayer& l : spec.layers) l.gradients = Bytes(1e9);
+  spec.gradient_buckets = 4;
+  const FixedCostModel cost(make_fixed_cluster({"H100-SXM"}, 4, intra, kFreeInter), spec);
+  Plan plan = pipeline_plan(2, 2, 2, {acts("0F0 0F1 0B0 0B1"), acts("1F0 1B0 1F1 1B1")});
+  Replica second;
+  second.micro_batches = 1;
+  second.stage_group = {0, 1};
+  second.groups = {DeviceGroupSchedule{{2}, acts("0F0 0B0")},
+                   DeviceGroupSchedule{{3}, acts("1F0 1B0")}};
+  plan.replicas.push_back(second);
+  plan.global_batch = 3;
+  SimOptions options;
+  options.optimizer_step = OptimizerStepModel::kFixed;
+  options.optimizer_step_time = Seconds(0.5);
+  options.record_timeline = true;
+  const SimResult res = run_ok(options, plan, cost);
+  EXPECT_EQ(res.iteration_time, Seconds(6.75));
+  int seen = 0;
+  for (const SimTask& t : res.timeline) {
+    if (t.kind != SimTaskKind::kGradientAllReduce) continue;
+    ++seen;
+    EXPECT_EQ(t.start, Seconds(t.stage == 1 ? 5 : 6)) << sim_task_name(t);
+    EXPECT_EQ(t.end, Seconds(t.stage == 1 ? 5.25 : 6.25)) << sim_task_name(t);
+  }
+  EXPECT_EQ(seen, 2);
+}
+
 TEST(Simulate, MemoryBoundOptimizerStepReadsGradientsStateAndWritesWeights) {
   FixedCostSpec spec = uniform_spec(1, {Seconds(1), Seconds(1), Seconds(0), Seconds(0)});
   spec.layers[0].weights = Bytes(1e9);

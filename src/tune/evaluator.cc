@@ -45,6 +45,11 @@ class ReplicaSubsetCostModel final : public CostModel {
     return base_.collective_time(collective, it == rings_.end() ? devices : it->second, bytes,
                                  algorithm);
   }
+  int gradient_buckets(LayerRange layers, const DeviceGroup& group,
+                       int64_t data_parallel) const override {
+    (void)data_parallel;
+    return base_.gradient_buckets(layers, group, data_parallel_);
+  }
   const Topology& topology() const override { return base_.topology(); }
 
  private:

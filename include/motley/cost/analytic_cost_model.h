@@ -82,6 +82,10 @@ class AnalyticCostModel final : public CostModel {
   Seconds p2p_time(int src, int dst, Bytes bytes) const override;
   Seconds collective_time(Collective collective, const std::vector<int>& devices, Bytes bytes,
                           CollectiveAlgorithm algorithm) const override;
+  // 1 unless the stack overlaps the gradient reduction; then the stage's parameters per device
+  // over the stack's bucket size (SoftwareStack::gradient_bucket_parameters), rounded up.
+  int gradient_buckets(LayerRange layers, const DeviceGroup& group,
+                       int64_t data_parallel) const override;
 
   // The latency and bandwidth of one ring over `devices` (taken in increasing id order): the
   // largest latency and the smallest bandwidth among the consecutive paths, where a link

@@ -64,6 +64,13 @@ enum class CollectiveAlgorithm {
   kAuto,          // the faster of the two
 };
 
+// The part of a gradient reduction taking `reduction` seconds in `buckets` equal buckets that is
+// left after the backward pass producing the gradients (`last_pass` seconds) ends. Bucket k of
+// n is final k/n of the way through the pass and the buckets are reduced one after another, so
+// the last one ends max(reduction / n, reduction - last_pass * (n - 1) / n) after the pass
+// (docs/simulator.md, "Task graph"). buckets <= 1: all of it.
+Seconds exposed_gradient_reduction(Seconds reduction, int buckets, Seconds last_pass);
+
 class CostModel {
  public:
   virtual ~CostModel() = default;
@@ -96,6 +103,16 @@ class CostModel {
   // `bytes` is the per-participant buffer size (as nccl-tests' "size").
   virtual Seconds collective_time(Collective collective, const std::vector<int>& devices,
                                   Bytes bytes, CollectiveAlgorithm algorithm) const = 0;
+  // The number of buckets a stage's data-parallel gradient reduction (across `data_parallel`
+  // replicas, per device of `group`) is issued in, each as soon as its gradients are final
+  // during the stage's last backward pass. 1, the default: one reduction after that pass.
+  virtual int gradient_buckets(LayerRange layers, const DeviceGroup& group,
+                               int64_t data_parallel) const {
+    (void)layers;
+    (void)group;
+    (void)data_parallel;
+    return 1;
+  }
   // The devices and shared links the times above are priced on; the simulator shares link
   // bandwidth between concurrent transfers on the same paths.
   virtual const Topology& topology() const = 0;

@@ -38,6 +38,9 @@ struct FixedCostSpec {
   std::vector<FixedLayer> layers;
   // Canonical device type name -> times of every layer (same length as `layers`) on that type.
   std::vector<std::pair<std::string, std::vector<FixedLayerTimes>>> device_times;
+  // Every stage's data-parallel gradient reduction is issued in this many buckets under its last
+  // backward (CostModel::gradient_buckets).
+  int gradient_buckets = 1;
 };
 
 class FixedCostModel final : public CostModel {
@@ -66,6 +69,13 @@ class FixedCostModel final : public CostModel {
   // flat closed forms of collectives.h. 0 for fewer than two devices.
   Seconds collective_time(Collective collective, const std::vector<int>& devices, Bytes bytes,
                           CollectiveAlgorithm algorithm) const override;
+  int gradient_buckets(LayerRange layers, const DeviceGroup& group,
+                       int64_t data_parallel) const override {
+    (void)layers;
+    (void)group;
+    (void)data_parallel;
+    return spec_.gradient_buckets;
+  }
   const Topology& topology() const override { return topology_; }
 
   const FixedCostSpec& spec() const { return spec_; }

@@ -57,6 +57,11 @@ struct SoftwareStack {
   // The data-parallel gradient all-reduce runs bucket by bucket under the backward pass (only
   // the last bucket is exposed), instead of after it.
   bool overlap_grad_reduce = true;
+  // Under overlap_grad_reduce, a stage's gradients (per device) are reduced in buckets of
+  // max(gradient_bucket_parameters, gradient_bucket_parameters_per_replica * replicas)
+  // parameters: Megatron-Core's default bucket (40 M, or 1 M per data-parallel rank).
+  double gradient_bucket_parameters = 40e6;
+  double gradient_bucket_parameters_per_replica = 1e6;
 };
 
 // The named stacks motley ships, in a fixed order.
