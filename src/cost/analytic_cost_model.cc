@@ -527,10 +527,19 @@ StageMemory AnalyticCostModel::stage_memory(LayerRange layers, const DeviceGroup
   return m;
 }
 
+int AnalyticCostModel::parameter_gather_buckets(LayerRange layers, const DeviceGroup& group,
+                                                int64_t data_parallel) const {
+  return options_.stack.overlap_param_gather ? stack_buckets(layers, group, data_parallel) : 1;
+}
+
 int AnalyticCostModel::gradient_buckets(LayerRange layers, const DeviceGroup& group,
                                         int64_t data_parallel) const {
+  return options_.stack.overlap_grad_reduce ? stack_buckets(layers, group, data_parallel) : 1;
+}
+
+int AnalyticCostModel::stack_buckets(LayerRange layers, const DeviceGroup& group,
+                                     int64_t data_parallel) const {
   const SoftwareStack& stack = options_.stack;
-  if (!stack.overlap_grad_reduce) return 1;
   const double params = (stored_params_prefix_[layers.end] - stored_params_prefix_[layers.begin]) /
                         static_cast<double>(std::max(group.tp(), 1));
   const double bucket = std::max(

@@ -78,6 +78,7 @@ const std::vector<SoftwareStack>& software_stacks() {
     };
     // DistributedDataParallel's bucket_cap_mb of 25 MiB of fp32 gradients, whatever the
     // number of replicas.
+    stacks[1].overlap_param_gather = false;  // Megatron-LM of 2022 had no distributed optimizer
     SoftwareStack& fsdp = stacks.back();
     fsdp.gradient_bucket_parameters = 25.0 * 1024 * 1024 / 4;
     fsdp.gradient_bucket_parameters_per_replica = 0;
@@ -159,6 +160,7 @@ Json calibration_to_json(const Calibration& calibration) {
   }
   stack["pipeline_scatter_gather"] = s.pipeline_scatter_gather;
   stack["overlap_grad_reduce"] = s.overlap_grad_reduce;
+  stack["overlap_param_gather"] = s.overlap_param_gather;
   stack[kBucketParameters] = number_json(s.gradient_bucket_parameters);
   stack[kBucketPerReplica] = number_json(s.gradient_bucket_parameters_per_replica);
   Json out = Json::object();
@@ -192,6 +194,7 @@ Result<Calibration> calibration_from_json(const Json& json, const std::string& s
                                         "attention",
                                         "pipeline_scatter_gather",
                                         "overlap_grad_reduce",
+                                        "overlap_param_gather",
                                         kBucketParameters,
                                         kBucketPerReplica};
   for (const StackParameter& p : stack_parameters()) keys.emplace_back(p.name);
@@ -221,6 +224,8 @@ Result<Calibration> calibration_from_json(const Json& json, const std::string& s
       stack.get_bool_or("pipeline_scatter_gather", base.pipeline_scatter_gather));
   MOTLEY_ASSIGN_OR_RETURN(c.stack.overlap_grad_reduce,
                           stack.get_bool_or("overlap_grad_reduce", base.overlap_grad_reduce));
+  MOTLEY_ASSIGN_OR_RETURN(c.stack.overlap_param_gather,
+                          stack.get_bool_or("overlap_param_gather", base.overlap_param_gather));
   MOTLEY_ASSIGN_OR_RETURN(c.stack.gradient_bucket_parameters,
                           stack.get_double_or(kBucketParameters, base.gradient_bucket_parameters));
   MOTLEY_RETURN_IF_ERROR(

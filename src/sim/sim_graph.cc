@@ -213,14 +213,24 @@ class Builder {
           const Replica& rep = plan_.replicas[r];
           same_tp = same_tp && rep.groups[rep.stage_group[s]].devices.size() == tp;
         }
-        double bytes = 0;
-        double last_pass = -1;  // the shortest last backward among the replicas
+        double gradient_bytes = 0;
+        double weight_bytes = 0;
+        double last_pass = -1;   // the shortest last backward among the replicas
+        double first_pass = -1;  // the shortest first forward
         for (int r = 0; r < n_sim; ++r) {
-          bytes = std::max(bytes, out_.stage_memory[at(r, s)].gradients.value());
+          const StageMemory& m = out_.stage_memory[at(r, s)];
+          gradient_bytes = std::max(gradient_bytes, m.gradients.value());
+          weight_bytes = std::max(weight_bytes, m.weights.value());
           const double pass = out_.tasks[last[at(r, s)]].duration;
           last_pass = last_pass < 0 ? pass : std::min(last_pass, pass);
+          const double forward =
+              out_.tasks[out_.graph.find(r, ActionKind::kForward, s, 0)].duration;
+          first_pass = first_pass < 0 ? forward : std::min(first_pass, forward);
         }
-        double duration = 0;
+        // All-reduce; under ZeRO-1 a reduce-scatter of the gradients, and after the optimizer
+        // step an all-gather of the updated weights.
+        double reduction = 0;
+        double gather = 0;
         for (size_t k = 0; k < (same_tp ? tp : 1); ++k) {
           devices.clear();
           for (int r = 0; r < n_rep; ++r) {
@@ -232,18 +242,37 @@ class Builder {
               devices.insert(devices.end(), d.begin(), d.end());
             }
           }
-          duration =
-              std::max(duration, cost_
-                                     .collective_time(Collective::kAllReduce, devices, Bytes(bytes),
-                                                      options_.all_reduce_algorithm)
-                                     .value());
+          const CollectiveAlgorithm algorithm = options_.all_reduce_algorithm;
+          if (plan_.zero1) {
+            reduction =
+                std::max(reduction, cost_
+                                        .collective_time(Collective::kReduceScatter, devices,
+                                                         Bytes(gradient_bytes), algorithm)
+                                        .value());
+            gather = std::max(gather, cost_
+                                          .collective_time(Collective::kAllGather, devices,
+                                                           Bytes(weight_bytes), algorithm)
+                                          .value());
+          } else {
+            reduction = std::max(reduction, cost_
+                                                .collective_time(Collective::kAllReduce, devices,
+                                                                 Bytes(gradient_bytes), algorithm)
+                                                .value());
+          }
         }
         group_.devices = first;
         const Stage& st = plan_.stages[s];
-        const int buckets =
-            cost_.gradient_buckets(LayerRange{st.layer_begin, st.layer_end}, group_, n_rep);
-        duration =
-            exposed_gradient_reduction(Seconds(duration), buckets, Seconds(last_pass)).value();
+        const LayerRange layers{st.layer_begin, st.layer_end};
+        double duration = exposed_gradient_reduction(Seconds(reduction),
+                                                     cost_.gradient_buckets(layers, group_, n_rep),
+                                                     Seconds(last_pass))
+                              .value();
+        if (plan_.zero1) {
+          duration += exposed_gradient_reduction(
+                          Seconds(gather), cost_.parameter_gather_buckets(layers, group_, n_rep),
+                          Seconds(first_pass))
+                          .value();
+        }
         all_reduce[s] =
             add_task(TaskNode{TaskKind::kExternal, -1, -1, s, -1, -1, -1, -1}, duration, true);
       }

@@ -433,6 +433,39 @@ TEST(Simulate, BucketedAllReduceLeavesOnlyItsLastBucketAfterTheBackward) {
   EXPECT_EQ(seen, 2);
 }
 
+// ZeRO-1 over two replicas of one stage (F = B = 1, 1e9 bytes of gradients, 5e8 of weights,
+// 1e9 B/s ports): a reduce-scatter of the gradients, (k-1)/k * 1e9 / 1e9 = 0.5 s, and an
+// all-gather of the weights, 0.25 s. In one bucket each, both follow the backward: 0.75 s. In
+// 4 gradient buckets under the 1 s backward, max(0.125, 0.5 - 0.75) = 0.125; in 2 weight
+// buckets under the 1 s first forward, max(0.125, 0.25 - 0.5) = 0.125.
+TEST(Simulate, ZeroOneReducesScattersAndGathersTheWeightsInBuckets) {
+  const LinkSpec intra{LinkKind::kNvlink, BytesPerSecond(1e9), Seconds(0)};
+  for (const bool buckets : {false, true}) {
+    FixedCostSpec spec = uniform_spec(1, {Seconds(1), Seconds(1), Seconds(0), Seconds(0)});
+    spec.layers[0].gradients = Bytes(1e9);
+    spec.layers[0].weights = Bytes(5e8);
+    if (buckets) {
+      spec.gradient_buckets = 4;
+      spec.parameter_gather_buckets = 2;
+    }
+    const FixedCostModel cost(make_fixed_cluster({"H100-SXM"}, 2, intra, kFreeInter), spec);
+    Plan plan = pipeline_plan(1, 1, 1, {acts("0F0 0B0")});
+    Replica second = plan.replicas[0];
+    second.groups[0].devices = {1};
+    plan.replicas.push_back(second);
+    plan.global_batch = 2;
+    plan.zero1 = true;
+    SimOptions options;
+    options.optimizer_step = OptimizerStepModel::kNone;
+    options.record_timeline = true;
+    const SimResult res = run_ok(options, plan, cost);
+    const double sync = buckets ? 0.25 : 0.75;
+    EXPECT_DOUBLE_EQ(res.iteration_time.value(), 2 + sync) << "buckets " << buckets;
+    plan.zero1 = false;  // a whole all-reduce: 2 (k-1)/k * 1e9 / 1e9 = 1 s, or 0.25 in 4
+    EXPECT_DOUBLE_EQ(run_ok(options, plan, cost).iteration_time.value(), buckets ? 2.25 : 3.0);
+  }
+}
+
 TEST(Simulate, MemoryBoundOptimizerStepReadsGradientsStateAndWritesWeights) {
   FixedCostSpec spec = uniform_spec(1, {Seconds(1), Seconds(1), Seconds(0), Seconds(0)});
   spec.layers[0].weights = Bytes(1e9);

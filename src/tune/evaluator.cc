@@ -50,6 +50,11 @@ class ReplicaSubsetCostModel final : public CostModel {
     (void)data_parallel;
     return base_.gradient_buckets(layers, group, data_parallel_);
   }
+  int parameter_gather_buckets(LayerRange layers, const DeviceGroup& group,
+                               int64_t data_parallel) const override {
+    (void)data_parallel;
+    return base_.parameter_gather_buckets(layers, group, data_parallel_);
+  }
   const Topology& topology() const override { return base_.topology(); }
 
  private:

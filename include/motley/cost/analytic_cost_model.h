@@ -86,6 +86,9 @@ class AnalyticCostModel final : public CostModel {
   // over the stack's bucket size (SoftwareStack::gradient_bucket_parameters), rounded up.
   int gradient_buckets(LayerRange layers, const DeviceGroup& group,
                        int64_t data_parallel) const override;
+  // The same buckets when the stack overlaps the parameter all-gather, else 1.
+  int parameter_gather_buckets(LayerRange layers, const DeviceGroup& group,
+                               int64_t data_parallel) const override;
 
   // The latency and bandwidth of one ring over `devices` (taken in increasing id order): the
   // largest latency and the smallest bandwidth among the consecutive paths, where a link
@@ -131,6 +134,8 @@ class AnalyticCostModel final : public CostModel {
   };
 
   LayerTimes layer_times(int layer, const DeviceType& device, int tp) const;
+  // The stage's parameters per device over the stack's bucket size, rounded up.
+  int stack_buckets(LayerRange layers, const DeviceGroup& group, int64_t data_parallel) const;
   Seconds flat_time(Collective collective, const std::vector<int>& sorted_devices,
                     Bytes bytes) const;
   Seconds hierarchical_time(Collective collective, const std::vector<int>& sorted_devices,

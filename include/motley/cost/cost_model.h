@@ -113,6 +113,15 @@ class CostModel {
     (void)data_parallel;
     return 1;
   }
+  // Under ZeRO-1, the same for the all-gather of the updated weights, issued bucket by bucket
+  // as the next iteration's first forward pass needs them. 1, the default: all of it before.
+  virtual int parameter_gather_buckets(LayerRange layers, const DeviceGroup& group,
+                                       int64_t data_parallel) const {
+    (void)layers;
+    (void)group;
+    (void)data_parallel;
+    return 1;
+  }
   // The devices and shared links the times above are priced on; the simulator shares link
   // bandwidth between concurrent transfers on the same paths.
   virtual const Topology& topology() const = 0;

@@ -41,6 +41,8 @@ struct FixedCostSpec {
   // Every stage's data-parallel gradient reduction is issued in this many buckets under its last
   // backward (CostModel::gradient_buckets).
   int gradient_buckets = 1;
+  // And the ZeRO-1 weight all-gather in this many under the first forward.
+  int parameter_gather_buckets = 1;
 };
 
 class FixedCostModel final : public CostModel {
@@ -75,6 +77,13 @@ class FixedCostModel final : public CostModel {
     (void)group;
     (void)data_parallel;
     return spec_.gradient_buckets;
+  }
+  int parameter_gather_buckets(LayerRange layers, const DeviceGroup& group,
+                               int64_t data_parallel) const override {
+    (void)layers;
+    (void)group;
+    (void)data_parallel;
+    return spec_.parameter_gather_buckets;
   }
   const Topology& topology() const override { return topology_; }
 

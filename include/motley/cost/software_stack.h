@@ -57,6 +57,10 @@ struct SoftwareStack {
   // The data-parallel gradient all-reduce runs bucket by bucket under the backward pass (only
   // the last bucket is exposed), instead of after it.
   bool overlap_grad_reduce = true;
+  // Under ZeRO-1, the all-gather of the updated weights runs bucket by bucket under the next
+  // iteration's first forward pass (Megatron-Core's --overlap-param-gather, FSDP's prefetch)
+  // instead of before it.
+  bool overlap_param_gather = true;
   // Under overlap_grad_reduce, a stage's gradients (per device) are reduced in buckets of
   // max(gradient_bucket_parameters, gradient_bucket_parameters_per_replica * replicas)
   // parameters: Megatron-Core's default bucket (40 M, or 1 M per data-parallel rank).
