@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -151,6 +152,26 @@ TEST(FidelityCliTest, BadInputExitsTwoWithOneMessage) {
   EXPECT_NE(run.err.find("'--seed' does not apply"), std::string::npos) << run.err;
   expect_bad_fidelity_input("--plan " + std::string(MOTLEY_TEST_DATA_DIR) + "/plan/bad-action.json",
                             "bad-action.json");
+  expect_bad_fidelity_input("--plan " + kTinyPlan + " --stack megatron-1999", "megatron-1999");
+}
+
+// The prediction is priced with the stack asked for: a calibration whose point-to-point
+// transfers reach a fifth of the path's bandwidth predicts a slower pipeline.
+TEST(FidelityCliTest, PredictionUsesTheStackAskedFor) {
+  TempDir dir("fidelity-stack");
+  const std::string slow = dir.path() + "/slow.json";
+  {
+    std::ofstream(slow) << R"({"format": "motley.calibration/1", "base": "megatron-core",)"
+                        << R"( "stack": {"p2p_efficiency": 0.2}})";
+  }
+  const std::string args =
+      "--plan " + kTinyPlan + " --profile " + kTinyProfile + " --steps 2 --warmup 1 --json";
+  const RunResult base = run_fidelity(args);
+  const RunResult slowed = run_fidelity(args + " --calibration " + slow);
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  ASSERT_EQ(slowed.exit_code, 0) << slowed.err;
+  EXPECT_GT(nlohmann::json::parse(slowed.out)["predicted_s"].get<double>(),
+            nlohmann::json::parse(base.out)["predicted_s"].get<double>());
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "cost_options.h"
 #include "measured_trace.h"
 #include "motley/calibrate/fidelity.h"
 #include "motley/core/json.h"
@@ -209,11 +210,11 @@ Status fidelity_command(const FidelityCommandOptions& opt) {
 
   // The prediction first: a plan the simulator cannot price is refused before anything runs.
   MOTLEY_ASSIGN_OR_RETURN(const ModelSpec priced, profile_pricing_model(opt.profile, in.model));
-  MOTLEY_ASSIGN_OR_RETURN(
-      std::unique_ptr<AnalyticCostModel> cost,
-      AnalyticCostModel::create(priced, in.cluster,
-                                AnalyticCostOptions{plan_workload(in.plan, priced)},
-                                opt.profile.empty() ? opt.plan : opt.profile));
+  MOTLEY_ASSIGN_OR_RETURN(const AnalyticCostOptions cost_options,
+                          plan_cost_options(in.plan, priced, in.cluster, opt.stack));
+  MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<AnalyticCostModel> cost,
+                          AnalyticCostModel::create(priced, in.cluster, cost_options,
+                                                    opt.profile.empty() ? opt.plan : opt.profile));
   SimOptions sim_options;
   sim_options.source = opt.plan;
   sim_options.record_timeline = true;
@@ -286,6 +287,7 @@ void add_fidelity_command(CLI::App& app, Action* action) {
                   "Seconds any wait on another rank may take before the run fails")
       ->check(positive_number(kMaxOptionSeconds))
       ->capture_default_str();
+  add_stack_options(cmd, &opt->stack);
   cmd->add_flag("--json", opt->json, "Print one JSON object");
   cmd->callback([opt, action] { *action = [opt] { return fidelity_command(*opt); }; });
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cost_options.h"
 #include "motley/core/status.h"
 
 namespace motley::cli {
@@ -18,6 +19,8 @@ struct FidelityCommandOptions {
   bool json = false;
   std::string trace;  // keep the measured trace here; empty: a temporary file
   double timeout_s = 60;
+  // The stack the prediction is priced with (default: the cluster's, else megatron-core).
+  StackChoice stack;
 };
 
 // Runs, simulates and compares (docs/fidelity.md); prints the table or the JSON object.

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 
+#include "cost_options.h"
 #include "motley/core/dtype.h"
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/exec/data.h"
@@ -22,10 +23,12 @@ Result<EmulationFactors> compute_emulation_factors(const RunInputs& inputs, bool
                                                    const std::string& source) {
   const Plan& plan = inputs.plan;
   const ModelSpec& model = inputs.model;
+  // Priced as `motley simulate --plan` prices the plan by default: the cluster's stack.
+  MOTLEY_ASSIGN_OR_RETURN(const AnalyticCostOptions cost_options,
+                          plan_cost_options(plan, model, inputs.cluster, StackChoice{}));
   MOTLEY_ASSIGN_OR_RETURN(
       std::unique_ptr<AnalyticCostModel> analytic,
-      AnalyticCostModel::create(model, inputs.cluster,
-                                AnalyticCostOptions{plan_workload(plan, model)}, model.name));
+      AnalyticCostModel::create(model, inputs.cluster, cost_options, model.name));
   const AnalyticCostModel& cost = *analytic;
   const Topology& topology = cost.topology();
   const RankLayout layout(plan);
