@@ -13,13 +13,13 @@
 # cluster's device type, else its times are scaled by the ratio of peak rates), CLUSTER (the
 # two-device cluster file to plan on instead of the one below, e.g. with measured links).
 #
-# The profile. Until `motley profile layers` exists, the times come from the executor itself:
-# a plan whose stages are the model's layers one each, all on one device (interleaved 1 x L,
-# its fused backwards split into B and W), is run by two `motley run --trace` processes at
-# once, so that the layers are timed with two cores busy as in the 2-rank plans compared (and
-# without the gradient sums a data-parallel run would post during W); each layer's F, B and W
-# time is the median of its actions' compute time (from their inputs' arrival) over both
-# processes after the warm-up.
+# The profile (unless PROFILE gives one), from the executor itself: a plan whose stages are
+# the model's layers one each, all on one device (interleaved 1 x L), is run by two `motley run
+# --trace` processes at once, so that the layers are timed with two cores busy as in the
+# 2-rank plans compared (and without the gradient sums a data-parallel run would post during
+# W): first with its backwards split into B and W, then fused. Each layer's F, B, W and fused
+# backward time is the median of its actions' compute time (from their inputs' arrival) over
+# both processes after the warm-up.
 # The device catalog has no CPU entry, so the two-device cluster names its devices T4 and the
 # profile is stamped measured_on T4: the times are then used as they are, unscaled. Links are
 # left as that cluster states them (PCIe at 2 GB/s, 30 us) until `motley profile comm` measures
@@ -81,15 +81,20 @@ for replica in plan["replicas"]:
             split += [f"{m[1]}I{m[2]}", f"{m[1]}W{m[2]}"] if m else [a]
         group["actions"] = split
 plan["schedule"] = "profile (interleaved 1 x L, B split into I and W)"
-json.dump(plan, open(path, "w"), indent=1)
+json.dump(plan, open(path.replace(".json", "-split.json"), "w"), indent=1)
 PY
-for copy in 0 1; do
-  "$MOTLEY" run --plan "$DIR/profile-plan.json" --steps "$PROFILE_STEPS" --threads 1 \
-    --trace "$DIR/profile-trace.$copy.json" >/dev/null &
+# The split plan times F, B and W; the plan as made (fused backwards) times the fused backward.
+for kind in split fused; do
+  plan="$DIR/profile-plan.json"
+  [[ $kind == split ]] && plan="$DIR/profile-plan-split.json"
+  for copy in 0 1; do
+    "$MOTLEY" run --plan "$plan" --steps "$PROFILE_STEPS" --threads 1 \
+      --trace "$DIR/profile-trace.$kind.$copy.json" >/dev/null &
+  done
+  wait
 done
-wait
 "$MOTLEY" model show "$MODEL" --json >"$DIR/model.json"
-python3 - "$DIR/model.json" "$WARMUP" "$DIR/profile.json" "$DIR"/profile-trace.?.json <<'PY'
+python3 - "$DIR/model.json" "$WARMUP" "$DIR/profile.json" "$DIR"/profile-trace.*.?.json <<'PY'
 import json, statistics, sys
 model, warmup, out = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3]
 times = {}  # (stage, cat) -> [seconds]
@@ -109,10 +114,11 @@ for i, l in enumerate(model["layers"]):
     layers.append({"name": l["name"], "forward_s": med(i, "F"),
                    "backward_input_s": med(i, "B (input grad)"),
                    "backward_weight_s": med(i, "W (weight grad)"),
+                   "backward_s": med(i, "B (fused)"),
                    "param_bytes": 4 * l["stored_params"],
                    "activation_bytes": l["activation_bytes"]["none"],
                    "output_bytes": l["output_bytes"]})
-json.dump({"format": "motley.profile/1", "name": model["name"] + "-cpu", "measured_on": "T4",
+json.dump({"format": "motley.profile/2", "name": model["name"] + "-cpu", "measured_on": "T4",
            "seq_len": model["seq_len"], "micro_batch_size": model["micro_batch_size"],
            "dtype": "fp32", "layers": layers}, open(out, "w"), indent=1)
 PY

@@ -302,6 +302,7 @@ AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& 
                          prefix[i].backward_input + x.backward_input,
                          prefix[i].backward_weight + x.backward_weight,
                          prefix[i].selective_recompute + x.selective_recompute,
+                         prefix[i].fused_saving + x.fused_saving,
                          prefix[i].collectives + x.collectives,
                          prefix[i].collective_bytes + x.collective_bytes};
       }
@@ -353,6 +354,10 @@ AnalyticCostModel::LayerTimes AnalyticCostModel::layer_times(int layer, const De
         out.backward_input = get(&MeasuredTimes::backward_input);
         out.backward_weight = get(&MeasuredTimes::backward_weight);
         out.selective_recompute = get(&MeasuredTimes::selective_recompute);
+        if (it->second.backward.has_value()) {
+          out.fused_saving =
+              out.backward_input + out.backward_weight - get(&MeasuredTimes::backward);
+        }
         return out;
       }
     }
@@ -381,6 +386,11 @@ AnalyticCostModel::LayerTimes AnalyticCostModel::layer_times(int layer, const De
     out.backward_input = pick(&MeasuredTimes::backward_input);
     out.backward_weight = pick(&MeasuredTimes::backward_weight);
     out.selective_recompute = pick(&MeasuredTimes::selective_recompute);
+    const bool fused =
+        own != nullptr && own->backward.has_value() ? true : m.times.backward.has_value();
+    if (fused) {
+      out.fused_saving = out.backward_input + out.backward_weight - pick(&MeasuredTimes::backward);
+    }
     if (tp > 1) {
       out.collectives = kMeasuredTpCollectives;
       out.collective_bytes = kMeasuredTpCollectives * layer_costs_[layer].output_bytes.value();
@@ -433,6 +443,7 @@ ComputeTimes AnalyticCostModel::compute(LayerRange layers, const DeviceGroup& gr
            hi.backward_input - lo.backward_input,
            hi.backward_weight - lo.backward_weight,
            hi.selective_recompute - lo.selective_recompute,
+           hi.fused_saving - lo.fused_saving,
            hi.collectives - lo.collectives,
            hi.collective_bytes - lo.collective_bytes};
   } else {
@@ -443,6 +454,7 @@ ComputeTimes AnalyticCostModel::compute(LayerRange layers, const DeviceGroup& gr
       sum.backward_input += x.backward_input;
       sum.backward_weight += x.backward_weight;
       sum.selective_recompute += x.selective_recompute;
+      sum.fused_saving += x.fused_saving;
       sum.collectives += x.collectives;
       sum.collective_bytes += x.collective_bytes;
     }
@@ -464,6 +476,7 @@ ComputeTimes AnalyticCostModel::compute(LayerRange layers, const DeviceGroup& gr
   out.forward = Seconds(sum.forward + comm);
   out.backward_input = Seconds(sum.backward_input + comm);
   out.backward_weight = Seconds(sum.backward_weight);
+  out.fused_backward_saving = Seconds(sum.fused_saving);
   switch (recompute) {
     case RecomputePolicy::kNone:
       out.recompute = Seconds(0);

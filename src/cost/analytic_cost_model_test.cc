@@ -442,9 +442,10 @@ Layer measured_layer() {
   l.kind = LayerKind::kMeasured;
   MeasuredLayer m;
   m.measured_on = "A100-80GB";
-  m.times = MeasuredTimes{milliseconds(10), milliseconds(12), milliseconds(8), std::nullopt};
+  m.times = MeasuredTimes{milliseconds(10), milliseconds(12), milliseconds(8), std::nullopt,
+                          std::nullopt};
   m.times_by_device["H100"] =
-      MeasuredTimes{milliseconds(4), std::nullopt, std::nullopt, std::nullopt};
+      MeasuredTimes{milliseconds(4), std::nullopt, std::nullopt, std::nullopt, std::nullopt};
   m.seq_len = 4096;
   m.micro_batch_size = 1;
   m.param_bytes = Bytes(2e8);
@@ -480,6 +481,25 @@ TEST(AnalyticMeasured, OwnDeviceUsesTheMeasuredTimes) {
             0.0);
   EXPECT_DOUBLE_EQ(
       cost->compute(kFirst, DeviceGroup{{0}}, RecomputePolicy::kFull).recompute.value(), 10e-3);
+}
+
+// A measured fused backward (B and W in one pass) is what a fused backward costs; without one
+// it costs B + W. Scaled to another device like the other times.
+TEST(AnalyticMeasured, FusedBackwardAsMeasured) {
+  ModelSpec m = model_of({measured_layer(), measured_layer()});
+  m.layers[1].name = "mixer2";
+  m.layers[0].measured->times.backward = milliseconds(15);
+  const auto cost = analytic(m, mixed_cluster(), workload(4096));
+  ComputeTimes t = cost->compute(kFirst, DeviceGroup{{0}}, RecomputePolicy::kNone);
+  EXPECT_DOUBLE_EQ(t.fused_backward().value(), 15e-3);
+  EXPECT_DOUBLE_EQ(t.backward().value(), 20e-3);
+  t = cost->compute(LayerRange{1, 2}, DeviceGroup{{0}}, RecomputePolicy::kNone);
+  EXPECT_DOUBLE_EQ(t.fused_backward().value(), 20e-3);
+  t = cost->compute(LayerRange{0, 2}, DeviceGroup{{0}}, RecomputePolicy::kNone);
+  EXPECT_DOUBLE_EQ(t.fused_backward().value(), 35e-3);
+  const double ratio = achievable("A100-80GB") / achievable("MI300X");
+  t = cost->compute(kFirst, DeviceGroup{{3}}, RecomputePolicy::kNone);
+  expect_close(t.fused_backward().value(), 15e-3 * ratio);
 }
 
 TEST(AnalyticMeasured, OverrideWinsPerFieldAndMissingFieldsAreScaled) {
@@ -535,8 +555,8 @@ TEST(AnalyticMeasured, TensorParallelWithoutAProfileIsSplitAtALossPlusCollective
 
 TEST(AnalyticMeasured, AProfileAtTheTensorParallelDegreeIsUsedAsMeasured) {
   ModelSpec m = model_of({measured_layer()});
-  m.layers[0].measured->times_by_tp["A100"][2] =
-      MeasuredTimes{milliseconds(7), milliseconds(8), milliseconds(5), milliseconds(1)};
+  m.layers[0].measured->times_by_tp["A100"][2] = MeasuredTimes{
+      milliseconds(7), milliseconds(8), milliseconds(5), milliseconds(1), std::nullopt};
   const auto cost = analytic(m, mixed_cluster(), workload(4096));
   ComputeTimes t = cost->compute(kFirst, DeviceGroup{{0, 1}}, RecomputePolicy::kSelective);
   EXPECT_DOUBLE_EQ(t.forward.value(), 7e-3);  // collectives included in the measurement

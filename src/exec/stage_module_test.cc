@@ -283,7 +283,8 @@ TEST(TransformerStage, RejectsWhatTheExecutorDoesNotRun) {
   timed.ffn.reset();
   timed.measured = MeasuredLayer{};
   timed.measured->measured_on = "H100-SXM";
-  timed.measured->times = MeasuredTimes{Seconds(1), Seconds(1), Seconds(1), std::nullopt};
+  timed.measured->times =
+      MeasuredTimes{Seconds(1), Seconds(1), Seconds(1), std::nullopt, std::nullopt};
   EXPECT_EQ(refusal(measured, 0, 3),
             "model 'tiny-llama': layer 2 ('layers.1', measured): the executor does not run "
             "this layer kind yet; it runs embedding, attention, feed_forward, moe, mamba, "

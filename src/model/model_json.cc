@@ -321,10 +321,10 @@ Result<ProjectorShape> projector_from_json(const JsonField& f) {
 }
 
 Result<MeasuredLayer> measured_from_json(const JsonField& f) {
-  MOTLEY_RETURN_IF_ERROR(
-      f.check_keys({"measured_on", "forward_s", "backward_input_s", "backward_weight_s",
-                    "selective_recompute_s", "times_by_device", "times_by_tp", "seq_len",
-                    "micro_batch_size", "param_bytes", "activation_bytes", "output_bytes"}));
+  MOTLEY_RETURN_IF_ERROR(f.check_keys(
+      {"measured_on", "forward_s", "backward_input_s", "backward_weight_s", "selective_recompute_s",
+       "backward_s", "times_by_device", "times_by_tp", "seq_len", "micro_batch_size", "param_bytes",
+       "activation_bytes", "output_bytes"}));
   MeasuredLayer m;
   MOTLEY_ASSIGN_OR_RETURN(m.measured_on, f.get_string("measured_on"));
   // The times on measured_on are the layer's reference; all three are needed.
@@ -336,8 +336,8 @@ Result<MeasuredLayer> measured_from_json(const JsonField& f) {
     MOTLEY_ASSIGN_OR_RETURN(std::vector<std::string> devices, by_device->keys());
     for (const std::string& device : devices) {
       MOTLEY_ASSIGN_OR_RETURN(JsonField entry, by_device->get(device));
-      MOTLEY_RETURN_IF_ERROR(entry.check_keys(
-          {"forward_s", "backward_input_s", "backward_weight_s", "selective_recompute_s"}));
+      MOTLEY_RETURN_IF_ERROR(entry.check_keys({"forward_s", "backward_input_s", "backward_weight_s",
+                                               "selective_recompute_s", "backward_s"}));
       MOTLEY_ASSIGN_OR_RETURN(m.times_by_device[device], measured_times_from_json(entry));
     }
   }
@@ -607,11 +607,13 @@ std::string check_measured(const MeasuredLayer& m) {
   p.seconds("backward_input_s", m.times.backward_input);
   p.seconds("backward_weight_s", m.times.backward_weight);
   p.seconds("selective_recompute_s", m.times.selective_recompute);
+  p.seconds("backward_s", m.times.backward);
   auto check_times = [&p](const std::string& where, const MeasuredTimes& times) {
     p.seconds(where + ".forward_s", times.forward);
     p.seconds(where + ".backward_input_s", times.backward_input);
     p.seconds(where + ".backward_weight_s", times.backward_weight);
     p.seconds(where + ".selective_recompute_s", times.selective_recompute);
+    p.seconds(where + ".backward_s", times.backward);
   };
   for (const auto& [device, times] : m.times_by_device) {
     p.require(!device.empty(), "measured.times_by_device has an empty device name");
@@ -820,6 +822,7 @@ Json measured_times_to_json(const MeasuredTimes& times) {
   if (times.backward_input) j["backward_input_s"] = times.backward_input->value();
   if (times.backward_weight) j["backward_weight_s"] = times.backward_weight->value();
   if (times.selective_recompute) j["selective_recompute_s"] = times.selective_recompute->value();
+  if (times.backward) j["backward_s"] = times.backward->value();
   return j;
 }
 
@@ -844,6 +847,10 @@ Result<MeasuredTimes> measured_times_from_json(const JsonField& field) {
   if (field.has("selective_recompute_s")) {
     MOTLEY_ASSIGN_OR_RETURN(double v, field.get_nonnegative_double("selective_recompute_s"));
     t.selective_recompute = Seconds(v);
+  }
+  if (field.has("backward_s")) {
+    MOTLEY_ASSIGN_OR_RETURN(double v, field.get_nonnegative_double("backward_s"));
+    t.backward = Seconds(v);
   }
   return t;
 }
@@ -889,13 +896,14 @@ Result<std::map<std::string, std::map<int, MeasuredTimes>>> times_by_tp_from_jso
                         kMinMeasuredTpDegree, kMaxHeads));
       }
       MOTLEY_ASSIGN_OR_RETURN(JsonField entry, by_degree.get(key));
-      MOTLEY_RETURN_IF_ERROR(entry.check_keys(
-          {"forward_s", "backward_input_s", "backward_weight_s", "selective_recompute_s"}));
+      MOTLEY_RETURN_IF_ERROR(entry.check_keys({"forward_s", "backward_input_s", "backward_weight_s",
+                                               "selective_recompute_s", "backward_s"}));
       MOTLEY_ASSIGN_OR_RETURN(MeasuredTimes t, measured_times_from_json(entry));
-      if (!t.forward && !t.backward_input && !t.backward_weight && !t.selective_recompute) {
+      if (!t.forward && !t.backward_input && !t.backward_weight && !t.selective_recompute &&
+          !t.backward) {
         return entry.error(
-            "expected at least one of forward_s, backward_input_s, backward_weight_s or "
-            "selective_recompute_s");
+            "expected at least one of forward_s, backward_input_s, backward_weight_s, "
+            "selective_recompute_s or backward_s");
       }
       out[device][static_cast<int>(degree)] = t;
     }

@@ -145,7 +145,7 @@ TEST(ModelJson, RoundTripsMeasuredLayers) {
   l.kind = LayerKind::kMeasured;
   MeasuredLayer ml;
   ml.measured_on = "H100-SXM";
-  ml.times = {Seconds(0.001), Seconds(0.002), Seconds(0.0005), std::nullopt};
+  ml.times = {Seconds(0.001), Seconds(0.002), Seconds(0.0005), std::nullopt, std::nullopt};
   ml.times_by_device["A100-80GB"].forward = Seconds(0.003);
   ml.seq_len = 2048;
   ml.micro_batch_size = 2;

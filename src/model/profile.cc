@@ -37,7 +37,10 @@ struct Defaults {
 // The keys of a measured times object in each version.
 std::vector<std::string_view> time_keys(int version) {
   std::vector<std::string_view> keys = {"forward_s", "backward_input_s", "backward_weight_s"};
-  if (version >= 2) keys.push_back("selective_recompute_s");
+  if (version >= 2) {
+    keys.push_back("selective_recompute_s");
+    keys.push_back("backward_s");
+  }
   return keys;
 }
 
@@ -83,6 +86,10 @@ Result<Entry> entry_from_json(const JsonField& f, const Defaults& defaults, int 
     MOTLEY_ASSIGN_OR_RETURN(double recompute, f.get_nonnegative_double("selective_recompute_s"));
     m.times.selective_recompute = Seconds(recompute);
   }
+  if (f.has("backward_s")) {
+    MOTLEY_ASSIGN_OR_RETURN(double backward, f.get_nonnegative_double("backward_s"));
+    m.times.backward = Seconds(backward);
+  }
 
   if (std::optional<JsonField> by_device = f.find("times_by_device")) {
     MOTLEY_ASSIGN_OR_RETURN(std::vector<std::string> devices, by_device->keys());
@@ -91,9 +98,10 @@ Result<Entry> entry_from_json(const JsonField& f, const Defaults& defaults, int 
       if (device.empty()) return by_device->error("a device name is empty");
       MOTLEY_RETURN_IF_ERROR(times.check_keys(time_keys(version)));
       MOTLEY_ASSIGN_OR_RETURN(MeasuredTimes t, measured_times_from_json(times));
-      if (!t.forward && !t.backward_input && !t.backward_weight && !t.selective_recompute) {
+      if (!t.forward && !t.backward_input && !t.backward_weight && !t.selective_recompute &&
+          !t.backward) {
         return times.error(version >= 2 ? "expected at least one of forward_s, backward_input_s, "
-                                          "backward_weight_s or selective_recompute_s"
+                                          "backward_weight_s, selective_recompute_s or backward_s"
                                         : "expected at least one of forward_s, backward_input_s or "
                                           "backward_weight_s");
       }
@@ -115,7 +123,8 @@ Result<Entry> entry_from_json(const JsonField& f, const Defaults& defaults, int 
 
 bool same_times(const MeasuredTimes& a, const MeasuredTimes& b) {
   return a.forward == b.forward && a.backward_input == b.backward_input &&
-         a.backward_weight == b.backward_weight && a.selective_recompute == b.selective_recompute;
+         a.backward_weight == b.backward_weight && a.selective_recompute == b.selective_recompute &&
+         a.backward == b.backward;
 }
 
 template <typename Key>

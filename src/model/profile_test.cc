@@ -137,7 +137,7 @@ TEST(Profile, FoldsOnlyWhatReadsBackToTheSameNames) {
     l.kind = LayerKind::kMeasured;
     l.measured = MeasuredLayer{};
     l.measured->measured_on = "H100-SXM";
-    l.measured->times = {Seconds(forward), Seconds(0), Seconds(0), std::nullopt};
+    l.measured->times = {Seconds(forward), Seconds(0), Seconds(0), std::nullopt, std::nullopt};
     l.measured->seq_len = 4096;
     l.measured->micro_batch_size = 1;
     m.layers.push_back(l);
@@ -172,11 +172,13 @@ constexpr const char* kV2Example = R"({
      "times_by_tp": {"cpu": {"2": {"forward_s": 0.00008, "backward_weight_s": 0.0001}}}},
     {"name": "layers", "repeat": 3, "measured_on": "cpu", "seq_len": 128, "micro_batch_size": 2,
      "forward_s": 0.003, "backward_input_s": 0.004, "backward_weight_s": 0.002,
-     "selective_recompute_s": 0.0007, "param_bytes": 184832, "activation_bytes": 1e6,
+     "selective_recompute_s": 0.0007, "backward_s": 0.005, "param_bytes": 184832,
+     "activation_bytes": 1e6,
      "output_bytes": 65536,
      "times_by_device": {"H100-SXM": {"forward_s": 0.00001, "selective_recompute_s": 0.000002}},
      "times_by_tp": {"cpu": {"2": {"forward_s": 0.002, "backward_input_s": 0.0025,
-                                   "backward_weight_s": 0.0011, "selective_recompute_s": 0.0004},
+                                   "backward_weight_s": 0.0011, "selective_recompute_s": 0.0004,
+                                   "backward_s": 0.003},
                              "4": {"forward_s": 0.0015}},
                      "H100-SXM": {"8": {"forward_s": 0.000002}}}},
     {"name": "head", "measured_on": "cpu", "seq_len": 128, "micro_batch_size": 2,
@@ -202,6 +204,7 @@ TEST(ProfileV2, ReadsSelectiveRecomputeAndTimesPerDegree) {
   EXPECT_EQ(block.seq_len, 128);
   EXPECT_EQ(block.micro_batch_size, 2);
   EXPECT_EQ(block.times.selective_recompute, Seconds(0.0007));
+  EXPECT_EQ(block.times.backward, Seconds(0.005));
   EXPECT_EQ(block.times_by_device.at("H100-SXM").selective_recompute, Seconds(0.000002));
   ASSERT_EQ(block.times_by_tp.size(), 2u);
   const std::map<int, MeasuredTimes>& cpu = block.times_by_tp.at("cpu");
@@ -210,6 +213,8 @@ TEST(ProfileV2, ReadsSelectiveRecomputeAndTimesPerDegree) {
   EXPECT_EQ(cpu.at(2).backward_input, Seconds(0.0025));
   EXPECT_EQ(cpu.at(2).backward_weight, Seconds(0.0011));
   EXPECT_EQ(cpu.at(2).selective_recompute, Seconds(0.0004));
+  EXPECT_EQ(cpu.at(2).backward, Seconds(0.003));
+  EXPECT_FALSE(cpu.at(4).backward.has_value());
   EXPECT_EQ(cpu.at(4).forward, Seconds(0.0015));
   EXPECT_FALSE(cpu.at(4).backward_input.has_value());
   EXPECT_EQ(block.times_by_tp.at("H100-SXM").at(8).forward, Seconds(0.000002));
@@ -314,7 +319,7 @@ TEST(ProfileV2Errors, WrongTypesAndUnknownKeys) {
             "degree");
   EXPECT_EQ(error_for(one_entry(R"("forward_s": 1, "times_by_tp": {"cpu": {"2": {}}})")),
             "p.json: field 'layers[0].times_by_tp.cpu.2': expected at least one of forward_s, "
-            "backward_input_s, backward_weight_s or selective_recompute_s");
+            "backward_input_s, backward_weight_s, selective_recompute_s or backward_s");
   EXPECT_EQ(error_for(one_entry(R"("forward_s": 1, "times_by_tp": {"cpu": {"2": 0.1}})")),
             "p.json: field 'layers[0].times_by_tp.cpu.2': expected an object, got 0.1");
   EXPECT_EQ(error_for(one_entry(R"("forward_s": 1, "selective_recompute_s": "0.1")")),

@@ -36,6 +36,7 @@ double seconds_since(Clock::time_point start) {
 // One sample's phases, in seconds; r < 0 when the layer has no attention core.
 struct Sample {
   double f = 0, b = 0, w = 0, r = -1;
+  double fused = 0;  // B and W in one backward pass, after a second F
   double total() const { return f + b + w + std::max(r, 0.0); }
 };
 
@@ -90,8 +91,9 @@ class RankBench {
   }
 
   // One F, then B (the input's gradient, keeping the graph) and W (the weights' gradients), as
-  // ActionInterpreter runs a split backward, then the attention core's forward as a selective
-  // recompute runs it. Throws what libtorch or a collective throws.
+  // ActionInterpreter runs a split backward; another F and one backward computing both, as it
+  // runs a fused one; then the attention core's forward as a selective recompute runs it.
+  // Throws what libtorch or a collective throws.
   Sample sample() {
     Sample s;
     AutocastGuard autocast(precision_);
@@ -109,6 +111,13 @@ class RankBench {
     torch::autograd::backward({output}, {grad_output}, /*retain_graph=*/false,
                               /*create_graph=*/false, params_);
     s.w = seconds_since(start);
+    output = stage_->forward(input_, targets_);
+    std::vector<at::Tensor> inputs = params_;
+    if (!stage_->takes_tokens()) inputs.push_back(input_);
+    start = Clock::now();
+    torch::autograd::backward({output}, {grad_output}, /*retain_graph=*/false,
+                              /*create_graph=*/false, inputs);
+    s.fused = seconds_since(start);
     if (core_) {
       start = Clock::now();
       at::Tensor recomputed = core_();
@@ -167,16 +176,18 @@ class Samples {
     m.rse = rse();
     m.stable = stable_;
     m.elapsed = Seconds(kept_.empty() ? 0.0 : seconds_since(start_));
-    std::vector<double> f, b, w, r;
+    std::vector<double> f, b, w, r, fused;
     for (const Sample& s : kept_) {
       f.push_back(s.f);
       b.push_back(s.b);
       w.push_back(s.w);
+      fused.push_back(s.fused);
       if (s.r >= 0) r.push_back(s.r);
     }
     m.times.forward = Seconds(median(f));
     m.times.backward_input = Seconds(median(b));
     m.times.backward_weight = Seconds(median(w));
+    m.times.backward = Seconds(median(fused));
     if (!r.empty()) m.times.selective_recompute = Seconds(median(r));
     return m;
   }

@@ -67,6 +67,7 @@ TEST(LayerProfiler, GivesPositiveTimesForEveryDistinctLayer) {
     EXPECT_LE(m.samples, 3) << name;
     expect_time(m.times.forward, name + " F");
     expect_time(m.times.backward_weight, name + " W");
+    expect_time(m.times.backward, name + " fused B");
     if (d.layers[0] == 0) {
       EXPECT_EQ(m.times.backward_input, Seconds(0));  // token ids have no gradient
     } else {

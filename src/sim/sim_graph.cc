@@ -77,8 +77,7 @@ class Builder {
         times[kind_index(ActionKind::kForward)] = t.forward.value();
         times[kind_index(ActionKind::kBackwardInput)] = t.backward_input.value() + folded;
         times[kind_index(ActionKind::kBackwardWeight)] = t.backward_weight.value();
-        times[kind_index(ActionKind::kBackward)] =
-            t.backward_input.value() + t.backward_weight.value() + folded;
+        times[kind_index(ActionKind::kBackward)] = t.fused_backward().value() + folded;
         times[kind_index(ActionKind::kRecompute)] = t.recompute.value();
         MemoryOptions mem;
         mem.recompute = st.recompute;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "motley/cost/analytic_cost_model.h"
 #include "motley/cost/fixed_cost_model.h"
 #include "motley/plan/plan_json.h"
 #include "sim_test_util.h"
@@ -464,6 +465,38 @@ TEST(Simulate, ZeroOneReducesScattersAndGathersTheWeightsInBuckets) {
     plan.zero1 = false;  // a whole all-reduce: 2 (k-1)/k * 1e9 / 1e9 = 1 s, or 0.25 in 4
     EXPECT_DOUBLE_EQ(run_ok(options, plan, cost).iteration_time.value(), buckets ? 2.25 : 3.0);
   }
+}
+
+// A fused backward takes the profile's fused time, split ones B and W: one measured layer of
+// F = 1, B = 2, W = 3 and fused backward 4 ms, two micro-batches on one device: 2 (1 + 4) fused,
+// 2 (1 + 2 + 3) split.
+TEST(Simulate, FusedBackwardTakesTheMeasuredFusedTime) {
+  ModelSpec model;
+  model.name = "measured";
+  Layer layer;
+  layer.name = "block";
+  layer.kind = LayerKind::kMeasured;
+  MeasuredLayer m;
+  m.measured_on = "H100-SXM";
+  m.times = MeasuredTimes{milliseconds(1), milliseconds(2), milliseconds(3), std::nullopt,
+                          milliseconds(4)};
+  m.seq_len = 1000;
+  m.micro_batch_size = 1;
+  layer.measured = m;
+  model.layers.push_back(layer);
+  AnalyticCostOptions options;
+  options.workload.seq_len = 1000;
+  options.workload.micro_batch_size = 1;
+  const ClusterSpec cluster = make_fixed_cluster({"H100-SXM"}, 1, kFreeIntra, kFreeInter);
+  Result<std::unique_ptr<AnalyticCostModel>> cost =
+      AnalyticCostModel::create(model, cluster, options, "measured");
+  ASSERT_TRUE(cost.is_ok()) << cost.status().message();
+  SimOptions sim;
+  sim.optimizer_step = OptimizerStepModel::kNone;
+  const Plan fused = pipeline_plan(1, 1, 2, {acts("0F0 0B0 0F1 0B1")});
+  expect_relative(run_ok(sim, fused, **cost).iteration_time.value(), 10e-3);
+  const Plan split = pipeline_plan(1, 1, 2, {acts("0F0 0I0 0W0 0F1 0I1 0W1")});
+  expect_relative(run_ok(sim, split, **cost).iteration_time.value(), 12e-3);
 }
 
 TEST(Simulate, MemoryBoundOptimizerStepReadsGradientsStateAndWritesWeights) {

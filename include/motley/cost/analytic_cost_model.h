@@ -113,6 +113,7 @@ class AnalyticCostModel final : public CostModel {
     double backward_input = 0;
     double backward_weight = 0;
     double selective_recompute = 0;
+    double fused_saving = 0;  // B + W - a measured fused backward
     double collectives = 0;
     double collective_bytes = 0;
   };

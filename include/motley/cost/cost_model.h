@@ -33,7 +33,11 @@ struct ComputeTimes {
   Seconds backward_input;   // B
   Seconds backward_weight;  // W
   Seconds recompute;        // the extra forward work before B under the recompute policy
+  // What one fused backward (B and W in one pass, as schedules without split backwards run it)
+  // saves over B then W; measured profiles may give it, formulas do not (0).
+  Seconds fused_backward_saving = Seconds(0);
   Seconds backward() const { return backward_input + backward_weight; }
+  Seconds fused_backward() const { return backward() - fused_backward_saving; }
 };
 
 struct MemoryOptions {

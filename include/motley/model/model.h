@@ -134,6 +134,9 @@ struct MeasuredTimes {
   // The extra forward work selective recomputation repeats before B (the attention core);
   // absent: the cost model prices it from the layer's shape when it has one, else 0.
   std::optional<Seconds> selective_recompute;
+  // B and W computed in one backward pass (what a schedule without split backwards runs), which
+  // may cost less than the two apart; absent: B + W.
+  std::optional<Seconds> backward;
 };
 
 struct MeasuredLayer {
