@@ -1240,6 +1240,69 @@ TEST(CliTest, CalibrateFitsAStackAndSimulateUsesIt) {
   EXPECT_GT(t1, 1.15 * t0);
 }
 
+// One layer of llama-3-8b at TP 2, forward and backward under a recompute policy.
+nlohmann::json layer_case(const std::string& metric, const std::string& recompute,
+                          double published_s) {
+  return {{"id", metric + "-" + recompute},
+          {"model", "llama-3-8b"},
+          {"cluster", "h100x8"},
+          {"layer", "layers.3"},
+          {"tp", 2},
+          {"micro_batch_size", 2},
+          {"seq_len", 4096},
+          {"recompute", recompute},
+          {"metric", metric},
+          {"published", published_s}};
+}
+
+// Layer cases price one layer's pass: the backward under full recomputation is the backward
+// without it plus the forward again; a fit to layers measured 30 % slower finds a slower stack.
+TEST(CliTest, CalibrateFitsMeasuredLayerTimes) {
+  TempDir dir("calibrate-layers");
+  const std::string cases = dir.path() + "/layers.json";
+  auto write = [&](double scale, const std::vector<double>& published) {
+    nlohmann::json c = {{"format", "calibration-cases/1"},
+                        {"cases",
+                         {layer_case("layer_forward_s", "none", scale * published[0]),
+                          layer_case("layer_backward_s", "none", scale * published[1]),
+                          layer_case("layer_backward_s", "full", scale * published[2])}}};
+    std::ofstream(cases) << c.dump();
+  };
+  write(1.0, {1.0, 1.0, 1.0});
+  RunResult r = run_motley("calibrate --cases " + cases + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["cases"].size(), 3u);
+  const double forward = j["cases"][0]["predicted_s"].get<double>();
+  const double backward = j["cases"][1]["predicted_s"].get<double>();
+  const double recomputed = j["cases"][2]["predicted_s"].get<double>();
+  ASSERT_GT(forward, 0);
+  EXPECT_GT(backward, forward);
+  EXPECT_NEAR(recomputed, backward + forward, 1e-12 * recomputed);
+
+  write(1.3, {forward, backward, recomputed});
+  r = run_motley("calibrate --cases " + cases + " --fit gemm_efficiency,memory_efficiency --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_NEAR(j["start_mean_abs_error_pct"].get<double>(), 100 * (1 - 1 / 1.3), 0.01);
+  EXPECT_LT(j["mean_abs_error_pct"].get<double>(), 5.0);
+  EXPECT_LT(j["fitted"]["gemm_efficiency"].get<double>(), 1.0);
+
+  nlohmann::json bad = {{"format", "calibration-cases/1"},
+                        {"cases", {layer_case("layer_forward_s", "none", 1.0)}}};
+  bad["cases"][0]["layer"] = "layers.99";
+  std::ofstream(cases) << bad.dump();
+  expect_bad_input("calibrate --cases " + cases, {cases, "cases[0].layer", "layers.99"});
+  bad["cases"][0]["layer"] = "layers.0";
+  bad["cases"][0]["pp"] = 2;
+  std::ofstream(cases) << bad.dump();
+  expect_bad_input("calibrate --cases " + cases, {cases, "cases[0].pp", "unknown field"});
+  bad["cases"][0].erase("pp");
+  bad["cases"][0]["metric"] = "layer_sideways_s";
+  std::ofstream(cases) << bad.dump();
+  expect_bad_input("calibrate --cases " + cases, {cases, "cases[0].metric", "layer_forward_s"});
+}
+
 TEST(CliTest, CalibrateRefusesBadCasesAndStacks) {
   TempDir dir("calibrate-bad");
   const std::string cases = dir.path() + "/cases.json";

@@ -1,8 +1,8 @@
 // `motley calibrate`: prices published (or measured) end-to-end training runs — each a model, a
-// cluster and the exact layout it ran with — under a software stack, prints predicted against
-// measured time per run, and with --fit fits the stack's parameters to them (bounded least
-// squares on ln(predicted / measured)), writing a calibration file that plan, compare and
-// simulate accept (--calibration). The cases file format is docs/calibration.md's.
+// cluster and the exact layout it ran with — and measured layer passes under a software stack,
+// prints predicted against measured time per case, and with --fit fits the stack's parameters to
+// them (bounded least squares on ln(predicted / measured)), writing a calibration file that plan,
+// compare and simulate accept (--calibration). The cases file format is docs/calibration.md's.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,6 +17,7 @@
 #include "cost_options.h"
 #include "motley/calibrate/stack_fit.h"
 #include "motley/cluster/cluster.h"
+#include "motley/core/enum_names.h"
 #include "motley/core/json.h"
 #include "motley/core/output_files.h"
 #include "motley/cost/analytic_cost_model.h"
@@ -39,22 +40,108 @@ struct CalibrateOptions {
   bool json = false;
 };
 
-// One measured run, ready to price: its model, cluster and plan (the plan depends on the
-// layout only, not on the stack being fitted).
+// What a case measured: a whole iteration, or one layer's forward or backward pass.
+enum class Metric { kIteration, kLayerForward, kLayerBackward };
+constexpr const char* kMetricNames[] = {"iteration_time_s", "layer_forward_s", "layer_backward_s"};
+
+// One measurement, ready to price: its model and cluster, and for an iteration the plan (which
+// depends on the layout only, not on the stack being fitted); for a layer, the layer and how it
+// ran (on the first `tp` devices of the cluster's first node).
 struct Case {
   std::string id;
   std::string file;
+  Metric metric = Metric::kIteration;
   double published_s = 0;
   ModelSpec model;
   ClusterSpec cluster;
   Plan plan;
+  int layer = -1;
+  int tp = 1;
+  RecomputePolicy recompute = RecomputePolicy::kNone;
+  bool sequence_parallel = false;
+  Workload workload;
 };
 
 Result<int64_t> case_int(const JsonField& c, std::string_view key, int64_t fallback) {
   return c.get_int_in_or(key, IntRange{1, 1 << 24}, fallback);
 }
 
+Result<std::optional<RecomputePolicy>> case_recompute(const JsonField& c) {
+  MOTLEY_ASSIGN_OR_RETURN(std::string name, c.get_string_or("recompute", "none"));
+  std::optional<RecomputePolicy> recompute = parse_recompute_policy(name);
+  if (!recompute) {
+    return c.child_error(
+        "recompute",
+        fmt::format("expected {}, got \"{}\"", join_alternatives(recompute_policy_names()), name));
+  }
+  return recompute;
+}
+
+// A layer case: `layer` names one of the model's layers; its pass is priced on the first `tp`
+// devices of the cluster's first node. The backward includes what the recompute policy repeats.
+Status parse_layer_case(const JsonField& c, Case& out) {
+  MOTLEY_RETURN_IF_ERROR(
+      c.check_keys({"id", "model", "cluster", "layer", "tp", "micro_batch_size", "seq_len",
+                    "recompute", "sequence_parallel", "metric", "published", "note", "source"}));
+  MOTLEY_ASSIGN_OR_RETURN(std::string layer, c.get_string("layer"));
+  for (size_t i = 0; i < out.model.layers.size(); ++i) {
+    if (out.model.layers[i].name == layer) out.layer = static_cast<int>(i);
+  }
+  if (out.layer < 0) {
+    return c.child_error("layer",
+                         fmt::format("the model {} has no layer \"{}\"", out.model.name, layer));
+  }
+  MOTLEY_ASSIGN_OR_RETURN(int64_t tp, case_int(c, "tp", 1));
+  // The group: the cluster's first tp devices, which must share a node and a type.
+  const std::vector<Device> devices = cluster_devices(out.cluster);
+  int64_t local = 0;
+  while (local < static_cast<int64_t>(devices.size()) && devices[local].node == devices[0].node &&
+         devices[local].type == devices[0].type) {
+    ++local;
+  }
+  if (tp > local) {
+    return c.child_error("tp", fmt::format("{} devices; the cluster's first node has {} of its "
+                                           "first device type",
+                                           tp, local));
+  }
+  out.tp = static_cast<int>(tp);
+  MOTLEY_ASSIGN_OR_RETURN(int64_t mbs, case_int(c, "micro_batch_size", 1));
+  MOTLEY_ASSIGN_OR_RETURN(int64_t seq_len, case_int(c, "seq_len", out.model.default_seq_len));
+  out.workload = Workload{seq_len, mbs, out.model.dtype, out.model.dropout};
+  MOTLEY_ASSIGN_OR_RETURN(std::optional<RecomputePolicy> recompute, case_recompute(c));
+  out.recompute = *recompute;
+  MOTLEY_ASSIGN_OR_RETURN(out.sequence_parallel, c.get_bool_or("sequence_parallel", false));
+  return Status::ok();
+}
+
 Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
+  Case out;
+  out.file = c.source();
+  MOTLEY_ASSIGN_OR_RETURN(out.id, c.get_string("id"));
+  MOTLEY_ASSIGN_OR_RETURN(std::string metric, c.get_string_or("metric", kMetricNames[0]));
+  std::optional<Metric> parsed = parse_name_in<Metric>(kMetricNames, metric);
+  if (!parsed) {
+    return c.child_error("metric", fmt::format("expected {}, got \"{}\"",
+                                               join_alternatives(names_in(kMetricNames)), metric));
+  }
+  out.metric = *parsed;
+  MOTLEY_ASSIGN_OR_RETURN(out.published_s, c.get_positive_double("published"));
+  auto resolve = [&](const std::string& p) {
+    const std::filesystem::path path(p);
+    return path.is_absolute() || !std::filesystem::exists(dir / path) ? p : (dir / path).string();
+  };
+  MOTLEY_ASSIGN_OR_RETURN(std::string model_path, c.get_string("model"));
+  MOTLEY_ASSIGN_OR_RETURN(std::string cluster_path, c.get_string("cluster"));
+  Result<ModelSpec> model = load_model(resolve(model_path));
+  if (!model.is_ok()) return c.child_error("model", model.status().message());
+  out.model = std::move(model).value();
+  Result<ClusterSpec> cluster = load_cluster(resolve(cluster_path));
+  if (!cluster.is_ok()) return c.child_error("cluster", cluster.status().message());
+  out.cluster = std::move(cluster).value();
+  if (out.metric != Metric::kIteration) {
+    MOTLEY_RETURN_IF_ERROR(parse_layer_case(c, out));
+    return out;
+  }
   MOTLEY_RETURN_IF_ERROR(c.check_keys({"id",
                                        "model",
                                        "cluster",
@@ -77,28 +164,6 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
                                        "flops",
                                        "source",
                                        "config_source"}));
-  Case out;
-  out.file = c.source();
-  MOTLEY_ASSIGN_OR_RETURN(out.id, c.get_string("id"));
-  MOTLEY_ASSIGN_OR_RETURN(std::string metric, c.get_string_or("metric", "iteration_time_s"));
-  if (metric != "iteration_time_s") {
-    return c.child_error("metric",
-                         fmt::format("expected \"iteration_time_s\", got \"{}\"", metric));
-  }
-  MOTLEY_ASSIGN_OR_RETURN(out.published_s, c.get_positive_double("published"));
-  auto resolve = [&](const std::string& p) {
-    const std::filesystem::path path(p);
-    return path.is_absolute() || !std::filesystem::exists(dir / path) ? p : (dir / path).string();
-  };
-  MOTLEY_ASSIGN_OR_RETURN(std::string model_path, c.get_string("model"));
-  MOTLEY_ASSIGN_OR_RETURN(std::string cluster_path, c.get_string("cluster"));
-  Result<ModelSpec> model = load_model(resolve(model_path));
-  if (!model.is_ok()) return c.child_error("model", model.status().message());
-  out.model = std::move(model).value();
-  Result<ClusterSpec> cluster = load_cluster(resolve(cluster_path));
-  if (!cluster.is_ok()) return c.child_error("cluster", cluster.status().message());
-  out.cluster = std::move(cluster).value();
-
   MOTLEY_ASSIGN_OR_RETURN(int64_t tp, case_int(c, "tp", 1));
   MOTLEY_ASSIGN_OR_RETURN(int64_t pp, case_int(c, "pp", 1));
   MOTLEY_ASSIGN_OR_RETURN(int64_t dp, case_int(c, "dp", 1));
@@ -123,13 +188,7 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
         "schedule",
         fmt::format("expected {}, got \"{}\"", join_alternatives(schedule_kind_names()), schedule));
   }
-  MOTLEY_ASSIGN_OR_RETURN(std::string recompute_name, c.get_string_or("recompute", "none"));
-  std::optional<RecomputePolicy> recompute = parse_recompute_policy(recompute_name);
-  if (!recompute) {
-    return c.child_error("recompute",
-                         fmt::format("expected {}, got \"{}\"",
-                                     join_alternatives(recompute_policy_names()), recompute_name));
-  }
+  MOTLEY_ASSIGN_OR_RETURN(std::optional<RecomputePolicy> recompute, case_recompute(c));
   MOTLEY_ASSIGN_OR_RETURN(std::string partition_name, c.get_string_or("partition", "megatron"));
   std::optional<LayerSplit> partition = parse_layer_split(partition_name);
   if (!partition) {
@@ -187,11 +246,31 @@ Result<std::vector<Case>> load_cases(const std::string& path) {
   return out;
 }
 
-// The predicted iteration time of every case under `stack`.
+// A layer case's pass under `stack`: F, or B + W + what the recompute policy repeats.
+Result<double> predict_layer(const Case& c, const SoftwareStack& stack) {
+  AnalyticCostOptions options;
+  options.workload = c.workload;
+  options.sequence_parallel = c.sequence_parallel;
+  options.stack = stack;
+  MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<AnalyticCostModel> cost,
+                          AnalyticCostModel::create(c.model, c.cluster, options, c.model.name));
+  DeviceGroup group;
+  for (int d = 0; d < c.tp; ++d) group.devices.push_back(d);
+  const ComputeTimes t = cost->compute(LayerRange{c.layer, c.layer + 1}, group, c.recompute);
+  return c.metric == Metric::kLayerForward ? t.forward.value()
+                                           : (t.backward() + t.recompute).value();
+}
+
+// The predicted time of every case under `stack`: its iteration, or its layer's pass.
 Result<std::vector<double>> predict(const std::vector<Case>& cases, const SoftwareStack& stack) {
   std::vector<double> out;
   Simulator simulator;
   for (const Case& c : cases) {
+    if (c.metric != Metric::kIteration) {
+      MOTLEY_ASSIGN_OR_RETURN(double t, predict_layer(c, stack));
+      out.push_back(t);
+      continue;
+    }
     AnalyticCostOptions options;
     options.workload = plan_workload(c.plan, c.model);
     options.sequence_parallel = c.plan.sequence_parallel;
@@ -316,13 +395,16 @@ Status calibrate_command(const CalibrateOptions& opt) {
     text = j.dump(2) + "\n";
   } else {
     text += fmt::format("stack {}{}\n", fitted.name, names.empty() ? "" : " (fitted)");
-    text += fmt::format("{:<34} {:>11} {:>11} {:>8}", "case", "measured_s", "predicted_s", "error");
+    size_t width = 34;
+    for (const Case& c : cases) width = std::max(width, c.id.size() + 1);
+    text += fmt::format("{:<{}} {:>11} {:>11} {:>8}", "case", width, "measured_s", "predicted_s",
+                        "error");
     if (!names.empty()) text += fmt::format(" {:>11}", "start_error");
     text += "\n";
     for (size_t i = 0; i < cases.size(); ++i) {
-      text +=
-          fmt::format("{:<34} {:>11.4g} {:>11.4g} {:>+7.1f}%", cases[i].id, cases[i].published_s,
-                      after[i], 100.0 * (after[i] / cases[i].published_s - 1.0));
+      text += fmt::format("{:<{}} {:>11.4g} {:>11.4g} {:>+7.1f}%", cases[i].id, width,
+                          cases[i].published_s, after[i],
+                          100.0 * (after[i] / cases[i].published_s - 1.0));
       if (!names.empty()) {
         text += fmt::format(" {:>+10.1f}%", 100.0 * (before[i] / cases[i].published_s - 1.0));
       }
@@ -356,7 +438,7 @@ void add_calibrate_command(CLI::App& app, Action* action) {
       "Price measured training runs under a software stack and fit its parameters to them");
   cmd->add_option("--cases", opt->cases,
                   "Cases files (calibration-cases/1): runs with their model, cluster, layout "
-                  "and measured iteration time")
+                  "and measured iteration time, or layers with their measured pass")
       ->required();
   add_stack_options(cmd, &opt->stack);
   cmd->add_option("--fit", opt->fit,
