@@ -438,21 +438,37 @@ double estimate(const Context& ctx, const Candidate& c) {
   MemoryOptions mem;
   mem.data_parallel = static_cast<int64_t>(c.replicas.size());
   mem.zero1 = ctx.options().zero1 || c.zero1;
-  // The stages of the group holding the first layer finish last; their all-reduces are exposed.
+  // The stages of the group holding the first layer finish last; what their gradient
+  // reductions leave after the last backward (and under ZeRO-1 the weight gathers after the
+  // first forward) is exposed, as the simulator prices it (docs/simulator.md).
   double all_reduce = 0;
   if (c.replicas.size() > 1) {
     const PipelineSpec& first = c.replicas[0];
     const std::vector<int> sg =
         shape_stage_group(c.schedule, static_cast<int>(first.groups.size()));
+    const int64_t replicas = static_cast<int64_t>(c.replicas.size());
     for (size_t s = 0; s + 1 < first.bounds.size(); ++s) {
       if (sg[s] != 0) continue;
       std::vector<int> ring;
       for (const PipelineSpec& rep : c.replicas) ring.push_back(rep.groups[0][0]);
-      const StageMemory m = cost.stage_memory(LayerRange{first.bounds[s], first.bounds[s + 1]},
-                                              DeviceGroup{first.groups[0]}, mem);
-      all_reduce += cost.collective_time(Collective::kAllReduce, ring, m.gradients,
-                                         CollectiveAlgorithm::kAuto)
-                        .value();
+      const LayerRange layers{first.bounds[s], first.bounds[s + 1]};
+      const DeviceGroup group{first.groups[0]};
+      const StageMemory m = cost.stage_memory(layers, group, mem);
+      const ComputeTimes t = cost.compute(layers, group, first.recompute[s]);
+      const Seconds reduction =
+          cost.collective_time(mem.zero1 ? Collective::kReduceScatter : Collective::kAllReduce,
+                               ring, m.gradients, CollectiveAlgorithm::kAuto);
+      all_reduce +=
+          exposed_gradient_reduction(reduction, cost.gradient_buckets(layers, group, replicas),
+                                     t.fused_backward())
+              .value();
+      if (mem.zero1) {
+        const Seconds gather = cost.collective_time(Collective::kAllGather, ring, m.weights,
+                                                    CollectiveAlgorithm::kAuto);
+        all_reduce += exposed_gradient_reduction(
+                          gather, cost.parameter_gather_buckets(layers, group, replicas), t.forward)
+                          .value();
+      }
     }
   }
   double optimizer = 0;
