@@ -37,7 +37,8 @@ time b bud --isolation chroot --pull-never --layers -q -t localhost/motley:check
 ctr=$(b from localhost/motley:check)
 trap 'b rm "$ctr" >/dev/null; [[ -n "${1:-}" ]] || rm -rf "$WORK"' EXIT
 echo "== motley plan in the image"
-b run "$ctr" -- motley plan --model llama-3-8b --cluster h100x16 --max-plans 200 | head -3
+plan=$(b run "$ctr" -- motley plan --model llama-3-8b --cluster h100x16 --max-plans 200)
+printf '%s\n' "$plan" | head -3
 echo "== two ranks training in the image"
 b run "$ctr" -- motley launch --nproc 2 -- run \
   --plan /opt/motley/tests/data/fidelity/pp2-1f1b-tiny-llama.json --steps 3 | tail -4
