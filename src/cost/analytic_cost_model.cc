@@ -387,7 +387,7 @@ AnalyticCostModel::LayerTimes AnalyticCostModel::layer_times(int layer, const De
     out.backward_weight = pick(&MeasuredTimes::backward_weight);
     out.selective_recompute = pick(&MeasuredTimes::selective_recompute);
     const bool fused =
-        own != nullptr && own->backward.has_value() ? true : m.times.backward.has_value();
+        (own != nullptr && own->backward.has_value()) || m.times.backward.has_value();
     if (fused) {
       out.fused_saving = out.backward_input + out.backward_weight - pick(&MeasuredTimes::backward);
     }

@@ -23,7 +23,8 @@ constexpr double kMaxBucket = 1e12;  // parameters: more than any model has
 // A built-in stack: the defaults of SoftwareStack (docs/timing-model.md) with what sets it apart.
 SoftwareStack named_stack(std::string name, std::string description,
                           AttentionImplementation attention, double tp_overlap,
-                          bool pipeline_scatter_gather, bool overlap_grad_reduce) {
+                          bool pipeline_scatter_gather, bool overlap_grad_reduce,
+                          bool overlap_param_gather) {
   SoftwareStack s;
   s.name = std::move(name);
   s.description = std::move(description);
@@ -31,6 +32,7 @@ SoftwareStack named_stack(std::string name, std::string description,
   s.tp_overlap = tp_overlap;
   s.pipeline_scatter_gather = pipeline_scatter_gather;
   s.overlap_grad_reduce = overlap_grad_reduce;
+  s.overlap_param_gather = overlap_param_gather;
   return s;
 }
 
@@ -56,29 +58,32 @@ const char* attention_implementation_name(AttentionImplementation implementation
 const std::vector<SoftwareStack>& software_stacks() {
   static const std::vector<SoftwareStack> kStacks = [] {
     std::vector<SoftwareStack> stacks = {
-        named_stack("megatron-core",
-                    "bf16 Megatron-Core with Transformer Engine: fused (cuDNN flash) attention, "
-                    "--overlap-grad-reduce, tensor-parallel communication partly overlapped "
-                    "(--tp-comm-overlap), scatter-gather pipeline messages",
-                    AttentionImplementation::kFused, /*tp_overlap=*/0.5,
-                    /*pipeline_scatter_gather=*/true, /*overlap_grad_reduce=*/true),
+        named_stack(
+            "megatron-core",
+            "bf16 Megatron-Core with Transformer Engine: fused (cuDNN flash) attention, "
+            "--overlap-grad-reduce and --overlap-param-gather, tensor-parallel communication "
+            "partly overlapped (--tp-comm-overlap), scatter-gather pipeline messages",
+            AttentionImplementation::kFused, /*tp_overlap=*/0.5,
+            /*pipeline_scatter_gather=*/true, /*overlap_grad_reduce=*/true,
+            /*overlap_param_gather=*/true),
         named_stack("megatron-lm-2022",
                     "fp16 Megatron-LM as measured by Narayanan et al. 2021 and Korthikanti et al. "
                     "2022: eager attention with a fused scale-mask-softmax kernel, fused bias-GeLU "
                     "and bias-dropout-add, blocking tensor-parallel all-reduces, scatter-gather "
                     "pipeline messages, the data-parallel all-reduce after the backward pass",
                     AttentionImplementation::kEager, /*tp_overlap=*/0.0,
-                    /*pipeline_scatter_gather=*/true, /*overlap_grad_reduce=*/false),
+                    /*pipeline_scatter_gather=*/true, /*overlap_grad_reduce=*/false,
+                    /*overlap_param_gather=*/false),
         named_stack("pytorch-fsdp",
                     "PyTorch FSDP / DDP with scaled_dot_product_attention (flash): gradient "
                     "reduction overlapped with the backward pass, blocking tensor-parallel "
                     "collectives, whole pipeline messages",
                     AttentionImplementation::kFused, /*tp_overlap=*/0.0,
-                    /*pipeline_scatter_gather=*/false, /*overlap_grad_reduce=*/true),
+                    /*pipeline_scatter_gather=*/false, /*overlap_grad_reduce=*/true,
+                    /*overlap_param_gather=*/true),
     };
     // DistributedDataParallel's bucket_cap_mb of 25 MiB of fp32 gradients, whatever the
     // number of replicas.
-    stacks[1].overlap_param_gather = false;  // Megatron-LM of 2022 had no distributed optimizer
     SoftwareStack& fsdp = stacks.back();
     fsdp.gradient_bucket_parameters = 25.0 * 1024 * 1024 / 4;
     fsdp.gradient_bucket_parameters_per_replica = 0;

@@ -192,14 +192,15 @@ class Builder {
     const Plan& sim = this->sim();
     const int n_sim = static_cast<int>(sim.replicas.size());
     const int n_rep = static_cast<int>(plan_.replicas.size());
+    const bool reduces = options_.gradient_all_reduce && n_rep > 1;
     std::vector<int32_t>& last = scratch_.last_backward;
-    last.assign(static_cast<size_t>(n_sim) * stages_, -1);
-    for (int r = 0; r < n_sim; ++r) {
+    last.assign(reduces ? static_cast<size_t>(n_sim) * stages_ : 0, -1);
+    for (int r = 0; reduces && r < n_sim; ++r) {
       for (int s = 0; s < stages_; ++s) last[at(r, s)] = last_backward(r, s);
     }
     std::vector<int32_t>& all_reduce = scratch_.all_reduce;
     all_reduce.assign(stages_, -1);
-    if (options_.gradient_all_reduce && n_rep > 1) {
+    if (reduces) {
       std::vector<int>& devices = scratch_.devices;
       for (int s = 0; s < stages_; ++s) {
         // Each replica's TP rank k reduces with the other replicas' rank k; the rings run at

@@ -68,11 +68,11 @@ struct SimGraph {
   struct Scratch {
     StructureChecker checker;
     Lowering lowering;
-    std::vector<StageTimes> stage_times;         // per replica * stages + stage
-    std::vector<char> explicit_recompute;        // per replica * stages + stage: R listed
-    std::vector<double> boundary_bytes;          // per stage
-    std::vector<int32_t> all_reduce;             // per stage, or -1
-    std::vector<int32_t> last_backward;          // per replica * stages + stage
+    std::vector<StageTimes> stage_times;   // per replica * stages + stage
+    std::vector<char> explicit_recompute;  // per replica * stages + stage: R listed
+    std::vector<double> boundary_bytes;    // per stage
+    std::vector<int32_t> all_reduce;       // per stage, or -1
+    std::vector<int32_t> last_backward;  // per replica * stages + stage, when reducing across them
     std::vector<std::pair<int32_t, int>> order;  // (last backward of a stage, stage)
     std::vector<int> devices;
   };
