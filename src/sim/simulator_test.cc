@@ -351,16 +351,13 @@ TEST(Simulate, StaggeredTransfersReRateWhenOneStartsOrEnds) {
 
 // Two replicas of p = 2 on one node; replica 0 runs m = 2, replica 1 m = 1 (heterogeneous
 // data parallelism), F = B = 1 fused, free p2p. Each stage's gradients are 1e9 bytes; a
-// 2-device ring all-reduce over 1e9 B/s ports with no latency takes 2(k-1)/k * 1e9 / 1e9 = 1.
-//   replica 0: g0 F0 [0,1] F1 [1,2] B0 [3,4] B1 [5,6]; g1 F0 [1,2] B0 [2,3] F1 [3,4] B1 [4,5]
-//   replica 1: g0 F0 [0,1] B0 [3,4];                  g1 F0 [1,2] B0 [2,3]
-//   all-reduce s1 after both replicas' last s1 backward (5): [5,6], overlapping replica 0's
-//   stage-0 B1; all-reduce s0 after 6: [6,7].
-//   optimizer steps (fixed 0.5): stage-1 groups [6,6.5], stage-0 groups [7,7.5].
-TEST(Simulate, DataParallelAllReduceOverlapsComputeByHand) {
+// 2-device ring all-reduce over 1e9 B/s ports with no latency takes 2(k-1)/k * 1e9 / 1e9 = 1,
+// issued in `buckets` buckets; a fixed optimizer step of 0.5 s. Simulated with the timeline.
+SimResult run_uneven_data_parallel(int buckets) {
   const LinkSpec intra{LinkKind::kNvlink, BytesPerSecond(1e9), Seconds(0)};
   FixedCostSpec spec = uniform_spec(2, {Seconds(1), Seconds(1), Seconds(0), Seconds(0)});
   for (FixedLayer& l : spec.layers) l.gradients = Bytes(1e9);
+  spec.gradient_buckets = buckets;
   const FixedCostModel cost(make_fixed_cluster({"H100-SXM"}, 4, intra, kFreeInter), spec);
   Plan plan = pipeline_plan(2, 2, 2, {acts("0F0 0F1 0B0 0B1"), acts("1F0 1B0 1F1 1B1")});
   Replica second;
@@ -374,7 +371,17 @@ TEST(Simulate, DataParallelAllReduceOverlapsComputeByHand) {
   options.optimizer_step = OptimizerStepModel::kFixed;
   options.optimizer_step_time = Seconds(0.5);
   options.record_timeline = true;
-  const SimResult res = run_ok(options, plan, cost);
+  return run_ok(options, plan, cost);
+}
+
+// run_uneven_data_parallel(1), by hand:
+//   replica 0: g0 F0 [0,1] F1 [1,2] B0 [3,4] B1 [5,6]; g1 F0 [1,2] B0 [2,3] F1 [3,4] B1 [4,5]
+//   replica 1: g0 F0 [0,1] B0 [3,4];                  g1 F0 [1,2] B0 [2,3]
+//   all-reduce s1 after both replicas' last s1 backward (5): [5,6], overlapping replica 0's
+//   stage-0 B1; all-reduce s0 after 6: [6,7].
+//   optimizer steps (fixed 0.5): stage-1 groups [6,6.5], stage-0 groups [7,7.5].
+TEST(Simulate, DataParallelAllReduceOverlapsComputeByHand) {
+  const SimResult res = run_uneven_data_parallel(1);
   EXPECT_EQ(res.iteration_time, Seconds(7.5));
   EXPECT_DOUBLE_EQ(res.throughput_tokens_per_s, 3 * 1000 / 7.5);
   for (const SimTask& t : res.timeline) {
@@ -405,24 +412,7 @@ TEST(Simulate, DataParallelAllReduceOverlapsComputeByHand) {
 // (1 s): the all-reduce of 1 s leaves max(1/4, 1 - 1 * 3/4) = 0.25 s after it. s1 [5, 5.25],
 // s0 [6, 6.25]; the steps follow.
 TEST(Simulate, BucketedAllReduceLeavesOnlyItsLastBucketAfterTheBackward) {
-  const LinkSpec intra{LinkKind::kNvlink, BytesPerSecond(1e9), Seconds(0)};
-  FixedCostSpec spec = uniform_spec(2, {Seconds(1), Seconds(1), Seconds(0), Seconds(0)});
-  for (FixedLayer& l : spec.layers) l.gradients = Bytes(1e9);
-  spec.gradient_buckets = 4;
-  const FixedCostModel cost(make_fixed_cluster({"H100-SXM"}, 4, intra, kFreeInter), spec);
-  Plan plan = pipeline_plan(2, 2, 2, {acts("0F0 0F1 0B0 0B1"), acts("1F0 1B0 1F1 1B1")});
-  Replica second;
-  second.micro_batches = 1;
-  second.stage_group = {0, 1};
-  second.groups = {DeviceGroupSchedule{{2}, acts("0F0 0B0")},
-                   DeviceGroupSchedule{{3}, acts("1F0 1B0")}};
-  plan.replicas.push_back(second);
-  plan.global_batch = 3;
-  SimOptions options;
-  options.optimizer_step = OptimizerStepModel::kFixed;
-  options.optimizer_step_time = Seconds(0.5);
-  options.record_timeline = true;
-  const SimResult res = run_ok(options, plan, cost);
+  const SimResult res = run_uneven_data_parallel(4);
   EXPECT_EQ(res.iteration_time, Seconds(6.75));
   int seen = 0;
   for (const SimTask& t : res.timeline) {
