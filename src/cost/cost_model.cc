@@ -20,4 +20,27 @@ Seconds exposed_gradient_reduction(Seconds reduction, int buckets, Seconds last_
   return Seconds(std::max(r / n, r - last_pass.value() * (n - 1) / n));
 }
 
+DataParallelSync data_parallel_sync(const CostModel& cost, const std::vector<int>& ring,
+                                    const StageMemory& memory, bool zero1,
+                                    CollectiveAlgorithm algorithm) {
+  DataParallelSync sync;
+  sync.reduction = cost.collective_time(zero1 ? Collective::kReduceScatter : Collective::kAllReduce,
+                                        ring, memory.gradients, algorithm);
+  if (zero1) {
+    sync.gather = cost.collective_time(Collective::kAllGather, ring, memory.weights, algorithm);
+  }
+  return sync;
+}
+
+Seconds exposed_data_parallel_sync(const CostModel& cost, const DataParallelSync& sync,
+                                   LayerRange layers, const DeviceGroup& group,
+                                   int64_t data_parallel, Seconds last_backward,
+                                   Seconds first_forward) {
+  return exposed_gradient_reduction(
+             sync.reduction, cost.gradient_buckets(layers, group, data_parallel), last_backward) +
+         exposed_gradient_reduction(sync.gather,
+                                    cost.parameter_gather_buckets(layers, group, data_parallel),
+                                    first_forward);
+}
+
 }  // namespace motley

@@ -213,24 +213,20 @@ class Builder {
           const Replica& rep = plan_.replicas[r];
           same_tp = same_tp && rep.groups[rep.stage_group[s]].devices.size() == tp;
         }
-        double gradient_bytes = 0;
-        double weight_bytes = 0;
+        StageMemory bytes;       // the largest gradients and weights among the replicas
         double last_pass = -1;   // the shortest last backward among the replicas
         double first_pass = -1;  // the shortest first forward
         for (int r = 0; r < n_sim; ++r) {
           const StageMemory& m = out_.stage_memory[at(r, s)];
-          gradient_bytes = std::max(gradient_bytes, m.gradients.value());
-          weight_bytes = std::max(weight_bytes, m.weights.value());
+          bytes.gradients = std::max(bytes.gradients, m.gradients);
+          bytes.weights = std::max(bytes.weights, m.weights);
           const double pass = out_.tasks[last[at(r, s)]].duration;
           last_pass = last_pass < 0 ? pass : std::min(last_pass, pass);
           const double forward =
               out_.tasks[out_.graph.find(r, ActionKind::kForward, s, 0)].duration;
           first_pass = first_pass < 0 ? forward : std::min(first_pass, forward);
         }
-        // All-reduce; under ZeRO-1 a reduce-scatter of the gradients, and after the optimizer
-        // step an all-gather of the updated weights.
-        double reduction = 0;
-        double gather = 0;
+        DataParallelSync sync;
         for (size_t k = 0; k < (same_tp ? tp : 1); ++k) {
           devices.clear();
           for (int r = 0; r < n_rep; ++r) {
@@ -242,37 +238,17 @@ class Builder {
               devices.insert(devices.end(), d.begin(), d.end());
             }
           }
-          const CollectiveAlgorithm algorithm = options_.all_reduce_algorithm;
-          if (plan_.zero1) {
-            reduction =
-                std::max(reduction, cost_
-                                        .collective_time(Collective::kReduceScatter, devices,
-                                                         Bytes(gradient_bytes), algorithm)
-                                        .value());
-            gather = std::max(gather, cost_
-                                          .collective_time(Collective::kAllGather, devices,
-                                                           Bytes(weight_bytes), algorithm)
-                                          .value());
-          } else {
-            reduction = std::max(reduction, cost_
-                                                .collective_time(Collective::kAllReduce, devices,
-                                                                 Bytes(gradient_bytes), algorithm)
-                                                .value());
-          }
+          const DataParallelSync ring =
+              data_parallel_sync(cost_, devices, bytes, plan_.zero1, options_.all_reduce_algorithm);
+          sync.reduction = std::max(sync.reduction, ring.reduction);
+          sync.gather = std::max(sync.gather, ring.gather);
         }
         group_.devices = first;
         const Stage& st = plan_.stages[s];
-        const LayerRange layers{st.layer_begin, st.layer_end};
-        double duration = exposed_gradient_reduction(Seconds(reduction),
-                                                     cost_.gradient_buckets(layers, group_, n_rep),
-                                                     Seconds(last_pass))
-                              .value();
-        if (plan_.zero1) {
-          duration += exposed_gradient_reduction(
-                          Seconds(gather), cost_.parameter_gather_buckets(layers, group_, n_rep),
-                          Seconds(first_pass))
-                          .value();
-        }
+        const double duration =
+            exposed_data_parallel_sync(cost_, sync, LayerRange{st.layer_begin, st.layer_end},
+                                       group_, n_rep, Seconds(last_pass), Seconds(first_pass))
+                .value();
         all_reduce[s] =
             add_task(TaskNode{TaskKind::kExternal, -1, -1, s, -1, -1, -1, -1}, duration, true);
       }

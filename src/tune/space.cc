@@ -447,28 +447,18 @@ double estimate(const Context& ctx, const Candidate& c) {
     const std::vector<int> sg =
         shape_stage_group(c.schedule, static_cast<int>(first.groups.size()));
     const int64_t replicas = static_cast<int64_t>(c.replicas.size());
+    std::vector<int> ring;
+    for (const PipelineSpec& rep : c.replicas) ring.push_back(rep.groups[0][0]);
+    const DeviceGroup group{first.groups[0]};
     for (size_t s = 0; s + 1 < first.bounds.size(); ++s) {
       if (sg[s] != 0) continue;
-      std::vector<int> ring;
-      for (const PipelineSpec& rep : c.replicas) ring.push_back(rep.groups[0][0]);
       const LayerRange layers{first.bounds[s], first.bounds[s + 1]};
-      const DeviceGroup group{first.groups[0]};
-      const StageMemory m = cost.stage_memory(layers, group, mem);
       const ComputeTimes t = cost.compute(layers, group, first.recompute[s]);
-      const Seconds reduction =
-          cost.collective_time(mem.zero1 ? Collective::kReduceScatter : Collective::kAllReduce,
-                               ring, m.gradients, CollectiveAlgorithm::kAuto);
-      all_reduce +=
-          exposed_gradient_reduction(reduction, cost.gradient_buckets(layers, group, replicas),
-                                     t.fused_backward())
-              .value();
-      if (mem.zero1) {
-        const Seconds gather = cost.collective_time(Collective::kAllGather, ring, m.weights,
-                                                    CollectiveAlgorithm::kAuto);
-        all_reduce += exposed_gradient_reduction(
-                          gather, cost.parameter_gather_buckets(layers, group, replicas), t.forward)
-                          .value();
-      }
+      const DataParallelSync sync = data_parallel_sync(
+          cost, ring, cost.stage_memory(layers, group, mem), mem.zero1, CollectiveAlgorithm::kAuto);
+      all_reduce += exposed_data_parallel_sync(cost, sync, layers, group, replicas,
+                                               t.fused_backward(), t.forward)
+                        .value();
     }
   }
   double optimizer = 0;

@@ -131,4 +131,22 @@ class CostModel {
   virtual const Topology& topology() const = 0;
 };
 
+// A stage's data-parallel synchronization over one ring of devices (one per replica): the
+// gradients all-reduced, or under ZeRO-1 reduce-scattered, and under ZeRO-1 the updated
+// weights all-gathered (zero otherwise); bytes from the stage's StageMemory.
+struct DataParallelSync {
+  Seconds reduction;
+  Seconds gather;
+};
+DataParallelSync data_parallel_sync(const CostModel& cost, const std::vector<int>& ring,
+                                    const StageMemory& memory, bool zero1,
+                                    CollectiveAlgorithm algorithm);
+// What `sync` leaves exposed: the reduction bucketed under the stage's last backward pass and
+// the gather under its first forward pass (exposed_gradient_reduction with the cost model's
+// gradient_buckets and parameter_gather_buckets).
+Seconds exposed_data_parallel_sync(const CostModel& cost, const DataParallelSync& sync,
+                                   LayerRange layers, const DeviceGroup& group,
+                                   int64_t data_parallel, Seconds last_backward,
+                                   Seconds first_forward);
+
 }  // namespace motley
