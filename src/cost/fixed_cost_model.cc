@@ -27,16 +27,24 @@ Status field_error(const std::string& source, const std::string& field, const st
 }
 
 Status check_times(const FixedLayerTimes& t, const std::string& source, const std::string& path) {
-  const std::pair<const char*, Seconds> fields[] = {{"forward", t.forward},
-                                                    {"backward_input", t.backward_input},
-                                                    {"backward_weight", t.backward_weight},
-                                                    {"recompute", t.recompute}};
+  const std::pair<const char*, Seconds> fields[] = {
+      {"forward", t.forward},
+      {"backward_input", t.backward_input},
+      {"backward_weight", t.backward_weight},
+      {"recompute", t.recompute},
+      {"fused_backward_saving", t.fused_backward_saving}};
   for (const auto& [name, value] : fields) {
     if (!(value.value() >= 0) || !std::isfinite(value.value())) {
       return field_error(source, fmt::format("{}.{}", path, name),
                          fmt::format("expected a finite non-negative time in seconds, got {}",
                                      number(value.value())));
     }
+  }
+  if (t.fused_backward_saving > t.backward_input + t.backward_weight) {
+    return field_error(source, path + ".fused_backward_saving",
+                       fmt::format("expected at most backward_input + backward_weight ({}), got {}",
+                                   number((t.backward_input + t.backward_weight).value()),
+                                   number(t.fused_backward_saving.value())));
   }
   return Status::ok();
 }
@@ -128,6 +136,7 @@ ComputeTimes FixedCostModel::compute(LayerRange layers, const DeviceGroup& group
     out.forward += times[i].forward;
     out.backward_input += times[i].backward_input;
     out.backward_weight += times[i].backward_weight;
+    out.fused_backward_saving += times[i].fused_backward_saving;
     if (recompute != RecomputePolicy::kNone) out.recompute += times[i].recompute;
   }
   return out;

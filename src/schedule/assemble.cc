@@ -301,6 +301,11 @@ std::string ScheduleSpec::name() const {
   return n;
 }
 
+bool runs_fused_backward(const ScheduleSpec& schedule) {
+  // The adaptive generator always splits (assemble_plan asks it for B and W).
+  return !schedule.adaptive && !splits_backward(schedule.kind);
+}
+
 std::vector<int> shape_stage_group(const ScheduleSpec& schedule, int p) {
   switch (schedule.shape) {
     case StageShape::kLinear:

@@ -106,7 +106,9 @@ Seconds lower_bound(const Context& ctx) {
             const DeviceGroup group{std::vector<int>(nd.begin(), nd.begin() + t)};
             const ComputeTimes ct =
                 cost.compute(LayerRange{l, l + 1}, group, RecomputePolicy::kNone);
-            work = std::min(work, static_cast<double>(t) * (ct.forward + ct.backward()).value());
+            // The cheaper of a split and a fused backward: the planner may pick either.
+            const Seconds backward = std::min(ct.backward(), ct.fused_backward());
+            work = std::min(work, static_cast<double>(t) * (ct.forward + backward).value());
             break;
           }
         }

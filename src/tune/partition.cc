@@ -27,7 +27,8 @@ class Partitioner {
 
   double time(int s, int begin, int end, RecomputePolicy p) const {
     const ComputeTimes t = cost_.compute(LayerRange{begin, end}, req_.stage_groups[s], p);
-    return (t.forward + t.backward() + t.recompute).value();
+    return (t.forward + (req_.fused_backward ? t.fused_backward() : t.backward()) + t.recompute)
+        .value();
   }
 
   bool fits(int s, int begin, int end, RecomputePolicy p) const {

@@ -337,6 +337,7 @@ std::vector<Layout> separate_layouts(const Context& ctx) {
           req.memory_budget.assign(p, ctx.capacity(pipeline[0][0]));
           req.memory.data_parallel = d;
           req.memory.zero1 = ctx.options().zero1;
+          req.fused_backward = runs_fused_backward(c.schedule);
           Result<Partition> part = balanced_partition(req, ctx.cost(b));
           if (!part.is_ok()) {
             ok = false;
@@ -401,6 +402,7 @@ double replica_estimate(const Context& ctx, const Candidate& c, int replica, int
   const int p = static_cast<int>(rep.groups.size());
   const std::vector<int> stage_group = shape_stage_group(c.schedule, p);
   std::vector<double> load(p, 0);
+  const bool fused = runs_fused_backward(c.schedule);
   double f = 0, b = 0, w = 0;
   for (size_t s = 0; s + 1 < rep.bounds.size(); ++s) {
     const int g = stage_group[s];
@@ -409,7 +411,7 @@ double replica_estimate(const Context& ctx, const Candidate& c, int replica, int
     f += t.forward.value();
     b += (t.backward_input + t.recompute).value();
     w += t.backward_weight.value();
-    load[g] += (t.forward + t.backward() + t.recompute).value();
+    load[g] += (t.forward + (fused ? t.fused_backward() : t.backward()) + t.recompute).value();
   }
   double longest = 0, chain = 0;
   for (size_t s = 0; s + 2 < rep.bounds.size(); ++s) {
@@ -549,6 +551,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
       req.in_flight = in_flight_targets(schedule, p, guess);
       req.memory.data_parallel = replicas;
       req.memory.zero1 = zero1;
+      req.fused_backward = runs_fused_backward(schedule);
       if (schedule.chunks > 1) req.stage_owner = stage_group;
       std::string key;
       if (options.cache != nullptr) {
@@ -558,6 +561,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
         for (int64_t x : req.in_flight) key += std::to_string(x) + ",";
         key += adapts_to_memory(schedule) ? "a" : "f";
         if (zero1) key += "z";
+        if (req.fused_backward) key += "u";
       }
       Result<Partition> part = infeasible("");
       if (options.cache == nullptr || !options.cache->find(key, &part)) {

@@ -1026,7 +1026,9 @@ Found Searcher::exhaustive() {
               const ComputeTimes t =
                   cost.compute(LayerRange{cut[s], cut[s + 1]}, DeviceGroup{rep[stage_group[s]]},
                                RecomputePolicy::kNone);
-              load[stage_group[s]] += (t.forward + t.backward()).value();
+              // A bound for any schedule of the shape: the cheaper backward of the two.
+              load[stage_group[s]] +=
+                  (t.forward + std::min(t.backward(), t.fused_backward())).value();
             }
             worst = std::max(worst, *std::max_element(load.begin(), load.end()));
           }

@@ -44,6 +44,11 @@ struct ScheduleSpec {
   bool operator==(const ScheduleSpec&) const = default;
 };
 
+// Whether the spec's schedule runs one fused backward per stage and micro-batch (the named
+// kinds that do not split B from W), so that a stage's backward costs
+// ComputeTimes::fused_backward(), not B + W.
+bool runs_fused_backward(const ScheduleSpec& schedule);
+
 // Coarse stage -> group for `p` groups under the spec's shape (default_stage_group's maps).
 std::vector<int> shape_stage_group(const ScheduleSpec& schedule, int p);
 

@@ -31,12 +31,15 @@ struct PartitionRequest {
   // Optional, per stage: the device group that runs it, when a group runs several stages
   // (interleaved, V-shaped). Then what is balanced is each group's total over its stages.
   std::vector<int> stage_owner;
+  // The schedule runs fused backwards: a stage's time is F + fused backward + recompute
+  // (ComputeTimes::fused_backward(), which a measured profile may make less than B + W).
+  bool fused_backward = false;
 };
 
 struct Partition {
   std::vector<int> bounds;  // size stages + 1: stage s holds layers [bounds[s], bounds[s+1])
   std::vector<RecomputePolicy> recompute;  // per stage
-  Seconds bottleneck;                      // the largest stage time F + B + W + recompute
+  Seconds bottleneck;  // the largest stage time F + B + W (or fused backward) + recompute
 };
 
 // The partition minimizing the largest per-micro-batch stage time F + B + W + recompute (each
