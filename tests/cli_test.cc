@@ -567,14 +567,15 @@ TEST(CliTest, PlanJsonAndItsPlanFileAgreeWithTheSimulator) {
 
 // A node lost: the new plan keeps the global batch, runs on what is left, simulates to what
 // replan reported, and each device of the lost node is gone; the same node back (renamed, in
-// a file) makes a cluster as large as the first. Bad changes are refused before any search.
+// a file) makes a cluster as large as the first. Bad changes are refused before any search. The
+// new plan is priced with, and records, the stack the old one was made with.
 TEST(CliTest, ReplanAfterALostNodeKeepsTheGlobalBatch) {
   const TempDir scratch("cli_replan");
   const std::string old_plan = scratch.file("old.json");
   const std::string new_plan = scratch.file("new.json");
   RunResult planned = run_motley(
       "plan --model tiny-llama --cluster h100-a100 --global-batch 64 "
-      "--quiet --max-plans 200 --out " +
+      "--quiet --max-plans 200 --stack megatron-lm-2022 --out " +
       old_plan);
   ASSERT_EQ(planned.exit_code, 0) << planned.err;
   RunResult r = run_motley("replan --plan " + old_plan +
@@ -593,6 +594,8 @@ TEST(CliTest, ReplanAfterALostNodeKeepsTheGlobalBatch) {
     gone += d["new_layers"] == "gone";
   }
   EXPECT_EQ(gone, 8);
+  EXPECT_EQ(nlohmann::json::parse(read_file(new_plan))["software_stack"]["name"],
+            "megatron-lm-2022");
   RunResult again = run_motley("simulate --plan " + new_plan + " --json");
   ASSERT_EQ(again.exit_code, 0) << again.err;
   const nlohmann::json sim = nlohmann::json::parse(again.out);
@@ -1010,7 +1013,10 @@ TEST(CliTest, PlanAndSimulateUseTheSameSoftwareStack) {
         file + " --trace " + trace + stack);
     ASSERT_EQ(planned.exit_code, 0) << planned.err;
     const double reported = nlohmann::json::parse(planned.out)["iteration_time_s"].get<double>();
-    RunResult simulated = run_motley("simulate --plan " + file + " --json" + stack);
+    // The file records the stack, so it prices alike without the flag.
+    EXPECT_EQ(nlohmann::json::parse(read_file(file))["software_stack"]["name"],
+              stack.empty() ? "megatron-core" : "megatron-lm-2022");
+    RunResult simulated = run_motley("simulate --plan " + file + " --json");
     ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
     EXPECT_DOUBLE_EQ(nlohmann::json::parse(simulated.out)["iteration_time_s"].get<double>(),
                      reported);
@@ -1238,6 +1244,28 @@ TEST(CliTest, CalibrateFitsAStackAndSimulateUsesIt) {
   const double t0 = nlohmann::json::parse(base.out)["iteration_time_s"].get<double>();
   const double t1 = nlohmann::json::parse(calibrated.out)["iteration_time_s"].get<double>();
   EXPECT_GT(t1, 1.15 * t0);
+
+  // A plan priced with the calibration records its stack: the file alone prices it so, and a
+  // flag still overrides what it records.
+  const std::string plan = dir.path() + "/calibrated-plan.json";
+  ASSERT_EQ(run_motley("simulate" + layout + " --calibration " + out + " --out " + plan).exit_code,
+            0);
+  RunResult recorded = run_motley("simulate --plan " + plan + " --json");
+  ASSERT_EQ(recorded.exit_code, 0) << recorded.err;
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(recorded.out)["iteration_time_s"].get<double>(), t1);
+  RunResult overridden = run_motley("simulate --plan " + plan + " --json --stack megatron-core");
+  ASSERT_EQ(overridden.exit_code, 0) << overridden.err;
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(overridden.out)["iteration_time_s"].get<double>(), t0);
+
+  // The recorded stack is checked as a calibration file's is.
+  nlohmann::json edited = nlohmann::json::parse(read_file(plan));
+  edited["software_stack"]["gemm_efficiency"] = 5;
+  const std::string bad = dir.path() + "/bad-stack-plan.json";
+  { std::ofstream(bad) << edited.dump(); }
+  expect_bad_input("simulate --plan " + bad, {bad, "software_stack.gemm_efficiency", "0.3 to 1.1"});
+  edited["software_stack"] = "megatron-core";
+  { std::ofstream(bad) << edited.dump(); }
+  expect_bad_input("simulate --plan " + bad, {bad, "software_stack", "object"});
 }
 
 // One layer of llama-3-8b at TP 2, forward and backward under a recompute policy.

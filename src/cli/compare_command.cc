@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "cost_options.h"
 #include "format.h"
 #include "motley/cluster/cluster.h"
 #include "motley/core/json.h"
@@ -171,7 +172,9 @@ Status compare_command(const CompareOptions& opt) {
     files.add_directory(opt.out_dir);
     for (const StrategyOutcome& b : rows) {
       if (b.feasible) {
-        files.add(opt.out_dir + "/" + b.strategy + ".json", plan_to_text(b.plan, model, cluster));
+        Plan priced = b.plan;
+        record_stack(*options.stack, &priced);
+        files.add(opt.out_dir + "/" + b.strategy + ".json", plan_to_text(priced, model, cluster));
       }
     }
   }

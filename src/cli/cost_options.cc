@@ -39,13 +39,35 @@ Result<SoftwareStack> resolve_stack(const StackChoice& choice, const ClusterSpec
   return stack;
 }
 
+Result<SoftwareStack> resolve_plan_stack(const StackChoice& choice, const Plan& plan,
+                                         const ClusterSpec& cluster, const std::string& source) {
+  if (!choice.calibration.empty() || !choice.stack.empty() || !plan.software_stack) {
+    return resolve_stack(choice, cluster);
+  }
+  JsonField recorded(*plan.software_stack, source, "software_stack");
+  // A stack named after a built-in one takes that one's value for a field left out; any other
+  // name (a calibrated stack's) the default stack's.
+  SoftwareStack base = software_stacks().front();
+  if (plan.software_stack->is_object() && plan.software_stack->contains("name") &&
+      (*plan.software_stack)["name"].is_string()) {
+    Result<SoftwareStack> named =
+        find_software_stack((*plan.software_stack)["name"].get<std::string>());
+    if (named.is_ok()) base = named.value();
+  }
+  return software_stack_from_json(recorded, base);
+}
+
+void record_stack(const SoftwareStack& stack, Plan* plan) {
+  plan->software_stack = software_stack_to_json(stack);
+}
+
 Result<AnalyticCostOptions> plan_cost_options(const Plan& plan, const ModelSpec& model,
-                                              const ClusterSpec& cluster,
-                                              const StackChoice& choice) {
+                                              const ClusterSpec& cluster, const StackChoice& choice,
+                                              const std::string& source) {
   AnalyticCostOptions options;
   options.workload = plan_workload(plan, model);
   options.sequence_parallel = plan.sequence_parallel;
-  MOTLEY_ASSIGN_OR_RETURN(options.stack, resolve_stack(choice, cluster));
+  MOTLEY_ASSIGN_OR_RETURN(options.stack, resolve_plan_stack(choice, plan, cluster, source));
   return options;
 }
 

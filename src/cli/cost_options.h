@@ -25,11 +25,20 @@ void add_stack_options(CLI::App* cmd, StackChoice* choice);
 // --calibration's stack, else --stack's, else the cluster's `software_stack`, else the default.
 Result<SoftwareStack> resolve_stack(const StackChoice& choice, const ClusterSpec& cluster);
 
+// The stack a made plan is priced with: --calibration's, else --stack's, else the one the plan
+// records (Plan::software_stack, checked here; errors name `source` and the field), else
+// resolve_stack's.
+Result<SoftwareStack> resolve_plan_stack(const StackChoice& choice, const Plan& plan,
+                                         const ClusterSpec& cluster, const std::string& source);
+
+// Writes `stack` into the plan, so that the file prices the same wherever it is read.
+void record_stack(const SoftwareStack& stack, Plan* plan);
+
 // The cost-model options a plan is priced with: its workload, its sequence parallelism, the
-// resolved stack.
+// stack resolve_plan_stack gives (`source` names the plan in errors).
 Result<AnalyticCostOptions> plan_cost_options(const Plan& plan, const ModelSpec& model,
-                                              const ClusterSpec& cluster,
-                                              const StackChoice& choice);
+                                              const ClusterSpec& cluster, const StackChoice& choice,
+                                              const std::string& source);
 
 // validate_plan with each stage's memory priced by `cost` (weights, optimizer state, ZeRO-1
 // over the plan's replicas, activations per micro-batch): whether the plan runs, memory

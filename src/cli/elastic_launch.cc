@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cost_options.h"
 #include "launch.h"
 #include "motley/core/json.h"
 #include "motley/core/output_files.h"
@@ -242,8 +243,11 @@ Status elastic_launch(const LaunchOptions& opt) {
     ReplanOptions options;
     options.tune.time_budget = Seconds(1);
     options.tune.zero1 = in.plan.zero1;
+    MOTLEY_ASSIGN_OR_RETURN(options.tune.stack,
+                            resolve_plan_stack(StackChoice{}, in.plan, in.cluster, plan_path));
     MOTLEY_ASSIGN_OR_RETURN(ReplanResult r,
                             replan(in.plan, in.model, in.cluster, remaining, options));
+    record_stack(*options.tune.stack, &r.tuned.plan);
     plan_path = fmt::format("{}/elastic-plan-{}.json", dir, restart + 1);
     OutputFiles files;
     files.add_directory(dir);

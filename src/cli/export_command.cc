@@ -117,7 +117,7 @@ Status export_megatron(const MegatronOptions& opt) {
   const MegatronArguments args = megatron_arguments(in.plan, in.model, in.cluster);
   // The plan and, where Megatron cannot run it, the closest plan it can, priced alike.
   MOTLEY_ASSIGN_OR_RETURN(const AnalyticCostOptions cost_options,
-                          plan_cost_options(in.plan, in.model, in.cluster, opt.stack));
+                          plan_cost_options(in.plan, in.model, in.cluster, opt.stack, opt.plan));
   MOTLEY_ASSIGN_OR_RETURN(
       std::unique_ptr<AnalyticCostModel> cost,
       AnalyticCostModel::create(in.model, in.cluster, cost_options, "analytic"));
@@ -126,7 +126,7 @@ Status export_megatron(const MegatronOptions& opt) {
   std::optional<MegatronArguments> closest_args;
   if (!args.not_expressed.empty()) {
     TuneOptions options;
-    MOTLEY_ASSIGN_OR_RETURN(options.stack, resolve_stack(opt.stack, in.cluster));
+    options.stack = cost_options.stack;
     options.time_budget = Seconds(60);
     MOTLEY_ASSIGN_OR_RETURN(closest, closest_megatron_plan(in.plan, in.model, in.cluster, options));
     closest_args = megatron_arguments(closest->plan, in.model, in.cluster);

@@ -211,7 +211,7 @@ Status fidelity_command(const FidelityCommandOptions& opt) {
   // The prediction first: a plan the simulator cannot price is refused before anything runs.
   MOTLEY_ASSIGN_OR_RETURN(const ModelSpec priced, profile_pricing_model(opt.profile, in.model));
   MOTLEY_ASSIGN_OR_RETURN(const AnalyticCostOptions cost_options,
-                          plan_cost_options(in.plan, priced, in.cluster, opt.stack));
+                          plan_cost_options(in.plan, priced, in.cluster, opt.stack, opt.plan));
   MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<AnalyticCostModel> cost,
                           AnalyticCostModel::create(priced, in.cluster, cost_options,
                                                     opt.profile.empty() ? opt.plan : opt.profile));

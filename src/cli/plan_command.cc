@@ -73,13 +73,14 @@ Status plan_command(const PlanOptions& opt) {
   // the trace and the SVG.
   // Priced as the search priced it and as `motley simulate` prices the file: the same stack.
   MOTLEY_ASSIGN_OR_RETURN(AnalyticCostOptions cost_options,
-                          plan_cost_options(r.plan, model, cluster, opt.tune.stack));
+                          plan_cost_options(r.plan, model, cluster, opt.tune.stack, "the plan"));
   MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<AnalyticCostModel> analytic,
                           AnalyticCostModel::create(model, cluster, cost_options, model.name));
   const AnalyticCostModel& cost = *analytic;
   SimOptions sim_options;
   sim_options.record_timeline = !opt.trace.empty() || !opt.svg.empty();
   MOTLEY_ASSIGN_OR_RETURN(SimResult timeline, simulate(sim_options, r.plan, cost));
+  record_stack(cost_options.stack, &r.plan);
   OutputFiles files;
   if (!opt.out.empty()) files.add(opt.out, plan_to_text(r.plan, model, cluster));
   if (!opt.trace.empty()) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "cost_options.h"
 #include "format.h"
 #include "motley/cluster/cluster.h"
 #include "motley/core/json.h"
@@ -92,8 +93,11 @@ Status replan_command(const ReplanCliOptions& opt) {
   options.tune.seed = opt.seed;
   options.tune.threads = opt.threads;
   options.tune.zero1 = in.plan.zero1;
-  MOTLEY_ASSIGN_OR_RETURN(const ReplanResult r,
-                          replan(in.plan, in.model, in.cluster, cluster, options));
+  // The new plan is priced, and recorded, with the stack the old one was.
+  MOTLEY_ASSIGN_OR_RETURN(options.tune.stack,
+                          resolve_plan_stack(StackChoice{}, in.plan, in.cluster, opt.plan));
+  MOTLEY_ASSIGN_OR_RETURN(ReplanResult r, replan(in.plan, in.model, in.cluster, cluster, options));
+  record_stack(*options.tune.stack, &r.tuned.plan);
   const Plan& plan = r.tuned.plan;
   OutputFiles files;
   if (!opt.out.empty()) files.add(opt.out, plan_to_text(plan, in.model, cluster));

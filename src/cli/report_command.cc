@@ -35,7 +35,7 @@ Result<PlanReport> prepare_plan_report(Plan plan, ModelSpec model, ModelSpec pri
                                        ClusterSpec cluster, const StackChoice& stack) {
   PlanReport r;
   MOTLEY_ASSIGN_OR_RETURN(AnalyticCostOptions cost_options,
-                          plan_cost_options(plan, priced, cluster, stack));
+                          plan_cost_options(plan, priced, cluster, stack, "the plan"));
   MOTLEY_ASSIGN_OR_RETURN(r.cost,
                           AnalyticCostModel::create(priced, cluster, cost_options, priced.name));
   SimOptions sim;
@@ -261,7 +261,7 @@ Status report_command(const ReportOptions& opt) {
   MOTLEY_ASSIGN_OR_RETURN(ModelSpec priced, profile_pricing_model(opt.profile, in.model));
   {
     MOTLEY_ASSIGN_OR_RETURN(AnalyticCostOptions options,
-                            plan_cost_options(in.plan, priced, in.cluster, opt.stack));
+                            plan_cost_options(in.plan, priced, in.cluster, opt.stack, opt.plan));
     MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<AnalyticCostModel> cost,
                             AnalyticCostModel::create(priced, in.cluster, options, priced.name));
     MOTLEY_RETURN_IF_ERROR(validate_priced_plan(in.plan, in.model, in.cluster, *cost, opt.plan));
@@ -312,7 +312,7 @@ Result<std::vector<ReportStrategy>> report_strategies(const std::vector<Strategy
     if (b.feasible) {
       // Bubble and memory from one more simulation (the outcomes carry times only).
       MOTLEY_ASSIGN_OR_RETURN(AnalyticCostOptions options,
-                              plan_cost_options(b.plan, model, cluster, stack));
+                              plan_cost_options(b.plan, model, cluster, stack, b.strategy));
       MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<AnalyticCostModel> cost,
                               AnalyticCostModel::create(model, cluster, options, model.name));
       MOTLEY_ASSIGN_OR_RETURN(SimResult sim, simulate(SimOptions{}, b.plan, *cost));

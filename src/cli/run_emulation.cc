@@ -24,8 +24,9 @@ Result<EmulationFactors> compute_emulation_factors(const RunInputs& inputs, bool
   const Plan& plan = inputs.plan;
   const ModelSpec& model = inputs.model;
   // Priced as `motley simulate --plan` prices the plan by default: the cluster's stack.
-  MOTLEY_ASSIGN_OR_RETURN(const AnalyticCostOptions cost_options,
-                          plan_cost_options(plan, model, inputs.cluster, StackChoice{}));
+  MOTLEY_ASSIGN_OR_RETURN(
+      const AnalyticCostOptions cost_options,
+      plan_cost_options(plan, model, inputs.cluster, StackChoice{}, "the plan"));
   MOTLEY_ASSIGN_OR_RETURN(
       std::unique_ptr<AnalyticCostModel> analytic,
       AnalyticCostModel::create(model, inputs.cluster, cost_options, model.name));

@@ -176,7 +176,7 @@ Status simulate_command(const SimulateOptions& opt) {
                                                         : opt.plan + " with " + opt.torch_pp_csv;
 
   MOTLEY_ASSIGN_OR_RETURN(AnalyticCostOptions cost_options,
-                          plan_cost_options(s.plan, s.model, s.cluster, opt.stack));
+                          plan_cost_options(s.plan, s.model, s.cluster, opt.stack, source));
   MOTLEY_ASSIGN_OR_RETURN(
       std::unique_ptr<AnalyticCostModel> analytic,
       AnalyticCostModel::create(s.model, s.cluster, cost_options, s.model.name));
@@ -191,6 +191,7 @@ Status simulate_command(const SimulateOptions& opt) {
   MOTLEY_ASSIGN_OR_RETURN(SimResult result, simulate(sim_options, s.plan, cost));
   s.plan.predicted = PredictedMetrics{result.iteration_time, result.throughput_tokens_per_s,
                                       result.bubble_fraction, "analytic"};
+  record_stack(cost_options.stack, &s.plan);
 
   // Render everything first, then write: a failure leaves no partial output behind.
   const Topology& topo = cost.topology();

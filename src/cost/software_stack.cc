@@ -154,8 +154,7 @@ void set_stack_parameter(SoftwareStack& stack, std::string_view name, double val
   MOTLEY_CHECK(false, fmt::format("unknown stack parameter '{}'", name));
 }
 
-Json calibration_to_json(const Calibration& calibration) {
-  const SoftwareStack& s = calibration.stack;
+Json software_stack_to_json(const SoftwareStack& s) {
   Json stack = Json::object();
   stack["name"] = s.name;
   stack["description"] = s.description;
@@ -168,11 +167,66 @@ Json calibration_to_json(const Calibration& calibration) {
   stack["overlap_param_gather"] = s.overlap_param_gather;
   stack[kBucketParameters] = number_json(s.gradient_bucket_parameters);
   stack[kBucketPerReplica] = number_json(s.gradient_bucket_parameters_per_replica);
+  return stack;
+}
+
+Result<SoftwareStack> software_stack_from_json(const JsonField& stack, const SoftwareStack& base) {
+  if (!stack.is_object()) return stack.error("expected a software stack object");
+  std::vector<std::string_view> keys = {"name",
+                                        "description",
+                                        "attention",
+                                        "pipeline_scatter_gather",
+                                        "overlap_grad_reduce",
+                                        "overlap_param_gather",
+                                        kBucketParameters,
+                                        kBucketPerReplica};
+  for (const StackParameter& p : stack_parameters()) keys.emplace_back(p.name);
+  MOTLEY_RETURN_IF_ERROR(stack.check_keys(keys));
+  SoftwareStack s = base;
+  MOTLEY_ASSIGN_OR_RETURN(s.name, stack.get_string_or("name", base.name));
+  MOTLEY_ASSIGN_OR_RETURN(s.description, stack.get_string_or("description", base.description));
+  if (stack.has("attention")) {
+    MOTLEY_ASSIGN_OR_RETURN(std::string attention, stack.get_string("attention"));
+    std::optional<AttentionImplementation> parsed =
+        parse_name_in<AttentionImplementation>(kAttentionNames, attention);
+    if (!parsed) {
+      return stack.child_error(
+          "attention", fmt::format("expected {}, got \"{}\"",
+                                   join_alternatives(names_in(kAttentionNames)), attention));
+    }
+    s.attention = *parsed;
+  }
+  for (const StackParameter& p : stack_parameters()) {
+    MOTLEY_ASSIGN_OR_RETURN(double value,
+                            stack.get_double_or(p.name, stack_parameter_value(base, p.name)));
+    MOTLEY_RETURN_IF_ERROR(check_finite_in(stack, p.name, value, p.lower, p.upper));
+    set_stack_parameter(s, p.name, value);
+  }
+  MOTLEY_ASSIGN_OR_RETURN(
+      s.pipeline_scatter_gather,
+      stack.get_bool_or("pipeline_scatter_gather", base.pipeline_scatter_gather));
+  MOTLEY_ASSIGN_OR_RETURN(s.overlap_grad_reduce,
+                          stack.get_bool_or("overlap_grad_reduce", base.overlap_grad_reduce));
+  MOTLEY_ASSIGN_OR_RETURN(s.overlap_param_gather,
+                          stack.get_bool_or("overlap_param_gather", base.overlap_param_gather));
+  MOTLEY_ASSIGN_OR_RETURN(s.gradient_bucket_parameters,
+                          stack.get_double_or(kBucketParameters, base.gradient_bucket_parameters));
+  MOTLEY_RETURN_IF_ERROR(
+      check_finite_in(stack, kBucketParameters, s.gradient_bucket_parameters, 1, kMaxBucket));
+  MOTLEY_ASSIGN_OR_RETURN(
+      s.gradient_bucket_parameters_per_replica,
+      stack.get_double_or(kBucketPerReplica, base.gradient_bucket_parameters_per_replica));
+  MOTLEY_RETURN_IF_ERROR(check_finite_in(stack, kBucketPerReplica,
+                                         s.gradient_bucket_parameters_per_replica, 0, kMaxBucket));
+  return s;
+}
+
+Json calibration_to_json(const Calibration& calibration) {
   Json out = Json::object();
   out["format"] = kCalibrationFormat;
   out["base"] = calibration.base;
   out["fitted"] = calibration.fitted;
-  out["stack"] = std::move(stack);
+  out["stack"] = software_stack_to_json(calibration.stack);
   out["fit"] = calibration.fit;
   return out;
 }
@@ -190,56 +244,8 @@ Result<Calibration> calibration_from_json(const Json& json, const std::string& s
   MOTLEY_ASSIGN_OR_RETURN(c.base, root.get_string("base"));
   Result<SoftwareStack> found = find_software_stack(c.base);
   if (!found.is_ok()) return root.child_error("base", found.status().message());
-  const SoftwareStack base = found.value();
-  c.stack = base;
   MOTLEY_ASSIGN_OR_RETURN(JsonField stack, root.get("stack"));
-  if (!stack.is_object()) return stack.error("expected an object");
-  std::vector<std::string_view> keys = {"name",
-                                        "description",
-                                        "attention",
-                                        "pipeline_scatter_gather",
-                                        "overlap_grad_reduce",
-                                        "overlap_param_gather",
-                                        kBucketParameters,
-                                        kBucketPerReplica};
-  for (const StackParameter& p : stack_parameters()) keys.emplace_back(p.name);
-  MOTLEY_RETURN_IF_ERROR(stack.check_keys(keys));
-  MOTLEY_ASSIGN_OR_RETURN(c.stack.name, stack.get_string_or("name", base.name));
-  MOTLEY_ASSIGN_OR_RETURN(c.stack.description,
-                          stack.get_string_or("description", base.description));
-  if (stack.has("attention")) {
-    MOTLEY_ASSIGN_OR_RETURN(std::string attention, stack.get_string("attention"));
-    std::optional<AttentionImplementation> parsed =
-        parse_name_in<AttentionImplementation>(kAttentionNames, attention);
-    if (!parsed) {
-      return stack.child_error(
-          "attention", fmt::format("expected {}, got \"{}\"",
-                                   join_alternatives(names_in(kAttentionNames)), attention));
-    }
-    c.stack.attention = *parsed;
-  }
-  for (const StackParameter& p : stack_parameters()) {
-    MOTLEY_ASSIGN_OR_RETURN(double value,
-                            stack.get_double_or(p.name, stack_parameter_value(base, p.name)));
-    MOTLEY_RETURN_IF_ERROR(check_finite_in(stack, p.name, value, p.lower, p.upper));
-    set_stack_parameter(c.stack, p.name, value);
-  }
-  MOTLEY_ASSIGN_OR_RETURN(
-      c.stack.pipeline_scatter_gather,
-      stack.get_bool_or("pipeline_scatter_gather", base.pipeline_scatter_gather));
-  MOTLEY_ASSIGN_OR_RETURN(c.stack.overlap_grad_reduce,
-                          stack.get_bool_or("overlap_grad_reduce", base.overlap_grad_reduce));
-  MOTLEY_ASSIGN_OR_RETURN(c.stack.overlap_param_gather,
-                          stack.get_bool_or("overlap_param_gather", base.overlap_param_gather));
-  MOTLEY_ASSIGN_OR_RETURN(c.stack.gradient_bucket_parameters,
-                          stack.get_double_or(kBucketParameters, base.gradient_bucket_parameters));
-  MOTLEY_RETURN_IF_ERROR(
-      check_finite_in(stack, kBucketParameters, c.stack.gradient_bucket_parameters, 1, kMaxBucket));
-  MOTLEY_ASSIGN_OR_RETURN(
-      c.stack.gradient_bucket_parameters_per_replica,
-      stack.get_double_or(kBucketPerReplica, base.gradient_bucket_parameters_per_replica));
-  MOTLEY_RETURN_IF_ERROR(check_finite_in(
-      stack, kBucketPerReplica, c.stack.gradient_bucket_parameters_per_replica, 0, kMaxBucket));
+  MOTLEY_ASSIGN_OR_RETURN(c.stack, software_stack_from_json(stack, found.value()));
   if (root.has("fitted")) {
     MOTLEY_ASSIGN_OR_RETURN(JsonField fitted, root.get("fitted"));
     MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> names, fitted.items());

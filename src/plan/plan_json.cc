@@ -236,6 +236,7 @@ const std::vector<std::string>& preferred_key_order() {
                                                   "groups",
                                                   "devices",
                                                   "actions",
+                                                  "software_stack",
                                                   "model_spec",
                                                   "cluster_spec"};
   return kOrder;
@@ -368,6 +369,7 @@ Json plan_to_json(const Plan& plan) {
                           {"bubble_fraction", p.bubble_fraction},
                           {"cost_model", p.cost_model}};
   }
+  if (plan.software_stack) j["software_stack"] = *plan.software_stack;
   return j;
 }
 
@@ -407,10 +409,20 @@ Result<PlanFile> plan_file_from_json(const Json& json, const std::string& source
     return root.child_error("format", fmt::format("expected \"{}\" (or \"{}\"), got \"{}\"",
                                                   kPlanFormat, kPlanFormatV1, format));
   }
-  std::vector<std::string_view> keys = {"format",           "units",    "model",        "cluster",
-                                        "micro_batch_size", "seq_len",  "global_batch", "stages",
-                                        "replicas",         "schedule", "zero1",        "predicted",
-                                        "sequence_parallel"};
+  std::vector<std::string_view> keys = {"format",
+                                        "units",
+                                        "model",
+                                        "cluster",
+                                        "micro_batch_size",
+                                        "seq_len",
+                                        "global_batch",
+                                        "stages",
+                                        "replicas",
+                                        "schedule",
+                                        "zero1",
+                                        "predicted",
+                                        "sequence_parallel",
+                                        "software_stack"};
   if (!v1) {
     keys.push_back("model_spec");
     keys.push_back("cluster_spec");
@@ -444,6 +456,14 @@ Result<PlanFile> plan_file_from_json(const Json& json, const std::string& source
   if (std::optional<JsonField> predicted = root.find("predicted")) {
     MOTLEY_ASSIGN_OR_RETURN(PredictedMetrics p, predicted_from_json(*predicted));
     plan.predicted = std::move(p);
+  }
+  if (std::optional<JsonField> stack = root.find("software_stack")) {
+    // Its fields are the cost module's to check (software_stack_from_json).
+    if (!stack->is_object()) {
+      return stack->error(fmt::format("expected a software stack object, got {}",
+                                      describe_json_value(stack->json())));
+    }
+    plan.software_stack = stack->json();
   }
   if (std::optional<JsonField> spec = root.find("model_spec")) {
     MOTLEY_ASSIGN_OR_RETURN(ModelSpec model, model_from_json(*spec));

@@ -84,6 +84,26 @@ TEST(PlanJson, RoundTrips) {
   EXPECT_EQ(back.value(), p);
 }
 
+TEST(PlanJson, KeepsTheRecordedSoftwareStackAsGiven) {
+  Plan p = full_plan();
+  p.software_stack = Json{{"name", "fitted"}, {"gemm_efficiency", 0.9}};
+  const Json j = plan_to_json(p);
+  EXPECT_EQ(j.at("software_stack"), *p.software_stack);
+  Result<Plan> back = plan_from_json(j, "mem");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back.value(), p);
+  EXPECT_FALSE(plan_to_json(full_plan()).contains("software_stack"));
+
+  Json bad = j;
+  bad["software_stack"] = "megatron-core";
+  Result<Plan> rejected = plan_from_json(bad, "p.json");
+  ASSERT_FALSE(rejected.is_ok());
+  EXPECT_NE(rejected.status().message().find("p.json: field 'software_stack': expected a software "
+                                             "stack object, got \"megatron-core\""),
+            std::string::npos)
+      << rejected.status().message();
+}
+
 TEST(PlanJson, RoundTripsWithoutPrediction) {
   Plan p = full_plan();
   p.predicted.reset();

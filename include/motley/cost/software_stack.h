@@ -89,6 +89,12 @@ void set_stack_parameter(SoftwareStack& stack, std::string_view name, double val
 // The names stack_parameters() and "kernel_overhead_us" accept.
 std::vector<std::string> stack_parameter_names();
 
+// A stack as JSON: every field written out (the "stack" object of a calibration file, a plan
+// file's "software_stack"). Reading takes `base`'s value for a field left out; unknown fields,
+// out-of-bounds and non-finite values are errors naming the field and the allowed range.
+Json software_stack_to_json(const SoftwareStack& stack);
+Result<SoftwareStack> software_stack_from_json(const JsonField& stack, const SoftwareStack& base);
+
 inline constexpr const char* kCalibrationFormat = "motley.calibration/1";
 
 // A calibration file: a stack (a built-in one's name as `base`, every parameter written out),

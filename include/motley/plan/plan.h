@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "motley/core/json.h"
 #include "motley/core/units.h"
 #include "motley/model/model.h"
 
@@ -92,6 +93,10 @@ struct Plan {
   // across the group, its all-reduces become reduce-scatter + all-gather.
   bool sequence_parallel = false;
   std::optional<PredictedMetrics> predicted;
+  // The software stack the plan was priced with, as the cost module writes it
+  // (software_stack_to_json; the plan module keeps it as given, an object). Absent: the
+  // cluster's `software_stack`, else the default stack.
+  std::optional<Json> software_stack;
   friend bool operator==(const Plan&, const Plan&) = default;
 };
 
