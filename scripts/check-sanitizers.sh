@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# The sanitizer check: builds the modules that read motley's input files (core, model, cluster,
-# cost, plan, the executor's tensor-free layout) and the fuzz targets with clang,
-# AddressSanitizer and UndefinedBehaviorSanitizer (at -O0, which halves the build;
-# MOTLEY_SANITIZE_OPT=-O1 fuzzes several times faster for long runs), then runs each fuzz target
-# over its kept corpus and fuzzes it for SECONDS seconds more. With MOTLEY_SANITIZE_SCOPE=all it
-# also builds and runs, under the same sanitizers, everything else that does not need libtorch:
-# every module but the executor and the profiler, their unit tests, the motley binary and its
-# whole-program tests (about four times the build; too long for the test command). Any sanitizer report,
-# failed test or fuzz finding fails the check; a finding is left in BUILD_DIR/findings/<target>/
-# to be fixed and added to the corpus (fuzz/README.md).
+# The sanitizer check: builds motley without libtorch (every module but the executor and the
+# profiler), its unit tests, the motley binary with its hostile-input tests, and the fuzz
+# targets with clang, AddressSanitizer and UndefinedBehaviorSanitizer (at -O0, which halves the
+# build; MOTLEY_SANITIZE_OPT=-O1 fuzzes several times faster for long runs), runs the tests,
+# then runs each fuzz target over its kept corpus and fuzzes it for SECONDS seconds more.
+# MOTLEY_SANITIZE_SCOPE picks how much is built and run:
+#   modules (the default, what the test command runs): as above;
+#   all:    also the functional whole-program tests of every command (cli_test), about a
+#           minute more;
+#   inputs: only the modules that read motley's input files (core, model, cluster, cost, plan,
+#           the executor's tensor-free layout) and the fuzz targets, no tests: for fuzzing.
+# Any sanitizer report, failed test or fuzz finding fails the check; a finding is left in
+# BUILD_DIR/findings/<target>/ to be fixed and added to the corpus (fuzz/README.md).
 # Usage: scripts/check-sanitizers.sh BUILD_DIR [SECONDS]   (SECONDS per target, default 10)
 set -euo pipefail
 build=${1:?usage: check-sanitizers.sh BUILD_DIR [SECONDS]}
@@ -18,13 +21,19 @@ jobs=$(nproc)
 command -v clang++ >/dev/null ||
   { echo "check-sanitizers: no clang++ (scripts/setup.sh installs clang)" >&2; exit 1; }
 
-inputs_only=ON tests=OFF
-[ "${MOTLEY_SANITIZE_SCOPE:-inputs}" = all ] && inputs_only=OFF tests=ON
+scope=${MOTLEY_SANITIZE_SCOPE:-modules}
+case "$scope" in
+  modules) inputs_only=OFF tests=ON cli_tests=OFF ;;
+  all) inputs_only=OFF tests=ON cli_tests=ON ;;
+  inputs) inputs_only=ON tests=OFF cli_tests=OFF ;;
+  *) echo "check-sanitizers: MOTLEY_SANITIZE_SCOPE is modules, all or inputs, not '$scope'" >&2
+     exit 2 ;;
+esac
 
 cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=None \
   -DCMAKE_CXX_FLAGS="${MOTLEY_SANITIZE_OPT:--O0} -gline-tables-only" -DMOTLEY_WITH_TORCH=OFF \
   -DMOTLEY_INPUTS_ONLY=$inputs_only -DMOTLEY_SANITIZE=ON \
-  -DMOTLEY_BUILD_TESTS=$tests -DMOTLEY_FUZZ=ON -DMOTLEY_BUILD_BENCH=OFF ${MOTLEY_SANITIZE_CMAKE_ARGS:-} >/dev/null
+  -DMOTLEY_BUILD_TESTS=$tests -DMOTLEY_CLI_TESTS=$cli_tests -DMOTLEY_FUZZ=ON -DMOTLEY_BUILD_BENCH=OFF ${MOTLEY_SANITIZE_CMAKE_ARGS:-} >/dev/null
 cmake --build "$build" -j"$jobs" 2>&1 | grep -vE '^\[ *[0-9]+%\]|^(Consolidate|Scanning|Built target)' || true
 cmake --build "$build" -j"$jobs" >/dev/null  # fails the check when the build failed
 
