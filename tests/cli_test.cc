@@ -714,7 +714,11 @@ TEST(CliTest, MegatronExportSaysWhatItCannotExpressAndPricesTheClosest) {
   j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["not_expressed"].size(), 1u) << j["not_expressed"];
   EXPECT_NE(j["not_expressed"][0].get<std::string>().find("schedule 'zb-h1'"), std::string::npos);
+  // The closest plan keeps the plan's layout, ranks and arguments; only the order is 1F1B's.
+  EXPECT_EQ(j["closest"]["strategy"], "megatron-layout");
   EXPECT_TRUE(j["closest"]["not_expressed"].empty());
+  EXPECT_EQ(j["closest"]["arguments"], j["arguments"]);
+  EXPECT_EQ(j["closest"]["rank_devices"], j["rank_devices"]);
   EXPECT_GT(j["closest"]["iteration_time_s"].get<double>(), 0.0);
 
   // motley's plan on mixed devices, in words.

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "motley/tune/megatron.h"
 #include "motley/tune/tune.h"
 #include "tune_test_util.h"
 
@@ -189,6 +190,48 @@ TEST(MegatronTunedTest, ItsPlanIsOneMegatronCanRun) {
   }
   EXPECT_TRUE(plan.schedule == "1f1b" || plan.schedule.rfind("interleaved", 0) == 0)
       << plan.schedule;
+}
+
+// The closest Megatron plan of a zero-bubble plan is the plan itself under 1F1B, and of a
+// V-shaped one the same stages interleaved: the devices, TP groups, layer split and the first
+// pipeline rank's stages stay, and Megatron's arguments express it whole.
+TEST(ClosestMegatronPlanTest, KeepsThePlansLayoutWithMegatronsStageMapAndOrder) {
+  EightOnTwoNodes c;
+  for (const char* strategy : {"zb-h1", "zb-v"}) {
+    SCOPED_TRACE(strategy);
+    c.options.strategy = strategy;
+    Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    const Plan& plan = r->plan;
+    ASSERT_FALSE(megatron_arguments(plan, c.model, c.cluster).not_expressed.empty());
+    Result<StrategyOutcome> closest = closest_megatron_plan(plan, c.model, c.cluster, c.options);
+    ASSERT_TRUE(closest.is_ok()) << closest.status().message();
+    ASSERT_EQ(closest->strategy, "megatron-layout") << closest->detail;
+    const Plan& kept = closest->plan;
+    EXPECT_TRUE(megatron_arguments(kept, c.model, c.cluster).not_expressed.empty());
+    ASSERT_EQ(kept.stages.size(), plan.stages.size());
+    for (size_t s = 0; s < plan.stages.size(); ++s) {
+      EXPECT_EQ(kept.stages[s].layer_begin, plan.stages[s].layer_begin);
+      EXPECT_EQ(kept.stages[s].layer_end, plan.stages[s].layer_end);
+    }
+    ASSERT_EQ(kept.replicas.size(), plan.replicas.size());
+    for (size_t rep = 0; rep < plan.replicas.size(); ++rep) {
+      const Replica& a = plan.replicas[rep];
+      const Replica& b = kept.replicas[rep];
+      const int p = static_cast<int>(a.groups.size());
+      ASSERT_EQ(static_cast<int>(b.groups.size()), p);
+      for (size_t s = 0; s < plan.stages.size(); ++s) {
+        EXPECT_EQ(b.stage_group[s], static_cast<int>(s) % p);
+        if (static_cast<int>(s) < p) {
+          EXPECT_EQ(b.groups[b.stage_group[s]].devices, a.groups[a.stage_group[s]].devices);
+        }
+      }
+    }
+    EXPECT_EQ(kept.schedule,
+              plan.stages.size() == plan.replicas[0].groups.size() ? "1f1b" : "interleaved(v=2)");
+    ASSERT_TRUE(kept.predicted.has_value());
+    EXPECT_DOUBLE_EQ(kept.predicted->iteration_time.value(), closest->iteration_time.value());
+  }
 }
 
 }  // namespace

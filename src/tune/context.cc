@@ -149,7 +149,8 @@ Status check_options(const TuneOptions& o, const ModelSpec& model, const Cluster
 Result<std::unique_ptr<CostModel>> make_cost_model(const TuneOptions& options,
                                                    const ModelSpec& model,
                                                    const ClusterSpec& cluster, int64_t seq_len,
-                                                   int64_t micro_batch_size) {
+                                                   int64_t micro_batch_size,
+                                                   bool sequence_parallel) {
   const Workload workload{seq_len, micro_batch_size, model.dtype, model.dropout};
   if (options.cost_model) {
     std::unique_ptr<CostModel> cost = options.cost_model(model, cluster, workload);
@@ -158,6 +159,7 @@ Result<std::unique_ptr<CostModel>> make_cost_model(const TuneOptions& options,
   }
   AnalyticCostOptions cost_options;
   cost_options.workload = workload;
+  cost_options.sequence_parallel = sequence_parallel;
   if (options.stack) {
     cost_options.stack = *options.stack;
   } else if (!cluster.software_stack.empty()) {

@@ -96,11 +96,13 @@ class Context {
 // global batch).
 std::vector<int64_t> allowed_micro_batch_sizes(const TuneOptions& options);
 
-// The cost model for one workload, from options.cost_model or the analytic model.
+// The cost model for one workload, from options.cost_model or the analytic model (with
+// Megatron-LM's sequence parallelism inside TP groups when `sequence_parallel`).
 Result<std::unique_ptr<CostModel>> make_cost_model(const TuneOptions& options,
                                                    const ModelSpec& model,
                                                    const ClusterSpec& cluster, int64_t seq_len,
-                                                   int64_t micro_batch_size);
+                                                   int64_t micro_batch_size,
+                                                   bool sequence_parallel = false);
 
 // Checks what tune() and iteration_lower_bound() both need from the options.
 Status check_options(const TuneOptions& options, const ModelSpec& model,

@@ -3,13 +3,19 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "context.h"
+#include "motley/plan/spec_hash.h"
+#include "motley/schedule/assemble.h"
 #include "motley/schedule/schedule.h"
+#include "motley/sim/simulator.h"
+#include "motley/tune/preemption.h"
 
 namespace motley {
 namespace {
@@ -252,8 +258,110 @@ MegatronArguments megatron_arguments(const Plan& plan, const ModelSpec& model,
   return out;
 }
 
+namespace {
+
+// The plan's own structure as Megatron runs it, which is what its exported arguments run: the
+// same devices, tensor-parallel groups, pipeline ranks (each stage of the first p on the group
+// that ran it), replicas, layer split, micro-batch size, ZeRO-1 and sequence parallelism, with
+// what Megatron imposes instead of the rest: stage s on pipeline rank s mod p, the 1F1B (or
+// interleaved 1F1B) order, the same micro-batch count in every replica, one recompute policy
+// (the most memory-saving the plan uses). Errors (invalid_argument, in words) when the structure
+// has no Megatron form; infeasible when that form does not fit memory.
+Result<Plan> megatron_form(const Plan& plan, const ModelSpec& model, const ClusterSpec& cluster,
+                           const CostModel& cost) {
+  const Replica& first = plan.replicas.front();
+  const int p = static_cast<int>(first.groups.size());
+  const size_t t = first.groups.front().devices.size();
+  const int stages = static_cast<int>(plan.stages.size());
+  const int64_t d = static_cast<int64_t>(plan.replicas.size());
+  for (const Replica& r : plan.replicas) {
+    if (static_cast<int>(r.groups.size()) != p) {
+      return invalid_argument("its replicas have pipelines of different depths");
+    }
+    for (const DeviceGroupSchedule& g : r.groups) {
+      if (g.devices.size() != t) return invalid_argument("its tensor-parallel degrees differ");
+    }
+  }
+  if (stages % p != 0) {
+    return invalid_argument(
+        fmt::format("its {} stages do not fill {} pipeline ranks evenly", stages, p));
+  }
+  const int64_t micro_batches = plan.global_batch / plan.micro_batch_size;
+  if (micro_batches % d != 0) {
+    return invalid_argument(
+        fmt::format("its {} micro-batches do not split evenly over {} data-parallel replicas",
+                    micro_batches, d));
+  }
+  RecomputePolicy policy = RecomputePolicy::kNone;
+  for (const Stage& s : plan.stages) policy = std::max(policy, s.recompute);
+  const int v = stages / p;
+  Candidate c;
+  c.micro_batch_size = plan.micro_batch_size;
+  c.schedule = ScheduleSpec::named(v == 1 ? ScheduleKind::k1f1b : ScheduleKind::kInterleaved, v);
+  c.zero1 = plan.zero1 && d > 1;
+  for (const Replica& r : plan.replicas) {
+    PipelineSpec spec;
+    for (int rank = 0; rank < p; ++rank)
+      spec.groups.push_back(r.groups[r.stage_group[rank]].devices);
+    spec.bounds.push_back(0);
+    for (const Stage& s : plan.stages) spec.bounds.push_back(s.layer_end);
+    spec.recompute.assign(stages, policy);
+    spec.micro_batches = micro_batches / d;
+    c.replicas.push_back(std::move(spec));
+  }
+  AssembleOptions options;
+  options.model = model_ref(model);
+  options.cluster = cluster_ref(cluster);
+  options.num_layers = static_cast<int>(model.layers.size());
+  options.seq_len = plan.seq_len;
+  options.zero1 = c.zero1;
+  options.sequence_parallel = plan.sequence_parallel;
+  options.global_batch = plan.global_batch;
+  return assemble_plan(options, c, cost);
+}
+
+}  // namespace
+
 Result<StrategyOutcome> closest_megatron_plan(const Plan& plan, const ModelSpec& model,
                                               const ClusterSpec& cluster, TuneOptions options) {
+  const auto start = std::chrono::steady_clock::now();
+  MOTLEY_ASSIGN_OR_RETURN(
+      std::unique_ptr<CostModel> cost,
+      tune_internal::make_cost_model(options, model, cluster, plan.seq_len, plan.micro_batch_size,
+                                     plan.sequence_parallel));
+  Result<Plan> kept = megatron_form(plan, model, cluster, *cost);
+  std::string why_not;
+  if (kept.is_ok()) {
+    Result<SimResult> sim = simulate(SimOptions{}, kept.value(), *cost);
+    if (sim.is_ok()) {
+      StrategyOutcome o;
+      o.strategy = "megatron-layout";
+      o.feasible = true;
+      const Replica& rep = kept->replicas.front();
+      const RecomputePolicy policy = kept->stages.front().recompute;
+      o.detail = fmt::format(
+          "the plan's TP {} x PP {} x DP {} on its devices and its layer split, {} in every "
+          "replica with Megatron's stage map and order, recompute {} on every stage",
+          rep.groups.front().devices.size(), rep.groups.size(), kept->replicas.size(),
+          kept->schedule, recompute_policy_name(policy));
+      o.iteration_time = sim->iteration_time;
+      o.tokens_per_s = sim->throughput_tokens_per_s;
+      kept->predicted = PredictedMetrics{sim->iteration_time, sim->throughput_tokens_per_s,
+                                         sim->bubble_fraction, "analytic"};
+      const PlanPricing pricing = price_plan(kept.value(), *cost, cluster, sim->iteration_time);
+      o.preemption = pricing.preemption;
+      o.dollars_per_million_tokens = pricing.dollars_per_million_tokens;
+      o.on_demand_dollars_per_million_tokens = pricing.on_demand_dollars_per_million_tokens;
+      o.plan = std::move(kept).value();
+      o.search_time =
+          Seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      o.candidates_evaluated = 1;
+      return o;
+    }
+    why_not = sim.status().message();
+  } else {
+    why_not = kept.status().message();
+  }
   options.global_batch = plan.global_batch;
   options.seq_len = plan.seq_len;
   options.micro_batch_size = plan.micro_batch_size;
@@ -274,9 +382,11 @@ Result<StrategyOutcome> closest_megatron_plan(const Plan& plan, const ModelSpec&
       o.strategy = strategy;
       o.feasible = true;
       const Replica& rep = r->plan.replicas.front();
-      o.detail = fmt::format("TP {} x PP {} x DP {}, {}, Megatron-LM's layer split",
-                             rep.groups.front().devices.size(), rep.groups.size(),
-                             r->plan.replicas.size(), r->plan.schedule);
+      o.detail = fmt::format(
+          "TP {} x PP {} x DP {}, {}, Megatron-LM's layer split (the plan's own layout has no "
+          "Megatron form: {})",
+          rep.groups.front().devices.size(), rep.groups.size(), r->plan.replicas.size(),
+          r->plan.schedule, why_not);
       o.iteration_time = r->simulation.iteration_time;
       o.tokens_per_s = r->simulation.throughput_tokens_per_s;
       o.dollars_per_million_tokens = r->dollars_per_million_tokens;

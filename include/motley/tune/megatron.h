@@ -39,11 +39,17 @@ struct MegatronArguments {
 MegatronArguments megatron_arguments(const Plan& plan, const ModelSpec& model,
                                      const ClusterSpec& cluster);
 
-// The closest plan Megatron can run, for a plan it cannot: the faster of the megatron-1f1b and
-// megatron-interleaved baselines (Megatron's uniform split and cluster order) on the plan's
-// cluster, global batch, sequence length and micro-batch size, priced under `options`
-// (its cost model and stack; `options.global_batch` and the batch shape are taken from the plan).
-// Errors: tune's (infeasible when neither baseline fits).
+// The closest plan Megatron can run, for a plan it cannot, priced under `options` (its cost
+// model and stack; the batch shape and ZeRO-1 are the plan's). First the plan's own structure
+// in Megatron's form, which is what megatron_arguments' layout runs (strategy
+// "megatron-layout"): the same devices, TP groups, pipeline ranks, replicas and layer split,
+// with Megatron's stage map (s mod pp), its 1F1B or interleaved order, even micro-batch counts
+// and one recompute policy. When the plan has no such form (replicas of different depths or
+// TP degrees, stages that do not fill the ranks evenly, micro-batches that do not split evenly)
+// or it does not fit memory: the faster of the megatron-1f1b and megatron-interleaved baselines
+// (Megatron's uniform split and cluster order) on the plan's cluster, global batch, sequence
+// length and micro-batch size, whose detail says why. Errors: tune's (infeasible when neither
+// baseline fits).
 Result<StrategyOutcome> closest_megatron_plan(const Plan& plan, const ModelSpec& model,
                                               const ClusterSpec& cluster, TuneOptions options);
 
