@@ -67,6 +67,13 @@ std::string recompute(const PlanExplanation& e) {
          ", where memory is short.";
 }
 
+std::string optimizer(const PlanExplanation& e) {
+  return fmt::format(
+      "Optimizer: state sharded across the {} replicas (ZeRO-1, Megatron's distributed "
+      "optimizer): the gradients are reduce-scattered and the updated weights all-gathered.",
+      e.zero1_replicas);
+}
+
 std::string schedule(const PlanExplanation& e) {
   std::string out = fmt::format("Schedule: {}, micro-batch size {}, bubble {:.1f}%", e.schedule,
                                 e.micro_batch_size, 100 * e.bubble_fraction);
@@ -102,7 +109,9 @@ std::string result(const PlanExplanation& e) {
 }  // namespace
 
 std::vector<std::string> explanation_lines(const PlanExplanation& e) {
-  std::vector<std::string> out{placement(e), partition(e), recompute(e), schedule(e)};
+  std::vector<std::string> out{placement(e), partition(e), recompute(e)};
+  if (e.zero1_replicas > 0) out.push_back(optimizer(e));
+  out.push_back(schedule(e));
   if (e.cost_objective) out.push_back(cost(e));
   out.push_back(result(e));
   if (e.megatron && !e.single_dimension.empty()) {

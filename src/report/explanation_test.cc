@@ -80,6 +80,18 @@ TEST(ExplanationTest, UnevenReplicasIdleDevicesCostAndAWinningBaseline) {
             "This is the metis baseline's plan: no candidate of the full search beat it.");
 }
 
+TEST(ExplanationTest, ShardedOptimizerStateIsALineOfItsOwn) {
+  PlanExplanation e = readme_plan();
+  const size_t without = explanation_lines(e).size();
+  e.zero1_replicas = 4;
+  const std::vector<std::string> lines = explanation_lines(e);
+  ASSERT_EQ(lines.size(), without + 1);
+  EXPECT_EQ(lines[3],
+            "Optimizer: state sharded across the 4 replicas (ZeRO-1, Megatron's distributed "
+            "optimizer): the gradients are reduce-scattered and the updated weights all-gathered.");
+  EXPECT_EQ(lines[4].rfind("Schedule: ", 0), 0u);
+}
+
 TEST(ExplanationTest, WithoutMegatronNothingIsComparedWithIt) {
   PlanExplanation e = readme_plan();
   e.megatron.reset();

@@ -851,15 +851,23 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   const size_t climbs = size_class == 0 ? 6 : size_class == 1 ? 4 : 3;
   const int kicks = size_class == 0 ? 3 : size_class == 1 ? 2 : 1;
 
-  // Candidates: the kept layouts x schedules x micro-batch sizes, ranked by the estimate.
+  // Candidates: the kept layouts x schedules x micro-batch sizes, with and without the
+  // distributed optimizer (ZeRO-1) where there are replicas to shard it across, ranked by the
+  // estimate. ZeRO-1 trades an all-gather of the weights for memory that may spare
+  // recomputation or allow a longer warm-up.
   std::vector<std::pair<double, Candidate>> ranked;
   for (size_t k = 0; k < keep_layouts; ++k) {
     const Layout& layout = layouts[layout_rank[k].second];
-    for (const ScheduleSpec& spec : search_specs(ctx_)) {
-      for (int64_t b : ctx_.micro_batch_sizes()) {
-        Result<Candidate> c = build_candidate(ctx_, layout, spec, b, options);
-        if (!c.is_ok() || !accepts_all(spec, c.value())) continue;
-        ranked.emplace_back(objective_estimate(ctx_, c.value()), std::move(c.value()));
+    for (bool zero1 : {false, true}) {
+      if (zero1 && (layout.replicas.size() < 2 || ctx_.options().zero1)) continue;
+      BuildOptions build = options;
+      build.zero1 = zero1;
+      for (const ScheduleSpec& spec : search_specs(ctx_)) {
+        for (int64_t b : ctx_.micro_batch_sizes()) {
+          Result<Candidate> c = build_candidate(ctx_, layout, spec, b, build);
+          if (!c.is_ok() || !accepts_all(spec, c.value())) continue;
+          ranked.emplace_back(objective_estimate(ctx_, c.value()), std::move(c.value()));
+        }
       }
     }
   }

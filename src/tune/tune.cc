@@ -88,6 +88,9 @@ PlanExplanation explain(const Context& ctx, const Found& best, const SimResult& 
   for (RecomputePolicy p : first.recompute) ++policies[p];
   out.recompute.assign(policies.begin(), policies.end());
 
+  if (c.zero1 || (ctx.options().zero1 && c.replicas.size() > 1)) {
+    out.zero1_replicas = static_cast<int64_t>(c.replicas.size());
+  }
   out.schedule = c.schedule.name();
   out.micro_batch_size = c.micro_batch_size;
   out.bubble_fraction = sim.bubble_fraction;

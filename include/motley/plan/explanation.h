@@ -46,6 +46,8 @@ struct PlanExplanation {
   bool ends_with_head = false;
   // Recompute of the first replica: stages per policy, in policy order (none first).
   std::vector<std::pair<RecomputePolicy, int>> recompute;
+  // The optimizer state sharded across this many data-parallel replicas (ZeRO-1); 0: not.
+  int64_t zero1_replicas = 0;
   // Schedule.
   std::string schedule;  // ScheduleSpec::name(): "1f1b", "adaptive(eager-w)", ...
   int64_t micro_batch_size = 0;
