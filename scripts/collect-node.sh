@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Records what `motley detect` reads on this node into DIR, so that the node can be described
 # elsewhere with `motley detect --from DIR` (docs/cluster-format.md, "motley detect"): the
-# hostname, nvidia-smi's GPU query and topology, rocm-smi's product and memory, lspci -nn,
+# hostname, nvidia-smi's GPU query and topology, rocm-smi's product, memory and topology, lspci -nn,
 # /proc/cpuinfo and /proc/meminfo, and the speeds, rates and states of the physical NICs and
 # InfiniBand ports. Tools that are absent are skipped. Needs nothing of motley.
 #
@@ -17,6 +17,7 @@ if command -v nvidia-smi > /dev/null; then
 fi
 if command -v rocm-smi > /dev/null; then
   rocm-smi --showproductname --showmeminfo vram > "$DIR/rocm-smi.txt" || true
+  rocm-smi --showtopo > "$DIR/rocm-smi-topo.txt" || true
 fi
 if command -v lspci > /dev/null; then lspci -nn > "$DIR/lspci.txt" || true; fi
 cp /proc/cpuinfo /proc/meminfo "$DIR/proc/"

@@ -857,6 +857,9 @@ TEST(CliTest, DetectDescribesRecordedNodes) {
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["nvlink"], false);
   EXPECT_EQ(j["cluster"]["nodes"][0]["interconnect"]["kind"], "pcie");
+  // Its topology pairs the GPUs on two PCIe switches (PIX), across two sockets (SYS).
+  EXPECT_EQ(j["devices_per_pcie_switch"], 2);
+  EXPECT_EQ(j["cluster"]["nodes"][0]["devices_per_pcie_switch"], 2);
   EXPECT_EQ(j["cluster"]["nodes"][0]["devices"]["type"], "A100-40GB");
   EXPECT_EQ(j["nic_count"], 2);
 
@@ -864,6 +867,7 @@ TEST(CliTest, DetectDescribesRecordedNodes) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["source"], "rocm-smi");
+  EXPECT_EQ(j["xgmi"], true);
   EXPECT_EQ(j["cluster"]["nodes"][0]["devices"]["type"], "MI300X");
   EXPECT_EQ(j["cluster"]["nodes"][0]["interconnect"]["kind"], "xgmi");
 

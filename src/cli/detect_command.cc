@@ -97,6 +97,7 @@ Result<NodeProbe> probe(const DetectOptions& opt) {
     p.nvidia_smi = read_text(dir / "nvidia-smi.txt");
     p.nvidia_topology = read_text(dir / "nvidia-smi-topo.txt");
     p.rocm_smi = read_text(dir / "rocm-smi.txt");
+    p.rocm_topology = read_text(dir / "rocm-smi-topo.txt");
     p.lspci = read_text(dir / "lspci.txt");
     p.cpuinfo = read_text(dir / "proc/cpuinfo");
     p.meminfo = read_text(dir / "proc/meminfo");
@@ -109,6 +110,7 @@ Result<NodeProbe> probe(const DetectOptions& opt) {
       run_tool("nvidia-smi", "--query-gpu=index,name,memory.total --format=csv,noheader,nounits");
   if (!p.nvidia_smi.empty()) p.nvidia_topology = run_tool("nvidia-smi", "topo -m");
   p.rocm_smi = run_tool("rocm-smi", "--showproductname --showmeminfo vram");
+  if (!p.rocm_smi.empty()) p.rocm_topology = run_tool("rocm-smi", "--showtopo");
   p.lspci = run_tool("lspci", "-nn");
   p.cpuinfo = read_text("/proc/cpuinfo");
   p.meminfo = read_text("/proc/meminfo");
@@ -144,6 +146,8 @@ Status detect_command(const DetectOptions& opt) {
            {"nic_count", node->nic_count},
            {"notes", node->notes}};
     if (node->nvlink.has_value()) j["nvlink"] = *node->nvlink;
+    if (node->xgmi.has_value()) j["xgmi"] = *node->xgmi;
+    j["devices_per_pcie_switch"] = node->devices_per_pcie_switch;
     if (cluster.is_ok()) j["cluster"] = parse_yaml(cluster_to_yaml(*cluster), "cluster").value();
     text = j.dump(2) + "\n";
   } else {
@@ -173,9 +177,10 @@ void add_detect_command(CLI::App& app, Action* action) {
       app.add_subcommand("detect", "Describe this node (accelerators, links, NICs) as a cluster");
   cmd->footer(
       "Reads nvidia-smi (--query-gpu=index,name,memory.total; topo -m), rocm-smi\n"
-      "(--showproductname --showmeminfo vram), lspci -nn, /proc/cpuinfo, /proc/meminfo,\n"
-      "/sys/class/net/*/speed and /sys/class/infiniband/*/ports/*/{rate,state}. With --from\n"
-      "DIR it reads the same outputs recorded on another node by scripts/collect-node.sh.\n"
+      "(--showproductname --showmeminfo vram; --showtopo), lspci -nn, /proc/cpuinfo,\n"
+      "/proc/meminfo, /sys/class/net/*/speed and /sys/class/infiniband/*/ports/*/{rate,state}.\n"
+      "With --from DIR it reads the same outputs recorded on another node by\n"
+      "scripts/collect-node.sh.\n"
       "Prints what it found and the cluster YAML; --out writes the YAML. See\n"
       "docs/cluster-format.md, \"motley detect\".");
   cmd->add_option("--from", opt->from, "Read recorded tool outputs from this directory");

@@ -1,6 +1,7 @@
 #include "motley/cluster/detect.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -136,30 +137,140 @@ int count_lspci(const std::string& text) {
   return n;
 }
 
-// Whether every pair of GPUs in `nvidia-smi topo -m` is connected by NVLink ("NV<n>").
-std::optional<bool> parse_topology(const std::string& text, int gpus) {
-  int rows = 0;
-  bool all = true;
-  for (const std::string& line : lines_of(text)) {
-    // Rows start at the line's first column; the header and the legend are indented.
+// The words of a line.
+std::vector<std::string> cells_of(const std::string& line) {
+  std::vector<std::string> cells;
+  std::istringstream in(line);
+  std::string c;
+  while (in >> c) cells.push_back(c);
+  return cells;
+}
+
+// Whether `cell` is "GPU<digits>".
+bool is_gpu_label(const std::string& cell) {
+  return cell.size() > 3 && cell.rfind("GPU", 0) == 0 &&
+         std::all_of(cell.begin() + 3, cell.end(),
+                     [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)) != 0; });
+}
+
+// The GPU-to-GPU part of a topology matrix: the rows "GPUi c0 c1 ..." in order, each cut to
+// `gpus` cells; empty when there are none, or when a row is short. Rows start at the line's
+// first column; the header of GPU names (and nvidia-smi's legend) is indented.
+std::vector<std::vector<std::string>> gpu_matrix(const std::vector<std::string>& rows_text,
+                                                 int gpus) {
+  std::vector<std::vector<std::string>> m;
+  for (const std::string& line : rows_text) {
     if (line.empty() || std::isspace(static_cast<unsigned char>(line[0])) != 0) continue;
-    std::vector<std::string> cells;
-    std::istringstream in(line);
-    std::string c;
-    while (in >> c) cells.push_back(c);
-    if (cells.empty() || cells[0].rfind("GPU", 0) != 0 || cells[0].size() < 4 ||
-        std::isdigit(static_cast<unsigned char>(cells[0][3])) == 0) {
-      continue;
-    }
-    // GPUi X NV18 NV18 ... (columns of the other GPUs first).
-    ++rows;
-    for (int j = 1; j <= gpus && j < static_cast<int>(cells.size()); ++j) {
-      if (cells[j] == "X") continue;
-      all = all && cells[j].rfind("NV", 0) == 0;
+    std::vector<std::string> cells = cells_of(line);
+    if (cells.empty() || !is_gpu_label(cells[0])) continue;
+    if (static_cast<int>(cells.size()) < gpus + 1) return {};
+    m.emplace_back(cells.begin() + 1, cells.begin() + 1 + gpus);
+  }
+  if (static_cast<int>(m.size()) != gpus) return {};
+  return m;
+}
+
+std::string gpu_list(const std::vector<int>& gpus) {
+  std::vector<std::string> names;
+  for (int g : gpus) names.push_back(std::to_string(g));
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+// `nvidia-smi topo -m`: whether every pair of GPUs is connected by NVLink ("NV<n>"); without,
+// the PCIe switches (pairs PIX or PXB share one) and what the cluster format cannot hold, as
+// notes.
+void read_nvidia_topology(const std::string& text, int gpus, DetectedNode* node) {
+  const std::vector<std::vector<std::string>> m = gpu_matrix(lines_of(text), gpus);
+  if (m.empty()) return;
+  bool all_nvlink = true, some_nvlink = false, sockets = false;
+  for (int i = 0; i < gpus; ++i) {
+    for (int j = 0; j < gpus; ++j) {
+      if (i == j) continue;
+      const bool nv = m[i][j].rfind("NV", 0) == 0;
+      all_nvlink = all_nvlink && nv;
+      some_nvlink = some_nvlink || nv;
+      sockets = sockets || m[i][j] == "SYS";
     }
   }
-  if (rows == 0) return std::nullopt;
-  return all;
+  node->nvlink = all_nvlink;
+  if (all_nvlink || gpus < 2) return;
+  if (some_nvlink) {
+    node->notes.push_back(
+        "NVLink joins only some pairs of GPUs (nvidia-smi topo -m: NV<n> cells); a node has one "
+        "kind of link between its devices, so it is described with PCIe and the NVLink pairs are "
+        "priced as PCIe (measure them with 'motley profile comm' to use their rate)");
+  }
+  // GPUs on one switch: runs of consecutive GPUs that are PIX or PXB to one another.
+  std::vector<int> run_of(gpus, 0);
+  std::vector<std::vector<int>> runs;
+  for (int i = 0; i < gpus; ++i) {
+    const bool joins = i > 0 && (m[i - 1][i] == "PIX" || m[i - 1][i] == "PXB");
+    if (!joins) runs.emplace_back();
+    runs.back().push_back(i);
+  }
+  bool consistent = true;
+  for (const auto& r : runs) {
+    for (int a : r) {
+      for (int b = 0; b < gpus; ++b) {
+        const bool same_run = std::find(r.begin(), r.end(), b) != r.end();
+        const bool switched = m[a][b] == "PIX" || m[a][b] == "PXB";
+        if (a != b && same_run != switched) consistent = false;
+      }
+    }
+  }
+  const size_t size = runs.front().size();
+  const bool even = std::all_of(runs.begin(), runs.end(),
+                                [&](const std::vector<int>& r) { return r.size() == size; });
+  if (consistent && even && size > 1) {
+    node->devices_per_pcie_switch = static_cast<int>(size);
+  } else if (!consistent || !even) {
+    std::vector<std::string> groups;
+    for (const auto& r : runs) groups.push_back("[" + gpu_list(r) + "]");
+    node->notes.push_back(fmt::format(
+        "the GPUs' PCIe switches (nvidia-smi topo -m: PIX and PXB pairs) are not runs of equal "
+        "size in device order ({}); the cluster format cannot hold them, so every GPU is "
+        "described on the root complex",
+        fmt::join(groups, " ")));
+  }
+  if (sockets) {
+    node->notes.push_back(
+        "some pairs of GPUs cross CPU sockets (nvidia-smi topo -m: SYS); they are priced as "
+        "PCIe through one root complex, which is optimistic for them");
+  }
+}
+
+// `rocm-smi --showtopo`: whether every pair of GPUs is xGMI-connected, from its "Link Type
+// between two GPUs" table (cells XGMI or PCIE); unset when the table is absent.
+void read_rocm_topology(const std::string& text, int gpus, DetectedNode* node) {
+  std::vector<std::string> rows;
+  bool inside = false;
+  for (const std::string& line : lines_of(text)) {
+    if (line.find("Link Type between two GPUs") != std::string::npos) {
+      inside = true;
+      continue;
+    }
+    if (inside && line.rfind("====", 0) == 0) break;
+    if (inside) rows.push_back(line);
+  }
+  const std::vector<std::vector<std::string>> m = gpu_matrix(rows, gpus);
+  if (m.empty()) return;
+  bool all = true;
+  std::vector<std::string> pcie;
+  for (int i = 0; i < gpus; ++i) {
+    for (int j = i + 1; j < gpus; ++j) {
+      if (m[i][j] != "XGMI") {
+        all = false;
+        pcie.push_back(fmt::format("{}-{} {}", i, j, m[i][j]));
+      }
+    }
+  }
+  node->xgmi = all;
+  if (!all && pcie.size() < static_cast<size_t>(gpus) * (gpus - 1) / 2) {
+    node->notes.push_back(fmt::format(
+        "xGMI joins only some pairs of GPUs (rocm-smi --showtopo; not: {}); a node has one kind "
+        "of link between its devices, so it is described with PCIe",
+        fmt::join(pcie, ", ")));
+  }
 }
 
 }  // namespace
@@ -203,7 +314,7 @@ Result<DetectedNode> detect_node(const NodeProbe& p) {
   if (!trim(p.nvidia_smi).empty()) {
     MOTLEY_ASSIGN_OR_RETURN(node.devices, parse_nvidia_smi(p.nvidia_smi));
     node.source = "nvidia-smi";
-    node.nvlink = parse_topology(p.nvidia_topology, static_cast<int>(node.devices.size()));
+    read_nvidia_topology(p.nvidia_topology, static_cast<int>(node.devices.size()), &node);
     if (!node.nvlink && node.devices.size() > 1) {
       node.notes.push_back(
           "no 'nvidia-smi topo -m' output: the catalog's link between the GPUs is assumed");
@@ -215,6 +326,11 @@ Result<DetectedNode> detect_node(const NodeProbe& p) {
       return invalid_argument(
           "rocm-smi: no 'GPU[i] : Card series: NAME' line (run rocm-smi --showproductname "
           "--showmeminfo vram)");
+    }
+    read_rocm_topology(p.rocm_topology, static_cast<int>(node.devices.size()), &node);
+    if (!node.xgmi && node.devices.size() > 1) {
+      node.notes.push_back(
+          "no 'rocm-smi --showtopo' output: the catalog's link between the GPUs is assumed");
     }
   }
   for (DetectedDevice& d : node.devices) {
@@ -228,6 +344,16 @@ Result<DetectedNode> detect_node(const NodeProbe& p) {
           node.source, d.index, d.product, join_alternatives(names)));
     }
     d.type = *type;
+  }
+  if (node.xgmi.value_or(false) && !node.devices.empty()) {
+    Result<const DeviceType*> t = find_device_type(node.devices.front().type);
+    if (t.is_ok() && t.value()->intra_node_link != LinkKind::kXgmi) {
+      node.notes.push_back(fmt::format(
+          "rocm-smi --showtopo reports xGMI between every pair, but motley's catalog has no xGMI "
+          "rate for {}: the node is described with the catalog's link; measure the pairs with "
+          "'motley profile comm'",
+          node.devices.front().type));
+    }
   }
   if (node.devices.empty() && node.lspci_accelerators > 0) {
     node.notes.push_back(fmt::format(
@@ -285,7 +411,10 @@ Result<ClusterSpec> detected_cluster(const DetectedNode& node) {
   Json devices = Json::array();
   for (const std::string& t : order) devices.push_back(Json{{"type", t}, {"count", counts[t]}});
   Json n{{"name", node.hostname}, {"devices", devices.size() == 1 ? devices[0] : devices}};
-  if (node.nvlink.has_value() && !*node.nvlink) n["interconnect"] = Json{{"kind", "pcie"}};
+  if ((node.nvlink.has_value() && !*node.nvlink) || (node.xgmi.has_value() && !*node.xgmi)) {
+    n["interconnect"] = Json{{"kind", "pcie"}};
+  }
+  if (node.devices_per_pcie_switch > 0) n["devices_per_pcie_switch"] = node.devices_per_pcie_switch;
   if (node.nic_count > 0) {
     n["nic"] =
         Json{{"bandwidth_GBps", node.nic_bandwidth.value() / 1e9}, {"count", node.nic_count}};
@@ -324,6 +453,15 @@ std::string detected_summary(const DetectedNode& node) {
       out += *node.nvlink ? "links: NVLink between every pair of GPUs (nvidia-smi topo -m)\n"
                           : "links: PCIe (not every pair of GPUs is NVLink-connected, nvidia-smi "
                             "topo -m)\n";
+    }
+    if (node.xgmi.has_value()) {
+      out += *node.xgmi ? "links: xGMI between every pair of GPUs (rocm-smi --showtopo)\n"
+                        : "links: PCIe (not every pair of GPUs is xGMI-connected, rocm-smi "
+                          "--showtopo)\n";
+    }
+    if (node.devices_per_pcie_switch > 0) {
+      out += fmt::format("PCIe: {} GPUs per switch (nvidia-smi topo -m: PIX/PXB pairs)\n",
+                         node.devices_per_pcie_switch);
     }
   }
   if (node.nic_count > 0) {

@@ -58,6 +58,126 @@ TEST(DetectTest, NvidiaSmiAndItsTopology) {
             "memory.total --format=csv,noheader,nounits), got '0, NVIDIA A100-PCIE-40GB'");
 }
 
+// Four PCIe A100s: the PIX pairs make two switches, SYS between them crosses sockets.
+constexpr const char* kTwoSwitches =
+    "\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\tNUMA Affinity\n"
+    "GPU0\t X \tPIX\tSYS\tSYS\t0-31\t0\n"
+    "GPU1\tPIX\t X \tSYS\tSYS\t0-31\t0\n"
+    "GPU2\tSYS\tSYS\t X \tPIX\t32-63\t1\n"
+    "GPU3\tSYS\tSYS\tPIX\t X \t32-63\t1\n"
+    "\nLegend:\n  X    = Self\n  PIX  = Connection traversing at most a single PCIe bridge\n";
+
+NodeProbe four_a100s(const std::string& topology) {
+  NodeProbe p;
+  p.hostname = "n0";
+  for (int i = 0; i < 4; ++i)
+    p.nvidia_smi += std::to_string(i) + ", NVIDIA A100-PCIE-40GB, 40960\n";
+  p.nvidia_topology = topology;
+  return p;
+}
+
+bool has_note(const DetectedNode& n, const std::string& text) {
+  for (const std::string& note : n.notes) {
+    if (note.find(text) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST(DetectTest, PcieSwitchesFromTheTopology) {
+  Result<DetectedNode> n = detect_node(four_a100s(kTwoSwitches));
+  ASSERT_TRUE(n.is_ok()) << n.status().message();
+  EXPECT_EQ(n->nvlink, false);
+  EXPECT_EQ(n->devices_per_pcie_switch, 2);
+  EXPECT_TRUE(has_note(*n, "cross CPU sockets (nvidia-smi topo -m: SYS)"));
+  EXPECT_NE(detected_summary(*n).find("PCIe: 2 GPUs per switch"), std::string::npos);
+  Result<ClusterSpec> c = detected_cluster(*n);
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_EQ(c->nodes[0].interconnect.kind, LinkKind::kPcie);
+  EXPECT_EQ(c->nodes[0].devices_per_pcie_switch, 2);
+
+  // Switches that are not equal runs in device order: said, and left on the root complex.
+  const std::string uneven =
+      "\tGPU0\tGPU1\tGPU2\tGPU3\n"
+      "GPU0\t X \tPXB\tPXB\tNODE\n"
+      "GPU1\tPXB\t X \tPXB\tNODE\n"
+      "GPU2\tPXB\tPXB\t X \tNODE\n"
+      "GPU3\tNODE\tNODE\tNODE\t X \n";
+  n = detect_node(four_a100s(uneven));
+  ASSERT_TRUE(n.is_ok()) << n.status().message();
+  EXPECT_EQ(n->devices_per_pcie_switch, 0);
+  EXPECT_TRUE(has_note(*n, "not runs of equal size in device order ([0, 1, 2] [3])"));
+
+  // NVLink bridges between pairs: not every pair, so PCIe, and said.
+  const std::string bridged =
+      "\tGPU0\tGPU1\tGPU2\tGPU3\n"
+      "GPU0\t X \tNV4\tPHB\tPHB\n"
+      "GPU1\tNV4\t X \tPHB\tPHB\n"
+      "GPU2\tPHB\tPHB\t X \tNV4\n"
+      "GPU3\tPHB\tPHB\tNV4\t X \n";
+  n = detect_node(four_a100s(bridged));
+  ASSERT_TRUE(n.is_ok()) << n.status().message();
+  EXPECT_EQ(n->nvlink, false);
+  EXPECT_EQ(n->devices_per_pcie_switch, 0);
+  EXPECT_TRUE(has_note(*n, "NVLink joins only some pairs"));
+
+  // A matrix with fewer rows than GPUs says nothing.
+  n = detect_node(four_a100s("\tGPU0\tGPU1\nGPU0\t X \tPIX\nGPU1\tPIX\t X \n"));
+  ASSERT_TRUE(n.is_ok()) << n.status().message();
+  EXPECT_EQ(n->nvlink, std::nullopt);
+  EXPECT_TRUE(has_note(*n, "no 'nvidia-smi topo -m' output"));
+}
+
+TEST(DetectTest, XgmiFromRocmSmiTopology) {
+  NodeProbe p;
+  for (int i = 0; i < 3; ++i) {
+    p.rocm_smi += "GPU[" + std::to_string(i) + "]\t\t: Card Series: \t\tAMD Instinct MI250X\n";
+  }
+  const auto topology = [](const std::string& link) {
+    return "==== ROCm System Management Interface ====\n"
+           "==== Weight between two GPUs ====\n"
+           "       GPU0  GPU1  GPU2\n"
+           "GPU0   0     15    15\nGPU1   15    0     15\nGPU2   15    15    0\n"
+           "==== Link Type between two GPUs ====\n"
+           "       GPU0  GPU1  GPU2\n"
+           "GPU0   0     XGMI  " +
+           link + "\nGPU1   XGMI  0     " + link + "\nGPU2   " + link + "  " + link +
+           "  0\n"
+           "==== Numa Nodes ====\nGPU[0]\t\t: (Topology) Numa Node: 0\n";
+  };
+  p.rocm_topology = topology("XGMI");
+  Result<DetectedNode> n = detect_node(p);
+  ASSERT_TRUE(n.is_ok()) << n.status().message();
+  EXPECT_EQ(n->xgmi, true);
+  EXPECT_EQ(detected_cluster(*n)->nodes[0].interconnect.kind, LinkKind::kXgmi);
+
+  p.rocm_topology = topology("PCIE");
+  n = detect_node(p);
+  ASSERT_TRUE(n.is_ok()) << n.status().message();
+  EXPECT_EQ(n->xgmi, false);
+  EXPECT_TRUE(has_note(*n,
+                       "xGMI joins only some pairs of GPUs (rocm-smi --showtopo; not: 0-2 "
+                       "PCIE, 1-2 PCIE)"));
+  EXPECT_EQ(detected_cluster(*n)->nodes[0].interconnect.kind, LinkKind::kPcie);
+
+  // xGMI on a type the catalog knows only with PCIe: kept as the catalog says, and said.
+  p.rocm_smi.clear();
+  for (int i = 0; i < 3; ++i) {
+    p.rocm_smi += "GPU[" + std::to_string(i) + "]\t\t: Card Series: \t\tAMD Instinct MI210\n";
+  }
+  p.rocm_topology = topology("XGMI");
+  n = detect_node(p);
+  ASSERT_TRUE(n.is_ok()) << n.status().message();
+  EXPECT_EQ(n->devices[2].type, "MI210");
+  EXPECT_TRUE(has_note(*n, "no xGMI rate for MI210"));
+  EXPECT_EQ(detected_cluster(*n)->nodes[0].interconnect.kind, LinkKind::kPcie);
+
+  p.rocm_topology.clear();
+  n = detect_node(p);
+  ASSERT_TRUE(n.is_ok()) << n.status().message();
+  EXPECT_EQ(n->xgmi, std::nullopt);
+  EXPECT_TRUE(has_note(*n, "no 'rocm-smi --showtopo' output"));
+}
+
 TEST(DetectTest, RocmSmiLspciAndInfiniband) {
   NodeProbe p;
   p.rocm_smi =

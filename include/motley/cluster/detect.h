@@ -1,5 +1,6 @@
 // The local node as a cluster: accelerators from nvidia-smi's or rocm-smi's output (or counted
-// by lspci when neither tool answers), NVLink from `nvidia-smi topo -m`, NICs from /sys, the
+// by lspci when neither tool answers), NVLink and the PCIe switches from `nvidia-smi topo -m`,
+// xGMI from `rocm-smi --showtopo`, NICs from /sys, the
 // host's CPU and memory from /proc. Works on the tools' text, recorded or live, so it is tested
 // on recorded outputs and can describe a node from outputs collected there. The catalog match
 // and every field: docs/cluster-format.md, "motley detect". Pure functions; thread-safe.
@@ -24,9 +25,10 @@ struct NodeProbe {
   std::string nvidia_topology;  // `nvidia-smi topo -m`
   // `rocm-smi --showproductname --showmeminfo vram` (its text form).
   std::string rocm_smi;
-  std::string lspci;    // `lspci -nn`
-  std::string cpuinfo;  // /proc/cpuinfo
-  std::string meminfo;  // /proc/meminfo
+  std::string rocm_topology;  // `rocm-smi --showtopo`
+  std::string lspci;          // `lspci -nn`
+  std::string cpuinfo;        // /proc/cpuinfo
+  std::string meminfo;        // /proc/meminfo
   // Physical network interfaces: name and /sys/class/net/<name>/speed (Mb/s; -1 unknown).
   std::vector<std::pair<std::string, int64_t>> ethernet;
   // InfiniBand ports: "<device>/<port>", /sys/class/infiniband/<d>/ports/<p>/rate and state.
@@ -53,6 +55,10 @@ struct DetectedNode {
   std::vector<DetectedDevice> devices;
   std::string source;          // which tool the devices came from: "nvidia-smi", ...
   std::optional<bool> nvlink;  // every pair NVLink-connected (nvidia-smi topo); unset: unknown
+  // Without NVLink: GPUs per PCIe switch, in device order (consecutive runs of this many GPUs
+  // are PIX or PXB to each other, nvidia-smi topo); 0: the root complex, or not known.
+  int devices_per_pcie_switch = 0;
+  std::optional<bool> xgmi;    // every pair xGMI-connected (rocm-smi --showtopo); unset: unknown
   int lspci_accelerators = 0;  // NVIDIA, AMD and Habana accelerators lspci lists
   bool lspci_listed = false;   // lspci printed anything
   LinkKind network = LinkKind::kEthernet;
