@@ -545,6 +545,22 @@ int AnalyticCostModel::parameter_gather_buckets(LayerRange layers, const DeviceG
   return options_.stack.overlap_param_gather ? stack_buckets(layers, group, data_parallel) : 1;
 }
 
+std::optional<CostModel::TiedLayers> AnalyticCostModel::tied_layers() const {
+  const std::vector<Layer>& layers = model_.layers;
+  for (int h = static_cast<int>(layers.size()) - 1; h >= 0; --h) {
+    if (!layers[h].head || !layers[h].head->tied) continue;
+    for (int e = 0; e < h; ++e) {
+      const std::optional<EmbeddingShape>& shape = layers[e].embedding;
+      if (shape && shape->vocab == layers[h].head->vocab &&
+          shape->hidden == layers[h].head->hidden) {
+        return TiedLayers{e, h};
+      }
+    }
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
 int AnalyticCostModel::gradient_buckets(LayerRange layers, const DeviceGroup& group,
                                         int64_t data_parallel) const {
   return options_.stack.overlap_grad_reduce ? stack_buckets(layers, group, data_parallel) : 1;

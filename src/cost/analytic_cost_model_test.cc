@@ -847,6 +847,26 @@ TEST(AnalyticComm, RingUsesTheSlowestHopAndLargestLatency) {
       0.0);
 }
 
+// A head tied to an embedding of its vocabulary and width is named with that embedding; an
+// untied head, or a tie without such an embedding, names nothing.
+TEST(AnalyticCost, TiedLayersAreTheHeadAndItsEmbedding) {
+  Layer embed;
+  embed.name = "embed";
+  embed.kind = LayerKind::kEmbedding;
+  embed.embedding = EmbeddingShape{1000, 4096, 0};
+  Layer head;
+  head.name = "head";
+  head.kind = LayerKind::kHead;
+  head.head = HeadShape{1000, 4096, true};
+  ModelSpec m = model_of({embed, ffn_layer("ffn"), head});
+  const auto tied = analytic(m, two_nodes(4), workload(128))->tied_layers();
+  ASSERT_TRUE(tied.has_value());
+  EXPECT_EQ(tied->first, 0);
+  EXPECT_EQ(tied->second, 2);
+  m.layers[2].head->tied = false;
+  EXPECT_FALSE(analytic(m, two_nodes(4), workload(128))->tied_layers().has_value());
+}
+
 TEST(AnalyticComm, HierarchicalBeatsTheRingWhenEachDeviceHasANic) {
   ModelSpec m = model_of({ffn_layer("ffn")});
   const auto cost = analytic(m, two_nodes(4), ideal_links(workload(4096)));

@@ -78,6 +78,12 @@ Status FixedCostModel::validate(const FixedCostSpec& spec, const std::string& so
           check_bytes(l.activations[p], source, fmt::format("{}.activations[{}]", path, p)));
     }
   }
+  if (spec.tied && !(spec.tied->first >= 0 && spec.tied->first < spec.tied->second &&
+                     spec.tied->second < static_cast<int>(spec.layers.size()))) {
+    return field_error(source, "tied",
+                       fmt::format("expected two layers 0 <= first < second < {}, got {} and {}",
+                                   spec.layers.size(), spec.tied->first, spec.tied->second));
+  }
   for (size_t d = 0; d < spec.device_times.size(); ++d) {
     const auto& [name, times] = spec.device_times[d];
     const std::string path = fmt::format("device_times[{}]", d);

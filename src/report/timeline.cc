@@ -163,6 +163,11 @@ class Builder {
         e.args = {{"stage", t.stage}};
         e.label = fmt::format("s{}", t.stage);
         break;
+      case SimTaskKind::kTiedGradientSum:
+        e.track = named_track(collective_track_, 0, TrackRole::kCollective, "all-reduce");
+        e.args = {{"replica", t.replica}, {"group", t.group}, {"peer_group", t.peer_group}};
+        e.label = "tied";
+        break;
       case SimTaskKind::kSendActivation:
       case SimTaskKind::kSendGradient:
         add_transfer(t, std::move(e));
@@ -247,6 +252,7 @@ TimelineKind timeline_kind(SimTaskKind kind) {
     case SimTaskKind::kSendGradient:
       return TimelineKind::kTransfer;
     case SimTaskKind::kGradientAllReduce:
+    case SimTaskKind::kTiedGradientSum:
       return TimelineKind::kAllReduce;
     case SimTaskKind::kOptimizerStep:
       return TimelineKind::kOptimizerStep;

@@ -254,6 +254,8 @@ class Builder {
       }
     }
 
+    add_tied_sums(all_reduce);
+
     std::vector<std::pair<int32_t, int>>& order = scratch_.order;
     for (int r = 0; r < n_sim; ++r) {
       const Replica& rep = sim.replicas[r];
@@ -289,7 +291,67 @@ class Builder {
         const int32_t n = graph.group_size(r, g);
         if (n > 0) graph.add_edge(graph.group_begin(r, g) + n - 1, step);
         for (const auto& [last, s] : order) graph.add_edge(all_reduce[s], step);
+        const int32_t tied = scratch_.tied_sum[r];
+        if (tied >= 0) {
+          const TaskNode& node = graph.node(tied);
+          if (node.group == g || node.peer_group == g) graph.add_edge(tied, step);
+        }
       }
+    }
+  }
+
+  // The sum of a tied matrix's two gradients (CostModel::tied_layers) on each simulated replica
+  // whose two copies lie on different groups: an all-reduce of the head's gradients between the
+  // two groups (TP rank k with rank k), after both stages' last backward and their data-parallel
+  // reductions (Megatron-LM sums the embedding group once the data-parallel one is done), before
+  // either group's optimizer step.
+  void add_tied_sums(const std::vector<int32_t>& all_reduce) {
+    TaskGraph& graph = out_.graph;
+    const Plan& sim = this->sim();
+    const int n_sim = static_cast<int>(sim.replicas.size());
+    scratch_.tied_sum.assign(n_sim, -1);
+    const std::optional<CostModel::TiedLayers> tied = cost_.tied_layers();
+    if (!options_.gradient_all_reduce || !tied) return;
+    int first = -1, second = -1;
+    for (int s = 0; s < stages_; ++s) {
+      const Stage& st = plan_.stages[s];
+      if (st.layer_begin <= tied->first && tied->first < st.layer_end) first = s;
+      if (st.layer_begin <= tied->second && tied->second < st.layer_end) second = s;
+    }
+    if (first < 0 || second < 0) return;
+    std::vector<int>& devices = scratch_.devices;
+    for (int r = 0; r < n_sim; ++r) {
+      const Replica& rep = sim.replicas[r];
+      const int a = rep.stage_group[first], b = rep.stage_group[second];
+      if (a == b) continue;
+      const std::vector<int>& da = rep.groups[a].devices;
+      const std::vector<int>& db = rep.groups[b].devices;
+      group_.devices = db;
+      const Bytes bytes =
+          cost_.stage_memory(LayerRange{tied->second, tied->second + 1}, group_, MemoryOptions{})
+              .gradients;
+      double duration = 0;
+      const bool paired = da.size() == db.size();
+      for (size_t k = 0; k < (paired ? da.size() : 1); ++k) {
+        devices.clear();
+        if (paired) {
+          devices = {da[k], db[k]};
+        } else {
+          devices = da;
+          devices.insert(devices.end(), db.begin(), db.end());
+        }
+        duration = std::max(duration, cost_
+                                          .collective_time(Collective::kAllReduce, devices, bytes,
+                                                           options_.all_reduce_algorithm)
+                                          .value());
+      }
+      const int32_t task =
+          add_task(TaskNode{TaskKind::kExternal, r, a, first, -1, b, -1, -1}, duration, true);
+      for (const int s : {first, second}) {
+        graph.add_edge(last_backward(r, s), task);
+        if (!all_reduce.empty() && all_reduce[s] >= 0) graph.add_edge(all_reduce[s], task);
+      }
+      scratch_.tied_sum[r] = task;
     }
   }
 
@@ -327,8 +389,10 @@ SimTaskKind SimGraph::kind(int32_t id) const {
     case TaskKind::kExternal:
       break;
   }
-  // The simulator's own tasks: an all-reduce spans every replica, a step belongs to a group.
-  return n.replica < 0 ? SimTaskKind::kGradientAllReduce : SimTaskKind::kOptimizerStep;
+  // The simulator's own tasks: an all-reduce spans every replica, a tied sum joins two groups
+  // of one replica, a step belongs to a group.
+  if (n.replica < 0) return SimTaskKind::kGradientAllReduce;
+  return n.peer_group >= 0 ? SimTaskKind::kTiedGradientSum : SimTaskKind::kOptimizerStep;
 }
 
 SimTask SimGraph::task(int32_t id) const {

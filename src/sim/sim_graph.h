@@ -72,6 +72,7 @@ struct SimGraph {
     std::vector<char> explicit_recompute;  // per replica * stages + stage: R listed
     std::vector<double> boundary_bytes;    // per stage
     std::vector<int32_t> all_reduce;       // per stage, or -1
+    std::vector<int32_t> tied_sum;         // per simulated replica, or -1
     std::vector<int32_t> last_backward;  // per replica * stages + stage, when reducing across them
     std::vector<std::pair<int32_t, int>> order;  // (last backward of a stage, stage)
     std::vector<int> devices;

@@ -41,7 +41,8 @@ SimResult assemble_results(const SimOptions& options, const Plan& plan, const To
   std::vector<double> busy(first_stream.back(), 0), exposed(first_stream.back(), 0);
   for (int32_t i = 0; i < n; ++i) {
     const TaskNode& node = graph.graph.node(i);
-    if (is_message(node.kind) || node.replica < 0) continue;
+    // (A tied sum is the only other task of a replica with a peer group.)
+    if (is_message(node.kind) || node.replica < 0 || node.peer_group >= 0) continue;
     const TaskState& t = tasks[i];
     const size_t k = first_stream[node.replica] + node.group;
     busy[k] += t.duration;

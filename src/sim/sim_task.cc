@@ -10,15 +10,16 @@ namespace motley {
 
 // Indexed by SimTaskKind, in declaration order.
 constexpr const char* kSimTaskKindNames[] = {
-    "forward",         "backward_input", "backward_weight",     "backward",      "recompute",
-    "send_activation", "send_gradient",  "gradient_all_reduce", "optimizer_step"};
+    "forward",           "backward_input",  "backward_weight", "backward",
+    "recompute",         "send_activation", "send_gradient",   "gradient_all_reduce",
+    "tied_gradient_sum", "optimizer_step"};
 static_assert(std::size(kSimTaskKindNames) == static_cast<size_t>(SimTaskKind::kOptimizerStep) + 1);
 
 const char* sim_task_kind_name(SimTaskKind kind) { return name_in(kSimTaskKindNames, kind); }
 
 bool is_communication(SimTaskKind kind) {
   return kind == SimTaskKind::kSendActivation || kind == SimTaskKind::kSendGradient ||
-         kind == SimTaskKind::kGradientAllReduce;
+         kind == SimTaskKind::kGradientAllReduce || kind == SimTaskKind::kTiedGradientSum;
 }
 bool is_compute(SimTaskKind kind) { return !is_communication(kind); }
 
@@ -44,6 +45,8 @@ std::string sim_task_name(const SimTask& t) {
                          t.group, t.peer_group);
     case SimTaskKind::kGradientAllReduce:
       return fmt::format("allreduce s{}", t.stage);
+    case SimTaskKind::kTiedGradientSum:
+      return fmt::format("tied sum g{}<->g{}", t.group, t.peer_group);
     case SimTaskKind::kOptimizerStep:
       return fmt::format("optimizer g{}", t.group);
   }

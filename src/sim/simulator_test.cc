@@ -457,6 +457,37 @@ TEST(Simulate, ZeroOneReducesScattersAndGathersTheWeightsInBuckets) {
   }
 }
 
+// A head tied to the embedding on another device: after both last backwards, their gradients
+// (1e9 bytes) are all-reduced between the two devices, 2 (k - 1) / k * 1e9 B / 1e9 B/s = 1 s,
+// before the optimizer steps. F = B = 1, one micro-batch: 4 s of compute, then 1 s of sum; on
+// one device, or untied, nothing is summed.
+TEST(Simulate, TiedLayersOnTwoGroupsSumTheirGradientsBeforeTheStep) {
+  const LinkSpec intra{LinkKind::kNvlink, BytesPerSecond(1e9), Seconds(0)};
+  FixedCostSpec spec = uniform_spec(2, {Seconds(1), Seconds(1), Seconds(0), Seconds(0)});
+  spec.layers[1].gradients = Bytes(1e9);
+  spec.tied = CostModel::TiedLayers{0, 1};
+  const FixedCostModel cost(make_fixed_cluster({"H100-SXM"}, 2, intra, kFreeInter), spec);
+  SimOptions options;
+  options.optimizer_step = OptimizerStepModel::kNone;
+  options.record_timeline = true;
+  const Plan two = pipeline_plan(2, 2, 1, {acts("0F0 0B0"), acts("1F0 1B0")});
+  const SimResult res = run_ok(options, two, cost);
+  EXPECT_DOUBLE_EQ(res.iteration_time.value(), 5.0);
+  const SimTask& sum = res.timeline.back();
+  EXPECT_EQ(sum.kind, SimTaskKind::kTiedGradientSum);
+  EXPECT_EQ(sim_task_name(sum), "tied sum g0<->g1");
+  EXPECT_DOUBLE_EQ(sum.start.value(), 4.0);
+  // Not the groups' compute: their busy time is their F and B alone.
+  EXPECT_DOUBLE_EQ(res.devices[0].busy.value(), 2.0);
+
+  const Plan one = pipeline_plan(2, 1, 1, {acts("0F0 1F0 1B0 0B0")});
+  EXPECT_DOUBLE_EQ(run_ok(options, one, cost).iteration_time.value(), 4.0);
+  FixedCostSpec untied = spec;
+  untied.tied.reset();
+  const FixedCostModel plain(make_fixed_cluster({"H100-SXM"}, 2, intra, kFreeInter), untied);
+  EXPECT_DOUBLE_EQ(run_ok(options, two, plain).iteration_time.value(), 4.0);
+}
+
 // A fused backward takes the profile's fused time, split ones B and W: one measured layer of
 // F = 1, B = 2, W = 3 and fused backward 4 ms, two micro-batches on one device: 2 (1 + 4) fused,
 // 2 (1 + 2 + 3) split.

@@ -89,6 +89,8 @@ class AnalyticCostModel final : public CostModel {
   // The same buckets when the stack overlaps the parameter all-gather, else 1.
   int parameter_gather_buckets(LayerRange layers, const DeviceGroup& group,
                                int64_t data_parallel) const override;
+  // The last layer whose head is tied, and the first embedding layer of its vocab and width.
+  std::optional<TiedLayers> tied_layers() const override;
 
   // The latency and bandwidth of one ring over `devices` (taken in increasing id order): the
   // largest latency and the smallest bandwidth among the consecutive paths, where a link

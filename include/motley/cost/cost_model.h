@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "motley/cluster/cluster.h"
@@ -126,6 +127,14 @@ class CostModel {
     (void)data_parallel;
     return 1;
   }
+  // Two layers that hold copies of one weight matrix, whose gradients are summed every
+  // iteration where different device groups hold them (an LM head tied to the embedding, as
+  // Megatron-LM's embedding group all-reduces it). nullopt, the default: none.
+  struct TiedLayers {
+    int first = 0;   // the embedding
+    int second = 0;  // the layer reusing its matrix (the head)
+  };
+  virtual std::optional<TiedLayers> tied_layers() const { return std::nullopt; }
   // The devices and shared links the times above are priced on; the simulator shares link
   // bandwidth between concurrent transfers on the same paths.
   virtual const Topology& topology() const = 0;

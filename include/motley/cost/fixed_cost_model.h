@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +46,8 @@ struct FixedCostSpec {
   int gradient_buckets = 1;
   // And the ZeRO-1 weight all-gather in this many under the first forward.
   int parameter_gather_buckets = 1;
+  // Layers whose gradients are summed each iteration (CostModel::tied_layers).
+  std::optional<CostModel::TiedLayers> tied;
 };
 
 class FixedCostModel final : public CostModel {
@@ -87,6 +90,7 @@ class FixedCostModel final : public CostModel {
     (void)data_parallel;
     return spec_.parameter_gather_buckets;
   }
+  std::optional<TiedLayers> tied_layers() const override { return spec_.tied; }
   const Topology& topology() const override { return topology_; }
 
   const FixedCostSpec& spec() const { return spec_; }

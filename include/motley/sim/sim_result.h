@@ -21,7 +21,10 @@ enum class SimTaskKind {
   kSendActivation,     // the output of F(stage, mb) travelling to the group of stage + 1
   kSendGradient,       // the input gradient of B(stage, mb) travelling to the group of stage - 1
   kGradientAllReduce,  // stage's weight gradients summed across replicas (replica = -1)
-  kOptimizerStep,      // one device group's parameter update (stage = -1)
+  // A tied matrix's gradients summed between the group holding its first copy (group, stage)
+  // and the one holding its second (peer_group) of one replica.
+  kTiedGradientSum,
+  kOptimizerStep,  // one device group's parameter update (stage = -1)
 };
 const char* sim_task_kind_name(SimTaskKind kind);
 bool is_compute(SimTaskKind kind);        // F, B, W, fused B, R, optimizer step
