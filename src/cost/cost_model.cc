@@ -20,6 +20,26 @@ Seconds exposed_gradient_reduction(Seconds reduction, int buckets, Seconds last_
   return Seconds(std::max(r / n, r - last_pass.value() * (n - 1) / n));
 }
 
+Seconds tied_gradient_sum(const CostModel& cost, const std::vector<int>& first,
+                          const std::vector<int>& second, CollectiveAlgorithm algorithm) {
+  const std::optional<CostModel::TiedLayers> tied = cost.tied_layers();
+  if (!tied || first == second) return Seconds(0);
+  const Bytes bytes = cost.stage_memory(LayerRange{tied->second, tied->second + 1},
+                                        DeviceGroup{second}, MemoryOptions{})
+                          .gradients;
+  Seconds longest(0);
+  if (first.size() == second.size()) {
+    for (size_t k = 0; k < first.size(); ++k) {
+      longest = std::max(longest, cost.collective_time(Collective::kAllReduce,
+                                                       {first[k], second[k]}, bytes, algorithm));
+    }
+    return longest;
+  }
+  std::vector<int> ring = first;
+  ring.insert(ring.end(), second.begin(), second.end());
+  return cost.collective_time(Collective::kAllReduce, ring, bytes, algorithm);
+}
+
 DataParallelSync data_parallel_sync(const CostModel& cost, const std::vector<int>& ring,
                                     const StageMemory& memory, bool zero1,
                                     CollectiveAlgorithm algorithm) {

@@ -319,32 +319,13 @@ class Builder {
       if (st.layer_begin <= tied->second && tied->second < st.layer_end) second = s;
     }
     if (first < 0 || second < 0) return;
-    std::vector<int>& devices = scratch_.devices;
     for (int r = 0; r < n_sim; ++r) {
       const Replica& rep = sim.replicas[r];
       const int a = rep.stage_group[first], b = rep.stage_group[second];
       if (a == b) continue;
-      const std::vector<int>& da = rep.groups[a].devices;
-      const std::vector<int>& db = rep.groups[b].devices;
-      group_.devices = db;
-      const Bytes bytes =
-          cost_.stage_memory(LayerRange{tied->second, tied->second + 1}, group_, MemoryOptions{})
-              .gradients;
-      double duration = 0;
-      const bool paired = da.size() == db.size();
-      for (size_t k = 0; k < (paired ? da.size() : 1); ++k) {
-        devices.clear();
-        if (paired) {
-          devices = {da[k], db[k]};
-        } else {
-          devices = da;
-          devices.insert(devices.end(), db.begin(), db.end());
-        }
-        duration = std::max(duration, cost_
-                                          .collective_time(Collective::kAllReduce, devices, bytes,
-                                                           options_.all_reduce_algorithm)
-                                          .value());
-      }
+      const double duration = tied_gradient_sum(cost_, rep.groups[a].devices, rep.groups[b].devices,
+                                                options_.all_reduce_algorithm)
+                                  .value();
       const int32_t task =
           add_task(TaskNode{TaskKind::kExternal, r, a, first, -1, b, -1, -1}, duration, true);
       for (const int s : {first, second}) {

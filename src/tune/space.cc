@@ -476,7 +476,25 @@ double estimate(const Context& ctx, const Candidate& c) {
     }
     optimizer = std::max(optimizer, *std::max_element(step.begin(), step.end()));
   }
-  return pipelines + all_reduce + optimizer;
+  // A tied head's gradients summed with its embedding's where two groups hold them, as the
+  // simulator prices it.
+  double tied_sum = 0;
+  if (const std::optional<CostModel::TiedLayers> tied = cost.tied_layers()) {
+    for (const PipelineSpec& rep : c.replicas) {
+      const std::vector<int> sg =
+          shape_stage_group(c.schedule, static_cast<int>(rep.groups.size()));
+      int a = -1, b = -1;
+      for (size_t s = 0; s + 1 < rep.bounds.size(); ++s) {
+        if (rep.bounds[s] <= tied->first && tied->first < rep.bounds[s + 1]) a = sg[s];
+        if (rep.bounds[s] <= tied->second && tied->second < rep.bounds[s + 1]) b = sg[s];
+      }
+      if (a < 0 || b < 0 || a == b) continue;
+      tied_sum = std::max(tied_sum, tied_gradient_sum(cost, rep.groups[a], rep.groups[b],
+                                                      CollectiveAlgorithm::kAuto)
+                                        .value());
+    }
+  }
+  return pipelines + all_reduce + optimizer + tied_sum;
 }
 
 double objective_estimate(const Context& ctx, const Candidate& c) {

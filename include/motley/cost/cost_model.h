@@ -150,6 +150,14 @@ struct DataParallelSync {
 DataParallelSync data_parallel_sync(const CostModel& cost, const std::vector<int>& ring,
                                     const StageMemory& memory, bool zero1,
                                     CollectiveAlgorithm algorithm);
+// The sum of a tied matrix's gradients (CostModel::tied_layers) between the group holding its
+// first copy and the group holding its second: an all-reduce of the second layer's gradients
+// (stage_memory of that layer on `second`, per device), TP rank k with rank k and the slowest
+// pair pricing it, or one ring over both groups when their degrees differ. 0 when the model
+// ties nothing or one group holds both.
+Seconds tied_gradient_sum(const CostModel& cost, const std::vector<int>& first,
+                          const std::vector<int>& second, CollectiveAlgorithm algorithm);
+
 // What `sync` leaves exposed: the reduction bucketed under the stage's last backward pass and
 // the gather under its first forward pass (exposed_gradient_reduction with the cost model's
 // gradient_buckets and parameter_gather_buckets).
