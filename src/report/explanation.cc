@@ -111,6 +111,12 @@ std::string result(const PlanExplanation& e) {
 std::vector<std::string> explanation_lines(const PlanExplanation& e) {
   std::vector<std::string> out{placement(e), partition(e), recompute(e)};
   if (e.zero1_replicas > 0) out.push_back(optimizer(e));
+  if (e.sequence_parallel) {
+    out.push_back(
+        "Sequence parallelism: on in the tensor-parallel groups (Megatron-LM's): norms, dropout "
+        "and their activations split across each group, a reduce-scatter and an all-gather in "
+        "place of each all-reduce.");
+  }
   out.push_back(schedule(e));
   if (e.cost_objective) out.push_back(cost(e));
   out.push_back(result(e));

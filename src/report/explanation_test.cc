@@ -90,6 +90,10 @@ TEST(ExplanationTest, ShardedOptimizerStateIsALineOfItsOwn) {
             "Optimizer: state sharded across the 4 replicas (ZeRO-1, Megatron's distributed "
             "optimizer): the gradients are reduce-scattered and the updated weights all-gathered.");
   EXPECT_EQ(lines[4].rfind("Schedule: ", 0), 0u);
+  e.sequence_parallel = true;
+  const std::vector<std::string> with_sp = explanation_lines(e);
+  ASSERT_EQ(with_sp.size(), without + 2);
+  EXPECT_EQ(with_sp[4].rfind("Sequence parallelism: on in the tensor-parallel groups", 0), 0u);
 }
 
 TEST(ExplanationTest, WithoutMegatronNothingIsComparedWithIt) {

@@ -344,7 +344,7 @@ Result<Plan> assemble_plan(const AssembleOptions& o, const Candidate& c, const C
     plan.global_batch += rep.micro_batches * c.micro_batch_size;
   plan.schedule = c.schedule.name();
   plan.zero1 = o.zero1 || c.zero1;
-  plan.sequence_parallel = o.sequence_parallel;
+  plan.sequence_parallel = o.sequence_parallel || c.sequence_parallel;
   for (int s = 0; s < stages; ++s) plan.stages.push_back(Stage{fine[s], fine[s + 1]});
 
   // Per replica, fine stage -> coarse stage; a fine stage takes the most recompute any replica

@@ -106,6 +106,7 @@ Result<Candidate> candidate_from_plan(const Plan& plan) {
   Candidate c;
   c.micro_batch_size = plan.micro_batch_size;
   c.zero1 = plan.zero1 && plan.replicas.size() > 1;
+  c.sequence_parallel = plan.sequence_parallel;
   std::optional<std::pair<StageShape, int>> shape;
   for (size_t r = 0; r < plan.replicas.size(); ++r) {
     const Replica& replica = plan.replicas[r];
@@ -163,6 +164,7 @@ std::string candidate_key(const Candidate& c) {
   k += c.schedule.name();
   if (!c.schedule.limit_in_flight) k += '!';
   if (c.zero1) k += 'z';
+  if (c.sequence_parallel) k += 's';
   k += '|';
   for (const PipelineSpec& r : c.replicas) {
     k += 'm';
@@ -189,7 +191,7 @@ std::string candidate_key(const Candidate& c) {
 }
 
 std::vector<std::vector<GroupLoad>> group_loads(const Context& ctx, const Candidate& c) {
-  const CostModel& cost = ctx.cost(c.micro_batch_size);
+  const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel);
   std::vector<std::vector<GroupLoad>> out;
   for (const PipelineSpec& rep : c.replicas) {
     const int p = static_cast<int>(rep.groups.size());
@@ -280,7 +282,7 @@ Result<Plan> assemble(const Context& ctx, const Candidate& c, int64_t data_paral
   options.usable_memory_fraction = ctx.usable_memory_fraction();
   options.data_parallel = data_parallel;
   options.global_batch = whole_batch ? ctx.global_batch() : 0;
-  return assemble_plan(options, c, ctx.cost(c.micro_batch_size));
+  return assemble_plan(options, c, ctx.cost(c.micro_batch_size, c.sequence_parallel));
 }
 
 }  // namespace motley::tune_internal

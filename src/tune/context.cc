@@ -185,7 +185,8 @@ Result<std::unique_ptr<Context>> Context::create(const TuneOptions& options, con
   ctx->devices_ = cluster_devices(cluster);
   ctx->micro_batch_sizes_ = allowed_micro_batch_sizes(options);
   for (int64_t b : ctx->micro_batch_sizes_) {
-    MOTLEY_ASSIGN_OR_RETURN(ctx->costs_[b],
+    const std::pair<int64_t, bool> key(b, false);
+    MOTLEY_ASSIGN_OR_RETURN(ctx->costs_[key],
                             make_cost_model(options, model, cluster, ctx->seq_len_, b));
   }
   ctx->model_ref_ = motley::model_ref(model);
@@ -264,6 +265,20 @@ Result<std::unique_ptr<Context>> Context::create(const TuneOptions& options, con
                                      3600.0);
   }
   ctx->interruptible_ = cluster_interruptible(cluster);
+  bool tensor_parallel = false;
+  for (const TypeInfo& info : ctx->types_) {
+    for (int tp : info.tp_degrees) tensor_parallel = tensor_parallel || tp > 1;
+  }
+  ctx->searches_sequence_parallel_ =
+      options.search_sequence_parallel && !options.cost_model && tensor_parallel;
+  if (ctx->searches_sequence_parallel_) {
+    for (int64_t b : ctx->micro_batch_sizes_) {
+      const std::pair<int64_t, bool> key(b, true);
+      MOTLEY_ASSIGN_OR_RETURN(
+          ctx->costs_[key],
+          make_cost_model(options, model, cluster, ctx->seq_len_, b, /*sequence_parallel=*/true));
+    }
+  }
   // Relative speeds from the whole model on one device of each type.
   const CostModel& cost = ctx->cost(ctx->micro_batch_sizes_.front());
   double fastest = 0;
@@ -291,9 +306,11 @@ Bytes Context::capacity(int device) const {
   return types_[type_of_device_[device]].type->memory * usable_memory_fraction();
 }
 
-const CostModel& Context::cost(int64_t b) const {
-  auto it = costs_.find(b);
-  MOTLEY_CHECK(it != costs_.end(), fmt::format("no cost model for micro-batch size {}", b));
+const CostModel& Context::cost(int64_t b, bool sequence_parallel) const {
+  auto it = costs_.find({b, sequence_parallel});
+  MOTLEY_CHECK(it != costs_.end(),
+               fmt::format("no cost model for micro-batch size {}{}", b,
+                           sequence_parallel ? " with sequence parallelism" : ""));
   return *it->second;
 }
 

@@ -63,8 +63,14 @@ class Context {
   // Micro-batch sizes the search may use, and the one the baselines use.
   const std::vector<int64_t>& micro_batch_sizes() const { return micro_batch_sizes_; }
   int64_t baseline_micro_batch_size() const { return micro_batch_sizes_.front(); }
-  // REQUIRES: b is in micro_batch_sizes().
-  const CostModel& cost(int64_t b) const;
+  // The cost model of micro-batch size b, with Megatron-LM's sequence parallelism inside the
+  // tensor-parallel groups when `sequence_parallel`. REQUIRES: b is in micro_batch_sizes(), and
+  // searches_sequence_parallel() when `sequence_parallel`.
+  const CostModel& cost(int64_t b, bool sequence_parallel = false) const;
+  // Whether candidates with sequence parallelism are built: the analytic cost model (a given
+  // factory prices no such option), some device type forming TP groups, and the options not
+  // ruling it out.
+  bool searches_sequence_parallel() const { return searches_sequence_parallel_; }
 
   // The search's clock (clock_now of the options). Thread-safe.
   Seconds now() const { return clock_now(options_); }
@@ -87,7 +93,8 @@ class Context {
   bool interruptible_ = false;
   std::vector<Bytes> layer_state_;
   std::vector<int64_t> micro_batch_sizes_;
-  std::map<int64_t, std::unique_ptr<CostModel>> costs_;
+  std::map<std::pair<int64_t, bool>, std::unique_ptr<CostModel>> costs_;
+  bool searches_sequence_parallel_ = false;
   SpecRef model_ref_;
   SpecRef cluster_ref_;
 };

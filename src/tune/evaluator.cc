@@ -9,6 +9,8 @@
 #include <thread>
 #include <utility>
 
+#include "space.h"
+
 namespace motley::tune_internal {
 namespace {
 
@@ -96,24 +98,30 @@ bool Evaluator::out_of_evaluations() const {
   return most > 0 && simulated_ >= most;
 }
 
+std::optional<Evaluation> Evaluator::over_budget(const Candidate& c) const {
+  const double price = candidate_price_per_second(ctx_, c);
+  const double budget = ctx_.options().budget_per_hour;
+  if (!(budget > 0 && price * 3600.0 > budget * (1 + 1e-12))) return std::nullopt;
+  Evaluation e;
+  e.status = infeasible(fmt::format("budget: its devices cost ${:.2f}/hour, over the ${:.2f}",
+                                    price * 3600.0, budget));
+  e.refusal = Evaluation::Refusal::kBudget;
+  e.refused_at = price;
+  return e;
+}
+
+void Evaluator::note_refusal(const std::shared_ptr<const Evaluation>& e) {
+  if (e->refusal == Evaluation::Refusal::kNone) return;
+  const Evaluation* n = nearest_refused_.get();
+  if (n == nullptr || e->refusal > n->refusal ||
+      (e->refusal == n->refusal && e->refused_at < n->refused_at)) {
+    nearest_refused_ = e;
+  }
+}
+
 Evaluation Evaluator::run(const Candidate& c, Fidelity fidelity, Simulator& sim) {
   Evaluation e;
-  // The budget first: a plan over it is not simulated.
-  double price = 0;
-  for (const PipelineSpec& rep : c.replicas) {
-    for (const auto& g : rep.groups) {
-      for (int d : g) price += ctx_.price_per_second(d);
-    }
-  }
-  const double budget = ctx_.options().budget_per_hour;
-  if (budget > 0 && price * 3600.0 > budget * (1 + 1e-12)) {
-    e.status = infeasible(fmt::format("budget: its devices cost ${:.2f}/hour, over the ${:.2f}",
-                                      price * 3600.0, budget));
-    e.refusal = Evaluation::Refusal::kBudget;
-    e.refused_at = price;
-    return e;
-  }
-  const CostModel& base = ctx_.cost(c.micro_batch_size);
+  const CostModel& base = ctx_.cost(c.micro_batch_size, c.sequence_parallel);
   const Candidate* plan_of = &c;
   Candidate reduced;
   std::unique_ptr<CostModel> subset;
@@ -212,7 +220,7 @@ Evaluation Evaluator::run(const Candidate& c, Fidelity fidelity, Simulator& sim)
     }
     e.groups.push_back(std::move(groups));
   }
-  e.price_per_second = price;
+  e.price_per_second = candidate_price_per_second(ctx_, c);
   e.goodput = candidate_preemption(ctx_, candidate_state_holders(c), e.iteration_time).goodput;
   e.score = ctx_.options().objective == TuneObjective::kCost
                 ? e.iteration_time * e.price_per_second / e.goodput
@@ -266,6 +274,12 @@ std::vector<std::shared_ptr<const Evaluation>> Evaluator::evaluate(
       e->status = infeasible("constraints: " + why);
       cache_[keys[i]] = e;
       out[i] = e;
+    } else if (std::optional<Evaluation> refused = over_budget(batch[i])) {
+      // Over the budget: refused on its price alone, without simulating or counting it.
+      auto e = std::make_shared<const Evaluation>(std::move(*refused));
+      note_refusal(e);
+      cache_[keys[i]] = e;
+      out[i] = e;
     } else if (first_todo.emplace(keys[i], todo.size()).second) {
       todo.push_back(i);
     }
@@ -302,13 +316,7 @@ std::vector<std::shared_ptr<const Evaluation>> Evaluator::evaluate(
       if (e.ok && (best_iteration_time_ == 0 || e.iteration_time < best_iteration_time_)) {
         best_iteration_time_ = e.iteration_time;
       }
-      if (e.refusal != Evaluation::Refusal::kNone) {
-        const Evaluation* n = nearest_refused_.get();
-        if (n == nullptr || e.refusal > n->refusal ||
-            (e.refusal == n->refusal && e.refused_at < n->refused_at)) {
-          nearest_refused_ = fresh[i];
-        }
-      }
+      note_refusal(fresh[i]);
       if (e.ok && fidelity == Fidelity::kScreen) {
         auto entry = std::make_pair(std::make_pair(e.score, keys[todo[i]]), batch[todo[i]]);
         auto pos = std::lower_bound(screened_.begin(), screened_.end(), entry,
@@ -344,8 +352,9 @@ Result<std::pair<Plan, SimResult>> Evaluator::replay(const Candidate& c) {
   MOTLEY_ASSIGN_OR_RETURN(Plan plan, assemble(ctx_, c));
   SimOptions options;
   options.source = "plan";
-  MOTLEY_ASSIGN_OR_RETURN(SimResult result,
-                          simulators_[0]->run(options, plan, ctx_.cost(c.micro_batch_size)));
+  MOTLEY_ASSIGN_OR_RETURN(
+      SimResult result,
+      simulators_[0]->run(options, plan, ctx_.cost(c.micro_batch_size, c.sequence_parallel)));
   return std::make_pair(std::move(plan), std::move(result));
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,10 @@ class Evaluator {
   Result<std::pair<Plan, SimResult>> replay(const Candidate& c);
 
  private:
+  // The refusal of a candidate whose devices cost more than the budget; nullopt when within it.
+  std::optional<Evaluation> over_budget(const Candidate& c) const;
+  // Keeps `e` as the nearest refusal when it is nearer than the one kept.
+  void note_refusal(const std::shared_ptr<const Evaluation>& e);
   Evaluation run(const Candidate& c, Fidelity fidelity, Simulator& sim);
   bool past_deadline() const { return ctx_.now() >= deadline_; }
   bool out_of_evaluations() const;

@@ -104,11 +104,15 @@ Seconds lower_bound(const Context& ctx) {
           for (const auto& nd : info.node_devices) {
             if (nd.size() < t) continue;
             const DeviceGroup group{std::vector<int>(nd.begin(), nd.begin() + t)};
-            const ComputeTimes ct =
-                cost.compute(LayerRange{l, l + 1}, group, RecomputePolicy::kNone);
-            // The cheaper of a split and a fused backward: the planner may pick either.
-            const Seconds backward = std::min(ct.backward(), ct.fused_backward());
-            work = std::min(work, static_cast<double>(t) * (ct.forward + backward).value());
+            // With and without sequence parallelism, where the planner may pick it.
+            for (const bool sp : {false, true}) {
+              if (sp && (t == 1 || !ctx.searches_sequence_parallel())) continue;
+              const ComputeTimes ct =
+                  ctx.cost(b, sp).compute(LayerRange{l, l + 1}, group, RecomputePolicy::kNone);
+              // The cheaper of a split and a fused backward: the planner may pick either.
+              const Seconds backward = std::min(ct.backward(), ct.fused_backward());
+              work = std::min(work, static_cast<double>(t) * (ct.forward + backward).value());
+            }
             break;
           }
         }

@@ -397,7 +397,7 @@ std::vector<int64_t> split_micro_batches(const std::vector<double>& slope,
 }
 
 double replica_estimate(const Context& ctx, const Candidate& c, int replica, int64_t m) {
-  const CostModel& cost = ctx.cost(c.micro_batch_size);
+  const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel);
   const PipelineSpec& rep = c.replicas[replica];
   const int p = static_cast<int>(rep.groups.size());
   const std::vector<int> stage_group = shape_stage_group(c.schedule, p);
@@ -431,7 +431,7 @@ double replica_estimate(const Context& ctx, const Candidate& c, int replica, int
 }
 
 double estimate(const Context& ctx, const Candidate& c) {
-  const CostModel& cost = ctx.cost(c.micro_batch_size);
+  const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel);
   double pipelines = 0;
   for (size_t r = 0; r < c.replicas.size(); ++r) {
     pipelines = std::max(
@@ -497,13 +497,18 @@ double estimate(const Context& ctx, const Candidate& c) {
   return pipelines + all_reduce + optimizer + tied_sum;
 }
 
-double objective_estimate(const Context& ctx, const Candidate& c) {
+double candidate_price_per_second(const Context& ctx, const Candidate& c) {
   double price = 0;
   for (const PipelineSpec& rep : c.replicas) {
     for (const auto& g : rep.groups) {
       for (int d : g) price += ctx.price_per_second(d);
     }
   }
+  return price;
+}
+
+double objective_estimate(const Context& ctx, const Candidate& c) {
+  const double price = candidate_price_per_second(ctx, c);
   const double budget = ctx.options().budget_per_hour;
   if (budget > 0 && price * 3600.0 > budget * (1 + 1e-12)) {
     return std::numeric_limits<double>::infinity();
@@ -528,6 +533,13 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
   c.schedule = schedule;
   const bool zero1 = ctx.options().zero1 || (options.zero1 && replicas > 1);
   c.zero1 = zero1;
+  bool tensor_parallel = false;
+  for (const auto& rep : layout.replicas) {
+    for (const auto& g : rep) tensor_parallel = tensor_parallel || g.size() > 1;
+  }
+  c.sequence_parallel =
+      options.sequence_parallel && ctx.searches_sequence_parallel() && tensor_parallel;
+  const CostModel& cost = ctx.cost(b, c.sequence_parallel);
   // A first guess of each replica's micro-batches (for the memory targets): by device speed.
   std::vector<double> speed(replicas, 0);
   double speed_sum = 0;
@@ -580,15 +592,16 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
         key += adapts_to_memory(schedule) ? "a" : "f";
         if (zero1) key += "z";
         if (req.fused_backward) key += "u";
+        if (c.sequence_parallel) key += "s";
       }
       Result<Partition> part = infeasible("");
       if (options.cache == nullptr || !options.cache->find(key, &part)) {
-        part = balanced_partition(req, ctx.cost(b));
+        part = balanced_partition(req, cost);
         // Schedules that adapt to memory can run with fewer micro-batches in flight.
         if (!part.is_ok() && part.status().code() == StatusCode::kInfeasible &&
             adapts_to_memory(schedule)) {
           req.in_flight.assign(stages, 1);
-          part = balanced_partition(req, ctx.cost(b));
+          part = balanced_partition(req, cost);
         }
         if (options.cache != nullptr) options.cache->put(key, part);
       }

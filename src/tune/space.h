@@ -73,6 +73,9 @@ struct BuildOptions {
   PartitionCache* cache = nullptr;  // optional
   // Shard the optimizer state across the replicas (ZeRO-1); TuneOptions::zero1 forces it on.
   bool zero1 = false;
+  // Sequence parallelism inside the TP groups; only where the context searches it and the
+  // layout has a group of more than one device (otherwise the candidate is built without).
+  bool sequence_parallel = false;
 };
 
 // A candidate for `layout` with `schedule` and micro-batch size `b`. Errors: invalid_argument
@@ -93,6 +96,9 @@ std::vector<int64_t> split_micro_batches(const std::vector<double>& slope,
 // (m-1) max + sum), the slowest boundary transfer where it exceeds compute, plus the exposed
 // data-parallel all-reduce of the first stage and the optimizer step.
 double estimate(const Context& ctx, const Candidate& c);
+
+// USD per second of the devices the candidate uses.
+double candidate_price_per_second(const Context& ctx, const Candidate& c);
 
 // The estimate of what the objective minimizes, for ranking candidates before simulation: the
 // estimate, or under the cost objective the expected dollars per iteration (the devices' price

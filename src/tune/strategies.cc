@@ -106,6 +106,18 @@ bool schedule_accepts(const ScheduleSpec& s, int p, int64_t m) {
   return true;
 }
 
+// Whether sequence parallelism means anything for `layout`: the context searches it and a
+// group of the layout has more than one device.
+bool has_tensor_parallel_group(const Context& ctx, const Layout& layout) {
+  if (!ctx.searches_sequence_parallel()) return false;
+  for (const auto& rep : layout.replicas) {
+    for (const auto& g : rep) {
+      if (g.size() > 1) return true;
+    }
+  }
+  return false;
+}
+
 bool accepts_all(const ScheduleSpec& s, const Candidate& c) {
   for (const PipelineSpec& r : c.replicas) {
     if (!schedule_accepts(s, static_cast<int>(r.groups.size()), r.micro_batches)) return false;
@@ -326,13 +338,16 @@ Found Searcher::megatron_tuned(const std::vector<Found>& defaults) {
           if (spec.chunks > 1 && p == 1) continue;
           for (RecomputePolicy policy :
                {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
-            for (bool zero1 : {false, true}) {
+            for (int variant = 0; variant < 4; ++variant) {
+              const bool zero1 = (variant & 1) != 0, sequence_parallel = (variant & 2) != 0;
               if (zero1 && (d == 1 || ctx_.options().zero1)) continue;
+              if (sequence_parallel && (t == 1 || !ctx_.searches_sequence_parallel())) continue;
               BuildOptions options;
               options.split = LayerSplit::kMegatron;
               options.uniform_recompute = policy;
               options.proportional_micro_batches = false;
               options.zero1 = zero1;
+              options.sequence_parallel = sequence_parallel;
               Result<Candidate> c = build_candidate(ctx_, layout.value(), spec, b, options);
               if (c.is_ok()) ranked.emplace_back(objective_estimate(ctx_, c.value()), c.value());
             }
@@ -645,7 +660,7 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
     if (moves & kMovePartition) {
       // A group left waiting on its input for long: the boundary into it crosses a slow link;
       // try the nearby boundaries that carry the fewest bytes.
-      const CostModel& cost = ctx_.cost(c.micro_batch_size);
+      const CostModel& cost = ctx_.cost(c.micro_batch_size, c.sequence_parallel);
       const double mean_busy =
           std::accumulate(stats.begin(), stats.end(), 0.0,
                           [](double a, const GroupStat& g) { return a + g.busy; }) /
@@ -852,16 +867,21 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   const int kicks = size_class == 0 ? 3 : size_class == 1 ? 2 : 1;
 
   // Candidates: the kept layouts x schedules x micro-batch sizes, with and without the
-  // distributed optimizer (ZeRO-1) where there are replicas to shard it across, ranked by the
-  // estimate. ZeRO-1 trades an all-gather of the weights for memory that may spare
-  // recomputation or allow a longer warm-up.
+  // distributed optimizer (ZeRO-1) where there are replicas to shard it across and with and
+  // without sequence parallelism where there are TP groups, ranked by the estimate. ZeRO-1
+  // trades an all-gather of the weights for memory that may spare recomputation or allow a
+  // longer warm-up; sequence parallelism splits the residual-stream work and activations of a
+  // TP group for a reduce-scatter and an all-gather in place of each all-reduce.
   std::vector<std::pair<double, Candidate>> ranked;
   for (size_t k = 0; k < keep_layouts; ++k) {
     const Layout& layout = layouts[layout_rank[k].second];
-    for (bool zero1 : {false, true}) {
+    for (const auto& [zero1, sequence_parallel] : {std::pair{false, false}, std::pair{true, false},
+                                                   std::pair{false, true}, std::pair{true, true}}) {
       if (zero1 && (layout.replicas.size() < 2 || ctx_.options().zero1)) continue;
+      if (sequence_parallel && !has_tensor_parallel_group(ctx_, layout)) continue;
       BuildOptions build = options;
       build.zero1 = zero1;
+      build.sequence_parallel = sequence_parallel;
       for (const ScheduleSpec& spec : search_specs(ctx_)) {
         for (int64_t b : ctx_.micro_batch_sizes()) {
           Result<Candidate> c = build_candidate(ctx_, layout, spec, b, build);

@@ -91,6 +91,7 @@ PlanExplanation explain(const Context& ctx, const Found& best, const SimResult& 
   if (c.zero1 || (ctx.options().zero1 && c.replicas.size() > 1)) {
     out.zero1_replicas = static_cast<int64_t>(c.replicas.size());
   }
+  out.sequence_parallel = c.sequence_parallel;
   out.schedule = c.schedule.name();
   out.micro_batch_size = c.micro_batch_size;
   out.bubble_fraction = sim.bubble_fraction;
@@ -304,7 +305,7 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
   auto realize = [&](const Found& f, StrategyOutcome* out, SimResult* sim) -> Status {
     MOTLEY_ASSIGN_OR_RETURN(auto replay, evaluator.replay(f.candidate));
     Plan& plan = replay.first;
-    const CostModel& cost = ctx->cost(f.candidate.micro_batch_size);
+    const CostModel& cost = ctx->cost(f.candidate.micro_batch_size, f.candidate.sequence_parallel);
     Status valid = validate_chosen(*ctx, plan, cost);
     if (!valid.is_ok()) {
       return internal_error(

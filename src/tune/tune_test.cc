@@ -147,8 +147,16 @@ void expect_runnable(const Case& c, const TuneOptions& options, const Plan& plan
   if (options.cost_model) {
     cost = options.cost_model(c.model, c.cluster, w);
   } else {
+    // As tune prices it: the options' stack, else the cluster's, else the default one.
+    AnalyticCostOptions analytic_options{w};
+    analytic_options.sequence_parallel = plan.sequence_parallel;
+    analytic_options.stack = options.stack
+                                 ? *options.stack
+                                 : (c.cluster.software_stack.empty()
+                                        ? software_stacks().front()
+                                        : find_software_stack(c.cluster.software_stack).value());
     Result<std::unique_ptr<AnalyticCostModel>> analytic =
-        AnalyticCostModel::create(c.model, c.cluster, AnalyticCostOptions{w}, c.model.name);
+        AnalyticCostModel::create(c.model, c.cluster, analytic_options, c.model.name);
     ASSERT_TRUE(analytic.is_ok()) << analytic.status().message();
     cost = std::move(analytic.value());
   }
@@ -168,6 +176,43 @@ void expect_runnable(const Case& c, const TuneOptions& options, const Plan& plan
   ASSERT_TRUE(plan.predicted.has_value());
   EXPECT_DOUBLE_EQ(plan.predicted->iteration_time.value(), sim->iteration_time.value());
   EXPECT_EQ(plan.global_batch, options.global_batch);
+}
+
+// Llama-3-70B on sixteen H100s needs TP groups, where sequence parallelism splits the
+// activations the recompute would otherwise have to spare: motley's plan takes it, says so, and
+// prices as a plan file with its sequence parallelism is priced. Ruled out, no plan has it.
+TEST(TuneTest, SearchesSequenceParallelismInTensorParallelGroups) {
+  Result<ModelSpec> model = model_preset("llama-3-70b");
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  Result<ClusterSpec> cluster = cluster_preset("h100x16");
+  ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
+  Case c{"llama70b-h100x16", model.value(), cluster.value(), {}};
+  c.options.global_batch = 128;
+  c.options.micro_batch_size = 1;
+  c.options.max_evaluations = 400;
+  c.options.clock = frozen_clock();
+  Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_TRUE(r->plan.sequence_parallel);
+  EXPECT_TRUE(r->explanation.sequence_parallel);
+  expect_runnable(c, c.options, r->plan);
+  for (const StrategyOutcome& b : r->baselines) {
+    if (!b.feasible || !b.plan.sequence_parallel) continue;
+    bool tensor_parallel = false;
+    for (const Replica& rep : b.plan.replicas) {
+      for (const DeviceGroupSchedule& g : rep.groups) {
+        tensor_parallel = tensor_parallel || g.devices.size() > 1;
+      }
+    }
+    EXPECT_TRUE(tensor_parallel) << b.strategy;
+    expect_runnable(c, c.options, b.plan);
+  }
+
+  c.options.search_sequence_parallel = false;
+  Result<TuneResult> without = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(without.is_ok()) << without.status().message();
+  EXPECT_FALSE(without->plan.sequence_parallel);
+  for (const StrategyOutcome& b : without->baselines) EXPECT_FALSE(b.plan.sequence_parallel);
 }
 
 TEST(TuneTest, SameSeedGivesTheSamePlanWhateverTheThreads) {

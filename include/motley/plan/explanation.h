@@ -48,6 +48,8 @@ struct PlanExplanation {
   std::vector<std::pair<RecomputePolicy, int>> recompute;
   // The optimizer state sharded across this many data-parallel replicas (ZeRO-1); 0: not.
   int64_t zero1_replicas = 0;
+  // Megatron-LM's sequence parallelism in the tensor-parallel groups.
+  bool sequence_parallel = false;
   // Schedule.
   std::string schedule;  // ScheduleSpec::name(): "1f1b", "adaptive(eager-w)", ...
   int64_t micro_batch_size = 0;

@@ -12,10 +12,10 @@
 namespace motley {
 
 // One sentence per decision, each ending with a full stop: "Placement: ...", "Partition: ...",
-// "Recompute: ...", "Optimizer: ..." (under ZeRO-1 only), "Schedule: ...", "Cost: ..." (cost
-// objective only), "Result: ...", then, with a megatron-1f1b plan and single-dimension outcomes,
-// "Gain over megatron-1f1b by one dimension alone: ...", and "This is the X baseline's plan: ..."
-// when one won.
+// "Recompute: ...", "Optimizer: ..." (under ZeRO-1 only), "Sequence parallelism: ..." (when on),
+// "Schedule: ...", "Cost: ..." (cost objective only), "Result: ...", then, with a megatron-1f1b
+// plan and single-dimension outcomes, "Gain over megatron-1f1b by one dimension alone: ...", and
+// "This is the X baseline's plan: ..." when one won.
 std::vector<std::string> explanation_lines(const PlanExplanation& explanation);
 
 }  // namespace motley

@@ -67,6 +67,9 @@ struct Candidate {
   // The optimizer state sharded across the replicas (ZeRO-1); so is it with
   // AssembleOptions::zero1.
   bool zero1 = false;
+  // Megatron-LM's sequence parallelism inside the tensor-parallel groups (Plan's); so is it
+  // with AssembleOptions::sequence_parallel.
+  bool sequence_parallel = false;
   bool operator==(const Candidate&) const = default;
 };
 

@@ -93,8 +93,9 @@ struct TuneOptions {
   // search converges before the limit (the usual case); a search cut short returns the best so
   // far, which then depends on the machine's speed.
   Seconds time_budget = Seconds(8);
-  // Limit on the candidates simulated (0: none). A search cut short by it returns the best so
-  // far, the same whatever the machine's speed and the thread count.
+  // Limit on the candidates simulated (0: none; those refused on their price alone, over
+  // budget_per_hour, or outside the constraints do not count). A search cut short by it returns the
+  // best so far, the same whatever the machine's speed and the thread count.
   int64_t max_evaluations = 0;
   // What time_budget, TuneProgress::elapsed and the search times are measured on; empty: the
   // steady clock.
@@ -107,6 +108,10 @@ struct TuneOptions {
   // kExhaustiveMaxDevices devices and kExhaustiveMaxLayers layers).
   bool exhaustive = false;
   bool zero1 = false;  // every plan shards its optimizer state across replicas
+  // Megatron-LM's sequence parallelism inside tensor-parallel groups: searched (motley and
+  // megatron-tuned try candidates with and without it) unless false, which rules it out. Only
+  // the analytic cost model prices it (a cost_model factory rules it out).
+  bool search_sequence_parallel = true;
   PlanConstraints constraints;
   // Keep every baseline's outcome in TuneResult::baselines (motley only). The full search
   // builds the baselines anyway and may return one of their plans; the exhaustive search builds
