@@ -5,7 +5,8 @@
 # build; MOTLEY_SANITIZE_OPT=-O1 fuzzes several times faster for long runs), runs the tests,
 # then runs each fuzz target over its kept corpus and fuzzes it for SECONDS seconds more.
 # MOTLEY_SANITIZE_SCOPE picks how much is built and run:
-#   modules (the default, what the test command runs): as above;
+#   modules (the default, what the test command runs): as above, less three planner tests
+#           that repeat searches the others run (they run in the ordinary build);
 #   all:    also the functional whole-program tests of every command (cli_test), about a
 #           minute more;
 #   inputs: only the modules that read motley's input files (core, model, cluster, cost, plan,
@@ -40,7 +41,17 @@ cmake --build "$build" -j"$jobs" >/dev/null  # fails the check when the build fa
 # Leaks are bugs too; a report of either sanitizer ends the program with an error.
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-if [ "$tests" = ON ]; then ctest --test-dir "$build" -j"$jobs" --output-on-failure; fi
+# Three planner tests repeat whole searches the other tests run once (over thread counts, and
+# against the exhaustive enumeration); they run in the ordinary build, and under the sanitizers
+# only with the functional tests (scope all), for time.
+repeats='^TuneTest\.(EvaluationBudgetCutsTheSearchAlikeOnAnyThreads|SameSeedGivesTheSamePlanWhateverTheThreads|DefaultSearchIsWithinTwoPercentOfExhaustive)$'
+if [ "$tests" = ON ]; then
+  if [ "$scope" = all ]; then
+    ctest --test-dir "$build" -j"$jobs" --output-on-failure
+  else
+    ctest --test-dir "$build" -j"$jobs" --output-on-failure -E "$repeats"
+  fi
+fi
 
 # Each fuzzer first runs every input of its corpus (the replay, under the sanitizers), then
 # mutates them.

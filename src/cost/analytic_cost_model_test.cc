@@ -848,7 +848,7 @@ TEST(AnalyticComm, RingUsesTheSlowestHopAndLargestLatency) {
 }
 
 // A head tied to an embedding of its vocabulary and width is named with that embedding; an
-// untied head, or a tie without such an embedding, names nothing.
+// untied head names nothing.
 TEST(AnalyticCost, TiedLayersAreTheHeadAndItsEmbedding) {
   Layer embed;
   embed.name = "embed";

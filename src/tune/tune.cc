@@ -1,6 +1,7 @@
 #include "motley/tune/tune.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -171,6 +172,15 @@ Found warm_start(const tune_internal::Context& ctx, Searcher& searcher, const Pl
                     ctx.global_batch());
     return refused;
   }
+  const std::vector<int64_t>& sizes = ctx.micro_batch_sizes();
+  if (std::find(sizes.begin(), sizes.end(), b) == sizes.end()) {
+    refused.why_not =
+        fmt::format("warm start: micro-batch size {} is not one the search may use ({})", b,
+                    fmt::join(sizes, ", "));
+    return refused;
+  }
+  // Sequence parallelism where this search prices it (the cluster may have lost its TP groups).
+  c.sequence_parallel = c.sequence_parallel && ctx.searches_sequence_parallel();
   const int64_t total = ctx.global_batch() / b;
   int64_t had = 0;
   for (const PipelineSpec& r : c.replicas) had += r.micro_batches;

@@ -215,6 +215,30 @@ TEST(TuneTest, SearchesSequenceParallelismInTensorParallelGroups) {
   for (const StrategyOutcome& b : without->baselines) EXPECT_FALSE(b.plan.sequence_parallel);
 }
 
+// A warm start this search cannot price as it is: sequence parallelism where a cost-model
+// factory prices none is dropped, a micro-batch size the search may not use is refused in
+// words; neither stops the search.
+TEST(TuneTest, WarmStartsAreTakenOnlyAsTheSearchCanPriceThem) {
+  Case c = two_generations();
+  c.options.micro_batch_size = 1;
+  Result<TuneResult> first = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(first.is_ok()) << first.status().message();
+  Plan with_sp = first->plan;
+  with_sp.sequence_parallel = true;
+  Plan larger = first->plan;
+  larger.micro_batch_size = 8;
+  c.options.warm_starts = {with_sp, larger};
+  Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  ASSERT_EQ(r->warm_starts.size(), 2u);
+  ASSERT_TRUE(r->warm_starts[0].feasible) << r->warm_starts[0].detail;
+  EXPECT_FALSE(r->warm_starts[0].plan.sequence_parallel);
+  EXPECT_FALSE(r->warm_starts[1].feasible);
+  EXPECT_NE(r->warm_starts[1].detail.find("micro-batch size 8 is not one the search may use (1)"),
+            std::string::npos)
+      << r->warm_starts[1].detail;
+}
+
 TEST(TuneTest, SameSeedGivesTheSamePlanWhateverTheThreads) {
   for (const Case& c : small_cases()) {
     TuneOptions one = c.options;
