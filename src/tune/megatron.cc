@@ -286,6 +286,14 @@ Result<Plan> megatron_form(const Plan& plan, const ModelSpec& model, const Clust
     return invalid_argument(
         fmt::format("its {} stages do not fill {} pipeline ranks evenly", stages, p));
   }
+  // Pipeline rank k is the group of stage k, so the first p stages must name p groups.
+  for (const Replica& r : plan.replicas) {
+    std::vector<int> first_groups(r.stage_group.begin(), r.stage_group.begin() + p);
+    std::sort(first_groups.begin(), first_groups.end());
+    if (std::adjacent_find(first_groups.begin(), first_groups.end()) != first_groups.end()) {
+      return invalid_argument("its first stages do not run on one group each");
+    }
+  }
   const int64_t micro_batches = plan.global_batch / plan.micro_batch_size;
   if (micro_batches % d != 0) {
     return invalid_argument(
