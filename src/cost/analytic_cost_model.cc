@@ -58,6 +58,23 @@ std::string layer_field(size_t index, const Layer& layer) {
   return fmt::format("layers[{}] ('{}')", index, layer.name);
 }
 
+// The layers CostModel::tied_layers names for `model`.
+std::optional<CostModel::TiedLayers> find_tied_layers(const ModelSpec& model) {
+  const std::vector<Layer>& layers = model.layers;
+  for (int h = static_cast<int>(layers.size()) - 1; h >= 0; --h) {
+    if (!layers[h].head || !layers[h].head->tied) continue;
+    for (int e = 0; e < h; ++e) {
+      const std::optional<EmbeddingShape>& shape = layers[e].embedding;
+      if (shape && shape->vocab == layers[h].head->vocab &&
+          shape->hidden == layers[h].head->hidden) {
+        return CostModel::TiedLayers{e, h};
+      }
+    }
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 double gemm_efficiency(const SoftwareStack& stack, const DeviceType& device, double m, double n,
@@ -231,7 +248,7 @@ Result<std::unique_ptr<AnalyticCostModel>> AnalyticCostModel::create(
 
 AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& cluster,
                                      const AnalyticCostOptions& options)
-    : model_(model), options_(options), topology_(cluster) {
+    : model_(model), options_(options), topology_(cluster), tied_(find_tied_layers(model)) {
   options_.workload.dropout = options.workload.dropout || model.dropout;
   const Workload& w = options_.workload;
   const size_t n = model_.layers.size();
@@ -543,22 +560,6 @@ StageMemory AnalyticCostModel::stage_memory(LayerRange layers, const DeviceGroup
 int AnalyticCostModel::parameter_gather_buckets(LayerRange layers, const DeviceGroup& group,
                                                 int64_t data_parallel) const {
   return options_.stack.overlap_param_gather ? stack_buckets(layers, group, data_parallel) : 1;
-}
-
-std::optional<CostModel::TiedLayers> AnalyticCostModel::tied_layers() const {
-  const std::vector<Layer>& layers = model_.layers;
-  for (int h = static_cast<int>(layers.size()) - 1; h >= 0; --h) {
-    if (!layers[h].head || !layers[h].head->tied) continue;
-    for (int e = 0; e < h; ++e) {
-      const std::optional<EmbeddingShape>& shape = layers[e].embedding;
-      if (shape && shape->vocab == layers[h].head->vocab &&
-          shape->hidden == layers[h].head->hidden) {
-        return TiedLayers{e, h};
-      }
-    }
-    return std::nullopt;
-  }
-  return std::nullopt;
 }
 
 int AnalyticCostModel::gradient_buckets(LayerRange layers, const DeviceGroup& group,

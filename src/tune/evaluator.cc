@@ -98,10 +98,10 @@ bool Evaluator::out_of_evaluations() const {
   return most > 0 && simulated_ >= most;
 }
 
-std::optional<Evaluation> Evaluator::over_budget(const Candidate& c) const {
+std::optional<Evaluation> Evaluator::budget_refusal(const Candidate& c) const {
   const double price = candidate_price_per_second(ctx_, c);
+  if (!over_budget(ctx_, price)) return std::nullopt;
   const double budget = ctx_.options().budget_per_hour;
-  if (!(budget > 0 && price * 3600.0 > budget * (1 + 1e-12))) return std::nullopt;
   Evaluation e;
   e.status = infeasible(fmt::format("budget: its devices cost ${:.2f}/hour, over the ${:.2f}",
                                     price * 3600.0, budget));
@@ -274,7 +274,7 @@ std::vector<std::shared_ptr<const Evaluation>> Evaluator::evaluate(
       e->status = infeasible("constraints: " + why);
       cache_[keys[i]] = e;
       out[i] = e;
-    } else if (std::optional<Evaluation> refused = over_budget(batch[i])) {
+    } else if (std::optional<Evaluation> refused = budget_refusal(batch[i])) {
       // Over the budget: refused on its price alone, without simulating or counting it.
       auto e = std::make_shared<const Evaluation>(std::move(*refused));
       note_refusal(e);

@@ -82,7 +82,7 @@ class Evaluator {
 
  private:
   // The refusal of a candidate whose devices cost more than the budget; nullopt when within it.
-  std::optional<Evaluation> over_budget(const Candidate& c) const;
+  std::optional<Evaluation> budget_refusal(const Candidate& c) const;
   // Keeps `e` as the nearest refusal when it is nearer than the one kept.
   void note_refusal(const std::shared_ptr<const Evaluation>& e);
   Evaluation run(const Candidate& c, Fidelity fidelity, Simulator& sim);

@@ -507,12 +507,24 @@ double candidate_price_per_second(const Context& ctx, const Candidate& c) {
   return price;
 }
 
+bool over_budget(const Context& ctx, double price_per_second) {
+  const double budget = ctx.options().budget_per_hour;
+  return budget > 0 && price_per_second * 3600.0 > budget * (1 + 1e-12);
+}
+
+bool has_tensor_parallel_group(const Context& ctx, const Layout& layout) {
+  if (!ctx.searches_sequence_parallel()) return false;
+  for (const auto& rep : layout.replicas) {
+    for (const auto& g : rep) {
+      if (g.size() > 1) return true;
+    }
+  }
+  return false;
+}
+
 double objective_estimate(const Context& ctx, const Candidate& c) {
   const double price = candidate_price_per_second(ctx, c);
-  const double budget = ctx.options().budget_per_hour;
-  if (budget > 0 && price * 3600.0 > budget * (1 + 1e-12)) {
-    return std::numeric_limits<double>::infinity();
-  }
+  if (over_budget(ctx, price)) return std::numeric_limits<double>::infinity();
   const double time = estimate(ctx, c);
   if (ctx.options().objective != TuneObjective::kCost) return time;
   return time * price / candidate_preemption(ctx, candidate_state_holders(c), time).goodput;
@@ -533,12 +545,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
   c.schedule = schedule;
   const bool zero1 = ctx.options().zero1 || (options.zero1 && replicas > 1);
   c.zero1 = zero1;
-  bool tensor_parallel = false;
-  for (const auto& rep : layout.replicas) {
-    for (const auto& g : rep) tensor_parallel = tensor_parallel || g.size() > 1;
-  }
-  c.sequence_parallel =
-      options.sequence_parallel && ctx.searches_sequence_parallel() && tensor_parallel;
+  c.sequence_parallel = options.sequence_parallel && has_tensor_parallel_group(ctx, layout);
   const CostModel& cost = ctx.cost(b, c.sequence_parallel);
   // A first guess of each replica's micro-batches (for the memory targets): by device speed.
   std::vector<double> speed(replicas, 0);

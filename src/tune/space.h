@@ -99,6 +99,11 @@ double estimate(const Context& ctx, const Candidate& c);
 
 // USD per second of the devices the candidate uses.
 double candidate_price_per_second(const Context& ctx, const Candidate& c);
+// Whether devices costing `price_per_second` exceed the options' budget_per_hour (if any).
+bool over_budget(const Context& ctx, double price_per_second);
+// Whether sequence parallelism means anything for `layout`: the context searches it and a
+// group of the layout has more than one device.
+bool has_tensor_parallel_group(const Context& ctx, const Layout& layout);
 
 // The estimate of what the objective minimizes, for ranking candidates before simulation: the
 // estimate, or under the cost objective the expected dollars per iteration (the devices' price

@@ -106,18 +106,6 @@ bool schedule_accepts(const ScheduleSpec& s, int p, int64_t m) {
   return true;
 }
 
-// Whether sequence parallelism means anything for `layout`: the context searches it and a
-// group of the layout has more than one device.
-bool has_tensor_parallel_group(const Context& ctx, const Layout& layout) {
-  if (!ctx.searches_sequence_parallel()) return false;
-  for (const auto& rep : layout.replicas) {
-    for (const auto& g : rep) {
-      if (g.size() > 1) return true;
-    }
-  }
-  return false;
-}
-
 bool accepts_all(const ScheduleSpec& s, const Candidate& c) {
   for (const PipelineSpec& r : c.replicas) {
     if (!schedule_accepts(s, static_cast<int>(r.groups.size()), r.micro_batches)) return false;

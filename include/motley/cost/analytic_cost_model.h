@@ -89,8 +89,9 @@ class AnalyticCostModel final : public CostModel {
   // The same buckets when the stack overlaps the parameter all-gather, else 1.
   int parameter_gather_buckets(LayerRange layers, const DeviceGroup& group,
                                int64_t data_parallel) const override;
-  // The last layer whose head is tied, and the first embedding layer of its vocab and width.
-  std::optional<TiedLayers> tied_layers() const override;
+  // The last layer whose head is tied, and the first embedding layer of its vocab and width
+  // (found once, at construction).
+  std::optional<TiedLayers> tied_layers() const override { return tied_; }
 
   // The latency and bandwidth of one ring over `devices` (taken in increasing id order): the
   // largest latency and the smallest bandwidth among the consecutive paths, where a link
@@ -165,6 +166,7 @@ class AnalyticCostModel final : public CostModel {
   // indices; empty for nodes with more than kMaxSubsetDevices devices.
   static constexpr int kMaxSubsetDevices = 8;
   std::vector<std::vector<AlphaBeta>> node_rings_;
+  std::optional<TiedLayers> tied_;
 };
 
 }  // namespace motley
