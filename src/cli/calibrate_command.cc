@@ -157,6 +157,7 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
                                        "recompute",
                                        "partition",
                                        "zero1",
+                                       "zero_stage",
                                        "sequence_parallel",
                                        "metric",
                                        "published",
@@ -207,7 +208,10 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
   u.micro_batches = global_batch / (dp * mbs);
   u.recompute = *recompute;
   u.partition = *partition;
-  MOTLEY_ASSIGN_OR_RETURN(u.zero1, c.get_bool_or("zero1", false));
+  MOTLEY_ASSIGN_OR_RETURN(const bool zero1, c.get_bool_or("zero1", false));
+  MOTLEY_ASSIGN_OR_RETURN(const int64_t zero_stage,
+                          c.get_int_in_or("zero_stage", IntRange{0, 3}, zero1 ? 1 : 0));
+  u.zero_stage = static_cast<int>(zero_stage);
   // Korthikanti et al.'s tables ran selective recomputation with sequence parallelism, and
   // full recomputation without; a case may say otherwise.
   MOTLEY_ASSIGN_OR_RETURN(

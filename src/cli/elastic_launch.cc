@@ -242,7 +242,7 @@ Status elastic_launch(const LaunchOptions& opt) {
     const auto replan_began = std::chrono::steady_clock::now();
     ReplanOptions options;
     options.tune.time_budget = Seconds(1);
-    options.tune.zero1 = in.plan.zero1;
+    if (in.plan.zero_stage > 0) options.tune.zero_stage = in.plan.zero_stage;
     MOTLEY_ASSIGN_OR_RETURN(options.tune.stack,
                             resolve_plan_stack(StackChoice{}, in.plan, in.cluster, plan_path));
     MOTLEY_ASSIGN_OR_RETURN(ReplanResult r,

@@ -92,7 +92,7 @@ Status replan_command(const ReplanCliOptions& opt) {
   options.tune.max_evaluations = opt.max_plans.value_or(0);
   options.tune.seed = opt.seed;
   options.tune.threads = opt.threads;
-  options.tune.zero1 = in.plan.zero1;
+  if (in.plan.zero_stage > 0) options.tune.zero_stage = in.plan.zero_stage;
   // The new plan is priced, and recorded, with the stack the old one was.
   MOTLEY_ASSIGN_OR_RETURN(options.tune.stack,
                           resolve_plan_stack(StackChoice{}, in.plan, in.cluster, opt.plan));

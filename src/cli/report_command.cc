@@ -46,7 +46,7 @@ Result<PlanReport> prepare_plan_report(Plan plan, ModelSpec model, ModelSpec pri
   bound.global_batch = plan.global_batch;
   bound.seq_len = plan.seq_len;
   bound.micro_batch_size = plan.micro_batch_size;
-  bound.zero1 = plan.zero1;
+  if (plan.zero_stage > 0) bound.zero_stage = plan.zero_stage;
   bound.stack = cost_options.stack;
   Result<Seconds> lower = iteration_lower_bound(bound, priced, cluster);
   if (lower.is_ok()) r.lower_bound = *lower;

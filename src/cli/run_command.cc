@@ -113,7 +113,7 @@ Status check_host_memory(const std::string& source, const Plan& plan, const Mode
       "trains on this CPU, so run it with a model that fits (e.g. a plan for tiny-llama: "
       "motley simulate --model tiny-llama --schedule 1f1b --stages 4 --out plan.json)",
       source, model.name, where, format_bytes(shortfall->needed.bytes),
-      plan.zero1 && !sequential ? ", moments sharded by ZeRO-1" : "",
+      plan.zero_stage >= 1 && !sequential ? ", moments sharded by ZeRO-1" : "",
       format_bytes(shortfall->available),
       shortfall->local_ranks > 1
           ? fmt::format(" (a share of 1/{} per rank)", shortfall->local_ranks)
@@ -795,6 +795,12 @@ Status run_command(const RunOptions& opt) {
   limit_threads(mode);
   std::string precision_note;
   const ExecOptions exec = exec_options(opt, &precision_note);
+  if (!opt.sequential && in.plan.zero_stage >= 2 && in.plan.replicas.size() > 1) {
+    std::fprintf(stderr,
+                 "motley: note: %s: ZeRO-%d runs here with ZeRO-1's exchanges (the same sums and "
+                 "updates; every replica keeps whole gradients and weights)\n",
+                 opt.plan.c_str(), in.plan.zero_stage);
+  }
   Json out = run_header(opt, in, mode, exec, precision_note);
   if (opt.sequential) return run_sequential(opt, in, exec, tokens, std::move(out));
 

@@ -49,7 +49,8 @@ struct SimulateOptions {
   std::string recompute = "none";
   std::string partition = "uniform";
   bool sequence_parallel = false;
-  bool zero1 = false;
+  bool zero1 = false;  // --zero1: --zero-stage 1
+  int zero_stage = 0;
   int data_parallel = 0;  // 0: as many replicas as the cluster holds
   StackChoice stack;
   std::string torch_pp_csv;  // the orders, from a PyTorch pipelining CSV
@@ -113,6 +114,10 @@ Result<Scenario> scenario_from_schedule(const SimulateOptions& opt) {
     }
     partition = LayerSplit::kUniform;
   }
+  if (opt.zero1 && opt.zero_stage > 1) {
+    return invalid_argument(fmt::format(
+        "--zero1 is --zero-stage 1 and contradicts --zero-stage {}; give one", opt.zero_stage));
+  }
   MOTLEY_ASSIGN_OR_RETURN(s.model, load_model(opt.model.empty() ? kDefaultModel : opt.model));
   MOTLEY_ASSIGN_OR_RETURN(s.cluster,
                           load_cluster(opt.cluster.empty() ? kDefaultCluster : opt.cluster));
@@ -129,7 +134,7 @@ Result<Scenario> scenario_from_schedule(const SimulateOptions& opt) {
   u.recompute = *recompute;
   u.partition = *partition;
   u.layer_counts = layer_counts;
-  u.zero1 = opt.zero1;
+  u.zero_stage = opt.zero1 ? 1 : opt.zero_stage;
   u.sequence_parallel = opt.sequence_parallel;
   u.data_parallel = opt.data_parallel;
   const int p = opt.stages.value_or(static_cast<int>(cluster_devices(s.cluster).size()) /
@@ -269,9 +274,11 @@ std::vector<CLI::Option*> add_schedule_shape_options(CLI::App* cmd, SimulateOpti
       cmd->add_option("--data-parallel", opt->data_parallel,
                       "Pipeline replicas (default: as many as the cluster holds)")
           ->check(integer_in(1, kMaxOptionCount)),
-      cmd->add_flag("--zero1", opt->zero1,
-                    "Shard the optimizer state across the replicas (ZeRO-1, Megatron-LM's "
-                    "distributed optimizer)"),
+      cmd->add_option("--zero-stage", opt->zero_stage,
+                      "ZeRO across the replicas: 0 none, 1 the optimizer state (Megatron-LM's "
+                      "distributed optimizer), 2 also the gradients, 3 also the weights (FSDP)")
+          ->check(integer_in(0, 3)),
+      cmd->add_flag("--zero1", opt->zero1, "The same as --zero-stage 1"),
       cmd->add_option("--partition", opt->partition,
                       "Layers per stage: uniform (every layer alike), megatron (decoder layers "
                       "evenly, embedding first, head last) or the counts per stage, e.g. "

@@ -85,7 +85,13 @@ void add_tune_options(CLI::App* cmd, TuneCliOptions* opt) {
       ->check(positive_number())
       ->capture_default_str();
   add_search_limits(cmd, &opt->max_plans, &opt->seed, &opt->threads);
-  cmd->add_flag("--zero1", opt->zero1, "Shard optimizer state across data-parallel replicas");
+  CLI::Option* zero_stage =
+      cmd->add_option("--zero-stage", opt->zero_stage,
+                      "ZeRO stage of every plan across its data-parallel replicas: 0 none, 1 the "
+                      "optimizer state (Megatron-LM's distributed optimizer), 2 also the "
+                      "gradients, 3 also the weights (FSDP) (default: searched)")
+          ->check(integer_in(0, 3));
+  cmd->add_flag("--zero1", opt->zero1, "The same as --zero-stage 1")->excludes(zero_stage);
   cmd->add_option("--budget", opt->budget,
                   "Most USD per hour the devices of a plan may cost (every strategy's plan)")
       ->check(positive_number());
@@ -240,7 +246,11 @@ Result<TuneSetup> prepare_tune(const TuneCliOptions& opt) {
   options.max_evaluations = opt.max_plans.value_or(0);
   options.seed = opt.seed;
   options.threads = opt.threads;
-  options.zero1 = opt.zero1;
+  if (opt.zero_stage) {
+    options.zero_stage = *opt.zero_stage;
+  } else if (opt.zero1) {
+    options.zero_stage = 1;
+  }
   options.budget_per_hour = opt.budget.value_or(0);
   options.deadline = Seconds(opt.deadline_hours.value_or(0) * 3600.0);
   options.train_tokens = opt.train_tokens.value_or(0);

@@ -28,7 +28,8 @@ struct TuneCliOptions {
   std::optional<int64_t> max_plans;  // unset: no limit
   uint64_t seed = 1;
   int threads = 2;
-  bool zero1 = false;
+  bool zero1 = false;                    // --zero1: --zero-stage 1
+  std::optional<int> zero_stage;         // unset: searched
   std::optional<double> budget;          // USD per hour
   std::optional<double> deadline_hours;  // with train_tokens
   std::optional<double> train_tokens;

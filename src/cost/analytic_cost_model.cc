@@ -537,14 +537,14 @@ StageMemory AnalyticCostModel::stage_memory(LayerRange layers, const DeviceGroup
   const double params = stored_params_prefix_[layers.end] - stored_params_prefix_[layers.begin];
   const OptimizerBytesPerParam per_param =
       optimizer_bytes_per_param(options_.workload.dtype, options_.fp32_grad_accumulation);
-  const double zero_shards =
-      options.zero1 ? static_cast<double>(std::max<int64_t>(options.data_parallel, 1)) : 1.0;
+  const double d = static_cast<double>(std::max<int64_t>(options.data_parallel, 1));
+  auto shards = [&](int from_stage) { return options.zero_stage >= from_stage ? d : 1.0; };
   const int policy = static_cast<int>(options.recompute);
 
   StageMemory m;
-  m.weights = Bytes(params * per_param.weights / t);
-  m.gradients = Bytes(params * per_param.gradients / t);
-  m.optimizer_state = Bytes(params * per_param.optimizer_state / t / zero_shards);
+  m.weights = Bytes(params * per_param.weights / t / shards(3));
+  m.gradients = Bytes(params * per_param.gradients / t / shards(2));
+  m.optimizer_state = Bytes(params * per_param.optimizer_state / t / shards(1));
   m.activations_per_micro_batch = Bytes(
       (activation_prefix_[layers.end][policy] - activation_prefix_[layers.begin][policy]) / t);
   m.activations =
@@ -554,6 +554,28 @@ StageMemory AnalyticCostModel::stage_memory(LayerRange layers, const DeviceGroup
   Bytes in = layers.begin > 0 ? boundary_bytes(layers.begin - 1) : Bytes(0);
   Bytes out = layers.end < n && layers.end > 0 ? boundary_bytes(layers.end - 1) : Bytes(0);
   m.communication_buffers = (in + out) * 2.0 / t;
+  if (d > 1 && options.zero_stage >= 2) {
+    // ZeRO-2: a pass's whole gradients live until their bucket is reduce-scattered; two
+    // buckets at a time (one reducing, one filling), at most the stage's. ZeRO-3: the whole
+    // weights of the layer in use and of the one gathered ahead.
+    const double bucket =
+        std::max({options_.stack.gradient_bucket_parameters,
+                  options_.stack.gradient_bucket_parameters_per_replica * d, 1.0});
+    m.communication_buffers += Bytes(std::min(params / t, 2.0 * bucket) * per_param.gradients);
+    if (options.zero_stage >= 3) {
+      double first = 0, second = 0;
+      for (int l = layers.begin; l < layers.end; ++l) {
+        const double p = stored_params_prefix_[l + 1] - stored_params_prefix_[l];
+        if (p > first) {
+          second = first;
+          first = p;
+        } else {
+          second = std::max(second, p);
+        }
+      }
+      m.communication_buffers += Bytes((first + second) * per_param.weights / t);
+    }
+  }
   return m;
 }
 

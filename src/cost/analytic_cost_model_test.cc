@@ -656,11 +656,47 @@ TEST(AnalyticMemory, ZeroOneShardsTheOptimizerStateOnly) {
   o.data_parallel = 4;
   StageMemory unsharded = cost->stage_memory(kFirst, DeviceGroup{{0}}, o);
   EXPECT_DOUBLE_EQ(unsharded.optimizer_state.value(), 12 * p);
-  o.zero1 = true;
+  o.zero_stage = 1;
   StageMemory sharded = cost->stage_memory(kFirst, DeviceGroup{{0}}, o);
   EXPECT_DOUBLE_EQ(sharded.optimizer_state.value(), 3 * p);
   EXPECT_EQ(sharded.weights, unsharded.weights);
   EXPECT_EQ(sharded.gradients, unsharded.gradients);
+  EXPECT_EQ(sharded.communication_buffers, unsharded.communication_buffers);
+}
+
+// ZeRO-2 shards the gradients too and holds two buckets of whole ones while they are
+// reduce-scattered; ZeRO-3 shards the weights and holds the two largest layers' whole weights
+// (the one in use and the one gathered ahead).
+TEST(AnalyticMemory, ZeroTwoAndThreeShardGradientsAndWeightsWithTheirBuffers) {
+  ModelSpec m = model_of({ffn_layer("f0"), attention_layer("a0"), ffn_layer("f1")});
+  const auto cost = analytic(m, one_node("H100-SXM", 2), workload(4096));
+  const auto& lc = cost->layer_costs();
+  const double ffn = static_cast<double>(lc[0].stored_params);
+  const double attention = static_cast<double>(lc[1].stored_params);
+  const double p = 2 * ffn + attention;
+  ASSERT_GT(ffn, attention);
+  MemoryOptions o;
+  o.data_parallel = 4;
+  const StageMemory plain = cost->stage_memory(LayerRange{0, 3}, DeviceGroup{{0}}, o);
+  // Megatron-Core's bucket: max(40e6, 1e6 x 4) parameters; two of them, at most the stage's.
+  const double buffered = std::min(p, 2 * 40e6);
+  o.zero_stage = 2;
+  const StageMemory two = cost->stage_memory(LayerRange{0, 3}, DeviceGroup{{0}}, o);
+  EXPECT_DOUBLE_EQ(two.weights.value(), 2 * p);
+  EXPECT_DOUBLE_EQ(two.gradients.value(), 4 * p / 4);
+  EXPECT_DOUBLE_EQ(two.optimizer_state.value(), 12 * p / 4);
+  EXPECT_DOUBLE_EQ((two.communication_buffers - plain.communication_buffers).value(), 4 * buffered);
+  o.zero_stage = 3;
+  const StageMemory three = cost->stage_memory(LayerRange{0, 3}, DeviceGroup{{0}}, o);
+  EXPECT_DOUBLE_EQ(three.weights.value(), 2 * p / 4);
+  EXPECT_DOUBLE_EQ(three.gradients.value(), 4 * p / 4);
+  EXPECT_DOUBLE_EQ((three.communication_buffers - plain.communication_buffers).value(),
+                   4 * buffered + 2 * 2 * ffn);
+  // One replica: nothing to shard, no buffers.
+  o.data_parallel = 1;
+  const StageMemory alone = cost->stage_memory(LayerRange{0, 3}, DeviceGroup{{0}}, o);
+  EXPECT_DOUBLE_EQ(alone.weights.value(), 2 * p);
+  EXPECT_EQ(alone.communication_buffers, plain.communication_buffers);
 }
 
 TEST(AnalyticMemory, ActivationsPerPolicyTimesInFlightAndSplitByTensorParallelism) {
@@ -733,6 +769,24 @@ TEST(ExposedGradientReduction, OnlyWhatTheLastPassCannotHide) {
   EXPECT_DOUBLE_EQ(exposed_gradient_reduction(Seconds(10), 4, Seconds(2)).value(), 8.5);
   // The two bounds meet where reduction = pass.
   EXPECT_DOUBLE_EQ(exposed_gradient_reduction(Seconds(2), 2, Seconds(2)).value(), 1.0);
+}
+
+// ZeRO-2 and -3 per micro-batch: a pass lengthens only by what its collective takes beyond it.
+TEST(ShardedPassOverhead, OnlyWhatThePassCannotHide) {
+  const DataParallelSync whole{Seconds(3), Seconds(2)};  // reduce-scatter 3 s, all-gather 2 s
+  for (int stage : {0, 1}) {
+    const ShardedPassOverhead o =
+        sharded_pass_overhead(stage, whole, Seconds(1), Seconds(1), Seconds(1));
+    EXPECT_EQ(o.forward + o.backward + o.gradient, Seconds(0)) << stage;
+  }
+  ShardedPassOverhead o = sharded_pass_overhead(2, whole, Seconds(1), Seconds(1.5), Seconds(1));
+  EXPECT_EQ(o.forward, Seconds(0));
+  EXPECT_EQ(o.backward, Seconds(0));
+  EXPECT_DOUBLE_EQ(o.gradient.value(), 2.0);  // 3 - 1
+  o = sharded_pass_overhead(3, whole, Seconds(1), Seconds(1.5), Seconds(4));
+  EXPECT_DOUBLE_EQ(o.forward.value(), 1.0);   // 2 - 1
+  EXPECT_DOUBLE_EQ(o.backward.value(), 0.5);  // 2 - 1.5
+  EXPECT_EQ(o.gradient, Seconds(0));          // 3 under a 4 s pass
 }
 
 TEST(AnalyticMemory, CommunicationBuffersDoubleBufferBothBoundaries) {

@@ -41,15 +41,33 @@ Seconds tied_gradient_sum(const CostModel& cost, const std::vector<int>& first,
 }
 
 DataParallelSync data_parallel_sync(const CostModel& cost, const std::vector<int>& ring,
-                                    const StageMemory& memory, bool zero1,
+                                    const StageMemory& unsharded, int zero_stage,
                                     CollectiveAlgorithm algorithm) {
   DataParallelSync sync;
-  sync.reduction = cost.collective_time(zero1 ? Collective::kReduceScatter : Collective::kAllReduce,
-                                        ring, memory.gradients, algorithm);
-  if (zero1) {
-    sync.gather = cost.collective_time(Collective::kAllGather, ring, memory.weights, algorithm);
+  const bool sharded = zero_stage >= 1;
+  sync.reduction =
+      cost.collective_time(sharded ? Collective::kReduceScatter : Collective::kAllReduce, ring,
+                           unsharded.gradients, algorithm);
+  if (sharded && zero_stage < 3) {
+    sync.gather = cost.collective_time(Collective::kAllGather, ring, unsharded.weights, algorithm);
   }
   return sync;
+}
+
+ShardedPassOverhead sharded_pass_overhead(int zero_stage, const DataParallelSync& stage1,
+                                          Seconds forward, Seconds backward,
+                                          Seconds gradient_pass) {
+  ShardedPassOverhead out;
+  if (zero_stage < 2) return out;
+  auto beyond = [](Seconds collective, Seconds pass) {
+    return std::max(Seconds(0), collective - pass);
+  };
+  out.gradient = beyond(stage1.reduction, gradient_pass);
+  if (zero_stage >= 3) {
+    out.forward = beyond(stage1.gather, forward);
+    out.backward = beyond(stage1.gather, backward);
+  }
+  return out;
 }
 
 Seconds exposed_data_parallel_sync(const CostModel& cost, const DataParallelSync& sync,

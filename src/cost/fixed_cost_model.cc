@@ -154,8 +154,8 @@ StageMemory FixedCostModel::stage_memory(LayerRange layers, const DeviceGroup& g
                    layers.end <= static_cast<int>(spec_.layers.size()),
                "layer range outside the spec");
   const double tp = std::max(1, group.tp());
-  const double shards =
-      options.zero1 ? static_cast<double>(std::max<int64_t>(1, options.data_parallel)) : 1.0;
+  const double d = static_cast<double>(std::max<int64_t>(1, options.data_parallel));
+  auto shards = [&](int from_stage) { return options.zero_stage >= from_stage ? d : 1.0; };
   StageMemory out;
   for (int i = layers.begin; i < layers.end; ++i) {
     const FixedLayer& l = spec_.layers[i];
@@ -164,9 +164,9 @@ StageMemory FixedCostModel::stage_memory(LayerRange layers, const DeviceGroup& g
     out.optimizer_state += l.optimizer_state;
     out.activations_per_micro_batch += l.activations[static_cast<int>(options.recompute)];
   }
-  out.weights = out.weights / tp;
-  out.gradients = out.gradients / tp;
-  out.optimizer_state = out.optimizer_state / (tp * shards);
+  out.weights = out.weights / (tp * shards(3));
+  out.gradients = out.gradients / (tp * shards(2));
+  out.optimizer_state = out.optimizer_state / (tp * shards(1));
   out.activations_per_micro_batch = out.activations_per_micro_batch / tp;
   out.activations =
       out.activations_per_micro_batch * static_cast<double>(options.in_flight_micro_batches);

@@ -65,7 +65,7 @@ TEST(FixedCostModel, StageMemorySplitsAcrossTensorParallelAndZero1) {
   EXPECT_EQ(m.activations, Bytes(3600));
   EXPECT_EQ(m.total(), Bytes(80 + 160 + 240 + 3600));
 
-  options.zero1 = true;
+  options.zero_stage = 1;
   options.data_parallel = 4;
   options.recompute = RecomputePolicy::kFull;
   m = cost.stage_memory({0, 2}, DeviceGroup{{0, 1}}, options);
@@ -73,6 +73,17 @@ TEST(FixedCostModel, StageMemorySplitsAcrossTensorParallelAndZero1) {
   EXPECT_EQ(m.gradients, Bytes(80));
   EXPECT_EQ(m.optimizer_state, Bytes(30));  // 240 / (2 * 4)
   EXPECT_EQ(m.activations_per_micro_batch, Bytes(200));
+  // ZeRO-2 also shards the gradients, ZeRO-3 the weights too.
+  options.zero_stage = 2;
+  m = cost.stage_memory({0, 2}, DeviceGroup{{0, 1}}, options);
+  EXPECT_EQ(m.weights, Bytes(40));
+  EXPECT_EQ(m.gradients, Bytes(20));
+  EXPECT_EQ(m.optimizer_state, Bytes(30));
+  options.zero_stage = 3;
+  m = cost.stage_memory({0, 2}, DeviceGroup{{0, 1}}, options);
+  EXPECT_EQ(m.weights, Bytes(10));
+  EXPECT_EQ(m.gradients, Bytes(20));
+  EXPECT_EQ(m.optimizer_state, Bytes(30));
 }
 
 TEST(FixedCostModel, TransfersArePricedOnTheClustersPaths) {

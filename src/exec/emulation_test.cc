@@ -194,7 +194,7 @@ TEST(Emulation, EveryRankSetTheExecutorSumsOverIsPriced) {
     SCOPED_TRACE("tied head on another group, two replicas of groups of two, ZeRO-1");
     const ModelSpec model = preset("tiny-gemma");
     Plan plan = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 2, 2, RecomputePolicy::kNone, 2});
-    plan.zero1 = true;
+    plan.zero_stage = 1;
     expect_every_set_priced(plan, model);
   }
   {

@@ -169,7 +169,9 @@ Status RankExecutor::Impl::build() {
     sets[entry.second].push_back(entry.first);
     all_params.push_back(entry.first.param);
   }
-  if (plan.zero1) zero1 = internal::Zero1Shards(sets, rank);
+  // ZeRO-2 and -3 plans run with ZeRO-1's exchanges: the same sums and updates, so the same
+  // numbers, but whole gradients and weights on every replica (docs/executor.md, "Optimizer").
+  if (plan.zero_stage >= 1) zero1 = internal::Zero1Shards(sets, rank);
   std::vector<at::Tensor> stepped;
   for (const at::Tensor& p : all_params) {
     if (zero1.steps_here(p)) stepped.push_back(p);

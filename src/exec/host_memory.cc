@@ -15,7 +15,8 @@ TrainingState training_state_bytes(const Plan& plan, const ModelSpec& model, boo
     return {Bytes(16.0 * static_cast<double>(model_totals(model, Workload{}).total_params)), 1};
   }
   const RankLayout layout(plan);
-  const double moments = plan.zero1 ? 8.0 / static_cast<double>(plan.replicas.size()) : 8.0;
+  const double moments =
+      plan.zero_stage >= 1 ? 8.0 / static_cast<double>(plan.replicas.size()) : 8.0;
   double bytes = 0;
   int ranks = 0;
   for (int r = 0; r < layout.world_size(); ++r) {

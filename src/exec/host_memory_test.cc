@@ -42,7 +42,7 @@ TEST(TrainingState, SixteenBytesPerParameterSplitByTheTensorParallelDegree) {
 
   // ZeRO-1 over the two replicas: weights and gradients 8 bytes, the moments 8 / 2.
   Plan sharded = plan;
-  sharded.zero1 = true;
+  sharded.zero_stage = 1;
   EXPECT_EQ(training_state_bytes(sharded, model, false, 0).bytes.value(), p0 / 2 * 12);
 
   // The sequential reference holds the whole model once, unsharded, whatever the plan.

@@ -56,7 +56,7 @@ int64_t parameter_bytes(const testing::RankRun& r) {
 TEST(ZeroOne, EachReplicaHoldsTheMomentsOfExactlyTheTensorsItOwns) {
   const ModelSpec model = preset("tiny-llama");
   Plan plan = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 2, 2});
-  plan.zero1 = true;
+  plan.zero_stage = 1;
   const std::vector<testing::RankRun> runs = run(plan, model, 1);
   ASSERT_EQ(runs.size(), 4u);
   for (int r = 0; r < 4; ++r) {
@@ -132,7 +132,7 @@ TEST(ZeroOne, ShardsTheMomentsAndChangesNoBit) {
   const ModelSpec model = preset("tiny-moe");
   Plan plain = uniform_plan(model, {ScheduleKind::kZbH1, 2, 1, 4, 2});
   Plan sharded = plain;
-  sharded.zero1 = true;
+  sharded.zero_stage = 1;
   const std::vector<testing::RankRun> a = run(plain, model, 3);
   const std::vector<testing::RankRun> b = run(sharded, model, 3);
   expect_identical(b, a);
@@ -153,7 +153,7 @@ TEST(ZeroOne, WithTensorParallelismChangesNoBit) {
   const ModelSpec model = preset("tiny-llama");
   Plan plain = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 2, RecomputePolicy::kNone, 2});
   Plan sharded = plain;
-  sharded.zero1 = true;
+  sharded.zero_stage = 1;
   expect_identical(run(sharded, model, 3), run(plain, model, 3));
 }
 
@@ -164,7 +164,7 @@ TEST(ZeroOne, CheckpointsHoldEveryMoment) {
   const ModelSpec model = preset("tiny-llama");
   Plan plain = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 2});
   Plan sharded = plain;
-  sharded.zero1 = true;
+  sharded.zero_stage = 1;
   auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 3), "corpus");
   ASSERT_TRUE(tokens.is_ok());
   const std::string dir = (std::filesystem::temp_directory_path() / "motley-zero1-ckpt").string();

@@ -220,7 +220,7 @@ const std::vector<std::string>& preferred_key_order() {
                                                   "seq_len",
                                                   "global_batch",
                                                   "schedule",
-                                                  "zero1",
+                                                  "zero_stage",
                                                   "sequence_parallel",
                                                   "predicted",
                                                   "iteration_time_s",
@@ -360,7 +360,7 @@ Json plan_to_json(const Plan& plan) {
   for (const Replica& r : plan.replicas) replicas.push_back(replica_to_json(r));
   j["replicas"] = std::move(replicas);
   j["schedule"] = plan.schedule;
-  j["zero1"] = plan.zero1;
+  j["zero_stage"] = plan.zero_stage;
   if (plan.sequence_parallel) j["sequence_parallel"] = true;
   if (plan.predicted) {
     const PredictedMetrics& p = *plan.predicted;
@@ -409,20 +409,10 @@ Result<PlanFile> plan_file_from_json(const Json& json, const std::string& source
     return root.child_error("format", fmt::format("expected \"{}\" (or \"{}\"), got \"{}\"",
                                                   kPlanFormat, kPlanFormatV1, format));
   }
-  std::vector<std::string_view> keys = {"format",
-                                        "units",
-                                        "model",
-                                        "cluster",
-                                        "micro_batch_size",
-                                        "seq_len",
-                                        "global_batch",
-                                        "stages",
-                                        "replicas",
-                                        "schedule",
-                                        "zero1",
-                                        "predicted",
-                                        "sequence_parallel",
-                                        "software_stack"};
+  std::vector<std::string_view> keys = {
+      "format",     "units",        "model",     "cluster",           "micro_batch_size",
+      "seq_len",    "global_batch", "stages",    "replicas",          "schedule",
+      "zero_stage", "zero1",        "predicted", "sequence_parallel", "software_stack"};
   if (!v1) {
     keys.push_back("model_spec");
     keys.push_back("cluster_spec");
@@ -451,7 +441,14 @@ Result<PlanFile> plan_file_from_json(const Json& json, const std::string& source
     plan.replicas.push_back(std::move(replica));
   }
   MOTLEY_ASSIGN_OR_RETURN(plan.schedule, root.get_string_or("schedule", ""));
-  MOTLEY_ASSIGN_OR_RETURN(plan.zero1, root.get_bool_or("zero1", false));
+  // Plans written before ZeRO-2 and -3 say `zero1`, true or false.
+  if (root.find("zero_stage") && root.find("zero1")) {
+    return root.child_error("zero1", "give 'zero_stage' or the older 'zero1', not both");
+  }
+  MOTLEY_ASSIGN_OR_RETURN(const bool zero1, root.get_bool_or("zero1", false));
+  MOTLEY_ASSIGN_OR_RETURN(const int64_t zero_stage,
+                          root.get_int_in_or("zero_stage", IntRange{0, 3}, zero1 ? 1 : 0));
+  plan.zero_stage = static_cast<int>(zero_stage);
   MOTLEY_ASSIGN_OR_RETURN(plan.sequence_parallel, root.get_bool_or("sequence_parallel", false));
   if (std::optional<JsonField> predicted = root.find("predicted")) {
     MOTLEY_ASSIGN_OR_RETURN(PredictedMetrics p, predicted_from_json(*predicted));

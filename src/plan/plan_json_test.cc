@@ -39,7 +39,7 @@ Plan full_plan() {
   b.groups = {DeviceGroupSchedule{{5, 6, 7}, actions("0F1 1F1 2F1 2B1 1B1 0B1")}};
   p.replicas = {a, b};
   p.schedule = "adaptive";
-  p.zero1 = true;
+  p.zero_stage = 1;
   p.predicted = PredictedMetrics{Seconds(1.2345678901234567), 98765.4321, 0.125, "analytic"};
   return p;
 }
@@ -176,7 +176,7 @@ TEST(PlanFixtures, LoadsTheValidFixture) {
   EXPECT_EQ(p->stages[1].recompute, RecomputePolicy::kFull);
   EXPECT_EQ(p->replicas[0].groups[1].actions, actions("1F0 1I0 1W0 1F1 1I1 1W1"));
   EXPECT_FALSE(p->predicted.has_value());
-  EXPECT_FALSE(p->zero1);
+  EXPECT_EQ(p->zero_stage, 0);
 }
 
 struct BadFixture {
@@ -247,8 +247,15 @@ TEST(PlanJsonErrors, NameTheField) {
   EXPECT_EQ(error_after([](Json& j) { j["model"]["version"] = 2; }),
             "plan.json: field 'model.version': unknown field; allowed fields here: name or "
             "hash");
-  EXPECT_EQ(error_after([](Json& j) { j["zero1"] = "yes"; }),
+  EXPECT_EQ(error_after([](Json& j) {
+              j.erase("zero_stage");
+              j["zero1"] = "yes";
+            }),
             "plan.json: field 'zero1': expected true or false, got \"yes\"");
+  EXPECT_EQ(error_after([](Json& j) { j["zero_stage"] = 4; }),
+            "plan.json: field 'zero_stage': expected an integer from 0 to 3, got 4");
+  EXPECT_EQ(error_after([](Json& j) { j["zero1"] = true; }),
+            "plan.json: field 'zero1': give 'zero_stage' or the older 'zero1', not both");
   EXPECT_EQ(error_after([](Json& j) { j = Json::array(); }),
             "plan.json: expected a plan (a JSON object with \"format\": \"motley.plan/2\"), got "
             "an array");
@@ -293,13 +300,37 @@ TEST(PlanJson, OptionalFieldsTakeDefaults) {
   Json j = plan_to_json(full_plan());
   j.erase("units");
   j.erase("schedule");
-  j.erase("zero1");
+  j.erase("zero_stage");
   j["stages"][0].erase("recompute");
   Result<Plan> p = plan_from_json(j, "plan.json");
   ASSERT_TRUE(p.is_ok()) << p.status().message();
   EXPECT_EQ(p->schedule, "");
-  EXPECT_FALSE(p->zero1);
+  EXPECT_EQ(p->zero_stage, 0);
   EXPECT_EQ(p->stages[0].recompute, RecomputePolicy::kNone);
+}
+
+// Plans written before ZeRO-2 and -3 say `zero1`; every stage round-trips as `zero_stage`.
+TEST(PlanJson, ReadsTheOlderZeroOneAndRoundTripsEveryStage) {
+  Json j = plan_to_json(full_plan());
+  j.erase("zero_stage");
+  j["zero1"] = true;
+  Result<Plan> p = plan_from_json(j, "plan.json");
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p->zero_stage, 1);
+  j["zero1"] = false;
+  p = plan_from_json(j, "plan.json");
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p->zero_stage, 0);
+  for (int stage = 0; stage <= 3; ++stage) {
+    Plan plan = full_plan();
+    plan.zero_stage = stage;
+    const Json written = plan_to_json(plan);
+    EXPECT_EQ(written["zero_stage"], stage);
+    EXPECT_FALSE(written.contains("zero1"));
+    Result<Plan> back = plan_from_json(written, "plan.json");
+    ASSERT_TRUE(back.is_ok()) << back.status().message();
+    EXPECT_EQ(back.value(), plan);
+  }
 }
 
 // ---- Plans that carry their model and cluster (format 2).

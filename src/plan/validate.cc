@@ -301,6 +301,25 @@ Status check_global_batch(const Plan& plan) {
                   plan.global_batch, fmt::join(parts, " + "), plan.micro_batch_size, total));
 }
 
+// ZeRO-2 and -3 sum every micro-batch's gradients (and gather the weights before every pass)
+// across the replicas in lockstep, so every replica runs as many micro-batches.
+Status check_zero_stage(const Plan& plan) {
+  if (plan.zero_stage < 0 || plan.zero_stage > 3) {
+    return invalid_argument(
+        fmt::format("zero_stage must be 0, 1, 2 or 3, got {}", plan.zero_stage));
+  }
+  if (plan.zero_stage < 2) return Status::ok();
+  for (size_t r = 1; r < plan.replicas.size(); ++r) {
+    if (plan.replicas[r].micro_batches != plan.replicas[0].micro_batches) {
+      return invalid_argument(fmt::format(
+          "zero_stage {} reduces every micro-batch's gradients across the replicas in lockstep, "
+          "so every replica must run as many micro-batches: replica 0 runs {}, replica {} runs {}",
+          plan.zero_stage, plan.replicas[0].micro_batches, r, plan.replicas[r].micro_batches));
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status validate_plan(const Plan& plan, const ModelSpec& model, const ClusterSpec& cluster,
@@ -322,6 +341,7 @@ Status validate_plan(const Plan& plan, const ModelSpec& model, const ClusterSpec
   const Labels labels(plan);
   MOTLEY_RETURN_IF_ERROR(check_devices(plan, cluster, labels));
   MOTLEY_RETURN_IF_ERROR(check_global_batch(plan));
+  MOTLEY_RETURN_IF_ERROR(check_zero_stage(plan));
   // Replicas share no task: the graph of one of each kind decides for all of that kind.
   const std::vector<int> distinct = distinct_orders(plan);
   Plan checked;

@@ -65,6 +65,22 @@ TEST(Validate, AcceptsDataParallelReplicasWithUnevenMicroBatches) {
                                    actions("0F0 1F0 1B0 0B0 0F1 1F1 1B1 0B1 0F2 1F2 1B2 0B2")}}}};
   Status s = validate_plan(p, model, cluster, defaults());
   EXPECT_TRUE(s.is_ok()) << s.message();
+  // ZeRO-1 shards only the optimizer state: uneven counts still run.
+  p.zero_stage = 1;
+  s = validate_plan(p, model, cluster, defaults());
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  // ZeRO-2 and -3 reduce every micro-batch in lockstep across the replicas.
+  for (int stage : {2, 3}) {
+    p.zero_stage = stage;
+    EXPECT_EQ(validate_plan(p, model, cluster, defaults()).message(),
+              "zero_stage " + std::to_string(stage) +
+                  " reduces every micro-batch's gradients across the replicas in lockstep, so "
+                  "every replica must run as many micro-batches: replica 0 runs 2, replica 1 "
+                  "runs 3");
+  }
+  p.zero_stage = 4;
+  EXPECT_EQ(validate_plan(p, model, cluster, defaults()).message(),
+            "zero_stage must be 0, 1, 2 or 3, got 4");
 }
 
 TEST(Validate, DetectsDeadlockBetweenTwoGroups) {

@@ -68,10 +68,25 @@ std::string recompute(const PlanExplanation& e) {
 }
 
 std::string optimizer(const PlanExplanation& e) {
-  return fmt::format(
-      "Optimizer: state sharded across the {} replicas (ZeRO-1, Megatron's distributed "
-      "optimizer): the gradients are reduce-scattered and the updated weights all-gathered.",
-      e.zero1_replicas);
+  switch (e.zero_stage) {
+    case 1:
+      return fmt::format(
+          "Optimizer: state sharded across the {} replicas (ZeRO-1, Megatron's distributed "
+          "optimizer): the gradients are reduce-scattered and the updated weights all-gathered.",
+          e.zero_replicas);
+    case 2:
+      return fmt::format(
+          "Optimizer: state and gradients sharded across the {} replicas (ZeRO-2): every "
+          "micro-batch's gradients are reduce-scattered after its backward, the updated weights "
+          "all-gathered after the step.",
+          e.zero_replicas);
+    default:
+      return fmt::format(
+          "Optimizer: state, gradients and weights sharded across the {} replicas (ZeRO-3, "
+          "FSDP's full shard): the weights are all-gathered before every forward and backward, "
+          "every micro-batch's gradients reduce-scattered after its backward.",
+          e.zero_replicas);
+  }
 }
 
 std::string schedule(const PlanExplanation& e) {
@@ -110,7 +125,7 @@ std::string result(const PlanExplanation& e) {
 
 std::vector<std::string> explanation_lines(const PlanExplanation& e) {
   std::vector<std::string> out{placement(e), partition(e), recompute(e)};
-  if (e.zero1_replicas > 0) out.push_back(optimizer(e));
+  if (e.zero_replicas > 0) out.push_back(optimizer(e));
   if (e.sequence_parallel) {
     out.push_back(
         "Sequence parallelism: on in the tensor-parallel groups (Megatron-LM's): norms, dropout "

@@ -83,7 +83,8 @@ TEST(ExplanationTest, UnevenReplicasIdleDevicesCostAndAWinningBaseline) {
 TEST(ExplanationTest, ShardedOptimizerStateIsALineOfItsOwn) {
   PlanExplanation e = readme_plan();
   const size_t without = explanation_lines(e).size();
-  e.zero1_replicas = 4;
+  e.zero_stage = 1;
+  e.zero_replicas = 4;
   const std::vector<std::string> lines = explanation_lines(e);
   ASSERT_EQ(lines.size(), without + 1);
   EXPECT_EQ(lines[3],

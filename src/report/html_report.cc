@@ -176,7 +176,7 @@ class DataBuilder {
            {"micro_batch_size", plan_.micro_batch_size},
            {"seq_len", plan_.seq_len},
            {"global_batch", plan_.global_batch},
-           {"zero1", plan_.zero1},
+           {"zero_stage", plan_.zero_stage},
            {"sequence_parallel", plan_.sequence_parallel},
            {"iteration_s", result_.iteration_time.value()},
            {"tokens_per_s", result_.throughput_tokens_per_s},

@@ -121,7 +121,7 @@
         ' \u00b7 ' + summary.devices + ' devices \u00b7 ' + summary.replicas + ' \u00d7 ' +
         summary.stages + ' (replicas \u00d7 stages) \u00b7 ' + mb + ' micro-batches of ' +
         summary.micro_batch_size + ' \u00b7 sequence ' + summary.seq_len + ' \u00b7 global batch ' +
-        summary.global_batch + (summary.zero1 ? ' \u00b7 ZeRO-1' : '') +
+        summary.global_batch + (summary.zero_stage ? ' \u00b7 ZeRO-' + summary.zero_stage : '') +
         (summary.sequence_parallel ? ' \u00b7 sequence parallel' : ''),
     }));
     const cards = el('div', { class: 'cards' });

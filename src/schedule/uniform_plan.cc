@@ -171,7 +171,7 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
   assemble.cluster = cluster_ref(cluster);
   assemble.num_layers = layers;
   assemble.seq_len = o.seq_len > 0 ? o.seq_len : model.default_seq_len;
-  assemble.zero1 = o.zero1;
+  assemble.zero_stage = o.zero_stage;
   assemble.sequence_parallel = o.sequence_parallel;
   // Memory is the validator's to check (simulate validates every plan it runs).
   assemble.check_memory = false;

@@ -16,8 +16,11 @@
 
 namespace motley::sim_internal {
 
-// Seconds of one action of a stage, by ActionKind (F, B/I, W, fused B, R).
-using StageTimes = std::array<double, 5>;
+// Seconds of one action of a stage, by ActionKind (F, B/I, W, fused B, R), and last
+// (kShardedReduction) what each pass finishing the stage's gradients adds under ZeRO-2 and -3
+// for its reduce-scatter, which the last micro-batch's leaves to the end-of-iteration sync.
+using StageTimes = std::array<double, 6>;
+inline constexpr size_t kShardedReduction = 5;
 
 struct ReplicaFolding {
   // Per simulated replica, the plan's replicas it stands for, itself first; ordered by the

@@ -131,7 +131,7 @@ TEST_F(ReplicaFoldingTest, TensorParallelReplicasWithShardedOptimizerFoldToo) {
   o.stages = 4;
   o.tensor_parallel = 2;
   o.micro_batches = 8;
-  o.zero1 = true;
+  o.zero_stage = 1;
   o.recompute = RecomputePolicy::kSelective;
   const Plan plan = make(o);
   ASSERT_EQ(plan.replicas.size(), 4u);

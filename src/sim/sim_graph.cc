@@ -30,6 +30,7 @@ class Builder {
     const Status structure = scratch_.checker.check(plan_, bounds);
     if (!structure.is_ok()) return structure.with_context(options_.source);
     price_stages();
+    price_data_parallel();
     fold_replicas();
     out_.graph.assign(sim(), scratch_.lowering.lower(sim()));
     price_actions_and_messages();
@@ -50,10 +51,12 @@ class Builder {
   void price_stages() {
     const int n_rep = static_cast<int>(plan_.replicas.size());
     scratch_.explicit_recompute.assign(static_cast<size_t>(n_rep) * stages_, 0);
+    scratch_.weight_pass.assign(static_cast<size_t>(n_rep) * stages_, 0);
     for (int r = 0; r < n_rep; ++r) {
       for (const DeviceGroupSchedule& g : plan_.replicas[r].groups) {
         for (const Action& a : g.actions) {
           if (a.kind == ActionKind::kRecompute) scratch_.explicit_recompute[at(r, a.stage)] = 1;
+          if (a.kind == ActionKind::kBackwardWeight) scratch_.weight_pass[at(r, a.stage)] = 1;
         }
       }
     }
@@ -83,8 +86,79 @@ class Builder {
         mem.recompute = st.recompute;
         mem.in_flight_micro_batches = 0;
         mem.data_parallel = n_rep;
-        mem.zero1 = plan_.zero1;
+        mem.zero_stage = plan_.zero_stage;
         out_.stage_memory[at(r, s)] = cost_.stage_memory(layers, group, mem);
+      }
+    }
+  }
+
+  // Each stage's data-parallel collectives over the plan's replicas: TP rank k of every replica
+  // reduces with the others' rank k, the rings run at once and the slowest prices the stage
+  // (unequal TP degrees: one ring over all), on the largest unsharded bytes among the replicas.
+  // Under ZeRO-2 and -3, every micro-batch's passes carry their share (sharded_pass_overhead).
+  void price_data_parallel() {
+    const int n_rep = static_cast<int>(plan_.replicas.size());
+    scratch_.sync.clear();
+    scratch_.stage1_sync.clear();
+    if (!options_.gradient_all_reduce || n_rep < 2) return;
+    const int zero = plan_.zero_stage;
+    std::vector<int>& devices = scratch_.devices;
+    for (int s = 0; s < stages_; ++s) {
+      const Stage& st = plan_.stages[s];
+      const LayerRange layers{st.layer_begin, st.layer_end};
+      const std::vector<int>& first =
+          plan_.replicas[0].groups[plan_.replicas[0].stage_group[s]].devices;
+      const size_t tp = first.size();
+      bool same_tp = true;
+      StageMemory bytes;  // the largest unsharded gradients and weights among the replicas
+      for (int r = 0; r < n_rep; ++r) {
+        const Replica& rep = plan_.replicas[r];
+        group_.devices = rep.groups[rep.stage_group[s]].devices;
+        same_tp = same_tp && group_.devices.size() == tp;
+        const StageMemory m = zero >= 2 ? cost_.stage_memory(layers, group_, MemoryOptions{})
+                                        : out_.stage_memory[at(r, s)];
+        bytes.gradients = std::max(bytes.gradients, m.gradients);
+        bytes.weights = std::max(bytes.weights, m.weights);
+      }
+      DataParallelSync sync, stage1;
+      for (size_t k = 0; k < (same_tp ? tp : 1); ++k) {
+        devices.clear();
+        for (int r = 0; r < n_rep; ++r) {
+          const Replica& rep = plan_.replicas[r];
+          const std::vector<int>& d = rep.groups[rep.stage_group[s]].devices;
+          if (same_tp) {
+            devices.push_back(d[k]);
+          } else {
+            devices.insert(devices.end(), d.begin(), d.end());
+          }
+        }
+        const DataParallelSync ring =
+            data_parallel_sync(cost_, devices, bytes, zero, options_.all_reduce_algorithm);
+        sync.reduction = std::max(sync.reduction, ring.reduction);
+        sync.gather = std::max(sync.gather, ring.gather);
+        if (zero >= 2) {
+          const DataParallelSync whole =
+              data_parallel_sync(cost_, devices, bytes, 1, options_.all_reduce_algorithm);
+          stage1.reduction = std::max(stage1.reduction, whole.reduction);
+          stage1.gather = std::max(stage1.gather, whole.gather);
+        }
+      }
+      scratch_.sync.push_back(sync);
+      scratch_.stage1_sync.push_back(stage1);
+      if (zero < 2) continue;
+      for (int r = 0; r < n_rep; ++r) {
+        SimGraph::StageTimes& times = scratch_.stage_times[at(r, s)];
+        const bool split = scratch_.weight_pass[at(r, s)] != 0;
+        const size_t b = kind_index(split ? ActionKind::kBackwardInput : ActionKind::kBackward);
+        const size_t g = kind_index(split ? ActionKind::kBackwardWeight : ActionKind::kBackward);
+        const ShardedPassOverhead o =
+            sharded_pass_overhead(zero, stage1, Seconds(times[kind_index(ActionKind::kForward)]),
+                                  Seconds(times[b]), Seconds(times[g]));
+        times[kind_index(ActionKind::kForward)] += o.forward.value();
+        times[kind_index(ActionKind::kRecompute)] += o.forward.value();
+        times[b] += o.backward.value();
+        times[g] += o.gradient.value();
+        times[kShardedReduction] = o.gradient.value();
       }
     }
   }
@@ -196,53 +270,28 @@ class Builder {
     std::vector<int32_t>& last = scratch_.last_backward;
     last.assign(reduces ? static_cast<size_t>(n_sim) * stages_ : 0, -1);
     for (int r = 0; reduces && r < n_sim; ++r) {
-      for (int s = 0; s < stages_; ++s) last[at(r, s)] = last_backward(r, s);
+      for (int s = 0; s < stages_; ++s) {
+        last[at(r, s)] = last_backward(r, s);
+        // Its reduce-scatter is the sync's (ZeRO-2 and -3).
+        out_.tasks[last[at(r, s)]].duration -= scratch_.stage_times[at(r, s)][kShardedReduction];
+      }
     }
     std::vector<int32_t>& all_reduce = scratch_.all_reduce;
     all_reduce.assign(stages_, -1);
     if (reduces) {
-      std::vector<int>& devices = scratch_.devices;
       for (int s = 0; s < stages_; ++s) {
-        // Each replica's TP rank k reduces with the other replicas' rank k; the rings run at
-        // once, so the slowest prices the stage. Unequal TP degrees: one ring over all.
         const std::vector<int>& first =
             plan_.replicas[0].groups[plan_.replicas[0].stage_group[s]].devices;
-        const size_t tp = first.size();
-        bool same_tp = true;
-        for (int r = 0; r < n_rep; ++r) {
-          const Replica& rep = plan_.replicas[r];
-          same_tp = same_tp && rep.groups[rep.stage_group[s]].devices.size() == tp;
-        }
-        StageMemory bytes;       // the largest gradients and weights among the replicas
         double last_pass = -1;   // the shortest last backward among the replicas
         double first_pass = -1;  // the shortest first forward
         for (int r = 0; r < n_sim; ++r) {
-          const StageMemory& m = out_.stage_memory[at(r, s)];
-          bytes.gradients = std::max(bytes.gradients, m.gradients);
-          bytes.weights = std::max(bytes.weights, m.weights);
           const double pass = out_.tasks[last[at(r, s)]].duration;
           last_pass = last_pass < 0 ? pass : std::min(last_pass, pass);
           const double forward =
               out_.tasks[out_.graph.find(r, ActionKind::kForward, s, 0)].duration;
           first_pass = first_pass < 0 ? forward : std::min(first_pass, forward);
         }
-        DataParallelSync sync;
-        for (size_t k = 0; k < (same_tp ? tp : 1); ++k) {
-          devices.clear();
-          for (int r = 0; r < n_rep; ++r) {
-            const Replica& rep = plan_.replicas[r];
-            const std::vector<int>& d = rep.groups[rep.stage_group[s]].devices;
-            if (same_tp) {
-              devices.push_back(d[k]);
-            } else {
-              devices.insert(devices.end(), d.begin(), d.end());
-            }
-          }
-          const DataParallelSync ring =
-              data_parallel_sync(cost_, devices, bytes, plan_.zero1, options_.all_reduce_algorithm);
-          sync.reduction = std::max(sync.reduction, ring.reduction);
-          sync.gather = std::max(sync.gather, ring.gather);
-        }
+        const DataParallelSync& sync = scratch_.sync[s];
         group_.devices = first;
         const Stage& st = plan_.stages[s];
         const double duration =

@@ -445,15 +445,53 @@ TEST(Simulate, ZeroOneReducesScattersAndGathersTheWeightsInBuckets) {
     second.groups[0].devices = {1};
     plan.replicas.push_back(second);
     plan.global_batch = 2;
-    plan.zero1 = true;
+    plan.zero_stage = 1;
     SimOptions options;
     options.optimizer_step = OptimizerStepModel::kNone;
     options.record_timeline = true;
     const SimResult res = run_ok(options, plan, cost);
     const double sync = buckets ? 0.25 : 0.75;
     EXPECT_DOUBLE_EQ(res.iteration_time.value(), 2 + sync) << "buckets " << buckets;
-    plan.zero1 = false;  // a whole all-reduce: 2 (k-1)/k * 1e9 / 1e9 = 1 s, or 0.25 in 4
+    plan.zero_stage = 0;  // a whole all-reduce: 2 (k-1)/k * 1e9 / 1e9 = 1 s, or 0.25 in 4
     EXPECT_DOUBLE_EQ(run_ok(options, plan, cost).iteration_time.value(), buckets ? 2.25 : 3.0);
+  }
+}
+
+// ZeRO-2 and -3 over two replicas of one stage, two micro-batches each (F = B = 1 s, 4e9 bytes
+// of gradients and of weights, 1e9 B/s ports, one bucket): a reduce-scatter and an all-gather
+// each take (k-1)/k * 4e9 / 1e9 = 2 s. ZeRO-1 (and no ZeRO, an all-reduce of 4 s): 4 s of
+// compute, then 2 + 2 s of sync = 8 s. ZeRO-2: the first B also reduce-scatters its gradients,
+// 1 s beyond itself (B0 [1, 3]); the last one's is the sync's: 5 + 2 + 2 = 9 s. ZeRO-3: every F
+// and B also waits 1 s for its gathered weights (F0 [0, 2], B0 [2, 5], F1 [5, 7], B1 [7, 9]) and
+// the sync gathers nothing: 9 + 2 = 11 s.
+TEST(Simulate, ZeroTwoAndThreeReduceEveryMicroBatchAndGatherBeforeEveryPass) {
+  const LinkSpec intra{LinkKind::kNvlink, BytesPerSecond(1e9), Seconds(0)};
+  FixedCostSpec spec = uniform_spec(1, {Seconds(1), Seconds(1), Seconds(0), Seconds(0)});
+  spec.layers[0].gradients = Bytes(4e9);
+  spec.layers[0].weights = Bytes(4e9);
+  const FixedCostModel cost(make_fixed_cluster({"H100-SXM"}, 2, intra, kFreeInter), spec);
+  Plan plan = pipeline_plan(1, 1, 2, {acts("0F0 0B0 0F1 0B1")});
+  Replica second = plan.replicas[0];
+  second.groups[0].devices = {1};
+  plan.replicas.push_back(second);
+  plan.global_batch = 4;
+  SimOptions options;
+  options.optimizer_step = OptimizerStepModel::kNone;
+  options.record_timeline = true;
+  for (const auto& [stage, expected] :
+       std::vector<std::pair<int, double>>{{0, 8}, {1, 8}, {2, 9}, {3, 11}}) {
+    plan.zero_stage = stage;
+    const SimResult res = run_ok(options, plan, cost);
+    EXPECT_DOUBLE_EQ(res.iteration_time.value(), expected) << "ZeRO-" << stage;
+    if (stage != 3) continue;
+    std::vector<std::pair<double, double>> compute;
+    for (const SimTask& t : res.timeline) {
+      if (t.group == 0 && t.replica == 0 && is_compute(t.kind)) {
+        compute.emplace_back(t.start.value(), t.end.value());
+      }
+    }
+    EXPECT_THAT(compute, ::testing::ElementsAre(std::pair{0.0, 2.0}, std::pair{2.0, 5.0},
+                                                std::pair{5.0, 7.0}, std::pair{7.0, 9.0}));
   }
 }
 

@@ -105,7 +105,7 @@ ScheduleSpec schedule_named(const std::string& name, StageShape shape, int chunk
 Result<Candidate> candidate_from_plan(const Plan& plan) {
   Candidate c;
   c.micro_batch_size = plan.micro_batch_size;
-  c.zero1 = plan.zero1 && plan.replicas.size() > 1;
+  c.zero_stage = plan.replicas.size() > 1 ? plan.zero_stage : 0;
   c.sequence_parallel = plan.sequence_parallel;
   std::optional<std::pair<StageShape, int>> shape;
   for (size_t r = 0; r < plan.replicas.size(); ++r) {
@@ -163,7 +163,7 @@ std::string candidate_key(const Candidate& c) {
   k += '|';
   k += c.schedule.name();
   if (!c.schedule.limit_in_flight) k += '!';
-  if (c.zero1) k += 'z';
+  if (c.zero_stage > 0) append_number(&(k += 'z'), c.zero_stage);
   if (c.sequence_parallel) k += 's';
   k += '|';
   for (const PipelineSpec& r : c.replicas) {
@@ -278,7 +278,7 @@ Result<Plan> assemble(const Context& ctx, const Candidate& c, int64_t data_paral
   options.cluster = ctx.cluster_ref();
   options.num_layers = ctx.num_layers();
   options.seq_len = ctx.seq_len();
-  options.zero1 = ctx.options().zero1 || c.zero1;
+  options.zero_stage = ctx.options().zero_stage.value_or(c.zero_stage);
   options.usable_memory_fraction = ctx.usable_memory_fraction();
   options.data_parallel = data_parallel;
   options.global_batch = whole_batch ? ctx.global_batch() : 0;

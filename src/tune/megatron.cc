@@ -206,6 +206,16 @@ MegatronArguments megatron_arguments(const Plan& plan, const ModelSpec& model,
         join(list, ", "), recompute_policy_name(recompute)));
   }
 
+  // ZeRO-2 and -3 are Megatron-FSDP's sharding strategies, which Megatron-Core runs with TP but
+  // without pipeline parallelism.
+  const bool fsdp = plan.zero_stage >= 2 && plan.replicas.size() > 1;
+  if (fsdp && plan.replicas[0].groups.size() > 1) {
+    why.push_back(fmt::format(
+        "ZeRO-{} with pipeline parallelism: Megatron-FSDP (--data-parallel-sharding-strategy) "
+        "does not run with a pipeline; the arguments use the distributed optimizer (ZeRO-1)",
+        plan.zero_stage));
+  }
+
   // The layout, stage by stage in the plan's (global) stage order.
   std::set<std::string> layout_why;
   std::vector<std::string> parts;
@@ -242,7 +252,12 @@ MegatronArguments megatron_arguments(const Plan& plan, const ModelSpec& model,
     add("--recompute-method", "uniform");
     add("--recompute-num-layers", "1");
   }
-  if (plan.zero1 && out.data_parallel > 1) add("--use-distributed-optimizer");
+  if (plan.zero_stage >= 1 && out.data_parallel > 1) add("--use-distributed-optimizer");
+  if (plan.zero_stage >= 2 && out.data_parallel > 1 && out.pipeline_parallel == 1) {
+    add("--use-megatron-fsdp");
+    add("--data-parallel-sharding-strategy",
+        plan.zero_stage == 2 ? "optim_grads" : "optim_grads_params");
+  }
   if (plan.sequence_parallel && out.tensor_parallel > 1) add("--sequence-parallel");
 
   // Global rank -> device, where every replica and group has the same shape.
@@ -306,7 +321,8 @@ Result<Plan> megatron_form(const Plan& plan, const ModelSpec& model, const Clust
   Candidate c;
   c.micro_batch_size = plan.micro_batch_size;
   c.schedule = ScheduleSpec::named(v == 1 ? ScheduleKind::k1f1b : ScheduleKind::kInterleaved, v);
-  c.zero1 = plan.zero1 && d > 1;
+  // Megatron-FSDP's ZeRO-2 and -3 run without a pipeline only.
+  c.zero_stage = d > 1 ? (p > 1 ? std::min(plan.zero_stage, 1) : plan.zero_stage) : 0;
   for (const Replica& r : plan.replicas) {
     PipelineSpec spec;
     for (int rank = 0; rank < p; ++rank)
@@ -322,7 +338,7 @@ Result<Plan> megatron_form(const Plan& plan, const ModelSpec& model, const Clust
   options.cluster = cluster_ref(cluster);
   options.num_layers = static_cast<int>(model.layers.size());
   options.seq_len = plan.seq_len;
-  options.zero1 = c.zero1;
+  options.zero_stage = c.zero_stage;
   options.sequence_parallel = plan.sequence_parallel;
   options.global_batch = plan.global_batch;
   return assemble_plan(options, c, cost);
@@ -373,7 +389,7 @@ Result<StrategyOutcome> closest_megatron_plan(const Plan& plan, const ModelSpec&
   options.global_batch = plan.global_batch;
   options.seq_len = plan.seq_len;
   options.micro_batch_size = plan.micro_batch_size;
-  options.zero1 = plan.zero1;
+  if (plan.zero_stage >= 1) options.zero_stage = 1;
   options.report_baselines = false;
   options.warm_starts.clear();
   std::optional<StrategyOutcome> best;

@@ -336,7 +336,7 @@ std::vector<Layout> separate_layouts(const Context& ctx) {
           req.in_flight = in_flight_targets(c.schedule, p, m);
           req.memory_budget.assign(p, ctx.capacity(pipeline[0][0]));
           req.memory.data_parallel = d;
-          req.memory.zero1 = ctx.options().zero1;
+          req.memory.zero_stage = ctx.options().zero_stage.value_or(0);
           req.fused_backward = runs_fused_backward(c.schedule);
           Result<Partition> part = balanced_partition(req, ctx.cost(b));
           if (!part.is_ok()) {
@@ -403,15 +403,33 @@ double replica_estimate(const Context& ctx, const Candidate& c, int replica, int
   const std::vector<int> stage_group = shape_stage_group(c.schedule, p);
   std::vector<double> load(p, 0);
   const bool fused = runs_fused_backward(c.schedule);
+  const int zero = ctx.options().zero_stage.value_or(c.zero_stage);
+  std::vector<int> ring;
   double f = 0, b = 0, w = 0;
   for (size_t s = 0; s + 1 < rep.bounds.size(); ++s) {
     const int g = stage_group[s];
-    const ComputeTimes t = cost.compute(LayerRange{rep.bounds[s], rep.bounds[s + 1]},
-                                        DeviceGroup{rep.groups[g]}, rep.recompute[s]);
+    const LayerRange layers{rep.bounds[s], rep.bounds[s + 1]};
+    const DeviceGroup group{rep.groups[g]};
+    const ComputeTimes t = cost.compute(layers, group, rep.recompute[s]);
     f += t.forward.value();
     b += (t.backward_input + t.recompute).value();
     w += t.backward_weight.value();
     load[g] += (t.forward + (fused ? t.fused_backward() : t.backward()) + t.recompute).value();
+    if (zero >= 2 && c.replicas.size() > 1) {
+      // Every micro-batch's reduce-scatter (and ZeRO-3's gathers) over a ring of the replicas'
+      // groups of the same index, as the simulator prices them (sharded_pass_overhead).
+      ring.clear();
+      for (const PipelineSpec& other : c.replicas) {
+        ring.push_back(other.groups[std::min<size_t>(g, other.groups.size() - 1)][0]);
+      }
+      const DataParallelSync whole =
+          data_parallel_sync(cost, ring, cost.stage_memory(layers, group, MemoryOptions{}), 1,
+                             CollectiveAlgorithm::kAuto);
+      const Seconds backward = fused ? t.fused_backward() : t.backward_input;
+      const ShardedPassOverhead o = sharded_pass_overhead(
+          zero, whole, t.forward, backward, fused ? t.fused_backward() : t.backward_weight);
+      load[g] += (o.forward + o.backward + o.gradient).value();
+    }
   }
   double longest = 0, chain = 0;
   for (size_t s = 0; s + 2 < rep.bounds.size(); ++s) {
@@ -439,7 +457,7 @@ double estimate(const Context& ctx, const Candidate& c) {
   }
   MemoryOptions mem;
   mem.data_parallel = static_cast<int64_t>(c.replicas.size());
-  mem.zero1 = ctx.options().zero1 || c.zero1;
+  mem.zero_stage = ctx.options().zero_stage.value_or(c.zero_stage);
   // The stages of the group holding the first layer finish last; what their gradient
   // reductions leave after the last backward (and under ZeRO-1 the weight gathers after the
   // first forward) is exposed, as the simulator prices it (docs/simulator.md).
@@ -456,8 +474,9 @@ double estimate(const Context& ctx, const Candidate& c) {
       if (sg[s] != 0) continue;
       const LayerRange layers{first.bounds[s], first.bounds[s + 1]};
       const ComputeTimes t = cost.compute(layers, group, first.recompute[s]);
-      const DataParallelSync sync = data_parallel_sync(
-          cost, ring, cost.stage_memory(layers, group, mem), mem.zero1, CollectiveAlgorithm::kAuto);
+      const StageMemory unsharded = cost.stage_memory(layers, group, MemoryOptions{});
+      const DataParallelSync sync =
+          data_parallel_sync(cost, ring, unsharded, mem.zero_stage, CollectiveAlgorithm::kAuto);
       all_reduce += exposed_data_parallel_sync(cost, sync, layers, group, replicas,
                                                t.fused_backward(), t.forward)
                         .value();
@@ -543,8 +562,13 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
   Candidate c;
   c.micro_batch_size = b;
   c.schedule = schedule;
-  const bool zero1 = ctx.options().zero1 || (options.zero1 && replicas > 1);
-  c.zero1 = zero1;
+  const int zero = ctx.options().zero_stage.value_or(replicas > 1 ? options.zero_stage : 0);
+  if (zero >= 2 && total % replicas != 0) {
+    return invalid_argument(fmt::format(
+        "candidate: ZeRO-{} needs equal micro-batch counts, and {} do not split over {} replicas",
+        zero, total, replicas));
+  }
+  c.zero_stage = zero;
   c.sequence_parallel = options.sequence_parallel && has_tensor_parallel_group(ctx, layout);
   const CostModel& cost = ctx.cost(b, c.sequence_parallel);
   // A first guess of each replica's micro-batches (for the memory targets): by device speed.
@@ -587,7 +611,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
       }
       req.in_flight = in_flight_targets(schedule, p, guess);
       req.memory.data_parallel = replicas;
-      req.memory.zero1 = zero1;
+      req.memory.zero_stage = zero;
       req.fused_backward = runs_fused_backward(schedule);
       if (schedule.chunks > 1) req.stage_owner = stage_group;
       std::string key;
@@ -597,7 +621,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
               group_signature(ctx, groups) + "/";
         for (int64_t x : req.in_flight) key += std::to_string(x) + ",";
         key += adapts_to_memory(schedule) ? "a" : "f";
-        if (zero1) key += "z";
+        if (zero > 0) key += "z" + std::to_string(zero);
         if (req.fused_backward) key += "u";
         if (c.sequence_parallel) key += "s";
       }
@@ -626,7 +650,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
     identical = identical && group_signature(ctx, layout.replicas[r]) ==
                                  group_signature(ctx, layout.replicas[0]);
   }
-  if (identical || !options.proportional_micro_batches) {
+  if (identical || !options.proportional_micro_batches || zero >= 2) {
     for (int r = 0; r < replicas; ++r) {
       c.replicas[r].micro_batches = total / replicas + (r < total % replicas ? 1 : 0);
     }

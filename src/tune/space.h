@@ -71,8 +71,10 @@ struct BuildOptions {
   // the extra ones to the first replicas).
   bool proportional_micro_batches = true;
   PartitionCache* cache = nullptr;  // optional
-  // Shard the optimizer state across the replicas (ZeRO-1); TuneOptions::zero1 forces it on.
-  bool zero1 = false;
+  // The ZeRO stage across the replicas (Plan::zero_stage; 0 where there is one replica);
+  // TuneOptions::zero_stage overrides it. Stages 2 and 3 need equal micro-batch counts: a
+  // layout whose batch does not split evenly over its replicas is refused.
+  int zero_stage = 0;
   // Sequence parallelism inside the TP groups; only where the context searches it and the
   // layout has a group of more than one device (otherwise the candidate is built without).
   bool sequence_parallel = false;

@@ -17,6 +17,28 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+// Whether any stage of `c` recomputes: its partition was short of memory.
+bool needs_recompute(const Candidate& c) {
+  for (const PipelineSpec& r : c.replicas) {
+    for (RecomputePolicy p : r.recompute) {
+      if (p != RecomputePolicy::kNone) return true;
+    }
+  }
+  return false;
+}
+
+// How a baseline's row names its ZeRO stage.
+std::string zero_stage_note(int zero_stage) {
+  switch (zero_stage) {
+    case 0:
+      return "";
+    case 1:
+      return ", distributed optimizer";
+    default:
+      return ", ZeRO-" + std::to_string(zero_stage);
+  }
+}
+
 double score_of(const std::shared_ptr<const Evaluation>& e) { return e && e->ok ? e->score : kInf; }
 
 bool memory_failure(const Evaluation& e) {
@@ -327,14 +349,15 @@ Found Searcher::megatron_tuned(const std::vector<Found>& defaults) {
           for (RecomputePolicy policy :
                {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
             for (int variant = 0; variant < 4; ++variant) {
+              // Megatron-LM's distributed optimizer is ZeRO-1; a stage the options force holds.
               const bool zero1 = (variant & 1) != 0, sequence_parallel = (variant & 2) != 0;
-              if (zero1 && (d == 1 || ctx_.options().zero1)) continue;
+              if (zero1 && (d == 1 || ctx_.options().zero_stage)) continue;
               if (sequence_parallel && (t == 1 || !ctx_.searches_sequence_parallel())) continue;
               BuildOptions options;
               options.split = LayerSplit::kMegatron;
               options.uniform_recompute = policy;
               options.proportional_micro_batches = false;
-              options.zero1 = zero1;
+              options.zero_stage = zero1 ? 1 : 0;
               options.sequence_parallel = sequence_parallel;
               Result<Candidate> c = build_candidate(ctx_, layout.value(), spec, b, options);
               if (c.is_ok()) ranked.emplace_back(objective_estimate(ctx_, c.value()), c.value());
@@ -379,7 +402,7 @@ Found Searcher::megatron_tuned(const std::vector<Found>& defaults) {
         "TP {} x PP {} x DP {}, {}, Megatron-LM's layer split, devices in cluster order, "
         "recompute {}{}, {} micro-batches of {} per replica (best of {} swept layouts)",
         t, p, c.replicas.size(), c.schedule.name(),
-        recompute_policy_name(c.replicas[0].recompute[0]), c.zero1 ? ", distributed optimizer" : "",
+        recompute_policy_name(c.replicas[0].recompute[0]), zero_stage_note(c.zero_stage),
         c.replicas[0].micro_batches, c.micro_batch_size, ranked.size());
   } else if (ranked.empty()) {
     found.why_not = "no TP x PP x DP in cluster order meets Megatron-LM's requirements";
@@ -707,7 +730,8 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
     const int hi = static_cast<int>(std::max_element(load.begin(), load.end()) - load.begin());
     const int lo = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
     const int64_t m = c.replicas[hi].micro_batches;
-    if (hi != lo && m > 1) {
+    // ZeRO-2 and -3 reduce every micro-batch in lockstep: their counts stay equal.
+    if (hi != lo && m > 1 && c.zero_stage < 2) {
       for (int64_t k : {int64_t{1}, std::max<int64_t>(1, m / 8)}) {
         Candidate x = c;
         x.replicas[hi].micro_batches -= k;
@@ -854,27 +878,34 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   const size_t climbs = size_class == 0 ? 6 : size_class == 1 ? 4 : 3;
   const int kicks = size_class == 0 ? 3 : size_class == 1 ? 2 : 1;
 
-  // Candidates: the kept layouts x schedules x micro-batch sizes, with and without the
-  // distributed optimizer (ZeRO-1) where there are replicas to shard it across and with and
+  // Candidates: the kept layouts x schedules x micro-batch sizes, with each ZeRO stage where
+  // there are replicas to shard across (2 and 3 where ZeRO-1 is short of memory) and with and
   // without sequence parallelism where there are TP groups, ranked by the estimate. ZeRO-1
   // trades an all-gather of the weights for memory that may spare recomputation or allow a
-  // longer warm-up; sequence parallelism splits the residual-stream work and activations of a
-  // TP group for a reduce-scatter and an all-gather in place of each all-reduce.
+  // longer warm-up, ZeRO-2 and -3 a collective per micro-batch for more; sequence parallelism
+  // splits the residual-stream work and activations of a TP group for a reduce-scatter and an
+  // all-gather in place of each all-reduce.
   std::vector<std::pair<double, Candidate>> ranked;
   for (size_t k = 0; k < keep_layouts; ++k) {
     const Layout& layout = layouts[layout_rank[k].second];
-    for (const auto& [zero1, sequence_parallel] : {std::pair{false, false}, std::pair{true, false},
-                                                   std::pair{false, true}, std::pair{true, true}}) {
-      if (zero1 && (layout.replicas.size() < 2 || ctx_.options().zero1)) continue;
+    for (const bool sequence_parallel : {false, true}) {
       if (sequence_parallel && !has_tensor_parallel_group(ctx_, layout)) continue;
-      BuildOptions build = options;
-      build.zero1 = zero1;
-      build.sequence_parallel = sequence_parallel;
       for (const ScheduleSpec& spec : search_specs(ctx_)) {
         for (int64_t b : ctx_.micro_batch_sizes()) {
-          Result<Candidate> c = build_candidate(ctx_, layout, spec, b, build);
-          if (!c.is_ok() || !accepts_all(spec, c.value())) continue;
-          ranked.emplace_back(objective_estimate(ctx_, c.value()), std::move(c.value()));
+          // ZeRO-2 and -3 pay with a collective per micro-batch for memory: they are tried
+          // only where ZeRO-1 is short of it (no partition fits, or one needs recompute).
+          bool short_of_memory = false;
+          for (int zero = 0; zero <= 3; ++zero) {
+            if (zero > 0 && (layout.replicas.size() < 2 || ctx_.options().zero_stage)) continue;
+            if (zero >= 2 && !short_of_memory) continue;
+            BuildOptions build = options;
+            build.zero_stage = zero;
+            build.sequence_parallel = sequence_parallel;
+            Result<Candidate> c = build_candidate(ctx_, layout, spec, b, build);
+            if (zero == 1) short_of_memory = !c.is_ok() || needs_recompute(c.value());
+            if (!c.is_ok() || !accepts_all(spec, c.value())) continue;
+            ranked.emplace_back(objective_estimate(ctx_, c.value()), std::move(c.value()));
+          }
         }
       }
     }
@@ -886,12 +917,23 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   auto take = [&](const Candidate& c) {
     if (chosen.insert(candidate_key(c)).second) cands.push_back(c);
   };
-  for (size_t i = 0; i < ranked.size() && cands.size() < screened; ++i) take(ranked[i].second);
+  // ZeRO-2 and -3 candidates compete for screening among themselves (the best few), so that
+  // they add to the candidates without ZeRO or with ZeRO-1 rather than displace them.
+  constexpr size_t kShardedScreened = 4;
+  for (size_t i = 0; i < ranked.size() && cands.size() < screened; ++i) {
+    if (ranked[i].second.zero_stage < 2) take(ranked[i].second);
+  }
   // And the best-estimated candidate of every schedule, so that no schedule is judged by the
   // estimate alone.
   std::set<std::string> schedules;
   for (const auto& [est, c] : ranked) {
-    if (schedules.insert(c.schedule.name()).second) take(c);
+    if (c.zero_stage < 2 && schedules.insert(c.schedule.name()).second) take(c);
+  }
+  size_t sharded = 0;
+  for (size_t i = 0; i < ranked.size() && sharded < kShardedScreened; ++i) {
+    if (ranked[i].second.zero_stage < 2) continue;
+    take(ranked[i].second);
+    ++sharded;
   }
   auto evals = evaluate(cands);
 

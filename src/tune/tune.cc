@@ -40,7 +40,7 @@ Status validate_chosen(const Context& ctx, const Plan& plan, const CostModel& co
   const int64_t replicas = static_cast<int64_t>(plan.replicas.size());
   validate.footprint = [&](int r, int g, int stage) {
     const Stage& st = plan.stages[stage];
-    MemoryOptions m{st.recompute, 0, replicas, plan.zero1};
+    MemoryOptions m{st.recompute, 0, replicas, plan.zero_stage};
     StageMemory mem = cost.stage_memory(LayerRange{st.layer_begin, st.layer_end},
                                         DeviceGroup{plan.replicas[r].groups[g].devices}, m);
     return StageFootprint{mem.total(), mem.activations_per_micro_batch};
@@ -89,8 +89,10 @@ PlanExplanation explain(const Context& ctx, const Found& best, const SimResult& 
   for (RecomputePolicy p : first.recompute) ++policies[p];
   out.recompute.assign(policies.begin(), policies.end());
 
-  if (c.zero1 || (ctx.options().zero1 && c.replicas.size() > 1)) {
-    out.zero1_replicas = static_cast<int64_t>(c.replicas.size());
+  const int zero = ctx.options().zero_stage.value_or(c.zero_stage);
+  if (zero > 0 && c.replicas.size() > 1) {
+    out.zero_stage = zero;
+    out.zero_replicas = static_cast<int64_t>(c.replicas.size());
   }
   out.sequence_parallel = c.sequence_parallel;
   out.schedule = c.schedule.name();

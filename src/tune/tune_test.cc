@@ -163,7 +163,7 @@ void expect_runnable(const Case& c, const TuneOptions& options, const Plan& plan
   ValidateOptions validate;
   validate.footprint = [&](int r, int g, int s) {
     const Stage& st = plan.stages[s];
-    MemoryOptions m{st.recompute, 0, static_cast<int64_t>(plan.replicas.size()), plan.zero1};
+    MemoryOptions m{st.recompute, 0, static_cast<int64_t>(plan.replicas.size()), plan.zero_stage};
     StageMemory mem = cost->stage_memory(LayerRange{st.layer_begin, st.layer_end},
                                          DeviceGroup{plan.replicas[r].groups[g].devices}, m);
     return StageFootprint{mem.total(), mem.activations_per_micro_batch};
@@ -218,6 +218,28 @@ TEST(TuneTest, SearchesSequenceParallelismInTensorParallelGroups) {
 // A warm start this search cannot price as it is: sequence parallelism where a cost-model
 // factory prices none is dropped, a micro-batch size the search may not use is refused in
 // words; neither stops the search.
+// A ZeRO stage the options force binds every plan; stages 2 and 3 keep the replicas'
+// micro-batch counts equal (they reduce every micro-batch in lockstep), and the plans validate
+// and simulate to their recorded times.
+TEST(TuneTest, ForcedZeroStagesBindEveryPlanWithEqualMicroBatches) {
+  Case c = two_generations();
+  c.options.max_evaluations = 150;
+  c.options.clock = frozen_clock();
+  for (int stage : {2, 3}) {
+    c.options.zero_stage = stage;
+    Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    EXPECT_EQ(r->plan.zero_stage, stage);
+    for (const Replica& rep : r->plan.replicas) {
+      EXPECT_EQ(rep.micro_batches, r->plan.replicas[0].micro_batches) << "ZeRO-" << stage;
+    }
+    if (r->plan.replicas.size() > 1) {
+      EXPECT_EQ(r->explanation.zero_stage, stage);
+    }
+    expect_runnable(c, c.options, r->plan);
+  }
+}
+
 TEST(TuneTest, WarmStartsAreTakenOnlyAsTheSearchCanPriceThem) {
   Case c = two_generations();
   c.options.micro_batch_size = 1;

@@ -45,7 +45,10 @@ struct MemoryOptions {
   RecomputePolicy recompute = RecomputePolicy::kNone;
   int64_t in_flight_micro_batches = 1;  // activations held at the peak of the schedule
   int64_t data_parallel = 1;            // replicas the optimizer state may be sharded across
-  bool zero1 = false;                   // shard optimizer state across data_parallel replicas
+  // ZeRO across the data_parallel replicas (Plan::zero_stage): 1 shards the optimizer state,
+  // 2 also the gradients (plus a transient bucket of whole ones), 3 also the weights (plus the
+  // gathered weights of the two largest layers, the one in use and the one prefetched).
+  int zero_stage = 0;
 };
 
 struct StageMemory {
@@ -140,16 +143,32 @@ class CostModel {
   virtual const Topology& topology() const = 0;
 };
 
-// A stage's data-parallel synchronization over one ring of devices (one per replica): the
-// gradients all-reduced, or under ZeRO-1 reduce-scattered, and under ZeRO-1 the updated
-// weights all-gathered (zero otherwise); bytes from the stage's StageMemory.
+// A stage's data-parallel synchronization over one ring of devices (one per replica) at the end
+// of an iteration: the gradients all-reduced, or under ZeRO reduce-scattered (the last
+// micro-batch's, under ZeRO-2 and -3), and under ZeRO-1 and -2 the updated weights all-gathered
+// (ZeRO-3 gathers them before each pass instead); zero otherwise. `unsharded` is the stage's
+// StageMemory without ZeRO (zero_stage 0): the bytes each member of the ring sums or gathers.
 struct DataParallelSync {
   Seconds reduction;
   Seconds gather;
 };
 DataParallelSync data_parallel_sync(const CostModel& cost, const std::vector<int>& ring,
-                                    const StageMemory& memory, bool zero1,
+                                    const StageMemory& unsharded, int zero_stage,
                                     CollectiveAlgorithm algorithm);
+// What ZeRO-2 and -3 add to every micro-batch's passes of a stage: the reduce-scatter of the
+// gradients each backward finishes and, under ZeRO-3, the all-gather of the weights before the
+// forward and again before the backward. Each runs on the communication stream under the pass
+// it belongs to (the gather prefetched during the pass before), so a pass only lengthens by
+// what its collective takes beyond it: max(0, collective - pass). `stage1` is one ring's
+// collectives of the whole stage (data_parallel_sync of zero stage 1). All zero below stage 2.
+// The last micro-batch's reduce-scatter is the end-of-iteration sync's.
+struct ShardedPassOverhead {
+  Seconds forward;   // each forward (the gather)
+  Seconds backward;  // each backward needing the weights, B or fused (the gather)
+  Seconds gradient;  // each pass finishing gradients, W or fused (the reduce-scatter)
+};
+ShardedPassOverhead sharded_pass_overhead(int zero_stage, const DataParallelSync& stage1,
+                                          Seconds forward, Seconds backward, Seconds gradient_pass);
 // The sum of a tied matrix's gradients (CostModel::tied_layers) between the group holding its
 // first copy and the group holding its second: an all-reduce of the second layer's gradients
 // (stage_memory of that layer on `second`, per device), TP rank k with rank k and the slowest

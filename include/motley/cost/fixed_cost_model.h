@@ -64,8 +64,9 @@ class FixedCostModel final : public CostModel {
   // them (give per-device-type entries, or another spec, for that).
   ComputeTimes compute(LayerRange layers, const DeviceGroup& group,
                        RecomputePolicy recompute) const override;
-  // Per device: each layer's memory / tp; optimizer state also / data_parallel under zero1;
-  // no communication buffers.
+  // Per device: each layer's memory / tp; optimizer state also / data_parallel under ZeRO
+  // (MemoryOptions::zero_stage), gradients too from stage 2, weights from stage 3; no
+  // communication buffers.
   StageMemory stage_memory(LayerRange layers, const DeviceGroup& group,
                            const MemoryOptions& options) const override;
   Bytes boundary_bytes(int layer) const override;

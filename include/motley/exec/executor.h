@@ -132,8 +132,8 @@ class RankExecutor {
   // Which part of each model parameter the tensors of parameters() are (all of it unless the
   // rank's device group is tensor-parallel), by name.
   std::map<std::string, TensorSlice> slices() const;
-  // Bytes of AdamW moments this rank holds (none before the first step); with Plan::zero1,
-  // about 1 / (replicas) of its parameters' moments.
+  // Bytes of AdamW moments this rank holds (none before the first step); with a Plan::zero_stage of
+  // 1 or more, about 1 / (replicas) of its parameters' moments.
   int64_t optimizer_state_bytes() const;
   int64_t steps_done() const;
 

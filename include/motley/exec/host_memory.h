@@ -19,10 +19,10 @@ struct TrainingState {
 };
 
 // The fp32 training state of the ranks of this process: 16 bytes per parameter (weights,
-// gradients, two moments; 8 + 8 / replicas under Plan::zero1), a rank holding 1 / its
-// tensor-parallel degree of its stages' parameters (model/layer_cost.h counts). `sequential`:
-// the whole model on one rank, unsharded. `only_rank` >= 0: that rank alone; -1: every rank.
-// REQUIRES: `plan` passed validate_plan for `model`.
+// gradients, two moments; 8 + 8 / replicas under a Plan::zero_stage of 1 or more, which the
+// executor runs as ZeRO-1), a rank holding 1 / its tensor-parallel degree of its stages' parameters
+// (model/layer_cost.h counts). `sequential`: the whole model on one rank, unsharded. `only_rank` >=
+// 0: that rank alone; -1: every rank. REQUIRES: `plan` passed validate_plan for `model`.
 TrainingState training_state_bytes(const Plan& plan, const ModelSpec& model, bool sequential,
                                    int only_rank);
 

@@ -46,8 +46,9 @@ struct PlanExplanation {
   bool ends_with_head = false;
   // Recompute of the first replica: stages per policy, in policy order (none first).
   std::vector<std::pair<RecomputePolicy, int>> recompute;
-  // The optimizer state sharded across this many data-parallel replicas (ZeRO-1); 0: not.
-  int64_t zero1_replicas = 0;
+  // ZeRO (Plan::zero_stage, 1 to 3) across this many data-parallel replicas; 0: none.
+  int zero_stage = 0;
+  int64_t zero_replicas = 0;
   // Megatron-LM's sequence parallelism in the tensor-parallel groups.
   bool sequence_parallel = false;
   // Schedule.

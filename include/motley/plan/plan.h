@@ -88,7 +88,11 @@ struct Plan {
   std::vector<Stage> stages;
   std::vector<Replica> replicas;
   std::string schedule;  // the generator's name, informational only ("1f1b", "adaptive", ...)
-  bool zero1 = false;    // optimizer state sharded across replicas
+  // ZeRO (Rajbhandari et al. 2020) across the replicas, each stage's state sharded over the
+  // replicas' groups that hold it: 0 none; 1 the optimizer state (Megatron-LM's distributed
+  // optimizer); 2 also the gradients, reduce-scattered after every micro-batch's backward;
+  // 3 also the weights, all-gathered before every forward and backward (FSDP's full shard).
+  int zero_stage = 0;
   // Megatron-LM's sequence parallelism inside every TP group: the residual-stream work is split
   // across the group, its all-reduces become reduce-scatter + all-gather.
   bool sequence_parallel = false;

@@ -64,9 +64,9 @@ struct Candidate {
   int64_t micro_batch_size = 1;
   ScheduleSpec schedule;
   std::vector<PipelineSpec> replicas;
-  // The optimizer state sharded across the replicas (ZeRO-1); so is it with
-  // AssembleOptions::zero1.
-  bool zero1 = false;
+  // The ZeRO stage across the replicas (Plan::zero_stage); the plan gets the larger of this
+  // and AssembleOptions::zero_stage.
+  int zero_stage = 0;
   // Megatron-LM's sequence parallelism inside the tensor-parallel groups (Plan's); so is it
   // with AssembleOptions::sequence_parallel.
   bool sequence_parallel = false;
@@ -79,7 +79,7 @@ struct AssembleOptions {
   SpecRef cluster;
   int num_layers = 0;  // the model's: every replica's bounds must run from 0 to it
   int64_t seq_len = 0;
-  bool zero1 = false;
+  int zero_stage = 0;
   bool sequence_parallel = false;
   // Replicas the optimizer state is sharded across (ZeRO-1); 0: the candidate's replicas. Set
   // when the candidate stands for a larger plan (a subset of identical replicas).

@@ -34,7 +34,7 @@ struct UniformPlanOptions {
   int64_t micro_batch_size = 1;
   int64_t seq_len = 0;  // 0: the model's default_seq_len
   RecomputePolicy recompute = RecomputePolicy::kNone;
-  bool zero1 = false;
+  int zero_stage = 0;              // Plan::zero_stage
   bool sequence_parallel = false;  // recorded in the plan (Plan::sequence_parallel)
   // How layers are counted onto stages: uniform_bounds (every layer alike) or megatron_bounds.
   LayerSplit partition = LayerSplit::kUniform;

@@ -107,7 +107,9 @@ struct TuneOptions {
   // Enumerate partitions x placements x named schedules completely (motley only; at most
   // kExhaustiveMaxDevices devices and kExhaustiveMaxLayers layers).
   bool exhaustive = false;
-  bool zero1 = false;  // every plan shards its optimizer state across replicas
+  // Every plan uses this ZeRO stage (Plan::zero_stage, 0 to 3); unset, each candidate says
+  // (motley searches 0 to 3, megatron-tuned 0 and 1).
+  std::optional<int> zero_stage;
   // Megatron-LM's sequence parallelism inside tensor-parallel groups: searched (motley and
   // megatron-tuned try candidates with and without it) unless false, which rules it out. Only
   // the analytic cost model prices it (a cost_model factory rules it out).
