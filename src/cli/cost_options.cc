@@ -77,7 +77,7 @@ Status validate_priced_plan(const Plan& plan, const ModelSpec& model, const Clus
   const int64_t replicas = static_cast<int64_t>(plan.replicas.size());
   validate.footprint = [&](int r, int g, int stage) {
     const Stage& st = plan.stages[stage];
-    MemoryOptions m{st.recompute, 0, replicas, plan.zero_stage};
+    MemoryOptions m{st.recompute, 0, replicas, plan.zero_stage, plan.expert_parallel};
     StageMemory mem = cost.stage_memory(LayerRange{st.layer_begin, st.layer_end},
                                         DeviceGroup{plan.replicas[r].groups[g].devices}, m);
     return StageFootprint{mem.total(), mem.activations_per_micro_batch};

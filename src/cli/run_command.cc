@@ -795,6 +795,12 @@ Status run_command(const RunOptions& opt) {
   limit_threads(mode);
   std::string precision_note;
   const ExecOptions exec = exec_options(opt, &precision_note);
+  if (!opt.sequential && in.plan.expert_parallel > 1) {
+    std::fprintf(stderr,
+                 "motley: note: %s: expert parallelism %d runs here with every expert on every "
+                 "replica (the same numbers; no all-to-all)\n",
+                 opt.plan.c_str(), in.plan.expert_parallel);
+  }
   if (!opt.sequential && in.plan.zero_stage >= 2 && in.plan.replicas.size() > 1) {
     std::fprintf(stderr,
                  "motley: note: %s: ZeRO-%d runs here with ZeRO-1's exchanges (the same sums and "

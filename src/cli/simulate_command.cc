@@ -51,6 +51,7 @@ struct SimulateOptions {
   bool sequence_parallel = false;
   bool zero1 = false;  // --zero1: --zero-stage 1
   int zero_stage = 0;
+  int expert_parallel = 1;
   int data_parallel = 0;  // 0: as many replicas as the cluster holds
   StackChoice stack;
   std::string torch_pp_csv;  // the orders, from a PyTorch pipelining CSV
@@ -135,6 +136,7 @@ Result<Scenario> scenario_from_schedule(const SimulateOptions& opt) {
   u.partition = *partition;
   u.layer_counts = layer_counts;
   u.zero_stage = opt.zero1 ? 1 : opt.zero_stage;
+  u.expert_parallel = opt.expert_parallel;
   u.sequence_parallel = opt.sequence_parallel;
   u.data_parallel = opt.data_parallel;
   const int p = opt.stages.value_or(static_cast<int>(cluster_devices(s.cluster).size()) /
@@ -279,6 +281,10 @@ std::vector<CLI::Option*> add_schedule_shape_options(CLI::App* cmd, SimulateOpti
                       "distributed optimizer), 2 also the gradients, 3 also the weights (FSDP)")
           ->check(integer_in(0, 3)),
       cmd->add_flag("--zero1", opt->zero1, "The same as --zero-stage 1"),
+      cmd->add_option("--expert-parallel", opt->expert_parallel,
+                      "Split every MoE layer's experts over groups of this many consecutive "
+                      "replicas (expert parallelism)")
+          ->check(integer_in(1, kMaxOptionCount)),
       cmd->add_option("--partition", opt->partition,
                       "Layers per stage: uniform (every layer alike), megatron (decoder layers "
                       "evenly, embedding first, head last) or the counts per stage, e.g. "

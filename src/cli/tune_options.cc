@@ -92,6 +92,10 @@ void add_tune_options(CLI::App* cmd, TuneCliOptions* opt) {
                       "gradients, 3 also the weights (FSDP) (default: searched)")
           ->check(integer_in(0, 3));
   cmd->add_flag("--zero1", opt->zero1, "The same as --zero-stage 1")->excludes(zero_stage);
+  cmd->add_option("--expert-parallel", opt->expert_parallel,
+                  "Split every MoE layer's experts over groups of this many replicas (default: "
+                  "searched)")
+      ->check(integer_in(1, kMaxOptionCount));
   cmd->add_option("--budget", opt->budget,
                   "Most USD per hour the devices of a plan may cost (every strategy's plan)")
       ->check(positive_number());
@@ -246,6 +250,7 @@ Result<TuneSetup> prepare_tune(const TuneCliOptions& opt) {
   options.max_evaluations = opt.max_plans.value_or(0);
   options.seed = opt.seed;
   options.threads = opt.threads;
+  options.expert_parallel = opt.expert_parallel.value_or(0);
   if (opt.zero_stage) {
     options.zero_stage = *opt.zero_stage;
   } else if (opt.zero1) {

@@ -30,6 +30,7 @@ struct TuneCliOptions {
   int threads = 2;
   bool zero1 = false;                    // --zero1: --zero-stage 1
   std::optional<int> zero_stage;         // unset: searched
+  std::optional<int> expert_parallel;    // unset: searched
   std::optional<double> budget;          // USD per hour
   std::optional<double> deadline_hours;  // with train_tokens
   std::optional<double> train_tokens;

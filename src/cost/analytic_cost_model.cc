@@ -283,10 +283,13 @@ AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& 
   }
 
   stored_params_prefix_.assign(n + 1, 0.0);
+  expert_params_prefix_.assign(n + 1, 0.0);
   activation_prefix_.assign(n + 1, {0.0, 0.0, 0.0});
   for (size_t i = 0; i < n; ++i) {
     const LayerCost& c = layer_costs_[i];
     stored_params_prefix_[i + 1] = stored_params_prefix_[i] + static_cast<double>(c.stored_params);
+    expert_params_prefix_[i + 1] =
+        expert_params_prefix_[i] + static_cast<double>(c.routed_expert_params);
     for (int p = 0; p < 3; ++p) {
       activation_prefix_[i + 1][p] = activation_prefix_[i][p] + c.activation_bytes[p].value();
     }
@@ -538,13 +541,20 @@ StageMemory AnalyticCostModel::stage_memory(LayerRange layers, const DeviceGroup
   const OptimizerBytesPerParam per_param =
       optimizer_bytes_per_param(options_.workload.dtype, options_.fp32_grad_accumulation);
   const double d = static_cast<double>(std::max<int64_t>(options.data_parallel, 1));
-  auto shards = [&](int from_stage) { return options.zero_stage >= from_stage ? d : 1.0; };
+  // Expert parallelism keeps 1/e of the routed experts per replica, whose ZeRO shards then
+  // spread over the d/e replicas holding the same experts.
+  const double e = static_cast<double>(std::clamp<int64_t>(options.expert_parallel, 1, d));
+  const double experts = expert_params_prefix_[layers.end] - expert_params_prefix_[layers.begin];
+  auto held = [&](int from_stage) {
+    const bool sharded = options.zero_stage >= from_stage;
+    return (params - experts) / (sharded ? d : 1.0) + experts / e / (sharded ? d / e : 1.0);
+  };
   const int policy = static_cast<int>(options.recompute);
 
   StageMemory m;
-  m.weights = Bytes(params * per_param.weights / t / shards(3));
-  m.gradients = Bytes(params * per_param.gradients / t / shards(2));
-  m.optimizer_state = Bytes(params * per_param.optimizer_state / t / shards(1));
+  m.weights = Bytes(held(3) * per_param.weights / t);
+  m.gradients = Bytes(held(2) * per_param.gradients / t);
+  m.optimizer_state = Bytes(held(1) * per_param.optimizer_state / t);
   m.activations_per_micro_batch = Bytes(
       (activation_prefix_[layers.end][policy] - activation_prefix_[layers.begin][policy]) / t);
   m.activations =
@@ -599,6 +609,12 @@ int AnalyticCostModel::stack_buckets(LayerRange layers, const DeviceGroup& group
        stack.gradient_bucket_parameters_per_replica * static_cast<double>(data_parallel), 1.0});
   constexpr double kMaxBuckets = 1 << 20;
   return static_cast<int>(std::clamp(std::ceil(params / bucket), 1.0, kMaxBuckets));
+}
+
+Bytes AnalyticCostModel::expert_dispatch_bytes(int layer) const {
+  MOTLEY_CHECK(0 <= layer && layer < static_cast<int>(layer_costs_.size()),
+               "expert_dispatch_bytes of a layer outside the model");
+  return layer_costs_[layer].expert_dispatch_bytes;
 }
 
 Bytes AnalyticCostModel::boundary_bytes(int layer) const {

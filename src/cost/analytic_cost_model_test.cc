@@ -667,6 +667,33 @@ TEST(AnalyticMemory, ZeroOneShardsTheOptimizerStateOnly) {
 // ZeRO-2 shards the gradients too and holds two buckets of whole ones while they are
 // reduce-scattered; ZeRO-3 shards the weights and holds the two largest layers' whole weights
 // (the one in use and the one gathered ahead).
+// Expert parallelism e keeps 1/e of the routed experts' state per replica; under ZeRO-1 their
+// optimizer shards spread over the d/e replicas holding the same experts. The dispatch moves
+// b s top_k hidden dtype bytes.
+TEST(AnalyticMemory, ExpertParallelismSplitsTheRoutedExperts) {
+  Layer moe;
+  moe.name = "moe";
+  moe.kind = LayerKind::kMoe;
+  moe.moe = MoeShape{4096, 8, 2, 14336};
+  moe.num_norms = 1;
+  const auto cost = analytic(model_of({moe}), one_node("H100-SXM", 2), workload(4096));
+  const auto& lc = cost->layer_costs();
+  const double p = static_cast<double>(lc[0].stored_params);
+  const double experts = static_cast<double>(lc[0].routed_expert_params);
+  EXPECT_DOUBLE_EQ(experts, 8.0 * 3 * 4096 * 14336);
+  EXPECT_DOUBLE_EQ(cost->expert_dispatch_bytes(0).value(), 2.0 * 4096 * 2 * 4096);
+  MemoryOptions o;
+  o.data_parallel = 4;
+  o.expert_parallel = 2;
+  StageMemory m = cost->stage_memory(kFirst, DeviceGroup{{0}}, o);
+  EXPECT_DOUBLE_EQ(m.weights.value(), 2 * (p - experts / 2));
+  EXPECT_DOUBLE_EQ(m.gradients.value(), 4 * (p - experts / 2));
+  EXPECT_DOUBLE_EQ(m.optimizer_state.value(), 12 * (p - experts / 2));
+  o.zero_stage = 1;
+  m = cost->stage_memory(kFirst, DeviceGroup{{0}}, o);
+  EXPECT_DOUBLE_EQ(m.optimizer_state.value(), 12 * ((p - experts) / 4 + experts / 2 / 2));
+}
+
 TEST(AnalyticMemory, ZeroTwoAndThreeShardGradientsAndWeightsWithTheirBuffers) {
   ModelSpec m = model_of({ffn_layer("f0"), attention_layer("a0"), ffn_layer("f1")});
   const auto cost = analytic(m, one_node("H100-SXM", 2), workload(4096));

@@ -179,6 +179,12 @@ Bytes FixedCostModel::boundary_bytes(int layer) const {
   return spec_.layers[layer].boundary;
 }
 
+Bytes FixedCostModel::expert_dispatch_bytes(int layer) const {
+  MOTLEY_CHECK(layer >= 0 && layer < static_cast<int>(spec_.layers.size()),
+               "layer outside the spec");
+  return spec_.layers[layer].expert_dispatch;
+}
+
 Seconds FixedCostModel::p2p_time(int src, int dst, Bytes bytes) const {
   if (src == dst) return Seconds(0);
   const Path& path = topology_.path(src, dst);

@@ -538,6 +538,16 @@ LayerCost layer_cost(const Layer& layer, const Workload& workload) {
   cost.params = layer_params(layer);
   cost.stored_params = layer_stored_params(layer);
   cost.active_params = layer_active_params(layer);
+  cost.routed_expert_params = layer_routed_expert_params(layer);
+  if (cost.routed_expert_params > 0) {
+    const MoeShape& m = *layer.moe;
+    const double tokens = static_cast<double>(workload.micro_batch_size) *
+                          static_cast<double>(layer.tokens_per_sample > 0 ? layer.tokens_per_sample
+                                                                          : workload.seq_len);
+    const double width = static_cast<double>(m.latent_size > 0 ? m.latent_size : m.hidden);
+    cost.expert_dispatch_bytes = Bytes(static_cast<double>(dtype_bytes(workload.dtype)) * tokens *
+                                       static_cast<double>(m.top_k) * width);
+  }
   return cost;
 }
 

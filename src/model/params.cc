@@ -211,6 +211,14 @@ int64_t layer_stored_params(const Layer& layer) {
   return p;
 }
 
+int64_t layer_routed_expert_params(const Layer& layer) {
+  if (!layer.moe.has_value() ||
+      (layer.kind != LayerKind::kMoe && layer.kind != LayerKind::kDecoderBlock)) {
+    return 0;
+  }
+  return layer.moe->num_experts * expert_params(*layer.moe);
+}
+
 int64_t layer_active_params(const Layer& layer) {
   return body_params(layer, /*active=*/true) + norm_params(layer);
 }

@@ -221,6 +221,7 @@ const std::vector<std::string>& preferred_key_order() {
                                                   "global_batch",
                                                   "schedule",
                                                   "zero_stage",
+                                                  "expert_parallel",
                                                   "sequence_parallel",
                                                   "predicted",
                                                   "iteration_time_s",
@@ -361,6 +362,7 @@ Json plan_to_json(const Plan& plan) {
   j["replicas"] = std::move(replicas);
   j["schedule"] = plan.schedule;
   j["zero_stage"] = plan.zero_stage;
+  if (plan.expert_parallel != 1) j["expert_parallel"] = plan.expert_parallel;
   if (plan.sequence_parallel) j["sequence_parallel"] = true;
   if (plan.predicted) {
     const PredictedMetrics& p = *plan.predicted;
@@ -410,9 +412,10 @@ Result<PlanFile> plan_file_from_json(const Json& json, const std::string& source
                                                   kPlanFormat, kPlanFormatV1, format));
   }
   std::vector<std::string_view> keys = {
-      "format",     "units",        "model",     "cluster",           "micro_batch_size",
-      "seq_len",    "global_batch", "stages",    "replicas",          "schedule",
-      "zero_stage", "zero1",        "predicted", "sequence_parallel", "software_stack"};
+      "format",        "units",        "model",           "cluster",   "micro_batch_size",
+      "seq_len",       "global_batch", "stages",          "replicas",  "schedule",
+      "zero_stage",    "zero1",        "expert_parallel", "predicted", "sequence_parallel",
+      "software_stack"};
   if (!v1) {
     keys.push_back("model_spec");
     keys.push_back("cluster_spec");
@@ -449,6 +452,9 @@ Result<PlanFile> plan_file_from_json(const Json& json, const std::string& source
   MOTLEY_ASSIGN_OR_RETURN(const int64_t zero_stage,
                           root.get_int_in_or("zero_stage", IntRange{0, 3}, zero1 ? 1 : 0));
   plan.zero_stage = static_cast<int>(zero_stage);
+  MOTLEY_ASSIGN_OR_RETURN(const int64_t expert_parallel,
+                          root.get_int_in_or("expert_parallel", IntRange{1, 1 << 20}, 1));
+  plan.expert_parallel = static_cast<int>(expert_parallel);
   MOTLEY_ASSIGN_OR_RETURN(plan.sequence_parallel, root.get_bool_or("sequence_parallel", false));
   if (std::optional<JsonField> predicted = root.find("predicted")) {
     MOTLEY_ASSIGN_OR_RETURN(PredictedMetrics p, predicted_from_json(*predicted));

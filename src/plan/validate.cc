@@ -15,6 +15,7 @@
 #include "labels.h"
 #include "motley/core/check.h"
 #include "motley/core/checked_math.h"
+#include "motley/model/layer_cost.h"
 #include "motley/plan/dependencies.h"
 #include "motley/plan/lower.h"
 #include "motley/plan/plan_json.h"
@@ -301,6 +302,47 @@ Status check_global_batch(const Plan& plan) {
                   plan.global_batch, fmt::join(parts, " + "), plan.micro_batch_size, total));
 }
 
+// Expert parallelism splits every MoE layer's experts over groups of `e` consecutive replicas,
+// which exchange every micro-batch's tokens in lockstep.
+Status check_expert_parallel(const Plan& plan, const ModelSpec& model) {
+  const int e = plan.expert_parallel;
+  if (e == 1) return Status::ok();
+  if (e < 1) {
+    return invalid_argument(fmt::format("expert_parallel must be at least 1, got {}", e));
+  }
+  const size_t replicas = plan.replicas.size();
+  if (replicas % static_cast<size_t>(e) != 0) {
+    return invalid_argument(fmt::format(
+        "expert_parallel {} must divide the {} replicas (its groups are consecutive replicas)", e,
+        replicas));
+  }
+  int moe_layers = 0;
+  for (size_t l = 0; l < model.layers.size(); ++l) {
+    const Layer& layer = model.layers[l];
+    if (layer_routed_expert_params(layer) == 0) continue;
+    ++moe_layers;
+    if (layer.moe->num_experts % e != 0) {
+      return invalid_argument(fmt::format(
+          "expert_parallel {} must divide the experts of every MoE layer: layer {} ('{}') has {}",
+          e, l, layer.name, layer.moe->num_experts));
+    }
+  }
+  if (moe_layers == 0) {
+    return invalid_argument(fmt::format(
+        "expert_parallel is {} but model '{}' has no mixture-of-experts layer", e, model.name));
+  }
+  for (size_t r = 1; r < replicas; ++r) {
+    if (plan.replicas[r].micro_batches != plan.replicas[0].micro_batches) {
+      return invalid_argument(fmt::format(
+          "expert_parallel {} exchanges every micro-batch's tokens across the replicas in "
+          "lockstep, so every replica must run as many micro-batches: replica 0 runs {}, replica "
+          "{} runs {}",
+          e, plan.replicas[0].micro_batches, r, plan.replicas[r].micro_batches));
+    }
+  }
+  return Status::ok();
+}
+
 // ZeRO-2 and -3 sum every micro-batch's gradients (and gather the weights before every pass)
 // across the replicas in lockstep, so every replica runs as many micro-batches.
 Status check_zero_stage(const Plan& plan) {
@@ -342,6 +384,7 @@ Status validate_plan(const Plan& plan, const ModelSpec& model, const ClusterSpec
   MOTLEY_RETURN_IF_ERROR(check_devices(plan, cluster, labels));
   MOTLEY_RETURN_IF_ERROR(check_global_batch(plan));
   MOTLEY_RETURN_IF_ERROR(check_zero_stage(plan));
+  MOTLEY_RETURN_IF_ERROR(check_expert_parallel(plan, model));
   // Replicas share no task: the graph of one of each kind decides for all of that kind.
   const std::vector<int> distinct = distinct_orders(plan);
   Plan checked;

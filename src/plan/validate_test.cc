@@ -81,6 +81,14 @@ TEST(Validate, AcceptsDataParallelReplicasWithUnevenMicroBatches) {
   p.zero_stage = 4;
   EXPECT_EQ(validate_plan(p, model, cluster, defaults()).message(),
             "zero_stage must be 0, 1, 2 or 3, got 4");
+  // Expert parallelism needs MoE layers, a degree dividing the replicas, equal counts.
+  p.zero_stage = 0;
+  p.expert_parallel = 3;
+  EXPECT_EQ(validate_plan(p, model, cluster, defaults()).message(),
+            "expert_parallel 3 must divide the 2 replicas (its groups are consecutive replicas)");
+  p.expert_parallel = 2;
+  EXPECT_EQ(validate_plan(p, model, cluster, defaults()).message(),
+            "expert_parallel is 2 but model 'small' has no mixture-of-experts layer");
 }
 
 TEST(Validate, DetectsDeadlockBetweenTwoGroups) {

@@ -126,6 +126,13 @@ std::string result(const PlanExplanation& e) {
 std::vector<std::string> explanation_lines(const PlanExplanation& e) {
   std::vector<std::string> out{placement(e), partition(e), recompute(e)};
   if (e.zero_replicas > 0) out.push_back(optimizer(e));
+  if (e.expert_parallel > 1) {
+    out.push_back(fmt::format(
+        "Experts: split over groups of {} replicas ({} group(s); expert parallelism): each "
+        "replica holds 1/{} of every MoE layer's experts, and every forward and backward sends "
+        "the tokens to their experts and back by all-to-all.",
+        e.expert_parallel, e.expert_groups, e.expert_parallel));
+  }
   if (e.sequence_parallel) {
     out.push_back(
         "Sequence parallelism: on in the tensor-parallel groups (Megatron-LM's): norms, dropout "

@@ -39,6 +39,7 @@ StageMemory stage_memory_of(const Plan& plan, const CostModel& cost, int stage,
   m.in_flight_micro_batches = 0;
   m.data_parallel = data_parallel > 0 ? data_parallel : static_cast<int64_t>(plan.replicas.size());
   m.zero_stage = plan.zero_stage;
+  m.expert_parallel = plan.expert_parallel;
   return cost.stage_memory(LayerRange{st.layer_begin, st.layer_end}, DeviceGroup{devices}, m);
 }
 
@@ -344,6 +345,7 @@ Result<Plan> assemble_plan(const AssembleOptions& o, const Candidate& c, const C
     plan.global_batch += rep.micro_batches * c.micro_batch_size;
   plan.schedule = c.schedule.name();
   plan.zero_stage = std::max(o.zero_stage, c.zero_stage);
+  plan.expert_parallel = std::max(o.expert_parallel, c.expert_parallel);
   plan.sequence_parallel = o.sequence_parallel || c.sequence_parallel;
   for (int s = 0; s < stages; ++s) plan.stages.push_back(Stage{fine[s], fine[s + 1]});
 

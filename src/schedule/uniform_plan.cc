@@ -172,6 +172,7 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
   assemble.num_layers = layers;
   assemble.seq_len = o.seq_len > 0 ? o.seq_len : model.default_seq_len;
   assemble.zero_stage = o.zero_stage;
+  assemble.expert_parallel = o.expert_parallel;
   assemble.sequence_parallel = o.sequence_parallel;
   // Memory is the validator's to check (simulate validates every plan it runs).
   assemble.check_memory = false;

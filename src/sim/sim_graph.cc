@@ -87,6 +87,7 @@ class Builder {
         mem.in_flight_micro_batches = 0;
         mem.data_parallel = n_rep;
         mem.zero_stage = plan_.zero_stage;
+        mem.expert_parallel = plan_.expert_parallel;
         out_.stage_memory[at(r, s)] = cost_.stage_memory(layers, group, mem);
       }
     }
@@ -98,6 +99,7 @@ class Builder {
   // Under ZeRO-2 and -3, every micro-batch's passes carry their share (sharded_pass_overhead).
   void price_data_parallel() {
     const int n_rep = static_cast<int>(plan_.replicas.size());
+    price_expert_exchanges();
     scratch_.sync.clear();
     scratch_.stage1_sync.clear();
     if (!options_.gradient_all_reduce || n_rep < 2) return;
@@ -115,8 +117,11 @@ class Builder {
         const Replica& rep = plan_.replicas[r];
         group_.devices = rep.groups[rep.stage_group[s]].devices;
         same_tp = same_tp && group_.devices.size() == tp;
-        const StageMemory m = zero >= 2 ? cost_.stage_memory(layers, group_, MemoryOptions{})
-                                        : out_.stage_memory[at(r, s)];
+        MemoryOptions whole;  // no ZeRO; expert parallelism's share of the experts
+        whole.data_parallel = n_rep;
+        whole.expert_parallel = plan_.expert_parallel;
+        const StageMemory m =
+            zero >= 2 ? cost_.stage_memory(layers, group_, whole) : out_.stage_memory[at(r, s)];
         bytes.gradients = std::max(bytes.gradients, m.gradients);
         bytes.weights = std::max(bytes.weights, m.weights);
       }
@@ -159,6 +164,54 @@ class Builder {
         times[b] += o.backward.value();
         times[g] += o.gradient.value();
         times[kShardedReduction] = o.gradient.value();
+      }
+    }
+  }
+
+  // Expert parallelism: every forward of a stage with MoE layers sends each layer's tokens to
+  // their experts and back (two all-to-alls over the replica's expert group, TP rank k with the
+  // others' rank k, the slowest pricing it), and so does every backward with their gradients;
+  // a full recompute repeats the forward's. On the critical path: the layer waits for them.
+  void price_expert_exchanges() {
+    const int e = plan_.expert_parallel;
+    const int n_rep = static_cast<int>(plan_.replicas.size());
+    if (e <= 1 || n_rep % e != 0) return;
+    std::vector<int>& devices = scratch_.devices;
+    for (int r = 0; r < n_rep; ++r) {
+      const int first = r / e * e;
+      for (int s = 0; s < stages_; ++s) {
+        const Stage& st = plan_.stages[s];
+        const std::vector<int>& mine =
+            plan_.replicas[r].groups[plan_.replicas[r].stage_group[s]].devices;
+        double exchange = 0;
+        for (int l = st.layer_begin; l < st.layer_end; ++l) {
+          const Bytes bytes = cost_.expert_dispatch_bytes(l);
+          if (bytes.value() <= 0) continue;
+          double slowest = 0;
+          for (size_t k = 0; k < mine.size(); ++k) {
+            devices.clear();
+            for (int q = first; q < first + e; ++q) {
+              const Replica& rep = plan_.replicas[q];
+              const std::vector<int>& d = rep.groups[rep.stage_group[s]].devices;
+              devices.push_back(d[std::min(k, d.size() - 1)]);
+            }
+            slowest =
+                std::max(slowest, cost_
+                                      .collective_time(Collective::kAllToAll, devices,
+                                                       bytes / static_cast<double>(mine.size()),
+                                                       options_.all_reduce_algorithm)
+                                      .value());
+          }
+          exchange += 2 * slowest;  // dispatch and combine
+        }
+        if (exchange == 0) continue;
+        SimGraph::StageTimes& times = scratch_.stage_times[at(r, s)];
+        times[kind_index(ActionKind::kForward)] += exchange;
+        times[kind_index(ActionKind::kBackwardInput)] += exchange;
+        times[kind_index(ActionKind::kBackward)] += exchange;
+        if (st.recompute == RecomputePolicy::kFull) {
+          times[kind_index(ActionKind::kRecompute)] += exchange;
+        }
       }
     }
   }

@@ -424,13 +424,29 @@ TEST(Simulate, BucketedAllReduceLeavesOnlyItsLastBucketAfterTheBackward) {
   EXPECT_EQ(seen, 2);
 }
 
+// One stage (layer 0) on devices 0 and 1 as two replicas of `m` micro-batches each in the
+// order `order`, priced by `spec` with 1e9 B/s between the two devices.
+struct TwoReplicas {
+  FixedCostModel cost;
+  Plan plan;
+};
+TwoReplicas two_replicas(const FixedCostSpec& spec, int64_t m, const std::string& order) {
+  const LinkSpec intra{LinkKind::kNvlink, BytesPerSecond(1e9), Seconds(0)};
+  TwoReplicas out{FixedCostModel(make_fixed_cluster({"H100-SXM"}, 2, intra, kFreeInter), spec),
+                  pipeline_plan(1, 1, m, {acts(order)})};
+  Replica second = out.plan.replicas[0];
+  second.groups[0].devices = {1};
+  out.plan.replicas.push_back(second);
+  out.plan.global_batch = 2 * m;
+  return out;
+}
+
 // ZeRO-1 over two replicas of one stage (F = B = 1, 1e9 bytes of gradients, 5e8 of weights,
 // 1e9 B/s ports): a reduce-scatter of the gradients, (k-1)/k * 1e9 / 1e9 = 0.5 s, and an
 // all-gather of the weights, 0.25 s. In one bucket each, both follow the backward: 0.75 s. In
 // 4 gradient buckets under the 1 s backward, max(0.125, 0.5 - 0.75) = 0.125; in 2 weight
 // buckets under the 1 s first forward, max(0.125, 0.25 - 0.5) = 0.125.
 TEST(Simulate, ZeroOneReducesScattersAndGathersTheWeightsInBuckets) {
-  const LinkSpec intra{LinkKind::kNvlink, BytesPerSecond(1e9), Seconds(0)};
   for (const bool buckets : {false, true}) {
     FixedCostSpec spec = uniform_spec(1, {Seconds(1), Seconds(1), Seconds(0), Seconds(0)});
     spec.layers[0].gradients = Bytes(1e9);
@@ -439,12 +455,7 @@ TEST(Simulate, ZeroOneReducesScattersAndGathersTheWeightsInBuckets) {
       spec.gradient_buckets = 4;
       spec.parameter_gather_buckets = 2;
     }
-    const FixedCostModel cost(make_fixed_cluster({"H100-SXM"}, 2, intra, kFreeInter), spec);
-    Plan plan = pipeline_plan(1, 1, 1, {acts("0F0 0B0")});
-    Replica second = plan.replicas[0];
-    second.groups[0].devices = {1};
-    plan.replicas.push_back(second);
-    plan.global_batch = 2;
+    auto [cost, plan] = two_replicas(spec, 1, "0F0 0B0");
     plan.zero_stage = 1;
     SimOptions options;
     options.optimizer_step = OptimizerStepModel::kNone;
@@ -465,16 +476,10 @@ TEST(Simulate, ZeroOneReducesScattersAndGathersTheWeightsInBuckets) {
 // and B also waits 1 s for its gathered weights (F0 [0, 2], B0 [2, 5], F1 [5, 7], B1 [7, 9]) and
 // the sync gathers nothing: 9 + 2 = 11 s.
 TEST(Simulate, ZeroTwoAndThreeReduceEveryMicroBatchAndGatherBeforeEveryPass) {
-  const LinkSpec intra{LinkKind::kNvlink, BytesPerSecond(1e9), Seconds(0)};
   FixedCostSpec spec = uniform_spec(1, {Seconds(1), Seconds(1), Seconds(0), Seconds(0)});
   spec.layers[0].gradients = Bytes(4e9);
   spec.layers[0].weights = Bytes(4e9);
-  const FixedCostModel cost(make_fixed_cluster({"H100-SXM"}, 2, intra, kFreeInter), spec);
-  Plan plan = pipeline_plan(1, 1, 2, {acts("0F0 0B0 0F1 0B1")});
-  Replica second = plan.replicas[0];
-  second.groups[0].devices = {1};
-  plan.replicas.push_back(second);
-  plan.global_batch = 4;
+  auto [cost, plan] = two_replicas(spec, 2, "0F0 0B0 0F1 0B1");
   SimOptions options;
   options.optimizer_step = OptimizerStepModel::kNone;
   options.record_timeline = true;
@@ -493,6 +498,21 @@ TEST(Simulate, ZeroTwoAndThreeReduceEveryMicroBatchAndGatherBeforeEveryPass) {
     EXPECT_THAT(compute, ::testing::ElementsAre(std::pair{0.0, 2.0}, std::pair{2.0, 5.0},
                                                 std::pair{5.0, 7.0}, std::pair{7.0, 9.0}));
   }
+}
+
+// Expert parallelism over two replicas of one MoE stage (F = B = 1 s, 2e9 bytes dispatched per
+// micro-batch, 1e9 B/s ports): each all-to-all takes (k-1)/k * 2e9 / 1e9 = 1 s, and every F
+// and every B sends the tokens to their experts and back: 3 s each, 6 s in all against 2 s
+// with every expert on every replica.
+TEST(Simulate, ExpertParallelismAddsTwoAllToAllsToEveryForwardAndBackward) {
+  FixedCostSpec spec = uniform_spec(1, {Seconds(1), Seconds(1), Seconds(0), Seconds(0)});
+  spec.layers[0].expert_dispatch = Bytes(2e9);
+  auto [cost, plan] = two_replicas(spec, 1, "0F0 0B0");
+  SimOptions options;
+  options.optimizer_step = OptimizerStepModel::kNone;
+  EXPECT_DOUBLE_EQ(run_ok(options, plan, cost).iteration_time.value(), 2.0);
+  plan.expert_parallel = 2;
+  EXPECT_DOUBLE_EQ(run_ok(options, plan, cost).iteration_time.value(), 6.0);
 }
 
 // A head tied to the embedding on another device: after both last backwards, their gradients

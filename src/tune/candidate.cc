@@ -11,6 +11,8 @@
 #include <string>
 #include <utility>
 
+#include "space.h"
+
 namespace motley::tune_internal {
 
 namespace {
@@ -106,6 +108,7 @@ Result<Candidate> candidate_from_plan(const Plan& plan) {
   Candidate c;
   c.micro_batch_size = plan.micro_batch_size;
   c.zero_stage = plan.replicas.size() > 1 ? plan.zero_stage : 0;
+  c.expert_parallel = plan.expert_parallel;
   c.sequence_parallel = plan.sequence_parallel;
   std::optional<std::pair<StageShape, int>> shape;
   for (size_t r = 0; r < plan.replicas.size(); ++r) {
@@ -164,6 +167,7 @@ std::string candidate_key(const Candidate& c) {
   k += c.schedule.name();
   if (!c.schedule.limit_in_flight) k += '!';
   if (c.zero_stage > 0) append_number(&(k += 'z'), c.zero_stage);
+  if (c.expert_parallel > 1) append_number(&(k += 'e'), c.expert_parallel);
   if (c.sequence_parallel) k += 's';
   k += '|';
   for (const PipelineSpec& r : c.replicas) {
@@ -190,10 +194,12 @@ std::string candidate_key(const Candidate& c) {
   return k;
 }
 
-std::vector<std::vector<GroupLoad>> group_loads(const Context& ctx, const Candidate& c) {
+std::vector<std::vector<GroupLoad>> group_loads(const Context& ctx, const Candidate& c,
+                                                const CostModel* collectives) {
   const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel);
   std::vector<std::vector<GroupLoad>> out;
-  for (const PipelineSpec& rep : c.replicas) {
+  for (size_t r = 0; r < c.replicas.size(); ++r) {
+    const PipelineSpec& rep = c.replicas[r];
     const int p = static_cast<int>(rep.groups.size());
     const std::vector<int> stage_group = shape_stage_group(c.schedule, p);
     std::vector<GroupLoad> loads(p);
@@ -201,9 +207,11 @@ std::vector<std::vector<GroupLoad>> group_loads(const Context& ctx, const Candid
       const int g = stage_group[s];
       const ComputeTimes t = cost.compute(LayerRange{rep.bounds[s], rep.bounds[s + 1]},
                                           DeviceGroup{rep.groups[g]}, rep.recompute[s]);
-      loads[g].forward += t.forward.value();
-      loads[g].backward += (t.backward_input + t.recompute).value();
-      loads[g].weight += t.backward_weight.value();
+      const PassOverhead o = pass_overhead(ctx, collectives != nullptr ? *collectives : cost, c,
+                                           static_cast<int>(r), s, t);
+      loads[g].forward += t.forward.value() + o.forward;
+      loads[g].backward += (t.backward_input + t.recompute).value() + o.backward;
+      loads[g].weight += t.backward_weight.value() + o.weight;
     }
     out.push_back(std::move(loads));
   }
@@ -279,6 +287,7 @@ Result<Plan> assemble(const Context& ctx, const Candidate& c, int64_t data_paral
   options.num_layers = ctx.num_layers();
   options.seq_len = ctx.seq_len();
   options.zero_stage = ctx.options().zero_stage.value_or(c.zero_stage);
+  options.expert_parallel = c.expert_parallel;
   options.usable_memory_fraction = ctx.usable_memory_fraction();
   options.data_parallel = data_parallel;
   options.global_batch = whole_batch ? ctx.global_batch() : 0;

@@ -23,7 +23,10 @@ struct GroupLoad {
   double forward = 0, backward = 0, weight = 0;  // backward includes recompute
   double total() const { return forward + backward + weight; }
 };
-std::vector<std::vector<GroupLoad>> group_loads(const Context& ctx, const Candidate& c);
+// With what ZeRO-2 and -3 and expert parallelism add to the passes (space.h's pass_overhead),
+// their collectives priced by `collectives` (default: the context's cost model).
+std::vector<std::vector<GroupLoad>> group_loads(const Context& ctx, const Candidate& c,
+                                                const CostModel* collectives = nullptr);
 
 // The Plan of `c` for the context's model, cluster, sequence length and ZeRO-1 (assemble_plan
 // with the memory check). `data_parallel`: replicas the optimizer state is sharded across, 0

@@ -47,6 +47,31 @@ Status check_options(const TuneOptions& o, const ModelSpec& model, const Cluster
   if (o.threads < 1) {
     return invalid_argument(fmt::format("{}'threads' must be at least 1, got {}", pre, o.threads));
   }
+  if (o.zero_stage && (*o.zero_stage < 0 || *o.zero_stage > 3)) {
+    return invalid_argument(
+        fmt::format("{}'zero_stage' must be 0, 1, 2 or 3, got {}", pre, *o.zero_stage));
+  }
+  if (o.expert_parallel < 0) {
+    return invalid_argument(fmt::format(
+        "{}'expert_parallel' must be 0 (searched) or positive, got {}", pre, o.expert_parallel));
+  }
+  if (o.expert_parallel > 1) {
+    bool moe = false;
+    for (const Layer& l : model.layers) {
+      if (layer_routed_expert_params(l) == 0) continue;
+      moe = true;
+      if (l.moe->num_experts % o.expert_parallel != 0) {
+        return invalid_argument(fmt::format(
+            "{}'expert_parallel' ({}) must divide every MoE layer's experts: '{}' has {}", pre,
+            o.expert_parallel, l.name, l.moe->num_experts));
+      }
+    }
+    if (!moe) {
+      return invalid_argument(
+          fmt::format("{}'expert_parallel' is {} but model '{}' has no mixture-of-experts layer",
+                      pre, o.expert_parallel, model.name));
+    }
+  }
   if (!(o.time_budget.value() > 0)) {
     return invalid_argument(
         fmt::format("{}'time_budget' must be a positive number of seconds", pre));

@@ -131,7 +131,8 @@ Evaluation Evaluator::run(const Candidate& c, Fidelity fidelity, Simulator& sim)
   const bool identical = identical_replicas(ctx_, c);
   // Per simulated replica: micro-batches left out, added as the steady state's period.
   std::vector<int64_t> extra;
-  if (screen && identical && replicas >= 3) {
+  // (Not under expert parallelism, whose all-to-alls need every replica of their groups.)
+  if (screen && identical && replicas >= 3 && c.expert_parallel == 1) {
     // The two replicas with the most micro-batches stand for all of them.
     std::vector<size_t> order(replicas);
     for (size_t r = 0; r < replicas; ++r) order[r] = r;
@@ -196,7 +197,7 @@ Evaluation Evaluator::run(const Candidate& c, Fidelity fidelity, Simulator& sim)
   std::vector<std::vector<GroupLoad>> loads;
   if (!extra.empty()) {
     // The replica whose left-out micro-batches take longest decides the extrapolation.
-    loads = group_loads(ctx_, *plan_of);
+    loads = group_loads(ctx_, *plan_of, subset ? subset.get() : nullptr);
     double longest = 0;
     for (size_t ri = 0; ri < loads.size(); ++ri) {
       double period = 0;

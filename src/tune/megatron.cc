@@ -259,6 +259,9 @@ MegatronArguments megatron_arguments(const Plan& plan, const ModelSpec& model,
         plan.zero_stage == 2 ? "optim_grads" : "optim_grads_params");
   }
   if (plan.sequence_parallel && out.tensor_parallel > 1) add("--sequence-parallel");
+  if (plan.expert_parallel > 1) {
+    add("--expert-model-parallel-size", std::to_string(plan.expert_parallel));
+  }
 
   // Global rank -> device, where every replica and group has the same shape.
   if (tps.size() == 1 && same_shape) {
@@ -323,6 +326,7 @@ Result<Plan> megatron_form(const Plan& plan, const ModelSpec& model, const Clust
   c.schedule = ScheduleSpec::named(v == 1 ? ScheduleKind::k1f1b : ScheduleKind::kInterleaved, v);
   // Megatron-FSDP's ZeRO-2 and -3 run without a pipeline only.
   c.zero_stage = d > 1 ? (p > 1 ? std::min(plan.zero_stage, 1) : plan.zero_stage) : 0;
+  c.expert_parallel = plan.expert_parallel;  // --expert-model-parallel-size
   for (const Replica& r : plan.replicas) {
     PipelineSpec spec;
     for (int rank = 0; rank < p; ++rank)
@@ -390,6 +394,7 @@ Result<StrategyOutcome> closest_megatron_plan(const Plan& plan, const ModelSpec&
   options.seq_len = plan.seq_len;
   options.micro_batch_size = plan.micro_batch_size;
   if (plan.zero_stage >= 1) options.zero_stage = 1;
+  if (plan.expert_parallel > 1) options.expert_parallel = plan.expert_parallel;
   options.report_baselines = false;
   options.warm_starts.clear();
   std::optional<StrategyOutcome> best;

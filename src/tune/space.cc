@@ -396,6 +396,57 @@ std::vector<int64_t> split_micro_batches(const std::vector<double>& slope,
   return m;
 }
 
+PassOverhead pass_overhead(const Context& ctx, const CostModel& cost, const Candidate& c,
+                           int replica, size_t stage, const ComputeTimes& t) {
+  PassOverhead out;
+  const PipelineSpec& rep = c.replicas[replica];
+  const int g = shape_stage_group(c.schedule, static_cast<int>(rep.groups.size()))[stage];
+  const LayerRange layers{rep.bounds[stage], rep.bounds[stage + 1]};
+  const DeviceGroup group{rep.groups[g]};
+  const bool fused = runs_fused_backward(c.schedule);
+  const int zero = ctx.options().zero_stage.value_or(c.zero_stage);
+  // The ring of replicas [first, last) at this group index: first devices of each.
+  auto ring = [&](size_t first, size_t last) {
+    std::vector<int> out;
+    for (size_t q = first; q < last && q < c.replicas.size(); ++q) {
+      const PipelineSpec& other = c.replicas[q];
+      out.push_back(other.groups[std::min<size_t>(g, other.groups.size() - 1)][0]);
+    }
+    return out;
+  };
+  if (zero >= 2 && c.replicas.size() > 1) {
+    MemoryOptions whole;  // no ZeRO; expert parallelism's share of the experts
+    whole.data_parallel = static_cast<int64_t>(c.replicas.size());
+    whole.expert_parallel = c.expert_parallel;
+    const DataParallelSync stage1 =
+        data_parallel_sync(cost, ring(0, c.replicas.size()),
+                           cost.stage_memory(layers, group, whole), 1, CollectiveAlgorithm::kAuto);
+    const Seconds backward = fused ? t.fused_backward() : t.backward_input;
+    const ShardedPassOverhead o = sharded_pass_overhead(
+        zero, stage1, t.forward, backward, fused ? t.fused_backward() : t.backward_weight);
+    out.forward += o.forward.value();
+    out.backward += o.backward.value();
+    out.weight += o.gradient.value();
+  }
+  if (c.expert_parallel > 1) {
+    const size_t e = static_cast<size_t>(c.expert_parallel);
+    const size_t first = static_cast<size_t>(replica) / e * e;
+    const std::vector<int> devices = ring(first, first + e);
+    double exchange = 0;
+    for (int l = layers.begin; l < layers.end; ++l) {
+      const Bytes bytes = cost.expert_dispatch_bytes(l);
+      if (bytes.value() <= 0) continue;
+      exchange += 2 * cost.collective_time(Collective::kAllToAll, devices,
+                                           bytes / static_cast<double>(group.tp()),
+                                           CollectiveAlgorithm::kAuto)
+                          .value();
+    }
+    out.forward += exchange;
+    out.backward += exchange;
+  }
+  return out;
+}
+
 double replica_estimate(const Context& ctx, const Candidate& c, int replica, int64_t m) {
   const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel);
   const PipelineSpec& rep = c.replicas[replica];
@@ -403,8 +454,6 @@ double replica_estimate(const Context& ctx, const Candidate& c, int replica, int
   const std::vector<int> stage_group = shape_stage_group(c.schedule, p);
   std::vector<double> load(p, 0);
   const bool fused = runs_fused_backward(c.schedule);
-  const int zero = ctx.options().zero_stage.value_or(c.zero_stage);
-  std::vector<int> ring;
   double f = 0, b = 0, w = 0;
   for (size_t s = 0; s + 1 < rep.bounds.size(); ++s) {
     const int g = stage_group[s];
@@ -415,21 +464,7 @@ double replica_estimate(const Context& ctx, const Candidate& c, int replica, int
     b += (t.backward_input + t.recompute).value();
     w += t.backward_weight.value();
     load[g] += (t.forward + (fused ? t.fused_backward() : t.backward()) + t.recompute).value();
-    if (zero >= 2 && c.replicas.size() > 1) {
-      // Every micro-batch's reduce-scatter (and ZeRO-3's gathers) over a ring of the replicas'
-      // groups of the same index, as the simulator prices them (sharded_pass_overhead).
-      ring.clear();
-      for (const PipelineSpec& other : c.replicas) {
-        ring.push_back(other.groups[std::min<size_t>(g, other.groups.size() - 1)][0]);
-      }
-      const DataParallelSync whole =
-          data_parallel_sync(cost, ring, cost.stage_memory(layers, group, MemoryOptions{}), 1,
-                             CollectiveAlgorithm::kAuto);
-      const Seconds backward = fused ? t.fused_backward() : t.backward_input;
-      const ShardedPassOverhead o = sharded_pass_overhead(
-          zero, whole, t.forward, backward, fused ? t.fused_backward() : t.backward_weight);
-      load[g] += (o.forward + o.backward + o.gradient).value();
-    }
+    load[g] += pass_overhead(ctx, cost, c, replica, s, t).total();
   }
   double longest = 0, chain = 0;
   for (size_t s = 0; s + 2 < rep.bounds.size(); ++s) {
@@ -458,6 +493,7 @@ double estimate(const Context& ctx, const Candidate& c) {
   MemoryOptions mem;
   mem.data_parallel = static_cast<int64_t>(c.replicas.size());
   mem.zero_stage = ctx.options().zero_stage.value_or(c.zero_stage);
+  mem.expert_parallel = c.expert_parallel;
   // The stages of the group holding the first layer finish last; what their gradient
   // reductions leave after the last backward (and under ZeRO-1 the weight gathers after the
   // first forward) is exposed, as the simulator prices it (docs/simulator.md).
@@ -474,7 +510,10 @@ double estimate(const Context& ctx, const Candidate& c) {
       if (sg[s] != 0) continue;
       const LayerRange layers{first.bounds[s], first.bounds[s + 1]};
       const ComputeTimes t = cost.compute(layers, group, first.recompute[s]);
-      const StageMemory unsharded = cost.stage_memory(layers, group, MemoryOptions{});
+      MemoryOptions whole;  // no ZeRO; expert parallelism's share of the experts
+      whole.data_parallel = replicas;
+      whole.expert_parallel = c.expert_parallel;
+      const StageMemory unsharded = cost.stage_memory(layers, group, whole);
       const DataParallelSync sync =
           data_parallel_sync(cost, ring, unsharded, mem.zero_stage, CollectiveAlgorithm::kAuto);
       all_reduce += exposed_data_parallel_sync(cost, sync, layers, group, replicas,
@@ -569,6 +608,15 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
         zero, total, replicas));
   }
   c.zero_stage = zero;
+  const int e =
+      ctx.options().expert_parallel > 0 ? ctx.options().expert_parallel : options.expert_parallel;
+  if (e > 1 && (replicas % e != 0 || total % replicas != 0)) {
+    return invalid_argument(
+        fmt::format("candidate: expert parallelism {} needs it to divide the {} replicas and equal "
+                    "micro-batch counts ({} micro-batches)",
+                    e, replicas, total));
+  }
+  c.expert_parallel = e;
   c.sequence_parallel = options.sequence_parallel && has_tensor_parallel_group(ctx, layout);
   const CostModel& cost = ctx.cost(b, c.sequence_parallel);
   // A first guess of each replica's micro-batches (for the memory targets): by device speed.
@@ -612,6 +660,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
       req.in_flight = in_flight_targets(schedule, p, guess);
       req.memory.data_parallel = replicas;
       req.memory.zero_stage = zero;
+      req.memory.expert_parallel = e;
       req.fused_backward = runs_fused_backward(schedule);
       if (schedule.chunks > 1) req.stage_owner = stage_group;
       std::string key;
@@ -622,6 +671,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
         for (int64_t x : req.in_flight) key += std::to_string(x) + ",";
         key += adapts_to_memory(schedule) ? "a" : "f";
         if (zero > 0) key += "z" + std::to_string(zero);
+        if (e > 1) key += "e" + std::to_string(e);
         if (req.fused_backward) key += "u";
         if (c.sequence_parallel) key += "s";
       }
@@ -650,7 +700,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
     identical = identical && group_signature(ctx, layout.replicas[r]) ==
                                  group_signature(ctx, layout.replicas[0]);
   }
-  if (identical || !options.proportional_micro_batches || zero >= 2) {
+  if (identical || !options.proportional_micro_batches || zero >= 2 || e > 1) {
     for (int r = 0; r < replicas; ++r) {
       c.replicas[r].micro_batches = total / replicas + (r < total % replicas ? 1 : 0);
     }

@@ -75,6 +75,9 @@ struct BuildOptions {
   // TuneOptions::zero_stage overrides it. Stages 2 and 3 need equal micro-batch counts: a
   // layout whose batch does not split evenly over its replicas is refused.
   int zero_stage = 0;
+  // Expert parallelism over groups of this many replicas (Plan::expert_parallel); it must divide
+  // the replicas and every MoE layer's experts, and keeps the micro-batch counts equal.
+  int expert_parallel = 1;
   // Sequence parallelism inside the TP groups; only where the context searches it and the
   // layout has a group of more than one device (otherwise the candidate is built without).
   bool sequence_parallel = false;
@@ -113,6 +116,18 @@ bool has_tensor_parallel_group(const Context& ctx, const Layout& layout);
 double objective_estimate(const Context& ctx, const Candidate& c);
 // The same for one replica, without all-reduce and optimizer.
 double replica_estimate(const Context& ctx, const Candidate& c, int replica, int64_t m);
+
+// What every micro-batch's passes of stage `stage` of replica `replica` carry beyond their
+// compute `t`, as the simulator prices them: ZeRO-2 and -3's collectives (sharded_pass_overhead,
+// on the ring of the replicas' groups of the same index) and expert parallelism's all-to-alls
+// (on the replica's expert group). Collectives are priced by `cost`, which may stand for a
+// larger plan (the evaluator's subset of replicas).
+struct PassOverhead {
+  double forward = 0, backward = 0, weight = 0;
+  double total() const { return forward + backward + weight; }
+};
+PassOverhead pass_overhead(const Context& ctx, const CostModel& cost, const Candidate& c,
+                           int replica, size_t stage, const ComputeTimes& t);
 
 // A short description: "TP 1 x PP 8 x DP 2", "2 x [H100-SXM x4 TP2] + 1 x [A100-80GB x8]".
 std::string describe_layout(const Context& ctx, const std::vector<PipelineSpec>& replicas);

@@ -12,6 +12,8 @@
 #include <string>
 #include <utility>
 
+#include "motley/model/layer_cost.h"
+
 namespace motley::tune_internal {
 namespace {
 
@@ -178,6 +180,20 @@ std::string Searcher::no_plan() const {
   const std::string refusal = evaluator_.constraint_refusal();
   if (refusal.empty()) return "no plan fits the cluster's memory";
   return "no plan that fits memory meets the budget and deadline; the nearest: " + refusal;
+}
+
+std::vector<int> Searcher::expert_degrees(int replicas) const {
+  int64_t experts = 0;  // the gcd of every MoE layer's expert count
+  for (const Layer& l : ctx_.model().layers) {
+    if (layer_routed_expert_params(l) > 0) experts = std::gcd(experts, l.moe->num_experts);
+  }
+  std::vector<int> out;
+  if (experts == 0 || replicas < 2) return out;
+  for (int e = 2; e <= replicas; ++e) {
+    if (ctx_.options().expert_parallel > 0 && e != ctx_.options().expert_parallel) continue;
+    if (replicas % e == 0 && experts % e == 0) out.push_back(e);
+  }
+  return out;
 }
 
 std::string Searcher::describe(const Candidate& c) const {
@@ -730,14 +746,32 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
     const int hi = static_cast<int>(std::max_element(load.begin(), load.end()) - load.begin());
     const int lo = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
     const int64_t m = c.replicas[hi].micro_batches;
-    // ZeRO-2 and -3 reduce every micro-batch in lockstep: their counts stay equal.
-    if (hi != lo && m > 1 && c.zero_stage < 2) {
+    // ZeRO-2 and -3, and expert parallelism, exchange every micro-batch in lockstep: their
+    // counts stay equal.
+    if (hi != lo && m > 1 && c.zero_stage < 2 && c.expert_parallel == 1) {
       for (int64_t k : {int64_t{1}, std::max<int64_t>(1, m / 8)}) {
         Candidate x = c;
         x.replicas[hi].micro_batches -= k;
         x.replicas[lo].micro_batches += k;
         add(std::move(x));
       }
+    }
+  }
+  if ((moves & kMoveExperts) && ctx_.options().expert_parallel == 0) {
+    // The same partition with the experts split otherwise (memory freed for less recompute
+    // by the next moves, or the all-to-alls saved); the counts must be equal.
+    bool equal = true;
+    for (const PipelineSpec& r : c.replicas) {
+      equal = equal && r.micro_batches == c.replicas[0].micro_batches;
+    }
+    std::vector<int> degrees;
+    if (equal) degrees = expert_degrees(static_cast<int>(c.replicas.size()));
+    if (!degrees.empty()) degrees.insert(degrees.begin(), 1);
+    for (int e : degrees) {
+      if (e == c.expert_parallel) continue;
+      Candidate x = c;
+      x.expert_parallel = e;
+      add(std::move(x));
     }
   }
   if ((moves & kMoveSchedule) && c.schedule.adaptive) {
@@ -860,15 +894,32 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   options.cache = &partitions_;
   std::vector<std::pair<double, size_t>> layout_rank;
   const ScheduleSpec rank_spec = ScheduleSpec::named(ScheduleKind::kZbH1);
+  // Layouts that fit only with the MoE experts split (expert parallelism at the largest degree
+  // the layout allows), ranked apart so that they add to the others rather than displace them.
+  std::vector<std::pair<double, size_t>> expert_rank;
   for (size_t i = 0; i < layouts.size(); ++i) {
     double best = kInf;
     for (int64_t b : ctx_.micro_batch_sizes()) {
       Result<Candidate> c = build_candidate(ctx_, layouts[i], rank_spec, b, options);
       if (c.is_ok()) best = std::min(best, objective_estimate(ctx_, c.value()));
     }
-    if (best < kInf) layout_rank.emplace_back(best, i);
+    if (best < kInf) {
+      layout_rank.emplace_back(best, i);
+      continue;
+    }
+    const std::vector<int> degrees = expert_degrees(static_cast<int>(layouts[i].replicas.size()));
+    if (degrees.empty()) continue;
+    BuildOptions split = options;
+    split.expert_parallel = degrees.back();
+    split.zero_stage = 1;
+    for (int64_t b : ctx_.micro_batch_sizes()) {
+      Result<Candidate> c = build_candidate(ctx_, layouts[i], rank_spec, b, split);
+      if (c.is_ok()) best = std::min(best, objective_estimate(ctx_, c.value()));
+    }
+    if (best < kInf) expert_rank.emplace_back(best, i);
   }
   std::stable_sort(layout_rank.begin(), layout_rank.end());
+  std::stable_sort(expert_rank.begin(), expert_rank.end());
   // Effort by size: a larger cluster costs more per simulation, so fewer are screened. The
   // sizes depend only on the instance, never on the clock, so the search stays deterministic.
   const int n_devices = ctx_.num_devices();
@@ -886,8 +937,14 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // splits the residual-stream work and activations of a TP group for a reduce-scatter and an
   // all-gather in place of each all-reduce.
   std::vector<std::pair<double, Candidate>> ranked;
-  for (size_t k = 0; k < keep_layouts; ++k) {
-    const Layout& layout = layouts[layout_rank[k].second];
+  std::vector<size_t> kept;
+  for (size_t k = 0; k < keep_layouts; ++k) kept.push_back(layout_rank[k].second);
+  constexpr size_t kExpertLayouts = 4;
+  for (size_t k = 0; k < expert_rank.size() && k < kExpertLayouts; ++k) {
+    kept.push_back(expert_rank[k].second);
+  }
+  for (size_t index : kept) {
+    const Layout& layout = layouts[index];
     for (const bool sequence_parallel : {false, true}) {
       if (sequence_parallel && !has_tensor_parallel_group(ctx_, layout)) continue;
       for (const ScheduleSpec& spec : search_specs(ctx_)) {
@@ -906,6 +963,17 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
             if (!c.is_ok() || !accepts_all(spec, c.value())) continue;
             ranked.emplace_back(objective_estimate(ctx_, c.value()), std::move(c.value()));
           }
+          // Expert parallelism, with the distributed optimizer, at every degree that divides
+          // the replicas and the experts (unless the options fix one).
+          for (int e : expert_degrees(static_cast<int>(layout.replicas.size()))) {
+            BuildOptions build = options;
+            build.zero_stage = 1;
+            build.expert_parallel = e;
+            build.sequence_parallel = sequence_parallel;
+            Result<Candidate> c = build_candidate(ctx_, layout, spec, b, build);
+            if (!c.is_ok() || !accepts_all(spec, c.value())) continue;
+            ranked.emplace_back(objective_estimate(ctx_, c.value()), std::move(c.value()));
+          }
         }
       }
     }
@@ -917,23 +985,36 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   auto take = [&](const Candidate& c) {
     if (chosen.insert(candidate_key(c)).second) cands.push_back(c);
   };
-  // ZeRO-2 and -3 candidates compete for screening among themselves (the best few), so that
-  // they add to the candidates without ZeRO or with ZeRO-1 rather than displace them.
-  constexpr size_t kShardedScreened = 4;
+  // ZeRO-2 and -3 candidates, and those with expert parallelism, compete for screening among
+  // themselves (the best few of each), so that they add to the others rather than displace
+  // them.
+  constexpr size_t kExtraScreened = 4;
+  // (Where the options fix the stage or the degree, every candidate has it: none is extra.)
+  const bool zero_free = !ctx_.options().zero_stage;
+  const bool expert_free = ctx_.options().expert_parallel == 0;
+  auto sharded_extra = [&](const Candidate& c) { return zero_free && c.zero_stage >= 2; };
+  auto expert_extra = [&](const Candidate& c) {
+    return expert_free && c.expert_parallel > 1 && !sharded_extra(c);
+  };
+  auto extra = [&](const Candidate& c) { return sharded_extra(c) || expert_extra(c); };
   for (size_t i = 0; i < ranked.size() && cands.size() < screened; ++i) {
-    if (ranked[i].second.zero_stage < 2) take(ranked[i].second);
+    if (!extra(ranked[i].second)) take(ranked[i].second);
   }
   // And the best-estimated candidate of every schedule, so that no schedule is judged by the
   // estimate alone.
   std::set<std::string> schedules;
   for (const auto& [est, c] : ranked) {
-    if (c.zero_stage < 2 && schedules.insert(c.schedule.name()).second) take(c);
+    if (!extra(c) && schedules.insert(c.schedule.name()).second) take(c);
   }
-  size_t sharded = 0;
-  for (size_t i = 0; i < ranked.size() && sharded < kShardedScreened; ++i) {
-    if (ranked[i].second.zero_stage < 2) continue;
-    take(ranked[i].second);
-    ++sharded;
+  size_t sharded = 0, expert = 0;
+  for (const auto& [est, c] : ranked) {
+    if (sharded_extra(c) && sharded < kExtraScreened) {
+      take(c);
+      ++sharded;
+    } else if (expert_extra(c) && expert < kExtraScreened) {
+      take(c);
+      ++expert;
+    }
   }
   auto evals = evaluate(cands);
 

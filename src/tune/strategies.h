@@ -35,7 +35,8 @@ enum MoveSet : unsigned {
   kMoveRecompute = 2,     // lower a stage's recompute
   kMoveMicroBatches = 4,  // move micro-batches between replicas of different speed
   kMoveSchedule = 8,      // switch the adaptive scheduler's priorities
-  kMoveAll = 15,
+  kMoveExperts = 16,      // change the expert-parallel degree (equal micro-batch counts)
+  kMoveAll = 31,
 };
 
 class Searcher {
@@ -97,6 +98,10 @@ class Searcher {
   std::vector<Candidate> neighbors(const Candidate& c, const Evaluation& e, unsigned moves) const;
   Found climb(const Found& start, unsigned moves);
   std::string describe(const Candidate& c) const;
+  // The expert-parallel degrees above 1 the search tries on `layout`: those dividing its
+  // replicas and every MoE layer's experts (the options' degree alone when they fix one);
+  // none for a model without MoE layers.
+  std::vector<int> expert_degrees(int replicas) const;
   // Why a search found nothing: memory, or the budget or deadline that refused the nearest.
   std::string no_plan() const;
 

@@ -40,7 +40,7 @@ Status validate_chosen(const Context& ctx, const Plan& plan, const CostModel& co
   const int64_t replicas = static_cast<int64_t>(plan.replicas.size());
   validate.footprint = [&](int r, int g, int stage) {
     const Stage& st = plan.stages[stage];
-    MemoryOptions m{st.recompute, 0, replicas, plan.zero_stage};
+    MemoryOptions m{st.recompute, 0, replicas, plan.zero_stage, plan.expert_parallel};
     StageMemory mem = cost.stage_memory(LayerRange{st.layer_begin, st.layer_end},
                                         DeviceGroup{plan.replicas[r].groups[g].devices}, m);
     return StageFootprint{mem.total(), mem.activations_per_micro_batch};
@@ -93,6 +93,10 @@ PlanExplanation explain(const Context& ctx, const Found& best, const SimResult& 
   if (zero > 0 && c.replicas.size() > 1) {
     out.zero_stage = zero;
     out.zero_replicas = static_cast<int64_t>(c.replicas.size());
+  }
+  if (c.expert_parallel > 1) {
+    out.expert_parallel = c.expert_parallel;
+    out.expert_groups = static_cast<int64_t>(c.replicas.size()) / c.expert_parallel;
   }
   out.sequence_parallel = c.sequence_parallel;
   out.schedule = c.schedule.name();

@@ -163,7 +163,8 @@ void expect_runnable(const Case& c, const TuneOptions& options, const Plan& plan
   ValidateOptions validate;
   validate.footprint = [&](int r, int g, int s) {
     const Stage& st = plan.stages[s];
-    MemoryOptions m{st.recompute, 0, static_cast<int64_t>(plan.replicas.size()), plan.zero_stage};
+    MemoryOptions m{st.recompute, 0, static_cast<int64_t>(plan.replicas.size()), plan.zero_stage,
+                    plan.expert_parallel};
     StageMemory mem = cost->stage_memory(LayerRange{st.layer_begin, st.layer_end},
                                          DeviceGroup{plan.replicas[r].groups[g].devices}, m);
     return StageFootprint{mem.total(), mem.activations_per_micro_batch};
@@ -238,6 +239,41 @@ TEST(TuneTest, ForcedZeroStagesBindEveryPlanWithEqualMicroBatches) {
     }
     expect_runnable(c, c.options, r->plan);
   }
+}
+
+// Expert parallelism the options fix: every MoE plan splits its experts so, with equal
+// micro-batch counts, says so, and validates and simulates to its recorded time; a model
+// without MoE layers, or a degree that does not divide the experts, is refused by name.
+TEST(TuneTest, FixedExpertParallelismSplitsTheExperts) {
+  Result<ModelSpec> model = model_preset("mixtral-8x7b");
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  Result<ClusterSpec> cluster = cluster_preset("h100x16");
+  ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
+  Case c{"mixtral-h100x16", model.value(), cluster.value(), {}};
+  c.options.global_batch = 32;
+  c.options.micro_batch_size = 1;
+  c.options.max_evaluations = 120;
+  c.options.clock = frozen_clock();
+  c.options.expert_parallel = 2;
+  Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->plan.expert_parallel, 2);
+  EXPECT_EQ(r->explanation.expert_parallel, 2);
+  for (const Replica& rep : r->plan.replicas) {
+    EXPECT_EQ(rep.micro_batches, r->plan.replicas[0].micro_batches);
+  }
+  expect_runnable(c, c.options, r->plan);
+
+  c.options.expert_parallel = 3;
+  EXPECT_EQ(tune(c.options, c.model, c.cluster).status().message(),
+            "tune options: 'expert_parallel' (3) must divide every MoE layer's experts: "
+            "'layers.0' has 8");
+  Result<ModelSpec> dense = model_preset("llama-3-8b");
+  ASSERT_TRUE(dense.is_ok());
+  c.options.expert_parallel = 2;
+  EXPECT_EQ(tune(c.options, dense.value(), c.cluster).status().message(),
+            "tune options: 'expert_parallel' is 2 but model 'llama-3-8b' has no "
+            "mixture-of-experts layer");
 }
 
 TEST(TuneTest, WarmStartsAreTakenOnlyAsTheSearchCanPriceThem) {

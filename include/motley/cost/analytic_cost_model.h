@@ -79,6 +79,7 @@ class AnalyticCostModel final : public CostModel {
   StageMemory stage_memory(LayerRange layers, const DeviceGroup& group,
                            const MemoryOptions& options) const override;
   Bytes boundary_bytes(int layer) const override;
+  Bytes expert_dispatch_bytes(int layer) const override;
   Seconds p2p_time(int src, int dst, Bytes bytes) const override;
   Seconds collective_time(Collective collective, const std::vector<int>& devices, Bytes bytes,
                           CollectiveAlgorithm algorithm) const override;
@@ -159,6 +160,7 @@ class AnalyticCostModel final : public CostModel {
   std::vector<MeasuredRates> measured_;  // per layer; used only for kMeasured layers
   // Prefix sums over layers of device-independent figures.
   std::vector<double> stored_params_prefix_;
+  std::vector<double> expert_params_prefix_;  // routed experts' parameters, prefix sums
   std::vector<std::array<double, 3>> activation_prefix_;
   std::vector<DeviceTables> tables_;
   std::vector<int> table_of_device_;  // device id -> index into tables_

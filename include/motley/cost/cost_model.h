@@ -49,6 +49,9 @@ struct MemoryOptions {
   // 2 also the gradients (plus a transient bucket of whole ones), 3 also the weights (plus the
   // gathered weights of the two largest layers, the one in use and the one prefetched).
   int zero_stage = 0;
+  // Expert parallelism (Plan::expert_parallel): the routed experts split over this many of the
+  // data_parallel replicas; ZeRO shards their state over the data_parallel / e holding them.
+  int64_t expert_parallel = 1;
 };
 
 struct StageMemory {
@@ -93,6 +96,13 @@ class CostModel {
   // Bytes of the activation leaving layer `layer` (and of its gradient coming back), per
   // micro-batch: what crosses a stage boundary placed after that layer.
   virtual Bytes boundary_bytes(int layer) const = 0;
+  // Bytes one all-to-all moves per micro-batch, on one device without tensor parallelism, to
+  // send layer `layer`'s tokens to its routed experts (and as many to combine them back) under
+  // expert parallelism. 0, the default: not an MoE layer, or a model without the figure.
+  virtual Bytes expert_dispatch_bytes(int layer) const {
+    (void)layer;
+    return Bytes(0);
+  }
   // How a pipeline message of `bytes` between two stages' groups travels: the bytes crossing the
   // path from src.devices[0] to dst.devices[0] (a share when the group's ranks send shares in
   // parallel on disjoint paths) and the fraction of that path's bandwidth the transfer reaches.

@@ -35,6 +35,8 @@ struct FixedLayer {
   Bytes optimizer_state;  // divided again across replicas under ZeRO-1
   // Activations kept per micro-batch, indexed by RecomputePolicy (none, selective, full).
   std::array<Bytes, 3> activations{};
+  // An MoE layer's all-to-all bytes per micro-batch (CostModel::expert_dispatch_bytes).
+  Bytes expert_dispatch;
 };
 
 struct FixedCostSpec {
@@ -70,6 +72,7 @@ class FixedCostModel final : public CostModel {
   StageMemory stage_memory(LayerRange layers, const DeviceGroup& group,
                            const MemoryOptions& options) const override;
   Bytes boundary_bytes(int layer) const override;
+  Bytes expert_dispatch_bytes(int layer) const override;
   // The path's latency + bytes / its bottleneck bandwidth; 0 for src == dst.
   Seconds p2p_time(int src, int dst, Bytes bytes) const override;
   // One ring over `devices` in increasing id order (any algorithm): the largest latency and

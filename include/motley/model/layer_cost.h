@@ -40,6 +40,11 @@ struct LayerCost {
   // Tensor-parallel all-reduces of output_bytes per forward pass (the same number in backward)
   // under Megatron's column/row split; 0 for layers that need none.
   int tp_allreduces = 0;
+  // MoE layers: the routed experts' parameters (what expert parallelism splits), and the bytes
+  // one all-to-all moves per micro-batch to dispatch the tokens' top_k copies to their experts
+  // (combining them back moves as many). 0 for other layers.
+  int64_t routed_expert_params = 0;
+  Bytes expert_dispatch_bytes;
 };
 
 // One kernel of one pass of a layer: the unit the timing model prices (docs/timing-model.md).
@@ -74,6 +79,8 @@ struct Kernel {
 int64_t layer_params(const Layer& layer);
 int64_t layer_stored_params(const Layer& layer);
 int64_t layer_active_params(const Layer& layer);
+// The routed experts' parameters of an MoE layer (num_experts copies of one expert); 0 else.
+int64_t layer_routed_expert_params(const Layer& layer);
 
 // FLOPs, memory traffic and activation bytes of one micro-batch through `layer`, on one device
 // without tensor parallelism. REQUIRES: the layer carries the shape its kind needs.

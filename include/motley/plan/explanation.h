@@ -49,6 +49,10 @@ struct PlanExplanation {
   // ZeRO (Plan::zero_stage, 1 to 3) across this many data-parallel replicas; 0: none.
   int zero_stage = 0;
   int64_t zero_replicas = 0;
+  // Expert parallelism: the MoE experts split over groups of this many replicas (1: none), and
+  // how many such groups there are.
+  int expert_parallel = 1;
+  int64_t expert_groups = 0;
   // Megatron-LM's sequence parallelism in the tensor-parallel groups.
   bool sequence_parallel = false;
   // Schedule.

@@ -93,6 +93,11 @@ struct Plan {
   // optimizer); 2 also the gradients, reduce-scattered after every micro-batch's backward;
   // 3 also the weights, all-gathered before every forward and backward (FSDP's full shard).
   int zero_stage = 0;
+  // Expert parallelism (Megatron-LM's EP, GShard): each MoE layer's routed experts split over
+  // this many consecutive replicas (replicas [k e, (k + 1) e) form group k), the tokens sent to
+  // their experts and back by an all-to-all in every forward and backward. 1: every replica
+  // holds every expert.
+  int expert_parallel = 1;
   // Megatron-LM's sequence parallelism inside every TP group: the residual-stream work is split
   // across the group, its all-reduces become reduce-scatter + all-gather.
   bool sequence_parallel = false;

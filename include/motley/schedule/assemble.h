@@ -67,6 +67,9 @@ struct Candidate {
   // The ZeRO stage across the replicas (Plan::zero_stage); the plan gets the larger of this
   // and AssembleOptions::zero_stage.
   int zero_stage = 0;
+  // Expert parallelism over the replicas (Plan::expert_parallel); the plan gets the larger of
+  // this and AssembleOptions::expert_parallel.
+  int expert_parallel = 1;
   // Megatron-LM's sequence parallelism inside the tensor-parallel groups (Plan's); so is it
   // with AssembleOptions::sequence_parallel.
   bool sequence_parallel = false;
@@ -80,6 +83,7 @@ struct AssembleOptions {
   int num_layers = 0;  // the model's: every replica's bounds must run from 0 to it
   int64_t seq_len = 0;
   int zero_stage = 0;
+  int expert_parallel = 1;
   bool sequence_parallel = false;
   // Replicas the optimizer state is sharded across (ZeRO-1); 0: the candidate's replicas. Set
   // when the candidate stands for a larger plan (a subset of identical replicas).

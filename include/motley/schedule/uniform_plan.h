@@ -35,6 +35,7 @@ struct UniformPlanOptions {
   int64_t seq_len = 0;  // 0: the model's default_seq_len
   RecomputePolicy recompute = RecomputePolicy::kNone;
   int zero_stage = 0;              // Plan::zero_stage
+  int expert_parallel = 1;         // Plan::expert_parallel
   bool sequence_parallel = false;  // recorded in the plan (Plan::sequence_parallel)
   // How layers are counted onto stages: uniform_bounds (every layer alike) or megatron_bounds.
   LayerSplit partition = LayerSplit::kUniform;

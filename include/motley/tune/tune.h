@@ -110,6 +110,10 @@ struct TuneOptions {
   // Every plan uses this ZeRO stage (Plan::zero_stage, 0 to 3); unset, each candidate says
   // (motley searches 0 to 3, megatron-tuned 0 and 1).
   std::optional<int> zero_stage;
+  // Every plan splits its MoE layers' experts over groups of this many replicas
+  // (Plan::expert_parallel); 0: searched (motley tries the degrees that divide the replicas and
+  // every MoE layer's experts; the baselines use none).
+  int expert_parallel = 0;
   // Megatron-LM's sequence parallelism inside tensor-parallel groups: searched (motley and
   // megatron-tuned try candidates with and without it) unless false, which rules it out. Only
   // the analytic cost model prices it (a cost_model factory rules it out).
