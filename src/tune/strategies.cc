@@ -943,39 +943,79 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   for (size_t k = 0; k < expert_rank.size() && k < kExpertLayouts; ++k) {
     kept.push_back(expert_rank[k].second);
   }
-  for (size_t index : kept) {
-    const Layout& layout = layouts[index];
+  // The base candidates: no ZeRO and ZeRO-1. ZeRO-2 and -3 pay with a collective per
+  // micro-batch for memory, and expert parallelism with all-to-alls: they are built afterwards
+  // for the best-estimated bases only (ZeRO-2 and -3 where ZeRO-1 is short of memory: no
+  // partition fits, or one needs recompute), and for every base of a layout that fits only
+  // with the experts split.
+  struct Base {
+    double estimate = kInf;
+    size_t layout = 0;
+    bool sequence_parallel = false;
+    const ScheduleSpec* spec = nullptr;
+    int64_t b = 0;
+    bool short_of_memory = false;
+    bool expert_only = false;  // a layout that fits only with the experts split
+  };
+  std::vector<Base> bases;
+  const std::vector<ScheduleSpec> specs = search_specs(ctx_);
+  for (size_t k = 0; k < kept.size(); ++k) {
+    const Layout& layout = layouts[kept[k]];
+    // Layouts ranked by their own estimate; those that fit only with the experts split come
+    // after the others.
+    const double layout_estimate =
+        k < keep_layouts ? layout_rank[k].first : expert_rank[k - keep_layouts].first;
     for (const bool sequence_parallel : {false, true}) {
       if (sequence_parallel && !has_tensor_parallel_group(ctx_, layout)) continue;
-      for (const ScheduleSpec& spec : search_specs(ctx_)) {
+      for (const ScheduleSpec& spec : specs) {
         for (int64_t b : ctx_.micro_batch_sizes()) {
-          // ZeRO-2 and -3 pay with a collective per micro-batch for memory: they are tried
-          // only where ZeRO-1 is short of it (no partition fits, or one needs recompute).
-          bool short_of_memory = false;
-          for (int zero = 0; zero <= 3; ++zero) {
+          Base base{layout_estimate, kept[k],          sequence_parallel, &spec, b,
+                    false,           k >= keep_layouts};
+          for (int zero = 0; zero <= 1; ++zero) {
             if (zero > 0 && (layout.replicas.size() < 2 || ctx_.options().zero_stage)) continue;
-            if (zero >= 2 && !short_of_memory) continue;
             BuildOptions build = options;
             build.zero_stage = zero;
             build.sequence_parallel = sequence_parallel;
             Result<Candidate> c = build_candidate(ctx_, layout, spec, b, build);
-            if (zero == 1) short_of_memory = !c.is_ok() || needs_recompute(c.value());
+            if (zero == 1) base.short_of_memory = !c.is_ok() || needs_recompute(c.value());
             if (!c.is_ok() || !accepts_all(spec, c.value())) continue;
-            ranked.emplace_back(objective_estimate(ctx_, c.value()), std::move(c.value()));
+            const double estimate = objective_estimate(ctx_, c.value());
+            if (zero == 1) base.estimate = estimate;
+            ranked.emplace_back(estimate, std::move(c.value()));
           }
-          // Expert parallelism, with the distributed optimizer, at every degree that divides
-          // the replicas and the experts (unless the options fix one).
-          for (int e : expert_degrees(static_cast<int>(layout.replicas.size()))) {
-            BuildOptions build = options;
-            build.zero_stage = 1;
-            build.expert_parallel = e;
-            build.sequence_parallel = sequence_parallel;
-            Result<Candidate> c = build_candidate(ctx_, layout, spec, b, build);
-            if (!c.is_ok() || !accepts_all(spec, c.value())) continue;
-            ranked.emplace_back(objective_estimate(ctx_, c.value()), std::move(c.value()));
-          }
+          if (layout.replicas.size() > 1) bases.push_back(base);
         }
       }
+    }
+  }
+  std::stable_sort(bases.begin(), bases.end(),
+                   [](const Base& x, const Base& y) { return x.estimate < y.estimate; });
+  // By size, as the effort above: every base up to 32 devices, fewer on larger clusters.
+  const size_t extra_bases = size_class == 0 ? bases.size() : size_class == 1 ? 24 : 8;
+  size_t sharded_bases = 0, expert_bases = 0;
+  for (const Base& base : bases) {
+    const Layout& layout = layouts[base.layout];
+    const bool expert_only = base.expert_only;
+    auto add = [&](int zero, int e) {
+      BuildOptions build = options;
+      build.zero_stage = zero;
+      build.expert_parallel = e;
+      build.sequence_parallel = base.sequence_parallel;
+      Result<Candidate> c = build_candidate(ctx_, layout, *base.spec, base.b, build);
+      if (!c.is_ok() || !accepts_all(*base.spec, c.value())) return;
+      ranked.emplace_back(objective_estimate(ctx_, c.value()), std::move(c.value()));
+    };
+    if (base.short_of_memory && !ctx_.options().zero_stage && sharded_bases < extra_bases) {
+      ++sharded_bases;
+      add(2, 1);
+      add(3, 1);
+    }
+    // Expert parallelism, with the distributed optimizer, at every degree that divides the
+    // replicas and the experts (the options' degree alone when they fix one).
+    const std::vector<int> degrees = expert_degrees(static_cast<int>(layout.replicas.size()));
+    if (!degrees.empty() && (expert_only || expert_bases < extra_bases)) {
+      if (!expert_only) ++expert_bases;
+      for (int e : degrees) add(1, e);
     }
   }
   std::stable_sort(ranked.begin(), ranked.end(),
