@@ -201,6 +201,26 @@ TEST(RunTest, ZeroOneHalvesTheOptimizerStateAndChangesNoLoss) {
   std::filesystem::remove(sharded);
 }
 
+// ZeRO-3 in the plan: the executor runs it with ZeRO-1's exchanges, the same losses bit for
+// bit, and says so.
+TEST(RunTest, ZeroThreePlansRunAsZeroOneAndSaySo) {
+  const std::string plain = data("zb-h1-2stage-2replica-tiny-llama.json");
+  nlohmann::json doc = nlohmann::json::parse(read_file(plain));
+  doc.erase("zero1");
+  doc["zero_stage"] = 3;
+  const std::string sharded = temp_path("zero3-plan.json");
+  {
+    std::ofstream out(sharded);
+    out << doc.dump(1) << "\n";
+  }
+  const RunResult r = run_motley("run --plan " + sharded + " --steps 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("ZeRO-3 runs here with ZeRO-1's exchanges"), std::string::npos) << r.err;
+  const nlohmann::json a = run_json("run --plan " + plain + " --steps 2 --json");
+  EXPECT_EQ(losses_of(nlohmann::json::parse(r.out)), losses_of(a));
+  std::filesystem::remove(sharded);
+}
+
 TEST(RunTest, Bf16AutocastMatchesItsSequentialRunAndStaysNearFp32) {
   const std::string args = "run --plan " + kFourStage + " --steps 3 --json --threads 1";
   const nlohmann::json threads = run_json(args + " --precision bf16");

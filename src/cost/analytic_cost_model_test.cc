@@ -676,7 +676,8 @@ TEST(AnalyticMemory, ExpertParallelismSplitsTheRoutedExperts) {
   moe.kind = LayerKind::kMoe;
   moe.moe = MoeShape{4096, 8, 2, 14336};
   moe.num_norms = 1;
-  const auto cost = analytic(model_of({moe}), one_node("H100-SXM", 2), workload(4096));
+  const ModelSpec model = model_of({moe});  // the cost model keeps a reference to it
+  const auto cost = analytic(model, one_node("H100-SXM", 2), workload(4096));
   const auto& lc = cost->layer_costs();
   const double p = static_cast<double>(lc[0].stored_params);
   const double experts = static_cast<double>(lc[0].routed_expert_params);

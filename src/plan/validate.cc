@@ -312,9 +312,10 @@ Status check_expert_parallel(const Plan& plan, const ModelSpec& model) {
   }
   const size_t replicas = plan.replicas.size();
   if (replicas % static_cast<size_t>(e) != 0) {
-    return invalid_argument(fmt::format(
-        "expert_parallel {} must divide the {} replicas (its groups are consecutive replicas)", e,
-        replicas));
+    return invalid_argument(
+        fmt::format("expert_parallel {} must divide the replica count ({}): its groups are "
+                    "consecutive replicas",
+                    e, replicas));
   }
   int moe_layers = 0;
   for (size_t l = 0; l < model.layers.size(); ++l) {

@@ -85,7 +85,8 @@ TEST(Validate, AcceptsDataParallelReplicasWithUnevenMicroBatches) {
   p.zero_stage = 0;
   p.expert_parallel = 3;
   EXPECT_EQ(validate_plan(p, model, cluster, defaults()).message(),
-            "expert_parallel 3 must divide the 2 replicas (its groups are consecutive replicas)");
+            "expert_parallel 3 must divide the replica count (2): its groups are consecutive "
+            "replicas");
   p.expert_parallel = 2;
   EXPECT_EQ(validate_plan(p, model, cluster, defaults()).message(),
             "expert_parallel is 2 but model 'small' has no mixture-of-experts layer");

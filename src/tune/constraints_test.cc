@@ -234,5 +234,38 @@ TEST(ClosestMegatronPlanTest, KeepsThePlansLayoutWithMegatronsStageMapAndOrder) 
   }
 }
 
+// ZeRO-2 and -3 are Megatron-FSDP's sharding strategies, which run without a pipeline only;
+// expert parallelism is --expert-model-parallel-size.
+TEST(MegatronArgumentsTest, MapZeroStagesAndExpertParallelism) {
+  EightOnTwoNodes c;
+  c.options.strategy = "megatron-1f1b";
+  c.options.constraints.tensor_parallel = 1;
+  for (int pp : {1, 2}) {
+    SCOPED_TRACE(pp);
+    c.options.constraints.pipeline_parallel = pp;
+    Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+    ASSERT_TRUE(r.is_ok()) << r.status().message();
+    Plan plan = r->plan;
+    ASSERT_EQ(plan.replicas[0].groups.size(), static_cast<size_t>(pp));
+    plan.zero_stage = 3;
+    plan.expert_parallel = 2;
+    const MegatronArguments args = megatron_arguments(plan, c.model, c.cluster);
+    auto has = [&](const std::string& flag, const std::string& value) {
+      const auto it = std::find(args.arguments.begin(), args.arguments.end(), flag);
+      return it != args.arguments.end() &&
+             (value.empty() || (it + 1 != args.arguments.end() && *(it + 1) == value));
+    };
+    EXPECT_TRUE(has("--use-distributed-optimizer", ""));
+    EXPECT_TRUE(has("--expert-model-parallel-size", "2"));
+    bool listed = false;
+    for (const std::string& why : args.not_expressed) {
+      listed = listed || why.find("ZeRO-3 with pipeline parallelism") != std::string::npos;
+    }
+    EXPECT_EQ(has("--use-megatron-fsdp", ""), pp == 1);
+    EXPECT_EQ(has("--data-parallel-sharding-strategy", "optim_grads_params"), pp == 1);
+    EXPECT_EQ(listed, pp > 1);
+  }
+}
+
 }  // namespace
 }  // namespace motley::tune_internal::tune_testing
