@@ -41,10 +41,12 @@ cmake --build "$build" -j"$jobs" >/dev/null  # fails the check when the build fa
 # Leaks are bugs too; a report of either sanitizer ends the program with an error.
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-# Three planner tests repeat whole searches the other tests run once (over thread counts, and
-# against the exhaustive enumeration); they run in the ordinary build, and under the sanitizers
-# only with the functional tests (scope all), for time.
-repeats='^TuneTest\.(EvaluationBudgetCutsTheSearchAlikeOnAnyThreads|SameSeedGivesTheSamePlanWhateverTheThreads|DefaultSearchIsWithinTwoPercentOfExhaustive)$'
+# Planner tests that repeat whole searches the other tests run once (over thread counts, and
+# against the exhaustive enumeration), or judge the quality of full searches on the large
+# presets (Llama-3-70B, Mixtral) and every case, run in the ordinary build, and under the
+# sanitizers only with the functional tests (scope all), for time; the search's code runs under
+# the sanitizers in the other planner tests.
+repeats='^TuneTest\.(EvaluationBudgetCutsTheSearchAlikeOnAnyThreads|SameSeedGivesTheSamePlanWhateverTheThreads|DefaultSearchIsWithinTwoPercentOfExhaustive|SearchesSequenceParallelismInTensorParallelGroups|FixedExpertParallelismSplitsTheExperts|LowerBoundIsBelowEverySimulatedTime|ReturnsOnlyRunnablePlansThatFitMemory)$'
 if [ "$tests" = ON ]; then
   if [ "$scope" = all ]; then
     ctest --test-dir "$build" -j"$jobs" --output-on-failure

@@ -224,7 +224,7 @@ TEST(TuneTest, SearchesSequenceParallelismInTensorParallelGroups) {
 // and simulate to their recorded times.
 TEST(TuneTest, ForcedZeroStagesBindEveryPlanWithEqualMicroBatches) {
   Case c = two_generations();
-  c.options.max_evaluations = 150;
+  c.options.max_evaluations = 60;
   c.options.clock = frozen_clock();
   for (int stage : {2, 3}) {
     c.options.zero_stage = stage;
@@ -250,9 +250,9 @@ TEST(TuneTest, FixedExpertParallelismSplitsTheExperts) {
   Result<ClusterSpec> cluster = cluster_preset("h100x16");
   ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
   Case c{"mixtral-h100x16", model.value(), cluster.value(), {}};
-  c.options.global_batch = 32;
+  c.options.global_batch = 16;
   c.options.micro_batch_size = 1;
-  c.options.max_evaluations = 120;
+  c.options.max_evaluations = 40;
   c.options.clock = frozen_clock();
   c.options.expert_parallel = 2;
   Result<TuneResult> r = tune(c.options, c.model, c.cluster);
