@@ -46,8 +46,8 @@ struct MemoryOptions {
   int64_t in_flight_micro_batches = 1;  // activations held at the peak of the schedule
   int64_t data_parallel = 1;            // replicas the optimizer state may be sharded across
   // ZeRO across the data_parallel replicas (Plan::zero_stage): 1 shards the optimizer state,
-  // 2 also the gradients (plus a transient bucket of whole ones), 3 also the weights (plus the
-  // gathered weights of the two largest layers, the one in use and the one prefetched).
+  // 2 also the gradients (plus two buckets of whole ones), 3 also the weights (plus the whole
+  // weights of the two largest layers, the one in use and the one prefetched).
   int zero_stage = 0;
   // Expert parallelism (Plan::expert_parallel): the routed experts split over this many of the
   // data_parallel replicas; ZeRO shards their state over the data_parallel / e holding them.
