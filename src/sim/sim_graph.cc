@@ -101,7 +101,6 @@ class Builder {
     const int n_rep = static_cast<int>(plan_.replicas.size());
     price_expert_exchanges();
     scratch_.sync.clear();
-    scratch_.stage1_sync.clear();
     if (!options_.gradient_all_reduce || n_rep < 2) return;
     const int zero = plan_.zero_stage;
     std::vector<int>& devices = scratch_.devices;
@@ -125,7 +124,7 @@ class Builder {
         bytes.gradients = std::max(bytes.gradients, m.gradients);
         bytes.weights = std::max(bytes.weights, m.weights);
       }
-      DataParallelSync sync, stage1;
+      DataParallelSync slowest;  // the slowest ring's, as ZeRO-1 prices them when sharded
       for (size_t k = 0; k < (same_tp ? tp : 1); ++k) {
         devices.clear();
         for (int r = 0; r < n_rep; ++r) {
@@ -137,19 +136,15 @@ class Builder {
             devices.insert(devices.end(), d.begin(), d.end());
           }
         }
-        const DataParallelSync ring =
-            data_parallel_sync(cost_, devices, bytes, zero, options_.all_reduce_algorithm);
-        sync.reduction = std::max(sync.reduction, ring.reduction);
-        sync.gather = std::max(sync.gather, ring.gather);
-        if (zero >= 2) {
-          const DataParallelSync whole =
-              data_parallel_sync(cost_, devices, bytes, 1, options_.all_reduce_algorithm);
-          stage1.reduction = std::max(stage1.reduction, whole.reduction);
-          stage1.gather = std::max(stage1.gather, whole.gather);
-        }
+        // ZeRO-2 and -3 move ZeRO-1's collectives (ZeRO-3 gathers nothing at the end).
+        const DataParallelSync ring = data_parallel_sync(cost_, devices, bytes, std::min(zero, 1),
+                                                         options_.all_reduce_algorithm);
+        slowest.reduction = std::max(slowest.reduction, ring.reduction);
+        slowest.gather = std::max(slowest.gather, ring.gather);
       }
+      DataParallelSync sync = slowest;
+      if (zero >= 3) sync.gather = Seconds(0);
       scratch_.sync.push_back(sync);
-      scratch_.stage1_sync.push_back(stage1);
       if (zero < 2) continue;
       for (int r = 0; r < n_rep; ++r) {
         SimGraph::StageTimes& times = scratch_.stage_times[at(r, s)];
@@ -157,7 +152,7 @@ class Builder {
         const size_t b = kind_index(split ? ActionKind::kBackwardInput : ActionKind::kBackward);
         const size_t g = kind_index(split ? ActionKind::kBackwardWeight : ActionKind::kBackward);
         const ShardedPassOverhead o =
-            sharded_pass_overhead(zero, stage1, Seconds(times[kind_index(ActionKind::kForward)]),
+            sharded_pass_overhead(zero, slowest, Seconds(times[kind_index(ActionKind::kForward)]),
                                   Seconds(times[b]), Seconds(times[g]));
         times[kind_index(ActionKind::kForward)] += o.forward.value();
         times[kind_index(ActionKind::kRecompute)] += o.forward.value();

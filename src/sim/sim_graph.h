@@ -73,9 +73,8 @@ struct SimGraph {
     std::vector<double> boundary_bytes;    // per stage
     std::vector<int32_t> all_reduce;       // per stage, or -1
     // Per stage, when reducing across replicas: its end-of-iteration sync under the plan's ZeRO
-    // stage, and (ZeRO-2 and -3) its whole collectives as zero stage 1 prices them.
+    // stage.
     std::vector<DataParallelSync> sync;
-    std::vector<DataParallelSync> stage1_sync;
     std::vector<char> weight_pass;       // per replica * stages + stage: W listed
     std::vector<int32_t> tied_sum;       // per simulated replica, or -1
     std::vector<int32_t> last_backward;  // per replica * stages + stage, when reducing across them
