@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -132,8 +133,10 @@ Plan octopipe_plan(const ModelSpec& model, const ClusterSpec& cluster, const Cos
   return plan;
 }
 
-Plan motley_plan(const ModelSpec& model, const ClusterSpec& cluster) {
+Plan motley_plan(const ModelSpec& model, const ClusterSpec& cluster,
+                 std::optional<bool> vocab_parallel = false) {
   TuneOptions options;
+  options.vocab_parallel = vocab_parallel;
   options.global_batch = 8;
   options.micro_batch_size = 1;
   options.constraints.tensor_parallel = 1;
@@ -176,9 +179,19 @@ int run(const std::string& profile, const std::string& cluster_path) {
          octopipe_plan(*model, *cluster, *cost, false), *cost);
   report("OctoPipe's stages and placement, within memory",
          octopipe_plan(*model, *cluster, *cost, true), *cost);
-  report("motley plan, TP 1 PP 4 DP 1", motley_plan(*model, *cluster), *cost);
-  report("motley plan, TP 1 PP 4 DP 1, memory unbounded (H200)", motley_plan(*model, roomy),
-         *roomy_cost);
+  report("motley plan, TP 1 PP 4 DP 1, head whole", motley_plan(*model, *cluster), *cost);
+  report("motley plan, TP 1 PP 4 DP 1, head whole, memory unbounded (H200)",
+         motley_plan(*model, roomy), *roomy_cost);
+  // The head as the profile states it, plus its vocabulary: 131,072 rows (the README's
+  // 131K-vocabulary head; its param_bytes are 131,072 x 4,480 bf16 weights and the final
+  // norm's 4,480), so that vocabulary parallelism may split it; the search decides.
+  ModelSpec split = model.value();
+  split.layers.back().measured->vocab = 131072;
+  const std::unique_ptr<AnalyticCostModel> split_cost = cost_model(split, *cluster);
+  report("motley plan, TP 1 PP 4 DP 1, vocabulary parallelism searched",
+         motley_plan(split, *cluster, std::nullopt), *split_cost);
+  report("motley plan, TP 1 PP 4 DP 1, vocabulary parallelism forced",
+         motley_plan(split, *cluster, true), *split_cost);
   return 0;
 }
 

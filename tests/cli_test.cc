@@ -540,6 +540,51 @@ TEST(CliTest, SimulateWritesAPlanThatSimulatesTheSame) {
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
 }
 
+// Vocabulary parallelism from the layout flags: the head split into a shard per group, the
+// plan written and read back to the same time; plan --vocab-parallel splits it too; run and
+// the PyTorch export refuse such a plan (exit 2, naming the field), Megatron's lists it.
+TEST(CliTest, VocabularyParallelPlansSimulateAndAreRefusedWhereTheyCannotRun) {
+  const TempDir scratch("cli_vocab");
+  const std::string plan = scratch.file("plan.json");
+  RunResult first = run_motley(
+      "simulate --schedule 1f1b --model tiny-llama --cluster h100x8 --stages 2 --data-parallel 2 "
+      "--micro-batches 4 --vocab-parallel --json --out " +
+      plan);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  auto doc = nlohmann::json::parse(read_file(plan));
+  ASSERT_EQ(doc["stages"].size(), 4u);
+  EXPECT_EQ(doc["stages"][2]["vocab_rows"], nlohmann::json::parse("[0, 128]"));
+  EXPECT_EQ(doc["stages"][3]["vocab_rows"], nlohmann::json::parse("[128, 256]"));
+  EXPECT_EQ(doc["replicas"][1]["stage_group"], nlohmann::json::parse("[0, 1, 0, 1]"));
+  RunResult again = run_motley("simulate --plan " + plan + " --json");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(nlohmann::json::parse(first.out)["iteration_time_s"],
+            nlohmann::json::parse(again.out)["iteration_time_s"]);
+
+  RunResult run = run_motley("run --plan " + plan + " --steps 1");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_NE(run.err.find("field 'stages[2].vocab_rows'"), std::string::npos) << run.err;
+  RunResult torch = run_motley("export torch-pp --plan " + plan);
+  EXPECT_EQ(torch.exit_code, 2);
+  EXPECT_NE(torch.err.find("cannot express them"), std::string::npos) << torch.err;
+  RunResult megatron = run_motley("export megatron --plan " + plan + " --json");
+  ASSERT_EQ(megatron.exit_code, 0) << megatron.err;
+  const std::string listed = nlohmann::json::parse(megatron.out)["not_expressed"].dump();
+  EXPECT_NE(listed.find("vocabulary parallelism"), std::string::npos) << listed;
+
+  const std::string searched = scratch.file("searched.json");
+  RunResult tuned = run_motley(
+      "plan --quiet --model tiny-llama --cluster h100x8 --global-batch 16 --vocab-parallel --out " +
+      searched);
+  ASSERT_EQ(tuned.exit_code, 0) << tuned.err;
+  const auto best = nlohmann::json::parse(read_file(searched));
+  EXPECT_TRUE(best["stages"].back().contains("vocab_rows")) << best["stages"];
+  RunResult denied = run_motley(
+      "plan --quiet --max-plans 100 --model tiny-llama --cluster h100x8 --global-batch 16 "
+      "--vocab-parallel --no-vocab-parallel");
+  EXPECT_EQ(denied.exit_code, 2);
+}
+
 TEST(CliTest, PlanJsonAndItsPlanFileAgreeWithTheSimulator) {
   const TempDir scratch("cli_plan");
   const std::string& dir = scratch.path();

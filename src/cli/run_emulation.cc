@@ -46,7 +46,8 @@ Result<EmulationFactors> compute_emulation_factors(const RunInputs& inputs, bool
     for (int s : stages) {
       const Stage& st = plan.stages[s];
       const ComputeTimes t =
-          cost.compute(LayerRange{st.layer_begin, st.layer_end}, group, st.recompute);
+          cost.compute(LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, s)}, group,
+                       st.recompute);
       total += (t.forward + t.backward() + t.recompute).value();
     }
     return total;

@@ -52,6 +52,7 @@ struct SimulateOptions {
   bool zero1 = false;  // --zero1: --zero-stage 1
   int zero_stage = 0;
   int expert_parallel = 1;
+  bool vocab_parallel = false;
   int data_parallel = 0;  // 0: as many replicas as the cluster holds
   StackChoice stack;
   std::string torch_pp_csv;  // the orders, from a PyTorch pipelining CSV
@@ -137,6 +138,7 @@ Result<Scenario> scenario_from_schedule(const SimulateOptions& opt) {
   u.layer_counts = layer_counts;
   u.zero_stage = opt.zero1 ? 1 : opt.zero_stage;
   u.expert_parallel = opt.expert_parallel;
+  u.vocab_parallel = opt.vocab_parallel;
   u.sequence_parallel = opt.sequence_parallel;
   u.data_parallel = opt.data_parallel;
   const int p = opt.stages.value_or(static_cast<int>(cluster_devices(s.cluster).size()) /
@@ -285,6 +287,10 @@ std::vector<CLI::Option*> add_schedule_shape_options(CLI::App* cmd, SimulateOpti
                       "Split every MoE layer's experts over groups of this many consecutive "
                       "replicas (expert parallelism)")
           ->check(integer_in(1, kMaxOptionCount)),
+      cmd->add_flag("--vocab-parallel", opt->vocab_parallel,
+                    "Split the head by vocabulary rows over every group of each pipeline "
+                    "(vocabulary parallelism), ordered by the adaptive scheduler on the "
+                    "schedule's stage shape"),
       cmd->add_option("--partition", opt->partition,
                       "Layers per stage: uniform (every layer alike), megatron (decoder layers "
                       "evenly, embedding first, head last) or the counts per stage, e.g. "

@@ -96,6 +96,13 @@ void add_tune_options(CLI::App* cmd, TuneCliOptions* opt) {
                   "Split every MoE layer's experts over groups of this many replicas (default: "
                   "searched)")
       ->check(integer_in(1, kMaxOptionCount));
+  CLI::Option* vocab =
+      cmd->add_flag("--vocab-parallel", opt->vocab_parallel,
+                    "Split the model's head by vocabulary rows over every group of each pipeline "
+                    "(vocabulary parallelism; default: searched where the last layer is a head)");
+  cmd->add_flag("--no-vocab-parallel", opt->no_vocab_parallel,
+                "Never split the head (default: searched)")
+      ->excludes(vocab);
   cmd->add_option("--budget", opt->budget,
                   "Most USD per hour the devices of a plan may cost (every strategy's plan)")
       ->check(positive_number());
@@ -251,6 +258,8 @@ Result<TuneSetup> prepare_tune(const TuneCliOptions& opt) {
   options.seed = opt.seed;
   options.threads = opt.threads;
   options.expert_parallel = opt.expert_parallel.value_or(0);
+  if (opt.vocab_parallel) options.vocab_parallel = true;
+  if (opt.no_vocab_parallel) options.vocab_parallel = false;
   if (opt.zero_stage) {
     options.zero_stage = *opt.zero_stage;
   } else if (opt.zero1) {

@@ -31,6 +31,8 @@ struct TuneCliOptions {
   bool zero1 = false;                    // --zero1: --zero-stage 1
   std::optional<int> zero_stage;         // unset: searched
   std::optional<int> expert_parallel;    // unset: searched
+  bool vocab_parallel = false;           // --vocab-parallel: every motley plan splits the head
+  bool no_vocab_parallel = false;        // --no-vocab-parallel: none does (default: searched)
   std::optional<double> budget;          // USD per hour
   std::optional<double> deadline_hours;  // with train_tokens
   std::optional<double> train_tokens;

@@ -449,6 +449,7 @@ ComputeTimes AnalyticCostModel::compute(LayerRange layers, const DeviceGroup& gr
   MOTLEY_CHECK(0 <= layers.begin && layers.begin <= layers.end && layers.end <= n,
                "layer range outside the model");
   MOTLEY_CHECK(!group.devices.empty(), "compute on an empty device group");
+  if (layers.vocab_share != 1.0) return scaled(compute(whole(layers), group, recompute), layers);
   const int t = group.tp();
   MOTLEY_CHECK(
       group.devices[0] >= 0 && group.devices[0] < static_cast<int>(table_of_device_.size()),
@@ -536,6 +537,7 @@ StageMemory AnalyticCostModel::stage_memory(LayerRange layers, const DeviceGroup
   const int n = static_cast<int>(model_.layers.size());
   MOTLEY_CHECK(0 <= layers.begin && layers.begin <= layers.end && layers.end <= n,
                "layer range outside the model");
+  if (layers.vocab_share != 1.0) return scaled(stage_memory(whole(layers), group, options), layers);
   const double t = static_cast<double>(std::max(group.tp(), 1));
   const double params = stored_params_prefix_[layers.end] - stored_params_prefix_[layers.begin];
   const OptimizerBytesPerParam per_param =

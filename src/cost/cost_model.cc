@@ -6,6 +6,34 @@
 
 namespace motley {
 
+LayerRange whole(LayerRange shard) {
+  MOTLEY_CHECK(shard.size() == 1 && shard.vocab_share > 0 && shard.vocab_share <= 1,
+               "a vocabulary shard is one layer with a share of its rows in (0, 1]");
+  return LayerRange{shard.begin, shard.end, 1.0};
+}
+
+ComputeTimes scaled(const ComputeTimes& whole, LayerRange shard) {
+  const double f = shard.vocab_share;
+  ComputeTimes out;
+  out.forward = whole.forward * f;
+  out.backward_input = whole.backward_input * f;
+  out.backward_weight = whole.backward_weight * f;
+  out.recompute = whole.recompute * f;
+  out.fused_backward_saving = whole.fused_backward_saving * f;
+  return out;
+}
+
+StageMemory scaled(const StageMemory& whole, LayerRange shard) {
+  const double f = shard.vocab_share;
+  StageMemory out = whole;
+  out.weights = whole.weights * f;
+  out.gradients = whole.gradients * f;
+  out.optimizer_state = whole.optimizer_state * f;
+  out.activations_per_micro_batch = whole.activations_per_micro_batch * f;
+  out.activations = whole.activations * f;
+  return out;
+}
+
 // Indexed by Collective, in declaration order.
 constexpr const char* kCollectiveNames[] = {"all-reduce", "reduce-scatter", "all-gather",
                                             "all-to-all"};

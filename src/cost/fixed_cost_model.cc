@@ -136,6 +136,7 @@ ComputeTimes FixedCostModel::compute(LayerRange layers, const DeviceGroup& group
   MOTLEY_CHECK(layers.begin >= 0 && layers.begin <= layers.end &&
                    layers.end <= static_cast<int>(spec_.layers.size()),
                "layer range outside the spec");
+  if (layers.vocab_share != 1.0) return scaled(compute(whole(layers), group, recompute), layers);
   const std::vector<FixedLayerTimes>& times = times_for(group);
   ComputeTimes out;
   for (int i = layers.begin; i < layers.end; ++i) {
@@ -153,6 +154,7 @@ StageMemory FixedCostModel::stage_memory(LayerRange layers, const DeviceGroup& g
   MOTLEY_CHECK(layers.begin >= 0 && layers.begin <= layers.end &&
                    layers.end <= static_cast<int>(spec_.layers.size()),
                "layer range outside the spec");
+  if (layers.vocab_share != 1.0) return scaled(stage_memory(whole(layers), group, options), layers);
   const double tp = std::max(1, group.tp());
   const double d = static_cast<double>(std::max<int64_t>(1, options.data_parallel));
   auto shards = [&](int from_stage) { return options.zero_stage >= from_stage ? d : 1.0; };

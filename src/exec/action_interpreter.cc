@@ -260,8 +260,10 @@ Status ActionInterpreter::run_action(int32_t node) {
 
 // Posts the message carrying `node`'s output to another group, when there is one.
 Status ActionInterpreter::send_output(int32_t node, StepTrace& trace) {
-  const int32_t message = graph_.sent_message(node);
-  if (message < 0) return Status::ok();
+  // The executor runs no vocabulary shards (checked when it is built): at most one message.
+  const std::vector<int32_t> sent = graph_.sent_messages(node);
+  if (sent.empty()) return Status::ok();
+  const int32_t message = sent.front();
   const TaskNode& m = graph_.node(message);
   const auto start = std::chrono::steady_clock::now();
   at::Tensor payload;

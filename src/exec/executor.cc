@@ -106,6 +106,12 @@ Status RankExecutor::Impl::check_inputs() const {
         "the plan has {} devices (one rank each) but the transport's world has {} ranks",
         layout.world_size(), transport.world_size()));
   }
+  if (const int shards = vocab_shard_count(plan.stages); shards > 0) {
+    return invalid_argument(fmt::format(
+        "field 'stages[{}].vocab_rows': the plan splits the head into {} vocabulary shards; the "
+        "executor does not run vocabulary parallelism (motley simulate prices such plans)",
+        plan.stages.size() - shards, shards));
+  }
   for (const Layer& layer : model.layers) {
     const int64_t vocab = layer.embedding ? layer.embedding->vocab
                           : layer.head    ? layer.head->vocab

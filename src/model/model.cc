@@ -51,6 +51,14 @@ std::optional<LayerKind> parse_layer_kind(std::string_view name) {
 
 std::vector<std::string> layer_kind_names() { return names_in(kKinds); }
 
+int64_t head_vocab(const ModelSpec& model) {
+  if (model.layers.empty()) return 0;
+  const Layer& last = model.layers.back();
+  if (last.kind == LayerKind::kHead && last.head) return last.head->vocab;
+  if (last.kind == LayerKind::kMeasured && last.measured) return last.measured->vocab;
+  return 0;
+}
+
 std::optional<std::string> tensor_parallel_obstacle(const Layer& layer, int t, bool vocabulary) {
   if (t <= 1) return std::nullopt;
   std::vector<std::pair<const char*, int64_t>> widths;

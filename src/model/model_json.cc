@@ -142,6 +142,7 @@ Json measured_to_json(const MeasuredLayer& m) {
   j["param_bytes"] = number_json(m.param_bytes.value());
   j["activation_bytes"] = number_json(m.activation_bytes.value());
   j["output_bytes"] = number_json(m.output_bytes.value());
+  if (m.vocab > 0) j["vocab"] = m.vocab;
   return j;
 }
 
@@ -324,7 +325,7 @@ Result<MeasuredLayer> measured_from_json(const JsonField& f) {
   MOTLEY_RETURN_IF_ERROR(f.check_keys(
       {"measured_on", "forward_s", "backward_input_s", "backward_weight_s", "selective_recompute_s",
        "backward_s", "times_by_device", "times_by_tp", "seq_len", "micro_batch_size", "param_bytes",
-       "activation_bytes", "output_bytes"}));
+       "activation_bytes", "output_bytes", "vocab"}));
   MeasuredLayer m;
   MOTLEY_ASSIGN_OR_RETURN(m.measured_on, f.get_string("measured_on"));
   // The times on measured_on are the layer's reference; all three are needed.
@@ -352,6 +353,7 @@ Result<MeasuredLayer> measured_from_json(const JsonField& f) {
   m.param_bytes = Bytes(param_bytes);
   m.activation_bytes = Bytes(act_bytes);
   m.output_bytes = Bytes(out_bytes);
+  MOTLEY_ASSIGN_OR_RETURN(m.vocab, f.get_int_in_or("vocab", IntRange{1, kMaxVocab}, 0));
   return m;
 }
 

@@ -46,8 +46,8 @@ std::vector<std::string_view> time_keys(int version) {
 
 Result<Entry> entry_from_json(const JsonField& f, const Defaults& defaults, int version) {
   std::vector<std::string_view> keys = {
-      "name",        "repeat",           "measured_on",  "seq_len",        "micro_batch_size",
-      "param_bytes", "activation_bytes", "output_bytes", "times_by_device"};
+      "name",        "repeat",           "measured_on",  "seq_len",         "micro_batch_size",
+      "param_bytes", "activation_bytes", "output_bytes", "times_by_device", "vocab"};
   for (std::string_view k : time_keys(version)) keys.push_back(k);
   if (version >= 2) keys.push_back("times_by_tp");
   MOTLEY_RETURN_IF_ERROR(f.check_keys(keys));
@@ -118,6 +118,7 @@ Result<Entry> entry_from_json(const JsonField& f, const Defaults& defaults, int 
   m.param_bytes = Bytes(param_bytes);
   m.activation_bytes = Bytes(act_bytes);
   m.output_bytes = Bytes(out_bytes);
+  MOTLEY_ASSIGN_OR_RETURN(m.vocab, f.get_int_in_or("vocab", IntRange{1, kMaxVocab}, 0));
   return e;
 }
 
@@ -140,7 +141,7 @@ bool same_measurement(const MeasuredLayer& a, const MeasuredLayer& b) {
   if (a.measured_on != b.measured_on || !same_times(a.times, b.times) || a.seq_len != b.seq_len ||
       a.micro_batch_size != b.micro_batch_size || a.param_bytes != b.param_bytes ||
       a.activation_bytes != b.activation_bytes || a.output_bytes != b.output_bytes ||
-      !same_times_map(a.times_by_device, b.times_by_device) ||
+      a.vocab != b.vocab || !same_times_map(a.times_by_device, b.times_by_device) ||
       a.times_by_tp.size() != b.times_by_tp.size()) {
     return false;
   }
@@ -176,6 +177,7 @@ Json entry_to_json(const std::string& name, int64_t repeat, const MeasuredLayer&
   j["param_bytes"] = number_json(m.param_bytes.value());
   j["activation_bytes"] = number_json(m.activation_bytes.value());
   j["output_bytes"] = number_json(m.output_bytes.value());
+  if (m.vocab > 0) j["vocab"] = m.vocab;
   if (!m.times_by_device.empty()) {
     Json by_device = Json::object();
     for (const auto& [device, times] : m.times_by_device) {

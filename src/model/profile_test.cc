@@ -239,6 +239,34 @@ TEST(ProfileV2, RoundTripsExactly) {
   EXPECT_EQ(profile_to_json(*via_model), written);
 }
 
+// A measured head may state its vocabulary, which vocabulary parallelism splits; it survives
+// the profile and the model format (a plan's embedded model), and only the last layer's counts.
+TEST(ProfileV2, AMeasuredHeadStatesItsVocabulary) {
+  const std::string text = R"({
+  "format": "motley.profile/2", "name": "headed", "measured_on": "H100-SXM",
+  "seq_len": 4096, "micro_batch_size": 1,
+  "layers": [
+    {"name": "block", "repeat": 2, "forward_s": 0.002, "backward_input_s": 0.002,
+     "backward_weight_s": 0.001, "output_bytes": 1024},
+    {"name": "head", "forward_s": 0.01, "backward_input_s": 0.01, "backward_weight_s": 0.001,
+     "param_bytes": 1048576, "vocab": 32000}
+  ]})";
+  Result<ModelSpec> m = profile_from_json(parse_or_die(text), "p.json");
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  EXPECT_EQ(head_vocab(*m), 32000);
+  const Json written = profile_to_json(*m);
+  EXPECT_EQ(written["layers"][1]["vocab"], 32000);
+  Result<ModelSpec> via_model = model_from_json(model_to_json(*m), "m.json");
+  ASSERT_TRUE(via_model.is_ok()) << via_model.status().message();
+  EXPECT_EQ(head_vocab(*via_model), 32000);
+  ModelSpec blocks_last = *m;
+  std::swap(blocks_last.layers.front(), blocks_last.layers.back());
+  EXPECT_EQ(head_vocab(blocks_last), 0);
+  EXPECT_NE(error_for(R"({"format": "motley.profile/2", "name": "x", "measured_on": "H100-SXM",
+    "layers": [{"name": "head", "forward_s": 1, "vocab": 0}]})"),
+            "");
+}
+
 TEST(ProfileV2, LayersDifferingOnlyInTimesPerDegreeAreNotFolded) {
   Result<ModelSpec> m = profile_from_json(parse_or_die(kV2Example), "p.json");
   ASSERT_TRUE(m.is_ok()) << m.status().message();

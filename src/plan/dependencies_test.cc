@@ -74,6 +74,51 @@ TEST(Dependencies, DownstreamConsumerInvertsTheCrossingInputs) {
   }
 }
 
+// With vocabulary shards the rule is still exactly inverted: an action's crossing input names
+// a producing stage among [stage, stage + count) iff the producer's consumers include it.
+TEST(Dependencies, VocabularyShardsRunSideBySide) {
+  for (const PipelineShape shape :
+       {PipelineShape{4, 2}, PipelineShape{6, 3}, PipelineShape{3, 2}}) {
+    const std::vector<ActionKind> kinds = {ActionKind::kForward, ActionKind::kBackwardInput,
+                                           ActionKind::kBackwardWeight, ActionKind::kBackward};
+    auto produces = [](Producer p, ActionKind k) {
+      return p == Producer::kForward ? k == ActionKind::kForward : is_input_backward(k);
+    };
+    for (ActionKind pk : kinds) {
+      for (int ps = 0; ps < shape.stages; ++ps) {
+        const std::optional<Dependency> consumer = downstream_consumer(Action{pk, ps, 3}, shape);
+        int matches = 0;
+        for (ActionKind ck : kinds) {
+          for (int cs = 0; cs < shape.stages; ++cs) {
+            for (const Dependency& d : data_dependencies(Action{ck, cs, 3}, shape)) {
+              if (!d.crosses_stages || ps < d.stage || ps >= d.stage + d.count ||
+                  !produces(d.producer, pk) || (ps == cs && d.count == 1)) {
+                continue;
+              }
+              ++matches;
+              ASSERT_TRUE(consumer.has_value()) << action_letter(pk) << ps;
+              EXPECT_GE(cs, consumer->stage);
+              EXPECT_LT(cs, consumer->stage + consumer->count);
+              EXPECT_TRUE(produces(consumer->producer, ck));
+            }
+          }
+        }
+        EXPECT_EQ(consumer.has_value(), matches > 0) << action_letter(pk) << " stage " << ps;
+      }
+    }
+    // The shards all follow the stage before them, and it waits for all of them.
+    const int b = shape.first_shard();
+    for (int s = b; s < shape.stages; ++s) {
+      EXPECT_EQ(data_dependencies(Action{ActionKind::kForward, s, 0}, shape)[0],
+                (Dependency{Producer::kForward, b - 1, 0, false, true, 1}));
+      EXPECT_EQ(data_dependencies(Action{ActionKind::kBackwardInput, s, 0}, shape)[1],
+                (Dependency{Producer::kForward, b, 0, false, true, shape.vocab_shards}));
+    }
+    EXPECT_EQ(data_dependencies(Action{ActionKind::kBackward, b - 1, 0}, shape)[1],
+              (Dependency{Producer::kInputBackward, b, 0, false, true, shape.vocab_shards}));
+  }
+}
+
 TEST(Dependencies, MemoryRule) {
   EXPECT_TRUE(allocates_activations(ActionKind::kForward));
   EXPECT_TRUE(frees_activations(ActionKind::kBackwardWeight));

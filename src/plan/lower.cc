@@ -4,6 +4,7 @@
 // two stages run on different groups.
 #include "motley/plan/lower.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "motley/core/check.h"
@@ -19,17 +20,21 @@ enum Payload { kActivation = 0, kGradient = 1 };
 Payload payload_of(Producer producer) {
   return producer == Producer::kForward ? kActivation : kGradient;
 }
+Payload payload_of_action(ActionKind kind) {
+  return kind == ActionKind::kForward ? kActivation : kGradient;
+}
 
 class ReplicaLowering {
  public:
   ReplicaLowering(const Plan& plan, const Replica& replica, std::vector<int64_t>& sequence,
                   std::vector<int64_t>& next)
       : replica_(replica),
-        stages_(static_cast<int>(plan.stages.size())),
+        shape_(pipeline_shape(plan)),
+        fan_out_(std::max(1, shape_.vocab_shards)),
         micro_batches_(replica.micro_batches),
         sequence_(sequence),
         next_(next) {
-    sequence_.assign(2 * static_cast<size_t>(stages_) * micro_batches_, -1);
+    sequence_.assign(2 * static_cast<size_t>(shape_.stages) * micro_batches_ * fan_out_, -1);
     const size_t groups = replica.groups.size();
     next_.assign(groups * groups * 2, 0);
   }
@@ -45,17 +50,24 @@ class ReplicaLowering {
  private:
   int group_of(int stage) const { return replica_.stage_group[stage]; }
 
-  // The group that consumes what `a` produces, or -1 when that is this group (or nobody).
-  int send_peer(const Action& a, int group, Payload* payload) const {
-    const std::optional<Dependency> consumer = downstream_consumer(a, stages_);
-    if (!consumer || group_of(consumer->stage) == group) return -1;
-    *payload = payload_of(consumer->producer);
-    return group_of(consumer->stage);
+  // Calls f(peer, k) for each consumer of what `a` produces that runs on another group: the
+  // k-th of its consumer stages (one, or every vocabulary shard).
+  template <typename F>
+  void for_each_peer(const Action& a, int group, F&& f) const {
+    const std::optional<Dependency> consumer = downstream_consumer(a, shape_);
+    if (!consumer) return;
+    for (int k = 0; k < consumer->count; ++k) {
+      const int peer = group_of(consumer->stage + k);
+      if (peer != group) f(peer, k);
+    }
   }
 
-  int64_t& sequence(Payload payload, int stage, int micro_batch) {
-    return sequence_[(static_cast<size_t>(payload) * stages_ + stage) * micro_batches_ +
-                     micro_batch];
+  // Message numbers, per payload, producing stage, micro-batch and consumer stage k.
+  int64_t& sequence(Payload payload, int stage, int micro_batch, int k) {
+    return sequence_[((static_cast<size_t>(payload) * shape_.stages + stage) * micro_batches_ +
+                      micro_batch) *
+                         fan_out_ +
+                     k];
   }
 
   // Numbers each message on its channel (sender, receiver, payload) in the sender's order.
@@ -64,10 +76,10 @@ class ReplicaLowering {
     for (size_t g = 0; g < groups; ++g) {
       const int src = static_cast<int>(g);
       for (const Action& a : replica_.groups[g].actions) {
-        Payload payload = kActivation;
-        const int dst = send_peer(a, src, &payload);
-        if (dst < 0) continue;
-        sequence(payload, a.stage, a.micro_batch) = next_[(g * groups + dst) * 2 + payload]++;
+        const Payload payload = payload_of_action(a.kind);
+        for_each_peer(a, src, [&](int dst, int k) {
+          sequence(payload, a.stage, a.micro_batch, k) = next_[(g * groups + dst) * 2 + payload]++;
+        });
       }
     }
   }
@@ -75,30 +87,42 @@ class ReplicaLowering {
   void lower_group(int group, std::vector<LoweredOp>& ops) {
     ops.clear();
     for (const Action& a : replica_.groups[group].actions) {
-      for (const Dependency& d : data_dependencies(a, stages_)) {
-        if (d.crosses_stages && group_of(d.stage) != group) ops.push_back(receive(d));
+      for (const Dependency& d : data_dependencies(a, shape_)) {
+        if (!d.crosses_stages) continue;
+        for (int p = d.stage; p < d.stage + d.count; ++p) {
+          if (group_of(p) != group) ops.push_back(receive(d, p, a));
+        }
       }
       ops.push_back(a);
-      Payload payload = kActivation;
-      const int peer = send_peer(a, group, &payload);
-      if (peer >= 0) {
+      const Payload payload = payload_of_action(a.kind);
+      for_each_peer(a, group, [&](int peer, int k) {
         ops.push_back(
             CommOp{payload == kActivation ? CommKind::kSendActivation : CommKind::kSendGradient,
-                   a.stage, a.micro_batch, peer, sequence(payload, a.stage, a.micro_batch)});
-      }
+                   a.stage, a.micro_batch, peer, sequence(payload, a.stage, a.micro_batch, k)});
+      });
     }
   }
 
-  CommOp receive(const Dependency& d) {
+  // The receive, before `a`, of what stage `stage` produced for it (dependency `d`).
+  CommOp receive(const Dependency& d, int stage, const Action& a) {
     const Payload payload = payload_of(d.producer);
-    const int64_t seq = sequence(payload, d.stage, d.micro_batch);
+    // Which of the producer's consumer stages `a` is: its offset among them.
+    const ActionKind produced =
+        payload == kActivation ? ActionKind::kForward : ActionKind::kBackwardInput;
+    const std::optional<Dependency> consumers =
+        downstream_consumer(Action{produced, stage, a.micro_batch}, shape_);
+    MOTLEY_CHECK(
+        consumers && a.stage >= consumers->stage && a.stage < consumers->stage + consumers->count,
+        "lower_plan: a crossing input its producer does not send");
+    const int64_t seq = sequence(payload, stage, a.micro_batch, a.stage - consumers->stage);
     MOTLEY_CHECK(seq >= 0, "lower_plan: a message with no sender; was the plan validated?");
     return CommOp{payload == kActivation ? CommKind::kRecvActivation : CommKind::kRecvGradient,
-                  d.stage, d.micro_batch, group_of(d.stage), seq};
+                  stage, a.micro_batch, group_of(stage), seq};
   }
 
   const Replica& replica_;
-  int stages_;
+  PipelineShape shape_;
+  int fan_out_;
   int64_t micro_batches_;
   std::vector<int64_t>& sequence_;
   std::vector<int64_t>& next_;

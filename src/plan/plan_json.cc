@@ -62,6 +62,7 @@ Json stage_to_json(const Stage& stage) {
   Json j = Json::object();
   j["layers"] = Json::array({stage.layer_begin, stage.layer_end});
   j["recompute"] = recompute_policy_name(stage.recompute);
+  if (stage.is_vocab_shard()) j["vocab_rows"] = Json::array({stage.vocab_begin, stage.vocab_end});
   return j;
 }
 
@@ -128,7 +129,7 @@ Status check_units(const JsonField& root) {
 }
 
 Result<Stage> stage_from_json(const JsonField& f) {
-  MOTLEY_RETURN_IF_ERROR(f.check_keys({"layers", "recompute"}));
+  MOTLEY_RETURN_IF_ERROR(f.check_keys({"layers", "recompute", "vocab_rows"}));
   MOTLEY_ASSIGN_OR_RETURN(JsonField layers, f.get("layers"));
   MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> bounds, layers.items());
   if (bounds.size() != 2) {
@@ -146,6 +147,23 @@ Result<Stage> stage_from_json(const JsonField& f) {
                                      join_alternatives(recompute_policy_names()), policy));
   }
   stage.recompute = *parsed;
+  if (f.has("vocab_rows")) {
+    MOTLEY_ASSIGN_OR_RETURN(JsonField rows, f.get("vocab_rows"));
+    MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> ends, rows.items());
+    if (ends.size() != 2) {
+      return rows.error(fmt::format(
+          "expected [first row, end row) of the head's vocabulary as two integers, got {} values",
+          ends.size()));
+    }
+    MOTLEY_ASSIGN_OR_RETURN(stage.vocab_begin, ends[0].as_int_in(IntRange{0, kMaxVocab}));
+    MOTLEY_ASSIGN_OR_RETURN(stage.vocab_end, ends[1].as_int_in(IntRange{0, kMaxVocab}));
+    if (stage.vocab_end <= stage.vocab_begin) {
+      return rows.error(
+          fmt::format("rows [{}, {}) are empty; a vocabulary shard needs at least "
+                      "one row",
+                      stage.vocab_begin, stage.vocab_end));
+    }
+  }
   return stage;
 }
 

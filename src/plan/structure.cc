@@ -25,13 +25,64 @@ using plan_labels::stage_mb;
 
 std::string stage_path(size_t s) { return fmt::format("stages[{}]", s); }
 
+// A vocabulary shard's own rules (plan.h, Stage); whether its layer is a head and its rows
+// end at the head's vocabulary needs the model (validate_plan).
+Status check_vocab_shard(const Plan& plan, size_t s, const std::string& name) {
+  const Stage& st = plan.stages[s];
+  if (!st.is_vocab_shard()) {
+    if (s > 0 && plan.stages[s - 1].is_vocab_shard()) {
+      return invalid_argument(field(
+          stage_path(s), fmt::format("{} follows vocabulary shard {}; the shards of the head must "
+                                     "be the plan's last stages",
+                                     name, s - 1)));
+    }
+    return Status::ok();
+  }
+  const std::string path = fmt::format("{}.vocab_rows", stage_path(s));
+  if (s == 0) {
+    return invalid_argument(field(path,
+                                  "the first stage cannot be a vocabulary shard: the "
+                                  "head's input comes from the stage before"));
+  }
+  if (st.layer_end != st.layer_begin + 1) {
+    return invalid_argument(field(
+        path, fmt::format("{} is a vocabulary shard of {} layers; a shard holds the head's one "
+                          "layer",
+                          name, st.layer_end - st.layer_begin)));
+  }
+  if (st.recompute != RecomputePolicy::kNone) {
+    return invalid_argument(
+        field(fmt::format("{}.recompute", stage_path(s)),
+              fmt::format("{} is a vocabulary shard; shards keep their activations (recompute "
+                          "\"none\")",
+                          name)));
+  }
+  const Stage& prev = plan.stages[s - 1];
+  const int64_t expected = prev.is_vocab_shard() ? prev.vocab_end : 0;
+  if (st.vocab_begin != expected) {
+    return invalid_argument(field(
+        path, fmt::format("{} starts at vocabulary row {} but {}", name, st.vocab_begin,
+                          prev.is_vocab_shard()
+                              ? fmt::format("shard {} ends at row {}; the shards must cover the "
+                                            "vocabulary contiguously, in order",
+                                            s - 1, expected)
+                              : std::string("the first shard must start at row 0"))));
+  }
+  return Status::ok();
+}
+
 Status check_stages(const Plan& plan, const PlanBounds& bounds) {
   if (plan.stages.empty()) return invalid_argument(field("stages", "the plan has no stages"));
   for (size_t s = 0; s < plan.stages.size(); ++s) {
     const Stage& st = plan.stages[s];
     const std::string name =
         fmt::format("stage {} (layers [{}, {}))", s, st.layer_begin, st.layer_end);
-    const int expected_begin = s == 0 ? 0 : plan.stages[s - 1].layer_end;
+    const bool shard_after_shard =
+        s > 0 && st.is_vocab_shard() && plan.stages[s - 1].is_vocab_shard();
+    // Vocabulary shards run side by side, each over the head's one layer.
+    const int expected_begin = s == 0              ? 0
+                               : shard_after_shard ? plan.stages[s - 1].layer_begin
+                                                   : plan.stages[s - 1].layer_end;
     if (st.layer_begin != expected_begin) {
       const std::string why =
           s == 0 ? std::string("the first stage must start at layer 0")
@@ -52,6 +103,20 @@ Status check_stages(const Plan& plan, const PlanBounds& bounds) {
                                     fmt::format("{} ends past the last layer: {} has {} layers",
                                                 name, bounds.model, bounds.num_layers)));
     }
+    MOTLEY_RETURN_IF_ERROR(check_vocab_shard(plan, s, name));
+  }
+  const int shards = vocab_shard_count(plan.stages);
+  if (shards == 1) {
+    return invalid_argument(
+        field(fmt::format("{}.vocab_rows", stage_path(plan.stages.size() - 1)),
+              "the head is split into one vocabulary shard; list at least two shards or drop "
+              "vocab_rows"));
+  }
+  if (shards > kMaxVocabShards) {
+    return invalid_argument(
+        field(fmt::format("{}.vocab_rows", stage_path(plan.stages.size() - 1)),
+              fmt::format("the head is split into {} vocabulary shards; at most {} are supported",
+                          shards, kMaxVocabShards)));
   }
   if (bounds.num_layers >= 0 && plan.stages.back().layer_end != bounds.num_layers) {
     return invalid_argument(
@@ -106,6 +171,18 @@ Status check_replica_shape(const Plan& plan, const PlanBounds& bounds, const Lab
                             ids("group", "groups", static_cast<int64_t>(rep.groups.size())))));
     }
     used[g] = true;
+  }
+  const int shards = vocab_shard_count(plan.stages);
+  for (size_t s = plan.stages.size() - shards; s < plan.stages.size(); ++s) {
+    for (size_t t = plan.stages.size() - shards; t < s; ++t) {
+      if (rep.stage_group[t] == rep.stage_group[s]) {
+        return invalid_argument(
+            field(fmt::format("{}.stage_group[{}]", path, s),
+                  fmt::format("{} places vocabulary shards {} and {} both on device group {}; each "
+                              "shard needs a group of its own",
+                              name, t, s, rep.stage_group[s])));
+      }
+    }
   }
   for (size_t gi = 0; gi < rep.groups.size(); ++gi) {
     const int g = static_cast<int>(gi);

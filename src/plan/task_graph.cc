@@ -2,13 +2,19 @@
 // ones left out change nothing.
 #include "motley/plan/task_graph.h"
 
+#include <algorithm>
+
 #include "motley/core/check.h"
 
 namespace motley {
 
 void TaskGraph::assign(const Plan& plan, const LoweredPlan& lowered) {
   const int n_rep = static_cast<int>(plan.replicas.size());
-  stages_ = static_cast<int>(plan.stages.size());
+  shape_ = pipeline_shape(plan);
+  stage_group_.resize(n_rep);
+  for (int r = 0; r < n_rep; ++r) stage_group_[r] = plan.replicas[r].stage_group;
+  stages_ = shape_.stages;
+  fan_out_ = std::max(1, shape_.vocab_shards);
   nodes_.clear();
   edges_.clear();
   micro_batches_.resize(n_rep);
@@ -21,9 +27,9 @@ void TaskGraph::assign(const Plan& plan, const LoweredPlan& lowered) {
     stream_offset_[r + 1] = stream_offset_[r] + static_cast<int64_t>(rep.groups.size());
   }
   const size_t slots = static_cast<size_t>(replica_offset_[n_rep]);
-  for (auto* lookup :
-       {&forward_, &backward_, &weight_, &recompute_, &activation_message_, &gradient_message_}) {
-    lookup->assign(slots, -1);
+  for (auto* lookup : {&forward_, &backward_, &weight_, &recompute_}) lookup->assign(slots, -1);
+  for (auto* lookup : {&activation_message_, &gradient_message_}) {
+    lookup->assign(slots * fan_out_, -1);
   }
   group_begin_.resize(stream_offset_[n_rep]);
   group_size_.resize(stream_offset_[n_rep]);
@@ -91,7 +97,8 @@ void TaskGraph::add_messages(int r, const LoweredReplica& lowered) {
       nodes_.push_back(
           TaskNode{activation ? TaskKind::kActivationMessage : TaskKind::kGradientMessage, r, g,
                    c->stage, c->micro_batch, c->peer_group, -1, static_cast<int32_t>(c->sequence)});
-      (activation ? activation_message_ : gradient_message_)[at] = id;
+      (activation ? activation_message_
+                  : gradient_message_)[at * fan_out_ + consumer_index(*c, r)] = id;
       add_edge(activation ? forward_[at] : backward_[at], id);
       if (channel_last_[channel] >= 0) add_edge(channel_last_[channel], id);
       channel_last_[channel] = id;
@@ -99,17 +106,32 @@ void TaskGraph::add_messages(int r, const LoweredReplica& lowered) {
   }
 }
 
+// Which of its producer's consumer stages a message goes to: the one on its peer group.
+int TaskGraph::consumer_index(const CommOp& c, int replica) const {
+  const Action produced{
+      c.kind == CommKind::kSendActivation ? ActionKind::kForward : ActionKind::kBackwardInput,
+      c.stage, c.micro_batch};
+  const std::optional<Dependency> consumers = downstream_consumer(produced, shape_);
+  MOTLEY_CHECK(consumers.has_value(), "TaskGraph: a message with no consumer");
+  if (consumers->count == 1) return 0;
+  const std::vector<int>& stage_group = stage_group_[replica];
+  for (int k = 0; k < consumers->count; ++k) {
+    if (stage_group[consumers->stage + k] == c.peer_group) return k;
+  }
+  MOTLEY_CHECK(false, "TaskGraph: a message to a group running none of its consumers");
+  return 0;
+}
+
 void TaskGraph::add_action_edges() {
   for (int32_t v = 0; v < actions_; ++v) {
-    const TaskNode& n = nodes_[v];
-    if (n.index > 0) add_edge(v - 1, v);
-    for (const TaskInput& in : inputs(v)) {
+    if (nodes_[v].index > 0) add_edge(v - 1, v);
+    for_each_input(v, [&](const TaskInput& in) {
       if (in.message >= 0) {
         add_edge(in.message, v);
       } else if (in.producer > v) {
         add_edge(in.producer, v);
       }
-    }
+    });
   }
 }
 
@@ -156,23 +178,28 @@ int32_t TaskGraph::find(int replica, ActionKind kind, int stage, int micro_batch
   return -1;
 }
 
-int32_t TaskGraph::message(int replica, TaskKind kind, int stage, int micro_batch) const {
+int32_t TaskGraph::message(int replica, TaskKind kind, int stage, int micro_batch, int k) const {
   MOTLEY_CHECK(is_message(kind), "TaskGraph::message: not a message kind");
-  const size_t at = slot(replica, stage, micro_batch);
+  const size_t at = slot(replica, stage, micro_batch) * fan_out_ + k;
   return kind == TaskKind::kActivationMessage ? activation_message_[at] : gradient_message_[at];
 }
 
-int32_t TaskGraph::sent_message(int32_t id) const {
+std::vector<int32_t> TaskGraph::sent_messages(int32_t id) const {
   const TaskNode& n = nodes_[id];
-  switch (n.kind) {
-    case TaskKind::kForward:
-      return activation_message_[slot(n.replica, n.stage, n.micro_batch)];
-    case TaskKind::kBackwardInput:
-    case TaskKind::kBackward:
-      return gradient_message_[slot(n.replica, n.stage, n.micro_batch)];
-    default:
-      return -1;
+  const std::vector<int32_t>* lookup = nullptr;
+  if (n.kind == TaskKind::kForward) {
+    lookup = &activation_message_;
+  } else if (n.kind == TaskKind::kBackwardInput || n.kind == TaskKind::kBackward) {
+    lookup = &gradient_message_;
+  } else {
+    return {};
   }
+  std::vector<int32_t> out;
+  const size_t at = slot(n.replica, n.stage, n.micro_batch) * fan_out_;
+  for (int k = 0; k < fan_out_; ++k) {
+    if ((*lookup)[at + k] >= 0) out.push_back((*lookup)[at + k]);
+  }
+  return out;
 }
 
 int32_t TaskGraph::producer(int replica, const Dependency& d) const {
@@ -189,25 +216,9 @@ int32_t TaskGraph::producer(int replica, const Dependency& d) const {
   return -1;
 }
 
-TaskInputs TaskGraph::inputs(int32_t id) const {
-  const TaskNode& n = nodes_[id];
-  TaskInputs out;
-  for (const Dependency& d :
-       data_dependencies(Action{action_kind(n.kind), n.stage, n.micro_batch}, stages_)) {
-    const int32_t p = producer(n.replica, d);
-    if (p < 0) {
-      MOTLEY_CHECK(d.optional, "TaskGraph: an input the plan does not list; was it checked?");
-      continue;
-    }
-    // Only an input from another stage can travel, and the lowering made a message for it
-    // exactly when that stage runs on another group.
-    int32_t message = -1;
-    if (d.crosses_stages) {
-      const size_t at = slot(n.replica, d.stage, d.micro_batch);
-      message = d.producer == Producer::kForward ? activation_message_[at] : gradient_message_[at];
-    }
-    out.push_back(TaskInput{p, message});
-  }
+std::vector<TaskInput> TaskGraph::inputs(int32_t id) const {
+  std::vector<TaskInput> out;
+  for_each_input(id, [&](const TaskInput& in) { out.push_back(in); });
   return out;
 }
 

@@ -89,14 +89,11 @@ TEST(TaskGraph, LookupsAndInputSources) {
   EXPECT_EQ(g.message(0, TaskKind::kActivationMessage, 0, 1), 9);
   EXPECT_EQ(g.message(0, TaskKind::kGradientMessage, 1, 0), 11);
   EXPECT_EQ(g.message(0, TaskKind::kGradientMessage, 0, 0), -1);  // stage 0 sends none
-  EXPECT_EQ(g.sent_message(0), 8);
-  EXPECT_EQ(g.sent_message(5), 10);
-  EXPECT_EQ(g.sent_message(3), -1);
+  EXPECT_EQ(g.sent_messages(0), std::vector<int32_t>{8});
+  EXPECT_EQ(g.sent_messages(5), std::vector<int32_t>{10});
+  EXPECT_TRUE(g.sent_messages(3).empty());
 
-  auto inputs = [&](int32_t v) {
-    const TaskInputs in = g.inputs(v);
-    return std::vector<TaskInput>(in.begin(), in.end());
-  };
+  auto inputs = [&](int32_t v) { return g.inputs(v); };
   EXPECT_TRUE(inputs(0).empty());
   // 0B0 consumes its own forward (same group) and stage 1's gradient, which message 11 carries.
   EXPECT_EQ(inputs(2), (std::vector<TaskInput>{{0, -1}, {7, 11}}));
@@ -114,16 +111,14 @@ TEST(TaskGraph, SplitBackwardAndRecomputeStayOnTheirGroup) {
   EXPECT_EQ(r0, 2);
   EXPECT_EQ(i0, 3);
   EXPECT_EQ(w0, 4);
-  const TaskInputs in = g.inputs(i0);
-  EXPECT_EQ(std::vector<TaskInput>(in.begin(), in.end()),
-            (std::vector<TaskInput>{{0, -1},
-                                    {g.find(0, ActionKind::kBackwardInput, 1, 0),
-                                     g.message(0, TaskKind::kGradientMessage, 1, 0)},
-                                    {r0, -1}}));
+  EXPECT_EQ(g.inputs(i0), (std::vector<TaskInput>{{0, -1},
+                                                  {g.find(0, ActionKind::kBackwardInput, 1, 0),
+                                                   g.message(0, TaskKind::kGradientMessage, 1, 0)},
+                                                  {r0, -1}}));
   // W sends nothing: the gradient left after I.
-  EXPECT_EQ(g.sent_message(w0), -1);
-  EXPECT_EQ(g.sent_message(g.find(0, ActionKind::kBackwardInput, 1, 1)),
-            g.message(0, TaskKind::kGradientMessage, 1, 1));
+  EXPECT_TRUE(g.sent_messages(w0).empty());
+  EXPECT_EQ(g.sent_messages(g.find(0, ActionKind::kBackwardInput, 1, 1)),
+            std::vector<int32_t>{g.message(0, TaskKind::kGradientMessage, 1, 1)});
 }
 
 // An input listed later on its own group is the one same-group edge: the cycle validation
@@ -152,9 +147,10 @@ std::vector<LoweredOp> program(const TaskGraph& g, int r, int group) {
     }
     const TaskNode& n = g.node(v);
     ops.push_back(Action{action_kind(n.kind), n.stage, n.micro_batch});
-    const int32_t sent = g.sent_message(v);
-    if (sent < 0) continue;
-    const TaskNode& m = g.node(sent);
+    const std::vector<int32_t> sent = g.sent_messages(v);
+    if (sent.empty()) continue;
+    MOTLEY_CHECK(sent.size() == 1u, "one message per output without shards");
+    const TaskNode& m = g.node(sent[0]);
     const bool activation = m.kind == TaskKind::kActivationMessage;
     ops.push_back(CommOp{activation ? CommKind::kSendActivation : CommKind::kSendGradient, m.stage,
                          m.micro_batch, m.peer_group, m.sequence});
@@ -212,6 +208,53 @@ TEST(TaskGraph, AddedTasksAndEdgesAreLinkedAfterThePlans) {
   EXPECT_EQ(successors(g, 0), (std::vector<int32_t>{8, 1, step}));
   EXPECT_EQ(successors(g, 3), (std::vector<int32_t>{step}));
   EXPECT_EQ(g.indegree(step), 2);
+}
+
+// Vocabulary shards: the stage before them sends its activation to each shard on another
+// group, every shard sends its loss statistics to every other shard's group, and each shard's
+// input gradient goes back to the stage before them.
+TEST(TaskGraph, VocabularyShardsExchangeStatisticsAndSumGradients) {
+  const Plan p = vocab_shard_plan();
+  const LoweredPlan lowered = lower_plan(p);
+  const TaskGraph g = graph_of(p);
+  EXPECT_EQ(g.num_actions(), 24);
+  int activations = 0, gradients = 0;
+  for (int32_t v = g.num_actions(); v < g.size(); ++v) {
+    (g.node(v).kind == TaskKind::kActivationMessage ? activations : gradients) += 1;
+  }
+  // Per micro-batch: 0F -> stage 1, 1F -> shard 2, the statistics 2F -> 3 and 3F -> 2;
+  // 1I -> stage 0, 2I -> stage 1.
+  EXPECT_EQ(activations, 8);
+  EXPECT_EQ(gradients, 4);
+  // I(2, 0) on group 0 waits for its own F and shard 3's statistics, which crossed.
+  const int32_t i20 = g.find(0, ActionKind::kBackwardInput, 2, 0);
+  const std::vector<TaskInput> in = g.inputs(i20);
+  ASSERT_EQ(in.size(), 3u);
+  EXPECT_EQ(in[0].producer, g.find(0, ActionKind::kForward, 2, 0));
+  EXPECT_EQ(in[0].message, -1);
+  EXPECT_EQ(in[1].producer, g.find(0, ActionKind::kForward, 2, 0));  // its own statistics
+  EXPECT_EQ(in[1].message, -1);
+  EXPECT_EQ(in[2].producer, g.find(0, ActionKind::kForward, 3, 0));
+  EXPECT_EQ(g.node(in[2].message).kind, TaskKind::kActivationMessage);
+  EXPECT_EQ(g.node(in[2].message).peer_group, 0);
+  // I(1, 0) on group 1 sums both shards' gradients: shard 2's crossed, shard 3's did not.
+  const std::vector<TaskInput> sum = g.inputs(g.find(0, ActionKind::kBackwardInput, 1, 0));
+  ASSERT_EQ(sum.size(), 3u);
+  EXPECT_EQ(sum[1].producer, g.find(0, ActionKind::kBackwardInput, 2, 0));
+  EXPECT_EQ(g.node(sum[1].message).kind, TaskKind::kGradientMessage);
+  EXPECT_EQ(sum[2].producer, g.find(0, ActionKind::kBackwardInput, 3, 0));
+  EXPECT_EQ(sum[2].message, -1);
+  // F(1, 0) sends to shard 2 only (shard 3 is on its own group).
+  EXPECT_EQ(g.sent_messages(g.find(0, ActionKind::kForward, 1, 0)).size(), 1u);
+  // Group 1's lowered list: receive 0F0, run 1F0, send it to shard 2, run 3F0, send the
+  // statistics, and so on; every receive names its sender's channel number.
+  const std::vector<LoweredOp>& ops = lowered.replicas[0].groups[1];
+  ASSERT_GE(ops.size(), 5u);
+  EXPECT_EQ(std::get<CommOp>(ops[0]), (CommOp{CommKind::kRecvActivation, 0, 0, 0, 0}));
+  EXPECT_EQ(std::get<Action>(ops[1]), (Action{ActionKind::kForward, 1, 0}));
+  EXPECT_EQ(std::get<CommOp>(ops[2]), (CommOp{CommKind::kSendActivation, 1, 0, 0, 0}));
+  EXPECT_EQ(std::get<Action>(ops[3]), (Action{ActionKind::kForward, 3, 0}));
+  EXPECT_EQ(std::get<CommOp>(ops[4]), (CommOp{CommKind::kSendActivation, 3, 0, 0, 1}));
 }
 
 }  // namespace

@@ -36,6 +36,45 @@ ModelSpec small_model(int layers, const std::string& name) {
   return m;
 }
 
+ModelSpec model_with_head(int blocks, int64_t vocab, const std::string& name) {
+  ModelSpec m = small_model(blocks, name);
+  Layer embed;
+  embed.name = "embed";
+  embed.kind = LayerKind::kEmbedding;
+  embed.embedding = EmbeddingShape{vocab, 64, 0};
+  Layer head;
+  head.name = "head";
+  head.kind = LayerKind::kHead;
+  head.head = HeadShape{vocab, 64, false};
+  head.num_norms = 1;
+  m.layers.insert(m.layers.begin(), embed);
+  m.layers.push_back(head);
+  return m;
+}
+
+Plan vocab_shard_plan() {
+  const ModelSpec model = model_with_head(2);
+  const ClusterSpec cluster = single_device_nodes(2);
+  Plan p;
+  p.model = model_ref(model);
+  p.cluster = cluster_ref(cluster);
+  p.micro_batch_size = 1;
+  p.seq_len = 128;
+  p.global_batch = 2;
+  p.stages = {Stage{0, 2}, Stage{2, 3}, Stage{3, 4, RecomputePolicy::kNone, 0, 32},
+              Stage{3, 4, RecomputePolicy::kNone, 32, 64}};
+  p.replicas = {Replica{2,
+                        {0, 1, 0, 1},
+                        {DeviceGroupSchedule{{0},
+                                             actions("0F0 0F1 2F0 2F1 2I0 2W0 2I1 2W1 "
+                                                     "0I0 0W0 0I1 0W1")},
+                         DeviceGroupSchedule{{1},
+                                             actions("1F0 3F0 1F1 3F1 3I0 3W0 1I0 1W0 "
+                                                     "3I1 3W1 1I1 1W1")}}}};
+  p.schedule = "hand";
+  return p;
+}
+
 namespace {
 
 NodeSpec node(const std::string& name, const std::string& type, int count) {

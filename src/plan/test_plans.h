@@ -13,6 +13,16 @@ namespace motley::testing {
 
 // `layers` decoder blocks of a tiny shape, named "block.<i>".
 ModelSpec small_model(int layers, const std::string& name = "small");
+// An embedding, `blocks` decoder blocks of small_model's shape and an untied head, all over a
+// vocabulary of `vocab`, named "<name>".
+ModelSpec model_with_head(int blocks, int64_t vocab = 64, const std::string& name = "headed");
+
+// model_with_head(2) on two single-device nodes with the head split into two vocabulary
+// shards: stage 0 = embedding + block 0 on group 0, stage 1 = block 1 on group 1, stage 2 =
+// head rows [0, 32) on group 0, stage 3 = head rows [32, 64) on group 1; two micro-batches,
+// split backwards, in an order that cannot deadlock.
+Plan vocab_shard_plan();
+
 // `nodes` nodes of one device of `type` each, named "n0", "n1", ...
 ClusterSpec single_device_nodes(int nodes, const std::string& type = "A100-80GB");
 // Two nodes ("a", "b") of four H100-SXM each: devices 0-3 on "a", 4-7 on "b".

@@ -344,6 +344,30 @@ Status check_expert_parallel(const Plan& plan, const ModelSpec& model) {
   return Status::ok();
 }
 
+// Vocabulary shards split the model's head, all of its rows (the structure check has the rest).
+Status check_vocab_shards(const Plan& plan, const ModelSpec& model) {
+  const int shards = vocab_shard_count(plan.stages);
+  if (shards == 0) return Status::ok();
+  const size_t first = plan.stages.size() - shards;
+  const Stage& st = plan.stages[first];
+  const Layer& layer = model.layers[st.layer_begin];
+  const int64_t vocab = head_vocab(model);
+  if (vocab == 0) {
+    return invalid_argument(fmt::format(
+        "field 'stages[{}].vocab_rows': stages {}-{} split layer {} ('{}') by vocabulary rows, but "
+        "only a head (output layer and loss; a measured one states its vocab) can be split so",
+        first, first, plan.stages.size() - 1, st.layer_begin, layer.name));
+  }
+  const Stage& last = plan.stages.back();
+  if (last.vocab_end != vocab) {
+    return invalid_argument(fmt::format(
+        "field 'stages[{}].vocab_rows': the last shard ends at row {} but head '{}' has a "
+        "vocabulary of {}; the shards must cover every row",
+        plan.stages.size() - 1, last.vocab_end, layer.name, vocab));
+  }
+  return Status::ok();
+}
+
 // ZeRO-2 and -3 sum every micro-batch's gradients (and gather the weights before every pass)
 // across the replicas in lockstep, so every replica runs as many micro-batches.
 Status check_zero_stage(const Plan& plan) {
@@ -386,6 +410,7 @@ Status validate_plan(const Plan& plan, const ModelSpec& model, const ClusterSpec
   MOTLEY_RETURN_IF_ERROR(check_global_batch(plan));
   MOTLEY_RETURN_IF_ERROR(check_zero_stage(plan));
   MOTLEY_RETURN_IF_ERROR(check_expert_parallel(plan, model));
+  MOTLEY_RETURN_IF_ERROR(check_vocab_shards(plan, model));
   // Replicas share no task: the graph of one of each kind decides for all of that kind.
   const std::vector<int> distinct = distinct_orders(plan);
   Plan checked;

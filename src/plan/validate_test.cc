@@ -496,5 +496,75 @@ TEST(PeakInFlight, CountsEachStageOfAnInterleavedGroup) {
   EXPECT_EQ(peaks[0][1], (std::vector<int64_t>{0, 0, 1}));
 }
 
+Status check_shards(const Plan& p) {
+  return validate_plan(p, model_with_head(2), single_device_nodes(2), defaults());
+}
+
+TEST(Validate, AcceptsVocabularyShards) {
+  const Plan p = vocab_shard_plan();
+  EXPECT_TRUE(check_shards(p).is_ok()) << check_shards(p).message();
+  EXPECT_EQ(vocab_shard_count(p.stages), 2);
+  EXPECT_DOUBLE_EQ(vocab_share(p.stages, 2), 0.5);
+  EXPECT_DOUBLE_EQ(vocab_share(p.stages, 1), 1.0);
+}
+
+TEST(Validate, RefusesMalformedVocabularyShards) {
+  {
+    Plan p = vocab_shard_plan();
+    p.stages[3].vocab_begin = 40;  // a gap after row 32
+    EXPECT_THAT(check_shards(p).message(),
+                HasSubstr("'stages[3].vocab_rows': stage 3 (layers [3, 4)) starts at vocabulary "
+                          "row 40 but shard 2 ends at row 32"));
+  }
+  {
+    Plan p = vocab_shard_plan();
+    p.stages[3].vocab_end = 60;  // short of the vocabulary
+    EXPECT_THAT(check_shards(p).message(),
+                HasSubstr("the last shard ends at row 60 but head 'head' has a vocabulary of 64"));
+  }
+  {
+    Plan p = vocab_shard_plan();
+    p.replicas[0].stage_group = {0, 1, 1, 1};
+    EXPECT_THAT(check_shards(p).message(),
+                HasSubstr("places vocabulary shards 2 and 3 both on device group 1"));
+  }
+  {
+    Plan p = vocab_shard_plan();
+    p.stages[2].recompute = RecomputePolicy::kFull;
+    EXPECT_THAT(check_shards(p).message(), HasSubstr("shards keep their activations"));
+  }
+  {
+    Plan p = vocab_shard_plan();  // one shard: rows [0, 64) of the only shard
+    p.stages.pop_back();
+    p.stages[2].vocab_end = 64;
+    p.replicas[0].stage_group.pop_back();
+    EXPECT_THAT(check_shards(p).message(), HasSubstr("split into one vocabulary shard"));
+  }
+  {
+    // Shards of a decoder block, not of the head.
+    const ModelSpec model = small_model(3);
+    Plan p = vocab_shard_plan();
+    p.model = model_ref(model);
+    p.stages = {Stage{0, 2}, Stage{2, 3, RecomputePolicy::kNone, 0, 32},
+                Stage{2, 3, RecomputePolicy::kNone, 32, 64}};
+    p.replicas[0].stage_group = {0, 0, 1};
+    p.replicas[0].groups[0].actions = actions("0F0 0F1 1F0 1F1 1I0 1W0 1I1 1W1 0I0 0W0 0I1 0W1");
+    p.replicas[0].groups[1].actions = actions("2F0 2F1 2I0 2W0 2I1 2W1");
+    EXPECT_THAT(validate_plan(p, model, single_device_nodes(2), defaults()).message(),
+                HasSubstr("only a head (output layer and loss"));
+  }
+}
+
+// The shards exchange their loss statistics before their backward: an order where each group
+// waits for the other's statistics behind work that needs its own is a deadlock.
+TEST(Validate, FindsADeadlockThroughTheLossStatistics) {
+  Plan p = vocab_shard_plan();
+  p.replicas[0].groups[0].actions = actions("0F0 2F0 2I0 2W0 0F1 2F1 2I1 2W1 0I0 0W0 0I1 0W1");
+  p.replicas[0].groups[1].actions = actions("1F0 1F1 3F0 3F1 3I0 3W0 1I0 1W0 3I1 3W1 1I1 1W1");
+  const Status s = check_shards(p);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_THAT(s.message(), HasSubstr("deadlock"));
+}
+
 }  // namespace
 }  // namespace motley::testing

@@ -66,6 +66,22 @@ Status check_request(const AdaptiveRequest& r) {
       return invalid_argument(fmt::format("{}group {} runs no stage", kWhat, g));
     }
   }
+  if (r.vocab_shards != 0) {
+    if (r.vocab_shards < 2 || static_cast<size_t>(r.vocab_shards) >= stages) {
+      return invalid_argument(
+          fmt::format("{}vocab_shards is {}; expected 0, or 2 up to the stage count less one ({})",
+                      kWhat, r.vocab_shards, stages - 1));
+    }
+    std::vector<bool> holds_shard(r.num_groups, false);
+    for (size_t s = stages - r.vocab_shards; s < stages; ++s) {
+      if (holds_shard[r.stage_group[s]]) {
+        return invalid_argument(
+            fmt::format("{}group {} runs two vocabulary shards; each needs a group of its own",
+                        kWhat, r.stage_group[s]));
+      }
+      holds_shard[r.stage_group[s]] = true;
+    }
+  }
   return Status::ok();
 }
 
@@ -78,6 +94,7 @@ internal::TimelineSpec timeline_of(const AdaptiveRequest& r) {
     spec.durations.push_back(internal::stage_durations(t, r.split_backward));
   }
   for (Seconds t : r.transfer_time) spec.hop.push_back(t.value());
+  spec.vocab_shards = r.vocab_shards;
   return spec;
 }
 
@@ -180,8 +197,7 @@ class ListScheduler {
     }
     // The group consuming this output on another stage: its next-ready estimate is exact from
     // now on, and the input arrives after the hop.
-    const internal::Consumer& consumer = timeline_.consumer(a);
-    if (consumer.group >= 0) {
+    for (const internal::Consumer& consumer : timeline_.consumers(a)) {
       wake(consumer.group, t);
       wake(consumer.group, end + consumer.hop);
     }

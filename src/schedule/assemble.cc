@@ -13,6 +13,7 @@
 #include <string>
 #include <utility>
 
+#include "motley/core/check.h"
 #include "motley/plan/dependencies.h"
 
 namespace motley {
@@ -40,7 +41,9 @@ StageMemory stage_memory_of(const Plan& plan, const CostModel& cost, int stage,
   m.data_parallel = data_parallel > 0 ? data_parallel : static_cast<int64_t>(plan.replicas.size());
   m.zero_stage = plan.zero_stage;
   m.expert_parallel = plan.expert_parallel;
-  return cost.stage_memory(LayerRange{st.layer_begin, st.layer_end}, DeviceGroup{devices}, m);
+  return cost.stage_memory(
+      LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, stage)},
+      DeviceGroup{devices}, m);
 }
 
 // Each coarse action becomes the actions of its fine stages: forwards in pipeline order,
@@ -152,8 +155,8 @@ struct ReplicaFacts {
 };
 
 Result<ReplicaFacts> replica_facts(const AssembleOptions& o, const Plan& plan, size_t r,
-                                   const PipelineSpec& rep, const std::vector<int>& fine,
-                                   bool need_memory, const CostModel& cost) {
+                                   const PipelineSpec& rep, bool need_memory,
+                                   const CostModel& cost) {
   const Replica& out = plan.replicas[r];
   const int p = static_cast<int>(rep.groups.size());
   const int stages = static_cast<int>(plan.stages.size());
@@ -171,8 +174,9 @@ Result<ReplicaFacts> replica_facts(const AssembleOptions& o, const Plan& plan, s
       m.activations = Bytes(0);
       fixed[g] += m.total().value();
     }
-    f.times[s] = cost.compute(LayerRange{fine[s], fine[s + 1]}, DeviceGroup{rep.groups[g]},
-                              plan.stages[s].recompute);
+    const Stage& st = plan.stages[s];
+    f.times[s] = cost.compute(LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, s)},
+                              DeviceGroup{rep.groups[g]}, st.recompute);
   }
   f.budget.assign(p, std::numeric_limits<double>::infinity());
   if (!o.check_memory) return f;
@@ -195,18 +199,40 @@ Seconds hop(const CostModel& cost, const PipelineSpec& rep, int a, int b, int la
   return cost.p2p_time(rep.groups[a][0], rep.groups[b][0], cost.boundary_bytes(layer));
 }
 
-Result<GroupOrders> adaptive_orders(const ScheduleSpec& spec, const Replica& out,
-                                    const PipelineSpec& rep, const std::vector<int>& fine,
-                                    const ReplicaFacts& f, const CostModel& cost) {
-  const int stages = static_cast<int>(fine.size()) - 1;
+Result<GroupOrders> adaptive_orders(const ScheduleSpec& spec, const Plan& plan, const Replica& out,
+                                    const PipelineSpec& rep, const ReplicaFacts& f,
+                                    const CostModel& cost) {
+  const int stages = static_cast<int>(plan.stages.size());
+  const PipelineShape shape = pipeline_shape(plan);
+  const int first_shard = shape.first_shard();
   AdaptiveRequest req;
   req.num_groups = static_cast<int>(rep.groups.size());
   req.stage_group = out.stage_group;
   req.micro_batches = rep.micro_batches;
   req.stage_times = f.times;
+  req.vocab_shards = shape.vocab_shards;
   for (int s = 0; s + 1 < stages; ++s) {
-    const int a = out.stage_group[s], b = out.stage_group[s + 1];
-    req.transfer_time.push_back(a == b ? Seconds(0) : hop(cost, rep, a, b, fine[s + 1] - 1));
+    const int a = out.stage_group[s];
+    Seconds t(0);
+    if (s + 1 < first_shard) {
+      const int b = out.stage_group[s + 1];
+      if (a != b) t = hop(cost, rep, a, b, plan.stages[s].layer_end - 1);
+    } else if (s + 1 == first_shard) {
+      // The hidden state to each shard (and its gradient back): the slowest of the hops.
+      for (int k = first_shard; k < stages; ++k) {
+        const int b = out.stage_group[k];
+        if (a != b) t = std::max(t, hop(cost, rep, a, b, plan.stages[s].layer_end - 1));
+      }
+    } else {
+      // The loss statistics between shards: three fp32 numbers per token.
+      const Bytes stats(static_cast<double>(plan.micro_batch_size) *
+                        static_cast<double>(plan.seq_len) * 3.0 * 4.0);
+      for (int k = first_shard; k < stages; ++k) {
+        if (k == s) continue;
+        t = std::max(t, cost.p2p_time(rep.groups[a][0], rep.groups[out.stage_group[k]][0], stats));
+      }
+    }
+    req.transfer_time.push_back(t);
   }
   for (int s = 0; s < stages; ++s) req.activation_bytes.push_back(Bytes(f.activations[s]));
   for (double b : f.budget) req.memory_budget.push_back(Bytes(b));
@@ -254,6 +280,51 @@ Result<GroupOrders> named_orders(const ScheduleSpec& spec, const PipelineSpec& r
   MOTLEY_ASSIGN_OR_RETURN(GroupOrders orders, generate_schedule(spec.kind, req));
   for (int g = 0; g < p; ++g) orders[g] = expand(orders[g], fine_of);
   return orders;
+}
+
+// Vocabulary parallelism: the head's stage (the last fine stage, cut at the head) becomes one
+// shard per group, rows in proportion to each group's speed on the head (replica 0's groups;
+// every replica has as many), each at least one row.
+Status split_head(const AssembleOptions& o, const Candidate& c, const CostModel& cost, Plan& plan,
+                  std::vector<std::vector<int>>& coarse_of) {
+  const char* pre = "candidate: vocabulary parallelism ";
+  if (o.head_vocab <= 0 || o.num_layers < 2) {
+    return invalid_argument(
+        fmt::format("{}needs a model whose last layer is a head, after another layer", pre));
+  }
+  if (!c.schedule.adaptive) {
+    return invalid_argument(
+        fmt::format("{}needs the adaptive scheduler, not {}", pre, c.schedule.name()));
+  }
+  const std::vector<std::vector<int>>& groups = c.replicas[0].groups;
+  const int p = static_cast<int>(groups.size());
+  for (const PipelineSpec& rep : c.replicas) {
+    if (static_cast<int>(rep.groups.size()) != p) {
+      return invalid_argument(
+          fmt::format("{}needs every replica to have as many groups (one shard each)", pre));
+    }
+  }
+  if (p < 2 || p > kMaxVocabShards || o.head_vocab < p) {
+    return invalid_argument(fmt::format(
+        "{}needs 2 to {} groups and at least a row per group: {} groups, a vocabulary of {}", pre,
+        kMaxVocabShards, p, o.head_vocab));
+  }
+  const LayerRange head{o.num_layers - 1, o.num_layers};
+  std::vector<double> head_time(p);
+  for (int g = 0; g < p; ++g) {
+    const ComputeTimes t = cost.compute(head, DeviceGroup{groups[g]}, RecomputePolicy::kNone);
+    head_time[g] = (t.forward + t.backward()).value();
+  }
+  std::vector<Stage> shards;
+  int64_t begin = 0;
+  for (int64_t end : vocab_shard_ends(o.head_vocab, head_time)) {
+    shards.push_back(Stage{head.begin, head.end, RecomputePolicy::kNone, begin, end});
+    begin = end;
+  }
+  plan.stages.pop_back();
+  plan.stages.insert(plan.stages.end(), shards.begin(), shards.end());
+  for (std::vector<int>& map : coarse_of) map.resize(plan.stages.size(), map.back());
+  return Status::ok();
 }
 
 }  // namespace
@@ -326,14 +397,39 @@ std::vector<int> shape_stage_group(const ScheduleSpec& schedule, int p) {
   return {};
 }
 
+std::vector<int64_t> vocab_shard_ends(int64_t vocab, const std::vector<double>& head_time) {
+  const int p = static_cast<int>(head_time.size());
+  MOTLEY_CHECK(p >= 1 && vocab >= p, "vocab_shard_ends: fewer rows than groups");
+  std::vector<double> speed(p);
+  double total = 0;
+  for (int g = 0; g < p; ++g) {
+    speed[g] = head_time[g] > 0 ? 1.0 / head_time[g] : 1.0;
+    total += speed[g];
+  }
+  std::vector<int64_t> ends;
+  int64_t begin = 0;
+  double cumulative = 0;
+  for (int g = 0; g < p; ++g) {
+    cumulative += speed[g];
+    // Rows up to the rounded cumulative share, leaving at least one for each group after g.
+    int64_t end =
+        g + 1 == p ? vocab : std::llround(static_cast<double>(vocab) * cumulative / total);
+    end = std::clamp<int64_t>(end, begin + 1, vocab - (p - 1 - g));
+    ends.push_back(end);
+    begin = end;
+  }
+  return ends;
+}
+
 Result<Plan> assemble_plan(const AssembleOptions& o, const Candidate& c, const CostModel& cost) {
   MOTLEY_RETURN_IF_ERROR(check_candidate(o, c));
 
-  // The common refinement of every replica's stage bounds.
+  // The common refinement of every replica's stage bounds (and the head on its own, to split).
   std::set<int> cuts;
   for (const PipelineSpec& rep : c.replicas) cuts.insert(rep.bounds.begin(), rep.bounds.end());
+  if (c.vocab_parallel) cuts.insert(o.num_layers - 1);
   const std::vector<int> fine(cuts.begin(), cuts.end());
-  const int stages = static_cast<int>(fine.size()) - 1;
+  int stages = static_cast<int>(fine.size()) - 1;
 
   Plan plan;
   plan.model = o.model;
@@ -362,13 +458,22 @@ Result<Plan> assemble_plan(const AssembleOptions& o, const Candidate& c, const C
     }
   }
 
+  if (c.vocab_parallel) {
+    MOTLEY_RETURN_IF_ERROR(split_head(o, c, cost, plan, coarse_of));
+    stages = static_cast<int>(plan.stages.size());
+  }
+  const int first_shard = pipeline_shape(plan).first_shard();
+
   for (size_t r = 0; r < c.replicas.size(); ++r) {
     const PipelineSpec& rep = c.replicas[r];
     const std::vector<int> coarse_group =
         shape_stage_group(c.schedule, static_cast<int>(rep.groups.size()));
     Replica out;
     out.micro_batches = rep.micro_batches;
-    for (int s = 0; s < stages; ++s) out.stage_group.push_back(coarse_group[coarse_of[r][s]]);
+    for (int s = 0; s < stages; ++s) {
+      // Shard k runs on group k.
+      out.stage_group.push_back(s >= first_shard ? s - first_shard : coarse_group[coarse_of[r][s]]);
+    }
     for (const auto& g : rep.groups) out.groups.push_back(DeviceGroupSchedule{g, {}});
     plan.replicas.push_back(std::move(out));
   }
@@ -379,11 +484,11 @@ Result<Plan> assemble_plan(const AssembleOptions& o, const Candidate& c, const C
     const PipelineSpec& rep = c.replicas[r];
     Replica& out = plan.replicas[r];
     MOTLEY_ASSIGN_OR_RETURN(const ReplicaFacts facts,
-                            replica_facts(o, plan, r, rep, fine, need_memory, cost));
+                            replica_facts(o, plan, r, rep, need_memory, cost));
     MOTLEY_ASSIGN_OR_RETURN(
         GroupOrders orders,
         c.schedule.adaptive
-            ? adaptive_orders(c.schedule, out, rep, fine, facts, cost)
+            ? adaptive_orders(c.schedule, plan, out, rep, facts, cost)
             : named_orders(c.schedule, rep, coarse_of[r], facts, o.check_memory, cost));
     for (size_t g = 0; g < orders.size(); ++g) out.groups[g].actions = std::move(orders[g]);
   }

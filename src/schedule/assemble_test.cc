@@ -112,6 +112,55 @@ TEST(AssembleTest, AdaptiveScheduleRunsOnTheFineStagesWithinBudget) {
   EXPECT_EQ(order_text(orders[0]).rfind("0F0 0F1 0I0 0I1 0W0 0F2", 0), 0u) << order_text(orders[0]);
 }
 
+// Vocabulary parallelism: the head becomes a stage of its own split into one shard per group,
+// rows by each group's speed on the head (the A100 takes three times the H100's time here).
+TEST(AssembleTest, VocabularyParallelismSplitsTheHeadBySpeed) {
+  ModelSpec model = tiny_model(3);
+  Layer head;
+  head.name = "head";
+  head.kind = LayerKind::kHead;
+  head.head = HeadShape{1000, 64, false};
+  model.layers.push_back(head);
+  const ClusterSpec cluster = fixed_cluster({"H100-SXM", "A100-80GB"}, 1);
+  FixedCostSpec spec = uniform_spec(4);
+  std::vector<FixedLayerTimes> a100;
+  for (const FixedLayer& l : spec.layers) a100.push_back(l.times);
+  for (Seconds* t : {&a100[3].forward, &a100[3].backward_input, &a100[3].backward_weight}) {
+    *t = *t * 3.0;
+  }
+  spec.device_times = {{"A100-80GB", a100}};
+  FixedCostModel cost(cluster, spec);
+  Candidate c;
+  c.schedule = ScheduleSpec::adaptive_on(StageShape::kLinear, 1, AdaptivePriority::kBackwardFirst,
+                                         WeightFill::kIfItFits);
+  c.replicas = {PipelineSpec{{{0}, {1}}, {0, 2, 4}, std::vector<RecomputePolicy>(2), 3}};
+  c.vocab_parallel = true;
+  AssembleOptions options = options_for(model, cluster);
+  options.head_vocab = 1000;
+  Result<Plan> plan = assemble_plan(options, c, cost);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().message();
+  ASSERT_EQ(plan->stages.size(), 4u);
+  EXPECT_EQ(plan->stages[1], (Stage{2, 3, RecomputePolicy::kNone}));
+  EXPECT_EQ(plan->stages[2], (Stage{3, 4, RecomputePolicy::kNone, 0, 750}));
+  EXPECT_EQ(plan->stages[3], (Stage{3, 4, RecomputePolicy::kNone, 750, 1000}));
+  EXPECT_EQ(plan->replicas[0].stage_group, (std::vector<int>{0, 1, 0, 1}));
+  Status valid = validate_plan(plan.value(), model, cluster, ValidateOptions{});
+  EXPECT_TRUE(valid.is_ok()) << valid.message();
+  Result<SimResult> sim = simulate(SimOptions{}, plan.value(), cost);
+  ASSERT_TRUE(sim.is_ok()) << sim.status().message();
+  // Named schedules place no shards; a model without a head has nothing to split.
+  c.schedule = ScheduleSpec::named(ScheduleKind::k1f1b);
+  EXPECT_EQ(assemble_plan(options, c, cost).status().code(), StatusCode::kInvalidArgument);
+  options.head_vocab = 0;
+  c.schedule = ScheduleSpec::adaptive_on(StageShape::kLinear, 1, AdaptivePriority::kBackwardFirst,
+                                         WeightFill::kIfItFits);
+  EXPECT_EQ(assemble_plan(options, c, cost).status().code(), StatusCode::kInvalidArgument);
+  // The rows themselves: by speed, at least one each, the last ending at the vocabulary.
+  EXPECT_EQ(vocab_shard_ends(1000, {3, 9}), (std::vector<int64_t>{750, 1000}));
+  EXPECT_EQ(vocab_shard_ends(3, {1, 1000, 1000}), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(vocab_shard_ends(10, {1, 1, 1, 1}), (std::vector<int64_t>{3, 5, 8, 10}));
+}
+
 TEST(AssembleTest, RejectsMalformedCandidates) {
   const ModelSpec model = tiny_model(4);
   const ClusterSpec cluster = fixed_cluster({"H100-SXM"}, 2);

@@ -40,7 +40,8 @@ EstimatedTimeline::EstimatedTimeline(TimelineSpec spec)
       r.row = row(kind == ActionKind::kForward, s);
       for (Input& in : r.inputs) in.row = no_input;
       int inputs = 0;
-      for (const Dependency& d : data_dependencies(action, stages)) {
+      const PipelineShape shape{stages, spec_.vocab_shards};
+      for (const Dependency& d : data_dependencies(action, shape)) {
         // These orders list no R: its work is part of the input backward's duration.
         if (d.optional) continue;
         MOTLEY_CHECK(d.micro_batch == 0 && inputs < 2,
@@ -49,13 +50,26 @@ EstimatedTimeline::EstimatedTimeline(TimelineSpec spec)
         const StageDurations& p = spec_.durations[d.stage];
         Input& in = r.inputs[inputs++];
         in.row = row(forward, d.stage);
-        in.hop = d.crosses_stages ? transfer(d.stage, s) : 0.0;
-        in.other_stage = d.stage != s;
+        in.count = d.count;
+        in.other_stage = d.stage != s || d.count > 1;
         in.producer_duration = forward ? p.forward : p.input_backward;
+        in.hop = 0.0;
+        for (int k = 0; k < d.count; ++k) {
+          if (group_of(d.stage + k) == group_of(s)) {
+            in.local = k;
+          } else if (d.crosses_stages) {
+            in.hop = std::max(in.hop, hop_between(d.stage + k, s));
+          }
+        }
+        if (d.count == 1 && in.local == 0) in.hop = 0.0;
       }
-      const std::optional<Dependency> next = downstream_consumer(action, stages);
-      if (next && group_of(next->stage) != group_of(s)) {
-        r.consumer = Consumer{group_of(next->stage), transfer(s, next->stage)};
+      if (const std::optional<Dependency> next = downstream_consumer(action, shape)) {
+        for (int k = 0; k < next->count; ++k) {
+          const int to = next->stage + k;
+          if (group_of(to) != group_of(s)) {
+            r.consumers.push_back(Consumer{group_of(to), hop_between(s, to)});
+          }
+        }
       }
     }
   }
@@ -70,8 +84,7 @@ double EstimatedTimeline::longest_time() const {
   return longest;
 }
 
-double EstimatedTimeline::transfer(int from, int to) const {
-  if (group_of(from) == group_of(to)) return 0.0;
+double EstimatedTimeline::hop_between(int from, int to) const {
   return spec_.hop[std::min(from, to)];
 }
 

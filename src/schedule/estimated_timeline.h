@@ -35,8 +35,11 @@ struct TimelineSpec {
   int64_t micro_batches = 0;
   std::vector<StageDurations> durations;  // per stage
   // Per stage boundary s -> s+1 (size stages - 1): what an input crossing it adds when the two
-  // stages run on different groups.
+  // stages run on different groups. With vocabulary shards [b, n): hop[b - 1] is the hidden
+  // state's (to each shard, and its gradient back), hop[s >= b] the loss statistics' between
+  // shards.
   std::vector<double> hop;
+  int vocab_shards = 0;  // the last stages that are vocabulary shards (plan/dependencies.h)
 };
 
 // When an action's inputs are available.
@@ -50,6 +53,8 @@ struct Consumer {
   int group = -1;  // -1: none (no consumer, or one on the action's own group)
   double hop = 0;  // the transfer to it
 };
+// Every other group waiting for it: one, or one per vocabulary shard on another group.
+using Consumers = std::vector<Consumer>;
 
 class EstimatedTimeline {
  public:
@@ -62,7 +67,7 @@ class EstimatedTimeline {
   int group_of(int stage) const { return spec_.stage_group[stage]; }
   double free_at(int group) const { return free_at_[group]; }
   double duration(const Action& action) const { return resolved(action).duration; }
-  const Consumer& consumer(const Action& action) const { return resolved(action).consumer; }
+  const Consumers& consumers(const Action& action) const { return resolved(action).consumers; }
   // The longest duration or hop of the spec (the scale of its times).
   double longest_time() const;
 
@@ -92,12 +97,16 @@ class EstimatedTimeline {
   static constexpr double kNotRun = -1.0;  // estimated times are never negative
 
   // One input of an action, resolved for its stage. An action with fewer than two inputs has
-  // the others read the row of zeros at the end of ends_: available from the start.
+  // the others read the row of zeros at the end of ends_: available from the start. An input
+  // from every vocabulary shard reads `count` consecutive rows (one per shard stage) and waits
+  // for the last.
   struct Input {
     size_t row = 0;            // the producer's row of ends_
     double hop = 0;            // added to the producer's end (0 on the same group)
     bool other_stage = false;  // the producer's stage is not the action's
     double producer_duration = 0;
+    int count = 1;   // producers: rows row, row + stride, ...
+    int local = -1;  // the one of them on the action's group (no hop), or -1
   };
   // What the timeline knows of one action kind on one stage.
   struct Resolved {
@@ -106,16 +115,26 @@ class EstimatedTimeline {
     int group = 0;         // the stage's
     bool records = false;  // F and the input backward record their end (in ends_), W does not
     size_t row = 0;        // of ends_, where they do
-    Consumer consumer;
+    Consumers consumers;
   };
 
   // When the input `in` of micro-batch `j` is available (readiness()'s rule); clears `*known`
   // when its producer has not run.
   double arrival(const Input& in, int j, double now, bool* known) const {
-    const double end = ends_[in.row + static_cast<size_t>(j)];
-    if (end != kNotRun) return end + in.hop;
+    if (in.count == 1) return arrival_from(in, 0, j, now, known);
+    double latest = 0;
+    for (int k = 0; k < in.count; ++k)
+      latest = std::max(latest, arrival_from(in, k, j, now, known));
+    return latest;
+  }
+  double arrival_from(const Input& in, int k, int j, double now, bool* known) const {
+    const double hop = k == in.local ? 0.0 : in.hop;
+    const double end =
+        ends_[in.row + static_cast<size_t>(k) * static_cast<size_t>(spec_.micro_batches) +
+              static_cast<size_t>(j)];
+    if (end != kNotRun) return end + hop;
     *known = false;
-    return in.other_stage ? now + in.producer_duration + in.hop
+    return in.other_stage ? now + in.producer_duration + hop
                           : std::numeric_limits<double>::infinity();
   }
   // What the timeline knows of the action's kind on its stage: the slot of F, of the input
@@ -130,9 +149,9 @@ class EstimatedTimeline {
             static_cast<size_t>(stage)) *
            static_cast<size_t>(spec_.micro_batches);
   }
-  // What an input adds on its way between the adjacent stages `a` and `b`: the boundary's hop
-  // when their groups differ, else 0.
-  double transfer(int a, int b) const;
+  // What an input adds on its way between stages `a` and `b` on different groups: the hop of
+  // the boundary below the lower of the two (TimelineSpec::hop).
+  double hop_between(int a, int b) const;
 
   TimelineSpec spec_;
   std::vector<std::array<Resolved, 3>> resolved_;  // per stage, per slot

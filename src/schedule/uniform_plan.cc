@@ -135,6 +135,11 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
   Candidate c;
   c.micro_batch_size = o.micro_batch_size;
   c.schedule = ScheduleSpec::named(o.kind, chunks);
+  if (o.vocab_parallel) {
+    c.schedule = ScheduleSpec::adaptive_on(c.schedule.shape, c.schedule.chunks,
+                                           AdaptivePriority::kBackwardFirst, WeightFill::kIfItFits);
+    c.vocab_parallel = true;
+  }
   std::vector<int> bounds{0};
   if (o.layer_counts.empty()) {
     bounds = split_bounds(o.partition, model, num_stages);
@@ -174,11 +179,13 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
   assemble.zero_stage = o.zero_stage;
   assemble.expert_parallel = o.expert_parallel;
   assemble.sequence_parallel = o.sequence_parallel;
+  assemble.head_vocab = head_vocab(model);
   // Memory is the validator's to check (simulate validates every plan it runs).
   assemble.check_memory = false;
   MOTLEY_ASSIGN_OR_RETURN(Plan plan, assemble_plan(assemble, c, cost));
-  // The schedule is named by its kind alone, as plan files written by `motley simulate` are.
-  plan.schedule = schedule_kind_name(o.kind);
+  // The schedule is named by its kind alone, as plan files written by `motley simulate` are
+  // (the adaptive scheduler's name when it ordered the vocabulary shards).
+  if (!o.vocab_parallel) plan.schedule = schedule_kind_name(o.kind);
   return plan;
 }
 

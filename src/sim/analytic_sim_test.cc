@@ -96,7 +96,10 @@ TEST_F(AnalyticSimTest, ALoneMessageTakesTheCostModelsP2pTime) {
   for (const SimTask& t : res->timeline) {
     if (t.kind != SimTaskKind::kSendActivation && t.kind != SimTaskKind::kSendGradient) continue;
     ++messages;
-    const Bytes bytes = cost_->boundary_bytes(plan.stages[t.stage].layer_end - 1);
+    // An activation is its stage's output; a gradient is its stage's input's.
+    const Stage& st = plan.stages[t.stage];
+    const Bytes bytes = cost_->boundary_bytes(
+        t.kind == SimTaskKind::kSendActivation ? st.layer_end - 1 : st.layer_begin - 1);
     EXPECT_EQ(t.device, plan.replicas[0].groups[t.group].devices[0]);
     EXPECT_TRUE(cost_->topology().path(t.device, t.peer_device).crosses_nodes);
     // Each of the 8 TP ranks sends its eighth over its own NIC (scatter-gather): the message

@@ -26,7 +26,7 @@ class Folder {
  public:
   Folder(const Plan& plan, const CostModel& cost, std::span<const StageTimes> stage_times,
          std::span<const StageMemory> stage_memory,
-         const std::function<double(int, int, int, int)>& wire_bytes)
+         const std::function<double(int, int, int, int, bool)>& wire_bytes)
       : plan_(plan),
         topology_(cost.topology()),
         stage_times_(stage_times),
@@ -105,25 +105,39 @@ class Folder {
       }
     }
     // The messages lowering derives: an activation after F(s) and a gradient after B(s + 1)
-    // wherever stages s and s + 1 run on different groups.
+    // wherever stages s and s + 1 run on different groups; with vocabulary shards, between the
+    // stage before them and each shard, and the statistics between every two shards.
     std::map<int, int64_t> renamed;
-    for (int s = 0; s + 1 < stages_; ++s) {
-      const int a = rep.stage_group[s];
-      const int b = rep.stage_group[s + 1];
-      if (a == b) continue;
-      add_message(r, a, b, s, renamed, sig);
-      add_message(r, b, a, s + 1, renamed, sig);
+    const PipelineShape shape = pipeline_shape(plan_);
+    const int b = shape.first_shard();
+    for (int s = 0; s + 1 < b; ++s) {
+      const int from = rep.stage_group[s];
+      const int to = rep.stage_group[s + 1];
+      if (from == to) continue;
+      add_message(r, from, to, s, false, renamed, sig);
+      add_message(r, to, from, s + 1, true, renamed, sig);
+    }
+    for (int k = b; k < shape.stages && b > 0; ++k) {
+      const int before = rep.stage_group[b - 1];
+      const int shard = rep.stage_group[k];
+      if (before != shard) {
+        add_message(r, before, shard, b - 1, false, renamed, sig);
+        add_message(r, shard, before, k, true, renamed, sig);
+      }
+      for (int other = b; other < shape.stages; ++other) {
+        if (other != k) add_message(r, shard, rep.stage_group[other], k, false, renamed, sig);
+      }
     }
     return sig;
   }
 
-  void add_message(int r, int group, int peer, int stage, std::map<int, int64_t>& renamed,
-                   Signature& sig) {
+  void add_message(int r, int group, int peer, int stage, bool gradient,
+                   std::map<int, int64_t>& renamed, Signature& sig) {
     const Replica& rep = plan_.replicas[r];
     const Path path = topology_.path(rep.groups[group].devices[0], rep.groups[peer].devices[0]);
     sig.reals.push_back(path.latency.value());
     sig.reals.push_back(path.bandwidth.value());
-    sig.reals.push_back(wire_bytes_(r, group, peer, stage));
+    sig.reals.push_back(wire_bytes_(r, group, peer, stage, gradient));
     sig.ints.push_back(path.host_staged ? 1 : 0);
     sig.ints.push_back(static_cast<int64_t>(path.links.size()));
     for (int link : path.links) {
@@ -138,7 +152,7 @@ class Folder {
   const Topology& topology_;
   std::span<const StageTimes> stage_times_;
   std::span<const StageMemory> stage_memory_;
-  const std::function<double(int, int, int, int)>& wire_bytes_;
+  const std::function<double(int, int, int, int, bool)>& wire_bytes_;
   const int stages_;
   std::map<const DeviceType*, int64_t> type_ids_;
   std::vector<int> links_;
@@ -159,7 +173,8 @@ ReplicaFolding no_folding(const Plan& plan) {
 ReplicaFolding fold_identical_replicas(
     const Plan& plan, const CostModel& cost, std::span<const StageTimes> stage_times,
     std::span<const StageMemory> stage_memory,
-    const std::function<double(int replica, int group, int peer_group, int stage)>& wire_bytes) {
+    const std::function<double(int replica, int group, int peer_group, int stage, bool gradient)>&
+        wire_bytes) {
   return Folder(plan, cost, stage_times, stage_memory, wire_bytes).fold();
 }
 

@@ -36,13 +36,15 @@ struct ReplicaFolding {
 ReplicaFolding no_folding(const Plan& plan);
 
 // The classes of replicas that simulate identically. `stage_times` and `stage_memory` are the
-// priced stages, replica * stages + stage; `wire_bytes(replica, group, peer_group, stage)` the
-// bytes a message of that stage takes on its path, as the simulator prices it.
+// priced stages, replica * stages + stage; `wire_bytes(replica, group, peer_group, stage,
+// gradient)` the bytes a message of that stage (its activation, or its input's gradient) takes
+// on its path, as the simulator prices it.
 // REQUIRES: `plan` passed check_plan_structure; `cost` prices the plan's cluster.
 ReplicaFolding fold_identical_replicas(
     const Plan& plan, const CostModel& cost, std::span<const StageTimes> stage_times,
     std::span<const StageMemory> stage_memory,
-    const std::function<double(int replica, int group, int peer_group, int stage)>& wire_bytes);
+    const std::function<double(int replica, int group, int peer_group, int stage, bool gradient)>&
+        wire_bytes);
 
 // The stages of `plan` and, in the order of `folding.members`, the first replica of each class:
 // all a task graph reads of a plan (the other fields stay as `out` had them; the plan's own

@@ -62,16 +62,27 @@ class Builder {
     }
     scratch_.stage_times.assign(static_cast<size_t>(n_rep) * stages_, SimGraph::StageTimes{});
     out_.stage_memory.assign(static_cast<size_t>(n_rep) * stages_, StageMemory{});
-    scratch_.boundary_bytes.assign(stages_, 0);
+    // Per stage, what its messages carry: the activation leaving its last layer (a vocabulary
+    // shard's F sends the loss's statistics instead: per token the largest logit of its rows,
+    // their sum of exponentials and the target's logit, three fp32 numbers), and the gradient of
+    // its input (the output of the layer before it).
+    scratch_.boundary_bytes.assign(2 * static_cast<size_t>(stages_), 0);
     for (int s = 0; s < stages_; ++s) {
-      scratch_.boundary_bytes[s] = cost_.boundary_bytes(plan_.stages[s].layer_end - 1).value();
+      const Stage& st = plan_.stages[s];
+      const size_t at = 2 * static_cast<size_t>(s);
+      scratch_.boundary_bytes[at] = st.is_vocab_shard()
+                                        ? static_cast<double>(plan_.micro_batch_size) *
+                                              static_cast<double>(plan_.seq_len) * 3.0 * 4.0
+                                        : cost_.boundary_bytes(st.layer_end - 1).value();
+      scratch_.boundary_bytes[at + 1] =
+          st.layer_begin > 0 ? cost_.boundary_bytes(st.layer_begin - 1).value() : 0.0;
     }
     DeviceGroup group;
     for (int r = 0; r < n_rep; ++r) {
       const Replica& rep = plan_.replicas[r];
       for (int s = 0; s < stages_; ++s) {
         const Stage& st = plan_.stages[s];
-        const LayerRange layers{st.layer_begin, st.layer_end};
+        const LayerRange layers{st.layer_begin, st.layer_end, vocab_share(plan_.stages, s)};
         group.devices = rep.groups[rep.stage_group[s]].devices;
         const ComputeTimes t = cost_.compute(layers, group, st.recompute);
         // Without an explicit R the recompute runs inside the backward that needs it.
@@ -106,7 +117,7 @@ class Builder {
     std::vector<int>& devices = scratch_.devices;
     for (int s = 0; s < stages_; ++s) {
       const Stage& st = plan_.stages[s];
-      const LayerRange layers{st.layer_begin, st.layer_end};
+      const LayerRange layers{st.layer_begin, st.layer_end, vocab_share(plan_.stages, s)};
       const std::vector<int>& first =
           plan_.replicas[0].groups[plan_.replicas[0].stage_group[s]].devices;
       const size_t tp = first.size();
@@ -211,15 +222,16 @@ class Builder {
     }
   }
 
-  // The bytes a message of `stage` from `group` to `peer` of replica r takes on its path: a
-  // transfer reaching a fraction of its path's bandwidth takes as long as the bytes over that
-  // fraction at full bandwidth, and shares the link as such.
-  double wire_bytes(const Plan& plan, int r, int group, int peer, int stage) {
+  // The bytes a message of `stage` (its activation, or its input's gradient) from `group` to
+  // `peer` of replica r takes on its path: a transfer reaching a fraction of its path's
+  // bandwidth takes as long as the bytes over that fraction at full bandwidth, and shares the
+  // link as such.
+  double wire_bytes(const Plan& plan, int r, int group, int peer, int stage, bool gradient) {
     const Replica& rep = plan.replicas[r];
     src_.devices = rep.groups[group].devices;
     dst_.devices = rep.groups[peer].devices;
-    const CostModel::PipelineMessage m =
-        cost_.pipeline_message(src_, dst_, Bytes(scratch_.boundary_bytes[stage]));
+    const CostModel::PipelineMessage m = cost_.pipeline_message(
+        src_, dst_, Bytes(scratch_.boundary_bytes[2 * static_cast<size_t>(stage) + gradient]));
     return m.bytes.value() / m.bandwidth_efficiency;
   }
 
@@ -230,10 +242,11 @@ class Builder {
       out_.folding = no_folding(plan_);
       return;
     }
-    out_.folding = fold_identical_replicas(plan_, cost_, scratch_.stage_times, out_.stage_memory,
-                                           [this](int r, int group, int peer, int stage) {
-                                             return wire_bytes(plan_, r, group, peer, stage);
-                                           });
+    out_.folding =
+        fold_identical_replicas(plan_, cost_, scratch_.stage_times, out_.stage_memory,
+                                [this](int r, int group, int peer, int stage, bool gradient) {
+                                  return wire_bytes(plan_, r, group, peer, stage, gradient);
+                                });
     if (!out_.folding.folds()) return;
     folded_plan(plan_, out_.folding, out_.folded);
     out_.simulated = &out_.folded;
@@ -264,7 +277,7 @@ class Builder {
     }
     // How each (replica, sender, receiver, stage) message travels — its path and its bytes on
     // the wire — resolved once for all its micro-batches.
-    std::map<std::array<int, 4>, std::pair<Path, double>> route;
+    std::map<std::array<int, 5>, std::pair<Path, double>> route;
     for (int32_t id = graph.num_actions(); id < graph.size(); ++id) {
       const TaskNode& n = graph.node(id);
       const Replica& rep = sim.replicas[n.replica];
@@ -272,10 +285,12 @@ class Builder {
       x.task = id;
       x.src_device = rep.groups[n.group].devices[0];
       x.dst_device = rep.groups[n.peer_group].devices[0];
-      auto [it, inserted] = route.try_emplace({n.replica, n.group, n.peer_group, n.stage});
+      const bool gradient = n.kind == TaskKind::kGradientMessage;
+      auto [it, inserted] =
+          route.try_emplace({n.replica, n.group, n.peer_group, n.stage, gradient ? 1 : 0});
       if (inserted) {
         it->second = {topology_.path(x.src_device, x.dst_device),
-                      wire_bytes(sim, n.replica, n.group, n.peer_group, n.stage)};
+                      wire_bytes(sim, n.replica, n.group, n.peer_group, n.stage, gradient)};
       }
       x.path = it->second.first;
       x.bytes = it->second.second;
@@ -343,8 +358,9 @@ class Builder {
         group_.devices = first;
         const Stage& st = plan_.stages[s];
         const double duration =
-            exposed_data_parallel_sync(cost_, sync, LayerRange{st.layer_begin, st.layer_end},
-                                       group_, n_rep, Seconds(last_pass), Seconds(first_pass))
+            exposed_data_parallel_sync(
+                cost_, sync, LayerRange{st.layer_begin, st.layer_end, vocab_share(plan_.stages, s)},
+                group_, n_rep, Seconds(last_pass), Seconds(first_pass))
                 .value();
         all_reduce[s] =
             add_task(TaskNode{TaskKind::kExternal, -1, -1, s, -1, -1, -1, -1}, duration, true);

@@ -722,5 +722,82 @@ TEST(Simulator, ReusedWorkspaceGivesTheSameAnswers) {
   }
 }
 
+// Embedding + block, block, and the head split in two vocabulary shards (rows [0, 500) on group
+// 0, [500, 1000) on group 1); every layer takes 1 s per pass, the head 2 s (1 s per shard).
+FixedCostSpec shard_spec(Bytes boundary) {
+  FixedCostSpec spec = uniform_spec(4, {Seconds(1), Seconds(1), Seconds(1), Seconds(0)}, boundary);
+  spec.layers[3].times = {Seconds(2), Seconds(2), Seconds(2), Seconds(0)};
+  spec.layers[3].boundary = Bytes(4);  // the loss
+  return spec;
+}
+
+Plan shard_plan() {
+  Plan plan;
+  plan.micro_batch_size = 1;
+  plan.seq_len = 1000;
+  plan.global_batch = 2;
+  plan.stages = {Stage{0, 2}, Stage{2, 3}, Stage{3, 4, RecomputePolicy::kNone, 0, 500},
+                 Stage{3, 4, RecomputePolicy::kNone, 500, 1000}};
+  Replica rep;
+  rep.micro_batches = 2;
+  rep.stage_group = {0, 1, 0, 1};
+  rep.groups = {DeviceGroupSchedule{{0}, acts("0F0 0F1 2F0 2F1 2I0 2W0 2I1 2W1 0I0 0W0 0I1 0W1")},
+                DeviceGroupSchedule{{1}, acts("1F0 3F0 1F1 3F1 3I0 3W0 1I0 1W0 3I1 3W1 1I1 1W1")}};
+  plan.replicas = {rep};
+  return plan;
+}
+
+// Each shard takes half the head's time; a shard's backward waits for both shards' forwards,
+// and the stage before them for both shards' input gradients. By hand (free links):
+//   group 0: 0F0 [0,2] 0F1 [2,4] 2F0 [4,5] 2F1 [5,6] 2I0 [6,7] 2W0 [7,8] 2I1 [8,9] 2W1 [9,10]
+//            0I0 [10,12] 0W0 [12,14] 0I1 [14,16] 0W1 [16,18]
+//   group 1: 1F0 [2,3] 3F0 [3,4] 1F1 [4,5] 3F1 [5,6] 3I0 [6,7] 3W0 [7,8] 1I0 [8,9] 1W0 [9,10]
+//            3I1 [10,11] 3W1 [11,12] 1I1 [12,13] 1W1 [13,14]
+TEST(Simulate, VocabularyShardsByHand) {
+  const FixedCostModel cost(make_fixed_cluster({"H100-SXM"}, 2, kFreeIntra, kFreeInter),
+                            shard_spec(Bytes(0)));
+  SimOptions options = compute_only();
+  options.record_timeline = true;
+  const SimResult res = run_ok(options, shard_plan(), cost);
+  EXPECT_EQ(res.iteration_time, Seconds(18));
+  ASSERT_EQ(res.devices.size(), 2u);
+  EXPECT_EQ(res.devices[0].busy, Seconds(18));  // never idle
+  EXPECT_EQ(res.devices[1].busy, Seconds(12));
+  // 24 actions; per micro-batch 4 activations or statistics and 2 gradients cross.
+  EXPECT_EQ(res.tasks, 36);
+  for (const SimTask& t : res.timeline) {
+    if (sim_task_name(t) == "I s1 mb0") {
+      EXPECT_EQ(t.start, Seconds(8));
+    }
+    if (sim_task_name(t) == "I s3 mb1") {
+      EXPECT_EQ(t.start, Seconds(10));
+    }
+  }
+}
+
+// A shard's forward sends three fp32 numbers per token (the statistics of its rows' logits); a
+// shard's input gradient is the hidden state's size, not the loss's.
+TEST(Simulate, VocabularyShardMessagesCarryStatisticsAndHiddenGradients) {
+  const LinkSpec slow{LinkKind::kInfiniband, BytesPerSecond(1e6), Seconds(0)};
+  const FixedCostModel cost(make_fixed_cluster({"H100-SXM"}, 2, slow, slow),
+                            shard_spec(Bytes(1000)));
+  SimOptions options = compute_only();
+  options.record_timeline = true;
+  const SimResult res = run_ok(options, shard_plan(), cost);
+  int seen = 0;
+  for (const SimTask& t : res.timeline) {
+    const std::string name = sim_task_name(t);
+    if (name == "act s3 mb0 g1->g0") {
+      expect_relative((t.end - t.start).value(), 1000 * 3 * 4 / 1e6);
+      ++seen;
+    }
+    if (name == "grad s2 mb0 g0->g1") {
+      expect_relative((t.end - t.start).value(), 1000 / 1e6);
+      ++seen;
+    }
+  }
+  EXPECT_EQ(seen, 2);
+}
+
 }  // namespace
 }  // namespace motley

@@ -105,6 +105,12 @@ ScheduleSpec schedule_named(const std::string& name, StageShape shape, int chunk
 }  // namespace
 
 Result<Candidate> candidate_from_plan(const Plan& plan) {
+  // Vocabulary shards: the plan as if its head ran whole on the stage before them.
+  if (vocab_shard_count(plan.stages) > 0) {
+    MOTLEY_ASSIGN_OR_RETURN(Candidate c, candidate_from_plan(without_vocab_shards(plan)));
+    c.vocab_parallel = true;
+    return c;
+  }
   Candidate c;
   c.micro_batch_size = plan.micro_batch_size;
   c.zero_stage = plan.replicas.size() > 1 ? plan.zero_stage : 0;
@@ -169,6 +175,7 @@ std::string candidate_key(const Candidate& c) {
   if (c.zero_stage > 0) append_number(&(k += 'z'), c.zero_stage);
   if (c.expert_parallel > 1) append_number(&(k += 'e'), c.expert_parallel);
   if (c.sequence_parallel) k += 's';
+  if (c.vocab_parallel) k += 'v';
   k += '|';
   for (const PipelineSpec& r : c.replicas) {
     k += 'm';
@@ -205,13 +212,20 @@ std::vector<std::vector<GroupLoad>> group_loads(const Context& ctx, const Candid
     std::vector<GroupLoad> loads(p);
     for (size_t s = 0; s + 1 < rep.bounds.size(); ++s) {
       const int g = stage_group[s];
-      const ComputeTimes t = cost.compute(LayerRange{rep.bounds[s], rep.bounds[s + 1]},
-                                          DeviceGroup{rep.groups[g]}, rep.recompute[s]);
+      const LayerRange layers = own_layers(ctx, c, rep, s);
+      if (layers.size() == 0) continue;
+      const ComputeTimes t = cost.compute(layers, DeviceGroup{rep.groups[g]}, rep.recompute[s]);
       const PassOverhead o = pass_overhead(ctx, collectives != nullptr ? *collectives : cost, c,
                                            static_cast<int>(r), s, t);
       loads[g].forward += t.forward.value() + o.forward;
       loads[g].backward += (t.backward_input + t.recompute).value() + o.backward;
       loads[g].weight += t.backward_weight.value() + o.weight;
+    }
+    const std::vector<ComputeTimes> shards = head_shard_times(ctx, cost, c, static_cast<int>(r));
+    for (size_t g = 0; g < shards.size(); ++g) {
+      loads[g].forward += shards[g].forward.value();
+      loads[g].backward += shards[g].backward_input.value();
+      loads[g].weight += shards[g].backward_weight.value();
     }
     out.push_back(std::move(loads));
   }
@@ -288,6 +302,7 @@ Result<Plan> assemble(const Context& ctx, const Candidate& c, int64_t data_paral
   options.seq_len = ctx.seq_len();
   options.zero_stage = ctx.options().zero_stage.value_or(c.zero_stage);
   options.expert_parallel = c.expert_parallel;
+  options.head_vocab = head_vocab(ctx.model());
   options.usable_memory_fraction = ctx.usable_memory_fraction();
   options.data_parallel = data_parallel;
   options.global_batch = whole_batch ? ctx.global_batch() : 0;

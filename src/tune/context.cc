@@ -72,6 +72,12 @@ Status check_options(const TuneOptions& o, const ModelSpec& model, const Cluster
                       pre, o.expert_parallel, model.name));
     }
   }
+  if (o.vocab_parallel.value_or(false) && head_vocab(model) == 0) {
+    return invalid_argument(fmt::format(
+        "{}'vocab_parallel' splits the model's head, but the last layer of model '{}' ('{}') is "
+        "no head (a measured layer must state its vocab)",
+        pre, model.name, model.layers.empty() ? std::string() : model.layers.back().name));
+  }
   if (!(o.time_budget.value() > 0)) {
     return invalid_argument(
         fmt::format("{}'time_budget' must be a positive number of seconds", pre));

@@ -115,6 +115,14 @@ std::optional<GroupOrders> megatron_orders(const Plan& plan, const Replica& r,
 
 MegatronArguments megatron_arguments(const Plan& plan, const ModelSpec& model,
                                      const ClusterSpec& cluster) {
+  if (vocab_shard_count(plan.stages) > 0) {
+    MegatronArguments whole = megatron_arguments(without_vocab_shards(plan), model, cluster);
+    whole.not_expressed.insert(
+        whole.not_expressed.begin(),
+        "vocabulary parallelism (the head split by rows over the pipeline's devices): Megatron-LM "
+        "keeps the output layer on the last pipeline stage; the arguments place it there");
+    return whole;
+  }
   MegatronArguments out;
   std::vector<std::string>& why = out.not_expressed;
   const Replica& first = plan.replicas.front();
@@ -285,8 +293,10 @@ namespace {
 // interleaved 1F1B) order, the same micro-batch count in every replica, one recompute policy
 // (the most memory-saving the plan uses). Errors (invalid_argument, in words) when the structure
 // has no Megatron form; infeasible when that form does not fit memory.
-Result<Plan> megatron_form(const Plan& plan, const ModelSpec& model, const ClusterSpec& cluster,
+Result<Plan> megatron_form(const Plan& sharded, const ModelSpec& model, const ClusterSpec& cluster,
                            const CostModel& cost) {
+  // Megatron-LM keeps the head whole on the last stage.
+  const Plan plan = without_vocab_shards(sharded);
   const Replica& first = plan.replicas.front();
   const int p = static_cast<int>(first.groups.size());
   const size_t t = first.groups.front().devices.size();

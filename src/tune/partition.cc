@@ -26,17 +26,31 @@ class Partitioner {
   Partitioner(const PartitionRequest& req, const CostModel& cost) : req_(req), cost_(cost) {}
 
   double time(int s, int begin, int end, RecomputePolicy p) const {
-    const ComputeTimes t = cost_.compute(LayerRange{begin, end}, req_.stage_groups[s], p);
-    return (t.forward + (req_.fused_backward ? t.fused_backward() : t.backward()) + t.recompute)
-        .value();
+    const int priced = priced_end(end);
+    double own = 0;
+    if (priced > begin) {
+      const ComputeTimes t = cost_.compute(LayerRange{begin, priced}, req_.stage_groups[s], p);
+      own = (t.forward + (req_.fused_backward ? t.fused_backward() : t.backward()) + t.recompute)
+                .value();
+    }
+    return own + (req_.shard_time.empty() ? 0.0 : req_.shard_time[s].value());
   }
 
   bool fits(int s, int begin, int end, RecomputePolicy p) const {
     MemoryOptions m = req_.memory;
     m.recompute = p;
     m.in_flight_micro_batches = req_.in_flight[s];
-    return cost_.stage_memory(LayerRange{begin, end}, req_.stage_groups[s], m).total() <=
-           req_.memory_budget[s];
+    const int priced = priced_end(end);
+    Bytes need = req_.shard_memory.empty() ? Bytes(0) : req_.shard_memory[s];
+    if (priced > begin) {
+      need += cost_.stage_memory(LayerRange{begin, priced}, req_.stage_groups[s], m).total();
+    }
+    return need <= req_.memory_budget[s];
+  }
+
+  // Where a stage's own layers end: before the head when vocabulary parallelism spreads it.
+  int priced_end(int end) const {
+    return req_.shard_time.empty() ? end : std::min(end, req_.num_layers - 1);
   }
 
   // The furthest end stage s may reach from `begin` within `bound`, leaving a layer for every
@@ -243,6 +257,12 @@ Result<Partition> balanced_partition(const PartitionRequest& req, const CostMode
   }
   for (int g : req.stage_owner) {
     if (g < 0) return invalid_argument(fmt::format("{}stage_owner has a negative group", kWhat));
+  }
+  if ((!req.shard_time.empty() || !req.shard_memory.empty()) &&
+      (req.shard_time.size() != stages || req.shard_memory.size() != stages)) {
+    return invalid_argument(fmt::format(
+        "{}shard_time and shard_memory need one entry per stage ({}) or none, got {} and {}", kWhat,
+        stages, req.shard_time.size(), req.shard_memory.size()));
   }
   if (static_cast<int>(stages) > req.num_layers) {
     return invalid_argument(

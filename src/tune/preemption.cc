@@ -121,8 +121,9 @@ std::vector<StateHolder> plan_state_holders(const Plan& plan) {
   for (const Replica& r : plan.replicas) {
     for (size_t s = 0; s < plan.stages.size(); ++s) {
       const Stage& st = plan.stages[s];
-      out.push_back(StateHolder{LayerRange{st.layer_begin, st.layer_end},
-                                r.groups[r.stage_group[s]].devices});
+      out.push_back(
+          StateHolder{LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, s)},
+                      r.groups[r.stage_group[s]].devices});
     }
   }
   return out;

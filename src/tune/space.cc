@@ -447,6 +447,44 @@ PassOverhead pass_overhead(const Context& ctx, const CostModel& cost, const Cand
   return out;
 }
 
+std::vector<double> head_shard_shares(const Context& ctx, const CostModel& cost,
+                                      const std::vector<std::vector<int>>& groups) {
+  const int64_t vocab = head_vocab(ctx.model());
+  const LayerRange head{ctx.num_layers() - 1, ctx.num_layers()};
+  std::vector<double> head_time;
+  for (const std::vector<int>& g : groups) {
+    const ComputeTimes t = cost.compute(head, DeviceGroup{g}, RecomputePolicy::kNone);
+    head_time.push_back((t.forward + t.backward()).value());
+  }
+  std::vector<double> shares;
+  int64_t begin = 0;
+  for (int64_t end : vocab_shard_ends(vocab, head_time)) {
+    shares.push_back(static_cast<double>(end - begin) / static_cast<double>(vocab));
+    begin = end;
+  }
+  return shares;
+}
+
+std::vector<ComputeTimes> head_shard_times(const Context& ctx, const CostModel& cost,
+                                           const Candidate& c, int replica) {
+  if (!c.vocab_parallel) return {};
+  const std::vector<std::vector<int>>& groups = c.replicas[replica].groups;
+  const std::vector<double> shares = head_shard_shares(ctx, cost, groups);
+  std::vector<ComputeTimes> out;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    out.push_back(cost.compute(LayerRange{ctx.num_layers() - 1, ctx.num_layers(), shares[g]},
+                               DeviceGroup{groups[g]}, RecomputePolicy::kNone));
+  }
+  return out;
+}
+
+LayerRange own_layers(const Context& ctx, const Candidate& c, const PipelineSpec& rep,
+                      size_t stage) {
+  LayerRange layers{rep.bounds[stage], rep.bounds[stage + 1]};
+  if (c.vocab_parallel) layers.end = std::min(layers.end, ctx.num_layers() - 1);
+  return layers;
+}
+
 double replica_estimate(const Context& ctx, const Candidate& c, int replica, int64_t m) {
   const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel);
   const PipelineSpec& rep = c.replicas[replica];
@@ -455,17 +493,22 @@ double replica_estimate(const Context& ctx, const Candidate& c, int replica, int
   std::vector<double> load(p, 0);
   const bool fused = runs_fused_backward(c.schedule);
   double f = 0, b = 0, w = 0;
-  for (size_t s = 0; s + 1 < rep.bounds.size(); ++s) {
-    const int g = stage_group[s];
-    const LayerRange layers{rep.bounds[s], rep.bounds[s + 1]};
-    const DeviceGroup group{rep.groups[g]};
-    const ComputeTimes t = cost.compute(layers, group, rep.recompute[s]);
+  auto add = [&](int g, const ComputeTimes& t) {
     f += t.forward.value();
     b += (t.backward_input + t.recompute).value();
     w += t.backward_weight.value();
     load[g] += (t.forward + (fused ? t.fused_backward() : t.backward()) + t.recompute).value();
+  };
+  for (size_t s = 0; s + 1 < rep.bounds.size(); ++s) {
+    const int g = stage_group[s];
+    const LayerRange layers = own_layers(ctx, c, rep, s);
+    if (layers.size() == 0) continue;
+    const ComputeTimes t = cost.compute(layers, DeviceGroup{rep.groups[g]}, rep.recompute[s]);
+    add(g, t);
     load[g] += pass_overhead(ctx, cost, c, replica, s, t).total();
   }
+  const std::vector<ComputeTimes> shards = head_shard_times(ctx, cost, c, replica);
+  for (size_t g = 0; g < shards.size(); ++g) add(static_cast<int>(g), shards[g]);
   double longest = 0, chain = 0;
   for (size_t s = 0; s + 2 < rep.bounds.size(); ++s) {
     const int a = stage_group[s], z = stage_group[s + 1];
@@ -618,6 +661,20 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
   }
   c.expert_parallel = e;
   c.sequence_parallel = options.sequence_parallel && has_tensor_parallel_group(ctx, layout);
+  if (options.vocab_parallel) {
+    const size_t p = layout.replicas[0].size();
+    bool equal = true;
+    for (const auto& rep : layout.replicas) equal = equal && rep.size() == p;
+    if (!schedule.adaptive || options.split || !equal || p < 2 ||
+        p > static_cast<size_t>(kMaxVocabShards) ||
+        head_vocab(ctx.model()) < static_cast<int64_t>(p) || ctx.num_layers() < 2) {
+      return invalid_argument(
+          "candidate: vocabulary parallelism needs the adaptive scheduler, the balanced "
+          "partition, replicas of 2 or more groups each, as many each, and a head with a row per "
+          "group");
+    }
+  }
+  c.vocab_parallel = options.vocab_parallel;
   const CostModel& cost = ctx.cost(b, c.sequence_parallel);
   // A first guess of each replica's micro-batches (for the memory targets): by device speed.
   std::vector<double> speed(replicas, 0);
@@ -663,6 +720,26 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
       req.memory.expert_parallel = e;
       req.fused_backward = runs_fused_backward(schedule);
       if (schedule.chunks > 1) req.stage_owner = stage_group;
+      if (c.vocab_parallel) {
+        // Each group's shard, shared among its stages as the memory budget is.
+        const std::vector<double> shares = head_shard_shares(ctx, cost, groups);
+        const LayerRange head{layers - 1, layers};
+        for (int s = 0; s < stages; ++s) {
+          const int g = stage_group[s];
+          const LayerRange shard{head.begin, head.end, shares[g]};
+          const ComputeTimes t =
+              cost.compute(shard, DeviceGroup{groups[g]}, RecomputePolicy::kNone);
+          // A shard's logits live from its F to its W, which follows as soon as every shard's
+          // F has run: one micro-batch in flight (the adaptive scheduler holds the real count
+          // to the budgets).
+          MemoryOptions m = req.memory;
+          m.in_flight_micro_batches = 1;
+          const double per_stage = 1.0 / static_cast<double>(schedule.chunks);
+          req.shard_time.push_back((t.forward + t.backward()) * per_stage);
+          req.shard_memory.push_back(cost.stage_memory(shard, DeviceGroup{groups[g]}, m).total() *
+                                     per_stage);
+        }
+      }
       std::string key;
       if (options.cache != nullptr) {
         key = std::to_string(b) + "/" + std::to_string(static_cast<int>(schedule.shape)) + "/" +
@@ -674,6 +751,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
         if (e > 1) key += "e" + std::to_string(e);
         if (req.fused_backward) key += "u";
         if (c.sequence_parallel) key += "s";
+        if (c.vocab_parallel) key += "v";
       }
       Result<Partition> part = infeasible("");
       if (options.cache == nullptr || !options.cache->find(key, &part)) {

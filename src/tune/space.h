@@ -81,6 +81,10 @@ struct BuildOptions {
   // Sequence parallelism inside the TP groups; only where the context searches it and the
   // layout has a group of more than one device (otherwise the candidate is built without).
   bool sequence_parallel = false;
+  // Vocabulary parallelism (Candidate::vocab_parallel): the balanced partition leaves the head
+  // to its shards, one per group with rows by speed (vocab_shard_ends). Adaptive schedules
+  // only, on a model whose last layer is a head, replicas of equal group counts.
+  bool vocab_parallel = false;
 };
 
 // A candidate for `layout` with `schedule` and micro-batch size `b`. Errors: invalid_argument
@@ -128,6 +132,16 @@ struct PassOverhead {
 };
 PassOverhead pass_overhead(const Context& ctx, const CostModel& cost, const Candidate& c,
                            int replica, size_t stage, const ComputeTimes& t);
+
+// Vocabulary parallelism: each group's shard of the head in replica `replica` of `c` (rows by
+// speed, vocab_shard_ends), priced on its group; empty when `c` does not split the head. And the
+// layers of coarse stage `stage` the stage itself runs (the head left to the shards).
+std::vector<ComputeTimes> head_shard_times(const Context& ctx, const CostModel& cost,
+                                           const Candidate& c, int replica);
+std::vector<double> head_shard_shares(const Context& ctx, const CostModel& cost,
+                                      const std::vector<std::vector<int>>& groups);
+LayerRange own_layers(const Context& ctx, const Candidate& c, const PipelineSpec& rep,
+                      size_t stage);
 
 // A short description: "TP 1 x PP 8 x DP 2", "2 x [H100-SXM x4 TP2] + 1 x [A100-80GB x8]".
 std::string describe_layout(const Context& ctx, const std::vector<PipelineSpec>& replicas);

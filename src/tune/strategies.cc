@@ -774,6 +774,22 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
       add(std::move(x));
     }
   }
+  if ((moves & kMoveVocab) && !ctx_.options().vocab_parallel && head_vocab(ctx_.model()) > 0 &&
+      (c.schedule.adaptive ||
+       schedule_allowed(ctx_, ScheduleSpec::adaptive_on(c.schedule.shape, c.schedule.chunks,
+                                                        AdaptivePriority::kBackwardFirst,
+                                                        WeightFill::kIfItFits)))) {
+    // The head split over the groups, or whole again; a named schedule gives way to the
+    // adaptive scheduler on its stage shape, which places the shards.
+    Candidate x = c;
+    x.vocab_parallel = !c.vocab_parallel;
+    if (!x.schedule.adaptive) {
+      x.schedule =
+          ScheduleSpec::adaptive_on(c.schedule.shape, c.schedule.chunks,
+                                    AdaptivePriority::kBackwardFirst, WeightFill::kIfItFits);
+    }
+    add(std::move(x));
+  }
   if ((moves & kMoveSchedule) && c.schedule.adaptive) {
     for (AdaptivePriority pr : {AdaptivePriority::kBackwardFirst, AdaptivePriority::kForwardFirst,
                                 AdaptivePriority::kAlternate}) {
@@ -976,14 +992,15 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
             BuildOptions build = options;
             build.zero_stage = zero;
             build.sequence_parallel = sequence_parallel;
+            build.vocab_parallel = ctx_.options().vocab_parallel.value_or(false);
             Result<Candidate> c = build_candidate(ctx_, layout, spec, b, build);
             if (zero == 1) base.short_of_memory = !c.is_ok() || needs_recompute(c.value());
             if (!c.is_ok() || !accepts_all(spec, c.value())) continue;
             const double estimate = objective_estimate(ctx_, c.value());
-            if (zero == 1) base.estimate = estimate;
+            if (zero == 1 || layout.replicas.size() < 2) base.estimate = estimate;
             ranked.emplace_back(estimate, std::move(c.value()));
           }
-          if (layout.replicas.size() > 1) bases.push_back(base);
+          bases.push_back(base);
         }
       }
     }
@@ -992,20 +1009,24 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
                    [](const Base& x, const Base& y) { return x.estimate < y.estimate; });
   // By size, as the effort above: every base up to 32 devices, fewer on larger clusters.
   const size_t extra_bases = size_class == 0 ? bases.size() : size_class == 1 ? 24 : 8;
-  size_t sharded_bases = 0, expert_bases = 0;
+  // Vocabulary parallelism is tried on bases of any replica count (where the search decides).
+  const bool vocab_free = !ctx_.options().vocab_parallel && head_vocab(ctx_.model()) > 0;
+  size_t sharded_bases = 0, expert_bases = 0, vocab_bases = 0;
   for (const Base& base : bases) {
     const Layout& layout = layouts[base.layout];
     const bool expert_only = base.expert_only;
-    auto add = [&](int zero, int e) {
+    auto add = [&](int zero, int e, bool vocab = false) {
       BuildOptions build = options;
       build.zero_stage = zero;
       build.expert_parallel = e;
+      build.vocab_parallel = vocab || ctx_.options().vocab_parallel.value_or(false);
       build.sequence_parallel = base.sequence_parallel;
       Result<Candidate> c = build_candidate(ctx_, layout, *base.spec, base.b, build);
       if (!c.is_ok() || !accepts_all(*base.spec, c.value())) return;
       ranked.emplace_back(objective_estimate(ctx_, c.value()), std::move(c.value()));
     };
-    if (base.short_of_memory && !ctx_.options().zero_stage && sharded_bases < extra_bases) {
+    if (base.short_of_memory && layout.replicas.size() > 1 && !ctx_.options().zero_stage &&
+        sharded_bases < extra_bases) {
       ++sharded_bases;
       add(2, 1);
       add(3, 1);
@@ -1016,6 +1037,11 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
     if (!degrees.empty() && (expert_only || expert_bases < extra_bases)) {
       if (!expert_only) ++expert_bases;
       for (int e : degrees) add(1, e);
+    }
+    // The head split over the groups, with the distributed optimizer where there are replicas.
+    if (vocab_free && base.spec->adaptive && vocab_bases < extra_bases) {
+      ++vocab_bases;
+      add(layout.replicas.size() > 1 ? 1 : 0, 1, true);
     }
   }
   std::stable_sort(ranked.begin(), ranked.end(),
@@ -1036,7 +1062,12 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   auto expert_extra = [&](const Candidate& c) {
     return expert_free && c.expert_parallel > 1 && !sharded_extra(c);
   };
-  auto extra = [&](const Candidate& c) { return sharded_extra(c) || expert_extra(c); };
+  auto vocab_extra = [&](const Candidate& c) {
+    return vocab_free && c.vocab_parallel && !sharded_extra(c) && !expert_extra(c);
+  };
+  auto extra = [&](const Candidate& c) {
+    return sharded_extra(c) || expert_extra(c) || vocab_extra(c);
+  };
   for (size_t i = 0; i < ranked.size() && cands.size() < screened; ++i) {
     if (!extra(ranked[i].second)) take(ranked[i].second);
   }
@@ -1046,7 +1077,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   for (const auto& [est, c] : ranked) {
     if (!extra(c) && schedules.insert(c.schedule.name()).second) take(c);
   }
-  size_t sharded = 0, expert = 0;
+  size_t sharded = 0, expert = 0, vocab = 0;
   for (const auto& [est, c] : ranked) {
     if (sharded_extra(c) && sharded < kExtraScreened) {
       take(c);
@@ -1054,6 +1085,9 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
     } else if (expert_extra(c) && expert < kExtraScreened) {
       take(c);
       ++expert;
+    } else if (vocab_extra(c) && vocab < kExtraScreened) {
+      take(c);
+      ++vocab;
     }
   }
   auto evals = evaluate(cands);
@@ -1072,9 +1106,27 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
     f.eval = evals[i];
     starts.push_back(f);
   }
+  // And from the best candidate that splits the head, where the search decides it: its
+  // partition and order differ enough from the others' that a single move seldom reaches it.
+  for (size_t i : order) {
+    if (!vocab_free || !evals[i]->ok || !cands[i].vocab_parallel) continue;
+    bool started = false;
+    for (const Found& f : starts) started = started || f.candidate == cands[i];
+    if (!started) {
+      Found f;
+      f.ok = true;
+      f.candidate = cands[i];
+      f.eval = evals[i];
+      starts.push_back(f);
+    }
+    break;
+  }
+  // Where the options split the head, every plan motley returns splits it: the baselines'
+  // plans, which never do, are no seeds then.
+  const bool vocab_forced = ctx_.options().vocab_parallel.value_or(false);
   std::vector<Found> good_seeds;
   for (const Found& s : seeds) {
-    if (s.ok) good_seeds.push_back(s);
+    if (s.ok && (!vocab_forced || s.candidate.vocab_parallel)) good_seeds.push_back(s);
   }
   std::stable_sort(good_seeds.begin(), good_seeds.end(), [](const Found& a, const Found& b) {
     return score_of(a.eval) < score_of(b.eval);
@@ -1092,12 +1144,15 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
     improve(s, kMoveAll, kicks);
   }
   // The best screened candidates, simulated whole, compete with the seeds: at most two per
-  // schedule, so that near-copies of one plan do not crowd out the others.
+  // schedule (a split head counting as another), so that near-copies of one plan do not crowd
+  // out the others.
   fidelity_ = Fidelity::kFull;
   std::vector<Candidate> finalists;
   std::map<std::string, int> per_schedule;
   for (const Candidate& c : evaluator_.best_screened(16)) {
-    if (finalists.size() < 6 && per_schedule[c.schedule.name()]++ < 2) finalists.push_back(c);
+    if (vocab_forced && !c.vocab_parallel) continue;
+    const std::string kind = c.schedule.name() + (c.vocab_parallel ? " vocab" : "");
+    if (finalists.size() < 6 && per_schedule[kind]++ < 2) finalists.push_back(c);
   }
   Found best = best_of(finalists, evaluate(finalists), "");
   for (const Found& s : good_seeds) {

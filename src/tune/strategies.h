@@ -36,7 +36,8 @@ enum MoveSet : unsigned {
   kMoveMicroBatches = 4,  // move micro-batches between replicas of different speed
   kMoveSchedule = 8,      // switch the adaptive scheduler's priorities
   kMoveExperts = 16,      // change the expert-parallel degree (equal micro-batch counts)
-  kMoveAll = 31,
+  kMoveVocab = 32,        // split the head over the groups, or stop splitting it (adaptive)
+  kMoveAll = 63,
 };
 
 class Searcher {

@@ -41,8 +41,9 @@ Status validate_chosen(const Context& ctx, const Plan& plan, const CostModel& co
   validate.footprint = [&](int r, int g, int stage) {
     const Stage& st = plan.stages[stage];
     MemoryOptions m{st.recompute, 0, replicas, plan.zero_stage, plan.expert_parallel};
-    StageMemory mem = cost.stage_memory(LayerRange{st.layer_begin, st.layer_end},
-                                        DeviceGroup{plan.replicas[r].groups[g].devices}, m);
+    StageMemory mem =
+        cost.stage_memory(LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, stage)},
+                          DeviceGroup{plan.replicas[r].groups[g].devices}, m);
     return StageFootprint{mem.total(), mem.activations_per_micro_batch};
   };
   return validate_plan(plan, ctx.model(), ctx.cluster(), validate);

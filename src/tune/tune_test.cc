@@ -165,8 +165,9 @@ void expect_runnable(const Case& c, const TuneOptions& options, const Plan& plan
     const Stage& st = plan.stages[s];
     MemoryOptions m{st.recompute, 0, static_cast<int64_t>(plan.replicas.size()), plan.zero_stage,
                     plan.expert_parallel};
-    StageMemory mem = cost->stage_memory(LayerRange{st.layer_begin, st.layer_end},
-                                         DeviceGroup{plan.replicas[r].groups[g].devices}, m);
+    StageMemory mem =
+        cost->stage_memory(LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, s)},
+                           DeviceGroup{plan.replicas[r].groups[g].devices}, m);
     return StageFootprint{mem.total(), mem.activations_per_micro_batch};
   };
   Status valid = validate_plan(plan, c.model, c.cluster, validate);
@@ -274,6 +275,35 @@ TEST(TuneTest, FixedExpertParallelismSplitsTheExperts) {
   EXPECT_EQ(tune(c.options, dense.value(), c.cluster).status().message(),
             "tune options: 'expert_parallel' is 2 but model 'llama-3-8b' has no "
             "mixture-of-experts layer");
+}
+
+// Vocabulary parallelism forced: the plan's last stages split Llama-3-8B's 128,256-row head,
+// one shard per group with every row covered, and the plan runs; a model whose last layer is
+// no head is refused by name.
+TEST(TuneTest, ForcedVocabularyParallelismSplitsTheHead) {
+  Result<ModelSpec> model = model_preset("llama-3-8b");
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  Result<ClusterSpec> cluster = cluster_preset("h100x8");
+  ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
+  Case c{"llama-h100x8", model.value(), cluster.value(), {}};
+  c.options.global_batch = 16;
+  c.options.micro_batch_size = 1;
+  c.options.max_evaluations = 0;  // the whole search: the baselines take a small budget
+  c.options.clock = frozen_clock();
+  c.options.vocab_parallel = true;
+  Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  const int shards = vocab_shard_count(r->plan.stages);
+  ASSERT_GE(shards, 2) << plan_to_text(r->plan);
+  EXPECT_EQ(static_cast<size_t>(shards), r->plan.replicas[0].groups.size());
+  EXPECT_EQ(r->plan.stages.back().vocab_end, 128256);
+  expect_runnable(c, c.options, r->plan);
+
+  ModelSpec headless = model.value();
+  headless.layers.pop_back();
+  EXPECT_EQ(tune(c.options, headless, c.cluster).status().message(),
+            "tune options: 'vocab_parallel' splits the model's head, but the last layer of model "
+            "'llama-3-8b' ('layers.31') is no head (a measured layer must state its vocab)");
 }
 
 TEST(TuneTest, WarmStartsAreTakenOnlyAsTheSearchCanPriceThem) {

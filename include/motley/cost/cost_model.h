@@ -19,6 +19,11 @@ namespace motley {
 struct LayerRange {
   int begin = 0;
   int end = 0;
+  // A vocabulary shard of the head (plan.h, Stage): the range is the head's one layer and this
+  // its share of the vocabulary rows, (0, 1]. The shard is priced as that share of the whole
+  // head: its GEMM, loss and activations scale with the rows (the final norm, which each shard
+  // runs whole, is a small part and scales too); its weights and their state scale exactly.
+  double vocab_share = 1.0;
   int size() const { return end - begin; }
 };
 
@@ -152,6 +157,13 @@ class CostModel {
   // bandwidth between concurrent transfers on the same paths.
   virtual const Topology& topology() const = 0;
 };
+
+// A vocabulary shard's layer range as the whole head, and a whole head's times and memory as
+// the shard's share of them (LayerRange::vocab_share): what every cost model does for a shard.
+// REQUIRES: a shard's range is one layer and its share in (0, 1].
+LayerRange whole(LayerRange shard);
+ComputeTimes scaled(const ComputeTimes& whole, LayerRange shard);
+StageMemory scaled(const StageMemory& whole, LayerRange shard);
 
 // A stage's data-parallel synchronization over one ring of devices (one per replica) at the end
 // of an iteration: the gradients all-reduced, or under ZeRO reduce-scattered (the last

@@ -151,6 +151,9 @@ struct MeasuredLayer {
   Bytes param_bytes;
   Bytes activation_bytes;  // kept for backward per micro-batch, no recompute
   Bytes output_bytes;      // passed to the next layer per micro-batch
+  // The vocabulary of a measured head (output layer and loss), which vocabulary parallelism may
+  // split by rows; 0: not known to be a head.
+  int64_t vocab = 0;
 };
 
 enum class LayerKind {
@@ -167,6 +170,11 @@ enum class LayerKind {
   kMeasured,        // a layer known only by its profile
 };
 const char* layer_kind_name(LayerKind kind);  // "embedding", "decoder_block", "mamba", ...
+struct Layer;
+struct ModelSpec;
+// The vocabulary of the model's head when its last layer is one (a head, or a measured layer
+// stating its vocabulary): what vocabulary parallelism splits. 0 otherwise.
+int64_t head_vocab(const ModelSpec& model);
 std::optional<LayerKind> parse_layer_kind(std::string_view name);
 std::vector<std::string> layer_kind_names();
 

@@ -31,8 +31,23 @@ struct Dependency {
   // The input is another stage's output (an activation from stage - 1, a gradient from
   // stage + 1): it travels as a message when the two stages run on different groups.
   bool crosses_stages = false;
+  // The producers are the same action of stages [stage, stage + count): every vocabulary
+  // shard of the head (plan.h), which run side by side.
+  int count = 1;
   friend bool operator==(const Dependency&, const Dependency&) = default;
 };
+
+// The shape of a pipeline as the rule reads it: its stage count and how many of its last
+// stages are vocabulary shards of the head (0: none; else at least 2).
+struct PipelineShape {
+  int stages = 0;
+  int vocab_shards = 0;
+  int first_shard() const { return stages - vocab_shards; }  // == stages when none
+  bool is_shard(int stage) const { return stage >= first_shard(); }
+};
+inline PipelineShape pipeline_shape(const Plan& plan) {
+  return PipelineShape{static_cast<int>(plan.stages.size()), vocab_shard_count(plan.stages)};
+}
 
 // At most N items, without allocating: what an action consumes is asked for every task of
 // every plan a tuner simulates. REQUIRES: no more than N push_backs.
@@ -64,52 +79,87 @@ inline bool is_input_backward(ActionKind kind) {
   return kind == ActionKind::kBackwardInput || kind == ActionKind::kBackward;
 }
 
-// The inputs of `action` in a pipeline of `num_stages` stages, the same-stage one first:
+// The inputs of `action` in a pipeline of `shape.stages` stages, the same-stage one first:
 //   F(s)      <- F(s-1)                      (s > 0; crosses stages)
 //   R(s)      <- F(s)
 //   I(s), B(s) <- F(s), input backward of s+1 (s < last; crosses stages), R(s) (optional)
 //   W(s)      <- I(s)
-// REQUIRES: 0 <= action.stage < num_stages. Inline: lowering, the task graph and the simulator
-// ask it for every action of every plan.
-inline Dependencies data_dependencies(const Action& a, int num_stages) {
-  MOTLEY_CHECK(a.stage >= 0 && a.stage < num_stages, "data_dependencies: stage out of range");
+// With vocabulary shards [b, n) the shards run side by side after stage b-1:
+//   F(shard)  <- F(b-1)                            (crosses stages)
+//   I(shard), B(shard) <- F(shard), F of every shard (the loss's statistics; crosses stages)
+//   I(b-1), B(b-1) <- F(b-1), input backward of every shard (their partial gradients summed)
+// REQUIRES: 0 <= action.stage < shape.stages. Inline: lowering, the task graph and the
+// simulator ask it for every action of every plan.
+inline Dependencies data_dependencies(const Action& a, const PipelineShape& shape) {
+  MOTLEY_CHECK(a.stage >= 0 && a.stage < shape.stages, "data_dependencies: stage out of range");
   const int s = a.stage;
   const int j = a.micro_batch;
+  const int b = shape.first_shard();
+  const bool shard = shape.is_shard(s);
   Dependencies deps;
   switch (a.kind) {
     case ActionKind::kForward:
-      if (s > 0) deps.push_back({Producer::kForward, s - 1, j, false, true});
+      if (shard) {
+        deps.push_back({Producer::kForward, b - 1, j, false, true, 1});
+      } else if (s > 0) {
+        deps.push_back({Producer::kForward, s - 1, j, false, true, 1});
+      }
       break;
     case ActionKind::kRecompute:
-      deps.push_back({Producer::kForward, s, j, false, false});
+      deps.push_back({Producer::kForward, s, j, false, false, 1});
       break;
     case ActionKind::kBackwardInput:
     case ActionKind::kBackward:
-      deps.push_back({Producer::kForward, s, j, false, false});
-      if (s + 1 < num_stages) deps.push_back({Producer::kInputBackward, s + 1, j, false, true});
-      deps.push_back({Producer::kRecompute, s, j, true, false});
+      deps.push_back({Producer::kForward, s, j, false, false, 1});
+      if (shard) {
+        deps.push_back({Producer::kForward, b, j, false, true, shape.vocab_shards});
+      } else if (shape.vocab_shards > 0 && s + 1 == b) {
+        deps.push_back({Producer::kInputBackward, b, j, false, true, shape.vocab_shards});
+      } else if (s + 1 < shape.stages) {
+        deps.push_back({Producer::kInputBackward, s + 1, j, false, true, 1});
+      }
+      deps.push_back({Producer::kRecompute, s, j, true, false, 1});
       break;
     case ActionKind::kBackwardWeight:
-      deps.push_back({Producer::kBackwardInput, s, j, false, false});
+      deps.push_back({Producer::kBackwardInput, s, j, false, false, 1});
       break;
   }
   return deps;
 }
 
-// The action of another stage that consumes `action`'s output — the activation of F(s) goes to
-// F(s+1), the input gradient of I(s) or B(s) to the input backward of s-1 — or nullopt (the
-// last stage's F, the first stage's backward, W and R). The inverse of the crossing inputs of
-// data_dependencies: its `stage` and `micro_batch` name the consumer, `producer` the kind of
-// the consumer's own action (kForward or kInputBackward).
-inline std::optional<Dependency> downstream_consumer(const Action& a, int num_stages) {
-  MOTLEY_CHECK(a.stage >= 0 && a.stage < num_stages, "downstream_consumer: stage out of range");
-  if (a.kind == ActionKind::kForward && a.stage + 1 < num_stages) {
-    return Dependency{Producer::kForward, a.stage + 1, a.micro_batch, false, true};
+// The actions of other stages that consume `action`'s output — the activation of F(s) goes to
+// F(s+1) (to every shard's F after stage b-1; a shard's statistics to every shard's input
+// backward), the input gradient of I(s) or B(s) to the input backward of s-1 (of b-1 from
+// every shard) — or nullopt (the last stage's F without shards, the first stage's backward, W
+// and R). The inverse of the crossing inputs of data_dependencies: its `stage`, `count` and
+// `micro_batch` name the consumers, `producer` the kind of the consumers' own action (kForward
+// or kInputBackward).
+inline std::optional<Dependency> downstream_consumer(const Action& a, const PipelineShape& shape) {
+  MOTLEY_CHECK(a.stage >= 0 && a.stage < shape.stages, "downstream_consumer: stage out of range");
+  const int s = a.stage;
+  const int b = shape.first_shard();
+  if (a.kind == ActionKind::kForward) {
+    if (shape.is_shard(s) || (shape.vocab_shards > 0 && s + 1 == b)) {
+      const Producer consumer = shape.is_shard(s) ? Producer::kInputBackward : Producer::kForward;
+      return Dependency{consumer, b, a.micro_batch, false, true, shape.vocab_shards};
+    }
+    if (s + 1 < shape.stages) {
+      return Dependency{Producer::kForward, s + 1, a.micro_batch, false, true, 1};
+    }
   }
-  if (is_input_backward(a.kind) && a.stage > 0) {
-    return Dependency{Producer::kInputBackward, a.stage - 1, a.micro_batch, false, true};
+  if (is_input_backward(a.kind) && s > 0) {
+    const int to = shape.is_shard(s) ? b - 1 : s - 1;
+    return Dependency{Producer::kInputBackward, to, a.micro_batch, false, true, 1};
   }
   return std::nullopt;
+}
+
+// A pipeline without vocabulary shards.
+inline Dependencies data_dependencies(const Action& a, int num_stages) {
+  return data_dependencies(a, PipelineShape{num_stages, 0});
+}
+inline std::optional<Dependency> downstream_consumer(const Action& a, int num_stages) {
+  return downstream_consumer(a, PipelineShape{num_stages, 0});
 }
 
 }  // namespace motley

@@ -41,12 +41,34 @@ struct Action {
 };
 
 // One pipeline stage: layers [layer_begin, layer_end) of the model.
+//
+// Vocabulary parallelism (Yeung et al., "Balancing Pipeline Parallelism with Vocabulary
+// Parallelism", 2024): the model's head (its output layer and loss) may be split by vocabulary
+// rows into shards, each a stage of its own on its own device group. Shards are the plan's last
+// stages, all of the head's one layer, rows [vocab_begin, vocab_end) contiguous from 0 to the
+// vocabulary; they run side by side, not one after another (plan/dependencies.h).
 struct Stage {
   int layer_begin = 0;
   int layer_end = 0;
   RecomputePolicy recompute = RecomputePolicy::kNone;
+  int64_t vocab_begin = 0;  // both 0: not a shard, the whole layer range
+  int64_t vocab_end = 0;
+  bool is_vocab_shard() const { return vocab_end > vocab_begin; }
   friend bool operator==(const Stage&, const Stage&) = default;
 };
+
+// The most vocabulary shards a plan may have (each sends its loss statistics to every other).
+inline constexpr int kMaxVocabShards = 64;
+
+// How many of the plan's last stages are vocabulary shards (0: none).
+int vocab_shard_count(const std::vector<Stage>& stages);
+// `plan` with its head whole again: the vocabulary shards and their actions removed, their
+// layer given back to the stage before them. The same plan when it has none.
+struct Plan;
+Plan without_vocab_shards(const Plan& plan);
+// Stage s's share of the head's vocabulary rows: 1 for a stage that is no shard. The last
+// shard ends at the vocabulary (validated).
+double vocab_share(const std::vector<Stage>& stages, size_t s);
 
 // A tensor-parallel group of devices (global cluster ids; one device when t = 1) and the
 // ordered compute actions it runs. A group may run several stages (interleaved, V-shaped).

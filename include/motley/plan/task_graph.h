@@ -56,9 +56,6 @@ struct TaskInput {
   friend bool operator==(const TaskInput&, const TaskInput&) = default;
 };
 
-// One per input the plan lists (dependencies.h: at most three).
-using TaskInputs = ShortList<TaskInput, 3>;
-
 // Node ids are int32 and dense: the compute actions first (by replica, group, position in the
 // group's list), then the messages (by replica, sending group, the sender's order), then the
 // nodes added with add_node. Edges, in the order they are added:
@@ -106,18 +103,24 @@ class TaskGraph {
   int32_t input_backward(int replica, int stage, int micro_batch) const {
     return backward_[slot(replica, stage, micro_batch)];
   }
-  // The message that carries `kind`'s payload of (stage, micro_batch): the activation of F, or
-  // the input gradient of I or B. REQUIRES: is_message(kind).
-  int32_t message(int replica, TaskKind kind, int stage, int micro_batch) const;
-  // The message carrying compute node `id`'s output to another group, or -1.
-  int32_t sent_message(int32_t id) const;
-  // The node producing `dependency` (data_dependencies) in `replica`; -1 for an optional one
-  // the plan does not list.
+  // The message that carries `kind`'s payload of (stage, micro_batch) to its k-th consumer
+  // stage (k > 0 only for what goes to every vocabulary shard): the activation of F, or the
+  // input gradient of I or B. REQUIRES: is_message(kind).
+  int32_t message(int replica, TaskKind kind, int stage, int micro_batch, int k = 0) const;
+  // The messages carrying compute node `id`'s output to other groups (none, one, or one per
+  // vocabulary shard on another group).
+  std::vector<int32_t> sent_messages(int32_t id) const;
+  // The node producing `dependency` (data_dependencies) in `replica` (of its first stage when
+  // it names several); -1 for an optional one the plan does not list.
   int32_t producer(int replica, const Dependency& dependency) const;
-  // Where each input of compute node `id` comes from, in data_dependencies order; optional
-  // inputs the plan does not list are left out. An executor waits on the messages (its
-  // receives) right before the action, and posts sent_message(id) right after it.
-  TaskInputs inputs(int32_t id) const;
+  // Where each input of compute node `id` comes from, in data_dependencies order (one per
+  // producing stage where an input names every vocabulary shard); optional inputs the plan does
+  // not list are left out. An executor waits on the messages (its receives) right before the
+  // action, and posts sent_messages(id) right after it.
+  std::vector<TaskInput> inputs(int32_t id) const;
+  // inputs(id) without allocating: calls f(const TaskInput&) for each.
+  template <typename F>
+  void for_each_input(int32_t id, F&& f) const;
 
   // ---- edges (REQUIRES: link() after the last change)
   std::span<const int32_t> successors(int32_t id) const {
@@ -136,11 +139,15 @@ class TaskGraph {
                                static_cast<int64_t>(stage) * micro_batches_[replica] + micro_batch);
   }
   void add_messages(int replica, const LoweredReplica& lowered);
+  int consumer_index(const CommOp& message, int replica) const;
   void add_action_edges();
 
   std::vector<TaskNode> nodes_;
   int32_t actions_ = 0;
   int stages_ = 0;
+  PipelineShape shape_;
+  int fan_out_ = 1;  // message slots per (stage, micro-batch): the shard count, or 1
+  std::vector<std::vector<int>> stage_group_;  // per replica
   std::vector<Edge> edges_;
   std::vector<int32_t> succ_offset_;  // successors of v: succ_[succ_offset_[v] ..
   std::vector<int32_t> succ_;         //                      succ_offset_[v + 1])
@@ -152,10 +159,44 @@ class TaskGraph {
   std::vector<int32_t> group_begin_, group_size_;
   // Per (replica, stage, micro-batch) slot.
   std::vector<int32_t> forward_, backward_, weight_, recompute_;
+  // Per slot, per consumer stage (fan_out_ of them).
   std::vector<int32_t> activation_message_, gradient_message_;
   std::vector<int32_t> channel_last_;  // building: per (sender, receiver, payload)
   std::vector<int64_t> channel_count_;
 };
+
+template <typename F>
+void TaskGraph::for_each_input(int32_t id, F&& f) const {
+  const TaskNode& n = nodes_[id];
+  for (const Dependency& d :
+       data_dependencies(Action{action_kind(n.kind), n.stage, n.micro_batch}, shape_)) {
+    for (int k = 0; k < d.count; ++k) {
+      Dependency one = d;
+      one.stage = d.stage + k;
+      one.count = 1;
+      const int32_t p = producer(n.replica, one);
+      if (p < 0) {
+        MOTLEY_CHECK(d.optional, "TaskGraph: an input the plan does not list; was it checked?");
+        continue;
+      }
+      // Only an input from another stage can travel, and the lowering made a message for it
+      // exactly when that stage runs on another group: the one to this node's stage.
+      int32_t message = -1;
+      if (d.crosses_stages) {
+        const ActionKind produced =
+            d.producer == Producer::kForward ? ActionKind::kForward : ActionKind::kBackwardInput;
+        const std::optional<Dependency> consumers =
+            downstream_consumer(Action{produced, one.stage, n.micro_batch}, shape_);
+        const int slot_k = consumers && consumers->count > 1 ? n.stage - consumers->stage : 0;
+        message = this->message(n.replica,
+                                d.producer == Producer::kForward ? TaskKind::kActivationMessage
+                                                                 : TaskKind::kGradientMessage,
+                                one.stage, n.micro_batch, slot_k);
+      }
+      f(TaskInput{p, message});
+    }
+  }
+}
 
 // assign + link: the plan's graph on its own, as validation checks it.
 void build_task_graph(const Plan& plan, const LoweredPlan& lowered, TaskGraph& graph);

@@ -33,8 +33,13 @@ struct AdaptiveRequest {
   // simulator does when a plan lists no R).
   std::vector<ComputeTimes> stage_times;
   // Per stage boundary s -> s+1 (size stages - 1): time for the activation (and the gradient
-  // coming back) to cross; ignored where both stages run on the same group.
+  // coming back) to cross; ignored where both stages run on the same group. With vocabulary
+  // shards [b, n): entry b - 1 is the hidden state's to each shard, entries b .. n - 2 the loss
+  // statistics' between shards.
   std::vector<Seconds> transfer_time;
+  // The last stages that are vocabulary shards of the head (plan.h), run side by side on
+  // distinct groups; 0: none.
+  int vocab_shards = 0;
   // Per stage: activation bytes one micro-batch holds from its F until its W (or fused B).
   std::vector<Bytes> activation_bytes;
   // Per group: bytes available for activations (capacity minus fixed memory).

@@ -73,6 +73,11 @@ struct Candidate {
   // Megatron-LM's sequence parallelism inside the tensor-parallel groups (Plan's); so is it
   // with AssembleOptions::sequence_parallel.
   bool sequence_parallel = false;
+  // Vocabulary parallelism: the model's head as a stage of its own split by vocabulary rows into
+  // one shard per group of each replica (Stage::vocab_begin), rows in proportion to each group's
+  // speed on the head. Needs the adaptive scheduler, replicas of equal group counts (at least
+  // two) and AssembleOptions::head_vocab.
+  bool vocab_parallel = false;
   bool operator==(const Candidate&) const = default;
 };
 
@@ -82,6 +87,8 @@ struct AssembleOptions {
   SpecRef cluster;
   int num_layers = 0;  // the model's: every replica's bounds must run from 0 to it
   int64_t seq_len = 0;
+  // The vocabulary of the model's head (head_vocab), for vocabulary parallelism; 0: none.
+  int64_t head_vocab = 0;
   int zero_stage = 0;
   int expert_parallel = 1;
   bool sequence_parallel = false;
@@ -98,6 +105,12 @@ struct AssembleOptions {
   // plan leaves free), in (0, 1].
   double usable_memory_fraction = 1.0;
 };
+
+// How vocabulary parallelism splits a head of `vocab` rows over groups taking `head_time`
+// seconds each for the whole head (F + B + W): rows in proportion to their speed, each group at
+// least one. The end row of each group's shard, ascending, the last `vocab`. REQUIRES: vocab >=
+// head_time.size() >= 1.
+std::vector<int64_t> vocab_shard_ends(int64_t vocab, const std::vector<double>& head_time);
 
 // The Plan of `candidate`, its stages and orders priced with `cost` (the memory check with the
 // capacities of cost.topology()). Errors: invalid_argument for a malformed candidate (naming the

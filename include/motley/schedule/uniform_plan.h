@@ -37,6 +37,10 @@ struct UniformPlanOptions {
   int zero_stage = 0;              // Plan::zero_stage
   int expert_parallel = 1;         // Plan::expert_parallel
   bool sequence_parallel = false;  // recorded in the plan (Plan::sequence_parallel)
+  // Split the head into one vocabulary shard per group (Candidate::vocab_parallel); the orders
+  // then come from the adaptive scheduler on `kind`'s stage shape (backward first), since the
+  // named schedules place no shards.
+  bool vocab_parallel = false;
   // How layers are counted onto stages: uniform_bounds (every layer alike) or megatron_bounds.
   LayerSplit partition = LayerSplit::kUniform;
   // Non-empty: the layers of each stage in order (one count per stage, each at least 1,

@@ -34,6 +34,11 @@ struct PartitionRequest {
   // The schedule runs fused backwards: a stage's time is F + fused backward + recompute
   // (ComputeTimes::fused_backward(), which a measured profile may make less than B + W).
   bool fused_backward = false;
+  // Vocabulary parallelism (plan.h, Stage): the model's last layer, its head, is split over
+  // every group, so the stage holding it prices it at nothing, and each stage carries these
+  // instead, per stage (its group's shard, shared among the group's stages). Empty: no split.
+  std::vector<Seconds> shard_time;
+  std::vector<Bytes> shard_memory;
 };
 
 struct Partition {

@@ -114,6 +114,11 @@ struct TuneOptions {
   // (Plan::expert_parallel); 0: searched (motley tries the degrees that divide the replicas and
   // every MoE layer's experts; the baselines use none).
   int expert_parallel = 0;
+  // Vocabulary parallelism (Plan's vocabulary shards: the head split by rows over every group
+  // of each pipeline): unset, searched (motley tries it with the adaptive scheduler where the
+  // model's last layer is a head; the baselines never split it); true, every motley candidate
+  // splits it; false, none does.
+  std::optional<bool> vocab_parallel;
   // Megatron-LM's sequence parallelism inside tensor-parallel groups: searched (motley and
   // megatron-tuned try candidates with and without it) unless false, which rules it out. Only
   // the analytic cost model prices it (a cost_model factory rules it out).
