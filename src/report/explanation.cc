@@ -1,6 +1,7 @@
 #include "motley/report/explanation.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <string>
 #include <vector>
@@ -48,7 +49,7 @@ std::string partition(const PlanExplanation& e) {
     out += fmt::format(" (megatron-1f1b's split: {} with micro-batches of {})",
                        ms(e.megatron->bottleneck), e.megatron->micro_batch_size);
   }
-  if (e.ends_with_head && e.stage_layers.size() > 1) {
+  if (e.ends_with_head && e.stage_layers.size() > 1 && e.vocab_rows.empty()) {
     out += fmt::format("; the stage with the LM head holds {} other layer(s)",
                        e.stage_layers.back() - 1);
   }
@@ -132,6 +133,15 @@ std::vector<std::string> explanation_lines(const PlanExplanation& e) {
         "replica holds 1/{} of every MoE layer's experts, and every forward and backward sends "
         "the tokens to their experts and back by all-to-all.",
         e.expert_parallel, e.expert_groups, e.expert_parallel));
+  }
+  if (!e.vocab_rows.empty()) {
+    std::vector<std::string> rows;
+    for (int64_t r : e.vocab_rows) rows.push_back(std::to_string(r));
+    out.push_back(fmt::format(
+        "Head: split by vocabulary rows over the {} groups of each pipeline (vocabulary "
+        "parallelism), {} rows, by each group's speed on it: every micro-batch's loss statistics "
+        "cross between the shards and their input gradients are summed.",
+        e.vocab_rows.size(), fmt::join(rows, ", ")));
   }
   if (e.sequence_parallel) {
     out.push_back(

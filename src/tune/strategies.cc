@@ -780,7 +780,19 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
                                                         AdaptivePriority::kBackwardFirst,
                                                         WeightFill::kIfItFits)))) {
     // The head split over the groups, or whole again; a named schedule gives way to the
-    // adaptive scheduler on its stage shape, which places the shards.
+    // adaptive scheduler on its stage shape, which places the shards. Split only where the
+    // group holding the head is the busiest or its memory nearly full (what a split relieves).
+    bool relieves = c.vocab_parallel;
+    if (!relieves && !e.groups.empty() && !e.groups[0].empty()) {
+      const std::vector<GroupStat>& stats = e.groups[0];
+      const std::vector<int> sg =
+          shape_stage_group(c.schedule, static_cast<int>(c.replicas[0].groups.size()));
+      const size_t head = static_cast<size_t>(sg.back());
+      double busiest = 0;
+      for (const GroupStat& g : stats) busiest = std::max(busiest, g.busy);
+      relieves = head < stats.size() && (stats[head].busy >= busiest * (1 - 1e-9) ||
+                                         stats[head].peak >= 0.97 * stats[head].capacity);
+    }
     Candidate x = c;
     x.vocab_parallel = !c.vocab_parallel;
     if (!x.schedule.adaptive) {
@@ -788,7 +800,7 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
           ScheduleSpec::adaptive_on(c.schedule.shape, c.schedule.chunks,
                                     AdaptivePriority::kBackwardFirst, WeightFill::kIfItFits);
     }
-    add(std::move(x));
+    if (relieves) add(std::move(x));
   }
   if ((moves & kMoveSchedule) && c.schedule.adaptive) {
     for (AdaptivePriority pr : {AdaptivePriority::kBackwardFirst, AdaptivePriority::kForwardFirst,
@@ -1009,6 +1021,9 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
                    [](const Base& x, const Base& y) { return x.estimate < y.estimate; });
   // By size, as the effort above: every base up to 32 devices, fewer on larger clusters.
   const size_t extra_bases = size_class == 0 ? bases.size() : size_class == 1 ? 24 : 8;
+  // The head split over the groups: for the best adaptive bases only (it changes the
+  // partition, not the layout).
+  const size_t vocab_extra_bases = size_class == 0 ? 16 : size_class == 1 ? 4 : 2;
   // Vocabulary parallelism is tried on bases of any replica count (where the search decides).
   const bool vocab_free = !ctx_.options().vocab_parallel && head_vocab(ctx_.model()) > 0;
   size_t sharded_bases = 0, expert_bases = 0, vocab_bases = 0;
@@ -1039,7 +1054,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       for (int e : degrees) add(1, e);
     }
     // The head split over the groups, with the distributed optimizer where there are replicas.
-    if (vocab_free && base.spec->adaptive && vocab_bases < extra_bases) {
+    if (vocab_free && base.spec->adaptive && vocab_bases < vocab_extra_bases) {
       ++vocab_bases;
       add(layout.replicas.size() > 1 ? 1 : 0, 1, true);
     }
@@ -1109,7 +1124,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // And from the best candidate that splits the head, where the search decides it: its
   // partition and order differ enough from the others' that a single move seldom reaches it.
   for (size_t i : order) {
-    if (!vocab_free || !evals[i]->ok || !cands[i].vocab_parallel) continue;
+    if (!vocab_free || size_class > 0 || !evals[i]->ok || !cands[i].vocab_parallel) continue;
     bool started = false;
     for (const Found& f : starts) started = started || f.candidate == cands[i];
     if (!started) {
@@ -1149,10 +1164,17 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   fidelity_ = Fidelity::kFull;
   std::vector<Candidate> finalists;
   std::map<std::string, int> per_schedule;
+  // Candidates that split the head are finalists beside the others (the best two), not in
+  // their place: the screening's extrapolation, and so its ranking, is least sure of them.
+  size_t whole = 0, split = 0;
   for (const Candidate& c : evaluator_.best_screened(16)) {
     if (vocab_forced && !c.vocab_parallel) continue;
     const std::string kind = c.schedule.name() + (c.vocab_parallel ? " vocab" : "");
-    if (finalists.size() < 6 && per_schedule[kind]++ < 2) finalists.push_back(c);
+    size_t& taken = c.vocab_parallel && !vocab_forced ? split : whole;
+    if (taken < (&taken == &split ? 2u : 6u) && per_schedule[kind]++ < 2) {
+      finalists.push_back(c);
+      ++taken;
+    }
   }
   Found best = best_of(finalists, evaluate(finalists), "");
   for (const Found& s : good_seeds) {

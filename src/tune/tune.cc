@@ -99,6 +99,13 @@ PlanExplanation explain(const Context& ctx, const Found& best, const SimResult& 
     out.expert_parallel = c.expert_parallel;
     out.expert_groups = static_cast<int64_t>(c.replicas.size()) / c.expert_parallel;
   }
+  if (c.vocab_parallel) {
+    const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel);
+    const int64_t vocab = head_vocab(ctx.model());
+    for (double share : tune_internal::head_shard_shares(ctx, cost, first.groups)) {
+      out.vocab_rows.push_back(std::llround(share * static_cast<double>(vocab)));
+    }
+  }
   out.sequence_parallel = c.sequence_parallel;
   out.schedule = c.schedule.name();
   out.micro_batch_size = c.micro_batch_size;

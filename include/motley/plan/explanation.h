@@ -53,6 +53,9 @@ struct PlanExplanation {
   // how many such groups there are.
   int expert_parallel = 1;
   int64_t expert_groups = 0;
+  // Vocabulary parallelism: the rows of each vocabulary shard of the head, shard k on group k
+  // of every pipeline (empty: the head is whole).
+  std::vector<int64_t> vocab_rows;
   // Megatron-LM's sequence parallelism in the tensor-parallel groups.
   bool sequence_parallel = false;
   // Schedule.
