@@ -97,6 +97,23 @@ TEST(ExplanationTest, ShardedOptimizerStateIsALineOfItsOwn) {
   EXPECT_EQ(with_sp[4].rfind("Sequence parallelism: on in the tensor-parallel groups", 0), 0u);
 }
 
+// A split head gets its own line with every shard's rows, and the partition line no longer
+// speaks of a stage holding the head.
+TEST(ExplanationTest, ASplitHeadIsALineOfItsOwn) {
+  PlanExplanation e = readme_plan();
+  const size_t without = explanation_lines(e).size();
+  EXPECT_NE(explanation_lines(e)[1].find("the stage with the LM head holds"), std::string::npos);
+  e.vocab_rows = {65536, 32768, 32768};
+  const std::vector<std::string> lines = explanation_lines(e);
+  ASSERT_EQ(lines.size(), without + 1);
+  EXPECT_EQ(lines[1].find("the stage with the LM head"), std::string::npos) << lines[1];
+  EXPECT_EQ(lines[3],
+            "Head: split by vocabulary rows over the 3 groups of each pipeline (vocabulary "
+            "parallelism), 65536, 32768, 32768 rows, by each group's speed on it: every "
+            "micro-batch's loss statistics cross between the shards and their input gradients "
+            "are summed.");
+}
+
 TEST(ExplanationTest, WithoutMegatronNothingIsComparedWithIt) {
   PlanExplanation e = readme_plan();
   e.megatron.reset();
