@@ -182,10 +182,12 @@ int run(const std::string& profile, const std::string& cluster_path) {
   report("motley plan, TP 1 PP 4 DP 1, head whole", motley_plan(*model, *cluster), *cost);
   report("motley plan, TP 1 PP 4 DP 1, head whole, memory unbounded (H200)",
          motley_plan(*model, roomy), *roomy_cost);
-  // The head as the profile states it, plus its vocabulary: 131,072 rows (the README's
-  // 131K-vocabulary head; its param_bytes are 131,072 x 4,480 bf16 weights and the final
-  // norm's 4,480), so that vocabulary parallelism may split it; the search decides.
+  // The head and the embedding as the profile states them, plus their vocabulary: 131,072 rows
+  // (the README's 131K-vocabulary head; the embedding's param_bytes are 131,072 x 4,480 bf16
+  // weights, the head's the same and the final norm's 4,480), so that vocabulary parallelism
+  // may split them; the search decides.
   ModelSpec split = model.value();
+  split.layers.front().measured->vocab = 131072;
   split.layers.back().measured->vocab = 131072;
   const std::unique_ptr<AnalyticCostModel> split_cost = cost_model(split, *cluster);
   report("motley plan, TP 1 PP 4 DP 1, vocabulary parallelism searched",

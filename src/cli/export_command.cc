@@ -57,12 +57,12 @@ Status export_torch_pp(const TorchPpOptions& opt) {
                                         opt.plan, replicas, replicas == 1 ? "" : "s", replicas - 1,
                                         opt.replica));
   }
-  if (const int shards = vocab_shard_count(in.plan.stages); shards > 0) {
+  if (const int shard = first_vocab_shard(in.plan.stages); shard >= 0) {
     return invalid_argument(fmt::format(
-        "{}: field 'stages[{}].vocab_rows': the plan splits the head into {} vocabulary shards, "
-        "which run side by side; PyTorch's pipelining runs its stages one after another and "
-        "cannot express them",
-        opt.plan, in.plan.stages.size() - shards, shards));
+        "{}: field 'stages[{}].vocab_rows': the plan splits a layer by vocabulary rows into "
+        "shards, which run side by side; PyTorch's pipelining runs its stages one after another "
+        "and cannot express them",
+        opt.plan, shard));
   }
   const std::string compute = torch_pp_csv(in.plan, opt.replica, false);
   const std::vector<int> stage_ranks = torch_pp_stage_ranks(in.plan, opt.replica);

@@ -106,11 +106,11 @@ Status RankExecutor::Impl::check_inputs() const {
         "the plan has {} devices (one rank each) but the transport's world has {} ranks",
         layout.world_size(), transport.world_size()));
   }
-  if (const int shards = vocab_shard_count(plan.stages); shards > 0) {
+  if (const int shard = first_vocab_shard(plan.stages); shard >= 0) {
     return invalid_argument(fmt::format(
-        "field 'stages[{}].vocab_rows': the plan splits the head into {} vocabulary shards; the "
-        "executor does not run vocabulary parallelism (motley simulate prices such plans)",
-        plan.stages.size() - shards, shards));
+        "field 'stages[{}].vocab_rows': the plan splits a layer by vocabulary rows; the executor "
+        "does not run vocabulary parallelism (motley simulate prices such plans)",
+        shard));
   }
   for (const Layer& layer : model.layers) {
     const int64_t vocab = layer.embedding ? layer.embedding->vocab

@@ -59,6 +59,14 @@ int64_t head_vocab(const ModelSpec& model) {
   return 0;
 }
 
+int64_t embedding_vocab(const ModelSpec& model) {
+  if (model.layers.size() < 2) return 0;
+  const Layer& first = model.layers.front();
+  if (first.kind == LayerKind::kEmbedding && first.embedding) return first.embedding->vocab;
+  if (first.kind == LayerKind::kMeasured && first.measured) return first.measured->vocab;
+  return 0;
+}
+
 std::optional<std::string> tensor_parallel_obstacle(const Layer& layer, int t, bool vocabulary) {
   if (t <= 1) return std::nullopt;
   std::vector<std::pair<const char*, int64_t>> widths;

@@ -78,7 +78,8 @@ TEST(Dependencies, DownstreamConsumerInvertsTheCrossingInputs) {
 // a producing stage among [stage, stage + count) iff the producer's consumers include it.
 TEST(Dependencies, VocabularyShardsRunSideBySide) {
   for (const PipelineShape shape :
-       {PipelineShape{4, 2}, PipelineShape{6, 3}, PipelineShape{3, 2}}) {
+       {PipelineShape{4, 2}, PipelineShape{6, 3}, PipelineShape{3, 2}, PipelineShape{6, 2, 2},
+        PipelineShape{5, 0, 2}, PipelineShape{8, 3, 3}}) {
     const std::vector<ActionKind> kinds = {ActionKind::kForward, ActionKind::kBackwardInput,
                                            ActionKind::kBackwardWeight, ActionKind::kBackward};
     auto produces = [](Producer p, ActionKind k) {
@@ -114,8 +115,22 @@ TEST(Dependencies, VocabularyShardsRunSideBySide) {
       EXPECT_EQ(data_dependencies(Action{ActionKind::kBackwardInput, s, 0}, shape)[1],
                 (Dependency{Producer::kForward, b, 0, false, true, shape.vocab_shards}));
     }
-    EXPECT_EQ(data_dependencies(Action{ActionKind::kBackward, b - 1, 0}, shape)[1],
-              (Dependency{Producer::kInputBackward, b, 0, false, true, shape.vocab_shards}));
+    if (shape.vocab_shards > 0) {
+      EXPECT_EQ(data_dependencies(Action{ActionKind::kBackward, b - 1, 0}, shape)[1],
+                (Dependency{Producer::kInputBackward, b, 0, false, true, shape.vocab_shards}));
+    }
+    // The embedding's shards need nothing to start; the stage after them sums them all, and
+    // each shard's backward waits for that stage's input gradient.
+    const int e = shape.embedding_shards;
+    for (int s = 0; s < e; ++s) {
+      EXPECT_EQ(data_dependencies(Action{ActionKind::kForward, s, 0}, shape).size(), 0);
+      EXPECT_EQ(data_dependencies(Action{ActionKind::kBackwardInput, s, 0}, shape)[1],
+                (Dependency{Producer::kInputBackward, e, 0, false, true, 1}));
+    }
+    if (e > 0) {
+      EXPECT_EQ(data_dependencies(Action{ActionKind::kForward, e, 0}, shape)[0],
+                (Dependency{Producer::kForward, 0, 0, false, true, e}));
+    }
   }
 }
 

@@ -30,7 +30,7 @@ class ReplicaLowering {
                   std::vector<int64_t>& next)
       : replica_(replica),
         shape_(pipeline_shape(plan)),
-        fan_out_(std::max(1, shape_.vocab_shards)),
+        fan_out_(std::max({1, shape_.vocab_shards, shape_.embedding_shards})),
         micro_batches_(replica.micro_batches),
         sequence_(sequence),
         next_(next) {

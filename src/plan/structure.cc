@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
+#include <utility>
 
 #include "labels.h"
 #include "motley/core/checked_math.h"
@@ -25,29 +27,27 @@ using plan_labels::stage_mb;
 
 std::string stage_path(size_t s) { return fmt::format("stages[{}]", s); }
 
-// A vocabulary shard's own rules (plan.h, Stage); whether its layer is a head and its rows
-// end at the head's vocabulary needs the model (validate_plan).
+// A vocabulary shard's own rules (plan.h, Stage): a run of shards over the embedding at the
+// plan's start, or over the head at its end. Whether their layers are an embedding and a head
+// and their rows end at the vocabularies needs the model (validate_plan).
 Status check_vocab_shard(const Plan& plan, size_t s, const std::string& name) {
   const Stage& st = plan.stages[s];
+  const bool leading = s == 0 || (plan.stages[s - 1].is_vocab_shard() &&
+                                  plan.stages[s - 1].layer_begin == 0 && st.layer_begin == 0);
   if (!st.is_vocab_shard()) {
-    if (s > 0 && plan.stages[s - 1].is_vocab_shard()) {
-      return invalid_argument(field(
-          stage_path(s), fmt::format("{} follows vocabulary shard {}; the shards of the head must "
-                                     "be the plan's last stages",
-                                     name, s - 1)));
+    if (s > 0 && plan.stages[s - 1].is_vocab_shard() && plan.stages[s - 1].layer_begin != 0) {
+      return invalid_argument(
+          field(stage_path(s), fmt::format("{} follows vocabulary shard {} of the head; the head's "
+                                           "shards must be the plan's last stages",
+                                           name, s - 1)));
     }
     return Status::ok();
   }
   const std::string path = fmt::format("{}.vocab_rows", stage_path(s));
-  if (s == 0) {
-    return invalid_argument(field(path,
-                                  "the first stage cannot be a vocabulary shard: the "
-                                  "head's input comes from the stage before"));
-  }
   if (st.layer_end != st.layer_begin + 1) {
     return invalid_argument(field(
-        path, fmt::format("{} is a vocabulary shard of {} layers; a shard holds the head's one "
-                          "layer",
+        path, fmt::format("{} is a vocabulary shard of {} layers; a shard holds one layer (the "
+                          "embedding or the head)",
                           name, st.layer_end - st.layer_begin)));
   }
   if (st.recompute != RecomputePolicy::kNone) {
@@ -57,16 +57,22 @@ Status check_vocab_shard(const Plan& plan, size_t s, const std::string& name) {
                           "\"none\")",
                           name)));
   }
-  const Stage& prev = plan.stages[s - 1];
-  const int64_t expected = prev.is_vocab_shard() ? prev.vocab_end : 0;
+  const bool continues = s > 0 && plan.stages[s - 1].is_vocab_shard() &&
+                         plan.stages[s - 1].layer_begin == st.layer_begin;
+  if (!leading && !continues && plan.stages[s - 1].is_vocab_shard()) {
+    return invalid_argument(field(
+        path, fmt::format("{} is a shard of the head right after the embedding's shards; a stage "
+                          "of the model's other layers must come between them",
+                          name)));
+  }
+  const int64_t expected = continues ? plan.stages[s - 1].vocab_end : 0;
   if (st.vocab_begin != expected) {
     return invalid_argument(field(
         path, fmt::format("{} starts at vocabulary row {} but {}", name, st.vocab_begin,
-                          prev.is_vocab_shard()
-                              ? fmt::format("shard {} ends at row {}; the shards must cover the "
-                                            "vocabulary contiguously, in order",
-                                            s - 1, expected)
-                              : std::string("the first shard must start at row 0"))));
+                          continues ? fmt::format("shard {} ends at row {}; the shards must cover "
+                                                  "the vocabulary contiguously, in order",
+                                                  s - 1, expected)
+                                    : std::string("the first shard must start at row 0"))));
   }
   return Status::ok();
 }
@@ -77,9 +83,11 @@ Status check_stages(const Plan& plan, const PlanBounds& bounds) {
     const Stage& st = plan.stages[s];
     const std::string name =
         fmt::format("stage {} (layers [{}, {}))", s, st.layer_begin, st.layer_end);
-    const bool shard_after_shard =
-        s > 0 && st.is_vocab_shard() && plan.stages[s - 1].is_vocab_shard();
-    // Vocabulary shards run side by side, each over the head's one layer.
+    // Vocabulary shards run side by side, each over its run's one layer: a shard may start
+    // where the shard before it starts.
+    const bool shard_after_shard = s > 0 && st.is_vocab_shard() &&
+                                   plan.stages[s - 1].is_vocab_shard() &&
+                                   st.layer_begin == plan.stages[s - 1].layer_begin;
     const int expected_begin = s == 0              ? 0
                                : shard_after_shard ? plan.stages[s - 1].layer_begin
                                                    : plan.stages[s - 1].layer_end;
@@ -105,18 +113,29 @@ Status check_stages(const Plan& plan, const PlanBounds& bounds) {
     }
     MOTLEY_RETURN_IF_ERROR(check_vocab_shard(plan, s, name));
   }
-  const int shards = vocab_shard_count(plan.stages);
-  if (shards == 1) {
-    return invalid_argument(
-        field(fmt::format("{}.vocab_rows", stage_path(plan.stages.size() - 1)),
-              "the head is split into one vocabulary shard; list at least two shards or drop "
-              "vocab_rows"));
+  const int lead = embedding_shard_count(plan.stages);
+  const int tail = vocab_shard_count(plan.stages);
+  for (const auto& [shards, what, at] : {std::tuple{lead, "embedding", size_t{0}},
+                                         std::tuple{tail, "head", plan.stages.size() - 1}}) {
+    if (shards == 1) {
+      return invalid_argument(field(
+          fmt::format("{}.vocab_rows", stage_path(at)),
+          fmt::format("the {} is split into one vocabulary shard; list at least two shards or "
+                      "drop vocab_rows",
+                      what)));
+    }
+    if (shards > kMaxVocabShards) {
+      return invalid_argument(
+          field(fmt::format("{}.vocab_rows", stage_path(at)),
+                fmt::format("the {} is split into {} vocabulary shards; at most {} are supported",
+                            what, shards, kMaxVocabShards)));
+    }
   }
-  if (shards > kMaxVocabShards) {
+  if (lead > 0 && lead == static_cast<int>(plan.stages.size())) {
     return invalid_argument(
-        field(fmt::format("{}.vocab_rows", stage_path(plan.stages.size() - 1)),
-              fmt::format("the head is split into {} vocabulary shards; at most {} are supported",
-                          shards, kMaxVocabShards)));
+        field("stages",
+              "every stage is a vocabulary shard of the embedding; the model's other layers "
+              "need stages of their own"));
   }
   if (bounds.num_layers >= 0 && plan.stages.back().layer_end != bounds.num_layers) {
     return invalid_argument(
@@ -172,15 +191,20 @@ Status check_replica_shape(const Plan& plan, const PlanBounds& bounds, const Lab
     }
     used[g] = true;
   }
-  const int shards = vocab_shard_count(plan.stages);
-  for (size_t s = plan.stages.size() - shards; s < plan.stages.size(); ++s) {
-    for (size_t t = plan.stages.size() - shards; t < s; ++t) {
-      if (rep.stage_group[t] == rep.stage_group[s]) {
-        return invalid_argument(
-            field(fmt::format("{}.stage_group[{}]", path, s),
-                  fmt::format("{} places vocabulary shards {} and {} both on device group {}; each "
-                              "shard needs a group of its own",
-                              name, t, s, rep.stage_group[s])));
+  // Each run's shards on groups of their own (a group may hold a shard of each run).
+  const size_t n = plan.stages.size();
+  const size_t lead = static_cast<size_t>(embedding_shard_count(plan.stages));
+  const size_t tail = static_cast<size_t>(vocab_shard_count(plan.stages));
+  for (const auto& [first, last] : {std::pair{size_t{0}, lead}, std::pair{n - tail, n}}) {
+    for (size_t s = first; s < last; ++s) {
+      for (size_t t = first; t < s; ++t) {
+        if (rep.stage_group[t] == rep.stage_group[s]) {
+          return invalid_argument(field(
+              fmt::format("{}.stage_group[{}]", path, s),
+              fmt::format("{} places vocabulary shards {} and {} both on device group {}; each "
+                          "shard needs a group of its own",
+                          name, t, s, rep.stage_group[s])));
+        }
       }
     }
   }

@@ -14,7 +14,7 @@ void TaskGraph::assign(const Plan& plan, const LoweredPlan& lowered) {
   stage_group_.resize(n_rep);
   for (int r = 0; r < n_rep; ++r) stage_group_[r] = plan.replicas[r].stage_group;
   stages_ = shape_.stages;
-  fan_out_ = std::max(1, shape_.vocab_shards);
+  fan_out_ = std::max({1, shape_.vocab_shards, shape_.embedding_shards});
   nodes_.clear();
   edges_.clear();
   micro_batches_.resize(n_rep);

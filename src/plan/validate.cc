@@ -344,26 +344,42 @@ Status check_expert_parallel(const Plan& plan, const ModelSpec& model) {
   return Status::ok();
 }
 
-// Vocabulary shards split the model's head, all of its rows (the structure check has the rest).
+// Vocabulary shards split the model's head, or its embedding, all of its rows (the structure
+// check has the rest).
 Status check_vocab_shards(const Plan& plan, const ModelSpec& model) {
-  const int shards = vocab_shard_count(plan.stages);
-  if (shards == 0) return Status::ok();
-  const size_t first = plan.stages.size() - shards;
-  const Stage& st = plan.stages[first];
-  const Layer& layer = model.layers[st.layer_begin];
-  const int64_t vocab = head_vocab(model);
-  if (vocab == 0) {
-    return invalid_argument(fmt::format(
-        "field 'stages[{}].vocab_rows': stages {}-{} split layer {} ('{}') by vocabulary rows, but "
-        "only a head (output layer and loss; a measured one states its vocab) can be split so",
-        first, first, plan.stages.size() - 1, st.layer_begin, layer.name));
-  }
-  const Stage& last = plan.stages.back();
-  if (last.vocab_end != vocab) {
-    return invalid_argument(fmt::format(
-        "field 'stages[{}].vocab_rows': the last shard ends at row {} but head '{}' has a "
-        "vocabulary of {}; the shards must cover every row",
-        plan.stages.size() - 1, last.vocab_end, layer.name, vocab));
+  const size_t n = plan.stages.size();
+  const int lead = embedding_shard_count(plan.stages);
+  const int tail = vocab_shard_count(plan.stages);
+  struct Run {
+    size_t first, last;  // stages [first, last]
+    int64_t vocab;
+    const char* what;
+  };
+  std::vector<Run> runs;
+  if (lead > 0)
+    runs.push_back(Run{0, static_cast<size_t>(lead) - 1, embedding_vocab(model),
+                       "an embedding (a measured one states its vocab)"});
+  if (tail > 0)
+    runs.push_back(Run{n - tail, n - 1, head_vocab(model),
+                       "a head (output layer and loss; a measured one states its "
+                       "vocab)"});
+  for (const Run& run : runs) {
+    const Stage& st = plan.stages[run.first];
+    const Layer& layer = model.layers[st.layer_begin];
+    if (run.vocab == 0) {
+      return invalid_argument(fmt::format(
+          "field 'stages[{}].vocab_rows': stages {}-{} split layer {} ('{}') by vocabulary rows, "
+          "but only {} can be split so",
+          run.first, run.first, run.last, st.layer_begin, layer.name, run.what));
+    }
+    const Stage& last = plan.stages[run.last];
+    if (last.vocab_end != run.vocab) {
+      return invalid_argument(fmt::format(
+          "field 'stages[{}].vocab_rows': the last shard ends at row {} but {} '{}' has a "
+          "vocabulary of {}; the shards must cover every row",
+          run.last, last.vocab_end, lead > 0 && run.first == 0 ? "embedding" : "head", layer.name,
+          run.vocab));
+    }
   }
   return Status::ok();
 }

@@ -566,5 +566,47 @@ TEST(Validate, FindsADeadlockThroughTheLossStatistics) {
   EXPECT_THAT(s.message(), HasSubstr("deadlock"));
 }
 
+// The embedding split as well: its shards first, side by side, the stage after them summing
+// them; a gap in their rows and a head run straight after them are refused.
+TEST(Validate, AcceptsEmbeddingShardsAndNamesTheirFaults) {
+  const ModelSpec model = model_with_head(2);
+  Plan p = vocab_shard_plan();
+  p.stages = {Stage{0, 1, RecomputePolicy::kNone, 0, 32},
+              Stage{0, 1, RecomputePolicy::kNone, 32, 64},
+              Stage{1, 2},
+              Stage{2, 3},
+              Stage{3, 4, RecomputePolicy::kNone, 0, 32},
+              Stage{3, 4, RecomputePolicy::kNone, 32, 64}};
+  p.replicas[0].stage_group = {0, 1, 0, 1, 0, 1};
+  p.replicas[0].groups[0].actions =
+      actions("0F0 2F0 0F1 2F1 4F0 4I0 4W0 4F1 4I1 4W1 2I0 2W0 0I0 0W0 2I1 2W1 0I1 0W1");
+  p.replicas[0].groups[1].actions =
+      actions("1F0 1F1 3F0 5F0 3F1 5F1 5I0 5W0 3I0 3W0 5I1 5W1 3I1 3W1 1I0 1W0 1I1 1W1");
+  const Status ok = check_shards(p);
+  EXPECT_TRUE(ok.is_ok()) << ok.message();
+  EXPECT_EQ(embedding_shard_count(p.stages), 2);
+  EXPECT_EQ(vocab_shard_count(p.stages), 2);
+  EXPECT_DOUBLE_EQ(vocab_share(p.stages, 1), 0.5);
+  // Without the shards: the embedding back on stage 0 of the stages renumbered.
+  const Plan whole = without_vocab_shards(p);
+  ASSERT_EQ(whole.stages.size(), 2u);
+  EXPECT_EQ(whole.stages[0], (Stage{0, 2}));
+  EXPECT_EQ(whole.stages[1], (Stage{2, 4}));
+  EXPECT_EQ(whole.replicas[0].groups[0].actions, actions("0F0 0F1 0I0 0W0 0I1 0W1"));
+  {
+    Plan bad = p;
+    bad.stages[1].vocab_end = 60;
+    EXPECT_THAT(check_shards(bad).message(),
+                HasSubstr("the last shard ends at row 60 but embedding 'embed' has a vocabulary "
+                          "of 64"));
+  }
+  {
+    Plan bad = p;
+    bad.stages[1].vocab_begin = 30;
+    EXPECT_THAT(check_shards(bad).message(),
+                HasSubstr("starts at vocabulary row 30 but shard 0 ends at row 32"));
+  }
+}
+
 }  // namespace
 }  // namespace motley::testing

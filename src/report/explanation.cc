@@ -137,11 +137,20 @@ std::vector<std::string> explanation_lines(const PlanExplanation& e) {
   if (!e.vocab_rows.empty()) {
     std::vector<std::string> rows;
     for (int64_t r : e.vocab_rows) rows.push_back(std::to_string(r));
+    std::string embedding;
+    if (!e.embedding_rows.empty()) {
+      std::vector<std::string> split;
+      for (int64_t r : e.embedding_rows) split.push_back(std::to_string(r));
+      embedding = fmt::format(
+          " The embedding likewise, {} rows: its shards' partial embeddings are summed into the "
+          "next stage, whose input gradient goes back to each.",
+          fmt::join(split, ", "));
+    }
     out.push_back(fmt::format(
         "Head: split by vocabulary rows over the {} groups of each pipeline (vocabulary "
         "parallelism), {} rows, by each group's speed on it: every micro-batch's loss statistics "
-        "cross between the shards and their input gradients are summed.",
-        e.vocab_rows.size(), fmt::join(rows, ", ")));
+        "cross between the shards and their input gradients are summed.{}",
+        e.vocab_rows.size(), fmt::join(rows, ", "), embedding));
   }
   if (e.sequence_parallel) {
     out.push_back(

@@ -112,6 +112,11 @@ TEST(ExplanationTest, ASplitHeadIsALineOfItsOwn) {
             "parallelism), 65536, 32768, 32768 rows, by each group's speed on it: every "
             "micro-batch's loss statistics cross between the shards and their input gradients "
             "are summed.");
+  e.embedding_rows = {100, 50, 50};
+  EXPECT_NE(explanation_lines(e)[3].find(" The embedding likewise, 100, 50, 50 rows: its shards' "
+                                         "partial embeddings are summed into the next stage"),
+            std::string::npos)
+      << explanation_lines(e)[3];
 }
 
 TEST(ExplanationTest, WithoutMegatronNothingIsComparedWithIt) {

@@ -66,18 +66,25 @@ Status check_request(const AdaptiveRequest& r) {
       return invalid_argument(fmt::format("{}group {} runs no stage", kWhat, g));
     }
   }
-  if (r.vocab_shards != 0) {
-    if (r.vocab_shards < 2 || static_cast<size_t>(r.vocab_shards) >= stages) {
-      return invalid_argument(
-          fmt::format("{}vocab_shards is {}; expected 0, or 2 up to the stage count less one ({})",
-                      kWhat, r.vocab_shards, stages - 1));
+  const size_t runs = static_cast<size_t>(std::max(0, r.vocab_shards)) +
+                      static_cast<size_t>(std::max(0, r.embedding_shards));
+  for (const int shards : {r.vocab_shards, r.embedding_shards}) {
+    if (shards != 0 && (shards < 2 || runs >= stages)) {
+      return invalid_argument(fmt::format(
+          "{}a run of {} vocabulary shards; expected 0, or 2 or more with a stage of other "
+          "layers besides them ({} stages)",
+          kWhat, shards, stages));
     }
+  }
+  for (const auto& [first, last] :
+       {std::pair<size_t, size_t>{0, static_cast<size_t>(r.embedding_shards)},
+        std::pair<size_t, size_t>{stages - r.vocab_shards, stages}}) {
     std::vector<bool> holds_shard(r.num_groups, false);
-    for (size_t s = stages - r.vocab_shards; s < stages; ++s) {
+    for (size_t s = first; s < last; ++s) {
       if (holds_shard[r.stage_group[s]]) {
-        return invalid_argument(
-            fmt::format("{}group {} runs two vocabulary shards; each needs a group of its own",
-                        kWhat, r.stage_group[s]));
+        return invalid_argument(fmt::format(
+            "{}group {} runs two vocabulary shards of one layer; each needs a group of its own",
+            kWhat, r.stage_group[s]));
       }
       holds_shard[r.stage_group[s]] = true;
     }
@@ -95,6 +102,7 @@ internal::TimelineSpec timeline_of(const AdaptiveRequest& r) {
   }
   for (Seconds t : r.transfer_time) spec.hop.push_back(t.value());
   spec.vocab_shards = r.vocab_shards;
+  spec.embedding_shards = r.embedding_shards;
   return spec;
 }
 

@@ -211,6 +211,7 @@ Result<GroupOrders> adaptive_orders(const ScheduleSpec& spec, const Plan& plan, 
   req.micro_batches = rep.micro_batches;
   req.stage_times = f.times;
   req.vocab_shards = shape.vocab_shards;
+  req.embedding_shards = shape.embedding_shards;
   for (int s = 0; s + 1 < stages; ++s) {
     const int a = out.stage_group[s];
     Seconds t(0);
@@ -309,21 +310,35 @@ Status split_head(const AssembleOptions& o, const Candidate& c, const CostModel&
         "{}needs 2 to {} groups and at least a row per group: {} groups, a vocabulary of {}", pre,
         kMaxVocabShards, p, o.head_vocab));
   }
-  const LayerRange head{o.num_layers - 1, o.num_layers};
-  std::vector<double> head_time(p);
-  for (int g = 0; g < p; ++g) {
-    const ComputeTimes t = cost.compute(head, DeviceGroup{groups[g]}, RecomputePolicy::kNone);
-    head_time[g] = (t.forward + t.backward()).value();
-  }
-  std::vector<Stage> shards;
-  int64_t begin = 0;
-  for (int64_t end : vocab_shard_ends(o.head_vocab, head_time)) {
-    shards.push_back(Stage{head.begin, head.end, RecomputePolicy::kNone, begin, end});
-    begin = end;
-  }
+  // One shard of `layer` per group, rows by the groups' speed on it.
+  auto shards_of = [&](int layer, int64_t vocab) {
+    const LayerRange whole{layer, layer + 1};
+    std::vector<double> time(p);
+    for (int g = 0; g < p; ++g) {
+      const ComputeTimes t = cost.compute(whole, DeviceGroup{groups[g]}, RecomputePolicy::kNone);
+      time[g] = (t.forward + t.backward()).value();
+    }
+    std::vector<Stage> out;
+    int64_t begin = 0;
+    for (int64_t end : vocab_shard_ends(vocab, time)) {
+      out.push_back(Stage{whole.begin, whole.end, RecomputePolicy::kNone, begin, end});
+      begin = end;
+    }
+    return out;
+  };
+  const std::vector<Stage> head = shards_of(o.num_layers - 1, o.head_vocab);
   plan.stages.pop_back();
-  plan.stages.insert(plan.stages.end(), shards.begin(), shards.end());
+  plan.stages.insert(plan.stages.end(), head.begin(), head.end());
   for (std::vector<int>& map : coarse_of) map.resize(plan.stages.size(), map.back());
+  // The embedding too, where it has the rows for a shard per group and a layer after it.
+  if (c.vocab_embedding && o.embedding_vocab >= p && o.num_layers >= 3) {
+    const std::vector<Stage> embedding = shards_of(0, o.embedding_vocab);
+    plan.stages.erase(plan.stages.begin());
+    plan.stages.insert(plan.stages.begin(), embedding.begin(), embedding.end());
+    for (std::vector<int>& map : coarse_of) {
+      map.insert(map.begin(), static_cast<size_t>(p) - 1, map.front());
+    }
+  }
   return Status::ok();
 }
 
@@ -427,7 +442,10 @@ Result<Plan> assemble_plan(const AssembleOptions& o, const Candidate& c, const C
   // The common refinement of every replica's stage bounds (and the head on its own, to split).
   std::set<int> cuts;
   for (const PipelineSpec& rep : c.replicas) cuts.insert(rep.bounds.begin(), rep.bounds.end());
-  if (c.vocab_parallel) cuts.insert(o.num_layers - 1);
+  if (c.vocab_parallel) {
+    cuts.insert(o.num_layers - 1);
+    if (c.vocab_embedding && o.embedding_vocab > 0 && o.num_layers >= 3) cuts.insert(1);
+  }
   const std::vector<int> fine(cuts.begin(), cuts.end());
   int stages = static_cast<int>(fine.size()) - 1;
 
@@ -463,6 +481,7 @@ Result<Plan> assemble_plan(const AssembleOptions& o, const Candidate& c, const C
     stages = static_cast<int>(plan.stages.size());
   }
   const int first_shard = pipeline_shape(plan).first_shard();
+  const int embedding_shards = pipeline_shape(plan).embedding_shards;
 
   for (size_t r = 0; r < c.replicas.size(); ++r) {
     const PipelineSpec& rep = c.replicas[r];
@@ -471,8 +490,10 @@ Result<Plan> assemble_plan(const AssembleOptions& o, const Candidate& c, const C
     Replica out;
     out.micro_batches = rep.micro_batches;
     for (int s = 0; s < stages; ++s) {
-      // Shard k runs on group k.
-      out.stage_group.push_back(s >= first_shard ? s - first_shard : coarse_group[coarse_of[r][s]]);
+      // Shard k of either run runs on group k.
+      out.stage_group.push_back(s >= first_shard       ? s - first_shard
+                                : s < embedding_shards ? s
+                                                       : coarse_group[coarse_of[r][s]]);
     }
     for (const auto& g : rep.groups) out.groups.push_back(DeviceGroupSchedule{g, {}});
     plan.replicas.push_back(std::move(out));

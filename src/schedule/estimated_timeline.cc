@@ -40,7 +40,7 @@ EstimatedTimeline::EstimatedTimeline(TimelineSpec spec)
       r.row = row(kind == ActionKind::kForward, s);
       for (Input& in : r.inputs) in.row = no_input;
       int inputs = 0;
-      const PipelineShape shape{stages, spec_.vocab_shards};
+      const PipelineShape shape{stages, spec_.vocab_shards, spec_.embedding_shards};
       for (const Dependency& d : data_dependencies(action, shape)) {
         // These orders list no R: its work is part of the input backward's duration.
         if (d.optional) continue;

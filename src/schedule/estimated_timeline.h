@@ -37,9 +37,10 @@ struct TimelineSpec {
   // Per stage boundary s -> s+1 (size stages - 1): what an input crossing it adds when the two
   // stages run on different groups. With vocabulary shards [b, n): hop[b - 1] is the hidden
   // state's (to each shard, and its gradient back), hop[s >= b] the loss statistics' between
-  // shards.
+  // shards; with embedding shards [0, a), hop[s < a] the partial embeddings' into stage a.
   std::vector<double> hop;
-  int vocab_shards = 0;  // the last stages that are vocabulary shards (plan/dependencies.h)
+  int vocab_shards = 0;      // the last stages that are the head's vocabulary shards
+  int embedding_shards = 0;  // the first stages that are the embedding's (plan/dependencies.h)
 };
 
 // When an action's inputs are available.

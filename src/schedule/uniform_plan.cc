@@ -139,6 +139,7 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
     c.schedule = ScheduleSpec::adaptive_on(c.schedule.shape, c.schedule.chunks,
                                            AdaptivePriority::kBackwardFirst, WeightFill::kIfItFits);
     c.vocab_parallel = true;
+    c.vocab_embedding = true;
   }
   std::vector<int> bounds{0};
   if (o.layer_counts.empty()) {
@@ -180,6 +181,7 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
   assemble.expert_parallel = o.expert_parallel;
   assemble.sequence_parallel = o.sequence_parallel;
   assemble.head_vocab = head_vocab(model);
+  assemble.embedding_vocab = embedding_vocab(model);
   // Memory is the validator's to check (simulate validates every plan it runs).
   assemble.check_memory = false;
   MOTLEY_ASSIGN_OR_RETURN(Plan plan, assemble_plan(assemble, c, cost));

@@ -110,7 +110,15 @@ class Folder {
     std::map<int, int64_t> renamed;
     const PipelineShape shape = pipeline_shape(plan_);
     const int b = shape.first_shard();
-    for (int s = 0; s + 1 < b; ++s) {
+    const int e = shape.embedding_shards;
+    for (int k = 0; k < e; ++k) {
+      const int shard = rep.stage_group[k];
+      const int after = rep.stage_group[e];
+      if (shard == after) continue;
+      add_message(r, shard, after, k, false, renamed, sig);
+      add_message(r, after, shard, e, true, renamed, sig);
+    }
+    for (int s = e; s + 1 < b; ++s) {
       const int from = rep.stage_group[s];
       const int to = rep.stage_group[s + 1];
       if (from == to) continue;

@@ -67,10 +67,12 @@ class Builder {
     // their sum of exponentials and the target's logit, three fp32 numbers), and the gradient of
     // its input (the output of the layer before it).
     scratch_.boundary_bytes.assign(2 * static_cast<size_t>(stages_), 0);
+    const int head_shards = pipeline_shape(plan_).first_shard();
     for (int s = 0; s < stages_; ++s) {
       const Stage& st = plan_.stages[s];
       const size_t at = 2 * static_cast<size_t>(s);
-      scratch_.boundary_bytes[at] = st.is_vocab_shard()
+      // (An embedding shard sends its partial embedding: the hidden state's bytes.)
+      scratch_.boundary_bytes[at] = s >= head_shards
                                         ? static_cast<double>(plan_.micro_batch_size) *
                                               static_cast<double>(plan_.seq_len) * 3.0 * 4.0
                                         : cost_.boundary_bytes(st.layer_end - 1).value();

@@ -799,5 +799,63 @@ TEST(Simulate, VocabularyShardMessagesCarryStatisticsAndHiddenGradients) {
   EXPECT_EQ(seen, 2);
 }
 
+// The embedding split too: stages 0 and 1 its two shards (rows [0, 500) on group 0, [500, 1000)
+// on group 1), stage 2 = layer 1 on group 0, stage 3 = layer 2 on group 1, stages 4 and 5 the
+// head's shards. Every pass takes 1 s, each shard's too (the split layers take 2 s whole). By
+// hand (free links):
+//   group 0: 0F0 [0,1] 2F0 [1,2] 0F1 [2,3] 2F1 [3,4] 4F0 [4,5] 4I0 [5,6] 4W0 [6,7] 4F1 [7,8]
+//            4I1 [8,9] 4W1 [9,10] 2I0 [10,11] 2W0 [11,12] 0I0 [12,13] 0W0 [13,14]
+//            2I1 [14,15] 2W1 [15,16] 0I1 [16,17] 0W1 [17,18]
+//   group 1: 1F0 [0,1] 1F1 [1,2] 3F0 [2,3] 5F0 [3,4] 3F1 [4,5] 5F1 [5,6] 5I0 [6,7] 5W0 [7,8]
+//            3I0 [8,9] 3W0 [9,10] 5I1 [10,11] 5W1 [11,12] 3I1 [12,13] 3W1 [13,14]
+//            1I0 [14,15] 1W0 [15,16] 1I1 [16,17] 1W1 [17,18]
+// Stage 2's forward waits for both embedding shards; each embedding shard's backward for stage
+// 2's input gradient.
+TEST(Simulate, EmbeddingShardsByHand) {
+  FixedCostSpec spec = uniform_spec(4, {Seconds(1), Seconds(1), Seconds(1), Seconds(0)}, Bytes(0));
+  for (int layer : {0, 3}) {
+    spec.layers[layer].times = {Seconds(2), Seconds(2), Seconds(2), Seconds(0)};
+  }
+  const FixedCostModel cost(make_fixed_cluster({"H100-SXM"}, 2, kFreeIntra, kFreeInter), spec);
+  Plan plan;
+  plan.micro_batch_size = 1;
+  plan.seq_len = 1000;
+  plan.global_batch = 2;
+  plan.stages = {Stage{0, 1, RecomputePolicy::kNone, 0, 500},
+                 Stage{0, 1, RecomputePolicy::kNone, 500, 1000},
+                 Stage{1, 2},
+                 Stage{2, 3},
+                 Stage{3, 4, RecomputePolicy::kNone, 0, 500},
+                 Stage{3, 4, RecomputePolicy::kNone, 500, 1000}};
+  Replica rep;
+  rep.micro_batches = 2;
+  rep.stage_group = {0, 1, 0, 1, 0, 1};
+  rep.groups = {
+      DeviceGroupSchedule{
+          {0}, acts("0F0 2F0 0F1 2F1 4F0 4I0 4W0 4F1 4I1 4W1 2I0 2W0 0I0 0W0 2I1 2W1 0I1 0W1")},
+      DeviceGroupSchedule{
+          {1}, acts("1F0 1F1 3F0 5F0 3F1 5F1 5I0 5W0 3I0 3W0 5I1 5W1 3I1 3W1 1I0 1W0 1I1 1W1")}};
+  plan.replicas = {rep};
+  SimOptions options = compute_only();
+  options.record_timeline = true;
+  const SimResult res = run_ok(options, plan, cost);
+  EXPECT_EQ(res.iteration_time, Seconds(18));
+  ASSERT_EQ(res.devices.size(), 2u);
+  EXPECT_EQ(res.devices[0].busy, Seconds(18));
+  EXPECT_EQ(res.devices[1].busy, Seconds(18));
+  int seen = 0;
+  for (const SimTask& t : res.timeline) {
+    if (sim_task_name(t) == "F s2 mb0") {
+      EXPECT_EQ(t.start, Seconds(1));
+      ++seen;
+    }
+    if (sim_task_name(t) == "I s1 mb0") {
+      EXPECT_EQ(t.start, Seconds(14));
+      ++seen;
+    }
+  }
+  EXPECT_EQ(seen, 2);
+}
+
 }  // namespace
 }  // namespace motley

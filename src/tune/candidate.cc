@@ -106,9 +106,10 @@ ScheduleSpec schedule_named(const std::string& name, StageShape shape, int chunk
 
 Result<Candidate> candidate_from_plan(const Plan& plan) {
   // Vocabulary shards: the plan as if its head ran whole on the stage before them.
-  if (vocab_shard_count(plan.stages) > 0) {
+  if (has_vocab_shards(plan.stages)) {
     MOTLEY_ASSIGN_OR_RETURN(Candidate c, candidate_from_plan(without_vocab_shards(plan)));
     c.vocab_parallel = true;
+    c.vocab_embedding = embedding_shard_count(plan.stages) > 0;
     return c;
   }
   Candidate c;
@@ -176,6 +177,7 @@ std::string candidate_key(const Candidate& c) {
   if (c.expert_parallel > 1) append_number(&(k += 'e'), c.expert_parallel);
   if (c.sequence_parallel) k += 's';
   if (c.vocab_parallel) k += 'v';
+  if (c.vocab_embedding) k += 'E';
   k += '|';
   for (const PipelineSpec& r : c.replicas) {
     k += 'm';
@@ -221,7 +223,7 @@ std::vector<std::vector<GroupLoad>> group_loads(const Context& ctx, const Candid
       loads[g].backward += (t.backward_input + t.recompute).value() + o.backward;
       loads[g].weight += t.backward_weight.value() + o.weight;
     }
-    const std::vector<ComputeTimes> shards = head_shard_times(ctx, cost, c, static_cast<int>(r));
+    const std::vector<ComputeTimes> shards = vocab_shard_times(ctx, cost, c, static_cast<int>(r));
     for (size_t g = 0; g < shards.size(); ++g) {
       loads[g].forward += shards[g].forward.value();
       loads[g].backward += shards[g].backward_input.value();
@@ -303,6 +305,7 @@ Result<Plan> assemble(const Context& ctx, const Candidate& c, int64_t data_paral
   options.zero_stage = ctx.options().zero_stage.value_or(c.zero_stage);
   options.expert_parallel = c.expert_parallel;
   options.head_vocab = head_vocab(ctx.model());
+  options.embedding_vocab = embedding_vocab(ctx.model());
   options.usable_memory_fraction = ctx.usable_memory_fraction();
   options.data_parallel = data_parallel;
   options.global_batch = whole_batch ? ctx.global_batch() : 0;

@@ -115,12 +115,13 @@ std::optional<GroupOrders> megatron_orders(const Plan& plan, const Replica& r,
 
 MegatronArguments megatron_arguments(const Plan& plan, const ModelSpec& model,
                                      const ClusterSpec& cluster) {
-  if (vocab_shard_count(plan.stages) > 0) {
+  if (has_vocab_shards(plan.stages)) {
     MegatronArguments whole = megatron_arguments(without_vocab_shards(plan), model, cluster);
     whole.not_expressed.insert(
         whole.not_expressed.begin(),
-        "vocabulary parallelism (the head split by rows over the pipeline's devices): Megatron-LM "
-        "keeps the output layer on the last pipeline stage; the arguments place it there");
+        "vocabulary parallelism (the head, or the embedding, split by rows over the pipeline's "
+        "devices): Megatron-LM keeps the output layer on the last pipeline stage and the "
+        "embedding on the first; the arguments place them there");
     return whole;
   }
   MegatronArguments out;

@@ -25,7 +25,8 @@ class Partitioner {
  public:
   Partitioner(const PartitionRequest& req, const CostModel& cost) : req_(req), cost_(cost) {}
 
-  double time(int s, int begin, int end, RecomputePolicy p) const {
+  double time(int s, int begin_layer, int end, RecomputePolicy p) const {
+    const int begin = priced_begin(begin_layer);
     const int priced = priced_end(end);
     double own = 0;
     if (priced > begin) {
@@ -36,7 +37,8 @@ class Partitioner {
     return own + (req_.shard_time.empty() ? 0.0 : req_.shard_time[s].value());
   }
 
-  bool fits(int s, int begin, int end, RecomputePolicy p) const {
+  bool fits(int s, int begin_layer, int end, RecomputePolicy p) const {
+    const int begin = priced_begin(begin_layer);
     MemoryOptions m = req_.memory;
     m.recompute = p;
     m.in_flight_micro_batches = req_.in_flight[s];
@@ -48,9 +50,11 @@ class Partitioner {
     return need <= req_.memory_budget[s];
   }
 
-  // Where a stage's own layers end: before the head when vocabulary parallelism spreads it.
+  // Where a stage's own layers begin and end: after the embedding and before the head where
+  // vocabulary parallelism spreads them.
+  int priced_begin(int begin) const { return req_.spread_embedding ? std::max(begin, 1) : begin; }
   int priced_end(int end) const {
-    return req_.shard_time.empty() ? end : std::min(end, req_.num_layers - 1);
+    return req_.spread_head ? std::min(end, req_.num_layers - 1) : end;
   }
 
   // The furthest end stage s may reach from `begin` within `bound`, leaving a layer for every

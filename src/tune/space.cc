@@ -447,33 +447,44 @@ PassOverhead pass_overhead(const Context& ctx, const CostModel& cost, const Cand
   return out;
 }
 
-std::vector<double> head_shard_shares(const Context& ctx, const CostModel& cost,
-                                      const std::vector<std::vector<int>>& groups) {
-  const int64_t vocab = head_vocab(ctx.model());
-  const LayerRange head{ctx.num_layers() - 1, ctx.num_layers()};
-  std::vector<double> head_time;
+bool splits_embedding(const Context& ctx) {
+  return embedding_vocab(ctx.model()) > 0 && ctx.num_layers() >= 3;
+}
+
+std::vector<double> vocab_shard_shares(const Context& ctx, const CostModel& cost,
+                                       const std::vector<std::vector<int>>& groups, int layer) {
+  const int64_t vocab = layer == 0 ? embedding_vocab(ctx.model()) : head_vocab(ctx.model());
+  std::vector<double> time;
   for (const std::vector<int>& g : groups) {
-    const ComputeTimes t = cost.compute(head, DeviceGroup{g}, RecomputePolicy::kNone);
-    head_time.push_back((t.forward + t.backward()).value());
+    const ComputeTimes t =
+        cost.compute(LayerRange{layer, layer + 1}, DeviceGroup{g}, RecomputePolicy::kNone);
+    time.push_back((t.forward + t.backward()).value());
   }
   std::vector<double> shares;
   int64_t begin = 0;
-  for (int64_t end : vocab_shard_ends(vocab, head_time)) {
+  for (int64_t end : vocab_shard_ends(vocab, time)) {
     shares.push_back(static_cast<double>(end - begin) / static_cast<double>(vocab));
     begin = end;
   }
   return shares;
 }
 
-std::vector<ComputeTimes> head_shard_times(const Context& ctx, const CostModel& cost,
-                                           const Candidate& c, int replica) {
+std::vector<ComputeTimes> vocab_shard_times(const Context& ctx, const CostModel& cost,
+                                            const Candidate& c, int replica) {
   if (!c.vocab_parallel) return {};
   const std::vector<std::vector<int>>& groups = c.replicas[replica].groups;
-  const std::vector<double> shares = head_shard_shares(ctx, cost, groups);
-  std::vector<ComputeTimes> out;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    out.push_back(cost.compute(LayerRange{ctx.num_layers() - 1, ctx.num_layers(), shares[g]},
-                               DeviceGroup{groups[g]}, RecomputePolicy::kNone));
+  std::vector<ComputeTimes> out(groups.size());
+  std::vector<int> layers{ctx.num_layers() - 1};
+  if (c.vocab_embedding) layers.push_back(0);
+  for (int layer : layers) {
+    const std::vector<double> shares = vocab_shard_shares(ctx, cost, groups, layer);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const ComputeTimes t = cost.compute(LayerRange{layer, layer + 1, shares[g]},
+                                          DeviceGroup{groups[g]}, RecomputePolicy::kNone);
+      out[g].forward += t.forward;
+      out[g].backward_input += t.backward_input;
+      out[g].backward_weight += t.backward_weight;
+    }
   }
   return out;
 }
@@ -481,7 +492,11 @@ std::vector<ComputeTimes> head_shard_times(const Context& ctx, const CostModel& 
 LayerRange own_layers(const Context& ctx, const Candidate& c, const PipelineSpec& rep,
                       size_t stage) {
   LayerRange layers{rep.bounds[stage], rep.bounds[stage + 1]};
-  if (c.vocab_parallel) layers.end = std::min(layers.end, ctx.num_layers() - 1);
+  if (c.vocab_parallel) {
+    layers.end = std::min(layers.end, ctx.num_layers() - 1);
+    if (c.vocab_embedding) layers.begin = std::max(layers.begin, 1);
+    layers.end = std::max(layers.end, layers.begin);
+  }
   return layers;
 }
 
@@ -507,7 +522,7 @@ double replica_estimate(const Context& ctx, const Candidate& c, int replica, int
     add(g, t);
     load[g] += pass_overhead(ctx, cost, c, replica, s, t).total();
   }
-  const std::vector<ComputeTimes> shards = head_shard_times(ctx, cost, c, replica);
+  const std::vector<ComputeTimes> shards = vocab_shard_times(ctx, cost, c, replica);
   for (size_t g = 0; g < shards.size(); ++g) add(static_cast<int>(g), shards[g]);
   double longest = 0, chain = 0;
   for (size_t s = 0; s + 2 < rep.bounds.size(); ++s) {
@@ -675,6 +690,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
     }
   }
   c.vocab_parallel = options.vocab_parallel;
+  c.vocab_embedding = options.vocab_parallel && options.vocab_embedding && splits_embedding(ctx);
   const CostModel& cost = ctx.cost(b, c.sequence_parallel);
   // A first guess of each replica's micro-batches (for the memory targets): by device speed.
   std::vector<double> speed(replicas, 0);
@@ -721,23 +737,31 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
       req.fused_backward = runs_fused_backward(schedule);
       if (schedule.chunks > 1) req.stage_owner = stage_group;
       if (c.vocab_parallel) {
-        // Each group's shard, shared among its stages as the memory budget is.
-        const std::vector<double> shares = head_shard_shares(ctx, cost, groups);
-        const LayerRange head{layers - 1, layers};
-        for (int s = 0; s < stages; ++s) {
-          const int g = stage_group[s];
-          const LayerRange shard{head.begin, head.end, shares[g]};
-          const ComputeTimes t =
-              cost.compute(shard, DeviceGroup{groups[g]}, RecomputePolicy::kNone);
-          // A shard's logits live from its F to its W, which follows as soon as every shard's
-          // F has run: one micro-batch in flight (the adaptive scheduler holds the real count
-          // to the budgets).
-          MemoryOptions m = req.memory;
-          m.in_flight_micro_batches = 1;
-          const double per_stage = 1.0 / static_cast<double>(schedule.chunks);
-          req.shard_time.push_back((t.forward + t.backward()) * per_stage);
-          req.shard_memory.push_back(cost.stage_memory(shard, DeviceGroup{groups[g]}, m).total() *
-                                     per_stage);
+        // Each group's shards (of the head, and of the embedding where it is split), shared
+        // among its stages as the memory budget is; the stages price their other layers only.
+        req.spread_head = true;
+        req.spread_embedding = c.vocab_embedding;
+        std::vector<int> split{layers - 1};
+        if (req.spread_embedding) split.push_back(0);
+        req.shard_time.assign(stages, Seconds(0));
+        req.shard_memory.assign(stages, Bytes(0));
+        for (int layer : split) {
+          const std::vector<double> shares = vocab_shard_shares(ctx, cost, groups, layer);
+          for (int s = 0; s < stages; ++s) {
+            const int g = stage_group[s];
+            const LayerRange shard{layer, layer + 1, shares[g]};
+            const ComputeTimes t =
+                cost.compute(shard, DeviceGroup{groups[g]}, RecomputePolicy::kNone);
+            // A shard's activations live from its F to its W, which follows as soon as its
+            // input's gradient is in: one micro-batch in flight (the adaptive scheduler holds
+            // the real count to the budgets).
+            MemoryOptions m = req.memory;
+            m.in_flight_micro_batches = 1;
+            const double per_stage = 1.0 / static_cast<double>(schedule.chunks);
+            req.shard_time[s] += (t.forward + t.backward()) * per_stage;
+            req.shard_memory[s] +=
+                cost.stage_memory(shard, DeviceGroup{groups[g]}, m).total() * per_stage;
+          }
         }
       }
       std::string key;
@@ -752,6 +776,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
         if (req.fused_backward) key += "u";
         if (c.sequence_parallel) key += "s";
         if (c.vocab_parallel) key += "v";
+        if (c.vocab_embedding) key += "E";
       }
       Result<Partition> part = infeasible("");
       if (options.cache == nullptr || !options.cache->find(key, &part)) {

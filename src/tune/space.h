@@ -82,9 +82,12 @@ struct BuildOptions {
   // layout has a group of more than one device (otherwise the candidate is built without).
   bool sequence_parallel = false;
   // Vocabulary parallelism (Candidate::vocab_parallel): the balanced partition leaves the head
-  // to its shards, one per group with rows by speed (vocab_shard_ends). Adaptive schedules
+  // (and the embedding, where splits_embedding) to their shards, one per group with rows by
+  // speed (vocab_shard_ends). Adaptive schedules
   // only, on a model whose last layer is a head, replicas of equal group counts.
   bool vocab_parallel = false;
+  // With vocab_parallel, the embedding split too where splits_embedding.
+  bool vocab_embedding = false;
 };
 
 // A candidate for `layout` with `schedule` and micro-batch size `b`. Errors: invalid_argument
@@ -133,13 +136,17 @@ struct PassOverhead {
 PassOverhead pass_overhead(const Context& ctx, const CostModel& cost, const Candidate& c,
                            int replica, size_t stage, const ComputeTimes& t);
 
-// Vocabulary parallelism: each group's shard of the head in replica `replica` of `c` (rows by
-// speed, vocab_shard_ends), priced on its group; empty when `c` does not split the head. And the
-// layers of coarse stage `stage` the stage itself runs (the head left to the shards).
-std::vector<ComputeTimes> head_shard_times(const Context& ctx, const CostModel& cost,
-                                           const Candidate& c, int replica);
-std::vector<double> head_shard_shares(const Context& ctx, const CostModel& cost,
-                                      const std::vector<std::vector<int>>& groups);
+// Vocabulary parallelism: whether it can split the embedding too (the model's first layer states
+// a vocabulary, and a layer lies between it and the head); each group's share of the rows of
+// layer `layer` (the head, or the embedding 0) by its speed on it (vocab_shard_ends); each
+// group's shards in replica `replica` of `c` priced on it, summed (empty when `c` splits
+// nothing); and the layers of coarse stage `stage` the stage itself runs (the split layers left
+// to the shards; possibly none).
+bool splits_embedding(const Context& ctx);
+std::vector<double> vocab_shard_shares(const Context& ctx, const CostModel& cost,
+                                       const std::vector<std::vector<int>>& groups, int layer);
+std::vector<ComputeTimes> vocab_shard_times(const Context& ctx, const CostModel& cost,
+                                            const Candidate& c, int replica);
 LayerRange own_layers(const Context& ctx, const Candidate& c, const PipelineSpec& rep,
                       size_t stage);
 

@@ -800,7 +800,14 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
           ScheduleSpec::adaptive_on(c.schedule.shape, c.schedule.chunks,
                                     AdaptivePriority::kBackwardFirst, WeightFill::kIfItFits);
     }
+    x.vocab_embedding = false;
     if (relieves) add(std::move(x));
+  }
+  if ((moves & kMoveVocab) && c.vocab_parallel && splits_embedding(ctx_)) {
+    // The embedding split too, or whole again.
+    Candidate y = c;
+    y.vocab_embedding = !c.vocab_embedding;
+    add(std::move(y));
   }
   if ((moves & kMoveSchedule) && c.schedule.adaptive) {
     for (AdaptivePriority pr : {AdaptivePriority::kBackwardFirst, AdaptivePriority::kForwardFirst,
@@ -1005,6 +1012,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
             build.zero_stage = zero;
             build.sequence_parallel = sequence_parallel;
             build.vocab_parallel = ctx_.options().vocab_parallel.value_or(false);
+            build.vocab_embedding = false;
             Result<Candidate> c = build_candidate(ctx_, layout, spec, b, build);
             if (zero == 1) base.short_of_memory = !c.is_ok() || needs_recompute(c.value());
             if (!c.is_ok() || !accepts_all(spec, c.value())) continue;
@@ -1030,11 +1038,12 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   for (const Base& base : bases) {
     const Layout& layout = layouts[base.layout];
     const bool expert_only = base.expert_only;
-    auto add = [&](int zero, int e, bool vocab = false) {
+    auto add = [&](int zero, int e, bool vocab = false, bool embedding = false) {
       BuildOptions build = options;
       build.zero_stage = zero;
       build.expert_parallel = e;
       build.vocab_parallel = vocab || ctx_.options().vocab_parallel.value_or(false);
+      build.vocab_embedding = embedding;
       build.sequence_parallel = base.sequence_parallel;
       Result<Candidate> c = build_candidate(ctx_, layout, *base.spec, base.b, build);
       if (!c.is_ok() || !accepts_all(*base.spec, c.value())) return;
@@ -1057,6 +1066,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
     if (vocab_free && base.spec->adaptive && vocab_bases < vocab_extra_bases) {
       ++vocab_bases;
       add(layout.replicas.size() > 1 ? 1 : 0, 1, true);
+      if (splits_embedding(ctx_)) add(layout.replicas.size() > 1 ? 1 : 0, 1, true, true);
     }
   }
   std::stable_sort(ranked.begin(), ranked.end(),

@@ -102,8 +102,15 @@ PlanExplanation explain(const Context& ctx, const Found& best, const SimResult& 
   if (c.vocab_parallel) {
     const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel);
     const int64_t vocab = head_vocab(ctx.model());
-    for (double share : tune_internal::head_shard_shares(ctx, cost, first.groups)) {
+    for (double share :
+         tune_internal::vocab_shard_shares(ctx, cost, first.groups, ctx.num_layers() - 1)) {
       out.vocab_rows.push_back(std::llround(share * static_cast<double>(vocab)));
+    }
+    if (c.vocab_embedding) {
+      const double rows = static_cast<double>(embedding_vocab(ctx.model()));
+      for (double share : tune_internal::vocab_shard_shares(ctx, cost, first.groups, 0)) {
+        out.embedding_rows.push_back(std::llround(share * rows));
+      }
     }
   }
   out.sequence_parallel = c.sequence_parallel;

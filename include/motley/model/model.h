@@ -175,6 +175,9 @@ struct ModelSpec;
 // The vocabulary of the model's head when its last layer is one (a head, or a measured layer
 // stating its vocabulary): what vocabulary parallelism splits. 0 otherwise.
 int64_t head_vocab(const ModelSpec& model);
+// The vocabulary of the model's embedding when its first layer is one (an embedding, or a
+// measured layer stating its vocabulary), before at least one other layer. 0 otherwise.
+int64_t embedding_vocab(const ModelSpec& model);
 std::optional<LayerKind> parse_layer_kind(std::string_view name);
 std::vector<std::string> layer_kind_names();
 

@@ -37,16 +37,22 @@ struct Dependency {
   friend bool operator==(const Dependency&, const Dependency&) = default;
 };
 
-// The shape of a pipeline as the rule reads it: its stage count and how many of its last
-// stages are vocabulary shards of the head (0: none; else at least 2).
+// The shape of a pipeline as the rule reads it: its stage count, how many of its last stages
+// are vocabulary shards of the head and how many of its first are shards of the embedding
+// (each 0: none; else at least 2, with a stage of other layers between the two runs).
 struct PipelineShape {
   int stages = 0;
   int vocab_shards = 0;
+  int embedding_shards = 0;
   int first_shard() const { return stages - vocab_shards; }  // == stages when none
   bool is_shard(int stage) const { return stage >= first_shard(); }
+  // The first stage after the embedding's shards (0 when none).
+  int first_after_embedding() const { return embedding_shards; }
+  bool is_embedding_shard(int stage) const { return stage < embedding_shards; }
 };
 inline PipelineShape pipeline_shape(const Plan& plan) {
-  return PipelineShape{static_cast<int>(plan.stages.size()), vocab_shard_count(plan.stages)};
+  return PipelineShape{static_cast<int>(plan.stages.size()), vocab_shard_count(plan.stages),
+                       embedding_shard_count(plan.stages)};
 }
 
 // At most N items, without allocating: what an action consumes is asked for every task of
@@ -84,10 +90,14 @@ inline bool is_input_backward(ActionKind kind) {
 //   R(s)      <- F(s)
 //   I(s), B(s) <- F(s), input backward of s+1 (s < last; crosses stages), R(s) (optional)
 //   W(s)      <- I(s)
-// With vocabulary shards [b, n) the shards run side by side after stage b-1:
+// With vocabulary shards of the head [b, n) the shards run side by side after stage b-1:
 //   F(shard)  <- F(b-1)                            (crosses stages)
 //   I(shard), B(shard) <- F(shard), F of every shard (the loss's statistics; crosses stages)
 //   I(b-1), B(b-1) <- F(b-1), input backward of every shard (their partial gradients summed)
+// With vocabulary shards of the embedding [0, a) they run side by side before stage a:
+//   F(shard)  <- nothing (the tokens)
+//   F(a)      <- F of every shard (their partial embeddings summed; crosses stages)
+//   I(shard), B(shard) <- F(shard), input backward of a (crosses stages), R (optional)
 // REQUIRES: 0 <= action.stage < shape.stages. Inline: lowering, the task graph and the
 // simulator ask it for every action of every plan.
 inline Dependencies data_dependencies(const Action& a, const PipelineShape& shape) {
@@ -95,11 +105,17 @@ inline Dependencies data_dependencies(const Action& a, const PipelineShape& shap
   const int s = a.stage;
   const int j = a.micro_batch;
   const int b = shape.first_shard();
+  const int e = shape.embedding_shards;
   const bool shard = shape.is_shard(s);
+  const bool embedding = shape.is_embedding_shard(s);
   Dependencies deps;
   switch (a.kind) {
     case ActionKind::kForward:
-      if (shard) {
+      if (embedding) {
+        break;
+      } else if (e > 0 && s == e) {
+        deps.push_back({Producer::kForward, 0, j, false, true, e});
+      } else if (shard) {
         deps.push_back({Producer::kForward, b - 1, j, false, true, 1});
       } else if (s > 0) {
         deps.push_back({Producer::kForward, s - 1, j, false, true, 1});
@@ -109,17 +125,19 @@ inline Dependencies data_dependencies(const Action& a, const PipelineShape& shap
       deps.push_back({Producer::kForward, s, j, false, false, 1});
       break;
     case ActionKind::kBackwardInput:
-    case ActionKind::kBackward:
+    case ActionKind::kBackward: {
       deps.push_back({Producer::kForward, s, j, false, false, 1});
+      const int next = embedding ? e : s + 1;
       if (shard) {
         deps.push_back({Producer::kForward, b, j, false, true, shape.vocab_shards});
-      } else if (shape.vocab_shards > 0 && s + 1 == b) {
+      } else if (shape.vocab_shards > 0 && next == b) {
         deps.push_back({Producer::kInputBackward, b, j, false, true, shape.vocab_shards});
-      } else if (s + 1 < shape.stages) {
-        deps.push_back({Producer::kInputBackward, s + 1, j, false, true, 1});
+      } else if (next < shape.stages) {
+        deps.push_back({Producer::kInputBackward, next, j, false, true, 1});
       }
       deps.push_back({Producer::kRecompute, s, j, true, false, 1});
       break;
+    }
     case ActionKind::kBackwardWeight:
       deps.push_back({Producer::kBackwardInput, s, j, false, false, 1});
       break;
@@ -128,17 +146,22 @@ inline Dependencies data_dependencies(const Action& a, const PipelineShape& shap
 }
 
 // The actions of other stages that consume `action`'s output — the activation of F(s) goes to
-// F(s+1) (to every shard's F after stage b-1; a shard's statistics to every shard's input
-// backward), the input gradient of I(s) or B(s) to the input backward of s-1 (of b-1 from
-// every shard) — or nullopt (the last stage's F without shards, the first stage's backward, W
-// and R). The inverse of the crossing inputs of data_dependencies: its `stage`, `count` and
-// `micro_batch` name the consumers, `producer` the kind of the consumers' own action (kForward
-// or kInputBackward).
+// F(s+1) (to every head shard's F after stage b-1; a head shard's statistics to every head
+// shard's input backward; an embedding shard's partial embedding to F(a)), the input gradient
+// of I(s) or B(s) to the input backward of s-1 (of b-1 from every head shard; of every
+// embedding shard from stage a) — or nullopt (the last stage's F without shards, the first
+// stage's backward and every embedding shard's, W and R). The inverse of the crossing inputs of
+// data_dependencies: its `stage`, `count` and `micro_batch` name the consumers, `producer` the
+// kind of the consumers' own action (kForward or kInputBackward).
 inline std::optional<Dependency> downstream_consumer(const Action& a, const PipelineShape& shape) {
   MOTLEY_CHECK(a.stage >= 0 && a.stage < shape.stages, "downstream_consumer: stage out of range");
   const int s = a.stage;
   const int b = shape.first_shard();
+  const int e = shape.embedding_shards;
   if (a.kind == ActionKind::kForward) {
+    if (shape.is_embedding_shard(s)) {
+      return Dependency{Producer::kForward, e, a.micro_batch, false, true, 1};
+    }
     if (shape.is_shard(s) || (shape.vocab_shards > 0 && s + 1 == b)) {
       const Producer consumer = shape.is_shard(s) ? Producer::kInputBackward : Producer::kForward;
       return Dependency{consumer, b, a.micro_batch, false, true, shape.vocab_shards};
@@ -147,7 +170,10 @@ inline std::optional<Dependency> downstream_consumer(const Action& a, const Pipe
       return Dependency{Producer::kForward, s + 1, a.micro_batch, false, true, 1};
     }
   }
-  if (is_input_backward(a.kind) && s > 0) {
+  if (is_input_backward(a.kind) && s > 0 && !shape.is_embedding_shard(s)) {
+    if (e > 0 && s == e) {
+      return Dependency{Producer::kInputBackward, 0, a.micro_batch, false, true, e};
+    }
     const int to = shape.is_shard(s) ? b - 1 : s - 1;
     return Dependency{Producer::kInputBackward, to, a.micro_batch, false, true, 1};
   }

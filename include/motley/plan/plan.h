@@ -44,9 +44,10 @@ struct Action {
 //
 // Vocabulary parallelism (Yeung et al., "Balancing Pipeline Parallelism with Vocabulary
 // Parallelism", 2024): the model's head (its output layer and loss) may be split by vocabulary
-// rows into shards, each a stage of its own on its own device group. Shards are the plan's last
-// stages, all of the head's one layer, rows [vocab_begin, vocab_end) contiguous from 0 to the
-// vocabulary; they run side by side, not one after another (plan/dependencies.h).
+// rows into shards, each a stage of its own on its own device group, and so may its embedding
+// (its first layer). Head shards are the plan's last stages, embedding shards its first, each
+// run over its layer alone with rows [vocab_begin, vocab_end) contiguous from 0 to the
+// vocabulary; a run's shards run side by side, not one after another (plan/dependencies.h).
 struct Stage {
   int layer_begin = 0;
   int layer_end = 0;
@@ -60,14 +61,20 @@ struct Stage {
 // The most vocabulary shards a plan may have (each sends its loss statistics to every other).
 inline constexpr int kMaxVocabShards = 64;
 
-// How many of the plan's last stages are vocabulary shards (0: none).
+// How many of the plan's last stages are vocabulary shards of the head (0: none).
 int vocab_shard_count(const std::vector<Stage>& stages);
-// `plan` with its head whole again: the vocabulary shards and their actions removed, their
-// layer given back to the stage before them. The same plan when it has none.
+// How many of its first stages are vocabulary shards of the embedding (0: none).
+int embedding_shard_count(const std::vector<Stage>& stages);
+// Whether any stage is a vocabulary shard, and the first that is (-1: none).
+bool has_vocab_shards(const std::vector<Stage>& stages);
+int first_vocab_shard(const std::vector<Stage>& stages);
+// `plan` with its head and embedding whole again: the vocabulary shards and their actions
+// removed, the head's layer given back to the stage before its shards, the embedding's to the
+// stage after its shards (stages renumbered). The same plan when it has none.
 struct Plan;
 Plan without_vocab_shards(const Plan& plan);
-// Stage s's share of the head's vocabulary rows: 1 for a stage that is no shard. The last
-// shard ends at the vocabulary (validated).
+// Stage s's share of its layer's vocabulary rows: 1 for a stage that is no shard. Each run's
+// last shard ends at the vocabulary (validated).
 double vocab_share(const std::vector<Stage>& stages, size_t s);
 
 // A tensor-parallel group of devices (global cluster ids; one device when t = 1) and the

@@ -146,7 +146,7 @@ class TaskGraph {
   int32_t actions_ = 0;
   int stages_ = 0;
   PipelineShape shape_;
-  int fan_out_ = 1;  // message slots per (stage, micro-batch): the shard count, or 1
+  int fan_out_ = 1;  // message slots per (stage, micro-batch): the larger shard count, or 1
   std::vector<std::vector<int>> stage_group_;  // per replica
   std::vector<Edge> edges_;
   std::vector<int32_t> succ_offset_;  // successors of v: succ_[succ_offset_[v] ..

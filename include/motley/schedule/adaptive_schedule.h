@@ -37,9 +37,10 @@ struct AdaptiveRequest {
   // shards [b, n): entry b - 1 is the hidden state's to each shard, entries b .. n - 2 the loss
   // statistics' between shards.
   std::vector<Seconds> transfer_time;
-  // The last stages that are vocabulary shards of the head (plan.h), run side by side on
-  // distinct groups; 0: none.
+  // The last stages that are vocabulary shards of the head, and the first that are shards of
+  // the embedding (plan.h), each run side by side on distinct groups; 0: none.
   int vocab_shards = 0;
+  int embedding_shards = 0;
   // Per stage: activation bytes one micro-batch holds from its F until its W (or fused B).
   std::vector<Bytes> activation_bytes;
   // Per group: bytes available for activations (capacity minus fixed memory).

@@ -76,8 +76,10 @@ struct Candidate {
   // Vocabulary parallelism: the model's head as a stage of its own split by vocabulary rows into
   // one shard per group of each replica (Stage::vocab_begin), rows in proportion to each group's
   // speed on the head. Needs the adaptive scheduler, replicas of equal group counts (at least
-  // two) and AssembleOptions::head_vocab.
+  // two) and AssembleOptions::head_vocab. With vocab_embedding the embedding too, where
+  // AssembleOptions::embedding_vocab is given and a layer lies between the two.
   bool vocab_parallel = false;
+  bool vocab_embedding = false;
   bool operator==(const Candidate&) const = default;
 };
 
@@ -87,8 +89,10 @@ struct AssembleOptions {
   SpecRef cluster;
   int num_layers = 0;  // the model's: every replica's bounds must run from 0 to it
   int64_t seq_len = 0;
-  // The vocabulary of the model's head (head_vocab), for vocabulary parallelism; 0: none.
+  // The vocabularies of the model's head and embedding (head_vocab, embedding_vocab), for
+  // vocabulary parallelism; 0: not to be split.
   int64_t head_vocab = 0;
+  int64_t embedding_vocab = 0;
   int zero_stage = 0;
   int expert_parallel = 1;
   bool sequence_parallel = false;

@@ -37,7 +37,8 @@ struct UniformPlanOptions {
   int zero_stage = 0;              // Plan::zero_stage
   int expert_parallel = 1;         // Plan::expert_parallel
   bool sequence_parallel = false;  // recorded in the plan (Plan::sequence_parallel)
-  // Split the head into one vocabulary shard per group (Candidate::vocab_parallel); the orders
+  // Split the head, and the embedding where the model starts with one, into one vocabulary
+  // shard per group (Candidate::vocab_parallel, vocab_embedding); the orders
   // then come from the adaptive scheduler on `kind`'s stage shape (backward first), since the
   // named schedules place no shards.
   bool vocab_parallel = false;

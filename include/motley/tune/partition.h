@@ -35,8 +35,11 @@ struct PartitionRequest {
   // (ComputeTimes::fused_backward(), which a measured profile may make less than B + W).
   bool fused_backward = false;
   // Vocabulary parallelism (plan.h, Stage): the model's last layer, its head, is split over
-  // every group, so the stage holding it prices it at nothing, and each stage carries these
-  // instead, per stage (its group's shard, shared among the group's stages). Empty: no split.
+  // every group (and with spread_embedding its first, the embedding), so the stage holding it
+  // prices it at nothing, and each stage carries these instead, per stage (its group's shards,
+  // shared among the group's stages; empty: none).
+  bool spread_head = false;
+  bool spread_embedding = false;
   std::vector<Seconds> shard_time;
   std::vector<Bytes> shard_memory;
 };
