@@ -281,11 +281,11 @@ TEST(TuneTest, FixedExpertParallelismSplitsTheExperts) {
 // one shard per group with every row covered, and the plan runs; a model whose last layer is
 // no head is refused by name.
 TEST(TuneTest, ForcedVocabularyParallelismSplitsTheHead) {
-  Result<ModelSpec> model = model_preset("llama-3-8b");
+  Result<ModelSpec> model = model_preset("tiny-llama");
   ASSERT_TRUE(model.is_ok()) << model.status().message();
   Result<ClusterSpec> cluster = cluster_preset("h100x8");
   ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
-  Case c{"llama-h100x8", model.value(), cluster.value(), {}};
+  Case c{"tiny-llama-h100x8", model.value(), cluster.value(), {}};
   c.options.global_batch = 16;
   c.options.micro_batch_size = 1;
   c.options.max_evaluations = 0;  // the whole search: the baselines take a small budget
@@ -296,14 +296,14 @@ TEST(TuneTest, ForcedVocabularyParallelismSplitsTheHead) {
   const int shards = vocab_shard_count(r->plan.stages);
   ASSERT_GE(shards, 2) << plan_to_text(r->plan);
   EXPECT_EQ(static_cast<size_t>(shards), r->plan.replicas[0].groups.size());
-  EXPECT_EQ(r->plan.stages.back().vocab_end, 128256);
+  EXPECT_EQ(r->plan.stages.back().vocab_end, 256);
   expect_runnable(c, c.options, r->plan);
 
   ModelSpec headless = model.value();
   headless.layers.pop_back();
   EXPECT_EQ(tune(c.options, headless, c.cluster).status().message(),
             "tune options: 'vocab_parallel' splits the model's head, but the last layer of model "
-            "'llama-3-8b' ('layers.31') is no head (a measured layer must state its vocab)");
+            "'tiny-llama' ('layers.3') is no head (a measured layer must state its vocab)");
 }
 
 TEST(TuneTest, WarmStartsAreTakenOnlyAsTheSearchCanPriceThem) {
