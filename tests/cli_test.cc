@@ -541,9 +541,9 @@ TEST(CliTest, SimulateWritesAPlanThatSimulatesTheSame) {
 }
 
 // Vocabulary parallelism from the layout flags: the head split into a shard per group, the
-// plan written and read back to the same time; plan --vocab-parallel splits it too; run and
-// the PyTorch export refuse such a plan (exit 2, naming the field), Megatron's lists it.
-TEST(CliTest, VocabularyParallelPlansSimulateAndAreRefusedWhereTheyCannotRun) {
+// plan written and read back to the same time; plan --vocab-parallel splits it too; run trains
+// it; the PyTorch export refuses such a plan (exit 2, naming the field), Megatron's lists it.
+TEST(CliTest, VocabularyParallelPlansSimulateRunAndAreRefusedWhereTheyCannotBeExpressed) {
   const TempDir scratch("cli_vocab");
   const std::string plan = scratch.file("plan.json");
   RunResult first = run_motley(
@@ -565,9 +565,16 @@ TEST(CliTest, VocabularyParallelPlansSimulateAndAreRefusedWhereTheyCannotRun) {
   EXPECT_EQ(nlohmann::json::parse(first.out)["iteration_time_s"],
             nlohmann::json::parse(again.out)["iteration_time_s"]);
 
-  RunResult run = run_motley("run --plan " + plan + " --steps 1");
-  EXPECT_EQ(run.exit_code, 2);
-  EXPECT_NE(run.err.find("field 'stages[0].vocab_rows'"), std::string::npos) << run.err;
+  // The executor trains it to the sequential reference's losses (ranks as threads).
+  RunResult run = run_motley("run --plan " + plan + " --steps 2 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  RunResult sequential = run_motley("run --plan " + plan + " --steps 2 --json --sequential");
+  ASSERT_EQ(sequential.exit_code, 0) << sequential.err;
+  const auto losses = nlohmann::json::parse(run.out)["losses"].get<std::vector<double>>();
+  const auto reference = nlohmann::json::parse(sequential.out)["losses"].get<std::vector<double>>();
+  ASSERT_EQ(losses.size(), 2u);
+  ASSERT_EQ(reference.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(losses[i], reference[i], 1e-5 * reference[i]);
   RunResult torch = run_motley("export torch-pp --plan " + plan);
   EXPECT_EQ(torch.exit_code, 2);
   EXPECT_NE(torch.err.find("cannot express them"), std::string::npos) << torch.err;

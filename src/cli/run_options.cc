@@ -83,14 +83,6 @@ Result<RunInputs> load_run_inputs(const RunOptions& opt) {
 Status validate_run_inputs(const RunInputs& inputs, const RunOptions& opt) {
   Status valid = validate_plan(inputs.plan, inputs.model, inputs.cluster, ValidateOptions{});
   if (!valid.is_ok()) return valid.with_context(opt.plan);
-  const std::vector<Stage>& stages = inputs.plan.stages;
-  if (const int shard = first_vocab_shard(stages); shard >= 0) {
-    return invalid_argument(fmt::format(
-        "{}: field 'stages[{}].vocab_rows': the plan splits a layer by vocabulary rows into "
-        "shards; motley run does not run vocabulary parallelism yet (motley simulate prices such "
-        "plans)",
-        opt.plan, shard));
-  }
   return valid;
 }
 

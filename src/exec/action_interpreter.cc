@@ -44,6 +44,7 @@ ActionInterpreter::ActionInterpreter(const Plan& plan, const ModelSpec& model,
       rank_(rank),
       place_(layout.place_of(rank)),
       total_micro_batches_(total_micro_batches(plan)),
+      first_head_shard_(static_cast<int>(plan.stages.size()) - vocab_shard_count(plan.stages)),
       first_node_(graph.group_begin(place_.replica, place_.group)),
       stages_(std::move(stages)),
       stage_params_(std::move(stage_params)),
@@ -118,12 +119,16 @@ Status ActionInterpreter::post_receives() {
     // Both payloads have the shape of the activation leaving the producing side's boundary:
     // an activation of stage s leaves layer end(s)-1; a gradient of stage s is taken with
     // respect to stage s's input, which left layer begin(s)-1.
+    // A head shard's activation is its statistics: three numbers per token.
     const int boundary_layer = m.kind == TaskKind::kActivationMessage
                                    ? plan_.stages[m.stage].layer_end - 1
                                    : plan_.stages[m.stage].layer_begin - 1;
+    const bool statistics = m.kind == TaskKind::kActivationMessage && is_head_shard(m.stage);
     PostedReceive posted;
     posted.buffer = at::empty(
-        boundary_shape(model_, boundary_layer, plan_.micro_batch_size, plan_.seq_len), at::kFloat);
+        statistics ? std::vector<int64_t>{plan_.micro_batch_size * plan_.seq_len, 3}
+                   : boundary_shape(model_, boundary_layer, plan_.micro_batch_size, plan_.seq_len),
+        at::kFloat);
     MOTLEY_ASSIGN_OR_RETURN(
         posted.request, transport_.recv(posted.buffer, layout_.pipeline_source(rank_, m.group),
                                         message_tag(step_, m.kind, m.sequence), message_name(m)));
@@ -142,19 +147,36 @@ Result<at::Tensor> ActionInterpreter::take_receive(int32_t message) {
   return buffer;
 }
 
-Result<at::Tensor> ActionInterpreter::take_neighbour_input(int32_t node) {
+bool ActionInterpreter::is_head_shard(int s) const {
+  return s >= first_head_shard_ && plan_.stages[s].is_vocab_shard();
+}
+
+Result<std::vector<std::pair<int, at::Tensor>>> ActionInterpreter::take_neighbour_inputs(
+    int32_t node) {
   const int stage = graph_.node(node).stage;
+  std::vector<std::pair<int, at::Tensor>> out;
   for (const TaskInput& in : graph_.inputs(node)) {
-    if (graph_.node(in.producer).stage == stage) continue;
-    if (in.message >= 0) return take_receive(in.message);
+    const int from = graph_.node(in.producer).stage;
+    if (from == stage) continue;
+    if (in.message >= 0) {
+      MOTLEY_ASSIGN_OR_RETURN(at::Tensor t, take_receive(in.message));
+      out.emplace_back(from, std::move(t));
+      continue;
+    }
     auto it = outputs_.find(in.producer);
     MOTLEY_CHECK(it != outputs_.end(), "an input taken before this group produced it");
-    at::Tensor t = std::move(it->second);
+    out.emplace_back(from, std::move(it->second));
     outputs_.erase(it);
-    return t;
   }
-  MOTLEY_CHECK(false, "an action with no input from another stage");
-  return at::Tensor();
+  MOTLEY_CHECK(!out.empty(), "an action with no input from another stage");
+  return out;
+}
+
+Result<at::Tensor> ActionInterpreter::take_summed_input(int32_t node) {
+  MOTLEY_ASSIGN_OR_RETURN(auto inputs, take_neighbour_inputs(node));
+  at::Tensor sum = std::move(inputs[0].second);
+  for (size_t i = 1; i < inputs.size(); ++i) sum = sum + inputs[i].second;
+  return sum;
 }
 
 Status ActionInterpreter::forward(int32_t node) {
@@ -171,7 +193,7 @@ Status ActionInterpreter::forward(int32_t node) {
   if (module.takes_tokens()) {
     state.input = inputs;
   } else {
-    MOTLEY_ASSIGN_OR_RETURN(state.input, take_neighbour_input(node));
+    MOTLEY_ASSIGN_OR_RETURN(state.input, take_summed_input(node));
     state.input.requires_grad_(true);
   }
   state.targets = targets;
@@ -184,7 +206,8 @@ Status ActionInterpreter::forward(int32_t node) {
     state.output = module.forward(state.input, state.targets);
     state.has_graph = true;
   }
-  if (module.produces_loss()) {
+  // A head shard's loss needs every shard's statistics: it comes in its I or B.
+  if (module.produces_loss() && !is_head_shard(s)) {
     loss_sum_ += state.output.item<double>() / static_cast<double>(total_micro_batches_);
   }
   if (kept_[node - first_node_]) outputs_[node] = state.output.detach();
@@ -206,10 +229,22 @@ Status ActionInterpreter::input_backward(int32_t node, bool fused) {
   if (!state.has_graph) MOTLEY_RETURN_IF_ERROR(recompute(state, s));
   StageModule& module = *stages_.at(s);
   at::Tensor grad_output;
+  if (is_head_shard(s)) {
+    // The loss from every shard's statistics (in shard order, this shard's own with its graph);
+    // each shard computes the same value, the last stage counts it.
+    MOTLEY_ASSIGN_OR_RETURN(auto received, take_neighbour_inputs(node));
+    std::vector<at::Tensor> statistics(plan_.stages.size() - first_head_shard_);
+    statistics[s - first_head_shard_] = state.output;
+    for (auto& [from, t] : received) statistics.at(from - first_head_shard_) = std::move(t);
+    state.output = vocab_shard_loss(statistics);
+    if (s + 1 == static_cast<int>(plan_.stages.size())) {
+      loss_sum_ += state.output.item<double>() / static_cast<double>(total_micro_batches_);
+    }
+  }
   if (module.produces_loss()) {
     grad_output = loss_seed(total_micro_batches_, state.output);
   } else {
-    MOTLEY_ASSIGN_OR_RETURN(grad_output, take_neighbour_input(node));
+    MOTLEY_ASSIGN_OR_RETURN(grad_output, take_summed_input(node));
   }
   const bool wants_input_grad = !module.takes_tokens();
   if (fused) {
@@ -258,17 +293,17 @@ Status ActionInterpreter::run_action(int32_t node) {
   return Status::ok();
 }
 
-// Posts the message carrying `node`'s output to another group, when there is one.
+// Posts the messages carrying `node`'s output to other groups, when there are any: one, or one
+// per group of a run of vocabulary shards the output goes to (or a head shard's statistics to
+// every other shard).
 Status ActionInterpreter::send_output(int32_t node, StepTrace& trace) {
-  // The executor runs no vocabulary shards (checked when it is built): at most one message.
   const std::vector<int32_t> sent = graph_.sent_messages(node);
   if (sent.empty()) return Status::ok();
-  const int32_t message = sent.front();
-  const TaskNode& m = graph_.node(message);
+  const TaskNode& first = graph_.node(sent.front());
   const auto start = std::chrono::steady_clock::now();
   at::Tensor payload;
-  if (m.kind == TaskKind::kActivationMessage) {
-    auto it = live_.find({m.stage, static_cast<int64_t>(m.micro_batch)});
+  if (first.kind == TaskKind::kActivationMessage) {
+    auto it = live_.find({first.stage, static_cast<int64_t>(first.micro_batch)});
     MOTLEY_CHECK(it != live_.end(), "an activation sent before its F");
     payload = it->second.output.detach().contiguous();
     // A recomputing stage keeps only its input; the send holds the output until it completes.
@@ -277,19 +312,23 @@ Status ActionInterpreter::send_output(int32_t node, StepTrace& trace) {
     auto it = outputs_.find(node);
     MOTLEY_CHECK(it != outputs_.end(), "a gradient sent before its B");
     payload = it->second.contiguous();
-    outputs_.erase(it);
+    // Kept too when a shard on this group takes it as well.
+    if (!kept_[node - first_node_]) outputs_.erase(it);
   }
-  const std::string at =
-      fmt::format("{} of stage {}, micro-batch {}", send_name(m), m.stage, m.micro_batch);
-  // Every rank of the receiving group whose copy comes from this rank (rank_layout.h).
-  for (int peer : layout_.pipeline_destinations(rank_, m.peer_group)) {
-    Result<std::unique_ptr<TransportRequest>> request =
-        transport_.send(payload, peer, message_tag(step_, m.kind, m.sequence), message_name(m));
-    if (!request.is_ok()) return request.status().with_context(fmt::format("at {}", at));
-    sends_.push_back(std::move(request).value());
+  for (int32_t message : sent) {
+    const TaskNode& m = graph_.node(message);
+    const std::string at =
+        fmt::format("{} of stage {}, micro-batch {}", send_name(m), m.stage, m.micro_batch);
+    // Every rank of the receiving group whose copy comes from this rank (rank_layout.h).
+    for (int peer : layout_.pipeline_destinations(rank_, m.peer_group)) {
+      Result<std::unique_ptr<TransportRequest>> request =
+          transport_.send(payload, peer, message_tag(step_, m.kind, m.sequence), message_name(m));
+      if (!request.is_ok()) return request.status().with_context(fmt::format("at {}", at));
+      sends_.push_back(std::move(request).value());
+    }
   }
   trace.record(TraceEvent::Kind::kSend,
-               fmt::format("{} {}/{}", send_name(m), m.stage, m.micro_batch), start);
+               fmt::format("{} {}/{}", send_name(first), first.stage, first.micro_batch), start);
   return Status::ok();
 }
 

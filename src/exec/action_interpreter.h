@@ -85,10 +85,16 @@ class ActionInterpreter {
   Status recompute(MicroBatchState& state, int s);
   Status input_backward(int32_t node, bool fused);
   Status weight_backward(int s, int64_t j);
-  // The input of `node` that another stage produced (F: the activation of stage - 1; I and B:
-  // the gradient of stage + 1): the message carrying it, waited on here, or the output an
-  // earlier action of this group kept for it.
-  Result<at::Tensor> take_neighbour_input(int32_t node);
+  // The inputs of `node` that other stages produced, in the graph's order, with the producing
+  // stage (F: the activation of the stage before, or the partial embeddings of every embedding
+  // shard; I and B: the gradient of the stage after, or the partial gradients of every head
+  // shard; a head shard's I and B: the other shards' statistics): each the message carrying it,
+  // waited on here, or the output an earlier action of this group kept for it.
+  Result<std::vector<std::pair<int, at::Tensor>>> take_neighbour_inputs(int32_t node);
+  // Their sum: the one input of a stage, or the partial results of a run of shards.
+  Result<at::Tensor> take_summed_input(int32_t node);
+  // Whether stage `s` is a vocabulary shard of the head (its forward yields statistics).
+  bool is_head_shard(int s) const;
   Result<at::Tensor> take_receive(int32_t message);
 
   const Plan& plan_;
@@ -100,7 +106,8 @@ class ActionInterpreter {
   int rank_;
   RankPlace place_;
   int64_t total_micro_batches_;
-  int32_t first_node_;           // the group's actions are nodes first_node_ .. + actions_.size()
+  int first_head_shard_;  // the first vocabulary shard of the head; the stage count when none
+  int32_t first_node_;    // the group's actions are nodes first_node_ .. + actions_.size()
   std::vector<Action> actions_;  // the group's, in order
   // Per action of the group: a later action of the group, on another stage, consumes its output.
   std::vector<bool> kept_;

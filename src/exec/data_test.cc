@@ -92,9 +92,9 @@ TEST(RankLayout, OneRankPerGroupInReplicaOrder) {
 
 TEST(RankLayout, GradientSumsRunOverEveryHolderOfTheReadingLayers) {
   const RankLayout layout(two_replica_plan());
-  EXPECT_EQ(layout.stage_of_layer(0), 0);
-  EXPECT_EQ(layout.stage_of_layer(3), 1);
-  EXPECT_EQ(layout.stage_of_layer(4), -1);
+  EXPECT_EQ(layout.stages_of_layer(0), std::vector<int>{0});
+  EXPECT_EQ(layout.stages_of_layer(3), std::vector<int>{1});
+  EXPECT_TRUE(layout.stages_of_layer(4).empty());
   // A layer of stage 0: its holders in both replicas; single-device groups sum shards.
   RankLayout::GradientSumRanks sum = layout.gradient_sum_ranks(0, 0, {1}, true);
   EXPECT_EQ(sum.ranks, (std::vector<int>{0, 2}));

@@ -106,12 +106,6 @@ Status RankExecutor::Impl::check_inputs() const {
         "the plan has {} devices (one rank each) but the transport's world has {} ranks",
         layout.world_size(), transport.world_size()));
   }
-  if (const int shard = first_vocab_shard(plan.stages); shard >= 0) {
-    return invalid_argument(fmt::format(
-        "field 'stages[{}].vocab_rows': the plan splits a layer by vocabulary rows; the executor "
-        "does not run vocabulary parallelism (motley simulate prices such plans)",
-        shard));
-  }
   for (const Layer& layer : model.layers) {
     const int64_t vocab = layer.embedding ? layer.embedding->vocab
                           : layer.head    ? layer.head->vocab
@@ -145,10 +139,13 @@ Status RankExecutor::Impl::build() {
       stage_options.tensor_parallel.rank = place.tp_rank;
       stage_options.tensor_parallel.size = place.tp_size;
       stage_options.tensor_parallel.all_reduce = [this](at::Tensor& t) { tensor_parallel_sum(t); };
+      stage_options.vocab_begin = plan.stages[s].vocab_begin;
+      stage_options.vocab_end = plan.stages[s].vocab_end;
       return make_transformer_stage(model, plan.stages[s].layer_begin, plan.stages[s].layer_end,
                                     stage_options, st);
     };
   }
+  static const std::vector<int> kNoStages;
   auto runs_stage = [this, last_stage](int s) {
     return s >= 0 && s <= last_stage && plan.replicas[place.replica].stage_group[s] == place.group;
   };
@@ -165,8 +162,16 @@ Status RankExecutor::Impl::build() {
       sums[p.name] = {
           internal::GradientSum{p.tensor, p.slice, holders.full_size, std::max(layer, 0)},
           holders.ranks};
+      const std::vector<int>& holding = layer >= 0 ? layout.stages_of_layer(layer) : kNoStages;
+      std::set<int> assemblers;
+      for (int h : holding) {
+        for (int r : layout.stage_ranks(h)) {
+          if (layout.place_of(r).replica == 0) assemblers.insert(r);
+        }
+      }
       saved[p.name] = internal::CheckpointParameter{
-          p.tensor, layer, p.slice, layer >= 0 && runs_stage(layout.stage_of_layer(layer))};
+          p.tensor, layer, p.slice, std::any_of(holding.begin(), holding.end(), runs_stage),
+          std::vector<int>(assemblers.begin(), assemblers.end())};
     }
     stages[s] = std::move(module);
   }
@@ -192,6 +197,7 @@ Status RankExecutor::Impl::build() {
   const bool holds_loss = runs_stage(last_stage);
   buckets = std::make_unique<internal::GradientBuckets>(
       sets, interpreter->actions(), interpreter->stage_params(), last_stage,
+      /*loss_in_backward=*/plan.stages[last_stage].is_vocab_shard(),
       holds_loss ? layout.stage_ranks(last_stage) : std::vector<int>{},
       // Every rank of a tensor-parallel group computes the same loss; one of them counts it.
       [this] { return place.tp_rank == 0 ? interpreter->loss_sum() : 0.0; },

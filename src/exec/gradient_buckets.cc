@@ -14,9 +14,9 @@ namespace motley::internal {
 
 GradientBuckets::GradientBuckets(const GradientSumSets& sets, const std::vector<Action>& actions,
                                  const std::map<int, std::vector<at::Tensor>>& stage_params,
-                                 int last_stage, const std::vector<int>& loss_ranks,
-                                 std::function<double()> loss, bool post_from_hooks,
-                                 Transport& transport)
+                                 int last_stage, bool loss_in_backward,
+                                 const std::vector<int>& loss_ranks, std::function<double()> loss,
+                                 bool post_from_hooks, Transport& transport)
     : loss_(std::move(loss)),
       post_from_hooks_(post_from_hooks),
       transport_(transport),
@@ -29,7 +29,10 @@ GradientBuckets::GradientBuckets(const GradientSumSets& sets, const std::vector<
     if (a.kind == ActionKind::kBackwardWeight || a.kind == ActionKind::kBackward) {
       last_weight_action[a.stage] = static_cast<int>(i);
     }
-    if (a.kind == ActionKind::kForward && a.stage == last_stage) {
+    const bool counts_loss =
+        loss_in_backward ? a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackward
+                         : a.kind == ActionKind::kForward;
+    if (counts_loss && a.stage == last_stage) {
       last_loss_action = static_cast<int>(i);
     }
   }

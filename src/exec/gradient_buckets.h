@@ -49,7 +49,8 @@ class GradientBuckets {
  public:
   // `sets`: the rank's sums. `actions`: its group's compute actions in order, from which the
   // action that finishes each bucket is known (a stage's last W or fused B; for the loss, the
-  // last stage's last F).
+  // last stage's last F, or its last I or fused B when `loss_in_backward`: a head shard knows
+  // the loss only once every shard's statistics have come).
   // `stage_params`: per stage the rank runs, the parameters its W and B differentiate.
   // `loss_ranks`: the last stage's ranks when this rank runs it (the loss is summed over them,
   // `loss` giving this rank's part when its bucket is posted), else empty. `post_from_hooks`
@@ -58,8 +59,8 @@ class GradientBuckets {
   // `transport` must outlive the buckets.
   GradientBuckets(const GradientSumSets& sets, const std::vector<Action>& actions,
                   const std::map<int, std::vector<at::Tensor>>& stage_params, int last_stage,
-                  const std::vector<int>& loss_ranks, std::function<double()> loss,
-                  bool post_from_hooks, Transport& transport);
+                  bool loss_in_backward, const std::vector<int>& loss_ranks,
+                  std::function<double()> loss, bool post_from_hooks, Transport& transport);
   ~GradientBuckets();
 
   // Every rank set a bucket sums over, increasing (the loss's included).

@@ -43,7 +43,8 @@ struct OneRank {
   std::unique_ptr<GradientBuckets> buckets(bool post_from_hooks) {
     return std::make_unique<GradientBuckets>(
         sets(), actions, std::map<int, std::vector<at::Tensor>>{{0, {a, b, c}}},
-        /*last_stage=*/1, std::vector<int>{}, [] { return 0.0; }, post_from_hooks, transport);
+        /*last_stage=*/1, /*loss_in_backward=*/false, std::vector<int>{}, [] { return 0.0; },
+        post_from_hooks, transport);
   }
   static void backward(const at::Tensor& p) {
     torch::autograd::backward({(p * 2).sum()}, {}, false, false, {p});
@@ -127,8 +128,8 @@ TEST(GradientBuckets, ShardsSumElementwiseFullSizeSumsKeepTheirRowsAndTheLossIsS
       const std::vector<Action> actions = {Action{ActionKind::kForward, 0, 0},
                                            Action{ActionKind::kBackward, 0, 0}};
       GradientBuckets buckets(
-          sets, actions, {{0, {p, q}}}, /*last_stage=*/0, {0, 1}, [rank] { return rank + 1.5; },
-          true, transport);
+          sets, actions, {{0, {p, q}}}, /*last_stage=*/0, /*loss_in_backward=*/false, {0, 1},
+          [rank] { return rank + 1.5; }, true, transport);
       buckets.begin_step();
       buckets.begin_action(0);
       buckets.end_action(0);

@@ -266,12 +266,18 @@ class Init {
       std::make_shared<std::vector<StageParameter>>();
 };
 
+// Rank r's equal share of the rows `rows` of a dimension, split in contiguous blocks.
+SplitSpec split_rows(int64_t dim, RowRange rows, const Group& g) {
+  const int size = g->size;
+  return SplitSpec{dim, [rows, size](int r) {
+                     const int64_t n = rows.count / size;
+                     return std::vector<RowRange>{{rows.begin + r * n, n}};
+                   }};
+}
+
 // Rank r's equal share of a dimension of `total` rows split in contiguous blocks.
 SplitSpec split_evenly(int64_t dim, int64_t total, const Group& g) {
-  const int size = g->size;
-  return SplitSpec{dim, [total, size](int r) {
-                     return std::vector<RowRange>{{r * (total / size), total / size}};
-                   }};
+  return split_rows(dim, RowRange{0, total}, g);
 }
 
 // Replicated values whose gradient on each rank covers only its share of the work (the qk-norm
@@ -907,36 +913,60 @@ class LayerImpl {
   virtual at::Tensor forward(const at::Tensor& x, const at::Tensor& targets) = 0;
 };
 
+// Which rows of a vocabulary matrix a stage uses, and which the parameter holds: the rows of a
+// vocabulary shard (StageModuleOptions::vocab_begin, vocab_end) or the whole vocabulary, each
+// split evenly over the group. A shard of a tied matrix holds the whole matrix (the embedding
+// and the head may use different rows of it on one rank) and reads its rows of it.
+struct VocabRows {
+  RowRange used;  // of the stage, before the group's split
+  RowRange held;  // of the parameter, before the group's split
+  bool shard = false;
+  // This rank's used rows, and where they start in its local parameter.
+  RowRange mine(const TensorParallelGroup& g) const { return share(g, used.count, used.begin); }
+  int64_t offset(const TensorParallelGroup& g) const {
+    return mine(g).begin - share(g, held.count, held.begin).begin;
+  }
+  // The local parameter's rows this rank uses.
+  at::Tensor narrow(const TensorParallelGroup& g, const at::Tensor& weight) const {
+    const int64_t n = mine(g).count;
+    return n == weight.size(0) ? weight : weight.narrow(0, offset(g), n);
+  }
+};
+
 // Split by vocabulary (Megatron's VocabParallelEmbedding): rank r holds rows
 // [r V/t, (r+1) V/t), looks up the tokens that fall there (zeros for the others) and the group
-// sums the lookups.
+// sums the lookups. A vocabulary shard does the same over its rows and leaves the sum over the
+// shards to the stage after them; the shard from row 0 adds the learned positions.
 class EmbeddingLayer final : public LayerImpl {
  public:
-  EmbeddingLayer(Init& init, const EmbeddingShape& e) : group_(init.group()) {
-    weight_ = init.normal("weight", {e.vocab, e.hidden}, split_evenly(0, e.vocab, group_));
-    first_row_ = share(*group_, e.vocab).begin;
+  EmbeddingLayer(Init& init, const EmbeddingShape& e, VocabRows rows)
+      : group_(init.group()), rows_(rows) {
+    weight_ = init.normal("weight", {e.vocab, e.hidden}, split_rows(0, rows.held, group_));
+    // Every shard holds the table (its gradient is summed over all of them); one adds it.
     if (e.learned_positions > 0)
       positions_ = init.normal("positions", {e.learned_positions, e.hidden});
   }
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor&) override {
     at::Tensor h;
-    if (group_->size == 1) {
+    if (group_->size == 1 && !rows_.shard) {
       h = at::embedding(weight_, tokens);
     } else {
-      const int64_t rows = weight_.size(0);
-      const at::Tensor local = tokens - first_row_;
-      const at::Tensor here = local.ge(0).logical_and(local.lt(rows));
+      const at::Tensor weight = rows_.narrow(*group_, weight_);
+      const at::Tensor local = tokens - rows_.mine(*group_).begin;
+      const at::Tensor here = local.ge(0).logical_and(local.lt(weight.size(0)));
       const at::Tensor found =
-          at::embedding(weight_, local.masked_fill(here.logical_not(), 0)) * here.unsqueeze(-1);
+          at::embedding(weight, local.masked_fill(here.logical_not(), 0)) * here.unsqueeze(-1);
       h = reduce_from(group_, found);
     }
-    if (positions_.defined()) h = h + positions_.narrow(0, 0, tokens.size(1));
+    if (positions_.defined() && rows_.used.begin == 0) {
+      h = h + positions_.narrow(0, 0, tokens.size(1));
+    }
     return h;
   }
 
  private:
   Group group_;
-  int64_t first_row_ = 0;
+  VocabRows rows_;
   at::Tensor weight_, positions_;
 };
 
@@ -964,21 +994,24 @@ class ResidualLayer final : public LayerImpl {
 
 // Split by vocabulary with Megatron's vocabulary-parallel cross-entropy: rank r computes the
 // logits of its rows only; the row maximum, the sum of exponentials and the target's logit are
-// combined over the group, so no rank ever holds the full logits.
+// combined over the group, so no rank ever holds the full logits. A vocabulary shard returns
+// these three per token instead of the loss (vocab_shard_loss), its target logit unshifted.
 class HeadLayer final : public LayerImpl {
  public:
-  HeadLayer(Norm norm, at::Tensor weight, Group group, int64_t vocab)
+  HeadLayer(Norm norm, at::Tensor weight, Group group, VocabRows rows)
       : norm_(std::move(norm)),
         weight_(std::move(weight)),
         group_(std::move(group)),
-        first_row_(share(*group_, vocab).begin) {}
+        rows_(rows),
+        first_row_(rows.mine(*group_).begin) {}
   at::Tensor forward(const at::Tensor& x, const at::Tensor& targets) override {
-    if (group_->size == 1) {
-      at::Tensor logits = at::linear(norm_(x), weight_);
+    const at::Tensor weight = rows_.narrow(*group_, weight_);
+    if (group_->size == 1 && !rows_.shard) {
+      at::Tensor logits = at::linear(norm_(x), weight);
       return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
     }
-    const at::Tensor logits =
-        at::linear(copy_to(group_, norm_(x)), weight_).reshape({-1, weight_.size(0)});
+    at::Tensor logits = at::linear(copy_to(group_, norm_(x)), weight).reshape({-1, weight.size(0)});
+    if (rows_.shard) logits = logits.to(at::kFloat);  // statistics travel in fp32
     const at::Tensor target = targets.reshape({-1});
     const int64_t n = logits.size(0);
     // The row maximum over the group, for stability only (no gradient flows through it):
@@ -988,16 +1021,21 @@ class HeadLayer final : public LayerImpl {
       at::NoGradGuard no_grad;
       at::Tensor gathered = at::zeros({group_->size, n}, at::kFloat);
       gathered.select(0, group_->rank).copy_(std::get<0>(logits.max(-1)));
-      group_->all_reduce(gathered);
+      if (group_->size > 1) group_->all_reduce(gathered);
       maximum = std::get<0>(gathered.max(0));
     }
     const at::Tensor shifted = logits - maximum.unsqueeze(1);
     const at::Tensor sum_exp = reduce_from(group_, shifted.exp().sum(-1));
     const at::Tensor local = target - first_row_;
-    const at::Tensor here = local.ge(0).logical_and(local.lt(weight_.size(0)));
-    const at::Tensor picked =
-        shifted.gather(1, local.masked_fill(here.logical_not(), 0).unsqueeze(1)).squeeze(1) * here;
+    const at::Tensor here = local.ge(0).logical_and(local.lt(weight.size(0)));
+    const at::Tensor picked = (rows_.shard ? logits : shifted)
+                                  .gather(1, local.masked_fill(here.logical_not(), 0).unsqueeze(1))
+                                  .squeeze(1) *
+                              here;
     const at::Tensor target_logit = reduce_from(group_, picked);
+    if (rows_.shard) {
+      return at::stack({maximum, sum_exp.to(at::kFloat), target_logit.to(at::kFloat)}, 1);
+    }
     return (sum_exp.log() - target_logit).mean();
   }
 
@@ -1005,6 +1043,7 @@ class HeadLayer final : public LayerImpl {
   Norm norm_;
   at::Tensor weight_;
   Group group_;
+  VocabRows rows_;
   int64_t first_row_ = 0;
 };
 
@@ -1043,9 +1082,10 @@ std::string layer_label(const Layer& l, int index) {
 }
 
 // What a tensor-parallel degree t needs of a layer: every split width divisible by t.
-Status check_split(const Layer& l, const std::string& label, int t) {
+// A vocabulary shard's rows are checked by check_vocab_shard instead (`vocabulary` false).
+Status check_split(const Layer& l, const std::string& label, int t, bool vocabulary) {
   if (t < 1) return invalid_argument(fmt::format("{}: tensor-parallel degree {}", label, t));
-  if (auto obstacle = tensor_parallel_obstacle(l, t, /*vocabulary=*/true)) {
+  if (auto obstacle = tensor_parallel_obstacle(l, t, vocabulary)) {
     return invalid_argument(fmt::format(
         "{}: tensor parallelism over {} devices splits it evenly, but {}", label, t, *obstacle));
   }
@@ -1094,12 +1134,54 @@ Status check_layer(const ModelSpec& model, int index, const StageModuleOptions& 
   if (l.moe && l.moe->latent_size > 0) {
     return invalid_argument(fmt::format("{}: the executor runs MoE without latent_size", label));
   }
-  MOTLEY_RETURN_IF_ERROR(check_split(l, label, options.tensor_parallel.size));
+  MOTLEY_RETURN_IF_ERROR(check_split(l, label, options.tensor_parallel.size,
+                                     /*vocabulary=*/options.vocab_end <= options.vocab_begin));
   if (l.embedding && l.embedding->learned_positions > 0 &&
       l.embedding->learned_positions < options.seq_len) {
     return invalid_argument(
         fmt::format("{}: {} learned positions cannot cover sequences of {} tokens", label,
                     l.embedding->learned_positions, options.seq_len));
+  }
+  return Status::ok();
+}
+
+// The head of a model whose head reuses the embedding matrix, or -1.
+int tied_head(const ModelSpec& model) {
+  const int last = static_cast<int>(model.layers.size()) - 1;
+  return model.layers[last].head && model.layers[last].head->tied ? last : -1;
+}
+
+// What the executor needs of a vocabulary shard (StageModuleOptions::vocab_begin, vocab_end).
+Status check_vocab_shard(const ModelSpec& model, int layer_begin, int layer_end,
+                         const StageModuleOptions& options) {
+  if (options.vocab_end == 0 && options.vocab_begin == 0) return Status::ok();
+  const Layer& l = model.layers[layer_begin];
+  const int64_t vocab = l.embedding ? l.embedding->vocab : l.head ? l.head->vocab : 0;
+  const std::string label = layer_label(l, layer_begin);
+  if (layer_end - layer_begin != 1 || vocab == 0) {
+    return invalid_argument(fmt::format(
+        "layers [{}, {}): vocabulary rows [{}, {}) given to a stage that is not the embedding or "
+        "the head alone",
+        layer_begin, layer_end, options.vocab_begin, options.vocab_end));
+  }
+  if (options.vocab_begin < 0 || options.vocab_begin >= options.vocab_end ||
+      options.vocab_end > vocab) {
+    return invalid_argument(fmt::format("{}: vocabulary rows [{}, {}) outside its {} rows", label,
+                                        options.vocab_begin, options.vocab_end, vocab));
+  }
+  const int t = options.tensor_parallel.size;
+  const int64_t rows = options.vocab_end - options.vocab_begin;
+  if (rows % t != 0) {
+    return invalid_argument(fmt::format(
+        "{}: the vocabulary shard of rows [{}, {}) ({} rows) does not split evenly over {} "
+        "devices",
+        label, options.vocab_begin, options.vocab_end, rows, t));
+  }
+  if (tied_head(model) >= 0 && t > 1) {
+    return invalid_argument(fmt::format(
+        "{}: a vocabulary shard of a tied embedding matrix holds the whole matrix and runs on "
+        "one device, not {}",
+        label, t));
   }
   return Status::ok();
 }
@@ -1114,15 +1196,21 @@ std::pair<Norm, Norm> sublayer_norms(Init& init, const Layer& l, const std::stri
   return norms;
 }
 
-// The head of a model whose head reuses the embedding matrix, or -1.
-int tied_head(const ModelSpec& model) {
-  const int last = static_cast<int>(model.layers.size()) - 1;
-  return model.layers[last].head && model.layers[last].head->tied ? last : -1;
+// The rows of the vocabulary matrix of layer `l` a stage uses and holds (VocabRows).
+VocabRows vocab_rows(const Layer& l, bool tied, const StageModuleOptions& options) {
+  const int64_t vocab = l.embedding ? l.embedding->vocab : l.head ? l.head->vocab : 0;
+  VocabRows rows;
+  rows.shard = options.vocab_end > options.vocab_begin;
+  rows.used = rows.shard ? RowRange{options.vocab_begin, options.vocab_end - options.vocab_begin}
+                         : RowRange{0, vocab};
+  rows.held = rows.shard && !tied ? rows.used : RowRange{0, vocab};
+  return rows;
 }
 
-std::unique_ptr<LayerImpl> build_layer(const ModelSpec& model, int index, uint64_t seed,
-                                       const Group& group, ParameterStore& store,
-                                       std::vector<StageParameter>* used) {
+std::unique_ptr<LayerImpl> build_layer(const ModelSpec& model, int index,
+                                       const StageModuleOptions& options, const Group& group,
+                                       ParameterStore& store, std::vector<StageParameter>* used) {
+  const uint64_t seed = options.seed;
   const Layer& l = model.layers[index];
   const bool rotary =
       !(model.layers[0].embedding && model.layers[0].embedding->learned_positions > 0);
@@ -1152,7 +1240,8 @@ std::unique_ptr<LayerImpl> build_layer(const ModelSpec& model, int index, uint64
       // With a tied head the embedding matrix (drawn first) is read by the head too.
       Init embed(store, l.name, seed + static_cast<uint64_t>(index),
                  tied >= 0 ? std::vector<int>{index, tied} : std::vector<int>{index}, group);
-      out = std::make_unique<EmbeddingLayer>(embed, *l.embedding);
+      out =
+          std::make_unique<EmbeddingLayer>(embed, *l.embedding, vocab_rows(l, tied >= 0, options));
       for (auto& p : embed.used()) init.used().push_back(p);
       break;
     }
@@ -1194,19 +1283,20 @@ std::unique_ptr<LayerImpl> build_layer(const ModelSpec& model, int index, uint64
     }
     case LayerKind::kHead: {
       Norm norm(init, "norm", l.head->hidden, l.norm_bias);
+      const VocabRows rows = vocab_rows(l, l.head->tied, options);
       at::Tensor weight;
       if (l.head->tied) {
         // The embedding's matrix: drawn as the embedding layer draws it, shared by name.
         const Layer& e = model.layers[0];
         Init embed(store, e.name, seed, {0, index}, group);
         weight = embed.normal("weight", {e.embedding->vocab, e.embedding->hidden},
-                              split_evenly(0, e.embedding->vocab, group));
+                              split_rows(0, rows.held, group));
         for (auto& p : embed.used()) init.used().push_back(p);
       } else {
-        weight = init.normal("weight", {l.head->vocab, l.head->hidden},
-                             split_evenly(0, l.head->vocab, group));
+        weight =
+            init.normal("weight", {l.head->vocab, l.head->hidden}, split_rows(0, rows.held, group));
       }
-      out = std::make_unique<HeadLayer>(norm, weight, group, l.head->vocab);
+      out = std::make_unique<HeadLayer>(norm, weight, group, rows);
       break;
     }
     default:
@@ -1232,12 +1322,14 @@ Result<std::unique_ptr<StageModule>> make_transformer_stage(const ModelSpec& mod
   for (int i = layer_begin; i < layer_end; ++i) {
     MOTLEY_RETURN_IF_ERROR(check_layer(model, i, options).with_context(name));
   }
+  MOTLEY_RETURN_IF_ERROR(
+      check_vocab_shard(model, layer_begin, layer_end, options).with_context(name));
   std::vector<std::unique_ptr<LayerImpl>> layers;
   std::vector<StageParameter> used;
   const auto group = std::make_shared<const TensorParallelGroup>(options.tensor_parallel);
   try {
     for (int i = layer_begin; i < layer_end; ++i) {
-      layers.push_back(build_layer(model, i, options.seed, group, store, &used));
+      layers.push_back(build_layer(model, i, options, group, store, &used));
     }
   } catch (const std::exception& e) {
     return internal_error(fmt::format("model '{}': building layers [{}, {}): {}", model.name,
@@ -1293,6 +1385,21 @@ std::vector<int64_t> boundary_shape(const ModelSpec& model, int layer, int64_t m
                                     int64_t seq_len) {
   MOTLEY_CHECK(layer >= 0 && layer < static_cast<int>(model.layers.size()), "no such layer");
   return {micro_batch_size, seq_len, hidden_width_written(model.layers[layer])};
+}
+
+at::Tensor vocab_shard_loss(const std::vector<at::Tensor>& statistics) {
+  MOTLEY_CHECK(!statistics.empty(), "a loss without statistics");
+  std::vector<at::Tensor> maxima;
+  for (const at::Tensor& s : statistics) maxima.push_back(s.select(1, 0).detach());
+  const at::Tensor maximum = std::get<0>(at::stack(maxima, 0).max(0));
+  at::Tensor sum_exp, target_logit;
+  for (size_t k = 0; k < statistics.size(); ++k) {
+    const at::Tensor rescaled = statistics[k].select(1, 1) * (maxima[k] - maximum).exp();
+    sum_exp = k == 0 ? rescaled : sum_exp + rescaled;
+    const at::Tensor target = statistics[k].select(1, 2);
+    target_logit = k == 0 ? target : target_logit + target;
+  }
+  return (maximum + sum_exp.log() - target_logit).mean();
 }
 
 void micro_batch_tensors(const TokenStream& tokens, int64_t g, int64_t micro_batch_size,

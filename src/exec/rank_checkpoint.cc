@@ -125,13 +125,28 @@ RankCheckpoint::RankCheckpoint(const ModelSpec& model, int rank, RankPlace place
       parameters_(std::move(parameters)) {}
 
 Result<at::Tensor> RankCheckpoint::gather_full(const at::Tensor& local, const TensorSlice& slice,
+                                               const std::vector<int>& ranks,
                                                Transport& transport) const {
-  if (place_.tp_size == 1) return local;
+  if (ranks.size() == 1) return local;
+  at::Tensor value_rows = slice.value_rows;
+  if (ranks != group_ranks_) {
+    // Several groups may hold a row (a norm every shard of a head holds): each rank marks the
+    // rows it would write, and a row goes to the first rank that marks it.
+    const auto me = std::find(ranks.begin(), ranks.end(), rank_) - ranks.begin();
+    at::Tensor marks =
+        at::zeros({slice.full_shape[slice.dim], static_cast<int64_t>(ranks.size())}, at::kFloat);
+    marks.select(1, me).index_fill_(0, slice.rows.index_select(0, slice.value_rows), 1.0);
+    MOTLEY_RETURN_IF_ERROR(transport.all_reduce_sum({marks}, ranks)
+                               .with_context("assembling vocabulary-sharded parameters"));
+    const at::Tensor first = marks.gt(0).to(at::kFloat).argmax(1);  // the first marking rank
+    const at::Tensor mine = first.index_select(0, slice.rows.index_select(0, value_rows)).eq(me);
+    value_rows = value_rows.masked_select(mine);
+  }
   at::Tensor full = at::zeros(slice.full_shape, local.options());
-  full.index_copy_(slice.dim, slice.rows.index_select(0, slice.value_rows),
-                   local.index_select(slice.dim, slice.value_rows));
-  MOTLEY_RETURN_IF_ERROR(transport.all_reduce_sum({full}, group_ranks_)
-                             .with_context("assembling tensor-parallel parameters"));
+  full.index_copy_(slice.dim, slice.rows.index_select(0, value_rows),
+                   local.index_select(slice.dim, value_rows));
+  MOTLEY_RETURN_IF_ERROR(
+      transport.all_reduce_sum({full}, ranks).with_context("assembling split parameters"));
   return full;
 }
 
@@ -142,28 +157,36 @@ Status RankCheckpoint::save(const std::string& dir, int64_t step, int keep, cons
   MOTLEY_RETURN_IF_ERROR(transport.barrier().with_context(context));
   const std::string partial = checkpoint_partial_directory(dir, step);
   if (place_.replica == 0) {
-    // A tensor-parallel group assembles its full tensors (a collective of the group, in name
-    // order on every member); its first rank writes them.
-    std::map<int, TensorFile> files;
+    // The assemblers of each parameter build its full tensor (a collective of theirs, in the
+    // order of (assemblers, name) on every member); the first of them writes it.
+    std::vector<std::pair<std::vector<int>, std::string>> order;
     for (const auto& [name, p] : parameters_) {
       if (p.layer < 0 || !p.saved_here) continue;  // a tied copy
+      order.emplace_back(p.assemblers.empty() ? group_ranks_ : p.assemblers, name);
+    }
+    std::sort(order.begin(), order.end());
+    std::map<int, TensorFile> files;
+    for (const auto& [ranks, name] : order) {
+      const CheckpointParameter& p = parameters_.at(name);
+      auto gather = [&](const at::Tensor& local) {
+        return gather_full(local, p.slice, ranks, transport);
+      };
+      MOTLEY_ASSIGN_OR_RETURN(at::Tensor value, gather(p.tensor.detach()));
+      std::vector<NamedTensor> tensors = {{name, value}};
+      if (const std::optional<AdamWStep::State> state = state_of(p.tensor)) {
+        MOTLEY_ASSIGN_OR_RETURN(at::Tensor avg, gather(state->exp_avg));
+        MOTLEY_ASSIGN_OR_RETURN(at::Tensor avg_sq, gather(state->exp_avg_sq));
+        tensors.push_back({name + ".exp_avg", avg});
+        tensors.push_back({name + ".exp_avg_sq", avg_sq});
+        tensors.push_back({name + ".step", at::full({1}, state->step, at::kLong)});
+      }
+      if (ranks.front() != rank_) continue;
       TensorFile& file = files[p.layer];
       file.step = step;
-      MOTLEY_ASSIGN_OR_RETURN(at::Tensor value, gather_full(p.tensor.detach(), p.slice, transport));
-      file.tensors.push_back({name, value});
-      if (const std::optional<AdamWStep::State> state = state_of(p.tensor)) {
-        MOTLEY_ASSIGN_OR_RETURN(at::Tensor avg, gather_full(state->exp_avg, p.slice, transport));
-        MOTLEY_ASSIGN_OR_RETURN(at::Tensor avg_sq,
-                                gather_full(state->exp_avg_sq, p.slice, transport));
-        file.tensors.push_back({name + ".exp_avg", avg});
-        file.tensors.push_back({name + ".exp_avg_sq", avg_sq});
-        file.tensors.push_back({name + ".step", at::full({1}, state->step, at::kLong)});
-      }
+      for (NamedTensor& t : tensors) file.tensors.push_back(std::move(t));
     }
-    if (place_.tp_rank == 0) {
-      for (const auto& [layer, file] : files) {
-        MOTLEY_RETURN_IF_ERROR(write_tensor_file(layer_file(partial, layer), file));
-      }
+    for (const auto& [layer, file] : files) {
+      MOTLEY_RETURN_IF_ERROR(write_tensor_file(layer_file(partial, layer), file));
     }
   }
   MOTLEY_RETURN_IF_ERROR(transport.barrier().with_context(context));

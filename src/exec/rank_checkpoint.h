@@ -34,6 +34,10 @@ struct CheckpointParameter {
   // Whether this rank's copy is the one written (its layer's stage runs on this rank; not so
   // for a tied head's copy of the embedding on another rank).
   bool saved_here = true;
+  // The ranks of replica 0 that assemble its full value together, increasing, the first of
+  // which writes it: every rank of the stages holding its layer (one tensor-parallel group, or
+  // the groups of a layer's vocabulary shards). Empty: this rank's tensor-parallel group.
+  std::vector<int> assemblers;
 };
 
 class RankCheckpoint {
@@ -53,8 +57,9 @@ class RankCheckpoint {
   // keeping the `keep` newest checkpoints: rank 0 begins the save, and after a barrier every
   // writer puts its layer files into the save's partial directory; after a second barrier rank
   // 0 writes the manifest and completes the save, then a third barrier. Every rank of the world
-  // calls it. A tensor-parallel group's members assemble each full tensor together (in name
-  // order), so every member takes part. May throw c10::Error.
+  // calls it. The assemblers of a parameter build each full tensor together, in the order of
+  // (assemblers, name) on every rank (a total order, so ranks in several sets never wait on
+  // each other's), so every member takes part. May throw c10::Error.
   Status save(const std::string& dir, int64_t step, int keep, const StateOf& state_of,
               Transport& transport) const;
   // Loads, from the checkpoint find_checkpoint(checkpoint_dir) names, this rank's rows of every
@@ -63,10 +68,11 @@ class RankCheckpoint {
   Result<int64_t> load(const std::string& checkpoint_dir, const Restore& restore) const;
 
  private:
-  // The full value of a split tensor of this rank's group (`local` has `slice`'s rows): a sum
-  // over the group in which each row comes from one rank. A collective of the group.
+  // The full value of a tensor split over `ranks` (`local` has `slice`'s rows): a sum over them
+  // in which each row comes from one rank (within a tensor-parallel group the slices say which;
+  // across vocabulary shards the lowest holder of each row). A collective of `ranks`.
   Result<at::Tensor> gather_full(const at::Tensor& local, const TensorSlice& slice,
-                                 Transport& transport) const;
+                                 const std::vector<int>& ranks, Transport& transport) const;
 
   const ModelSpec& model_;
   int rank_;

@@ -55,7 +55,7 @@ void on_group(const ModelSpec& model, int degree, float scale,
       for (const StageParameter& p : (*stage)->parameters()) {
         at::NoGradGuard no_grad;
         p.tensor.mul_(scale);
-        saved[p.name] = CheckpointParameter{p.tensor, p.layers[0], p.slice, true};
+        saved[p.name] = CheckpointParameter{p.tensor, p.layers[0], p.slice, true, {}};
         g.params[rank].push_back(p);
       }
       const RankCheckpoint checkpoint(model, rank, RankPlace{0, 0, rank, degree, rank}, ranks,

@@ -31,16 +31,17 @@ RankLayout::RankLayout(const Plan& plan) : ranks_of_stage_(plan.stages.size()) {
   for (auto& ranks : ranks_of_stage_) std::sort(ranks.begin(), ranks.end());
   for (size_t s = 0; s < plan.stages.size(); ++s) {
     const int end = std::max(0, plan.stages[s].layer_end);
-    if (static_cast<int>(stage_of_layer_.size()) < end) stage_of_layer_.resize(end, -1);
+    if (static_cast<int>(stages_of_layer_.size()) < end) stages_of_layer_.resize(end);
     for (int l = std::max(0, plan.stages[s].layer_begin); l < end; ++l) {
-      stage_of_layer_[l] = static_cast<int>(s);
+      stages_of_layer_[l].push_back(static_cast<int>(s));
     }
   }
 }
 
-int RankLayout::stage_of_layer(int layer) const {
-  return layer >= 0 && layer < static_cast<int>(stage_of_layer_.size()) ? stage_of_layer_[layer]
-                                                                        : -1;
+const std::vector<int>& RankLayout::stages_of_layer(int layer) const {
+  static const std::vector<int> kNone;
+  return layer >= 0 && layer < static_cast<int>(stages_of_layer_.size()) ? stages_of_layer_[layer]
+                                                                         : kNone;
 }
 
 int RankLayout::rank_of(int replica, int group, int tp_rank) const {
@@ -95,13 +96,15 @@ RankLayout::GradientSumRanks RankLayout::gradient_sum_ranks(int rank, int stage,
                                                             bool plain_shard) const {
   const RankPlace me = place_of(rank);
   std::set<std::pair<int, int>> holders;  // (replica, group)
+  bool alike = plain_shard;
   for (int l : layers) {
-    const int holder = stage_of_layer(l);
-    for (int r : stage_ranks(holder >= 0 ? holder : stage)) {
-      holders.insert({places_[r].replica, places_[r].group});
+    std::vector<int> holding = stages_of_layer(l);
+    if (holding.empty()) holding.push_back(stage);
+    alike = alike && holding.size() == 1;
+    for (int s : holding) {
+      for (int r : stage_ranks(s)) holders.insert({places_[r].replica, places_[r].group});
     }
   }
-  bool alike = plain_shard;
   for (const auto& [replica, group] : holders) {
     alike = alike && places_[rank_of(replica, group)].tp_size == me.tp_size;
   }

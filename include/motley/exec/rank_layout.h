@@ -33,8 +33,9 @@ class RankLayout {
   RankPlace place_of(int rank) const;
   // The ranks of one device group (its tensor-parallel group), increasing.
   std::vector<int> group_ranks(int replica, int group) const;
-  // The stage whose layer range holds model layer `layer`; -1 for a layer no stage holds.
-  int stage_of_layer(int layer) const;
+  // The stages whose layer ranges hold model layer `layer`, increasing: one, or the vocabulary
+  // shards of a split embedding or head (plan.h, Stage); none for a layer no stage holds.
+  const std::vector<int>& stages_of_layer(int layer) const;
   // The stages `rank` runs, increasing.
   const std::vector<int>& stages_of(int rank) const;
   // Every rank that runs `stage`: each replica's group for it, all its devices; increasing.
@@ -50,10 +51,11 @@ class RankLayout {
   // Which ranks sum the gradient of a parameter that `rank` holds for its stage `stage` and that
   // model layers `layers` read (StageParameter::layers; a layer no stage holds counts as
   // `stage`'s): the ranks of every group running a stage that holds one of them. When
-  // `plain_shard` (TensorSlice::exclusive) and every such group has this rank's degree, only the
-  // rank of this rank's index in each group, summing local shards; otherwise all their ranks,
-  // summing full-size contributions (`full_size`). docs/executor.md, "Which ranks sum which
-  // gradient".
+  // `plain_shard` (TensorSlice::exclusive), no such layer is split into vocabulary shards (whose
+  // groups hold different rows at the same index) and every such group has this rank's degree,
+  // only the rank of this rank's index in each group, summing local shards; otherwise all their
+  // ranks, summing full-size contributions (`full_size`). docs/executor.md, "Which ranks sum
+  // which gradient".
   struct GradientSumRanks {
     std::vector<int> ranks;  // increasing
     bool full_size = false;
@@ -66,7 +68,7 @@ class RankLayout {
   std::vector<std::vector<int>> first_rank_;  // [replica][group] -> rank of its device 0
   std::vector<std::vector<int>> stages_of_rank_;
   std::vector<std::vector<int>> ranks_of_stage_;
-  std::vector<int> stage_of_layer_;
+  std::vector<std::vector<int>> stages_of_layer_;
 };
 
 // Tags: bit 0 the payload (0 activation, 1 gradient), bits 1..22 the message's sequence number

@@ -94,7 +94,8 @@ class StageModule {
   // previous stage's hidden state [b, s, h] (float32).
   virtual bool takes_tokens() const = 0;
   // A stage whose last layer is the head returns the mean cross-entropy over the b*s `targets`
-  // ([b, s], int64) as a scalar; others return their hidden state and ignore `targets`. Both
+  // ([b, s], int64) as a scalar (a vocabulary shard of the head: its statistics, which
+  // vocab_shard_loss combines); others return their hidden state and ignore `targets`. Both
   // come out in float32, also under autocast.
   virtual bool produces_loss() const = 0;
   virtual at::Tensor forward(const at::Tensor& input, const at::Tensor& targets) = 0;
@@ -106,6 +107,13 @@ struct StageModuleOptions {
   uint64_t seed = 0;  // layer i draws its initial weights from a generator seeded seed + i
   int64_t seq_len = 0;
   TensorParallelGroup tensor_parallel;
+  // A vocabulary shard (plan.h, Stage): the stage is the embedding or the head alone and uses
+  // its rows [vocab_begin, vocab_end) only, split evenly over the tensor-parallel group. Both 0:
+  // the whole layers. An embedding shard looks up the tokens of its rows (zeros for the others;
+  // the shard from row 0 adds the learned positions), so the shards' outputs sum to the
+  // embedding. A head shard's forward returns its statistics (vocab_shard_loss).
+  int64_t vocab_begin = 0;
+  int64_t vocab_end = 0;
 };
 
 // Builds layers [layer_begin, layer_end) of `model`, taking parameters from `store`. Weights
@@ -118,11 +126,24 @@ struct StageModuleOptions {
 // whole heads), latent MoE, an embedding that is not layer 0 or a head that is not the last
 // layer, a sequence longer than a learned position table, and widths the tensor-parallel degree
 // does not divide (kv heads, feed-forward and expert widths, vocabulary, Mamba-2 heads, Mamba-1
-// channels; Mamba-2 groups must divide or be divided by it).
+// channels; Mamba-2 groups must divide or be divided by it); for a vocabulary shard, a stage
+// that is not the embedding or the head alone, rows outside the vocabulary or a row count the
+// degree does not divide, and a tied matrix split both ways (a shard of a tied embedding or head
+// holds the whole matrix and reads its rows, so it runs on groups of one device).
 Result<std::unique_ptr<StageModule>> make_transformer_stage(const ModelSpec& model, int layer_begin,
                                                             int layer_end,
                                                             const StageModuleOptions& options,
                                                             ParameterStore& store);
+
+// The mean cross-entropy of one micro-batch from the statistics of every vocabulary shard of the
+// head, in shard order: each shard's forward gives, per token, [the largest logit of its rows,
+// the sum of exp(logit - that largest) over its rows, the target's logit where the target is
+// one of its rows and 0 elsewhere] ([b*s, 3], float32). The loss is max + log(sum over shards of
+// their sums rescaled to the max) - the target's logit, the loss of the whole head; its gradient
+// flows into the shards whose statistics carry one (a shard's own; the received ones are
+// constants), which is that shard's exact share of the whole head's gradient (Yeung et al.,
+// "Balancing Pipeline Parallelism with Vocabulary Parallelism", 2024).
+at::Tensor vocab_shard_loss(const std::vector<at::Tensor>& statistics);
 
 // The attention core of `layer` — scores, mask, softmax and the weighted sum of values, the part
 // selective recomputation repeats before the backward pass (Korthikanti et al. 2022) — as the
