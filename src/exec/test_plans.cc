@@ -42,6 +42,7 @@ Plan uniform_plan(const ModelSpec& model, const UniformCase& c, int64_t micro_ba
   options.micro_batch_size = micro_batch_size;
   options.seq_len = seq_len;
   options.recompute = c.recompute;
+  options.vocab_parallel = c.vocab_parallel;
   auto plan = make_uniform_plan(options, model, cluster, cost);
   EXPECT_TRUE(plan.is_ok()) << plan.status().message();
   Status valid = validate_plan(*plan, model, cluster, ValidateOptions{});

@@ -25,6 +25,8 @@ struct UniformCase {
   int data_parallel;
   RecomputePolicy recompute = RecomputePolicy::kNone;
   int tensor_parallel = 1;  // devices per group
+  // Both ends split into one vocabulary shard per group (UniformPlanOptions::vocab_parallel).
+  bool vocab_parallel = false;
 };
 // make_uniform_plan with every layer at 1 s for F, B and W on one node of as many H100s as the
 // plan uses, checked by validate_plan.

@@ -8,7 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include "motley/exec/rank_layout.h"
@@ -241,6 +243,85 @@ int free_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   ::close(fd);
   return ntohs(addr.sin_port);
+}
+
+namespace {
+
+at::Tensor rows_of(const at::Tensor& full, const TensorSlice& slice) {
+  return full.index_select(slice.dim, slice.rows);
+}
+
+}  // namespace
+
+void expect_matches_reference(const Plan& plan, const ModelSpec& model, int steps, bool delays) {
+  auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 3), "corpus");
+  ASSERT_TRUE(tokens.is_ok());
+  const std::vector<testing::RankRun> ranks =
+      testing::run_ranks(plan, model, *tokens, steps, delays);
+  const WorldResult reference =
+      run_reference(plan, model, *tokens, steps, GradientOrder::kSequential);
+  if (steps > 1) {
+    EXPECT_LT(reference.losses.back(), reference.losses[0]);  // it trains
+  }
+  const double parameter_bound = 1e-3;
+  const double gradient_bound = steps == 1 ? 1e-5 : 1e-2;
+  const RankLayout layout(plan);
+  const int last_stage = static_cast<int>(plan.stages.size()) - 1;
+  std::map<std::string, std::map<int64_t, at::Tensor>> rows_seen;  // name -> full row -> value
+  std::map<std::string, int64_t> split_dim;
+  std::set<std::string> names;
+  for (int rank = 0; rank < static_cast<int>(ranks.size()); ++rank) {
+    const testing::RankRun& r = ranks[rank];
+    const bool holds_loss = std::count(layout.stage_ranks(last_stage).begin(),
+                                       layout.stage_ranks(last_stage).end(), rank) > 0;
+    ASSERT_EQ(r.losses.size(), static_cast<size_t>(steps)) << "rank " << rank;
+    for (int s = 0; s < steps; ++s) {
+      ASSERT_EQ(r.losses[s].has_value(), holds_loss) << "rank " << rank;
+      if (holds_loss) {
+        EXPECT_LT(std::abs(*r.losses[s] - reference.losses[s]) / reference.losses[s], 1e-5)
+            << "rank " << rank << " step " << s;
+      }
+    }
+    for (const NamedTensor& p : r.parameters) {
+      names.insert(p.name);
+      const TensorSlice& slice = r.slices.at(p.name);
+      split_dim[p.name] = slice.dim;
+      const at::Tensor& full = reference.parameters.at(p.name);
+      ASSERT_EQ(std::vector<int64_t>(full.sizes().begin(), full.sizes().end()), slice.full_shape)
+          << p.name;
+      EXPECT_LT(relative_difference(p.tensor, rows_of(full, slice)), parameter_bound)
+          << p.name << " on rank " << rank;
+      ASSERT_TRUE(p.tensor.grad().defined()) << p.name;
+      EXPECT_LT(relative_difference(p.tensor.grad(), rows_of(full.grad(), slice)), gradient_bound)
+          << p.name << " gradient on rank " << rank;
+      // Rows held by several ranks (replicas, a group's replicated rows) are the same bits.
+      auto rows = slice.rows.accessor<int64_t, 1>();
+      for (int64_t i = 0; i < rows.size(0); ++i) {
+        const at::Tensor value = p.tensor.select(slice.dim, i);
+        auto [it, inserted] = rows_seen[p.name].emplace(rows[i], value);
+        if (!inserted) {
+          EXPECT_TRUE(at::equal(it->second, value))
+              << p.name << " row " << rows[i] << " differs on rank " << rank;
+        }
+      }
+    }
+  }
+  // Every parameter of the model is held somewhere, every row of it by some rank.
+  EXPECT_EQ(names.size(), reference.parameters.size());
+  for (const auto& [name, rows] : rows_seen) {
+    EXPECT_EQ(static_cast<int64_t>(rows.size()),
+              reference.parameters.at(name).size(split_dim.at(name)))
+        << name;
+  }
+}
+
+void expect_matches_reference(const Plan& plan, const ModelSpec& model) {
+  {
+    SCOPED_TRACE("one step");
+    expect_matches_reference(plan, model, 1);
+  }
+  SCOPED_TRACE(std::to_string(kSteps) + " steps");
+  expect_matches_reference(plan, model, kSteps);
 }
 
 }  // namespace motley::testing

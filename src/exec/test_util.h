@@ -1,6 +1,6 @@
 // Helpers shared by the executor's tests: model variants, the options every run uses, ranks as
-// threads, the sequential reference's results, and a free localhost port (presets and plans
-// from the schedule generators are test_plans.h's).
+// threads, the sequential reference's results and the check of a run against them, and a free
+// localhost port (presets and plans from the schedule generators are test_plans.h's).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -64,6 +64,21 @@ struct RankRun {
 // network down, so the others stop.
 std::vector<RankRun> run_ranks(const Plan& plan, const ModelSpec& model, const TokenStream& tokens,
                                int steps, bool delays = false);
+
+// Runs `plan` as ranks (run_ranks) and the sequential reference for `steps` steps, and checks
+// every rank's losses and slices against the reference's rows; rows several ranks hold must be
+// the same bits, and every row of every parameter must be held somewhere. A split layer adds its
+// products in another order than the whole one (each rank sums over its half of the width, then
+// the halves are added), so values differ by rounding from the first forward on: the losses of
+// every step and the first step's gradients (taken at identical parameters) stay within 1e-5.
+// Parameters after several steps get a looser bound, because AdamW's first updates are nearly
+// lr * sign(g): an element whose gradient is at rounding level moves a whole step either way
+// (with the tests' lr of 1e-2, about half the initial weights' scale); a wrong slice or a
+// missing sum is off by orders of magnitude more.
+void expect_matches_reference(const Plan& plan, const ModelSpec& model, int steps,
+                              bool delays = false);
+// The same after one step and after kSteps.
+void expect_matches_reference(const Plan& plan, const ModelSpec& model);
 
 // ||a - b|| / ||b|| (Frobenius): how far a whole tensor is from the reference; ||a|| when b is
 // zero (an expert no token chose).
