@@ -915,16 +915,22 @@ class LayerImpl {
 
 // Which rows of a vocabulary matrix a stage uses, and which the parameter holds: the rows of a
 // vocabulary shard (StageModuleOptions::vocab_begin, vocab_end) or the whole vocabulary, each
-// split evenly over the group. A shard of a tied matrix holds the whole matrix (the embedding
-// and the head may use different rows of it on one rank) and reads its rows of it.
+// split evenly over the group. A shard of a tied matrix holds the whole matrix on every rank of
+// its group (the embedding and the head may use different rows of it on one rank), reads its
+// rows of it, and its gradient covers only those rows (summed over every holder).
 struct VocabRows {
   RowRange used;  // of the stage, before the group's split
-  RowRange held;  // of the parameter, before the group's split
+  RowRange held;  // of the parameter, before the group's split (unless `replicated`)
   bool shard = false;
+  bool replicated = false;  // every rank of the group holds all of `held`
   // This rank's used rows, and where they start in its local parameter.
   RowRange mine(const TensorParallelGroup& g) const { return share(g, used.count, used.begin); }
   int64_t offset(const TensorParallelGroup& g) const {
-    return mine(g).begin - share(g, held.count, held.begin).begin;
+    return mine(g).begin - (replicated ? held.begin : share(g, held.count, held.begin).begin);
+  }
+  // How the parameter's rows are held over the group.
+  SplitSpec held_split(const Group& g) const {
+    return replicated ? replicated_partial(held.count) : split_rows(0, held, g);
   }
   // The local parameter's rows this rank uses.
   at::Tensor narrow(const TensorParallelGroup& g, const at::Tensor& weight) const {
@@ -941,7 +947,7 @@ class EmbeddingLayer final : public LayerImpl {
  public:
   EmbeddingLayer(Init& init, const EmbeddingShape& e, VocabRows rows)
       : group_(init.group()), rows_(rows) {
-    weight_ = init.normal("weight", {e.vocab, e.hidden}, split_rows(0, rows.held, group_));
+    weight_ = init.normal("weight", {e.vocab, e.hidden}, rows.held_split(group_));
     // Every shard holds the table (its gradient is summed over all of them); one adds it.
     if (e.learned_positions > 0)
       positions_ = init.normal("positions", {e.learned_positions, e.hidden});
@@ -1177,12 +1183,6 @@ Status check_vocab_shard(const ModelSpec& model, int layer_begin, int layer_end,
         "devices",
         label, options.vocab_begin, options.vocab_end, rows, t));
   }
-  if (tied_head(model) >= 0 && t > 1) {
-    return invalid_argument(fmt::format(
-        "{}: a vocabulary shard of a tied embedding matrix holds the whole matrix and runs on "
-        "one device, not {}",
-        label, t));
-  }
   return Status::ok();
 }
 
@@ -1204,6 +1204,7 @@ VocabRows vocab_rows(const Layer& l, bool tied, const StageModuleOptions& option
   rows.used = rows.shard ? RowRange{options.vocab_begin, options.vocab_end - options.vocab_begin}
                          : RowRange{0, vocab};
   rows.held = rows.shard && !tied ? rows.used : RowRange{0, vocab};
+  rows.replicated = rows.shard && tied;
   return rows;
 }
 
@@ -1290,11 +1291,10 @@ std::unique_ptr<LayerImpl> build_layer(const ModelSpec& model, int index,
         const Layer& e = model.layers[0];
         Init embed(store, e.name, seed, {0, index}, group);
         weight = embed.normal("weight", {e.embedding->vocab, e.embedding->hidden},
-                              split_rows(0, rows.held, group));
+                              rows.held_split(group));
         for (auto& p : embed.used()) init.used().push_back(p);
       } else {
-        weight =
-            init.normal("weight", {l.head->vocab, l.head->hidden}, split_rows(0, rows.held, group));
+        weight = init.normal("weight", {l.head->vocab, l.head->hidden}, rows.held_split(group));
       }
       out = std::make_unique<HeadLayer>(norm, weight, group, rows);
       break;

@@ -127,9 +127,9 @@ struct StageModuleOptions {
 // layer, a sequence longer than a learned position table, and widths the tensor-parallel degree
 // does not divide (kv heads, feed-forward and expert widths, vocabulary, Mamba-2 heads, Mamba-1
 // channels; Mamba-2 groups must divide or be divided by it); for a vocabulary shard, a stage
-// that is not the embedding or the head alone, rows outside the vocabulary or a row count the
-// degree does not divide, and a tied matrix split both ways (a shard of a tied embedding or head
-// holds the whole matrix and reads its rows, so it runs on groups of one device).
+// that is not the embedding or the head alone, rows outside the vocabulary, or a row count the
+// degree does not divide. (A shard of a tied embedding or head holds the whole matrix on every
+// rank of its group and reads its rows.)
 Result<std::unique_ptr<StageModule>> make_transformer_stage(const ModelSpec& model, int layer_begin,
                                                             int layer_end,
                                                             const StageModuleOptions& options,
