@@ -575,6 +575,24 @@ TEST(CliTest, VocabularyParallelPlansSimulateRunAndAreRefusedWhereTheyCannotBeEx
   ASSERT_EQ(losses.size(), 2u);
   ASSERT_EQ(reference.size(), 2u);
   for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(losses[i], reference[i], 1e-5 * reference[i]);
+  // Three groups of two: 256 rows split as 86, 84 and 86, even for each group's two devices
+  // (85 rows would not split), so the executor runs the plan the planner wrote.
+  const std::string thirds = scratch.file("thirds.json");
+  RunResult split = run_motley(
+      "simulate --schedule 1f1b --model tiny-llama --cluster h100x8 --stages 3 --tensor-parallel "
+      "2 --data-parallel 1 --micro-batches 3 --vocab-parallel --json --out " +
+      thirds);
+  ASSERT_EQ(split.exit_code, 0) << split.err;
+  EXPECT_EQ(nlohmann::json::parse(read_file(thirds))["stages"].back()["vocab_rows"],
+            nlohmann::json::parse("[170, 256]"));
+  RunResult split_run = run_motley("run --plan " + thirds + " --steps 1 --json");
+  ASSERT_EQ(split_run.exit_code, 0) << split_run.err;
+  RunResult split_reference = run_motley("run --plan " + thirds + " --steps 1 --json --sequential");
+  ASSERT_EQ(split_reference.exit_code, 0) << split_reference.err;
+  const double split_loss = nlohmann::json::parse(split_run.out)["losses"][0].get<double>();
+  const double split_expected =
+      nlohmann::json::parse(split_reference.out)["losses"][0].get<double>();
+  EXPECT_NEAR(split_loss, split_expected, 1e-5 * split_expected);
   RunResult torch = run_motley("export torch-pp --plan " + plan);
   EXPECT_EQ(torch.exit_code, 2);
   EXPECT_NE(torch.err.find("cannot express them"), std::string::npos) << torch.err;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <string>
@@ -320,7 +321,7 @@ Status split_head(const AssembleOptions& o, const Candidate& c, const CostModel&
     }
     std::vector<Stage> out;
     int64_t begin = 0;
-    for (int64_t end : vocab_shard_ends(vocab, time)) {
+    for (int64_t end : vocab_shard_ends(vocab, time, vocab_row_granule(c))) {
       out.push_back(Stage{whole.begin, whole.end, RecomputePolicy::kNone, begin, end});
       begin = end;
     }
@@ -412,9 +413,11 @@ std::vector<int> shape_stage_group(const ScheduleSpec& schedule, int p) {
   return {};
 }
 
-std::vector<int64_t> vocab_shard_ends(int64_t vocab, const std::vector<double>& head_time) {
+std::vector<int64_t> vocab_shard_ends(int64_t vocab, const std::vector<double>& head_time,
+                                      int64_t granule) {
   const int p = static_cast<int>(head_time.size());
-  MOTLEY_CHECK(p >= 1 && vocab >= p, "vocab_shard_ends: fewer rows than groups");
+  MOTLEY_CHECK(p >= 1 && vocab >= p && granule >= 1, "vocab_shard_ends: fewer rows than groups");
+  const int64_t unit = vocab >= granule * p ? granule : 1;
   std::vector<double> speed(p);
   double total = 0;
   for (int g = 0; g < p; ++g) {
@@ -426,10 +429,11 @@ std::vector<int64_t> vocab_shard_ends(int64_t vocab, const std::vector<double>& 
   double cumulative = 0;
   for (int g = 0; g < p; ++g) {
     cumulative += speed[g];
-    // Rows up to the rounded cumulative share, leaving at least one for each group after g.
-    int64_t end =
-        g + 1 == p ? vocab : std::llround(static_cast<double>(vocab) * cumulative / total);
-    end = std::clamp<int64_t>(end, begin + 1, vocab - (p - 1 - g));
+    // Rows up to the rounded cumulative share (in units), leaving a unit for each group after g.
+    int64_t end = g + 1 == p ? vocab
+                             : unit * std::llround(static_cast<double>(vocab) * cumulative /
+                                                   (total * static_cast<double>(unit)));
+    if (g + 1 < p) end = std::clamp<int64_t>(end, begin + unit, vocab - (p - 1 - g) * unit);
     ends.push_back(end);
     begin = end;
   }
@@ -437,6 +441,16 @@ std::vector<int64_t> vocab_shard_ends(int64_t vocab, const std::vector<double>& 
 }
 
 Result<Plan> assemble_plan(const AssembleOptions& o, const Candidate& c, const CostModel& cost) {
+int64_t vocab_row_granule(const Candidate& c) {
+  int64_t granule = 1;
+  for (const PipelineSpec& rep : c.replicas) {
+    for (const std::vector<int>& g : rep.groups) {
+      granule = std::lcm(granule, static_cast<int64_t>(std::max<size_t>(g.size(), 1)));
+    }
+  }
+  return granule;
+}
+
   MOTLEY_RETURN_IF_ERROR(check_candidate(o, c));
 
   // The common refinement of every replica's stage bounds (and the head on its own, to split).

@@ -159,6 +159,10 @@ TEST(AssembleTest, VocabularyParallelismSplitsTheHeadBySpeed) {
   EXPECT_EQ(vocab_shard_ends(1000, {3, 9}), (std::vector<int64_t>{750, 1000}));
   EXPECT_EQ(vocab_shard_ends(3, {1, 1000, 1000}), (std::vector<int64_t>{1, 2, 3}));
   EXPECT_EQ(vocab_shard_ends(10, {1, 1, 1, 1}), (std::vector<int64_t>{3, 5, 8, 10}));
+  // Rows in multiples of a group's tensor-parallel degree where every group can have some.
+  EXPECT_EQ(vocab_shard_ends(1000, {3, 9}, 8), (std::vector<int64_t>{752, 1000}));
+  EXPECT_EQ(vocab_shard_ends(256, {1, 1, 1}, 2), (std::vector<int64_t>{86, 170, 256}));
+  EXPECT_EQ(vocab_shard_ends(10, {1, 1, 1, 1}, 4), (std::vector<int64_t>{3, 5, 8, 10}));
 }
 
 TEST(AssembleTest, RejectsMalformedCandidates) {

@@ -452,7 +452,8 @@ bool splits_embedding(const Context& ctx) {
 }
 
 std::vector<double> vocab_shard_shares(const Context& ctx, const CostModel& cost,
-                                       const std::vector<std::vector<int>>& groups, int layer) {
+                                       const std::vector<std::vector<int>>& groups, int layer,
+                                       int64_t granule) {
   const int64_t vocab = layer == 0 ? embedding_vocab(ctx.model()) : head_vocab(ctx.model());
   std::vector<double> time;
   for (const std::vector<int>& g : groups) {
@@ -462,7 +463,7 @@ std::vector<double> vocab_shard_shares(const Context& ctx, const CostModel& cost
   }
   std::vector<double> shares;
   int64_t begin = 0;
-  for (int64_t end : vocab_shard_ends(vocab, time)) {
+  for (int64_t end : vocab_shard_ends(vocab, time, granule)) {
     shares.push_back(static_cast<double>(end - begin) / static_cast<double>(vocab));
     begin = end;
   }
@@ -477,7 +478,8 @@ std::vector<ComputeTimes> vocab_shard_times(const Context& ctx, const CostModel&
   std::vector<int> layers{ctx.num_layers() - 1};
   if (c.vocab_embedding) layers.push_back(0);
   for (int layer : layers) {
-    const std::vector<double> shares = vocab_shard_shares(ctx, cost, groups, layer);
+    const std::vector<double> shares =
+        vocab_shard_shares(ctx, cost, groups, layer, vocab_row_granule(c));
     for (size_t g = 0; g < groups.size(); ++g) {
       const ComputeTimes t = cost.compute(LayerRange{layer, layer + 1, shares[g]},
                                           DeviceGroup{groups[g]}, RecomputePolicy::kNone);
@@ -746,7 +748,8 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
         req.shard_time.assign(stages, Seconds(0));
         req.shard_memory.assign(stages, Bytes(0));
         for (int layer : split) {
-          const std::vector<double> shares = vocab_shard_shares(ctx, cost, groups, layer);
+          const std::vector<double> shares =
+              vocab_shard_shares(ctx, cost, groups, layer, vocab_row_granule(c));
           for (int s = 0; s < stages; ++s) {
             const int g = stage_group[s];
             const LayerRange shard{layer, layer + 1, shares[g]};

@@ -102,13 +102,14 @@ PlanExplanation explain(const Context& ctx, const Found& best, const SimResult& 
   if (c.vocab_parallel) {
     const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel);
     const int64_t vocab = head_vocab(ctx.model());
-    for (double share :
-         tune_internal::vocab_shard_shares(ctx, cost, first.groups, ctx.num_layers() - 1)) {
+    for (double share : tune_internal::vocab_shard_shares(
+             ctx, cost, first.groups, ctx.num_layers() - 1, vocab_row_granule(c))) {
       out.vocab_rows.push_back(std::llround(share * static_cast<double>(vocab)));
     }
     if (c.vocab_embedding) {
       const double rows = static_cast<double>(embedding_vocab(ctx.model()));
-      for (double share : tune_internal::vocab_shard_shares(ctx, cost, first.groups, 0)) {
+      for (double share :
+           tune_internal::vocab_shard_shares(ctx, cost, first.groups, 0, vocab_row_granule(c))) {
         out.embedding_rows.push_back(std::llround(share * rows));
       }
     }

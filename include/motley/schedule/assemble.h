@@ -112,9 +112,16 @@ struct AssembleOptions {
 
 // How vocabulary parallelism splits a head of `vocab` rows over groups taking `head_time`
 // seconds each for the whole head (F + B + W): rows in proportion to their speed, each group at
-// least one. The end row of each group's shard, ascending, the last `vocab`. REQUIRES: vocab >=
-// head_time.size() >= 1.
-std::vector<int64_t> vocab_shard_ends(int64_t vocab, const std::vector<double>& head_time);
+// least one. Every end but the last is a multiple of `granule` (each group at least `granule`
+// rows) where the vocabulary has `granule` rows per group; else any row. The end row of each
+// group's shard, ascending, the last `vocab`. REQUIRES: vocab >= head_time.size() >= 1,
+// granule >= 1.
+std::vector<int64_t> vocab_shard_ends(int64_t vocab, const std::vector<double>& head_time,
+                                      int64_t granule = 1);
+
+// What a candidate's shard row counts are multiples of: the least common multiple of every
+// group's tensor-parallel degree in every replica (a shard's rows split evenly over its group).
+int64_t vocab_row_granule(const Candidate& c);
 
 // The Plan of `candidate`, its stages and orders priced with `cost` (the memory check with the
 // capacities of cost.topology()). Errors: invalid_argument for a malformed candidate (naming the
