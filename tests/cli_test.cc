@@ -614,6 +614,47 @@ TEST(CliTest, VocabularyParallelPlansSimulateRunAndAreRefusedWhereTheyCannotBeEx
   EXPECT_EQ(denied.exit_code, 2);
 }
 
+// Per-layer recompute in a plan file: the simulator prices the listed layers' recompute, the
+// executor trains to the sequential reference's losses, and a layer outside its stage is refused
+// naming the field.
+TEST(CliTest, PerLayerRecomputePlansSimulateAndRun) {
+  const TempDir scratch("cli_recompute_layers");
+  const std::string plain = scratch.file("plain.json");
+  RunResult made = run_motley(
+      "simulate --schedule 1f1b --model tiny-llama --cluster h100x8 --stages 2 --data-parallel 1 "
+      "--micro-batches 4 --json --out " +
+      plain);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  auto doc = nlohmann::json::parse(read_file(plain));
+  ASSERT_EQ(doc["stages"][1]["layers"], nlohmann::json::parse("[3, 6]"));
+  doc["stages"][1]["recompute_layers"] = {3, 4};
+  doc.erase("predicted");
+  const std::string listed = scratch.file("listed.json");
+  std::ofstream(listed) << doc.dump();
+  RunResult before = run_motley("simulate --plan " + plain + " --json");
+  RunResult after = run_motley("simulate --plan " + listed + " --json");
+  ASSERT_EQ(before.exit_code, 0) << before.err;
+  ASSERT_EQ(after.exit_code, 0) << after.err;
+  EXPECT_GT(nlohmann::json::parse(after.out)["iteration_time_s"].get<double>(),
+            nlohmann::json::parse(before.out)["iteration_time_s"].get<double>());
+  RunResult run = run_motley("run --plan " + listed + " --steps 2 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  RunResult sequential = run_motley("run --plan " + listed + " --steps 2 --json --sequential");
+  ASSERT_EQ(sequential.exit_code, 0) << sequential.err;
+  const auto losses = nlohmann::json::parse(run.out)["losses"].get<std::vector<double>>();
+  const auto reference = nlohmann::json::parse(sequential.out)["losses"].get<std::vector<double>>();
+  ASSERT_EQ(losses.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(losses[i], reference[i], 1e-5 * reference[i]);
+  doc["stages"][1]["recompute_layers"] = {2};
+  std::ofstream(listed) << doc.dump();
+  RunResult outside = run_motley("simulate --plan " + listed);
+  EXPECT_EQ(outside.exit_code, 2);
+  EXPECT_NE(outside.err.find("field 'stages[1].recompute_layers[0]': layer 2 is not one of stage "
+                             "1 (layers [3, 6))'s layers"),
+            std::string::npos)
+      << outside.err;
+}
+
 TEST(CliTest, PlanJsonAndItsPlanFileAgreeWithTheSimulator) {
   const TempDir scratch("cli_plan");
   const std::string& dir = scratch.path();

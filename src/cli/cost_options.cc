@@ -78,9 +78,9 @@ Status validate_priced_plan(const Plan& plan, const ModelSpec& model, const Clus
   validate.footprint = [&](int r, int g, int stage) {
     const Stage& st = plan.stages[stage];
     MemoryOptions m{st.recompute, 0, replicas, plan.zero_stage, plan.expert_parallel};
-    StageMemory mem =
-        cost.stage_memory(LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, stage)},
-                          DeviceGroup{plan.replicas[r].groups[g].devices}, m);
+    StageMemory mem = stage_memory_with(
+        cost, LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, stage)},
+        DeviceGroup{plan.replicas[r].groups[g].devices}, m, st.recompute_layers);
     return StageFootprint{mem.total(), mem.activations_per_micro_batch};
   };
   Status valid = validate_plan(plan, model, cluster, validate);

@@ -46,8 +46,8 @@ Result<EmulationFactors> compute_emulation_factors(const RunInputs& inputs, bool
     for (int s : stages) {
       const Stage& st = plan.stages[s];
       const ComputeTimes t =
-          cost.compute(LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, s)}, group,
-                       st.recompute);
+          stage_compute(cost, LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, s)},
+                        group, st.recompute, st.recompute_layers);
       total += (t.forward + t.backward() + t.recompute).value();
     }
     return total;

@@ -12,6 +12,34 @@ LayerRange whole(LayerRange shard) {
   return LayerRange{shard.begin, shard.end, 1.0};
 }
 
+ComputeTimes stage_compute(const CostModel& cost, LayerRange layers, const DeviceGroup& group,
+                           RecomputePolicy policy, const std::vector<int>& full_layers) {
+  ComputeTimes out = cost.compute(layers, group, policy);
+  for (int l : full_layers) {
+    const LayerRange one{l, l + 1};
+    out.recompute += cost.compute(one, group, RecomputePolicy::kFull).recompute -
+                     cost.compute(one, group, policy).recompute;
+  }
+  return out;
+}
+
+StageMemory stage_memory_with(const CostModel& cost, LayerRange layers, const DeviceGroup& group,
+                              const MemoryOptions& options, const std::vector<int>& full_layers) {
+  StageMemory out = cost.stage_memory(layers, group, options);
+  if (full_layers.empty()) return out;
+  MemoryOptions full = options;
+  full.recompute = RecomputePolicy::kFull;
+  for (int l : full_layers) {
+    const LayerRange one{l, l + 1};
+    out.activations_per_micro_batch +=
+        cost.stage_memory(one, group, full).activations_per_micro_batch -
+        cost.stage_memory(one, group, options).activations_per_micro_batch;
+  }
+  out.activations =
+      out.activations_per_micro_batch * static_cast<double>(options.in_flight_micro_batches);
+  return out;
+}
+
 ComputeTimes scaled(const ComputeTimes& whole, LayerRange shard) {
   const double f = shard.vocab_share;
   ComputeTimes out;

@@ -14,7 +14,9 @@
 namespace motley::internal {
 namespace {
 
-bool is_recompute_stage(const Stage& stage) { return stage.recompute != RecomputePolicy::kNone; }
+// A stage with per-layer recompute recomputes all its layers here (the same numbers; more
+// compute and less memory than the plan prices).
+bool is_recompute_stage(const Stage& stage) { return stage.recomputes(); }
 
 std::string message_name(const TaskNode& message) {
   return fmt::format(

@@ -29,6 +29,12 @@ static_assert(std::size(kActionKindNames) == static_cast<size_t>(ActionKind::kRe
 
 const char* action_kind_name(ActionKind kind) { return name_in(kActionKindNames, kind); }
 
+RecomputePolicy Stage::policy_of(int layer) const {
+  return std::binary_search(recompute_layers.begin(), recompute_layers.end(), layer)
+             ? RecomputePolicy::kFull
+             : recompute;
+}
+
 int vocab_shard_count(const std::vector<Stage>& stages) {
   int count = 0;
   for (auto it = stages.rbegin(); it != stages.rend() && it->is_vocab_shard(); ++it) ++count;

@@ -63,6 +63,7 @@ Json stage_to_json(const Stage& stage) {
   j["layers"] = Json::array({stage.layer_begin, stage.layer_end});
   j["recompute"] = recompute_policy_name(stage.recompute);
   if (stage.is_vocab_shard()) j["vocab_rows"] = Json::array({stage.vocab_begin, stage.vocab_end});
+  if (!stage.recompute_layers.empty()) j["recompute_layers"] = stage.recompute_layers;
   return j;
 }
 
@@ -129,7 +130,7 @@ Status check_units(const JsonField& root) {
 }
 
 Result<Stage> stage_from_json(const JsonField& f) {
-  MOTLEY_RETURN_IF_ERROR(f.check_keys({"layers", "recompute", "vocab_rows"}));
+  MOTLEY_RETURN_IF_ERROR(f.check_keys({"layers", "recompute", "recompute_layers", "vocab_rows"}));
   MOTLEY_ASSIGN_OR_RETURN(JsonField layers, f.get("layers"));
   MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> bounds, layers.items());
   if (bounds.size() != 2) {
@@ -147,6 +148,9 @@ Result<Stage> stage_from_json(const JsonField& f) {
                                      join_alternatives(recompute_policy_names()), policy));
   }
   stage.recompute = *parsed;
+  if (f.has("recompute_layers")) {
+    MOTLEY_ASSIGN_OR_RETURN(stage.recompute_layers, index_list(f, "recompute_layers"));
+  }
   if (f.has("vocab_rows")) {
     MOTLEY_ASSIGN_OR_RETURN(JsonField rows, f.get("vocab_rows"));
     MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> ends, rows.items());

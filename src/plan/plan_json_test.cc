@@ -333,6 +333,22 @@ TEST(PlanJson, ReadsTheOlderZeroOneAndRoundTripsEveryStage) {
   }
 }
 
+TEST(PlanJson, RoundTripsPerLayerRecompute) {
+  Plan plan = full_plan();
+  plan.stages[0].recompute_layers = {plan.stages[0].layer_begin};
+  const Json written = plan_to_json(plan);
+  EXPECT_EQ(written["stages"][0]["recompute_layers"], Json::array({plan.stages[0].layer_begin}));
+  EXPECT_FALSE(written["stages"][1].contains("recompute_layers"));
+  Result<Plan> back = plan_from_json(written, "plan.json");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back.value(), plan);
+  Json bad = written;
+  bad["stages"][0]["recompute_layers"] = Json::array({-1});
+  EXPECT_EQ(plan_from_json(bad, "plan.json").status().message(),
+            "plan.json: field 'stages[0].recompute_layers[0]': expected a non-negative integer "
+            "index, got -1");
+}
+
 // ---- Plans that carry their model and cluster (format 2).
 
 struct Specs {

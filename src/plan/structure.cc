@@ -77,6 +77,37 @@ Status check_vocab_shard(const Plan& plan, size_t s, const std::string& name) {
   return Status::ok();
 }
 
+// Per-layer recompute (plan.h, Stage::recompute_layers): the stage's own layers, ascending,
+// each once, with the stage's policy for the others not already full.
+Status check_recompute_layers(const Stage& st, size_t s, const std::string& name) {
+  if (st.recompute_layers.empty()) return Status::ok();
+  const std::string path = fmt::format("{}.recompute_layers", stage_path(s));
+  if (st.recompute == RecomputePolicy::kFull) {
+    return invalid_argument(
+        field(path, fmt::format("{} recomputes all its layers (recompute \"full\"); list "
+                                "recompute_layers only with \"none\" or \"selective\"",
+                                name)));
+  }
+  if (st.is_vocab_shard()) {
+    return invalid_argument(
+        field(path, fmt::format("{} is a vocabulary shard; shards keep their activations", name)));
+  }
+  for (size_t i = 0; i < st.recompute_layers.size(); ++i) {
+    const int l = st.recompute_layers[i];
+    if (l < st.layer_begin || l >= st.layer_end) {
+      return invalid_argument(field(fmt::format("{}[{}]", path, i),
+                                    fmt::format("layer {} is not one of {}'s layers", l, name)));
+    }
+    if (i > 0 && l <= st.recompute_layers[i - 1]) {
+      return invalid_argument(
+          field(fmt::format("{}[{}]", path, i),
+                fmt::format("layer {} after layer {}; list each layer once, in ascending order", l,
+                            st.recompute_layers[i - 1])));
+    }
+  }
+  return Status::ok();
+}
+
 Status check_stages(const Plan& plan, const PlanBounds& bounds) {
   if (plan.stages.empty()) return invalid_argument(field("stages", "the plan has no stages"));
   for (size_t s = 0; s < plan.stages.size(); ++s) {
@@ -112,6 +143,7 @@ Status check_stages(const Plan& plan, const PlanBounds& bounds) {
                                                 name, bounds.model, bounds.num_layers)));
     }
     MOTLEY_RETURN_IF_ERROR(check_vocab_shard(plan, s, name));
+    MOTLEY_RETURN_IF_ERROR(check_recompute_layers(st, s, name));
   }
   const int lead = embedding_shard_count(plan.stages);
   const int tail = vocab_shard_count(plan.stages);
@@ -281,8 +313,7 @@ Status check_actions(const Plan& plan, const Labels& labels, int r, std::vector<
       const Action& a = actions[i];
       if (a.stage < 0 || a.stage >= stages || a.micro_batch < 0 || a.micro_batch >= micro_batches ||
           rep.stage_group[a.stage] != g ||
-          (a.kind == ActionKind::kRecompute &&
-           plan.stages[a.stage].recompute == RecomputePolicy::kNone)) {
+          (a.kind == ActionKind::kRecompute && !plan.stages[a.stage].recomputes())) {
         return action_fault(plan, labels, r, g, i);
       }
       uint8_t& kinds = seen[static_cast<size_t>(a.stage) * micro_batches + a.micro_batch];

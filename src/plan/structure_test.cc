@@ -123,6 +123,34 @@ TEST(Structure, AtMostOneRecompute) {
             "(stage 0, micro-batch 0) twice (actions 1 and 2); each runs exactly once");
 }
 
+TEST(Structure, PerLayerRecomputeNamesItsStageLayersInOrder) {
+  Plan p = two_stages(1);
+  p.stages[0] = Stage{0, 2};
+  p.stages[1] = Stage{2, 3};
+  p.stages[0].recompute_layers = {0, 1};
+  p.replicas[0].groups[0].actions = actions("0F0 0R0 0B0");
+  EXPECT_TRUE(check_plan_structure(p, without_model(2)).is_ok());
+  p.stages[0].recompute_layers = {1, 2};
+  EXPECT_EQ(check_plan_structure(p, without_model(2)).message(),
+            "field 'stages[0].recompute_layers[1]': layer 2 is not one of stage 0 (layers [0, "
+            "2))'s layers");
+  p.stages[0].recompute_layers = {1, 0};
+  EXPECT_EQ(check_plan_structure(p, without_model(2)).message(),
+            "field 'stages[0].recompute_layers[1]': layer 0 after layer 1; list each layer once, "
+            "in ascending order");
+  p.stages[0].recompute_layers = {1};
+  p.stages[0].recompute = RecomputePolicy::kFull;
+  EXPECT_EQ(check_plan_structure(p, without_model(2)).message(),
+            "field 'stages[0].recompute_layers': stage 0 (layers [0, 2)) recomputes all its "
+            "layers (recompute \"full\"); list recompute_layers only with \"none\" or "
+            "\"selective\"");
+  // Without recompute anywhere, an R action has nothing to run.
+  p.stages[0].recompute = RecomputePolicy::kNone;
+  p.stages[0].recompute_layers.clear();
+  EXPECT_NE(check_plan_structure(p, without_model(2)).message().find("keeps its activations"),
+            std::string::npos);
+}
+
 // One checker over plans of different sizes gives what a fresh check gives.
 TEST(Structure, ReusedCheckerGivesTheSameAnswers) {
   StructureChecker checker;

@@ -251,8 +251,7 @@ std::vector<std::string> torch_pp_limits(const Plan& plan, int replica) {
   }
   std::vector<int> recomputing;
   for (size_t s = 0; s < plan.stages.size(); ++s) {
-    if (plan.stages[s].recompute != RecomputePolicy::kNone)
-      recomputing.push_back(static_cast<int>(s));
+    if (plan.stages[s].recomputes()) recomputing.push_back(static_cast<int>(s));
   }
   if (!recomputing.empty()) {
     limits.push_back(

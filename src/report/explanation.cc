@@ -57,15 +57,20 @@ std::string partition(const PlanExplanation& e) {
 }
 
 std::string recompute(const PlanExplanation& e) {
-  if (e.recompute.size() == 1 && e.recompute[0].first == RecomputePolicy::kNone) {
+  if (e.recompute.size() == 1 && e.recompute[0].first == RecomputePolicy::kNone &&
+      e.recompute_layers == 0) {
     return "Recompute: none (everything fits in memory).";
+  }
+  std::string layers;
+  if (e.recompute_layers > 0) {
+    layers = fmt::format("; {} layer(s) recomputed in full on their own", e.recompute_layers);
   }
   return "Recompute: " +
          listed(e.recompute,
                 [](const auto& p) {
                   return fmt::format("{} on {} stage(s)", recompute_policy_name(p.first), p.second);
                 }) +
-         ", where memory is short.";
+         layers + ", where memory is short.";
 }
 
 std::string optimizer(const PlanExplanation& e) {

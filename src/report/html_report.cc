@@ -416,6 +416,7 @@ class DataBuilder {
                    {"head", head},
                    {"embedding", embedding},
                    {"recompute", recompute_policy_name(st.recompute)},
+                   {"recompute_layers", st.recompute_layers},
                    {"forward_per_micro_batch_s",
                     f == forward.end() || rep.micro_batches <= 0
                         ? 0.0

@@ -42,9 +42,9 @@ StageMemory stage_memory_of(const Plan& plan, const CostModel& cost, int stage,
   m.data_parallel = data_parallel > 0 ? data_parallel : static_cast<int64_t>(plan.replicas.size());
   m.zero_stage = plan.zero_stage;
   m.expert_parallel = plan.expert_parallel;
-  return cost.stage_memory(
-      LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, stage)},
-      DeviceGroup{devices}, m);
+  return stage_memory_with(
+      cost, LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, stage)},
+      DeviceGroup{devices}, m, st.recompute_layers);
 }
 
 // Each coarse action becomes the actions of its fine stages: forwards in pipeline order,
@@ -176,8 +176,9 @@ Result<ReplicaFacts> replica_facts(const AssembleOptions& o, const Plan& plan, s
       fixed[g] += m.total().value();
     }
     const Stage& st = plan.stages[s];
-    f.times[s] = cost.compute(LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, s)},
-                              DeviceGroup{rep.groups[g]}, st.recompute);
+    f.times[s] =
+        stage_compute(cost, LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, s)},
+                      DeviceGroup{rep.groups[g]}, st.recompute, st.recompute_layers);
   }
   f.budget.assign(p, std::numeric_limits<double>::infinity());
   if (!o.check_memory) return f;
@@ -440,7 +441,6 @@ std::vector<int64_t> vocab_shard_ends(int64_t vocab, const std::vector<double>& 
   return ends;
 }
 
-Result<Plan> assemble_plan(const AssembleOptions& o, const Candidate& c, const CostModel& cost) {
 int64_t vocab_row_granule(const Candidate& c) {
   int64_t granule = 1;
   for (const PipelineSpec& rep : c.replicas) {
@@ -451,6 +451,7 @@ int64_t vocab_row_granule(const Candidate& c) {
   return granule;
 }
 
+Result<Plan> assemble_plan(const AssembleOptions& o, const Candidate& c, const CostModel& cost) {
   MOTLEY_RETURN_IF_ERROR(check_candidate(o, c));
 
   // The common refinement of every replica's stage bounds (and the head on its own, to split).
@@ -487,6 +488,12 @@ int64_t vocab_row_granule(const Candidate& c) {
       while (rep.bounds[cs + 1] <= fine[s]) ++cs;
       coarse_of[r][s] = cs;
       plan.stages[s].recompute = std::max(plan.stages[s].recompute, rep.recompute[cs]);
+    }
+  }
+  for (Stage& st : plan.stages) {
+    if (st.recompute == RecomputePolicy::kFull) continue;
+    for (int l : c.recompute_layers) {
+      if (l >= st.layer_begin && l < st.layer_end) st.recompute_layers.push_back(l);
     }
   }
 

@@ -86,7 +86,8 @@ class Builder {
         const Stage& st = plan_.stages[s];
         const LayerRange layers{st.layer_begin, st.layer_end, vocab_share(plan_.stages, s)};
         group.devices = rep.groups[rep.stage_group[s]].devices;
-        const ComputeTimes t = cost_.compute(layers, group, st.recompute);
+        const ComputeTimes t =
+            stage_compute(cost_, layers, group, st.recompute, st.recompute_layers);
         // Without an explicit R the recompute runs inside the backward that needs it.
         const double folded = scratch_.explicit_recompute[at(r, s)] ? 0.0 : t.recompute.value();
         SimGraph::StageTimes& times = scratch_.stage_times[at(r, s)];
@@ -101,7 +102,8 @@ class Builder {
         mem.data_parallel = n_rep;
         mem.zero_stage = plan_.zero_stage;
         mem.expert_parallel = plan_.expert_parallel;
-        out_.stage_memory[at(r, s)] = cost_.stage_memory(layers, group, mem);
+        out_.stage_memory[at(r, s)] =
+            stage_memory_with(cost_, layers, group, mem, st.recompute_layers);
       }
     }
   }
@@ -191,7 +193,7 @@ class Builder {
         const Stage& st = plan_.stages[s];
         const std::vector<int>& mine =
             plan_.replicas[r].groups[plan_.replicas[r].stage_group[s]].devices;
-        double exchange = 0;
+        double exchange = 0, recomputed = 0;
         for (int l = st.layer_begin; l < st.layer_end; ++l) {
           const Bytes bytes = cost_.expert_dispatch_bytes(l);
           if (bytes.value() <= 0) continue;
@@ -211,15 +213,14 @@ class Builder {
                                       .value());
           }
           exchange += 2 * slowest;  // dispatch and combine
+          if (st.policy_of(l) == RecomputePolicy::kFull) recomputed += 2 * slowest;
         }
         if (exchange == 0) continue;
         SimGraph::StageTimes& times = scratch_.stage_times[at(r, s)];
         times[kind_index(ActionKind::kForward)] += exchange;
         times[kind_index(ActionKind::kBackwardInput)] += exchange;
         times[kind_index(ActionKind::kBackward)] += exchange;
-        if (st.recompute == RecomputePolicy::kFull) {
-          times[kind_index(ActionKind::kRecompute)] += exchange;
-        }
+        times[kind_index(ActionKind::kRecompute)] += recomputed;
       }
     }
   }

@@ -653,6 +653,31 @@ TEST(Simulate, RecomputeIsAddedToTheBackwardUnlessThePlanListsIt) {
   EXPECT_EQ(res.timeline[2].end, Seconds(3.5));  // I after R, without the recompute again
 }
 
+// Per-layer recompute: a stage of three layers recomputing only layer 1 (in full) pays that
+// layer's recompute and keeps that layer's input only; the others keep everything.
+TEST(Simulate, PerLayerRecomputePaysAndSavesForItsLayersOnly) {
+  FixedCostSpec spec = uniform_spec(3, {Seconds(1), Seconds(2), Seconds(3), Seconds(0.5)});
+  spec.layers[1].times.recompute = Seconds(0.25);
+  for (FixedLayer& l : spec.layers) l.activations = {Bytes(100), Bytes(50), Bytes(5)};
+  const FixedCostModel cost(make_fixed_cluster({"H100-SXM"}, 1, kFreeIntra, kFreeInter), spec);
+  Plan plan = pipeline_plan(1, 1, 2, {acts("0F0 0F1 0R0 0I0 0W0 0R1 0I1 0W1")});
+  plan.stages[0].layer_end = 3;
+  plan.stages[0].recompute_layers = {1};
+  SimOptions options = compute_only();
+  options.record_timeline = true;
+  const SimResult res = run_ok(options, plan, cost);
+  // Per micro-batch: F 3, R 0.25 (layer 1 alone), I 6, W 9.
+  EXPECT_EQ(res.iteration_time, Seconds(2 * (3 + 0.25 + 6 + 9)));
+  EXPECT_EQ(res.timeline[2].end - res.timeline[2].start, Seconds(0.25));
+  // Two micro-batches in flight, each keeping 100 + 5 + 100.
+  EXPECT_EQ(res.devices[0].peak_memory, Bytes(2 * 205));
+  // Layer 1 recomputing with the stage's others under selective: 50 + 5 + 50 kept.
+  plan.stages[0].recompute = RecomputePolicy::kSelective;
+  const SimResult selective = run_ok(options, plan, cost);
+  EXPECT_EQ(selective.devices[0].peak_memory, Bytes(2 * 105));
+  EXPECT_EQ(selective.timeline[2].end - selective.timeline[2].start, Seconds(0.5 + 0.25 + 0.5));
+}
+
 // ---------------------------------------------------------------- errors
 
 TEST(Simulate, DeadlockIsInfeasibleAndNamesAStuckTask) {

@@ -160,6 +160,10 @@ Result<Candidate> candidate_from_plan(const Plan& plan) {
     c.replicas.push_back(std::move(spec));
   }
   if (!shape) return invalid_argument("the plan has no replicas");
+  for (const Stage& st : plan.stages) {
+    c.recompute_layers.insert(c.recompute_layers.end(), st.recompute_layers.begin(),
+                              st.recompute_layers.end());
+  }
   c.schedule = schedule_named(plan.schedule, shape->first, shape->second);
   return c;
 }
@@ -199,6 +203,13 @@ std::string candidate_key(const Candidate& c) {
     k += 'r';
     for (RecomputePolicy p : r.recompute) append_number(&k, static_cast<int>(p));
     k += ';';
+  }
+  if (!c.recompute_layers.empty()) {
+    k += 'L';
+    for (int l : c.recompute_layers) {
+      append_number(&k, l);
+      k += ',';
+    }
   }
   return k;
 }

@@ -267,5 +267,54 @@ TEST(MegatronArgumentsTest, MapZeroStagesAndExpertParallelism) {
   }
 }
 
+// Per-layer recompute of the first N layers of every stage is Megatron's block method; any
+// other choice of layers is listed as not expressed, and the closest plan recomputes the first
+// N of every stage.
+TEST(MegatronArgumentsTest, PerLayerRecomputeIsTheBlockMethodWhereItCanBe) {
+  EightOnTwoNodes c;
+  c.options.strategy = "megatron-1f1b";
+  c.options.constraints.tensor_parallel = 1;
+  c.options.constraints.pipeline_parallel = 2;
+  Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  Plan plan = r->plan;
+  ASSERT_EQ(plan.stages.size(), 2u);
+  for (Stage& s : plan.stages) {
+    s.recompute = RecomputePolicy::kNone;
+    s.recompute_layers = {s.layer_begin, s.layer_begin + 1};
+  }
+  auto flags = [](const MegatronArguments& args) {
+    std::string out;
+    for (const std::string& a : args.arguments) out += a + " ";
+    return out;
+  };
+  MegatronArguments args = megatron_arguments(plan, c.model, c.cluster);
+  EXPECT_NE(flags(args).find("--recompute-granularity full --recompute-method block "
+                             "--recompute-num-layers 2 "),
+            std::string::npos)
+      << flags(args);
+  for (const std::string& why : args.not_expressed) {
+    EXPECT_EQ(why.find("recompute"), std::string::npos) << why;
+  }
+  plan.stages[1].recompute_layers = {plan.stages[1].layer_begin + 1};
+  args = megatron_arguments(plan, c.model, c.cluster);
+  bool listed = false;
+  for (const std::string& why : args.not_expressed) {
+    listed = listed || why.find(
+                           "per-layer recompute of other layers than the first 2 of every "
+                           "stage") != std::string::npos;
+  }
+  EXPECT_TRUE(listed);
+  Result<StrategyOutcome> closest = closest_megatron_plan(plan, c.model, c.cluster, c.options);
+  ASSERT_TRUE(closest.is_ok()) << closest.status().message();
+  ASSERT_EQ(closest->strategy, "megatron-layout") << closest->detail;
+  for (const Stage& s : closest->plan.stages) {
+    EXPECT_EQ(s.recompute_layers, (std::vector<int>{s.layer_begin, s.layer_begin + 1}));
+  }
+  EXPECT_NE(closest->detail.find("the first 2 layer(s) of every stage recomputed"),
+            std::string::npos)
+      << closest->detail;
+}
+
 }  // namespace
 }  // namespace motley::tune_internal::tune_testing

@@ -20,6 +20,39 @@
 namespace motley {
 namespace {
 
+// The layers of a stage that Megatron-LM's recompute counts: its transformer layers, not the
+// embedding or the head.
+std::vector<int> recomputable_layers(const ModelSpec& model, const Stage& s) {
+  std::vector<int> out;
+  for (int l = s.layer_begin; l < s.layer_end; ++l) {
+    const LayerKind kind = model.layers[l].kind;
+    if (kind != LayerKind::kEmbedding && kind != LayerKind::kHead) out.push_back(l);
+  }
+  return out;
+}
+
+// Per-layer recompute as Megatron-LM's block method (--recompute-method block): the first N
+// transformer layers of every stage, the others keeping their activations. N, the longest
+// list (0: no stage lists layers); `exact` false when some stage recomputes other layers than
+// its first min(N, k) or also a whole policy, which the block method cannot say.
+struct BlockRecompute {
+  int layers = 0;
+  bool exact = true;
+};
+BlockRecompute block_recompute(const Plan& plan, const ModelSpec& model) {
+  BlockRecompute b;
+  for (const Stage& s : plan.stages) {
+    b.layers = std::max(b.layers, static_cast<int>(s.recompute_layers.size()));
+  }
+  if (b.layers == 0) return b;
+  for (const Stage& s : plan.stages) {
+    const std::vector<int> own = recomputable_layers(model, s);
+    const std::vector<int> first(own.begin(), own.begin() + std::min<size_t>(own.size(), b.layers));
+    if (s.recompute != RecomputePolicy::kNone || s.recompute_layers != first) b.exact = false;
+  }
+  return b;
+}
+
 std::string join(const std::vector<std::string>& items, const std::string& sep) {
   std::string out;
   for (const std::string& s : items) out += (out.empty() ? "" : sep) + s;
@@ -200,6 +233,15 @@ MegatronArguments megatron_arguments(const Plan& plan, const ModelSpec& model,
         "speed; the layout above still places the layers as the plan does",
         join(std::vector<std::string>(types.begin(), types.end()), ", ")));
   }
+  // Per-layer recompute: Megatron's block method, the first N layers of every stage.
+  const BlockRecompute block = block_recompute(plan, model);
+  if (!block.exact) {
+    why.push_back(fmt::format(
+        "per-layer recompute of other layers than the first {} of every stage: Megatron's block "
+        "method recomputes the first N transformer layers of each stage in full and nothing "
+        "else; the arguments use N = {}",
+        block.layers, block.layers));
+  }
   // Recompute: one policy for every stage.
   std::map<RecomputePolicy, int> policies;
   for (const Stage& s : plan.stages) ++policies[s.recompute];
@@ -260,6 +302,10 @@ MegatronArguments megatron_arguments(const Plan& plan, const ModelSpec& model,
     add("--recompute-granularity", "full");
     add("--recompute-method", "uniform");
     add("--recompute-num-layers", "1");
+  } else if (recompute == RecomputePolicy::kNone && block.layers > 0) {
+    add("--recompute-granularity", "full");
+    add("--recompute-method", "block");
+    add("--recompute-num-layers", std::to_string(block.layers));
   }
   if (plan.zero_stage >= 1 && out.data_parallel > 1) add("--use-distributed-optimizer");
   if (plan.zero_stage >= 2 && out.data_parallel > 1 && out.pipeline_parallel == 1) {
@@ -333,6 +379,15 @@ Result<Plan> megatron_form(const Plan& sharded, const ModelSpec& model, const Cl
   for (const Stage& s : plan.stages) policy = std::max(policy, s.recompute);
   const int v = stages / p;
   Candidate c;
+  // Without a whole policy, per-layer recompute as the block method runs it.
+  const BlockRecompute block = block_recompute(plan, model);
+  if (policy == RecomputePolicy::kNone && block.layers > 0) {
+    for (const Stage& s : plan.stages) {
+      const std::vector<int> own = recomputable_layers(model, s);
+      c.recompute_layers.insert(c.recompute_layers.end(), own.begin(),
+                                own.begin() + std::min<size_t>(own.size(), block.layers));
+    }
+  }
   c.micro_batch_size = plan.micro_batch_size;
   c.schedule = ScheduleSpec::named(v == 1 ? ScheduleKind::k1f1b : ScheduleKind::kInterleaved, v);
   // Megatron-FSDP's ZeRO-2 and -3 run without a pipeline only.
@@ -378,11 +433,16 @@ Result<StrategyOutcome> closest_megatron_plan(const Plan& plan, const ModelSpec&
       o.feasible = true;
       const Replica& rep = kept->replicas.front();
       const RecomputePolicy policy = kept->stages.front().recompute;
+      const BlockRecompute block = block_recompute(kept.value(), model);
+      const std::string recompute =
+          block.layers > 0
+              ? fmt::format("the first {} layer(s) of every stage recomputed", block.layers)
+              : fmt::format("recompute {} on every stage", recompute_policy_name(policy));
       o.detail = fmt::format(
           "the plan's TP {} x PP {} x DP {} on its devices and its layer split, {} in every "
-          "replica with Megatron's stage map and order, recompute {} on every stage",
+          "replica with Megatron's stage map and order, {}",
           rep.groups.front().devices.size(), rep.groups.size(), kept->replicas.size(),
-          kept->schedule, recompute_policy_name(policy));
+          kept->schedule, recompute);
       o.iteration_time = sim->iteration_time;
       o.tokens_per_s = sim->throughput_tokens_per_s;
       kept->predicted = PredictedMetrics{sim->iteration_time, sim->throughput_tokens_per_s,

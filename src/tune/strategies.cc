@@ -71,6 +71,50 @@ std::vector<int> megatron_tp_degrees(const Context& ctx) {
   return tps;
 }
 
+// The layers of coarse stage `s` of `rep` that per-layer recompute may take (not the embedding
+// or the head), ranked by the activation bytes recomputing one in full saves per micro-batch
+// per second of recompute it costs on the stage's group, best first (ties by layer).
+std::vector<int> ranked_recompute_layers(const Context& ctx, const Candidate& c,
+                                         const PipelineSpec& rep,
+                                         const std::vector<int>& stage_group, int s) {
+  const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel);
+  const DeviceGroup group{rep.groups[stage_group[s]]};
+  MemoryOptions kept, full;
+  full.recompute = RecomputePolicy::kFull;
+  std::vector<std::pair<double, int>> by_rate;
+  for (int l = rep.bounds[s]; l < rep.bounds[s + 1]; ++l) {
+    const LayerKind kind = ctx.model().layers[l].kind;
+    if (kind == LayerKind::kEmbedding || kind == LayerKind::kHead) continue;
+    const LayerRange one{l, l + 1};
+    const double saved = (cost.stage_memory(one, group, kept).activations_per_micro_batch -
+                          cost.stage_memory(one, group, full).activations_per_micro_batch)
+                             .value();
+    if (saved <= 0) continue;
+    const double spent = cost.compute(one, group, RecomputePolicy::kFull).recompute.value();
+    by_rate.emplace_back(spent > 0 ? -saved / spent : -kInf, l);
+  }
+  std::sort(by_rate.begin(), by_rate.end());
+  std::vector<int> out;
+  for (const auto& [rate, l] : by_rate) out.push_back(l);
+  return out;
+}
+
+// `c` with coarse stage `s` of the replicas `cls` (structured like `rep`) recomputing exactly
+// `layers` on their own, nothing else.
+Candidate with_recompute_layers(const Candidate& c, const std::vector<int>& cls,
+                                const PipelineSpec& rep, int s, std::vector<int> layers) {
+  Candidate x = c;
+  for (int r : cls) x.replicas[r].recompute[s] = RecomputePolicy::kNone;
+  std::vector<int>& list = x.recompute_layers;
+  list.erase(std::remove_if(list.begin(), list.end(),
+                            [&](int l) { return l >= rep.bounds[s] && l < rep.bounds[s + 1]; }),
+             list.end());
+  list.insert(list.end(), layers.begin(), layers.end());
+  std::sort(list.begin(), list.end());
+  list.erase(std::unique(list.begin(), list.end()), list.end());
+  return x;
+}
+
 RecomputePolicy more_recompute(RecomputePolicy p) {
   return p == RecomputePolicy::kNone ? RecomputePolicy::kSelective : RecomputePolicy::kFull;
 }
@@ -718,6 +762,27 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
                                                                     : RecomputePolicy::kNone;
         });
       }
+      // Per-layer recompute: a stage recomputing all its layers keeps recomputing only the
+      // ones that save the most memory per second of recompute (all but one, or the better
+      // half), and a stage recomputing some of its layers one fewer, or half as many.
+      for (int s = 0; s < stages; ++s) {
+        const std::vector<int> ranked = ranked_recompute_layers(ctx_, c, rep, stage_group, s);
+        std::vector<int> listed;
+        for (int l : ranked) {
+          if (std::binary_search(c.recompute_layers.begin(), c.recompute_layers.end(), l)) {
+            listed.push_back(l);
+          }
+        }
+        const bool whole = rep.recompute[s] == RecomputePolicy::kFull;
+        if (!whole && (rep.recompute[s] != RecomputePolicy::kNone || listed.empty())) continue;
+        const std::vector<int>& from = whole ? ranked : listed;
+        const size_t k = from.size();
+        for (size_t n : {k - 1, (k + 1) / 2}) {
+          if (k == 0 || n >= k || (whole && n == 0)) continue;
+          add(with_recompute_layers(c, cls, rep, s,
+                                    std::vector<int>(from.begin(), from.begin() + n)));
+        }
+      }
       // A group at its memory limit that idles more than most may be holding back its warm-up
       // (schedules that adapt to memory): more recompute lets it keep more micro-batches.
       if (c.schedule.adaptive || c.schedule.kind == ScheduleKind::kZbH1 ||
@@ -731,6 +796,17 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
             continue;
           }
           apply([&](PipelineSpec& r) { r.recompute[s] = more_recompute(r.recompute[s]); });
+          // Or one more layer recomputed on its own, the one saving the most per second.
+          if (rep.recompute[s] != RecomputePolicy::kNone) continue;
+          std::vector<int> more;
+          bool added = false;
+          for (int l : ranked_recompute_layers(ctx_, c, rep, stage_group, s)) {
+            const bool listed =
+                std::binary_search(c.recompute_layers.begin(), c.recompute_layers.end(), l);
+            if (listed || !added) more.push_back(l);
+            added = added || !listed;
+          }
+          if (added) add(with_recompute_layers(c, cls, rep, s, more));
         }
       }
     }

@@ -41,9 +41,9 @@ Status validate_chosen(const Context& ctx, const Plan& plan, const CostModel& co
   validate.footprint = [&](int r, int g, int stage) {
     const Stage& st = plan.stages[stage];
     MemoryOptions m{st.recompute, 0, replicas, plan.zero_stage, plan.expert_parallel};
-    StageMemory mem =
-        cost.stage_memory(LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, stage)},
-                          DeviceGroup{plan.replicas[r].groups[g].devices}, m);
+    StageMemory mem = stage_memory_with(
+        cost, LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, stage)},
+        DeviceGroup{plan.replicas[r].groups[g].devices}, m, st.recompute_layers);
     return StageFootprint{mem.total(), mem.activations_per_micro_batch};
   };
   return validate_plan(plan, ctx.model(), ctx.cluster(), validate);
@@ -89,6 +89,7 @@ PlanExplanation explain(const Context& ctx, const Found& best, const SimResult& 
   std::map<RecomputePolicy, int> policies;
   for (RecomputePolicy p : first.recompute) ++policies[p];
   out.recompute.assign(policies.begin(), policies.end());
+  out.recompute_layers = static_cast<int>(c.recompute_layers.size());
 
   const int zero = ctx.options().zero_stage.value_or(c.zero_stage);
   if (zero > 0 && c.replicas.size() > 1) {

@@ -165,9 +165,9 @@ void expect_runnable(const Case& c, const TuneOptions& options, const Plan& plan
     const Stage& st = plan.stages[s];
     MemoryOptions m{st.recompute, 0, static_cast<int64_t>(plan.replicas.size()), plan.zero_stage,
                     plan.expert_parallel};
-    StageMemory mem =
-        cost->stage_memory(LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, s)},
-                           DeviceGroup{plan.replicas[r].groups[g].devices}, m);
+    StageMemory mem = stage_memory_with(
+        *cost, LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, s)},
+        DeviceGroup{plan.replicas[r].groups[g].devices}, m, st.recompute_layers);
     return StageFootprint{mem.total(), mem.activations_per_micro_batch};
   };
   Status valid = validate_plan(plan, c.model, c.cluster, validate);

@@ -162,6 +162,17 @@ class CostModel {
 // the shard's share of them (LayerRange::vocab_share): what every cost model does for a shard.
 // REQUIRES: a shard's range is one layer and its share in (0, 1].
 LayerRange whole(LayerRange shard);
+
+// Per-layer recompute (Stage::recompute_layers in plan.h): the layers `full_layers` of `layers`
+// recompute in full and the others under `policy`. Times: F, B and W as compute() gives them
+// for the range (recompute changes none of them), the recompute the sum of each layer's under
+// its own policy. Memory: as stage_memory() under `policy`, with the activations per
+// micro-batch of `full_layers` those of full recompute (their input only). With `full_layers`
+// empty these are compute() and stage_memory() themselves.
+ComputeTimes stage_compute(const CostModel& cost, LayerRange layers, const DeviceGroup& group,
+                           RecomputePolicy policy, const std::vector<int>& full_layers);
+StageMemory stage_memory_with(const CostModel& cost, LayerRange layers, const DeviceGroup& group,
+                              const MemoryOptions& options, const std::vector<int>& full_layers);
 ComputeTimes scaled(const ComputeTimes& whole, LayerRange shard);
 StageMemory scaled(const StageMemory& whole, LayerRange shard);
 

@@ -46,6 +46,8 @@ struct PlanExplanation {
   bool ends_with_head = false;
   // Recompute of the first replica: stages per policy, in policy order (none first).
   std::vector<std::pair<RecomputePolicy, int>> recompute;
+  // Layers recomputed in full on their own (per-layer recompute) in stages that recompute less.
+  int recompute_layers = 0;
   // ZeRO (Plan::zero_stage, 1 to 3) across this many data-parallel replicas; 0: none.
   int zero_stage = 0;
   int64_t zero_replicas = 0;

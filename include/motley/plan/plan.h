@@ -54,7 +54,17 @@ struct Stage {
   RecomputePolicy recompute = RecomputePolicy::kNone;
   int64_t vocab_begin = 0;  // both 0: not a shard, the whole layer range
   int64_t vocab_end = 0;
+  // Per-layer recompute: these layers of the stage (ascending, within [layer_begin, layer_end))
+  // recompute in full, keeping only their input; the others follow `recompute`, which is then
+  // none or selective. Megatron-LM's --recompute-method block recomputes a stage's first N.
+  std::vector<int> recompute_layers{};
   bool is_vocab_shard() const { return vocab_end > vocab_begin; }
+  // Whether the stage recomputes anything (an R action may run it).
+  bool recomputes() const {
+    return recompute != RecomputePolicy::kNone || !recompute_layers.empty();
+  }
+  // The policy layer `layer` of the stage runs under.
+  RecomputePolicy policy_of(int layer) const;
   friend bool operator==(const Stage&, const Stage&) = default;
 };
 

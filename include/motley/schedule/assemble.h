@@ -80,6 +80,9 @@ struct Candidate {
   // AssembleOptions::embedding_vocab is given and a layer lies between the two.
   bool vocab_parallel = false;
   bool vocab_embedding = false;
+  // Per-layer recompute: these layers (ascending) recompute in full in every replica, keeping
+  // only their input, wherever the stage holding them recomputes less (Stage::recompute_layers).
+  std::vector<int> recompute_layers{};
   bool operator==(const Candidate&) const = default;
 };
 
