@@ -9,6 +9,15 @@
 // gives  T >= sum_l min_k y[k] c[l][k];  we start from y[k] ~ 1 / (total work on k), the
 // "total work over aggregate throughput" bound, and improve it by pairwise ascent. Any y is a
 // valid bound, so an ascent that stops early only loosens it.
+//
+// A second bound holds for every plan too: one micro-batch's forward runs through the layers
+// in order and its input gradient back through them in reverse, each step on one device group
+// (at most a node, tensor-parallel), so the iteration takes at least the sum over the layers of
+// the fastest F + B(input) any group of any type achieves — the critical path of a single
+// micro-batch. It binds when the batch is small for the cluster. The embedding and the head are
+// left out of it (vocabulary parallelism spreads them over several groups at once), and so is
+// the first layer's backward (no gradient flows into the tokens). The bound per micro-batch
+// size is the larger of the two; the iteration's, the least over the sizes the planner may use.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -91,6 +100,7 @@ Seconds lower_bound(const Context& ctx) {
     const CostModel& cost = ctx.cost(b);
     const double micro_batches = static_cast<double>(ctx.global_batch()) / b;
     std::vector<std::vector<double>> c(layers, std::vector<double>(types.size()));
+    std::vector<double> latency(layers, std::numeric_limits<double>::infinity());
     std::vector<double> n;
     for (size_t k = 0; k < types.size(); ++k) {
       const TypeInfo& info = types[k];
@@ -112,6 +122,8 @@ Seconds lower_bound(const Context& ctx) {
               // The cheaper of a split and a fused backward: the planner may pick either.
               const Seconds backward = std::min(ct.backward(), ct.fused_backward());
               work = std::min(work, static_cast<double>(t) * (ct.forward + backward).value());
+              const Seconds input = l == 0 ? Seconds(0) : ct.backward_input;
+              latency[l] = std::min(latency[l], (ct.forward + input).value());
             }
             break;
           }
@@ -124,7 +136,18 @@ Seconds lower_bound(const Context& ctx) {
         c[l][k] = micro_batches * work + step;
       }
     }
-    best = std::min(best, best_dual(c, n));
+    double chain = 0;
+    const bool split_head = head_vocab(ctx.model()) > 0;
+    const bool split_embedding = embedding_vocab(ctx.model()) > 0;
+    for (int l = 0; l < layers; ++l) {
+      const LayerKind kind = ctx.model().layers[l].kind;
+      if (kind == LayerKind::kEmbedding || kind == LayerKind::kHead ||
+          (l == layers - 1 && split_head) || (l == 0 && split_embedding)) {
+        continue;
+      }
+      chain += latency[l];
+    }
+    best = std::min(best, std::max(best_dual(c, n), chain));
   }
   return Seconds(best);
 }
