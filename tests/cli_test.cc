@@ -645,6 +645,25 @@ TEST(CliTest, PerLayerRecomputePlansSimulateAndRun) {
   const auto reference = nlohmann::json::parse(sequential.out)["losses"].get<std::vector<double>>();
   ASSERT_EQ(losses.size(), 2u);
   for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(losses[i], reference[i], 1e-5 * reference[i]);
+  // From the command line: Megatron's block method, the first N layers of every stage.
+  RunResult block = run_motley(
+      "simulate --schedule 1f1b --model tiny-llama --cluster h100x8 --stages 2 --data-parallel 1 "
+      "--micro-batches 4 --recompute-layers 2 --json --out " +
+      listed);
+  ASSERT_EQ(block.exit_code, 0) << block.err;
+  const auto blocked = nlohmann::json::parse(read_file(listed));
+  EXPECT_EQ(blocked["stages"][0]["recompute_layers"], nlohmann::json::parse("[1, 2]"));
+  EXPECT_EQ(blocked["stages"][1]["recompute_layers"], nlohmann::json::parse("[3, 4]"));
+  RunResult megatron = run_motley("export megatron --plan " + listed);
+  ASSERT_EQ(megatron.exit_code, 0) << megatron.err;
+  EXPECT_NE(megatron.out.find("--recompute-method block --recompute-num-layers 2"),
+            std::string::npos)
+      << megatron.out;
+  RunResult both = run_motley(
+      "simulate --model tiny-llama --recompute full --recompute-layers 2 --schedule 1f1b");
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("cannot be combined with --recompute full"), std::string::npos)
+      << both.err;
   doc["stages"][1]["recompute_layers"] = {2};
   std::ofstream(listed) << doc.dump();
   RunResult outside = run_motley("simulate --plan " + listed);

@@ -47,6 +47,7 @@ struct SimulateOptions {
   std::optional<int64_t> seq_len;  // unset: the model's
   int tensor_parallel = 1;
   std::string recompute = "none";
+  int recompute_layers = 0;  // Megatron's --recompute-num-layers with the block method
   std::string partition = "uniform";
   bool sequence_parallel = false;
   bool zero1 = false;  // --zero1: --zero-stage 1
@@ -95,6 +96,12 @@ Result<Scenario> scenario_from_schedule(const SimulateOptions& opt) {
                                         join_alternatives(recompute_policy_names()),
                                         opt.recompute));
   }
+  if (opt.recompute_layers > 0 && *recompute != RecomputePolicy::kNone) {
+    return invalid_argument(fmt::format(
+        "--recompute-layers {} recomputes the first layers of every stage and leaves the others' "
+        "activations; it cannot be combined with --recompute {}",
+        opt.recompute_layers, opt.recompute));
+  }
   auto partition = parse_layer_split(opt.partition);
   std::vector<int> layer_counts;
   if (!partition) {
@@ -134,6 +141,7 @@ Result<Scenario> scenario_from_schedule(const SimulateOptions& opt) {
   u.micro_batch_size = opt.micro_batch_size;
   u.seq_len = opt.seq_len.value_or(s.model.default_seq_len);
   u.recompute = *recompute;
+  u.recompute_layers = opt.recompute_layers;
   u.partition = *partition;
   u.layer_counts = layer_counts;
   u.zero_stage = opt.zero1 ? 1 : opt.zero_stage;
@@ -273,6 +281,10 @@ std::vector<CLI::Option*> add_schedule_shape_options(CLI::App* cmd, SimulateOpti
           ->capture_default_str(),
       cmd->add_option("--recompute", opt->recompute, "none, selective or full")
           ->capture_default_str(),
+      cmd->add_option("--recompute-layers", opt->recompute_layers,
+                      "Recompute the first N layers of every stage in full, the others none "
+                      "(Megatron-LM's --recompute-method block --recompute-num-layers N)")
+          ->check(integer_in(1, kMaxOptionCount)),
       cmd->add_flag("--sequence-parallel", opt->sequence_parallel,
                     "Megatron-LM's sequence parallelism in the tensor-parallel groups"),
       cmd->add_option("--data-parallel", opt->data_parallel,

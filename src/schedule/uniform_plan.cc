@@ -147,6 +147,21 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
   } else {
     for (int count : o.layer_counts) bounds.push_back(bounds.back() + count);
   }
+  if (o.recompute_layers < 0 || (o.recompute_layers > 0 && o.recompute != RecomputePolicy::kNone)) {
+    return invalid_argument(fmt::format(
+        "{}'recompute_layers' {} recomputes the first layers of every stage on their own; it "
+        "needs a positive count and 'recompute' none, not {}",
+        kUniformPlan, o.recompute_layers, recompute_policy_name(o.recompute)));
+  }
+  for (size_t s = 0; s + 1 < bounds.size() && o.recompute_layers > 0; ++s) {
+    int taken = 0;
+    for (int l = bounds[s]; l < bounds[s + 1] && taken < o.recompute_layers; ++l) {
+      const LayerKind kind = model.layers[l].kind;
+      if (kind == LayerKind::kEmbedding || kind == LayerKind::kHead) continue;
+      c.recompute_layers.push_back(l);
+      ++taken;
+    }
+  }
   for (int k = 0; k < replicas; ++k) {
     PipelineSpec replica;
     replica.bounds = bounds;

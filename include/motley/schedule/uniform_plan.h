@@ -34,6 +34,10 @@ struct UniformPlanOptions {
   int64_t micro_batch_size = 1;
   int64_t seq_len = 0;  // 0: the model's default_seq_len
   RecomputePolicy recompute = RecomputePolicy::kNone;
+  // Per-layer recompute as Megatron-LM's block method (--recompute-num-layers N): the first N
+  // layers of every stage other than the embedding and the head recompute in full
+  // (Candidate::recompute_layers); 0: none. Needs `recompute` none.
+  int recompute_layers = 0;
   int zero_stage = 0;              // Plan::zero_stage
   int expert_parallel = 1;         // Plan::expert_parallel
   bool sequence_parallel = false;  // recorded in the plan (Plan::sequence_parallel)
