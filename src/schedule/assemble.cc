@@ -491,7 +491,7 @@ Result<Plan> assemble_plan(const AssembleOptions& o, const Candidate& c, const C
     }
   }
   for (Stage& st : plan.stages) {
-    if (st.recompute == RecomputePolicy::kFull) continue;
+    if (st.recompute == RecomputePolicy::kFull || st.is_vocab_shard()) continue;
     for (int l : c.recompute_layers) {
       if (l >= st.layer_begin && l < st.layer_end) st.recompute_layers.push_back(l);
     }

@@ -82,9 +82,14 @@ std::vector<int> ranked_recompute_layers(const Context& ctx, const Candidate& c,
   MemoryOptions kept, full;
   full.recompute = RecomputePolicy::kFull;
   std::vector<std::pair<double, int>> by_rate;
+  const int last = ctx.num_layers() - 1;
   for (int l = rep.bounds[s]; l < rep.bounds[s + 1]; ++l) {
     const LayerKind kind = ctx.model().layers[l].kind;
-    if (kind == LayerKind::kEmbedding || kind == LayerKind::kHead) continue;
+    if (kind == LayerKind::kEmbedding || kind == LayerKind::kHead ||
+        (l == 0 && embedding_vocab(ctx.model()) > 0) ||
+        (l == last && head_vocab(ctx.model()) > 0)) {
+      continue;
+    }
     const LayerRange one{l, l + 1};
     const double saved = (cost.stage_memory(one, group, kept).activations_per_micro_batch -
                           cost.stage_memory(one, group, full).activations_per_micro_batch)
