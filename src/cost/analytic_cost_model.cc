@@ -255,6 +255,9 @@ AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& 
   layer_costs_.reserve(n);
   kernels_.reserve(n);
   measured_.resize(n);
+  first_weight_pass_walks_all_ =
+      n > 0 && model_.layers[0].kind == LayerKind::kMeasured && model_.layers[0].measured &&
+      model_.layers[0].measured->weight_pass == WeightPass::kFullBackward;
 
   for (size_t i = 0; i < n; ++i) {
     const Layer& layer = model_.layers[i];
@@ -498,6 +501,14 @@ ComputeTimes AnalyticCostModel::compute(LayerRange layers, const DeviceGroup& gr
   out.backward_input = Seconds(sum.backward_input + comm);
   out.backward_weight = Seconds(sum.backward_weight);
   out.fused_backward_saving = Seconds(sum.fused_saving);
+  if (layers.begin == 0 && first_weight_pass_walks_all_) {
+    // The stage's input is data and needs no gradient, and a measured W walks the whole
+    // backward by itself: B has nothing to do. W keeps the TP collectives of the walk; one
+    // fused backward costs what it did.
+    out.backward_weight = Seconds(sum.backward_weight + comm);
+    out.fused_backward_saving = Seconds(sum.fused_saving - sum.backward_input);
+    out.backward_input = Seconds(0);
+  }
   switch (recompute) {
     case RecomputePolicy::kNone:
       out.recompute = Seconds(0);

@@ -502,6 +502,41 @@ TEST(AnalyticMeasured, FusedBackwardAsMeasured) {
   expect_close(t.fused_backward().value(), 15e-3 * ratio);
 }
 
+// A profile whose W walks the whole backward again (as the executor's does): a stage starting
+// at the first layer takes data, needs no input gradient, and its B does nothing while its W is
+// the walk; its fused backward costs the same. Other stages, and profiles timing W alone, keep
+// B and W as measured.
+TEST(AnalyticMeasured, AFullBackwardWeightPassLeavesTheFirstStageNoInputGradient) {
+  ModelSpec m = model_of({measured_layer(), measured_layer(), measured_layer()});
+  m.layers[1].name = "mixer1";
+  m.layers[2].name = "mixer2";
+  m.layers[1].measured->times.backward = milliseconds(17);
+  const auto plain = analytic(m, mixed_cluster(), workload(4096));
+  for (Layer& l : m.layers) l.measured->weight_pass = WeightPass::kFullBackward;
+  const auto walks = analytic(m, mixed_cluster(), workload(4096));
+  for (const DeviceGroup& g : {DeviceGroup{{0}}, DeviceGroup{{0, 1}}, DeviceGroup{{3}}}) {
+    const ComputeTimes before = plain->compute(LayerRange{0, 2}, g, RecomputePolicy::kNone);
+    const ComputeTimes after = walks->compute(LayerRange{0, 2}, g, RecomputePolicy::kNone);
+    EXPECT_EQ(after.backward_input.value(), 0.0);
+    EXPECT_DOUBLE_EQ(after.forward.value(), before.forward.value());
+    expect_close(after.fused_backward().value(), before.fused_backward().value());
+    const ComputeTimes layers =
+        plain->compute(LayerRange{0, 2}, DeviceGroup{{g.devices[0]}}, RecomputePolicy::kNone);
+    // W: the measured walks (no tensor parallelism: exactly the layers' W).
+    if (g.tp() == 1) {
+      EXPECT_DOUBLE_EQ(after.backward_weight.value(), layers.backward_weight.value());
+    }
+    const ComputeTimes middle = walks->compute(LayerRange{1, 3}, g, RecomputePolicy::kNone);
+    const ComputeTimes middle_plain = plain->compute(LayerRange{1, 3}, g, RecomputePolicy::kNone);
+    EXPECT_DOUBLE_EQ(middle.backward_input.value(), middle_plain.backward_input.value());
+    EXPECT_DOUBLE_EQ(middle.backward_weight.value(), middle_plain.backward_weight.value());
+  }
+  const ComputeTimes first =
+      walks->compute(LayerRange{0, 2}, DeviceGroup{{0}}, RecomputePolicy::kNone);
+  EXPECT_DOUBLE_EQ(first.backward_weight.value(), 16e-3);
+  EXPECT_DOUBLE_EQ(first.fused_backward().value(), 20e-3 + 17e-3);
+}
+
 TEST(AnalyticMeasured, OverrideWinsPerFieldAndMissingFieldsAreScaled) {
   ModelSpec m = model_of({measured_layer()});
   const auto cost = analytic(m, mixed_cluster(), workload(4096));

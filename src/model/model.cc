@@ -20,6 +20,9 @@ constexpr const char* kKinds[] = {"embedding", "attention",     "feed_forward", 
                                   "mamba",     "decoder_block", "patch_embedding", "vision_block",
                                   "projector", "head",          "measured"};
 static_assert(std::size(kKinds) == static_cast<size_t>(LayerKind::kMeasured) + 1);
+// Indexed by WeightPass, in declaration order.
+constexpr const char* kWeightPasses[] = {"weights_only", "full_backward"};
+static_assert(std::size(kWeightPasses) == static_cast<size_t>(WeightPass::kFullBackward) + 1);
 
 }  // namespace
 
@@ -50,6 +53,12 @@ std::optional<LayerKind> parse_layer_kind(std::string_view name) {
 }
 
 std::vector<std::string> layer_kind_names() { return names_in(kKinds); }
+
+const char* weight_pass_name(WeightPass pass) { return name_in(kWeightPasses, pass); }
+
+std::optional<WeightPass> parse_weight_pass(std::string_view name) {
+  return parse_name_in<WeightPass>(kWeightPasses, name);
+}
 
 int64_t head_vocab(const ModelSpec& model) {
   if (model.layers.empty()) return 0;

@@ -129,6 +129,7 @@ Json projector_to_json(const ProjectorShape& p) {
 Json measured_to_json(const MeasuredLayer& m) {
   Json j = measured_times_to_json(m.times);
   j["measured_on"] = m.measured_on;
+  if (m.weight_pass != WeightPass::kWeightsOnly) j["weight_pass"] = weight_pass_name(m.weight_pass);
   if (!m.times_by_device.empty()) {
     Json by_device = Json::object();
     for (const auto& [device, times] : m.times_by_device) {
@@ -325,9 +326,11 @@ Result<MeasuredLayer> measured_from_json(const JsonField& f) {
   MOTLEY_RETURN_IF_ERROR(f.check_keys(
       {"measured_on", "forward_s", "backward_input_s", "backward_weight_s", "selective_recompute_s",
        "backward_s", "times_by_device", "times_by_tp", "seq_len", "micro_batch_size", "param_bytes",
-       "activation_bytes", "output_bytes", "vocab"}));
+       "activation_bytes", "output_bytes", "vocab", "weight_pass"}));
   MeasuredLayer m;
   MOTLEY_ASSIGN_OR_RETURN(m.measured_on, f.get_string("measured_on"));
+  MOTLEY_ASSIGN_OR_RETURN(m.weight_pass,
+                          weight_pass_from_json(f, "weight_pass", WeightPass::kWeightsOnly));
   // The times on measured_on are the layer's reference; all three are needed.
   for (std::string_view key : {"forward_s", "backward_input_s", "backward_weight_s"}) {
     if (!f.has(key)) return f.child_error(key, "is missing");
@@ -855,6 +858,21 @@ Result<MeasuredTimes> measured_times_from_json(const JsonField& field) {
     t.backward = Seconds(v);
   }
   return t;
+}
+
+Result<WeightPass> weight_pass_from_json(const JsonField& field, std::string_view key,
+                                         WeightPass fallback) {
+  if (!field.has(key)) return fallback;
+  MOTLEY_ASSIGN_OR_RETURN(std::string name, field.get_string(key));
+  std::optional<WeightPass> pass = parse_weight_pass(name);
+  if (!pass) {
+    return field.child_error(
+        key, fmt::format("unknown weight pass \"{}\"; expected \"weights_only\" (W computes only "
+                         "the weights' gradients) or \"full_backward\" (W walks the layer's "
+                         "whole backward again, as motley's executor does)",
+                         name));
+  }
+  return *pass;
 }
 
 Json times_by_tp_to_json(const std::map<std::string, std::map<int, MeasuredTimes>>& by_tp) {

@@ -30,6 +30,7 @@ struct Entry {
 
 struct Defaults {
   std::optional<std::string> measured_on;
+  WeightPass weight_pass = WeightPass::kWeightsOnly;
   int64_t seq_len = kDefaultSeqLen;
   int64_t micro_batch_size = kDefaultMicroBatchSize;
 };
@@ -49,7 +50,10 @@ Result<Entry> entry_from_json(const JsonField& f, const Defaults& defaults, int 
       "name",        "repeat",           "measured_on",  "seq_len",         "micro_batch_size",
       "param_bytes", "activation_bytes", "output_bytes", "times_by_device", "vocab"};
   for (std::string_view k : time_keys(version)) keys.push_back(k);
-  if (version >= 2) keys.push_back("times_by_tp");
+  if (version >= 2) {
+    keys.push_back("times_by_tp");
+    keys.push_back("weight_pass");
+  }
   MOTLEY_RETURN_IF_ERROR(f.check_keys(keys));
   Entry e;
   MOTLEY_ASSIGN_OR_RETURN(e.name, f.get_string("name"));
@@ -67,6 +71,8 @@ Result<Entry> entry_from_json(const JsonField& f, const Defaults& defaults, int 
                          "once at the top level");
   }
   if (m.measured_on.empty()) return f.child_error("measured_on", "must not be empty");
+  MOTLEY_ASSIGN_OR_RETURN(m.weight_pass,
+                          weight_pass_from_json(f, "weight_pass", defaults.weight_pass));
   MOTLEY_ASSIGN_OR_RETURN(m.seq_len, f.get_int_in_or("seq_len", kSeqLens, defaults.seq_len));
   MOTLEY_ASSIGN_OR_RETURN(m.micro_batch_size, f.get_int_in_or("micro_batch_size", kMicroBatchSizes,
                                                               defaults.micro_batch_size));
@@ -138,7 +144,8 @@ bool same_times_map(const std::map<Key, MeasuredTimes>& a, const std::map<Key, M
 }
 
 bool same_measurement(const MeasuredLayer& a, const MeasuredLayer& b) {
-  if (a.measured_on != b.measured_on || !same_times(a.times, b.times) || a.seq_len != b.seq_len ||
+  if (a.measured_on != b.measured_on || a.weight_pass != b.weight_pass ||
+      !same_times(a.times, b.times) || a.seq_len != b.seq_len ||
       a.micro_batch_size != b.micro_batch_size || a.param_bytes != b.param_bytes ||
       a.activation_bytes != b.activation_bytes || a.output_bytes != b.output_bytes ||
       a.vocab != b.vocab || !same_times_map(a.times_by_device, b.times_by_device) ||
@@ -171,6 +178,7 @@ Json entry_to_json(const std::string& name, int64_t repeat, const MeasuredLayer&
   j["name"] = name;
   if (repeat > 1) j["repeat"] = repeat;
   j["measured_on"] = m.measured_on;
+  if (m.weight_pass != WeightPass::kWeightsOnly) j["weight_pass"] = weight_pass_name(m.weight_pass);
   j["seq_len"] = m.seq_len;
   j["micro_batch_size"] = m.micro_batch_size;
   j.update(measured_times_to_json(m.times));
@@ -201,14 +209,16 @@ Result<ModelSpec> profile_from_json(const Json& profile, const std::string& sour
     return root.error(
         fmt::format("expected a profile object, got {}", describe_json_value(profile)));
   }
-  MOTLEY_RETURN_IF_ERROR(root.check_keys(
-      {"format", "name", "measured_on", "seq_len", "micro_batch_size", "dtype", "layers"}));
   MOTLEY_ASSIGN_OR_RETURN(std::string format, root.get_string("format"));
   if (!is_profile_format(format)) {
     return root.child_error("format", fmt::format("expected \"{}\" or \"{}\", got \"{}\"",
                                                   kProfileFormat, kProfileFormatV1, format));
   }
   const int version = format == kProfileFormatV1 ? 1 : 2;
+  std::vector<std::string_view> root_keys = {"format",           "name",  "measured_on", "seq_len",
+                                             "micro_batch_size", "dtype", "layers"};
+  if (version >= 2) root_keys.push_back("weight_pass");
+  MOTLEY_RETURN_IF_ERROR(root.check_keys(root_keys));
   ModelSpec model;
   model.family = "profile";
   MOTLEY_ASSIGN_OR_RETURN(model.name, root.get_string_or("name", "profile"));
@@ -225,6 +235,8 @@ Result<ModelSpec> profile_from_json(const Json& profile, const std::string& sour
   if (root.has("measured_on")) {
     MOTLEY_ASSIGN_OR_RETURN(defaults.measured_on, root.get_string("measured_on"));
   }
+  MOTLEY_ASSIGN_OR_RETURN(defaults.weight_pass,
+                          weight_pass_from_json(root, "weight_pass", WeightPass::kWeightsOnly));
   MOTLEY_ASSIGN_OR_RETURN(defaults.seq_len,
                           root.get_int_in_or("seq_len", kSeqLens, kDefaultSeqLen));
   MOTLEY_ASSIGN_OR_RETURN(

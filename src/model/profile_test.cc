@@ -305,6 +305,57 @@ TEST(ProfileV2, VersionOneFilesLoadUnchanged) {
             0u);
 }
 
+// How W was timed: "full_backward" at the top level applies to every entry that does not say
+// otherwise; it survives the profile and the model format; the default is "weights_only", which
+// neither writes.
+TEST(ProfileV2, WeightPassIsReadAtTheTopOrPerEntryAndRoundTrips) {
+  const std::string text = R"({
+  "format": "motley.profile/2", "name": "walked", "measured_on": "T4",
+  "weight_pass": "full_backward",
+  "layers": [
+    {"name": "embed", "forward_s": 0.001, "backward_weight_s": 0.001},
+    {"name": "block", "repeat": 2, "forward_s": 0.002, "backward_input_s": 0.002,
+     "backward_weight_s": 0.003},
+    {"name": "head", "weight_pass": "weights_only", "forward_s": 0.001,
+     "backward_input_s": 0.001, "backward_weight_s": 0.001}
+  ]})";
+  Result<ModelSpec> m = profile_from_json(parse_or_die(text), "p.json");
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  std::vector<WeightPass> passes;
+  for (const Layer& l : m->layers) passes.push_back(l.measured->weight_pass);
+  EXPECT_EQ(passes, (std::vector<WeightPass>{WeightPass::kFullBackward, WeightPass::kFullBackward,
+                                             WeightPass::kFullBackward, WeightPass::kWeightsOnly}));
+  const Json written = profile_to_json(*m);
+  EXPECT_EQ(written["layers"][0]["weight_pass"], "full_backward");
+  EXPECT_FALSE(written["layers"][2].contains("weight_pass"));
+  Result<ModelSpec> back = profile_from_json(written, "written.json");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(profile_to_json(*back), written);
+  Result<ModelSpec> via_model = model_from_json(model_to_json(*m), "m.json");
+  ASSERT_TRUE(via_model.is_ok()) << via_model.status().message();
+  EXPECT_EQ(profile_to_json(*via_model), written);
+  // Without the key every layer is "weights_only", as profiles were read before.
+  Result<ModelSpec> old = profile_from_json(parse_or_die(kV2Example), "p.json");
+  ASSERT_TRUE(old.is_ok());
+  for (const Layer& l : old->layers) EXPECT_EQ(l.measured->weight_pass, WeightPass::kWeightsOnly);
+}
+
+TEST(ProfileV2Errors, UnknownWeightPassNamesTheChoices) {
+  const std::string expected =
+      "unknown weight pass \"fused\"; expected \"weights_only\" (W computes only the weights' "
+      "gradients) or \"full_backward\" (W walks the layer's whole backward again, as motley's "
+      "executor does)";
+  EXPECT_EQ(error_for(one_entry(R"("forward_s": 1, "weight_pass": "fused")")),
+            "p.json: field 'layers[0].weight_pass': " + expected);
+  EXPECT_EQ(error_for(R"({"format": "motley.profile/2", "measured_on": "T4",
+    "weight_pass": "fused", "layers": [{"name": "x", "forward_s": 1}]})"),
+            "p.json: field 'weight_pass': " + expected);
+  EXPECT_EQ(
+      error_for(one_entry(R"("forward_s": 1, "weight_pass": "weights_only")", "motley.profile/1"))
+          .rfind("p.json: field 'layers[0].weight_pass': unknown field", 0),
+      0u);
+}
+
 TEST(ProfileV2Errors, DegreesOutsideTwoTo65536) {
   for (const char* degree : {"1", "0", "65537", "-2", "02", "2.0", "two", ""}) {
     EXPECT_EQ(error_for(one_entry(std::string(R"("forward_s": 1, "times_by_tp": {"cpu": {")") +

@@ -472,6 +472,8 @@ Result<LayerProfile> profile_layers(const LayerProfileOptions& options, const Mo
   for (const DistinctLayer& d : out.distinct) {
     MeasuredLayer m;
     m.measured_on = out.device_type;
+    // W is timed as the executor runs it: the layer's whole backward walked again.
+    m.weight_pass = WeightPass::kFullBackward;
     m.times = d.measurements[0].times;
     for (size_t k = 1; k < d.measurements.size(); ++k) {
       m.times_by_tp[out.device_type][d.measurements[k].tp] = d.measurements[k].times;

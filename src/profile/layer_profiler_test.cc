@@ -105,6 +105,8 @@ TEST(LayerProfiler, WritesAProfileThatLoadsBackAsMeasuredLayers) {
     EXPECT_EQ(l.kind, LayerKind::kMeasured);
     ASSERT_TRUE(l.measured.has_value());
     EXPECT_EQ(l.measured->measured_on, "cpu");
+    // W is timed as the executor runs it, walking the whole backward again.
+    EXPECT_EQ(l.measured->weight_pass, WeightPass::kFullBackward);
     EXPECT_EQ(l.measured->seq_len, 16);
     EXPECT_EQ(l.measured->micro_batch_size, 2);
     EXPECT_EQ(l.measured->times.forward, back->layers[i == 0 ? 0 : i].measured->times.forward);

@@ -158,6 +158,9 @@ class AnalyticCostModel final : public CostModel {
   std::vector<LayerCost> layer_costs_;
   std::vector<std::vector<Kernel>> kernels_;
   std::vector<MeasuredRates> measured_;  // per layer; used only for kMeasured layers
+  // The first layer is measured with WeightPass::kFullBackward: a stage starting there prices
+  // its B as nothing and its W as the whole backward (docs/cost-model.md, "Measured layers").
+  bool first_weight_pass_walks_all_ = false;
   // Prefix sums over layers of device-independent figures.
   std::vector<double> stored_params_prefix_;
   std::vector<double> expert_params_prefix_;  // routed experts' parameters, prefix sums

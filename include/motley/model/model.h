@@ -139,8 +139,18 @@ struct MeasuredTimes {
   std::optional<Seconds> backward;
 };
 
+// What a measured W (backward_weight) did. kWeightsOnly: only the weights' gradients, from
+// the input gradients B computed. kFullBackward: the whole backward graph of the layer walked
+// again from its output, as motley's executor runs W (`motley profile layers` measures so), so
+// a W alone does everything a stage whose input needs no gradient (the first one) needs, and
+// that stage's B does nothing.
+enum class WeightPass { kWeightsOnly, kFullBackward };
+const char* weight_pass_name(WeightPass pass);
+std::optional<WeightPass> parse_weight_pass(std::string_view name);
+
 struct MeasuredLayer {
   std::string measured_on;                               // device type name of `times`
+  WeightPass weight_pass = WeightPass::kWeightsOnly;     // how `times` measured W
   MeasuredTimes times;                                   // all three present
   std::map<std::string, MeasuredTimes> times_by_device;  // overrides per device type name
   // Times per device of a tensor-parallel group, its collectives included: device type name,

@@ -44,6 +44,10 @@ int64_t hidden_width_written(const Layer& layer);
 // other keys (and so which of them its format allows).
 Json measured_times_to_json(const MeasuredTimes& times);
 Result<MeasuredTimes> measured_times_from_json(const JsonField& field);
+// A measured layer's "weight_pass" under `key` of `field`: "weights_only" or "full_backward"
+// (WeightPass); `fallback` when the key is absent.
+Result<WeightPass> weight_pass_from_json(const JsonField& field, std::string_view key,
+                                         WeightPass fallback);
 
 // Tensor-parallel degrees a measured layer's "times_by_tp" may name: 2 to kMaxHeads (a degree
 // of 1 is the layer's own times; no layer splits over more devices than it has heads).
