@@ -6,7 +6,8 @@
 # and on what else runs on it.
 #
 # Usage: scripts/fidelity-check.sh [BUILD_DIR]   (default: build)
-# Environment: MODEL (default bench/fidelity/small-llama: a 4-million-parameter Llama, hidden
+# Environment: ROUNDS (default 3: each round profiles the layers and runs every plan once; the
+# figures are medians over the rounds), MODEL (default bench/fidelity/small-llama: a 4-million-parameter Llama, hidden
 # 256, 4 layers, 256 tokens, whose layers take 5-15 ms on one core; tiny-llama's take under
 # 1 ms, mostly per-operator overhead and the scheduler's noise), STEPS (fidelity steps per plan, default 8), WARMUP
 # (default 2), PROFILE_STEPS (default 6), MICRO_BATCHES (per replica, default 8), KEEP (a
@@ -34,6 +35,7 @@ MODEL=${MODEL:-$(cd "$(dirname "$0")/.." && pwd)/bench/fidelity/small-llama/conf
 STEPS=${STEPS:-8}
 WARMUP=${WARMUP:-2}
 PROFILE_STEPS=${PROFILE_STEPS:-6}
+ROUNDS=${ROUNDS:-3}
 MB=${MICRO_BATCHES:-8}
 if [[ -n "${KEEP:-}" ]]; then
   DIR=$KEEP
@@ -65,9 +67,14 @@ YAML
 if [[ -n "${CLUSTER:-}" ]]; then cp "$CLUSTER" "$DIR/cpu2.yaml"; fi
 
 # --- The profile: every layer its own stage on one device, two such runs at once. ---
+# make_profile OUT: writes the profile to OUT (its traces beside it).
+make_profile() {
+local out=$1 tag
+tag=$(basename "$out" .json)
 if [[ -n "${PROFILE:-}" ]]; then
-  cp "$PROFILE" "$DIR/profile.json"
-else
+  cp "$PROFILE" "$out"
+  return
+fi
 LAYERS=$("$MOTLEY" model show "$MODEL" --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["layers"]))')
 "$MOTLEY" simulate --model "$MODEL" --cluster "$DIR/cpu1.yaml" --schedule interleaved --stages 1 \
   --virtual-stages "$LAYERS" --micro-batches 4 --out "$DIR/profile-plan.json" >/dev/null
@@ -91,12 +98,12 @@ for kind in split fused; do
   [[ $kind == split ]] && plan="$DIR/profile-plan-split.json"
   for copy in 0 1; do
     "$MOTLEY" run --plan "$plan" --steps "$PROFILE_STEPS" --threads 1 \
-      --trace "$DIR/profile-trace.$kind.$copy.json" >/dev/null &
+      --trace "$DIR/$tag-trace.$kind.$copy.json" >/dev/null &
   done
   wait
 done
 "$MOTLEY" model show "$MODEL" --json >"$DIR/model.json"
-python3 - "$DIR/model.json" "$WARMUP" "$DIR/profile.json" "$DIR"/profile-trace.*.?.json <<'PY'
+python3 - "$DIR/model.json" "$WARMUP" "$out" "$DIR/$tag"-trace.*.?.json <<'PY'
 import json, statistics, sys
 model, warmup, out = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3]
 times = {}  # (stage, cat) -> [seconds]
@@ -126,7 +133,7 @@ json.dump({"format": "motley.profile/2", "name": model["name"] + "-cpu", "measur
            "seq_len": model["seq_len"], "micro_batch_size": model["micro_batch_size"],
            "dtype": "fp32", "layers": layers}, open(out, "w"), indent=1)
 PY
-fi
+}
 
 # --- Six 2-rank plans. ---
 sim() { "$MOTLEY" simulate --model "$MODEL" --cluster "$DIR/cpu2.yaml" "$@" >/dev/null; }
@@ -150,31 +157,50 @@ plan["schedule"] = f"1f1b, replicas {counts[0]}:{counts[1]}"
 json.dump(plan, open(sys.argv[2], "w"), indent=1)
 PY
 
-echo "$MODEL, $STEPS steps per plan ($WARMUP dropped as warm-up); before: $LOAD_BEFORE"
+echo "$MODEL, $ROUNDS rounds of $STEPS steps per plan ($WARMUP dropped as warm-up); before: $LOAD_BEFORE"
 PLANS=(dp2 pp2-1f1b pp2-zb-h1 pp2-interleaved adaptive dp2-uneven)
-for p in "${PLANS[@]}"; do
-  "$MOTLEY" fidelity --plan "$DIR/$p.json" --profile "$DIR/profile.json" --steps "$STEPS" \
-    --warmup "$WARMUP" --json >"$DIR/$p.fidelity.json"
+# Each round profiles the layers again and measures every plan once, so a slow stretch of the
+# machine touches the profile and the plans of one round alike; the figures are the medians
+# over the rounds.
+for ((r = 0; r < ROUNDS; ++r)); do
+  make_profile "$DIR/profile.$r.json"
+  for p in "${PLANS[@]}"; do
+    "$MOTLEY" fidelity --plan "$DIR/$p.json" --profile "$DIR/profile.$r.json" --steps "$STEPS" \
+      --warmup "$WARMUP" --json >"$DIR/$p.fidelity.$r.json"
+  done
 done
 
-python3 - "$DIR" "${PLANS[@]}" <<'PY'
-import json, sys
-d, plans = sys.argv[1], sys.argv[2:]
+python3 - "$DIR" "$ROUNDS" "${PLANS[@]}" <<'PY'
+import json, statistics, sys
+d, rounds, plans = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+med = statistics.median
 rows = []
 for p in plans:
-    r = json.load(open(f"{d}/{p}.fidelity.json"))
-    kinds = {k["name"]: k for k in r["kinds"]}
-    worst = max((k for k in r["kinds"] if k["measured_s"] > 0),
-                key=lambda k: abs(k["predicted_s"] - k["measured_s"]))
-    spread = 100 * (r["measured_max_s"] - r["measured_min_s"]) / r["measured_s"]
-    rows.append((p, r["schedule"], r["predicted_s"], r["measured_s"], r["error_pct"], worst["name"],
-                 worst["predicted_s"] - worst["measured_s"], spread))
+    reports = [json.load(open(f"{d}/{p}.fidelity.{r}.json")) for r in range(rounds)]
+    pred = med(r["predicted_s"] for r in reports)
+    meas = med(r["measured_s"] for r in reports)
+    # Per kind, the medians over the rounds; the kind whose gap is the largest.
+    gaps = {}
+    for k in reports[0]["kinds"]:
+        name = k["name"]
+        ks = [next(x for x in r["kinds"] if x["name"] == name) for r in reports]
+        if med(x["measured_s"] for x in ks) > 0:
+            gaps[name] = med(x["predicted_s"] for x in ks) - med(x["measured_s"] for x in ks)
+    worst = max(gaps, key=lambda n: abs(gaps[n]))
+    spread = med(100 * (r["measured_max_s"] - r["measured_min_s"]) / r["measured_s"]
+                 for r in reports)
+    ms = [r["measured_s"] for r in reports]
+    across = 100 * (max(ms) - min(ms)) / meas
+    rows.append((p, reports[0]["schedule"], pred, meas, 100 * (pred - meas) / meas, worst,
+                 gaps[worst], spread, across))
 print(f"{'plan':16} {'schedule':22} {'predicted':>11} {'measured':>11} {'error':>8} {'spread':>7}"
-      "  largest gap (kind, pred - meas)")
-for p, s, pr, me, e, wn, wd, sp in rows:
-    print(f"{p:16} {s[:22]:22} {pr*1e3:9.3f}ms {me*1e3:9.3f}ms {e:+7.1f}% {sp:6.1f}%"
+      f" {'rounds':>7}  largest gap (kind, pred - meas)")
+for p, s, pr, me, e, wn, wd, sp, ac in rows:
+    print(f"{p:16} {s[:22]:22} {pr*1e3:9.3f}ms {me*1e3:9.3f}ms {e:+7.1f}% {sp:6.1f}% {ac:6.1f}%"
           f"  {wn} {wd*1e3:+.3f} ms")
-print("(spread: the measured iterations' range after the warm-up, relative to their median)")
+print(f"(medians over {rounds} rounds; spread: the measured iterations' range after the warm-up "
+      "within a round, relative to their median, the median over the rounds; rounds: the range "
+      "of the rounds' measured medians, relative to their median)")
 errs = [abs(r[4]) for r in rows]
 print(f"mean |error| {sum(errs)/len(errs):.1f}%   max |error| {max(errs):.1f}%   (goal: mean <= 5%, max <= 10%)")
 by_pred = [r[0] for r in sorted(rows, key=lambda r: r[2])]
