@@ -107,23 +107,30 @@ python3 - "$DIR/model.json" "$WARMUP" "$out" "$DIR/$tag"-trace.*.?.json <<'PY'
 import json, statistics, sys
 model, warmup, out = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3]
 times = {}  # (stage, cat) -> [seconds]
+steps = []  # the whole model's optimizer step, per step after the warm-up
 for path in sys.argv[4:]:
     trace = json.load(open(path))
     first = trace["otherData"]["first_step"]
     for e in trace["traceEvents"]:
         a = e.get("args", {})
+        if e.get("ph") == "X" and e.get("name") == "optimizer" and a["step"] - first >= warmup:
+            steps.append(e["dur"] * 1e-6)
         if e.get("ph") != "X" or "stage" not in a or e["name"].startswith("wait for"):
             continue
         if a["step"] - first < warmup:
             continue
         times.setdefault((a["stage"], e["cat"]), []).append(e["dur"] * 1e-6)
 med = lambda s, c: statistics.median(times.get((s, c), [0.0]))
+# The step is the whole model's; each layer gets the share of its parameters.
+params = sum(l["stored_params"] for l in model["layers"])
+step = statistics.median(steps) if steps else 0.0
 layers = []
 for i, l in enumerate(model["layers"]):
     layers.append({"name": l["name"], "forward_s": med(i, "F"),
                    "backward_input_s": med(i, "B (input grad)"),
                    "backward_weight_s": med(i, "W (weight grad)"),
                    "backward_s": med(i, "B (fused)"),
+                   "optimizer_s": step * l["stored_params"] / params,
                    "param_bytes": 4 * l["stored_params"],
                    "activation_bytes": l["activation_bytes"]["none"],
                    "output_bytes": l["output_bytes"]})

@@ -543,6 +543,31 @@ AnalyticCostModel::PipelineMessage AnalyticCostModel::pipeline_message(const Dev
   return out;
 }
 
+std::optional<Seconds> AnalyticCostModel::optimizer_step_time(LayerRange layers,
+                                                              const DeviceGroup& group,
+                                                              const MemoryOptions& options) const {
+  MOTLEY_CHECK(!group.devices.empty(), "an optimizer step on an empty device group");
+  const DeviceType& device = *tables_[table_of_device_[group.devices[0]]].type;
+  double total = 0;
+  for (int i = layers.begin; i < layers.end; ++i) {
+    const Layer& layer = model_.layers[i];
+    if (layer.kind != LayerKind::kMeasured || !layer.measured || !layer.measured->optimizer_step) {
+      return std::nullopt;
+    }
+    // The update streams the parameters, their gradients and state through memory: another
+    // device type takes it at the ratio of memory bandwidths.
+    Result<const DeviceType*> on = find_device_type(layer.measured->measured_on);
+    const double ratio =
+        on.is_ok() ? (on.value()->memory_bandwidth / device.memory_bandwidth) : 1.0;
+    total += layer.measured->optimizer_step->value() * ratio;
+  }
+  // Each device of a TP group updates its 1/t; under ZeRO each replica its 1/d of that.
+  double shards = static_cast<double>(group.tp());
+  if (options.zero_stage >= 1)
+    shards *= static_cast<double>(std::max<int64_t>(1, options.data_parallel));
+  return Seconds(total * layers.vocab_share / shards);
+}
+
 StageMemory AnalyticCostModel::stage_memory(LayerRange layers, const DeviceGroup& group,
                                             const MemoryOptions& options) const {
   const int n = static_cast<int>(model_.layers.size());

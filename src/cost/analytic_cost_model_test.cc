@@ -537,6 +537,33 @@ TEST(AnalyticMeasured, AFullBackwardWeightPassLeavesTheFirstStageNoInputGradient
   EXPECT_DOUBLE_EQ(first.fused_backward().value(), 20e-3 + 17e-3);
 }
 
+// A measured optimizer step: summed over the range on its own device type, scaled by the ratio
+// of memory bandwidths on another, split over the TP group and, under ZeRO, over the replicas;
+// none when a layer of the range has no measurement.
+TEST(AnalyticMeasured, OptimizerStepAsMeasuredAndShardedAsTheParameters) {
+  ModelSpec m = model_of({measured_layer(), measured_layer()});
+  m.layers[1].name = "mixer2";
+  m.layers[0].measured->optimizer_step = milliseconds(3);
+  m.layers[1].measured->optimizer_step = milliseconds(5);
+  const auto cost = analytic(m, mixed_cluster(), workload(4096));
+  const MemoryOptions plain;
+  expect_close(cost->optimizer_step_time(LayerRange{0, 2}, DeviceGroup{{0}}, plain)->value(), 8e-3);
+  expect_close(cost->optimizer_step_time(LayerRange{0, 2}, DeviceGroup{{0, 1}}, plain)->value(),
+               4e-3);
+  MemoryOptions zero;
+  zero.zero_stage = 1;
+  zero.data_parallel = 4;
+  expect_close(cost->optimizer_step_time(LayerRange{1, 2}, DeviceGroup{{0}}, zero)->value(),
+               5e-3 / 4);
+  const double ratio = catalog("A100-80GB").memory_bandwidth / catalog("MI300X").memory_bandwidth;
+  expect_close(cost->optimizer_step_time(LayerRange{0, 1}, DeviceGroup{{3}}, plain)->value(),
+               3e-3 * ratio);
+  m.layers[1].measured->optimizer_step.reset();
+  const auto partial = analytic(m, mixed_cluster(), workload(4096));
+  EXPECT_TRUE(partial->optimizer_step_time(LayerRange{0, 1}, DeviceGroup{{0}}, plain));
+  EXPECT_FALSE(partial->optimizer_step_time(LayerRange{0, 2}, DeviceGroup{{0}}, plain));
+}
+
 TEST(AnalyticMeasured, OverrideWinsPerFieldAndMissingFieldsAreScaled) {
   ModelSpec m = model_of({measured_layer()});
   const auto cost = analytic(m, mixed_cluster(), workload(4096));

@@ -130,6 +130,7 @@ Json measured_to_json(const MeasuredLayer& m) {
   Json j = measured_times_to_json(m.times);
   j["measured_on"] = m.measured_on;
   if (m.weight_pass != WeightPass::kWeightsOnly) j["weight_pass"] = weight_pass_name(m.weight_pass);
+  if (m.optimizer_step) j["optimizer_s"] = m.optimizer_step->value();
   if (!m.times_by_device.empty()) {
     Json by_device = Json::object();
     for (const auto& [device, times] : m.times_by_device) {
@@ -326,7 +327,7 @@ Result<MeasuredLayer> measured_from_json(const JsonField& f) {
   MOTLEY_RETURN_IF_ERROR(f.check_keys(
       {"measured_on", "forward_s", "backward_input_s", "backward_weight_s", "selective_recompute_s",
        "backward_s", "times_by_device", "times_by_tp", "seq_len", "micro_batch_size", "param_bytes",
-       "activation_bytes", "output_bytes", "vocab", "weight_pass"}));
+       "activation_bytes", "output_bytes", "vocab", "weight_pass", "optimizer_s"}));
   MeasuredLayer m;
   MOTLEY_ASSIGN_OR_RETURN(m.measured_on, f.get_string("measured_on"));
   MOTLEY_ASSIGN_OR_RETURN(m.weight_pass,
@@ -357,6 +358,10 @@ Result<MeasuredLayer> measured_from_json(const JsonField& f) {
   m.activation_bytes = Bytes(act_bytes);
   m.output_bytes = Bytes(out_bytes);
   MOTLEY_ASSIGN_OR_RETURN(m.vocab, f.get_int_in_or("vocab", IntRange{1, kMaxVocab}, 0));
+  if (f.has("optimizer_s")) {
+    MOTLEY_ASSIGN_OR_RETURN(double optimizer, f.get_nonnegative_double("optimizer_s"));
+    m.optimizer_step = Seconds(optimizer);
+  }
   return m;
 }
 

@@ -53,6 +53,7 @@ Result<Entry> entry_from_json(const JsonField& f, const Defaults& defaults, int 
   if (version >= 2) {
     keys.push_back("times_by_tp");
     keys.push_back("weight_pass");
+    keys.push_back("optimizer_s");
   }
   MOTLEY_RETURN_IF_ERROR(f.check_keys(keys));
   Entry e;
@@ -125,6 +126,10 @@ Result<Entry> entry_from_json(const JsonField& f, const Defaults& defaults, int 
   m.activation_bytes = Bytes(act_bytes);
   m.output_bytes = Bytes(out_bytes);
   MOTLEY_ASSIGN_OR_RETURN(m.vocab, f.get_int_in_or("vocab", IntRange{1, kMaxVocab}, 0));
+  if (f.has("optimizer_s")) {
+    MOTLEY_ASSIGN_OR_RETURN(double optimizer, f.get_nonnegative_double("optimizer_s"));
+    m.optimizer_step = Seconds(optimizer);
+  }
   return e;
 }
 
@@ -148,7 +153,8 @@ bool same_measurement(const MeasuredLayer& a, const MeasuredLayer& b) {
       !same_times(a.times, b.times) || a.seq_len != b.seq_len ||
       a.micro_batch_size != b.micro_batch_size || a.param_bytes != b.param_bytes ||
       a.activation_bytes != b.activation_bytes || a.output_bytes != b.output_bytes ||
-      a.vocab != b.vocab || !same_times_map(a.times_by_device, b.times_by_device) ||
+      a.vocab != b.vocab || a.optimizer_step != b.optimizer_step ||
+      !same_times_map(a.times_by_device, b.times_by_device) ||
       a.times_by_tp.size() != b.times_by_tp.size()) {
     return false;
   }
@@ -186,6 +192,7 @@ Json entry_to_json(const std::string& name, int64_t repeat, const MeasuredLayer&
   j["activation_bytes"] = number_json(m.activation_bytes.value());
   j["output_bytes"] = number_json(m.output_bytes.value());
   if (m.vocab > 0) j["vocab"] = m.vocab;
+  if (m.optimizer_step) j["optimizer_s"] = m.optimizer_step->value();
   if (!m.times_by_device.empty()) {
     Json by_device = Json::object();
     for (const auto& [device, times] : m.times_by_device) {

@@ -340,6 +340,26 @@ TEST(ProfileV2, WeightPassIsReadAtTheTopOrPerEntryAndRoundTrips) {
   for (const Layer& l : old->layers) EXPECT_EQ(l.measured->weight_pass, WeightPass::kWeightsOnly);
 }
 
+// A measured optimizer step survives the profile and the model format, and is refused when
+// negative or in a version 1 file.
+TEST(ProfileV2, OptimizerStepRoundTrips) {
+  Result<ModelSpec> m = profile_from_json(
+      parse_or_die(one_entry(R"("forward_s": 1, "optimizer_s": 0.25)")), "p.json");
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  ASSERT_TRUE(m->layers[0].measured->optimizer_step.has_value());
+  EXPECT_EQ(m->layers[0].measured->optimizer_step->value(), 0.25);
+  const Json written = profile_to_json(*m);
+  EXPECT_EQ(written["layers"][0]["optimizer_s"], 0.25);
+  Result<ModelSpec> via_model = model_from_json(model_to_json(*m), "m.json");
+  ASSERT_TRUE(via_model.is_ok()) << via_model.status().message();
+  EXPECT_EQ(profile_to_json(*via_model), written);
+  EXPECT_EQ(error_for(one_entry(R"("forward_s": 1, "optimizer_s": -1)")),
+            "p.json: field 'layers[0].optimizer_s': expected a finite non-negative number, got -1");
+  EXPECT_EQ(error_for(one_entry(R"("forward_s": 1, "optimizer_s": 1)", "motley.profile/1"))
+                .rfind("p.json: field 'layers[0].optimizer_s': unknown field", 0),
+            0u);
+}
+
 TEST(ProfileV2Errors, UnknownWeightPassNamesTheChoices) {
   const std::string expected =
       "unknown weight pass \"fused\"; expected \"weights_only\" (W computes only the weights' "

@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/optim/adamw.h>
 
 #include <algorithm>
 #include <atomic>
@@ -36,7 +37,8 @@ double seconds_since(Clock::time_point start) {
 // One sample's phases, in seconds; r < 0 when the layer has no attention core.
 struct Sample {
   double f = 0, b = 0, w = 0, r = -1;
-  double fused = 0;  // B and W in one backward pass, after a second F
+  double fused = 0;      // B and W in one backward pass, after a second F
+  double optimizer = 0;  // the AdamW step over the layer's parameters, gradients in place
   double total() const { return f + b + w + std::max(r, 0.0); }
 };
 
@@ -57,6 +59,13 @@ class RankBench {
     MOTLEY_ASSIGN_OR_RETURN(bench->stage_, make_transformer_stage(model, layer, layer + 1,
                                                                   stage_options, bench->store_));
     for (const StageParameter& p : bench->stage_->parameters()) bench->params_.push_back(p.tensor);
+    // The executor's update (exec/optimizer.h wraps the same torch::optim::AdamW).
+    const OptimizerOptions defaults;
+    bench->optimizer_ = std::make_unique<torch::optim::AdamW>(
+        bench->params_, torch::optim::AdamWOptions(defaults.learning_rate)
+                            .betas({defaults.beta1, defaults.beta2})
+                            .eps(defaults.epsilon)
+                            .weight_decay(defaults.weight_decay));
     const int64_t b = options.micro_batch_size;
     const Layer& l = model.layers[layer];
     try {
@@ -118,6 +127,12 @@ class RankBench {
     torch::autograd::backward({output}, {grad_output}, /*retain_graph=*/false,
                               /*create_graph=*/false, inputs);
     s.fused = seconds_since(start);
+    if (!params_.empty()) {
+      start = Clock::now();
+      optimizer_->step();
+      s.optimizer = seconds_since(start);
+      optimizer_->zero_grad();
+    }
     if (core_) {
       start = Clock::now();
       at::Tensor recomputed = core_();
@@ -142,6 +157,7 @@ class RankBench {
   std::vector<at::Tensor> params_;
   at::Tensor input_, targets_, grad_output_;
   std::function<at::Tensor()> core_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
   double output_bytes_ = 0;
 };
 
@@ -176,8 +192,9 @@ class Samples {
     m.rse = rse();
     m.stable = stable_;
     m.elapsed = Seconds(kept_.empty() ? 0.0 : seconds_since(start_));
-    std::vector<double> f, b, w, r, fused;
+    std::vector<double> f, b, w, r, fused, optimizer;
     for (const Sample& s : kept_) {
+      optimizer.push_back(s.optimizer);
       f.push_back(s.f);
       b.push_back(s.b);
       w.push_back(s.w);
@@ -188,6 +205,7 @@ class Samples {
     m.times.backward_input = Seconds(median(b));
     m.times.backward_weight = Seconds(median(w));
     m.times.backward = Seconds(median(fused));
+    m.optimizer_step = Seconds(median(optimizer));
     if (!r.empty()) m.times.selective_recompute = Seconds(median(r));
     return m;
   }
@@ -292,6 +310,7 @@ Result<LayerMeasurement> measure_group(const ModelSpec& model, int layer,
           slowest.b = std::max(slowest.b, s.b);
           slowest.w = std::max(slowest.w, s.w);
           slowest.r = std::max(slowest.r, s.r);
+          slowest.optimizer = std::max(slowest.optimizer, s.optimizer);
         }
         stop = samples.add(slowest);
       }
@@ -475,6 +494,7 @@ Result<LayerProfile> profile_layers(const LayerProfileOptions& options, const Mo
     // W is timed as the executor runs it: the layer's whole backward walked again.
     m.weight_pass = WeightPass::kFullBackward;
     m.times = d.measurements[0].times;
+    m.optimizer_step = d.measurements[0].optimizer_step;
     for (size_t k = 1; k < d.measurements.size(); ++k) {
       m.times_by_tp[out.device_type][d.measurements[k].tp] = d.measurements[k].times;
     }

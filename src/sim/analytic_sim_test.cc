@@ -5,8 +5,10 @@
 #include <cmath>
 #include <memory>
 
+#include "motley/core/json.h"
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/model/presets.h"
+#include "motley/model/profile.h"
 #include "motley/schedule/uniform_plan.h"
 #include "motley/sim/simulator.h"
 #include "sim_test_util.h"
@@ -74,6 +76,49 @@ TEST_F(AnalyticSimTest, OneDeviceIsItsComputeThenItsOptimizerStep) {
   expect_relative(res->devices[0].peak_memory.value(),
                   (m.total() + m.activations_per_micro_batch).value());
   EXPECT_EQ(res->devices[0].capacity, cost_->topology().device_type(0).memory);
+}
+
+// A profile that measured the optimizer step prices it as measured: one device, four
+// micro-batches of F + B + W (1 + 2 + 1 ms per layer, two layers), then 2 x 0.5 ms of AdamW.
+// A stage with a layer whose step is not measured falls back to its memory traffic.
+TEST_F(AnalyticSimTest, AMeasuredOptimizerStepIsTakenAsMeasured) {
+  const char* text = R"({"format": "motley.profile/2", "measured_on": "H100-SXM",
+    "seq_len": 4096, "layers": [{"name": "block", "repeat": 2, "forward_s": 0.001,
+    "backward_input_s": 0.002, "backward_weight_s": 0.001, "optimizer_s": 0.0005,
+    "param_bytes": 1e9, "output_bytes": 1e6}]})";
+  Result<Json> json = parse_json(text, "p.json");
+  ASSERT_TRUE(json.is_ok()) << json.status().message();
+  Result<ModelSpec> profile = profile_from_json(*json, "p.json");
+  ASSERT_TRUE(profile.is_ok()) << profile.status().message();
+  for (const bool measured : {true, false}) {
+    ModelSpec m = *profile;
+    if (!measured) m.layers[1].measured->optimizer_step.reset();
+    AnalyticCostOptions options;
+    options.workload.seq_len = 4096;
+    Result<std::unique_ptr<AnalyticCostModel>> cost =
+        AnalyticCostModel::create(m, cluster_, options, "p.json");
+    ASSERT_TRUE(cost.is_ok()) << cost.status().message();
+    UniformPlanOptions o;
+    o.kind = ScheduleKind::k1f1b;
+    o.stages = 1;
+    o.data_parallel = 1;
+    o.micro_batches = 4;
+    o.seq_len = 4096;
+    Result<Plan> plan = make_uniform_plan(o, m, cluster_, **cost);
+    ASSERT_TRUE(plan.is_ok()) << plan.status().message();
+    Result<SimResult> res = simulate(SimOptions{}, *plan, **cost);
+    ASSERT_TRUE(res.is_ok()) << res.status().message();
+    double step = 1e-3;
+    if (!measured) {
+      MemoryOptions mem;
+      mem.in_flight_micro_batches = 0;
+      const StageMemory sm = (*cost)->stage_memory(LayerRange{0, 2}, DeviceGroup{{0}}, mem);
+      step = (sm.gradients + sm.optimizer_state * 2.0 + sm.weights).value() /
+             (*cost)->topology().device_type(0).memory_bandwidth.value();
+      EXPECT_NE(step, 1e-3);
+    }
+    expect_relative(res->iteration_time.value(), 4 * 2 * 4e-3 + step);
+  }
 }
 
 // A message alone on its path takes exactly the cost model's p2p time, inside a node and

@@ -62,6 +62,7 @@ class Builder {
     }
     scratch_.stage_times.assign(static_cast<size_t>(n_rep) * stages_, SimGraph::StageTimes{});
     out_.stage_memory.assign(static_cast<size_t>(n_rep) * stages_, StageMemory{});
+    scratch_.optimizer_time.assign(static_cast<size_t>(n_rep) * stages_, -1.0);
     // Per stage, what its messages carry: the activation leaving its last layer (a vocabulary
     // shard's F sends the loss's statistics instead: per token the largest logit of its rows,
     // their sum of exponentials and the target's logit, three fp32 numbers), and the gradient of
@@ -104,6 +105,9 @@ class Builder {
         mem.expert_parallel = plan_.expert_parallel;
         out_.stage_memory[at(r, s)] =
             stage_memory_with(cost_, layers, group, mem, st.recompute_layers);
+        if (const std::optional<Seconds> step = cost_.optimizer_step_time(layers, group, mem)) {
+          scratch_.optimizer_time[at(r, s)] = step->value();
+        }
       }
     }
   }
@@ -260,11 +264,13 @@ class Builder {
       for (int s = 0; s < stages_; ++s) {
         scratch_.stage_times[at(to, s)] = scratch_.stage_times[at(from, s)];
         out_.stage_memory[at(to, s)] = out_.stage_memory[at(from, s)];
+        scratch_.optimizer_time[at(to, s)] = scratch_.optimizer_time[at(from, s)];
       }
     }
     const size_t rows = out_.folding.members.size() * static_cast<size_t>(stages_);
     scratch_.stage_times.resize(rows);
     out_.stage_memory.resize(rows);
+    scratch_.optimizer_time.resize(rows);
   }
 
   // Compute tasks take their stage's time; a message its path's latency before its bytes.
@@ -395,12 +401,18 @@ class Builder {
           const double bandwidth =
               topology_.device_type(rep.groups[g].devices[0]).memory_bandwidth.value();
           double bytes = 0;
+          duration = 0;
           for (int s = 0; s < stages_; ++s) {
             if (rep.stage_group[s] != g) continue;
+            // A measured step where the cost model has one, else the memory traffic.
+            if (scratch_.optimizer_time[at(r, s)] >= 0) {
+              duration += scratch_.optimizer_time[at(r, s)];
+              continue;
+            }
             const StageMemory& m = out_.stage_memory[at(r, s)];
             bytes += (m.gradients + m.optimizer_state * 2.0 + m.weights).value();
           }
-          duration = bytes / bandwidth;
+          duration += bytes / bandwidth;
         }
         const int32_t step =
             add_task(TaskNode{TaskKind::kExternal, r, g, -1, -1, -1, -1, -1}, duration, false);

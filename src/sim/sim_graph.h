@@ -70,8 +70,11 @@ struct SimGraph {
     Lowering lowering;
     std::vector<StageTimes> stage_times;   // per replica * stages + stage
     std::vector<char> explicit_recompute;  // per replica * stages + stage: R listed
-    std::vector<double> boundary_bytes;    // per stage
-    std::vector<int32_t> all_reduce;       // per stage, or -1
+    // Per replica * stages + stage: the cost model's optimizer step (optimizer_step_time), or
+    // -1 where it has none and the memory-bound formula prices it.
+    std::vector<double> optimizer_time;
+    std::vector<double> boundary_bytes;  // per stage
+    std::vector<int32_t> all_reduce;     // per stage, or -1
     // Per stage, when reducing across replicas: its end-of-iteration sync under the plan's ZeRO
     // stage.
     std::vector<DataParallelSync> sync;

@@ -78,6 +78,11 @@ class AnalyticCostModel final : public CostModel {
                                    Bytes bytes) const override;
   StageMemory stage_memory(LayerRange layers, const DeviceGroup& group,
                            const MemoryOptions& options) const override;
+  // Measured layers' optimizer_step, on another device type scaled by the ratio of memory
+  // bandwidths, divided over the TP group and, under ZeRO, over the replicas; nullopt when a
+  // layer of the range has none.
+  std::optional<Seconds> optimizer_step_time(LayerRange layers, const DeviceGroup& group,
+                                             const MemoryOptions& options) const override;
   Bytes boundary_bytes(int layer) const override;
   Bytes expert_dispatch_bytes(int layer) const override;
   Seconds p2p_time(int src, int dst, Bytes bytes) const override;

@@ -121,6 +121,16 @@ class CostModel {
     (void)dst;
     return PipelineMessage{bytes, 1.0};
   }
+  // The optimizer step over `layers`' parameters on each device of `group`, once per
+  // iteration, when the model knows it (measured layers); nullopt: the caller prices it from
+  // the stage's memory traffic (SimOptions, OptimizerStepModel::kMemoryBound).
+  virtual std::optional<Seconds> optimizer_step_time(LayerRange layers, const DeviceGroup& group,
+                                                     const MemoryOptions& options) const {
+    (void)layers;
+    (void)group;
+    (void)options;
+    return std::nullopt;
+  }
   // latency + bytes / bandwidth on the path between two devices; 0 for src == dst.
   virtual Seconds p2p_time(int src, int dst, Bytes bytes) const = 0;
   // `bytes` is the per-participant buffer size (as nccl-tests' "size").

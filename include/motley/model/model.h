@@ -156,6 +156,9 @@ struct MeasuredLayer {
   // Times per device of a tensor-parallel group, its collectives included: device type name,
   // then TP degree (>= 2). Where a degree is missing the cost model prices TP itself.
   std::map<std::string, std::map<int, MeasuredTimes>> times_by_tp;
+  // The optimizer's update of the layer's parameters (AdamW, once per iteration) on
+  // measured_on, one device holding them all; absent: priced from memory traffic.
+  std::optional<Seconds> optimizer_step;
   int64_t seq_len = 0;  // shape the times were measured at
   int64_t micro_batch_size = 0;
   Bytes param_bytes;

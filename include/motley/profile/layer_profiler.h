@@ -55,6 +55,9 @@ struct LayerMeasurement {
   // when its last rank is). backward_input is 0 for the embedding (its input is token ids);
   // selective_recompute is absent for layers without attention.
   MeasuredTimes times;
+  // The AdamW step over the layer's parameters (the executor's update, its OptimizerOptions
+  // defaults), per rank; taken once per sample, after the backwards.
+  Seconds optimizer_step;
   int samples = 0;      // kept, after warm-up
   double rse = 0;       // relative standard error of the mean of the per-sample totals
   bool stable = false;  // stopped by the rse rule, not by max_repeats or max_time

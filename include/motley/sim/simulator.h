@@ -40,7 +40,8 @@ struct SimOptions {
   // kMemoryBound: mixed-precision Adam reads the gradients and the optimizer state (fp32
   // master weights and moments), writes the state back and the working weights:
   // (gradients + 2 * optimizer_state + weights) / memory bandwidth, summed over the group's
-  // stages, from CostModel::stage_memory.
+  // stages, from CostModel::stage_memory — except a stage whose step the cost model knows
+  // (CostModel::optimizer_step_time: measured layers), which takes that.
   OptimizerStepModel optimizer_step = OptimizerStepModel::kMemoryBound;
   Seconds optimizer_step_time;  // kFixed only
   // Record every task in SimResult::timeline (costs one entry per task).
