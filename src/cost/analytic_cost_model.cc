@@ -563,8 +563,9 @@ std::optional<Seconds> AnalyticCostModel::optimizer_step_time(LayerRange layers,
   }
   // Each device of a TP group updates its 1/t; under ZeRO each replica its 1/d of that.
   double shards = static_cast<double>(group.tp());
-  if (options.zero_stage >= 1)
+  if (options.zero_stage >= 1) {
     shards *= static_cast<double>(std::max<int64_t>(1, options.data_parallel));
+  }
   return Seconds(total * layers.vocab_share / shards);
 }
 
