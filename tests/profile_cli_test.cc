@@ -40,6 +40,7 @@ TEST(ProfileCli, PrintsATableOfTheDistinctLayers) {
   EXPECT_NE(r.out.find("model tiny-llama: 6 layers, 3 distinct"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("layers.0 (+3 alike)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("R (selective)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("optimizer"), std::string::npos) << r.out;
 }
 
 TEST(ProfileCli, WritesAProfileThatMotleyReads) {

@@ -54,17 +54,18 @@ std::string time_cell(const std::optional<Seconds>& t) { return t ? format_time(
 std::string table(const ModelSpec& model, const LayerProfile& p) {
   std::string out = fmt::format(
       "model {}: {} layers, {} distinct, measured on this machine's CPU (device type '{}')\n"
-      "micro-batch {} x {} tokens, {}, {} intra-op thread{}; medians per micro-batch\n",
+      "micro-batch {} x {} tokens, {}, {} intra-op thread{}; medians per micro-batch (the "
+      "optimizer: per step)\n",
       model.name, model.layers.size(), p.distinct.size(), p.device_type, p.micro_batch_size,
       p.seq_len, precision_name(p.precision), p.threads, p.threads == 1 ? "" : "s");
-  TextTable t({"layer", "TP", "F", "B", "W", "R (selective)", "samples", "rse"});
+  TextTable t({"layer", "TP", "F", "B", "W", "R (selective)", "optimizer", "samples", "rse"});
   t.set_alignment({TextTable::Align::kLeft});
   std::vector<std::string> notes;
   for (const DistinctLayer& d : p.distinct) {
     for (const LayerMeasurement& m : d.measurements) {
       t.add_row({layer_label(model, d), std::to_string(m.tp), time_cell(m.times.forward),
                  time_cell(m.times.backward_input), time_cell(m.times.backward_weight),
-                 time_cell(m.times.selective_recompute),
+                 time_cell(m.times.selective_recompute), format_time(m.optimizer_step),
                  std::to_string(m.samples) + (m.stable ? "" : "*"), format_percent(m.rse)});
     }
     for (const auto& [degree, why] : d.skipped_tp) {
