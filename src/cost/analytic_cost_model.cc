@@ -272,6 +272,7 @@ AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& 
       if (on.is_ok()) {
         rates.measured_on = on.value()->name;
         rates.reference_rate = on.value()->peak(w.dtype).value() * on.value()->matmul_efficiency;
+        rates.memory_bandwidth = on.value()->memory_bandwidth.value();
       }
       for (const auto& [name, times] : m.times_by_device) {
         Result<const DeviceType*> type = find_device_type(name);
@@ -556,9 +557,8 @@ std::optional<Seconds> AnalyticCostModel::optimizer_step_time(LayerRange layers,
     }
     // The update streams the parameters, their gradients and state through memory: another
     // device type takes it at the ratio of memory bandwidths.
-    Result<const DeviceType*> on = find_device_type(layer.measured->measured_on);
-    const double ratio =
-        on.is_ok() ? (on.value()->memory_bandwidth / device.memory_bandwidth) : 1.0;
+    const double reference = measured_[i].memory_bandwidth;
+    const double ratio = reference > 0 ? reference / device.memory_bandwidth.value() : 1.0;
     total += layer.measured->optimizer_step->value() * ratio;
   }
   // Each device of a TP group updates its 1/t; under ZeRO each replica its 1/d of that.

@@ -128,9 +128,10 @@ class AnalyticCostModel final : public CostModel {
   };
   // A measured layer's times resolved against the catalog at construction.
   struct MeasuredRates {
-    std::string measured_on;    // canonical name; empty when unknown
-    double reference_rate = 0;  // peak(dtype) * matmul_efficiency of measured_on
-    double token_scale = 1;     // workload tokens / measured tokens
+    std::string measured_on;      // canonical name; empty when unknown
+    double reference_rate = 0;    // peak(dtype) * matmul_efficiency of measured_on
+    double memory_bandwidth = 0;  // of measured_on, bytes/s; 0 when unknown
+    double token_scale = 1;       // workload tokens / measured tokens
     std::vector<std::pair<std::string, MeasuredTimes>> overrides;  // canonical names
     std::vector<std::pair<std::string, std::map<int, MeasuredTimes>>> tp_overrides;
   };
