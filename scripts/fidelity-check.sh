@@ -7,9 +7,10 @@
 #
 # Usage: scripts/fidelity-check.sh [BUILD_DIR]   (default: build)
 # Environment: ROUNDS (default 3: each round profiles the layers and runs every plan once; the
-# figures are medians over the rounds), MODEL (default bench/fidelity/small-llama: a 4-million-parameter Llama, hidden
-# 256, 4 layers, 256 tokens, whose layers take 5-15 ms on one core; tiny-llama's take under
-# 1 ms, mostly per-operator overhead and the scheduler's noise), STEPS (fidelity steps per plan, default 8), WARMUP
+# figures are medians over the rounds), MODEL (default bench/fidelity/small-llama: a
+# 4-million-parameter Llama, hidden 256, 4 blocks, 256 tokens, whose blocks take 7.6-13.4 ms
+# per action on one core; tiny-llama's take under 1 ms, mostly per-operator overhead and the
+# scheduler's noise), STEPS (fidelity steps per plan, default 8), WARMUP
 # (default 2), PROFILE_STEPS (default 6), MICRO_BATCHES (per replica, default 8), KEEP (a
 # directory to keep the files in; default a temporary one), PROFILE (a profile of MODEL to use
 # instead of making one, e.g. from `motley profile layers`; its measured_on must be the
