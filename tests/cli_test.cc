@@ -674,6 +674,44 @@ TEST(CliTest, PerLayerRecomputePlansSimulateAndRun) {
       << outside.err;
 }
 
+// Context parallelism from the command line: four replicas as two context groups run the same
+// eight micro-batches per step as two replicas do, so they train to the same losses (the
+// executor computes whole sequences on every member and says so), and the plan exports as
+// Megatron's context-parallel size.
+TEST(CliTest, ContextParallelPlansSimulateExportAndRun) {
+  const TempDir scratch("cli_context");
+  const std::string grouped = scratch.file("grouped.json");
+  const std::string plain = scratch.file("plain.json");
+  const std::string shape =
+      "simulate --schedule 1f1b --model tiny-llama --cluster h100x8 --stages 2 --micro-batches 4 ";
+  RunResult made =
+      run_motley(shape + "--data-parallel 4 --context-parallel 2 --json --out " + grouped);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const auto doc = nlohmann::json::parse(read_file(grouped));
+  EXPECT_EQ(doc["context_parallel"], 2);
+  EXPECT_EQ(doc["global_batch"].get<int64_t>(), 8 * doc["micro_batch_size"].get<int64_t>());
+  ASSERT_EQ(run_motley(shape + "--data-parallel 2 --json --out " + plain).exit_code, 0);
+  RunResult megatron = run_motley("export megatron --plan " + grouped);
+  ASSERT_EQ(megatron.exit_code, 0) << megatron.err;
+  EXPECT_NE(megatron.out.find("TP 1 x PP 2 x CP 2 x DP 2"), std::string::npos) << megatron.out;
+  EXPECT_NE(megatron.out.find("--context-parallel-size 2 --cp-comm-type p2p"), std::string::npos)
+      << megatron.out;
+  RunResult run = run_motley("run --plan " + grouped + " --steps 2 --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.err.find("context parallelism 2 runs here with every member of a group"),
+            std::string::npos)
+      << run.err;
+  RunResult two = run_motley("run --plan " + plain + " --steps 2 --json");
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  const auto losses = nlohmann::json::parse(run.out)["losses"].get<std::vector<double>>();
+  const auto reference = nlohmann::json::parse(two.out)["losses"].get<std::vector<double>>();
+  ASSERT_EQ(losses.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(losses[i], reference[i], 1e-5 * reference[i]);
+  RunResult odd = run_motley(shape + "--data-parallel 3 --context-parallel 2");
+  EXPECT_EQ(odd.exit_code, 2);
+  EXPECT_NE(odd.err.find("context"), std::string::npos) << odd.err;
+}
+
 TEST(CliTest, PlanJsonAndItsPlanFileAgreeWithTheSimulator) {
   const TempDir scratch("cli_plan");
   const std::string& dir = scratch.path();

@@ -147,6 +147,7 @@ Status export_megatron(const MegatronOptions& opt) {
            {"tensor_parallel", args.tensor_parallel},
            {"pipeline_parallel", args.pipeline_parallel},
            {"data_parallel", args.data_parallel},
+           {"context_parallel", args.context_parallel},
            {"virtual_stages", args.virtual_stages},
            {"layout", args.layout},
            {"arguments", args.arguments},
@@ -164,12 +165,13 @@ Status export_megatron(const MegatronOptions& opt) {
     }
     text = j.dump(2) + "\n";
   } else {
-    text = fmt::format("Megatron-LM arguments for {} ({} on {}): TP {} x PP {} x DP {}{}\n",
-                       opt.plan, in.model.name, in.cluster.name, args.tensor_parallel,
-                       args.pipeline_parallel, args.data_parallel,
-                       args.virtual_stages > 1
-                           ? fmt::format(", {} virtual stages per rank", args.virtual_stages)
-                           : std::string());
+    text = fmt::format(
+        "Megatron-LM arguments for {} ({} on {}): TP {} x PP {}{} x DP {}{}\n", opt.plan,
+        in.model.name, in.cluster.name, args.tensor_parallel, args.pipeline_parallel,
+        args.context_parallel > 1 ? fmt::format(" x CP {}", args.context_parallel) : std::string(),
+        args.data_parallel,
+        args.virtual_stages > 1 ? fmt::format(", {} virtual stages per rank", args.virtual_stages)
+                                : std::string());
     text += "  " + shell_words(args.arguments) + "\n";
     if (!args.rank_devices.empty()) {
       text += fmt::format("global rank -> device: {}\n", fmt::join(args.rank_devices, " "));

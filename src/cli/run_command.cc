@@ -801,6 +801,13 @@ Status run_command(const RunOptions& opt) {
                  "replica (the same numbers; no all-to-all)\n",
                  opt.plan.c_str(), in.plan.expert_parallel);
   }
+  if (!opt.sequential && in.plan.context_parallel > 1) {
+    std::fprintf(stderr,
+                 "motley: note: %s: context parallelism %d runs here with every member of a group "
+                 "computing its group's whole sequences, each weighted 1/%d (the same numbers; no "
+                 "ring exchange)\n",
+                 opt.plan.c_str(), in.plan.context_parallel, in.plan.context_parallel);
+  }
   if (!opt.sequential && in.plan.zero_stage >= 2 && in.plan.replicas.size() > 1) {
     std::fprintf(stderr,
                  "motley: note: %s: ZeRO-%d runs here with ZeRO-1's exchanges (the same sums and "

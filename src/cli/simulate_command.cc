@@ -53,6 +53,7 @@ struct SimulateOptions {
   bool zero1 = false;  // --zero1: --zero-stage 1
   int zero_stage = 0;
   int expert_parallel = 1;
+  int context_parallel = 1;
   bool vocab_parallel = false;
   int data_parallel = 0;  // 0: as many replicas as the cluster holds
   StackChoice stack;
@@ -146,6 +147,7 @@ Result<Scenario> scenario_from_schedule(const SimulateOptions& opt) {
   u.layer_counts = layer_counts;
   u.zero_stage = opt.zero1 ? 1 : opt.zero_stage;
   u.expert_parallel = opt.expert_parallel;
+  u.context_parallel = opt.context_parallel;
   u.vocab_parallel = opt.vocab_parallel;
   u.sequence_parallel = opt.sequence_parallel;
   u.data_parallel = opt.data_parallel;
@@ -154,7 +156,8 @@ Result<Scenario> scenario_from_schedule(const SimulateOptions& opt) {
   u.micro_batches = opt.micro_batches.value_or(4 * static_cast<int64_t>(p));
 
   AnalyticCostOptions cost_options;
-  cost_options.workload = Workload{u.seq_len, u.micro_batch_size, s.model.dtype, s.model.dropout};
+  cost_options.workload =
+      Workload{u.seq_len, u.micro_batch_size, s.model.dtype, s.model.dropout, opt.context_parallel};
   cost_options.sequence_parallel = opt.sequence_parallel;
   MOTLEY_ASSIGN_OR_RETURN(cost_options.stack, resolve_stack(opt.stack, s.cluster));
   MOTLEY_ASSIGN_OR_RETURN(
@@ -298,6 +301,11 @@ std::vector<CLI::Option*> add_schedule_shape_options(CLI::App* cmd, SimulateOpti
       cmd->add_option("--expert-parallel", opt->expert_parallel,
                       "Split every MoE layer's experts over groups of this many consecutive "
                       "replicas (expert parallelism)")
+          ->check(integer_in(1, kMaxOptionCount)),
+      cmd->add_option("--context-parallel", opt->context_parallel,
+                      "Split every sequence over groups of this many consecutive replicas "
+                      "(context parallelism, ring attention); the replicas of --data-parallel "
+                      "count every member")
           ->check(integer_in(1, kMaxOptionCount)),
       cmd->add_flag("--vocab-parallel", opt->vocab_parallel,
                     "Split the head by vocabulary rows over every group of each pipeline "

@@ -103,6 +103,10 @@ void add_tune_options(CLI::App* cmd, TuneCliOptions* opt) {
   cmd->add_flag("--no-vocab-parallel", opt->no_vocab_parallel,
                 "Never split the head (default: searched)")
       ->excludes(vocab);
+  cmd->add_option("--context-parallel", opt->context_parallel,
+                  "Split every sequence over groups of this many replicas (context parallelism, "
+                  "ring attention); 1 rules it out (default: searched)")
+      ->check(integer_in(1, kMaxOptionCount));
   cmd->add_option("--budget", opt->budget,
                   "Most USD per hour the devices of a plan may cost (every strategy's plan)")
       ->check(positive_number());
@@ -258,6 +262,7 @@ Result<TuneSetup> prepare_tune(const TuneCliOptions& opt) {
   options.seed = opt.seed;
   options.threads = opt.threads;
   options.expert_parallel = opt.expert_parallel.value_or(0);
+  options.context_parallel = opt.context_parallel.value_or(0);
   if (opt.vocab_parallel) options.vocab_parallel = true;
   if (opt.no_vocab_parallel) options.vocab_parallel = false;
   if (opt.zero_stage) {

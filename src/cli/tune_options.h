@@ -31,6 +31,7 @@ struct TuneCliOptions {
   bool zero1 = false;                    // --zero1: --zero-stage 1
   std::optional<int> zero_stage;         // unset: searched
   std::optional<int> expert_parallel;    // unset: searched
+  std::optional<int> context_parallel;   // unset: searched
   bool vocab_parallel = false;           // --vocab-parallel: every motley plan splits the head
   bool no_vocab_parallel = false;        // --no-vocab-parallel: none does (default: searched)
   std::optional<double> budget;          // USD per hour

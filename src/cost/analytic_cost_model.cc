@@ -125,15 +125,16 @@ Seconds kernel_time(const Kernel& kernel, const DeviceType& device, DType dtype,
       // then softmax (and dropout) passes over them.
       const double batches = kernel.batch_heads / t;
       const double q = kernel.q_len;
-      const double scores = batches * q * q;
+      const double kv = kernel.kv_len > 0 ? kernel.kv_len : q;
+      const double scores = batches * q * kv;
       const double qk_rate =
-          rate_of(device, dtype, gemm_efficiency(stack, device, q, q, kernel.qk_dim));
+          rate_of(device, dtype, gemm_efficiency(stack, device, q, kv, kernel.qk_dim));
       const double av_rate =
-          rate_of(device, dtype, gemm_efficiency(stack, device, q, kernel.v_dim, q));
+          rate_of(device, dtype, gemm_efficiency(stack, device, q, kernel.v_dim, kv));
       const double qk_flops = 2.0 * scores * kernel.qk_dim;
       const double av_flops = 2.0 * scores * kernel.v_dim;
-      const double qk_bytes = d * batches * (2.0 * q * kernel.qk_dim) + d * scores;
-      const double av_bytes = d * scores + d * batches * 2.0 * q * kernel.v_dim;
+      const double qk_bytes = d * batches * (q + kv) * kernel.qk_dim + d * scores;
+      const double av_bytes = d * scores + d * batches * (q + kv) * kernel.v_dim;
       if (forward) {
         // softmax reads and writes the scores; dropout reads them, writes them and a mask.
         const double softmax = 2.0 * d * scores;
@@ -654,6 +655,28 @@ Bytes AnalyticCostModel::expert_dispatch_bytes(int layer) const {
   MOTLEY_CHECK(0 <= layer && layer < static_cast<int>(layer_costs_.size()),
                "expert_dispatch_bytes of a layer outside the model");
   return layer_costs_[layer].expert_dispatch_bytes;
+}
+
+CostModel::ContextExchange AnalyticCostModel::context_exchange(int layer,
+                                                               const DeviceGroup& group) const {
+  MOTLEY_CHECK(0 <= layer && layer < static_cast<int>(layer_costs_.size()),
+               "context_exchange of a layer outside the model");
+  MOTLEY_CHECK(!group.devices.empty() && group.devices[0] >= 0 &&
+                   group.devices[0] < static_cast<int>(table_of_device_.size()),
+               "context_exchange on a device outside the cluster");
+  ContextExchange out;
+  const int t = group.tp();
+  out.bytes = layer_costs_[layer].context_exchange_bytes / static_cast<double>(t);
+  if (out.bytes.value() <= 0) return out;
+  const DeviceType& device = *tables_[table_of_device_[group.devices[0]]].type;
+  for (const Kernel& kernel : kernels_[layer]) {
+    if (kernel.kind != KernelKind::kAttention) continue;
+    const Seconds time =
+        kernel_time(kernel, device, options_.workload.dtype, t, options_.sequence_parallel,
+                    options_.workload.dropout, options_.stack);
+    (kernel.pass == KernelPass::kForward ? out.forward_attention : out.backward_attention) += time;
+  }
+  return out;
 }
 
 Bytes AnalyticCostModel::boundary_bytes(int layer) const {

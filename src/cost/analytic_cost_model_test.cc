@@ -333,6 +333,37 @@ TEST(AnalyticCompute, TensorParallelOverFourDevicesUsesTheRingFormula) {
       expected);
 }
 
+// Context parallelism: each device of a TP group passes its heads' share of the chunk's keys
+// and values, beside the attention core its own kernels take.
+TEST(AnalyticCompute, ContextExchangeIsTheChunksKeysAndValuesBesideTheAttentionCore) {
+  ModelSpec m = model_of({attention_layer("attn"), ffn_layer("ffn")});
+  AnalyticCostOptions o = workload(8192);
+  o.workload.context_parallel = 4;
+  const auto cost = analytic(m, one_node("H100-SXM", 2), o);
+  const DeviceType& h100 = catalog("H100-SXM");
+  // 2048 tokens of 8 key and 8 value heads of 128, bf16.
+  const double kv = 2.0 * 2048 * (8 * 128 + 8 * 128);
+  for (int tp : {1, 2}) {
+    const DeviceGroup g{tp == 1 ? std::vector<int>{0} : std::vector<int>{0, 1}};
+    const CostModel::ContextExchange x = cost->context_exchange(0, g);
+    EXPECT_EQ(x.bytes.value(), kv / tp);
+    double forward = 0, backward = 0;
+    for (const Kernel& k : layer_kernels(m.layers[0], o.workload)) {
+      if (k.kind != KernelKind::kAttention) continue;
+      const double t = kernel_time(k, h100, o.workload.dtype, tp, false, false, o.stack).value();
+      (k.pass == KernelPass::kForward ? forward : backward) += t;
+    }
+    EXPECT_GT(forward, 0);
+    expect_close(x.forward_attention.value(), forward);
+    expect_close(x.backward_attention.value(), backward);
+    EXPECT_EQ(cost->context_exchange(1, g).bytes.value(), 0);  // no attention
+  }
+  o.workload.context_parallel = 1;
+  EXPECT_EQ(
+      analytic(m, one_node("H100-SXM", 2), o)->context_exchange(0, DeviceGroup{{0}}).bytes.value(),
+      0);
+}
+
 TEST(AnalyticCompute, SequenceParallelismSplitsTheResidualStream) {
   ModelSpec m = model_of({ffn_layer("ffn")});
   AnalyticCostOptions o = workload(4096);

@@ -69,6 +69,12 @@ static_assert(std::size(kCollectiveNames) == static_cast<size_t>(Collective::kAl
 
 const char* collective_name(Collective collective) { return name_in(kCollectiveNames, collective); }
 
+Seconds ring_exchange_exposure(int members, Seconds slowest_step, Seconds own_attention) {
+  if (members <= 1) return Seconds(0);
+  const double c = static_cast<double>(members);
+  return Seconds((c - 1) * std::max(0.0, slowest_step.value() - own_attention.value() / c));
+}
+
 Seconds exposed_gradient_reduction(Seconds reduction, int buckets, Seconds last_pass) {
   if (buckets <= 1) return reduction;
   const double n = buckets;

@@ -187,6 +187,14 @@ Bytes FixedCostModel::expert_dispatch_bytes(int layer) const {
   return spec_.layers[layer].expert_dispatch;
 }
 
+CostModel::ContextExchange FixedCostModel::context_exchange(int layer,
+                                                            const DeviceGroup& group) const {
+  (void)group;
+  MOTLEY_CHECK(layer >= 0 && layer < static_cast<int>(spec_.layers.size()),
+               "layer outside the spec");
+  return spec_.layers[layer].context_exchange;
+}
+
 Seconds FixedCostModel::p2p_time(int src, int dst, Bytes bytes) const {
   if (src == dst) return Seconds(0);
   const Path& path = topology_.path(src, dst);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 
 #include "motley/core/check.h"
@@ -84,13 +85,21 @@ int64_t total_micro_batches(const Plan& plan) {
   return total;
 }
 
+int64_t distinct_micro_batches(const Plan& plan) {
+  const size_t c = static_cast<size_t>(std::max(plan.context_parallel, 1));
+  int64_t total = 0;
+  for (size_t r = 0; r < plan.replicas.size(); r += c) total += plan.replicas[r].micro_batches;
+  return total;
+}
+
 int64_t global_micro_batch(const Plan& plan, int64_t step, int replica, int64_t micro_batch) {
   MOTLEY_CHECK(replica >= 0 && replica < static_cast<int>(plan.replicas.size()), "no replica");
   MOTLEY_CHECK(micro_batch >= 0 && micro_batch < plan.replicas[replica].micro_batches,
                "no such micro-batch");
+  const int c = std::max(plan.context_parallel, 1);
   int64_t offset = 0;
-  for (int r = 0; r < replica; ++r) offset += plan.replicas[r].micro_batches;
-  return step * total_micro_batches(plan) + offset + micro_batch;
+  for (int r = 0; r < replica / c * c; r += c) offset += plan.replicas[r].micro_batches;
+  return step * distinct_micro_batches(plan) + offset + micro_batch;
 }
 
 }  // namespace motley

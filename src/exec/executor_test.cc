@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "motley/exec/data.h"
 #include "motley/exec/reference.h"
 #include "motley/plan/plan_json.h"
 #include "motley/plan/validate.h"
@@ -199,6 +200,33 @@ TEST(Executor, DeepSeekV2LiteMiniatureMatchesReference) {
   const ModelSpec model = testing::deepseek_v2_lite_miniature();
   expect_matches_reference(uniform_plan(model, {ScheduleKind::kZbH1, 3, 1, 6, 1}), model,
                            Exactness::kBitIdentical);
+}
+
+TEST(Executor, ContextParallelGroupsTrainAsTheirOneReplicaPlan) {
+  // Two replicas in one context group run the same four micro-batches, each weighted 1/2: the
+  // run is the one-replica plan's, and the executor matches the reference bit for bit.
+  const ModelSpec model = preset("tiny-llama");
+  const Plan one = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 1});
+  Plan grouped = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 2});
+  grouped.context_parallel = 2;
+  grouped.global_batch = one.global_batch;
+  EXPECT_EQ(distinct_micro_batches(grouped), 4);
+  EXPECT_EQ(total_micro_batches(grouped), 8);
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_EQ(global_micro_batch(grouped, 1, 1, j), global_micro_batch(one, 1, 0, j));
+  }
+  expect_matches_reference(grouped, model, Exactness::kBitIdentical);
+  auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 3), "corpus");
+  ASSERT_TRUE(tokens.is_ok());
+  const WorldResult alone = run_reference(one, model, *tokens, kSteps, GradientOrder::kSequential);
+  const WorldResult split =
+      run_reference(grouped, model, *tokens, kSteps, GradientOrder::kSequential);
+  for (int s = 0; s < kSteps; ++s) {
+    EXPECT_LT(std::abs(split.losses[s] - alone.losses[s]) / alone.losses[s], 1e-6) << s;
+  }
+  for (const auto& [name, tensor] : alone.parameters) {
+    EXPECT_LT(relative_difference(split.parameters.at(name), tensor), 1e-5) << name;
+  }
 }
 
 TEST(Executor, TiedWeightsAcrossRanksAndReplicasMatchReference) {

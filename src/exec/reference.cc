@@ -54,9 +54,10 @@ Result<double> SequentialTrainer::step() {
   try {
     m.optimizer->zero_gradients();
     std::vector<at::Tensor> replica_sums;  // kByReplica: per parameter, the replicas' total
-    int64_t g = m.steps_done * total;
-    for (const Replica& replica : m.plan.replicas) {
-      for (int64_t j = 0; j < replica.micro_batches; ++j, ++g) {
+    for (size_t r = 0; r < m.plan.replicas.size(); ++r) {
+      const Replica& replica = m.plan.replicas[r];
+      for (int64_t j = 0; j < replica.micro_batches; ++j) {
+        const int64_t g = global_micro_batch(m.plan, m.steps_done, static_cast<int>(r), j);
         at::Tensor inputs, targets;
         micro_batch_tensors(m.tokens, g, m.plan.micro_batch_size, m.plan.seq_len, &inputs,
                             &targets);

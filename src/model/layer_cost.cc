@@ -97,6 +97,9 @@ class CostBuilder {
   // Activations kept for backward: `kept` survives selective recompute, `scores` (the s^2
   // terms of the attention core) does not.
   void keep(double bytes) { kept_ += bytes; }
+  // Under context parallelism: the keys and values of the device's chunk that attention passes
+  // around the group's ring (LayerCost::context_exchange_bytes).
+  void exchange(double bytes) { exchanged_ += bytes; }
   void keep_scores(double bytes) { scores_ += bytes; }
 
   // `count` hidden-size norms on `rows` tokens: each keeps its input and is memory-bound.
@@ -141,6 +144,7 @@ class CostBuilder {
     cost.activation_bytes[static_cast<int>(RecomputePolicy::kFull)] = Bytes(full_recompute_bytes);
     cost.output_bytes = Bytes(output_bytes);
     cost.tp_allreduces = tp_allreduces;
+    cost.context_exchange_bytes = Bytes(exchanged_);
     if (sink_ != nullptr) *sink_ = std::move(kernels_);
     return cost;
   }
@@ -152,6 +156,7 @@ class CostBuilder {
   std::vector<Kernel> kernels_;
   double kept_ = 0.0;
   double scores_ = 0.0;
+  double exchanged_ = 0.0;
 };
 
 using Parallel = CostBuilder::Parallel;
@@ -166,24 +171,29 @@ double attended_pairs(double n, bool causal, double window) {
 
 // Attention core shared by standard and latent attention: QK^T and AV over `heads` query heads,
 // and the stored score tensors of an eager implementation (full n x n per head even when a mask
-// hides part of it).
+// hides part of it). Under context parallelism over `cp` devices each holds n / cp queries (the
+// `q`, `k`, `v`, `o` bytes are its chunk's) and scores them against all n keys, a causal mask's
+// pairs shared evenly by the load-balanced split; its keys and values go round the ring.
 // Its traffic is a fused kernel's (FlashAttention): the forward reads q, k, v and writes o;
 // the backward reads q, k, v, o and do and writes dq, dk, dv.
-void attention_core(CostBuilder& c, const AttentionShape& a, double batch, double n, double heads,
-                    double qk_dim, double v_dim, double q, double k, double v, double o) {
+void attention_core(CostBuilder& c, const AttentionShape& a, double batch, double n, double cp,
+                    double heads, double qk_dim, double v_dim, double q, double k, double v,
+                    double o) {
   const double pairs =
-      attended_pairs(n, a.causal, static_cast<double>(std::max<int64_t>(a.sliding_window, 0)));
+      attended_pairs(n, a.causal, static_cast<double>(std::max<int64_t>(a.sliding_window, 0))) / cp;
   Kernel& core =
       c.weightless(KernelKind::kAttention, 2.0 * batch * heads * (qk_dim + v_dim) * pairs, 2.0,
                    q + k + v + o, 2.0 * (q + k + v) + 2.0 * o);
   for (Kernel* kernel : {&core, &core + 1}) {
     kernel->batch_heads = batch * heads;
-    kernel->q_len = n;
+    kernel->q_len = n / cp;
+    kernel->kv_len = n;
     kernel->pairs = pairs;
     kernel->qk_dim = qk_dim;
     kernel->v_dim = v_dim;
   }
-  const double scores = batch * heads * n * n;
+  const double scores = batch * heads * (n / cp) * n;
+  if (cp > 1.0) c.exchange(k + v);
   c.keep_scores(c.d() * scores);                           // softmax output
   if (c.dropout()) c.keep_scores((1.0 + c.d()) * scores);  // dropout mask and dropout output
 }
@@ -192,8 +202,9 @@ double value_head_dim(const AttentionShape& a) {
   return static_cast<double>(a.v_head_dim > 0 ? a.v_head_dim : a.head_dim);
 }
 
-void standard_attention(CostBuilder& c, const AttentionShape& a, double batch, double n) {
-  const double rows = batch * n;
+void standard_attention(CostBuilder& c, const AttentionShape& a, double batch, double n,
+                        double cp) {
+  const double rows = batch * n / cp;
   const double h = static_cast<double>(a.hidden);
   const double heads = static_cast<double>(a.num_heads);
   const double kv = static_cast<double>(a.num_kv_heads > 0 ? a.num_kv_heads : a.num_heads);
@@ -210,15 +221,15 @@ void standard_attention(CostBuilder& c, const AttentionShape& a, double batch, d
   }
   c.keep(d * rows * (heads * hd + kv * hd));  // Q and K for QK^T
   c.keep(d * rows * kv * vd);                 // V for AV
-  attention_core(c, a, batch, n, heads, hd, vd, d * rows * heads * hd, d * rows * kv * hd,
+  attention_core(c, a, batch, n, cp, heads, hd, vd, d * rows * heads * hd, d * rows * kv * hd,
                  d * rows * kv * vd, d * rows * heads * vd);
   c.linear(rows, heads * vd, h, Parallel::kRow);  // output projection
   c.keep(d * rows * heads * vd);
   c.residual_add(rows, h);
 }
 
-void latent_attention(CostBuilder& c, const AttentionShape& a, double batch, double n) {
-  const double rows = batch * n;
+void latent_attention(CostBuilder& c, const AttentionShape& a, double batch, double n, double cp) {
+  const double rows = batch * n / cp;
   const double h = static_cast<double>(a.hidden);
   const double heads = static_cast<double>(a.num_heads);
   const double nope = static_cast<double>(a.qk_nope_head_dim);
@@ -243,18 +254,18 @@ void latent_attention(CostBuilder& c, const AttentionShape& a, double batch, dou
   c.elementwise(d * rows * kv_rank, d * rows * kv_rank, KernelKind::kStream);
   c.linear(rows, kv_rank, heads * (nope + vd), Parallel::kColumn);
   c.keep(d * rows * heads * (2.0 * qk + vd));  // per-head Q, K and V
-  attention_core(c, a, batch, n, heads, qk, vd, d * rows * heads * qk, d * rows * heads * qk,
+  attention_core(c, a, batch, n, cp, heads, qk, vd, d * rows * heads * qk, d * rows * heads * qk,
                  d * rows * heads * vd, d * rows * heads * vd);
   c.linear(rows, heads * vd, h, Parallel::kRow);
   c.keep(d * rows * heads * vd);
   c.residual_add(rows, h);
 }
 
-void attention(CostBuilder& c, const AttentionShape& a, double batch, double n) {
+void attention(CostBuilder& c, const AttentionShape& a, double batch, double n, double cp) {
   if (a.mla) {
-    latent_attention(c, a, batch, n);
+    latent_attention(c, a, batch, n, cp);
   } else {
-    standard_attention(c, a, batch, n);
+    standard_attention(c, a, batch, n, cp);
   }
 }
 
@@ -416,7 +427,9 @@ LayerCost formula_cost(const Layer& layer, const Workload& w, std::vector<Kernel
   const double batch = static_cast<double>(w.micro_batch_size);
   const double n =
       static_cast<double>(layer.tokens_per_sample > 0 ? layer.tokens_per_sample : w.seq_len);
-  const double rows = batch * n;
+  // Under context parallelism a device holds 1/cp of every sequence's tokens.
+  const double cp = static_cast<double>(std::max<int64_t>(w.context_parallel, 1));
+  const double rows = batch * n / cp;
   CostBuilder c(d, w.dropout, kernels);
 
   switch (layer.kind) {
@@ -437,7 +450,7 @@ LayerCost formula_cost(const Layer& layer, const Workload& w, std::vector<Kernel
     case LayerKind::kAttention: {
       const AttentionShape& a = shape(layer.attention, layer, "attention");
       c.norms(layer.num_norms, rows, static_cast<double>(a.hidden));
-      attention(c, a, batch, n);
+      attention(c, a, batch, n, cp);
       const double out = d * rows * static_cast<double>(a.hidden);
       return c.finish(out, out, 1);
     }
@@ -470,7 +483,7 @@ LayerCost formula_cost(const Layer& layer, const Workload& w, std::vector<Kernel
     case LayerKind::kVisionBlock: {
       const AttentionShape& a = shape(layer.attention, layer, "attention");
       c.norms(layer.num_norms, rows, static_cast<double>(a.hidden));
-      attention(c, a, batch, n);
+      attention(c, a, batch, n, cp);
       if (layer.moe.has_value()) {
         mixture_of_experts(c, *layer.moe, rows);
       } else {
@@ -543,7 +556,8 @@ LayerCost layer_cost(const Layer& layer, const Workload& workload) {
     const MoeShape& m = *layer.moe;
     const double tokens = static_cast<double>(workload.micro_batch_size) *
                           static_cast<double>(layer.tokens_per_sample > 0 ? layer.tokens_per_sample
-                                                                          : workload.seq_len);
+                                                                          : workload.seq_len) /
+                          static_cast<double>(std::max<int64_t>(workload.context_parallel, 1));
     const double width = static_cast<double>(m.latent_size > 0 ? m.latent_size : m.hidden);
     cost.expert_dispatch_bytes = Bytes(static_cast<double>(dtype_bytes(workload.dtype)) * tokens *
                                        static_cast<double>(m.top_k) * width);
@@ -563,12 +577,14 @@ double measured_token_scale(const Layer& layer, const Workload& workload) {
   const double n =
       static_cast<double>(layer.tokens_per_sample > 0 ? layer.tokens_per_sample : workload.seq_len);
   return static_cast<double>(workload.micro_batch_size) * n /
+         static_cast<double>(std::max<int64_t>(workload.context_parallel, 1)) /
          (static_cast<double>(m.micro_batch_size) * static_cast<double>(m.seq_len));
 }
 
 ModelTotals model_totals(const ModelSpec& model, const Workload& workload) {
   Workload w = workload;
   w.dropout = workload.dropout || model.dropout;
+  w.context_parallel = 1;  // the whole micro-batch, however a plan splits its sequences
   ModelTotals totals;
   for (const Layer& layer : model.layers) {
     const LayerCost cost = layer_cost(layer, w);

@@ -101,6 +101,36 @@ TEST(LayerCostTest, GroupedQueryBlockFlopsSplitIntoForwardInputAndWeightGradient
   EXPECT_EQ(cost.tp_allreduces, 2);
 }
 
+// Context parallelism over c devices: each holds s / c tokens of every sequence and scores them
+// against all s keys, a causal mask's pairs shared evenly; its K and V chunk goes round the ring.
+TEST(LayerCostTest, ContextParallelDividesTheTokensAndTheCausalPairs) {
+  const double h = 64, a = 8, kv = 2, hd = 8, f = 160, s = 32, b = 2, c = 2;
+  const Layer layer = block(attention_shape(64, 8, 2, 8), ffn_shape(64, 160, Activation::kSwiGlu));
+  Workload w = workload(32, 2);
+  w.context_parallel = 2;
+  const LayerCost cost = layer_cost(layer, w);
+  const double t = b * s / c;
+  const double weights = 2 * t * (h * (a * hd + 2 * kv * hd) + a * hd * h + 3 * h * f);
+  const double core = 2 * b * a * (hd + hd) * (s * (s + 1) / 2) / c;
+  EXPECT_EQ(cost.forward.value(), weights + core);
+  EXPECT_EQ(cost.backward_input.value(), weights + 2 * core);
+  EXPECT_EQ(cost.backward_weight.value(), weights);
+  EXPECT_EQ(cost.output_bytes.value(), 2 * t * h);
+  EXPECT_EQ(cost.context_exchange_bytes.value(), 2 * t * (kv * hd + kv * hd));
+  EXPECT_EQ(layer_cost(layer, workload(32, 2)).context_exchange_bytes.value(), 0);
+  // Korthikanti's bytes for s / c tokens, the scores' s x s per head now (s / c) x s.
+  Workload dropout = workload(32, 2, true);
+  dropout.context_parallel = 2;
+  const LayerCost gpt = layer_cost(gpt_block(64, 4), dropout);
+  EXPECT_EQ(gpt.activation_bytes[kNone].value(), s / c * b * h * (34 + 5 * 4 * s / h));
+  EXPECT_EQ(gpt.activation_bytes[kSelective].value(), 34 * s / c * b * h);
+  // A model's totals stay the whole micro-batch's.
+  ModelSpec model;
+  model.layers = {layer};
+  EXPECT_EQ(model_totals(model, w).forward.value(),
+            model_totals(model, workload(32, 2)).forward.value());
+}
+
 TEST(LayerCostTest, MultiQueryAttentionProjectsOneKeyAndValueHead) {
   Layer layer;
   layer.name = "attn";

@@ -244,6 +244,7 @@ const std::vector<std::string>& preferred_key_order() {
                                                   "schedule",
                                                   "zero_stage",
                                                   "expert_parallel",
+                                                  "context_parallel",
                                                   "sequence_parallel",
                                                   "predicted",
                                                   "iteration_time_s",
@@ -385,6 +386,7 @@ Json plan_to_json(const Plan& plan) {
   j["schedule"] = plan.schedule;
   j["zero_stage"] = plan.zero_stage;
   if (plan.expert_parallel != 1) j["expert_parallel"] = plan.expert_parallel;
+  if (plan.context_parallel != 1) j["context_parallel"] = plan.context_parallel;
   if (plan.sequence_parallel) j["sequence_parallel"] = true;
   if (plan.predicted) {
     const PredictedMetrics& p = *plan.predicted;
@@ -434,10 +436,10 @@ Result<PlanFile> plan_file_from_json(const Json& json, const std::string& source
                                                   kPlanFormat, kPlanFormatV1, format));
   }
   std::vector<std::string_view> keys = {
-      "format",        "units",        "model",           "cluster",   "micro_batch_size",
-      "seq_len",       "global_batch", "stages",          "replicas",  "schedule",
-      "zero_stage",    "zero1",        "expert_parallel", "predicted", "sequence_parallel",
-      "software_stack"};
+      "format",           "units",         "model",           "cluster",   "micro_batch_size",
+      "seq_len",          "global_batch",  "stages",          "replicas",  "schedule",
+      "zero_stage",       "zero1",         "expert_parallel", "predicted", "sequence_parallel",
+      "context_parallel", "software_stack"};
   if (!v1) {
     keys.push_back("model_spec");
     keys.push_back("cluster_spec");
@@ -477,6 +479,9 @@ Result<PlanFile> plan_file_from_json(const Json& json, const std::string& source
   MOTLEY_ASSIGN_OR_RETURN(const int64_t expert_parallel,
                           root.get_int_in_or("expert_parallel", IntRange{1, 1 << 20}, 1));
   plan.expert_parallel = static_cast<int>(expert_parallel);
+  MOTLEY_ASSIGN_OR_RETURN(const int64_t context_parallel,
+                          root.get_int_in_or("context_parallel", IntRange{1, 1 << 20}, 1));
+  plan.context_parallel = static_cast<int>(context_parallel);
   MOTLEY_ASSIGN_OR_RETURN(plan.sequence_parallel, root.get_bool_or("sequence_parallel", false));
   if (std::optional<JsonField> predicted = root.find("predicted")) {
     MOTLEY_ASSIGN_OR_RETURN(PredictedMetrics p, predicted_from_json(*predicted));

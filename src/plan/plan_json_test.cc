@@ -333,6 +333,21 @@ TEST(PlanJson, ReadsTheOlderZeroOneAndRoundTripsEveryStage) {
   }
 }
 
+TEST(PlanJson, RoundTripsContextParallelism) {
+  Plan plan = full_plan();
+  EXPECT_FALSE(plan_to_json(plan).contains("context_parallel"));  // 1 is not written
+  plan.context_parallel = 2;
+  const Json written = plan_to_json(plan);
+  EXPECT_EQ(written["context_parallel"], 2);
+  Result<Plan> back = plan_from_json(written, "plan.json");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back.value(), plan);
+  Json bad = written;
+  bad["context_parallel"] = 0;
+  const std::string message = plan_from_json(bad, "plan.json").status().message();
+  EXPECT_EQ(message.rfind("plan.json: field 'context_parallel'", 0), 0u) << message;
+}
+
 TEST(PlanJson, RoundTripsPerLayerRecompute) {
   Plan plan = full_plan();
   plan.stages[0].recompute_layers = {plan.stages[0].layer_begin};

@@ -283,23 +283,102 @@ Status check_memory(const Plan& plan, const ClusterSpec& cluster, const Labels& 
   return Status::ok();
 }
 
-// global_batch == micro_batch_size x the replicas' micro-batches, in exact arithmetic: with
-// 2^62 + 1 sequences per micro-batch, four micro-batches wrap around to 4 in int64_t.
+// global_batch == micro_batch_size x the replicas' micro-batches (a context-parallel group's
+// once), in exact arithmetic: with 2^62 + 1 sequences per micro-batch, four micro-batches wrap
+// around to 4 in int64_t.
 Status check_global_batch(const Plan& plan) {
+  const int c = std::max(plan.context_parallel, 1);
   std::optional<int64_t> micro_batches = 0;
-  for (const Replica& rep : plan.replicas) {
-    micro_batches = micro_batches ? checked_add(*micro_batches, rep.micro_batches) : std::nullopt;
+  for (size_t r = 0; r < plan.replicas.size(); r += static_cast<size_t>(c)) {
+    const int64_t m = plan.replicas[r].micro_batches;
+    micro_batches = micro_batches ? checked_add(*micro_batches, m) : std::nullopt;
   }
   const std::optional<int64_t> sequences =
       micro_batches ? checked_mul(*micro_batches, plan.micro_batch_size) : std::nullopt;
   if (sequences == plan.global_batch) return Status::ok();
   std::vector<int64_t> parts;
-  for (const Replica& rep : plan.replicas) parts.push_back(rep.micro_batches);
+  for (size_t r = 0; r < plan.replicas.size(); r += static_cast<size_t>(c)) {
+    parts.push_back(plan.replicas[r].micro_batches);
+  }
   const std::string total =
       sequences ? std::to_string(*sequences) : std::string("more than 2^63 - 1");
+  if (c > 1) {
+    return invalid_argument(
+        fmt::format("global_batch is {} but the context-parallel groups of {} replicas run ({}) "
+                    "micro-batches of {} = {} sequences",
+                    plan.global_batch, c, fmt::join(parts, " + "), plan.micro_batch_size, total));
+  }
   return invalid_argument(
       fmt::format("global_batch is {} but the replicas run ({}) micro-batches of {} = {} sequences",
                   plan.global_batch, fmt::join(parts, " + "), plan.micro_batch_size, total));
+}
+
+// Context parallelism splits every sequence over groups of `c` consecutive replicas that run
+// the same micro-batches in lockstep, their attention layers passing keys and values around
+// the group's ring, TP rank k with the other members' rank k.
+Status check_context_parallel(const Plan& plan, const ModelSpec& model) {
+  const int c = plan.context_parallel;
+  if (c == 1) return Status::ok();
+  if (c < 1) {
+    return invalid_argument(fmt::format("context_parallel must be at least 1, got {}", c));
+  }
+  const size_t replicas = plan.replicas.size();
+  if (replicas % static_cast<size_t>(c) != 0) {
+    return invalid_argument(
+        fmt::format("context_parallel {} must divide the replica count ({}): its groups are "
+                    "consecutive replicas",
+                    c, replicas));
+  }
+  if (plan.seq_len % (2 * static_cast<int64_t>(c)) != 0) {
+    return invalid_argument(
+        fmt::format("context_parallel {} splits every sequence into {} equal chunks, so seq_len "
+                    "must be a multiple of {}, got {}",
+                    c, 2 * c, 2 * c, plan.seq_len));
+  }
+  if (plan.expert_parallel > 1) {
+    return invalid_argument(fmt::format(
+        "context_parallel {} and expert_parallel {} both group the replicas; motley prices one "
+        "of them at a time",
+        c, plan.expert_parallel));
+  }
+  for (size_t l = 0; l < model.layers.size(); ++l) {
+    const Layer& layer = model.layers[l];
+    const char* why = nullptr;
+    if (layer.kind == LayerKind::kMamba) {
+      why = "a Mamba scan, which carries its state along the whole sequence";
+    } else if (layer.kind == LayerKind::kMeasured) {
+      why = "measured, without the attention shape its key and value exchange is priced from";
+    }
+    if (why != nullptr) {
+      return invalid_argument(
+          fmt::format("context_parallel {} needs attention as every layer's sequence mixing: "
+                      "layer {} ('{}') is {}",
+                      c, l, layer.name, why));
+    }
+  }
+  for (size_t first = 0; first < replicas; first += static_cast<size_t>(c)) {
+    const Replica& lead = plan.replicas[first];
+    for (size_t r = first + 1; r < first + static_cast<size_t>(c); ++r) {
+      const Replica& rep = plan.replicas[r];
+      if (rep.micro_batches != lead.micro_batches) {
+        return invalid_argument(fmt::format(
+            "context_parallel {}: replicas {} and {} split the same sequences, so they must run "
+            "as many micro-batches: {} and {}",
+            c, first, r, lead.micro_batches, rep.micro_batches));
+      }
+      for (size_t s = 0; s < plan.stages.size(); ++s) {
+        const size_t a = lead.groups[lead.stage_group[s]].devices.size();
+        const size_t b = rep.groups[rep.stage_group[s]].devices.size();
+        if (a != b) {
+          return invalid_argument(fmt::format(
+              "context_parallel {}: replicas {} and {} exchange stage {}'s keys and values TP "
+              "rank by TP rank, so its groups must be as large: {} and {} devices",
+              c, first, r, s, a, b));
+        }
+      }
+    }
+  }
+  return Status::ok();
 }
 
 // Expert parallelism splits every MoE layer's experts over groups of `e` consecutive replicas,
@@ -423,6 +502,7 @@ Status validate_plan(const Plan& plan, const ModelSpec& model, const ClusterSpec
   MOTLEY_RETURN_IF_ERROR(check_plan_structure(plan, bounds));
   const Labels labels(plan);
   MOTLEY_RETURN_IF_ERROR(check_devices(plan, cluster, labels));
+  MOTLEY_RETURN_IF_ERROR(check_context_parallel(plan, model));
   MOTLEY_RETURN_IF_ERROR(check_global_batch(plan));
   MOTLEY_RETURN_IF_ERROR(check_zero_stage(plan));
   MOTLEY_RETURN_IF_ERROR(check_expert_parallel(plan, model));

@@ -92,6 +92,59 @@ TEST(Validate, AcceptsDataParallelReplicasWithUnevenMicroBatches) {
             "expert_parallel is 2 but model 'small' has no mixture-of-experts layer");
 }
 
+// Two replicas of one two-stage pipeline on devices 0-1 and 2-3, as one context group.
+TEST(Validate, ContextParallelGroupsShareTheirMicroBatches) {
+  const ModelSpec model = small_model(2);
+  const ClusterSpec cluster = single_device_nodes(4);
+  Plan p = one_f_one_b_plan(model, cluster, 2);
+  Replica second = p.replicas[0];
+  second.groups[0].devices = {2};
+  second.groups[1].devices = {3};
+  p.replicas.push_back(second);
+  p.micro_batch_size = 1;
+  p.global_batch = 4;
+  Status s = validate_plan(p, model, cluster, defaults());
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  // As one context group the two run the same sequences: the batch counts them once.
+  p.context_parallel = 2;
+  EXPECT_EQ(validate_plan(p, model, cluster, defaults()).message(),
+            "global_batch is 4 but the context-parallel groups of 2 replicas run (2) "
+            "micro-batches of 1 = 2 sequences");
+  p.global_batch = 2;
+  s = validate_plan(p, model, cluster, defaults());
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  p.context_parallel = 3;
+  EXPECT_EQ(validate_plan(p, model, cluster, defaults()).message(),
+            "context_parallel 3 must divide the replica count (2): its groups are consecutive "
+            "replicas");
+  p.context_parallel = 2;
+  p.seq_len = 126;
+  EXPECT_EQ(validate_plan(p, model, cluster, defaults()).message(),
+            "context_parallel 2 splits every sequence into 4 equal chunks, so seq_len must be a "
+            "multiple of 4, got 126");
+  p.seq_len = 128;
+  Replica three = one_f_one_b_plan(model, cluster, 3).replicas[0];
+  three.groups[0].devices = {2};
+  three.groups[1].devices = {3};
+  p.replicas[1] = three;
+  EXPECT_EQ(validate_plan(p, model, cluster, defaults()).message(),
+            "context_parallel 2: replicas 0 and 1 split the same sequences, so they must run as "
+            "many micro-batches: 2 and 3");
+  p.replicas[1] = second;
+  p.expert_parallel = 2;
+  EXPECT_EQ(validate_plan(p, model, cluster, defaults()).message(),
+            "context_parallel 2 and expert_parallel 2 both group the replicas; motley prices one "
+            "of them at a time");
+  p.expert_parallel = 1;
+  ModelSpec hybrid = model;
+  hybrid.layers[1].kind = LayerKind::kMamba;
+  ValidateOptions other_model;
+  other_model.check_spec_hashes = false;
+  EXPECT_THAT(validate_plan(p, hybrid, cluster, other_model).message(),
+              HasSubstr("context_parallel 2 needs attention as every layer's sequence mixing: "
+                        "layer 1 ('"));
+}
+
 TEST(Validate, DetectsDeadlockBetweenTwoGroups) {
   // Group 0 wants the gradient of micro-batch 0 before it sends micro-batch 1; group 1 wants
   // micro-batch 1 first.

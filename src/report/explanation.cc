@@ -139,6 +139,14 @@ std::vector<std::string> explanation_lines(const PlanExplanation& e) {
         "the tokens to their experts and back by all-to-all.",
         e.expert_parallel, e.expert_groups, e.expert_parallel));
   }
+  if (e.context_parallel > 1) {
+    out.push_back(fmt::format(
+        "Sequences: split over groups of {} replicas (context parallelism, ring attention): "
+        "each replica runs its group's micro-batches on 1/{} of every sequence (two of {} "
+        "chunks, for an even share of the causal mask), its attention passing keys and values "
+        "around the group at every layer.",
+        e.context_parallel, e.context_parallel, 2 * e.context_parallel));
+  }
   if (!e.vocab_rows.empty()) {
     std::vector<std::string> rows;
     for (int64_t r : e.vocab_rows) rows.push_back(std::to_string(r));

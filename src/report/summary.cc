@@ -136,11 +136,17 @@ std::string simulation_summary(const Plan& plan, const SimResult& result, const 
       {"  bubble", fmt::format("{} of device time idle (idle / (iteration time x {} devices))",
                                format_percent(result.bubble_fraction), result.devices.size())});
   head.push_back(
-      {"  layout", fmt::format("{} devices, {} {} of {} device groups, {} stages, {} "
-                               "micro-batches per replica",
-                               result.devices.size(), plan.replicas.size(),
-                               plan.replicas.size() == 1 ? "replica" : "replicas",
-                               joined(group_counts), plan.stages.size(), joined(micro_batches))});
+      {"  layout",
+       fmt::format("{} devices, {} {} of {} device groups, {} stages, {} "
+                   "micro-batches per replica{}",
+                   result.devices.size(), plan.replicas.size(),
+                   plan.replicas.size() == 1 ? "replica" : "replicas", joined(group_counts),
+                   plan.stages.size(), joined(micro_batches),
+                   plan.context_parallel > 1
+                       ? fmt::format(", in context-parallel groups of {} (every sequence split "
+                                     "{} ways)",
+                                     plan.context_parallel, plan.context_parallel)
+                       : std::string())});
   head.push_back({"  memory", over == 0 ? std::string("fits on every device")
                                         : fmt::format("OVER CAPACITY on {} of {} devices", over,
                                                       result.devices.size())});

@@ -75,6 +75,11 @@ Status check_candidate(const AssembleOptions& o, const Candidate& c) {
   if (c.micro_batch_size <= 0) {
     return invalid_argument(fmt::format("{}micro-batch size must be positive", pre));
   }
+  const int cp = std::max({o.context_parallel, c.context_parallel, 1});
+  if (c.replicas.size() % static_cast<size_t>(cp) != 0) {
+    return invalid_argument(fmt::format("{}context parallelism {} does not divide the {} replicas",
+                                        pre, cp, c.replicas.size()));
+  }
   int64_t sequences = 0;
   for (size_t r = 0; r < c.replicas.size(); ++r) {
     const PipelineSpec& rep = c.replicas[r];
@@ -96,7 +101,13 @@ Status check_candidate(const AssembleOptions& o, const Candidate& c) {
     if (rep.micro_batches <= 0) {
       return invalid_argument(fmt::format("{}replica {} has no micro-batches", pre, r));
     }
-    sequences += rep.micro_batches * c.micro_batch_size;
+    const PipelineSpec& lead = c.replicas[r / cp * cp];
+    if (rep.micro_batches != lead.micro_batches) {
+      return invalid_argument(
+          fmt::format("{}replica {} runs {} micro-batches, not the {} of its context group", pre, r,
+                      rep.micro_batches, lead.micro_batches));
+    }
+    if (r % cp == 0) sequences += rep.micro_batches * c.micro_batch_size;
   }
   if (o.global_batch > 0 && sequences != o.global_batch) {
     return internal_error(fmt::format("{}replicas run {} sequences, not the global batch of {}",
@@ -469,9 +480,11 @@ Result<Plan> assemble_plan(const AssembleOptions& o, const Candidate& c, const C
   plan.cluster = o.cluster;
   plan.micro_batch_size = c.micro_batch_size;
   plan.seq_len = o.seq_len;
+  plan.context_parallel = std::max(o.context_parallel, c.context_parallel);
   plan.global_batch = 0;
-  for (const PipelineSpec& rep : c.replicas)
-    plan.global_batch += rep.micro_batches * c.micro_batch_size;
+  for (size_t r = 0; r < c.replicas.size(); r += static_cast<size_t>(plan.context_parallel)) {
+    plan.global_batch += c.replicas[r].micro_batches * c.micro_batch_size;
+  }
   plan.schedule = c.schedule.name();
   plan.zero_stage = std::max(o.zero_stage, c.zero_stage);
   plan.expert_parallel = std::max(o.expert_parallel, c.expert_parallel);

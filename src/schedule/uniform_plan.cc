@@ -194,6 +194,7 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
   assemble.seq_len = o.seq_len > 0 ? o.seq_len : model.default_seq_len;
   assemble.zero_stage = o.zero_stage;
   assemble.expert_parallel = o.expert_parallel;
+  assemble.context_parallel = o.context_parallel;
   assemble.sequence_parallel = o.sequence_parallel;
   assemble.head_vocab = head_vocab(model);
   assemble.embedding_vocab = embedding_vocab(model);

@@ -75,7 +75,8 @@ class Builder {
       // (An embedding shard sends its partial embedding: the hidden state's bytes.)
       scratch_.boundary_bytes[at] = s >= head_shards
                                         ? static_cast<double>(plan_.micro_batch_size) *
-                                              static_cast<double>(plan_.seq_len) * 3.0 * 4.0
+                                              static_cast<double>(plan_.seq_len) /
+                                              std::max(plan_.context_parallel, 1) * 3.0 * 4.0
                                         : cost_.boundary_bytes(st.layer_end - 1).value();
       scratch_.boundary_bytes[at + 1] =
           st.layer_begin > 0 ? cost_.boundary_bytes(st.layer_begin - 1).value() : 0.0;
@@ -119,6 +120,7 @@ class Builder {
   void price_data_parallel() {
     const int n_rep = static_cast<int>(plan_.replicas.size());
     price_expert_exchanges();
+    price_context_exchanges();
     scratch_.sync.clear();
     if (!options_.gradient_all_reduce || n_rep < 2) return;
     const int zero = plan_.zero_stage;
@@ -224,6 +226,62 @@ class Builder {
         times[kind_index(ActionKind::kForward)] += exchange;
         times[kind_index(ActionKind::kBackwardInput)] += exchange;
         times[kind_index(ActionKind::kBackward)] += exchange;
+        times[kind_index(ActionKind::kRecompute)] += recomputed;
+      }
+    }
+  }
+
+  // Context parallelism: every attention layer runs ring attention over the replica's context
+  // group, c steps each scoring the device's queries against one member's keys and values
+  // while the next chunk travels to it. A step takes the longest of the members' shares of the
+  // attention core (1/c of it; the members run in lockstep) and the slowest hop of the ring
+  // (TP rank k of each member to rank k of the next, all hops at once), so each of the c - 1
+  // steps after the first adds what it exceeds the device's own share by. The
+  // backward passes the keys and values with their gradients (twice the bytes); a recompute
+  // that reruns the attention core repeats the forward's.
+  void price_context_exchanges() {
+    const int c = plan_.context_parallel;
+    const int n_rep = static_cast<int>(plan_.replicas.size());
+    if (c <= 1 || n_rep % c != 0) return;
+    const double steps = static_cast<double>(c);
+    for (int r = 0; r < n_rep; ++r) {
+      const int first = r / c * c;
+      for (int s = 0; s < stages_; ++s) {
+        const Stage& st = plan_.stages[s];
+        group_.devices = plan_.replicas[r].groups[plan_.replicas[r].stage_group[s]].devices;
+        double forward = 0, backward = 0, recomputed = 0;
+        for (int l = st.layer_begin; l < st.layer_end; ++l) {
+          const CostModel::ContextExchange x = cost_.context_exchange(l, group_);
+          if (x.bytes.value() <= 0) continue;
+          // The slowest step of the ring, forward and backward.
+          double step = 0, step_back = 0;
+          for (int q = first; q < first + c; ++q) {
+            const Replica& rep = plan_.replicas[q];
+            const Replica& next = plan_.replicas[q + 1 < first + c ? q + 1 : first];
+            const std::vector<int>& from = rep.groups[rep.stage_group[s]].devices;
+            const std::vector<int>& to = next.groups[next.stage_group[s]].devices;
+            const CostModel::ContextExchange member =
+                q == r ? x : cost_.context_exchange(l, DeviceGroup{from});
+            step = std::max(step, member.forward_attention.value() / steps);
+            step_back = std::max(step_back, member.backward_attention.value() / steps);
+            for (size_t k = 0; k < from.size(); ++k) {
+              const int dst = to[std::min(k, to.size() - 1)];
+              step = std::max(step, cost_.p2p_time(from[k], dst, x.bytes).value());
+              step_back = std::max(step_back, cost_.p2p_time(from[k], dst, x.bytes * 2.0).value());
+            }
+          }
+          const double f = ring_exchange_exposure(c, Seconds(step), x.forward_attention).value();
+          const double b =
+              ring_exchange_exposure(c, Seconds(step_back), x.backward_attention).value();
+          forward += f;
+          backward += b;
+          if (st.policy_of(l) != RecomputePolicy::kNone) recomputed += f;
+        }
+        if (forward == 0 && backward == 0) continue;
+        SimGraph::StageTimes& times = scratch_.stage_times[at(r, s)];
+        times[kind_index(ActionKind::kForward)] += forward;
+        times[kind_index(ActionKind::kBackwardInput)] += backward;
+        times[kind_index(ActionKind::kBackward)] += backward;
         times[kind_index(ActionKind::kRecompute)] += recomputed;
       }
     }

@@ -515,6 +515,32 @@ TEST(Simulate, ExpertParallelismAddsTwoAllToAllsToEveryForwardAndBackward) {
   EXPECT_DOUBLE_EQ(run_ok(options, plan, cost).iteration_time.value(), 6.0);
 }
 
+// Context parallelism over two replicas of one stage (F = B = 1 s, of which the attention core
+// is 1 s forward and 2 s backward; 1e9 B/s ports): ring attention takes two steps, the second
+// waiting for the other member's keys and values. With 3e9 bytes a step takes max(1/2, 3) s
+// forward and max(2/2, 6) s backward (keys, values and their gradients), so F takes
+// 1 + (3 - 0.5) = 3.5 s and B 1 + (6 - 1) = 6 s; with 5e8 bytes the transfers hide behind the
+// attention (0.5 s and 1 s) and the iteration is the 2 s of compute.
+TEST(Simulate, ContextParallelismAddsTheRingStepsTheAttentionDoesNotHide) {
+  FixedCostSpec spec = uniform_spec(1, {Seconds(1), Seconds(1), Seconds(0), Seconds(0)});
+  spec.layers[0].context_exchange = {Bytes(3e9), Seconds(1), Seconds(2)};
+  auto [cost, plan] = two_replicas(spec, 1, "0F0 0B0");
+  plan.context_parallel = 2;
+  plan.global_batch = 1;
+  SimOptions options;
+  options.optimizer_step = OptimizerStepModel::kNone;
+  options.gradient_all_reduce = false;
+  EXPECT_DOUBLE_EQ(run_ok(options, plan, cost).iteration_time.value(), 9.5);
+  spec.layers[0].context_exchange.bytes = Bytes(5e8);
+  auto [hidden, same] = two_replicas(spec, 1, "0F0 0B0");
+  same.context_parallel = 2;
+  same.global_batch = 1;
+  EXPECT_DOUBLE_EQ(run_ok(options, same, hidden).iteration_time.value(), 2.0);
+  plan.context_parallel = 1;  // without it the exchange bytes mean nothing
+  plan.global_batch = 2;
+  EXPECT_DOUBLE_EQ(run_ok(options, plan, cost).iteration_time.value(), 2.0);
+}
+
 // A head tied to the embedding on another device: after both last backwards, their gradients
 // (1e9 bytes) are all-reduced between the two devices, 2 (k - 1) / k * 1e9 B / 1e9 B/s = 1 s,
 // before the optimizer steps. F = B = 1, one micro-batch: 4 s of compute, then 1 s of sum; on

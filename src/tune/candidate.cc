@@ -116,6 +116,7 @@ Result<Candidate> candidate_from_plan(const Plan& plan) {
   c.micro_batch_size = plan.micro_batch_size;
   c.zero_stage = plan.replicas.size() > 1 ? plan.zero_stage : 0;
   c.expert_parallel = plan.expert_parallel;
+  c.context_parallel = plan.context_parallel;
   c.sequence_parallel = plan.sequence_parallel;
   std::optional<std::pair<StageShape, int>> shape;
   for (size_t r = 0; r < plan.replicas.size(); ++r) {
@@ -179,6 +180,7 @@ std::string candidate_key(const Candidate& c) {
   if (!c.schedule.limit_in_flight) k += '!';
   if (c.zero_stage > 0) append_number(&(k += 'z'), c.zero_stage);
   if (c.expert_parallel > 1) append_number(&(k += 'e'), c.expert_parallel);
+  if (c.context_parallel > 1) append_number(&(k += 'c'), c.context_parallel);
   if (c.sequence_parallel) k += 's';
   if (c.vocab_parallel) k += 'v';
   if (c.vocab_embedding) k += 'E';
@@ -216,7 +218,7 @@ std::string candidate_key(const Candidate& c) {
 
 std::vector<std::vector<GroupLoad>> group_loads(const Context& ctx, const Candidate& c,
                                                 const CostModel* collectives) {
-  const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel);
+  const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel, c.context_parallel);
   std::vector<std::vector<GroupLoad>> out;
   for (size_t r = 0; r < c.replicas.size(); ++r) {
     const PipelineSpec& rep = c.replicas[r];
@@ -315,12 +317,14 @@ Result<Plan> assemble(const Context& ctx, const Candidate& c, int64_t data_paral
   options.seq_len = ctx.seq_len();
   options.zero_stage = ctx.options().zero_stage.value_or(c.zero_stage);
   options.expert_parallel = c.expert_parallel;
+  options.context_parallel = c.context_parallel;
   options.head_vocab = head_vocab(ctx.model());
   options.embedding_vocab = embedding_vocab(ctx.model());
   options.usable_memory_fraction = ctx.usable_memory_fraction();
   options.data_parallel = data_parallel;
   options.global_batch = whole_batch ? ctx.global_batch() : 0;
-  return assemble_plan(options, c, ctx.cost(c.micro_batch_size, c.sequence_parallel));
+  return assemble_plan(options, c,
+                       ctx.cost(c.micro_batch_size, c.sequence_parallel, c.context_parallel));
 }
 
 }  // namespace motley::tune_internal

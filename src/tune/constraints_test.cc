@@ -267,6 +267,40 @@ TEST(MegatronArgumentsTest, MapZeroStagesAndExpertParallelism) {
   }
 }
 
+// Context parallelism is --context-parallel-size with the ring (p2p) exchange; Megatron's DP is
+// the replicas over it, and its rank order tp-cp-dp-pp takes replica dp x CP + cp as data rank
+// dp, context rank cp: the plan's replicas in order. The closest Megatron plan keeps it.
+TEST(MegatronArgumentsTest, ContextParallelismIsTheContextParallelSize) {
+  EightOnTwoNodes c;
+  c.options.strategy = "megatron-1f1b";
+  c.options.constraints.tensor_parallel = 2;
+  c.options.constraints.pipeline_parallel = 1;
+  c.options.context_parallel = 2;
+  Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  const Plan& plan = r->plan;
+  ASSERT_EQ(plan.context_parallel, 2);
+  ASSERT_EQ(plan.replicas.size(), 4u);
+  const MegatronArguments args = megatron_arguments(plan, c.model, c.cluster);
+  EXPECT_EQ(args.context_parallel, 2);
+  EXPECT_EQ(args.data_parallel, 2);
+  std::string flags;
+  for (const std::string& a : args.arguments) flags += a + " ";
+  EXPECT_NE(flags.find("--context-parallel-size 2 --cp-comm-type p2p "), std::string::npos)
+      << flags;
+  EXPECT_NE(flags.find("--global-batch-size " + std::to_string(plan.global_batch) + " "),
+            std::string::npos)
+      << flags;
+  std::vector<int> expected;
+  for (const Replica& rep : plan.replicas) {
+    for (int d : rep.groups[0].devices) expected.push_back(d);
+  }
+  EXPECT_EQ(args.rank_devices, expected);
+  Result<StrategyOutcome> closest = closest_megatron_plan(plan, c.model, c.cluster, c.options);
+  ASSERT_TRUE(closest.is_ok()) << closest.status().message();
+  EXPECT_EQ(closest->plan.context_parallel, 2);
+}
+
 // Per-layer recompute of the first N layers of every stage is Megatron's block method; any
 // other choice of layers is listed as not expressed, and the closest plan recomputes the first
 // N of every stage.

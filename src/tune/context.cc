@@ -26,6 +26,32 @@ std::vector<int64_t> allowed_micro_batch_sizes(const TuneOptions& options) {
   return out;
 }
 
+std::optional<std::string> context_parallel_obstacle(const ModelSpec& model, int64_t seq_len,
+                                                     int cp) {
+  if (cp <= 1) return std::nullopt;
+  if (seq_len % (2 * static_cast<int64_t>(cp)) != 0) {
+    return fmt::format("the sequence length ({}) is not a multiple of 2 x {}", seq_len, cp);
+  }
+  for (const Layer& l : model.layers) {
+    if (l.kind == LayerKind::kMamba || l.kind == LayerKind::kMeasured) {
+      return fmt::format("layer '{}' is {}, not attention", l.name, layer_kind_name(l.kind));
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<int> context_degrees(const TuneOptions& options, const ModelSpec& model,
+                                 int64_t seq_len, int devices) {
+  if (options.context_parallel > 1) return {options.context_parallel};
+  // (Searched only where the analytic model prices the ring; a factory's model may not.)
+  if (options.context_parallel == 1 || options.expert_parallel > 1 || options.cost_model) return {};
+  std::vector<int> out;
+  for (int cp : {2, 4, 8}) {
+    if (cp <= devices && !context_parallel_obstacle(model, seq_len, cp)) out.push_back(cp);
+  }
+  return out;
+}
+
 Status check_options(const TuneOptions& o, const ModelSpec& model, const ClusterSpec& cluster) {
   const char* pre = "tune options: ";
   if (o.global_batch <= 0) {
@@ -77,6 +103,23 @@ Status check_options(const TuneOptions& o, const ModelSpec& model, const Cluster
         "{}'vocab_parallel' splits the model's head, but the last layer of model '{}' ('{}') is "
         "no head (a measured layer must state its vocab)",
         pre, model.name, model.layers.empty() ? std::string() : model.layers.back().name));
+  }
+  if (o.context_parallel < 0) {
+    return invalid_argument(fmt::format(
+        "{}'context_parallel' must be 0 (searched) or positive, got {}", pre, o.context_parallel));
+  }
+  if (o.context_parallel > 1) {
+    if (o.expert_parallel > 1) {
+      return invalid_argument(fmt::format(
+          "{}'context_parallel' ({}) and 'expert_parallel' ({}) both group the replicas; give one",
+          pre, o.context_parallel, o.expert_parallel));
+    }
+    const int64_t seq = o.seq_len > 0 ? o.seq_len : model.default_seq_len;
+    if (std::optional<std::string> why =
+            context_parallel_obstacle(model, seq, o.context_parallel)) {
+      return invalid_argument(
+          fmt::format("{}'context_parallel' ({}): {}", pre, o.context_parallel, *why));
+    }
   }
   if (!(o.time_budget.value() > 0)) {
     return invalid_argument(
@@ -180,9 +223,9 @@ Status check_options(const TuneOptions& o, const ModelSpec& model, const Cluster
 Result<std::unique_ptr<CostModel>> make_cost_model(const TuneOptions& options,
                                                    const ModelSpec& model,
                                                    const ClusterSpec& cluster, int64_t seq_len,
-                                                   int64_t micro_batch_size,
-                                                   bool sequence_parallel) {
-  const Workload workload{seq_len, micro_batch_size, model.dtype, model.dropout};
+                                                   int64_t micro_batch_size, bool sequence_parallel,
+                                                   int context_parallel) {
+  const Workload workload{seq_len, micro_batch_size, model.dtype, model.dropout, context_parallel};
   if (options.cost_model) {
     std::unique_ptr<CostModel> cost = options.cost_model(model, cluster, workload);
     if (!cost) return internal_error("tune: the cost model factory returned no cost model");
@@ -215,9 +258,10 @@ Result<std::unique_ptr<Context>> Context::create(const TuneOptions& options, con
   ctx->seq_len_ = options.seq_len > 0 ? options.seq_len : model.default_seq_len;
   ctx->devices_ = cluster_devices(cluster);
   ctx->micro_batch_sizes_ = allowed_micro_batch_sizes(options);
+  ctx->context_degrees_ = tune_internal::context_degrees(options, model, ctx->seq_len_,
+                                                         static_cast<int>(ctx->devices_.size()));
   for (int64_t b : ctx->micro_batch_sizes_) {
-    const std::pair<int64_t, bool> key(b, false);
-    MOTLEY_ASSIGN_OR_RETURN(ctx->costs_[key],
+    MOTLEY_ASSIGN_OR_RETURN(ctx->costs_[std::make_tuple(b, false, 1)],
                             make_cost_model(options, model, cluster, ctx->seq_len_, b));
   }
   ctx->model_ref_ = motley::model_ref(model);
@@ -304,10 +348,18 @@ Result<std::unique_ptr<Context>> Context::create(const TuneOptions& options, con
       options.search_sequence_parallel && !options.cost_model && tensor_parallel;
   if (ctx->searches_sequence_parallel_) {
     for (int64_t b : ctx->micro_batch_sizes_) {
-      const std::pair<int64_t, bool> key(b, true);
       MOTLEY_ASSIGN_OR_RETURN(
-          ctx->costs_[key],
+          ctx->costs_[std::make_tuple(b, true, 1)],
           make_cost_model(options, model, cluster, ctx->seq_len_, b, /*sequence_parallel=*/true));
+    }
+  }
+  for (int cp : ctx->context_degrees_) {
+    for (int64_t b : ctx->micro_batch_sizes_) {
+      for (const bool sp : {false, true}) {
+        if (sp && !ctx->searches_sequence_parallel_) continue;
+        MOTLEY_ASSIGN_OR_RETURN(ctx->costs_[std::make_tuple(b, sp, cp)],
+                                make_cost_model(options, model, cluster, ctx->seq_len_, b, sp, cp));
+      }
     }
   }
   // Relative speeds from the whole model on one device of each type.
@@ -337,11 +389,12 @@ Bytes Context::capacity(int device) const {
   return types_[type_of_device_[device]].type->memory * usable_memory_fraction();
 }
 
-const CostModel& Context::cost(int64_t b, bool sequence_parallel) const {
-  auto it = costs_.find({b, sequence_parallel});
+const CostModel& Context::cost(int64_t b, bool sequence_parallel, int cp) const {
+  auto it = costs_.find(std::make_tuple(b, sequence_parallel, cp));
   MOTLEY_CHECK(it != costs_.end(),
-               fmt::format("no cost model for micro-batch size {}{}", b,
-                           sequence_parallel ? " with sequence parallelism" : ""));
+               fmt::format("no cost model for micro-batch size {}{}{}", b,
+                           sequence_parallel ? " with sequence parallelism" : "",
+                           cp > 1 ? fmt::format(" under context parallelism {}", cp) : ""));
   return *it->second;
 }
 

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "motley/cluster/cluster.h"
@@ -66,7 +68,11 @@ class Context {
   // The cost model of micro-batch size b, with Megatron-LM's sequence parallelism inside the
   // tensor-parallel groups when `sequence_parallel`. REQUIRES: b is in micro_batch_sizes(), and
   // searches_sequence_parallel() when `sequence_parallel`.
-  const CostModel& cost(int64_t b, bool sequence_parallel = false) const;
+  // Under context parallelism over `cp` replicas, REQUIRES: cp is 1 or in context_degrees().
+  const CostModel& cost(int64_t b, bool sequence_parallel = false, int cp = 1) const;
+  // The context-parallel degrees candidates may use beyond 1: the options' degree, or those
+  // searched (TuneOptions::context_parallel); empty: none.
+  const std::vector<int>& context_degrees() const { return context_degrees_; }
   // Whether candidates with sequence parallelism are built: the analytic cost model (a given
   // factory prices no such option), some device type forming TP groups, and the options not
   // ruling it out.
@@ -93,7 +99,8 @@ class Context {
   bool interruptible_ = false;
   std::vector<Bytes> layer_state_;
   std::vector<int64_t> micro_batch_sizes_;
-  std::map<std::pair<int64_t, bool>, std::unique_ptr<CostModel>> costs_;
+  std::map<std::tuple<int64_t, bool, int>, std::unique_ptr<CostModel>> costs_;
+  std::vector<int> context_degrees_;
   bool searches_sequence_parallel_ = false;
   SpecRef model_ref_;
   SpecRef cluster_ref_;
@@ -105,11 +112,21 @@ std::vector<int64_t> allowed_micro_batch_sizes(const TuneOptions& options);
 
 // The cost model for one workload, from options.cost_model or the analytic model (with
 // Megatron-LM's sequence parallelism inside TP groups when `sequence_parallel`).
-Result<std::unique_ptr<CostModel>> make_cost_model(const TuneOptions& options,
-                                                   const ModelSpec& model,
-                                                   const ClusterSpec& cluster, int64_t seq_len,
-                                                   int64_t micro_batch_size,
-                                                   bool sequence_parallel = false);
+Result<std::unique_ptr<CostModel>> make_cost_model(
+    const TuneOptions& options, const ModelSpec& model, const ClusterSpec& cluster, int64_t seq_len,
+    int64_t micro_batch_size, bool sequence_parallel = false, int context_parallel = 1);
+
+// Why `model` at `seq_len` cannot split its sequences over `cp` devices (context parallelism
+// needs attention as every layer's sequence mixing and seq_len a multiple of 2 cp, as
+// validate_plan checks); nullopt: it can.
+std::optional<std::string> context_parallel_obstacle(const ModelSpec& model, int64_t seq_len,
+                                                     int cp);
+// The degrees beyond 1 candidates may use (Context::context_degrees): the options' fixed
+// degree, or where searched 2, 4 and 8 that the model allows and `devices` can hold as
+// replicas (none when expert parallelism is fixed, which excludes it, or a cost-model factory
+// prices the plans).
+std::vector<int> context_degrees(const TuneOptions& options, const ModelSpec& model,
+                                 int64_t seq_len, int devices);
 
 // Checks what tune() and iteration_lower_bound() both need from the options.
 Status check_options(const TuneOptions& options, const ModelSpec& model,

@@ -16,7 +16,7 @@ namespace {
 
 constexpr size_t kScreenedKept = 16;
 
-// Prices a plan of two replicas as if it had d: the gradient all-reduce of a ring over the two
+// Prices a plan of a few replicas as if it had d: the gradient all-reduce of a ring over the
 // kept replicas' devices is priced over the same devices of every replica, and the optimizer
 // state is sharded d ways. Everything else is the base model's.
 class ReplicaSubsetCostModel final : public CostModel {
@@ -36,6 +36,23 @@ class ReplicaSubsetCostModel final : public CostModel {
     return base_.stage_memory(layers, group, o);
   }
   Bytes boundary_bytes(int layer) const override { return base_.boundary_bytes(layer); }
+  Bytes expert_dispatch_bytes(int layer) const override {
+    return base_.expert_dispatch_bytes(layer);
+  }
+  ContextExchange context_exchange(int layer, const DeviceGroup& group) const override {
+    return base_.context_exchange(layer, group);
+  }
+  PipelineMessage pipeline_message(const DeviceGroup& src, const DeviceGroup& dst,
+                                   Bytes bytes) const override {
+    return base_.pipeline_message(src, dst, bytes);
+  }
+  std::optional<Seconds> optimizer_step_time(LayerRange layers, const DeviceGroup& group,
+                                             const MemoryOptions& options) const override {
+    MemoryOptions o = options;
+    o.data_parallel = data_parallel_;
+    return base_.optimizer_step_time(layers, group, o);
+  }
+  std::optional<TiedLayers> tied_layers() const override { return base_.tied_layers(); }
   Seconds p2p_time(int src, int dst, Bytes bytes) const override {
     return base_.p2p_time(src, dst, bytes);
   }
@@ -121,7 +138,7 @@ void Evaluator::note_refusal(const std::shared_ptr<const Evaluation>& e) {
 
 Evaluation Evaluator::run(const Candidate& c, Fidelity fidelity, Simulator& sim) {
   Evaluation e;
-  const CostModel& base = ctx_.cost(c.micro_batch_size, c.sequence_parallel);
+  const CostModel& base = ctx_.cost(c.micro_batch_size, c.sequence_parallel, c.context_parallel);
   const Candidate* plan_of = &c;
   Candidate reduced;
   std::unique_ptr<CostModel> subset;
@@ -131,21 +148,33 @@ Evaluation Evaluator::run(const Candidate& c, Fidelity fidelity, Simulator& sim)
   const bool identical = identical_replicas(ctx_, c);
   // Per simulated replica: micro-batches left out, added as the steady state's period.
   std::vector<int64_t> extra;
-  // (Not under expert parallelism, whose all-to-alls need every replica of their groups.)
-  if (screen && identical && replicas >= 3 && c.expert_parallel == 1) {
+  // (Not under expert parallelism, whose all-to-alls need every replica of their groups; under
+  // context parallelism the first context group, which runs the most micro-batches, stands for
+  // all where there are several.)
+  const size_t members = static_cast<size_t>(std::max(c.context_parallel, 1));
+  if (screen && identical && replicas >= 3 && c.expert_parallel == 1 &&
+      (members == 1 || replicas > members)) {
     // The two replicas with the most micro-batches stand for all of them.
-    std::vector<size_t> order(replicas);
-    for (size_t r = 0; r < replicas; ++r) order[r] = r;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return c.replicas[a].micro_batches > c.replicas[b].micro_batches;
-    });
-    const size_t a = std::min(order[0], order[1]), b = std::max(order[0], order[1]);
+    std::vector<size_t> kept;
+    if (members > 1) {
+      for (size_t r = 0; r < members; ++r) kept.push_back(r);
+    } else {
+      std::vector<size_t> order(replicas);
+      for (size_t r = 0; r < replicas; ++r) order[r] = r;
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return c.replicas[a].micro_batches > c.replicas[b].micro_batches;
+      });
+      kept = {std::min(order[0], order[1]), std::max(order[0], order[1])};
+    }
     reduced = c;
-    reduced.replicas = {c.replicas[a], c.replicas[b]};
+    reduced.replicas.clear();
+    for (size_t r : kept) reduced.replicas.push_back(c.replicas[r]);
+    const PipelineSpec& first = c.replicas[kept[0]];
     std::map<std::vector<int>, std::vector<int>> rings;
-    for (size_t g = 0; g < c.replicas[a].groups.size(); ++g) {
-      for (size_t k = 0; k < c.replicas[a].groups[g].size(); ++k) {
-        std::vector<int> key{c.replicas[a].groups[g][k], c.replicas[b].groups[g][k]};
+    for (size_t g = 0; g < first.groups.size(); ++g) {
+      for (size_t k = 0; k < first.groups[g].size(); ++k) {
+        std::vector<int> key;
+        for (size_t r : kept) key.push_back(c.replicas[r].groups[g][k]);
         std::sort(key.begin(), key.end());
         std::vector<int> all;
         for (const PipelineSpec& rep : c.replicas) all.push_back(rep.groups[g][k]);
@@ -355,7 +384,8 @@ Result<std::pair<Plan, SimResult>> Evaluator::replay(const Candidate& c) {
   options.source = "plan";
   MOTLEY_ASSIGN_OR_RETURN(
       SimResult result,
-      simulators_[0]->run(options, plan, ctx_.cost(c.micro_batch_size, c.sequence_parallel)));
+      simulators_[0]->run(options, plan,
+                          ctx_.cost(c.micro_batch_size, c.sequence_parallel, c.context_parallel)));
   return std::make_pair(std::move(plan), std::move(result));
 }
 

@@ -161,7 +161,8 @@ MegatronArguments megatron_arguments(const Plan& plan, const ModelSpec& model,
   std::vector<std::string>& why = out.not_expressed;
   const Replica& first = plan.replicas.front();
   out.pipeline_parallel = static_cast<int>(first.groups.size());
-  out.data_parallel = static_cast<int>(plan.replicas.size());
+  out.context_parallel = std::max(plan.context_parallel, 1);
+  out.data_parallel = static_cast<int>(plan.replicas.size()) / out.context_parallel;
   out.tensor_parallel = static_cast<int>(first.groups.front().devices.size());
   out.virtual_stages = static_cast<int>(plan.stages.size()) / out.pipeline_parallel;
 
@@ -307,8 +308,10 @@ MegatronArguments megatron_arguments(const Plan& plan, const ModelSpec& model,
     add("--recompute-method", "block");
     add("--recompute-num-layers", std::to_string(block.layers));
   }
-  if (plan.zero_stage >= 1 && out.data_parallel > 1) add("--use-distributed-optimizer");
-  if (plan.zero_stage >= 2 && out.data_parallel > 1 && out.pipeline_parallel == 1) {
+  // (The distributed optimizer shards over the data- and context-parallel ranks together.)
+  const int replicas = static_cast<int>(plan.replicas.size());
+  if (plan.zero_stage >= 1 && replicas > 1) add("--use-distributed-optimizer");
+  if (plan.zero_stage >= 2 && replicas > 1 && out.pipeline_parallel == 1) {
     add("--use-megatron-fsdp");
     add("--data-parallel-sharding-strategy",
         plan.zero_stage == 2 ? "optim_grads" : "optim_grads_params");
@@ -317,13 +320,17 @@ MegatronArguments megatron_arguments(const Plan& plan, const ModelSpec& model,
   if (plan.expert_parallel > 1) {
     add("--expert-model-parallel-size", std::to_string(plan.expert_parallel));
   }
+  if (out.context_parallel > 1) {
+    add("--context-parallel-size", std::to_string(out.context_parallel));
+    add("--cp-comm-type", "p2p");  // ring attention, as the simulator prices it
+  }
 
   // Global rank -> device, where every replica and group has the same shape.
   if (tps.size() == 1 && same_shape) {
     for (int pp = 0; pp < out.pipeline_parallel; ++pp) {
-      for (int dp = 0; dp < out.data_parallel; ++dp) {
+      for (int r = 0; r < replicas; ++r) {
         for (int tp = 0; tp < out.tensor_parallel; ++tp) {
-          out.rank_devices.push_back(plan.replicas[dp].groups[pp].devices[tp]);
+          out.rank_devices.push_back(plan.replicas[r].groups[pp].devices[tp]);
         }
       }
     }
@@ -369,11 +376,13 @@ Result<Plan> megatron_form(const Plan& sharded, const ModelSpec& model, const Cl
       return invalid_argument("its first stages do not run on one group each");
     }
   }
+  // (A context group's members run the same micro-batches: Megatron's DP is d / CP.)
   const int64_t micro_batches = plan.global_batch / plan.micro_batch_size;
-  if (micro_batches % d != 0) {
+  const int64_t data_ranks = d / std::max(plan.context_parallel, 1);
+  if (micro_batches % data_ranks != 0) {
     return invalid_argument(
         fmt::format("its {} micro-batches do not split evenly over {} data-parallel replicas",
-                    micro_batches, d));
+                    micro_batches, data_ranks));
   }
   RecomputePolicy policy = RecomputePolicy::kNone;
   for (const Stage& s : plan.stages) policy = std::max(policy, s.recompute);
@@ -392,7 +401,8 @@ Result<Plan> megatron_form(const Plan& sharded, const ModelSpec& model, const Cl
   c.schedule = ScheduleSpec::named(v == 1 ? ScheduleKind::k1f1b : ScheduleKind::kInterleaved, v);
   // Megatron-FSDP's ZeRO-2 and -3 run without a pipeline only.
   c.zero_stage = d > 1 ? (p > 1 ? std::min(plan.zero_stage, 1) : plan.zero_stage) : 0;
-  c.expert_parallel = plan.expert_parallel;  // --expert-model-parallel-size
+  c.expert_parallel = plan.expert_parallel;    // --expert-model-parallel-size
+  c.context_parallel = plan.context_parallel;  // --context-parallel-size
   for (const Replica& r : plan.replicas) {
     PipelineSpec spec;
     for (int rank = 0; rank < p; ++rank)
@@ -400,7 +410,7 @@ Result<Plan> megatron_form(const Plan& sharded, const ModelSpec& model, const Cl
     spec.bounds.push_back(0);
     for (const Stage& s : plan.stages) spec.bounds.push_back(s.layer_end);
     spec.recompute.assign(stages, policy);
-    spec.micro_batches = micro_batches / d;
+    spec.micro_batches = micro_batches / data_ranks;
     c.replicas.push_back(std::move(spec));
   }
   AssembleOptions options;
@@ -422,7 +432,7 @@ Result<StrategyOutcome> closest_megatron_plan(const Plan& plan, const ModelSpec&
   MOTLEY_ASSIGN_OR_RETURN(
       std::unique_ptr<CostModel> cost,
       tune_internal::make_cost_model(options, model, cluster, plan.seq_len, plan.micro_batch_size,
-                                     plan.sequence_parallel));
+                                     plan.sequence_parallel, plan.context_parallel));
   Result<Plan> kept = megatron_form(plan, model, cluster, *cost);
   std::string why_not;
   if (kept.is_ok()) {
@@ -438,10 +448,12 @@ Result<StrategyOutcome> closest_megatron_plan(const Plan& plan, const ModelSpec&
           block.layers > 0
               ? fmt::format("the first {} layer(s) of every stage recomputed", block.layers)
               : fmt::format("recompute {} on every stage", recompute_policy_name(policy));
+      const int cp = std::max(kept->context_parallel, 1);
       o.detail = fmt::format(
-          "the plan's TP {} x PP {} x DP {} on its devices and its layer split, {} in every "
+          "the plan's TP {} x PP {}{} x DP {} on its devices and its layer split, {} in every "
           "replica with Megatron's stage map and order, {}",
-          rep.groups.front().devices.size(), rep.groups.size(), kept->replicas.size(),
+          rep.groups.front().devices.size(), rep.groups.size(),
+          cp > 1 ? fmt::format(" x CP {}", cp) : std::string(), kept->replicas.size() / cp,
           kept->schedule, recompute);
       o.iteration_time = sim->iteration_time;
       o.tokens_per_s = sim->throughput_tokens_per_s;
@@ -466,6 +478,7 @@ Result<StrategyOutcome> closest_megatron_plan(const Plan& plan, const ModelSpec&
   options.micro_batch_size = plan.micro_batch_size;
   if (plan.zero_stage >= 1) options.zero_stage = 1;
   if (plan.expert_parallel > 1) options.expert_parallel = plan.expert_parallel;
+  options.context_parallel = plan.context_parallel;
   options.report_baselines = false;
   options.warm_starts.clear();
   std::optional<StrategyOutcome> best;

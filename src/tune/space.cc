@@ -444,6 +444,27 @@ PassOverhead pass_overhead(const Context& ctx, const CostModel& cost, const Cand
     out.forward += exchange;
     out.backward += exchange;
   }
+  if (c.context_parallel > 1) {
+    // Ring attention over the replica's context group (the simulator's rule, on the first
+    // device of each member's group).
+    const size_t cp = static_cast<size_t>(c.context_parallel);
+    const size_t first = static_cast<size_t>(replica) / cp * cp;
+    const std::vector<int> devices = ring(first, first + cp);
+    const int members = static_cast<int>(devices.size());
+    for (int l = layers.begin; l < layers.end; ++l) {
+      const CostModel::ContextExchange x = cost.context_exchange(l, group);
+      if (x.bytes.value() <= 0 || devices.size() < 2) continue;
+      double hop = 0, hop_back = 0;
+      for (size_t q = 0; q < devices.size(); ++q) {
+        const int next = devices[(q + 1) % devices.size()];
+        hop = std::max(hop, cost.p2p_time(devices[q], next, x.bytes).value());
+        hop_back = std::max(hop_back, cost.p2p_time(devices[q], next, x.bytes * 2.0).value());
+      }
+      out.forward += ring_exchange_exposure(members, Seconds(hop), x.forward_attention).value();
+      out.backward +=
+          ring_exchange_exposure(members, Seconds(hop_back), x.backward_attention).value();
+    }
+  }
   return out;
 }
 
@@ -503,7 +524,7 @@ LayerRange own_layers(const Context& ctx, const Candidate& c, const PipelineSpec
 }
 
 double replica_estimate(const Context& ctx, const Candidate& c, int replica, int64_t m) {
-  const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel);
+  const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel, c.context_parallel);
   const PipelineSpec& rep = c.replicas[replica];
   const int p = static_cast<int>(rep.groups.size());
   const std::vector<int> stage_group = shape_stage_group(c.schedule, p);
@@ -544,7 +565,7 @@ double replica_estimate(const Context& ctx, const Candidate& c, int replica, int
 }
 
 double estimate(const Context& ctx, const Candidate& c) {
-  const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel);
+  const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel, c.context_parallel);
   double pipelines = 0;
   for (size_t r = 0; r < c.replicas.size(); ++r) {
     pipelines = std::max(
@@ -654,7 +675,11 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
   const int layers = ctx.num_layers();
   const int64_t total = ctx.global_batch() / b;
   const int replicas = static_cast<int>(layout.replicas.size());
-  if (total < replicas) {
+  // (A context group's members share their micro-batches: one per group is enough.)
+  const int context_members =
+      std::max(1, ctx.options().context_parallel > 1 ? ctx.options().context_parallel
+                                                     : options.context_parallel);
+  if (total < replicas / context_members) {
     return invalid_argument(
         fmt::format("candidate: {} micro-batches for {} replicas", total, replicas));
   }
@@ -677,6 +702,16 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
                     e, replicas, total));
   }
   c.expert_parallel = e;
+  const int cp = ctx.options().context_parallel > 1 ? ctx.options().context_parallel
+                                                    : options.context_parallel;
+  const int64_t context_groups = replicas / std::max(cp, 1);
+  if (cp > 1 && (e > 1 || replicas % cp != 0 || total < context_groups)) {
+    return invalid_argument(
+        fmt::format("candidate: context parallelism {} needs it to divide the {} replicas, no "
+                    "expert parallelism, and a micro-batch per group ({} micro-batches)",
+                    cp, replicas, total));
+  }
+  c.context_parallel = std::max(cp, 1);
   c.sequence_parallel = options.sequence_parallel && has_tensor_parallel_group(ctx, layout);
   if (options.vocab_parallel) {
     const size_t p = layout.replicas[0].size();
@@ -693,7 +728,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
   }
   c.vocab_parallel = options.vocab_parallel;
   c.vocab_embedding = options.vocab_parallel && options.vocab_embedding && splits_embedding(ctx);
-  const CostModel& cost = ctx.cost(b, c.sequence_parallel);
+  const CostModel& cost = ctx.cost(b, c.sequence_parallel, c.context_parallel);
   // A first guess of each replica's micro-batches (for the memory targets): by device speed.
   std::vector<double> speed(replicas, 0);
   double speed_sum = 0;
@@ -712,9 +747,13 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
     }
     PipelineSpec spec;
     spec.groups = groups;
-    const int64_t guess = std::max<int64_t>(1, options.proportional_micro_batches
-                                                   ? std::llround(total * speed[r] / speed_sum)
-                                                   : total / replicas);
+    // (A context group's members each run all of the group's micro-batches.)
+    const int64_t guess =
+        c.context_parallel > 1
+            ? std::max<int64_t>(1, total / context_groups)
+            : std::max<int64_t>(1, options.proportional_micro_batches
+                                       ? std::llround(total * speed[r] / speed_sum)
+                                       : total / replicas);
     if (options.split) {
       if (stages > max_stages(*options.split, ctx.model())) {
         return invalid_argument(
@@ -736,6 +775,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
       req.memory.data_parallel = replicas;
       req.memory.zero_stage = zero;
       req.memory.expert_parallel = e;
+      // (Context parallelism is in the cost model's workload: a member's share of each sequence.)
       req.fused_backward = runs_fused_backward(schedule);
       if (schedule.chunks > 1) req.stage_owner = stage_group;
       if (c.vocab_parallel) {
@@ -776,6 +816,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
         key += adapts_to_memory(schedule) ? "a" : "f";
         if (zero > 0) key += "z" + std::to_string(zero);
         if (e > 1) key += "e" + std::to_string(e);
+        if (c.context_parallel > 1) key += "c" + std::to_string(c.context_parallel);
         if (req.fused_backward) key += "u";
         if (c.sequence_parallel) key += "s";
         if (c.vocab_parallel) key += "v";
@@ -806,7 +847,12 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
     identical = identical && group_signature(ctx, layout.replicas[r]) ==
                                  group_signature(ctx, layout.replicas[0]);
   }
-  if (identical || !options.proportional_micro_batches || zero >= 2 || e > 1) {
+  if (c.context_parallel > 1) {
+    for (int r = 0; r < replicas; ++r) {
+      const int64_t g = r / c.context_parallel;
+      c.replicas[r].micro_batches = total / context_groups + (g < total % context_groups ? 1 : 0);
+    }
+  } else if (identical || !options.proportional_micro_batches || zero >= 2 || e > 1) {
     for (int r = 0; r < replicas; ++r) {
       c.replicas[r].micro_batches = total / replicas + (r < total % replicas ? 1 : 0);
     }

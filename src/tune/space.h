@@ -78,6 +78,11 @@ struct BuildOptions {
   // Expert parallelism over groups of this many replicas (Plan::expert_parallel); it must divide
   // the replicas and every MoE layer's experts, and keeps the micro-batch counts equal.
   int expert_parallel = 1;
+  // Context parallelism over groups of this many consecutive replicas (Plan::context_parallel;
+  // TuneOptions::context_parallel overrides it); it must divide the replicas, excludes expert
+  // parallelism, and gives every member of a group the group's share of the micro-batches.
+  // REQUIRES: 1 or one of the context's context_degrees().
+  int context_parallel = 1;
   // Sequence parallelism inside the TP groups; only where the context searches it and the
   // layout has a group of more than one device (otherwise the candidate is built without).
   bool sequence_parallel = false;

@@ -77,7 +77,7 @@ std::vector<int> megatron_tp_degrees(const Context& ctx) {
 std::vector<int> ranked_recompute_layers(const Context& ctx, const Candidate& c,
                                          const PipelineSpec& rep,
                                          const std::vector<int>& stage_group, int s) {
-  const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel);
+  const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel, c.context_parallel);
   const DeviceGroup group{rep.groups[stage_group[s]]};
   MemoryOptions kept, full;
   full.recompute = RecomputePolicy::kFull;
@@ -229,6 +229,14 @@ std::string Searcher::no_plan() const {
   const std::string refusal = evaluator_.constraint_refusal();
   if (refusal.empty()) return "no plan fits the cluster's memory";
   return "no plan that fits memory meets the budget and deadline; the nearest: " + refusal;
+}
+
+std::vector<int> Searcher::context_degrees(int replicas) const {
+  std::vector<int> out;
+  for (int cp : ctx_.context_degrees()) {
+    if (replicas >= cp && replicas % cp == 0) out.push_back(cp);
+  }
+  return out;
 }
 
 std::vector<int> Searcher::expert_degrees(int replicas) const {
@@ -736,7 +744,8 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
     if (moves & kMovePartition) {
       // A group left waiting on its input for long: the boundary into it crosses a slow link;
       // try the nearby boundaries that carry the fewest bytes.
-      const CostModel& cost = ctx_.cost(c.micro_batch_size, c.sequence_parallel);
+      const CostModel& cost =
+          ctx_.cost(c.micro_batch_size, c.sequence_parallel, c.context_parallel);
       const double mean_busy =
           std::accumulate(stats.begin(), stats.end(), 0.0,
                           [](double a, const GroupStat& g) { return a + g.busy; }) /
@@ -829,7 +838,8 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
     const int64_t m = c.replicas[hi].micro_batches;
     // ZeRO-2 and -3, and expert parallelism, exchange every micro-batch in lockstep: their
     // counts stay equal.
-    if (hi != lo && m > 1 && c.zero_stage < 2 && c.expert_parallel == 1) {
+    if (hi != lo && m > 1 && c.zero_stage < 2 && c.expert_parallel == 1 &&
+        c.context_parallel == 1) {
       for (int64_t k : {int64_t{1}, std::max<int64_t>(1, m / 8)}) {
         Candidate x = c;
         x.replicas[hi].micro_batches -= k;
@@ -1013,6 +1023,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // Layouts that fit only with the MoE experts split (expert parallelism at the largest degree
   // the layout allows), ranked apart so that they add to the others rather than displace them.
   std::vector<std::pair<double, size_t>> expert_rank;
+  std::vector<size_t> unfit;  // layouts that fit neither way
   for (size_t i = 0; i < layouts.size(); ++i) {
     double best = kInf;
     for (int64_t b : ctx_.micro_batch_sizes()) {
@@ -1024,22 +1035,44 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       continue;
     }
     const std::vector<int> degrees = expert_degrees(static_cast<int>(layouts[i].replicas.size()));
-    if (degrees.empty()) continue;
-    BuildOptions split = options;
-    split.expert_parallel = degrees.back();
-    split.zero_stage = 1;
-    for (int64_t b : ctx_.micro_batch_sizes()) {
-      Result<Candidate> c = build_candidate(ctx_, layouts[i], rank_spec, b, split);
-      if (c.is_ok()) best = std::min(best, objective_estimate(ctx_, c.value()));
+    if (!degrees.empty()) {
+      BuildOptions split = options;
+      split.expert_parallel = degrees.back();
+      split.zero_stage = 1;
+      for (int64_t b : ctx_.micro_batch_sizes()) {
+        Result<Candidate> c = build_candidate(ctx_, layouts[i], rank_spec, b, split);
+        if (c.is_ok()) best = std::min(best, objective_estimate(ctx_, c.value()));
+      }
+      if (best < kInf) expert_rank.emplace_back(best, i);
+      continue;
     }
-    if (best < kInf) expert_rank.emplace_back(best, i);
+    unfit.push_back(i);
   }
-  std::stable_sort(layout_rank.begin(), layout_rank.end());
-  std::stable_sort(expert_rank.begin(), expert_rank.end());
   // Effort by size: a larger cluster costs more per simulation, so fewer are screened. The
   // sizes depend only on the instance, never on the clock, so the search stays deterministic.
   const int n_devices = ctx_.num_devices();
   const int size_class = n_devices <= 32 ? 0 : n_devices <= 128 ? 1 : 2;
+  // Layouts that fit only with the sequences split over the replicas (the largest context
+  // degree), ranked with those that fit only with the experts split: up to 32 devices, and
+  // beyond where no layout fits whole sequences (each costs a partition per micro-batch size).
+  if (size_class == 0 || (layout_rank.empty() && expert_rank.empty())) {
+    for (size_t i : unfit) {
+      const std::vector<int> context =
+          context_degrees(static_cast<int>(layouts[i].replicas.size()));
+      if (context.empty()) continue;
+      BuildOptions split = options;
+      split.context_parallel = context.back();
+      split.zero_stage = 1;
+      double best = kInf;
+      for (int64_t b : ctx_.micro_batch_sizes()) {
+        Result<Candidate> c = build_candidate(ctx_, layouts[i], rank_spec, b, split);
+        if (c.is_ok()) best = std::min(best, objective_estimate(ctx_, c.value()));
+      }
+      if (best < kInf) expert_rank.emplace_back(best, i);
+    }
+  }
+  std::stable_sort(layout_rank.begin(), layout_rank.end());
+  std::stable_sort(expert_rank.begin(), expert_rank.end());
   const size_t keep_layouts = std::min<size_t>(layout_rank.size(), size_class == 0 ? 24 : 12);
   const size_t screened = size_class == 0 ? 64 : size_class == 1 ? 48 : 32;
   const size_t climbs = size_class == 0 ? 6 : size_class == 1 ? 4 : 3;
@@ -1115,14 +1148,15 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   const size_t vocab_extra_bases = size_class == 0 ? 16 : size_class == 1 ? 4 : 2;
   // Vocabulary parallelism is tried on bases of any replica count (where the search decides).
   const bool vocab_free = !ctx_.options().vocab_parallel && head_vocab(ctx_.model()) > 0;
-  size_t sharded_bases = 0, expert_bases = 0, vocab_bases = 0;
+  size_t sharded_bases = 0, expert_bases = 0, vocab_bases = 0, context_bases = 0;
   for (const Base& base : bases) {
     const Layout& layout = layouts[base.layout];
     const bool expert_only = base.expert_only;
-    auto add = [&](int zero, int e, bool vocab = false, bool embedding = false) {
+    auto add = [&](int zero, int e, bool vocab = false, bool embedding = false, int cp = 1) {
       BuildOptions build = options;
       build.zero_stage = zero;
       build.expert_parallel = e;
+      build.context_parallel = cp;
       build.vocab_parallel = vocab || ctx_.options().vocab_parallel.value_or(false);
       build.vocab_embedding = embedding;
       build.sequence_parallel = base.sequence_parallel;
@@ -1142,6 +1176,18 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
     if (!degrees.empty() && (expert_only || expert_bases < extra_bases)) {
       if (!expert_only) ++expert_bases;
       for (int e : degrees) add(1, e);
+    }
+    // The sequences split over groups of replicas, with the distributed optimizer, at every
+    // context degree that divides the replicas: for layouts that fit only with it, and up to
+    // 32 devices for those short of memory without it, where a member's share of each
+    // sequence spares recompute or lets more micro-batches be in flight. (Beyond, a context
+    // group's candidate is screened on all its replicas, not two standing for all: too slow
+    // for what it seldom gains there.)
+    const std::vector<int> context = context_degrees(static_cast<int>(layout.replicas.size()));
+    if (!context.empty() &&
+        (expert_only || (base.short_of_memory && size_class == 0 && context_bases < extra_bases))) {
+      if (!expert_only) ++context_bases;
+      for (int cp : context) add(1, 1, false, false, cp);
     }
     // The head split over the groups, with the distributed optimizer where there are replicas.
     if (vocab_free && base.spec->adaptive && vocab_bases < vocab_extra_bases) {
@@ -1171,8 +1217,13 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   auto vocab_extra = [&](const Candidate& c) {
     return vocab_free && c.vocab_parallel && !sharded_extra(c) && !expert_extra(c);
   };
+  const bool context_free = ctx_.options().context_parallel == 0;
+  auto context_extra = [&](const Candidate& c) {
+    return context_free && c.context_parallel > 1 && !sharded_extra(c) && !expert_extra(c) &&
+           !vocab_extra(c);
+  };
   auto extra = [&](const Candidate& c) {
-    return sharded_extra(c) || expert_extra(c) || vocab_extra(c);
+    return sharded_extra(c) || expert_extra(c) || vocab_extra(c) || context_extra(c);
   };
   for (size_t i = 0; i < ranked.size() && cands.size() < screened; ++i) {
     if (!extra(ranked[i].second)) take(ranked[i].second);
@@ -1183,11 +1234,14 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   for (const auto& [est, c] : ranked) {
     if (!extra(c) && schedules.insert(c.schedule.name()).second) take(c);
   }
-  size_t sharded = 0, expert = 0, vocab = 0;
+  size_t sharded = 0, expert = 0, vocab = 0, context = 0;
   for (const auto& [est, c] : ranked) {
     if (sharded_extra(c) && sharded < kExtraScreened) {
       take(c);
       ++sharded;
+    } else if (context_extra(c) && context < kExtraScreened) {
+      take(c);
+      ++context;
     } else if (expert_extra(c) && expert < kExtraScreened) {
       take(c);
       ++expert;

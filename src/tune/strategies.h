@@ -103,6 +103,9 @@ class Searcher {
   // replicas and every MoE layer's experts (the options' degree alone when they fix one);
   // none for a model without MoE layers.
   std::vector<int> expert_degrees(int replicas) const;
+  // The context-parallel degrees above 1 the search tries on a layout of `replicas` replicas:
+  // the context's (Context::context_degrees) that divide them.
+  std::vector<int> context_degrees(int replicas) const;
   // Why a search found nothing: memory, or the budget or deadline that refused the nearest.
   std::string no_plan() const;
 

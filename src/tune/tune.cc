@@ -100,8 +100,9 @@ PlanExplanation explain(const Context& ctx, const Found& best, const SimResult& 
     out.expert_parallel = c.expert_parallel;
     out.expert_groups = static_cast<int64_t>(c.replicas.size()) / c.expert_parallel;
   }
+  out.context_parallel = c.context_parallel;
   if (c.vocab_parallel) {
-    const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel);
+    const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel, c.context_parallel);
     const int64_t vocab = head_vocab(ctx.model());
     for (double share : tune_internal::vocab_shard_shares(
              ctx, cost, first.groups, ctx.num_layers() - 1, vocab_row_granule(c))) {
@@ -205,6 +206,24 @@ Found warm_start(const tune_internal::Context& ctx, Searcher& searcher, const Pl
   // Sequence parallelism where this search prices it (the cluster may have lost its TP groups).
   c.sequence_parallel = c.sequence_parallel && ctx.searches_sequence_parallel();
   const int64_t total = ctx.global_batch() / b;
+  if (c.context_parallel > 1) {
+    // A context group's members run the group's micro-batches; the groups share them evenly.
+    const std::vector<int>& degrees = ctx.context_degrees();
+    const size_t members = static_cast<size_t>(c.context_parallel);
+    const int64_t groups = static_cast<int64_t>(c.replicas.size() / members);
+    if (std::find(degrees.begin(), degrees.end(), c.context_parallel) == degrees.end() ||
+        c.replicas.size() % members != 0 || total < groups) {
+      refused.why_not =
+          fmt::format("warm start: context parallelism {} is not one the search may use here",
+                      c.context_parallel);
+      return refused;
+    }
+    for (size_t r = 0; r < c.replicas.size(); ++r) {
+      const int64_t g = static_cast<int64_t>(r / members);
+      c.replicas[r].micro_batches = total / groups + (g < total % groups ? 1 : 0);
+    }
+    return searcher.given(c, "the warm start's structure: ");
+  }
   int64_t had = 0;
   for (const PipelineSpec& r : c.replicas) had += r.micro_batches;
   if (had <= 0 || total < static_cast<int64_t>(c.replicas.size())) {
@@ -338,7 +357,8 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
   auto realize = [&](const Found& f, StrategyOutcome* out, SimResult* sim) -> Status {
     MOTLEY_ASSIGN_OR_RETURN(auto replay, evaluator.replay(f.candidate));
     Plan& plan = replay.first;
-    const CostModel& cost = ctx->cost(f.candidate.micro_batch_size, f.candidate.sequence_parallel);
+    const CostModel& cost = ctx->cost(f.candidate.micro_batch_size, f.candidate.sequence_parallel,
+                                      f.candidate.context_parallel);
     Status valid = validate_chosen(*ctx, plan, cost);
     if (!valid.is_ok()) {
       return internal_error(

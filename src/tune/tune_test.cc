@@ -277,6 +277,52 @@ TEST(TuneTest, FixedExpertParallelismSplitsTheExperts) {
             "mixture-of-experts layer");
 }
 
+// Two sequences of 2,097,152 tokens on sixteen H100s: without context parallelism the layouts
+// that fit pipeline them with a bubble; with it searched, the plan splits each sequence over
+// groups of replicas, every member running its group's micro-batches, and is faster. Fixed
+// degrees bind every plan; models and lengths it cannot split are refused by name.
+TEST(TuneTest, ContextParallelismSplitsSequencesTooLongForOneReplica) {
+  Result<ModelSpec> model = model_preset("llama-3-8b");
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  Result<ClusterSpec> cluster = cluster_preset("h100x16");
+  ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
+  Case c{"llama8b-2m-tokens", model.value(), cluster.value(), {}};
+  c.options.global_batch = 2;
+  c.options.seq_len = 2097152;
+  c.options.clock = frozen_clock();
+  Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  const int cp = r->plan.context_parallel;
+  EXPECT_GT(cp, 1);
+  EXPECT_EQ(r->explanation.context_parallel, cp);
+  for (size_t i = 0; i < r->plan.replicas.size(); ++i) {
+    EXPECT_EQ(r->plan.replicas[i].micro_batches, r->plan.replicas[i / cp * cp].micro_batches);
+  }
+  expect_runnable(c, c.options, r->plan);
+  c.options.context_parallel = 1;
+  Result<TuneResult> without = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(without.is_ok()) << without.status().message();
+  EXPECT_EQ(without->plan.context_parallel, 1);
+  EXPECT_LT(r->simulation.iteration_time.value(), without->simulation.iteration_time.value());
+
+  c.options.context_parallel = 2;
+  c.options.max_evaluations = 40;
+  Result<TuneResult> fixed = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(fixed.is_ok()) << fixed.status().message();
+  EXPECT_EQ(fixed->plan.context_parallel, 2);
+  expect_runnable(c, c.options, fixed->plan);
+
+  c.options.seq_len = 4098;
+  EXPECT_EQ(tune(c.options, c.model, c.cluster).status().message(),
+            "tune options: 'context_parallel' (2): the sequence length (4098) is not a multiple "
+            "of 2 x 2");
+  Result<ModelSpec> hybrid = model_preset("tiny-hybrid");
+  ASSERT_TRUE(hybrid.is_ok());
+  c.options.seq_len = 0;
+  const std::string refused = tune(c.options, hybrid.value(), c.cluster).status().message();
+  EXPECT_EQ(refused.rfind("tune options: 'context_parallel' (2): layer '", 0), 0u) << refused;
+}
+
 // Vocabulary parallelism forced: the plan's last stages split Llama-3-8B's 128,256-row head,
 // one shard per group with every row covered, and the plan runs; a model whose last layer is
 // no head is refused by name.

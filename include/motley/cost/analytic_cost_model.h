@@ -85,6 +85,7 @@ class AnalyticCostModel final : public CostModel {
                                              const MemoryOptions& options) const override;
   Bytes boundary_bytes(int layer) const override;
   Bytes expert_dispatch_bytes(int layer) const override;
+  ContextExchange context_exchange(int layer, const DeviceGroup& group) const override;
   Seconds p2p_time(int src, int dst, Bytes bytes) const override;
   Seconds collective_time(Collective collective, const std::vector<int>& devices, Bytes bytes,
                           CollectiveAlgorithm algorithm) const override;

@@ -87,6 +87,13 @@ enum class CollectiveAlgorithm {
 // (docs/simulator.md, "Task graph"). buckets <= 1: all of it.
 Seconds exposed_gradient_reduction(Seconds reduction, int buckets, Seconds last_pass);
 
+// Ring attention under context parallelism over `members` devices: what the exchange adds to a
+// pass whose attention core takes `own_attention` on this device, when the ring's slowest step
+// (the longest of the members' attention shares, attention / members, and of the transfers of
+// one chunk) takes `slowest_step`: each of the members - 1 steps after the first adds what it
+// exceeds this device's share by (docs/simulator.md). 0 for one member.
+Seconds ring_exchange_exposure(int members, Seconds slowest_step, Seconds own_attention);
+
 class CostModel {
  public:
   virtual ~CostModel() = default;
@@ -107,6 +114,21 @@ class CostModel {
   virtual Bytes expert_dispatch_bytes(int layer) const {
     (void)layer;
     return Bytes(0);
+  }
+  // Context parallelism (Workload::context_parallel, Plan::context_parallel): what layer
+  // `layer` passes to the next member of its group's ring at every ring step, per micro-batch,
+  // from each device of `group` (its chunk's keys and values, its TP rank's heads), and the
+  // layer's attention core on that device in the forward and input-gradient passes, which the
+  // ring's steps run beside the transfers. Zero bytes, the default: nothing to exchange.
+  struct ContextExchange {
+    Bytes bytes;
+    Seconds forward_attention;
+    Seconds backward_attention;
+  };
+  virtual ContextExchange context_exchange(int layer, const DeviceGroup& group) const {
+    (void)layer;
+    (void)group;
+    return ContextExchange{};
   }
   // How a pipeline message of `bytes` between two stages' groups travels: the bytes crossing the
   // path from src.devices[0] to dst.devices[0] (a share when the group's ranks send shares in

@@ -37,6 +37,9 @@ struct FixedLayer {
   std::array<Bytes, 3> activations{};
   // An MoE layer's all-to-all bytes per micro-batch (CostModel::expert_dispatch_bytes).
   Bytes expert_dispatch;
+  // An attention layer's ring exchange under context parallelism (CostModel::context_exchange),
+  // as given on every device and TP degree; zero bytes: none.
+  CostModel::ContextExchange context_exchange;
 };
 
 struct FixedCostSpec {
@@ -73,6 +76,7 @@ class FixedCostModel final : public CostModel {
                            const MemoryOptions& options) const override;
   Bytes boundary_bytes(int layer) const override;
   Bytes expert_dispatch_bytes(int layer) const override;
+  ContextExchange context_exchange(int layer, const DeviceGroup& group) const override;
   // The path's latency + bytes / its bottleneck bandwidth; 0 for src == dst.
   Seconds p2p_time(int src, int dst, Bytes bytes) const override;
   // One ring over `devices` in increasing id order (any algorithm): the largest latency and

@@ -40,10 +40,16 @@ class TokenStream {
   std::vector<int64_t> tokens_;
 };
 
-// The global batch of step t is micro-batches t*M .. t*M + M-1 (M = total micro-batches of all
-// replicas, in replica order): replica r's micro-batch j is global micro-batch
+// The global batch of step t is micro-batches t*M .. t*M + M-1 (M = the distinct micro-batches
+// of all replicas, in replica order): replica r's micro-batch j is global micro-batch
 // t*M + (m_0 + ... + m_{r-1}) + j. Global micro-batch g holds samples g*b .. g*b + b-1 (b =
-// micro_batch_size). REQUIRES: valid replica and micro-batch indices.
+// micro_batch_size). Under context parallelism (Plan::context_parallel c) the replicas of a
+// context group run the same micro-batches: M and the offsets count a group's once (group k's
+// offset is the micro-batches of groups 0 .. k-1). REQUIRES: valid replica and micro-batch
+// indices.
+int64_t distinct_micro_batches(const Plan& plan);
+// Every replica's micro-batches, a context group's members each counted: what each pass's
+// loss is divided by, so that the members' gradients sum to their group's.
 int64_t total_micro_batches(const Plan& plan);
 int64_t global_micro_batch(const Plan& plan, int64_t step, int replica, int64_t micro_batch);
 

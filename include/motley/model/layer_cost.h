@@ -21,6 +21,10 @@ struct Workload {
   // Dropout masks are kept for backward (set from ModelSpec::dropout; model_totals counts them
   // when either this or the model's flag is set).
   bool dropout = false;
+  // Context parallelism (Plan::context_parallel): every sequence split over this many devices,
+  // each pricing its share of the tokens (and of a causal mask's query-key pairs, against all
+  // seq_len keys). model_totals ignores it: a model's totals are the whole micro-batch's.
+  int64_t context_parallel = 1;
 };
 
 struct LayerCost {
@@ -45,6 +49,11 @@ struct LayerCost {
   // (combining them back moves as many). 0 for other layers.
   int64_t routed_expert_params = 0;
   Bytes expert_dispatch_bytes;
+  // Under context parallelism (Workload::context_parallel > 1): the keys and values of one
+  // device's chunk, per micro-batch without tensor parallelism, that ring attention passes to
+  // the next member of the group at every step (its backward passes them and their gradients).
+  // 0 for layers without attention, and without context parallelism.
+  Bytes context_exchange_bytes;
 };
 
 // One kernel of one pass of a layer: the unit the timing model prices (docs/timing-model.md).
@@ -71,8 +80,9 @@ struct Kernel {
   double m = 0, n = 0, k = 0, count = 1;
   GemmSplit split = GemmSplit::kNone;
   // kAttention: batch x query heads score `pairs` query-key pairs per head of `q_len` queries
-  // (causal: q_len(q_len+1)/2); an eager implementation computes all q_len^2.
-  double batch_heads = 0, q_len = 0, pairs = 0, qk_dim = 0, v_dim = 0;
+  // against `kv_len` keys (causal, whole sequences: q_len(q_len+1)/2); an eager implementation
+  // computes all q_len x kv_len. kv_len exceeds q_len under context parallelism (0: q_len).
+  double batch_heads = 0, q_len = 0, kv_len = 0, pairs = 0, qk_dim = 0, v_dim = 0;
 };
 
 // Parameter counts need no workload.

@@ -55,6 +55,8 @@ struct PlanExplanation {
   // how many such groups there are.
   int expert_parallel = 1;
   int64_t expert_groups = 0;
+  // Context parallelism: every sequence split over groups of this many replicas (1: none).
+  int context_parallel = 1;
   // Vocabulary parallelism: the rows of each vocabulary shard of the head, shard k on group k
   // of every pipeline (empty: the head is whole).
   std::vector<int64_t> vocab_rows;

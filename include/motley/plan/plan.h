@@ -123,7 +123,7 @@ struct Plan {
   SpecRef cluster;
   int64_t micro_batch_size = 1;
   int64_t seq_len = 0;
-  int64_t global_batch = 0;  // sequences per step == sum of replicas' micro_batches * size
+  int64_t global_batch = 0;  // sequences per step == sum of replicas' micro_batches * size / cp
   std::vector<Stage> stages;
   std::vector<Replica> replicas;
   std::string schedule;  // the generator's name, informational only ("1f1b", "adaptive", ...)
@@ -137,6 +137,13 @@ struct Plan {
   // their experts and back by an all-to-all in every forward and backward. 1: every replica
   // holds every expert.
   int expert_parallel = 1;
+  // Context parallelism (Megatron-LM's CP, ring attention): replicas [k c, (k + 1) c) form
+  // group k and run the same micro-batches, each member 1/c of every sequence (Megatron's
+  // load-balanced split into 2c chunks, member i holding chunks i and 2c - 1 - i); attention
+  // passes every member's keys and values around the group's ring. A group counts its
+  // micro-batches once: global_batch = micro_batch_size x the replicas' micro-batches / c.
+  // 1: every replica runs whole sequences.
+  int context_parallel = 1;
   // Megatron-LM's sequence parallelism inside every TP group: the residual-stream work is split
   // across the group, its all-reduces become reduce-scatter + all-gather.
   bool sequence_parallel = false;

@@ -9,9 +9,11 @@
 
 namespace motley {
 
-// Workload{plan.seq_len, plan.micro_batch_size, model.dtype, model.dropout}.
+// Workload{plan.seq_len, plan.micro_batch_size, model.dtype, model.dropout,
+// plan.context_parallel}.
 inline Workload plan_workload(const Plan& plan, const ModelSpec& model) {
-  return Workload{plan.seq_len, plan.micro_batch_size, model.dtype, model.dropout};
+  return Workload{plan.seq_len, plan.micro_batch_size, model.dtype, model.dropout,
+                  plan.context_parallel};
 }
 
 }  // namespace motley

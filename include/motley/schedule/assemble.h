@@ -70,6 +70,11 @@ struct Candidate {
   // Expert parallelism over the replicas (Plan::expert_parallel); the plan gets the larger of
   // this and AssembleOptions::expert_parallel.
   int expert_parallel = 1;
+  // Context parallelism over the replicas (Plan::context_parallel): groups of this many
+  // consecutive replicas split the same micro-batches' sequences, so they must have equal
+  // micro-batch counts and the global batch counts a group's once. The plan gets the larger of
+  // this and AssembleOptions::context_parallel; the cost model must price the same split.
+  int context_parallel = 1;
   // Megatron-LM's sequence parallelism inside the tensor-parallel groups (Plan's); so is it
   // with AssembleOptions::sequence_parallel.
   bool sequence_parallel = false;
@@ -98,6 +103,7 @@ struct AssembleOptions {
   int64_t embedding_vocab = 0;
   int zero_stage = 0;
   int expert_parallel = 1;
+  int context_parallel = 1;
   bool sequence_parallel = false;
   // Replicas the optimizer state is sharded across (ZeRO-1); 0: the candidate's replicas. Set
   // when the candidate stands for a larger plan (a subset of identical replicas).

@@ -40,6 +40,7 @@ struct UniformPlanOptions {
   int recompute_layers = 0;
   int zero_stage = 0;              // Plan::zero_stage
   int expert_parallel = 1;         // Plan::expert_parallel
+  int context_parallel = 1;        // Plan::context_parallel: replicas per context group
   bool sequence_parallel = false;  // recorded in the plan (Plan::sequence_parallel)
   // Split the head, and the embedding where the model starts with one, into one vocabulary
   // shard per group (Candidate::vocab_parallel, vocab_embedding); the orders

@@ -20,15 +20,17 @@ namespace motley {
 struct MegatronArguments {
   int tensor_parallel = 1;
   int pipeline_parallel = 1;
-  int data_parallel = 1;
-  int virtual_stages = 1;  // per pipeline rank (interleaved 1F1B); implied by the layout
+  int data_parallel = 1;     // the replicas over context_parallel
+  int context_parallel = 1;  // --context-parallel-size (Plan::context_parallel)
+  int virtual_stages = 1;    // per pipeline rank (interleaved 1F1B); implied by the layout
   // "Et*3|t*4|t*3L": E the embedding, t a decoder layer, L the output layer and loss, '|'
   // between stages in the plan's stage order (virtual stages continue the list), "*N" a run;
   // empty when a layer has no letter (not_expressed says which).
   std::string layout;
   std::vector<std::string> arguments;  // "--tensor-model-parallel-size", "2", ...
-  // Megatron's global rank r (tensor rank fastest, then data-parallel, then pipeline: its
-  // default order "tp-cp-ep-dp-pp") -> the plan's device id.
+  // Megatron's global rank r (tensor rank fastest, then context-parallel, data-parallel and
+  // pipeline: its default order "tp-cp-ep-dp-pp"; replica dp x CP + cp is Megatron's data
+  // rank dp, context rank cp) -> the plan's device id.
   std::vector<int> rank_devices;
   // What Megatron cannot express, in words; empty: it runs the plan as it is.
   std::vector<std::string> not_expressed;

@@ -114,6 +114,11 @@ struct TuneOptions {
   // (Plan::expert_parallel); 0: searched (motley tries the degrees that divide the replicas and
   // every MoE layer's experts; the baselines use none).
   int expert_parallel = 0;
+  // Every plan splits its sequences over groups of this many replicas (Plan::context_parallel);
+  // 0: searched (motley tries 2, 4 and 8 where the model's sequence mixing is all attention,
+  // the sequence splits into 2c chunks and no expert parallelism is fixed, for layouts short of
+  // memory without it, under the analytic cost model only; the baselines use none); 1: none.
+  int context_parallel = 0;
   // Vocabulary parallelism (Plan's vocabulary shards: the head split by rows over every group
   // of each pipeline): unset, searched (motley tries it with the adaptive scheduler where the
   // model's last layer is a head; the baselines never split it); true, every motley candidate
