@@ -153,6 +153,17 @@ TEST(FidelityCliTest, BadInputExitsTwoWithOneMessage) {
   expect_bad_fidelity_input("--plan " + std::string(MOTLEY_TEST_DATA_DIR) + "/plan/bad-action.json",
                             "bad-action.json");
   expect_bad_fidelity_input("--plan " + kTinyPlan + " --stack megatron-1999", "megatron-1999");
+  // The executor computes whole sequences on every member of a context group, which is not
+  // what the simulator prices for it: no comparison is made.
+  const TempDir scratch("fidelity_context");
+  const std::string grouped = scratch.path() + "/grouped.json";
+  const RunResult made = run_binary(
+      MOTLEY_BINARY,
+      "simulate --schedule 1f1b --model tiny-llama --cluster h100x8 --stages 2 --data-parallel 2 "
+      "--context-parallel 2 --micro-batches 2 --out " +
+          grouped);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  expect_bad_fidelity_input("--plan " + grouped, "field 'context_parallel'");
 }
 
 // The prediction is priced with the stack asked for: a calibration whose point-to-point

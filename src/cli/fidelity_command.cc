@@ -207,6 +207,13 @@ Status fidelity_command(const FidelityCommandOptions& opt) {
   run.plan = opt.plan;
   MOTLEY_ASSIGN_OR_RETURN(const PlanInputs in, load_run_inputs(run));
   MOTLEY_RETURN_IF_ERROR(validate_run_inputs(in, run));
+  if (in.plan.context_parallel > 1) {
+    return invalid_argument(fmt::format(
+        "{}: field 'context_parallel': the executor runs context parallelism {} with every member "
+        "computing whole sequences, not the 1/{} of each that the simulator prices; compare a "
+        "plan without it (context_parallel 1)",
+        opt.plan, in.plan.context_parallel, in.plan.context_parallel));
+  }
 
   // The prediction first: a plan the simulator cannot price is refused before anything runs.
   MOTLEY_ASSIGN_OR_RETURN(const ModelSpec priced, profile_pricing_model(opt.profile, in.model));
