@@ -178,6 +178,8 @@ class DataBuilder {
            {"global_batch", plan_.global_batch},
            {"zero_stage", plan_.zero_stage},
            {"sequence_parallel", plan_.sequence_parallel},
+           {"expert_parallel", plan_.expert_parallel},
+           {"context_parallel", plan_.context_parallel},
            {"iteration_s", result_.iteration_time.value()},
            {"tokens_per_s", result_.throughput_tokens_per_s},
            {"bubble_fraction", result_.bubble_fraction},

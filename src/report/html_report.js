@@ -122,7 +122,11 @@
         summary.stages + ' (replicas \u00d7 stages) \u00b7 ' + mb + ' micro-batches of ' +
         summary.micro_batch_size + ' \u00b7 sequence ' + summary.seq_len + ' \u00b7 global batch ' +
         summary.global_batch + (summary.zero_stage ? ' \u00b7 ZeRO-' + summary.zero_stage : '') +
-        (summary.sequence_parallel ? ' \u00b7 sequence parallel' : ''),
+        (summary.sequence_parallel ? ' \u00b7 sequence parallel' : '') +
+        (summary.expert_parallel > 1 ? ' \u00b7 experts over ' + summary.expert_parallel +
+          ' replicas' : '') +
+        (summary.context_parallel > 1 ? ' \u00b7 sequences over ' + summary.context_parallel +
+          ' replicas (context parallel)' : ''),
     }));
     const cards = el('div', { class: 'cards' });
     const card = (label, value, cls, id) => el('div', { class: 'card', id: id }, [

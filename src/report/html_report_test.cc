@@ -113,6 +113,8 @@ TEST(HtmlReportTest, EventsCarryTimesStageMicroBatchAndTheirTransfers) {
   EXPECT_EQ(transfers, 2);  // the two activations it sent
   EXPECT_EQ(data["timeline"]["iteration_us"], 12000.0);
   EXPECT_EQ(data["summary"]["iteration_s"], 0.012);
+  EXPECT_EQ(data["summary"]["context_parallel"], 1);
+  EXPECT_EQ(data["summary"]["expert_parallel"], 1);
 }
 
 TEST(HtmlReportTest, MeasuredRowsSitUnderTheirSimulatedRows) {
