@@ -711,6 +711,17 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
                     "expert parallelism, and a micro-batch per group ({} micro-batches)",
                     cp, replicas, total));
   }
+  // A context group's members exchange each stage's keys and values TP rank by TP rank and run
+  // in lockstep: they are of one make.
+  for (int r = 0; cp > 1 && r < replicas; ++r) {
+    if (group_signature(ctx, layout.replicas[r]) !=
+        group_signature(ctx, layout.replicas[r / cp * cp])) {
+      return invalid_argument(fmt::format(
+          "candidate: context parallelism {} needs each group of {} replicas of one make; "
+          "replica {} differs from replica {}",
+          cp, cp, r, r / cp * cp));
+    }
+  }
   c.context_parallel = std::max(cp, 1);
   c.sequence_parallel = options.sequence_parallel && has_tensor_parallel_group(ctx, layout);
   if (options.vocab_parallel) {
