@@ -714,12 +714,13 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
   // A context group's members exchange each stage's keys and values TP rank by TP rank and run
   // in lockstep: they are of one make.
   for (int r = 0; cp > 1 && r < replicas; ++r) {
+    const int lead = r / cp * cp;
     if (group_signature(ctx, layout.replicas[r]) !=
-        group_signature(ctx, layout.replicas[r / cp * cp])) {
+        group_signature(ctx, layout.replicas[static_cast<size_t>(lead)])) {
       return invalid_argument(fmt::format(
           "candidate: context parallelism {} needs each group of {} replicas of one make; "
           "replica {} differs from replica {}",
-          cp, cp, r, r / cp * cp));
+          cp, cp, r, lead));
     }
   }
   c.context_parallel = std::max(cp, 1);
