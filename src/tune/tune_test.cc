@@ -277,18 +277,18 @@ TEST(TuneTest, FixedExpertParallelismSplitsTheExperts) {
             "mixture-of-experts layer");
 }
 
-// Two sequences of 2,097,152 tokens on sixteen H100s: without context parallelism the layouts
-// that fit pipeline them with a bubble; with it searched, the plan splits each sequence over
-// groups of replicas, every member running its group's micro-batches, and is faster. Fixed
-// degrees bind every plan; models and lengths it cannot split are refused by name.
+// Two sequences of 4,194,304 tokens on sixteen H100s: without context parallelism no layout
+// fits memory even with full recompute; with it searched, the plan splits each sequence over
+// groups of replicas, every member running its group's micro-batches. Fixed degrees bind every
+// plan; models and lengths it cannot split are refused by name.
 TEST(TuneTest, ContextParallelismSplitsSequencesTooLongForOneReplica) {
   Result<ModelSpec> model = model_preset("llama-3-8b");
   ASSERT_TRUE(model.is_ok()) << model.status().message();
   Result<ClusterSpec> cluster = cluster_preset("h100x16");
   ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
-  Case c{"llama8b-2m-tokens", model.value(), cluster.value(), {}};
+  Case c{"llama8b-4m-tokens", model.value(), cluster.value(), {}};
   c.options.global_batch = 2;
-  c.options.seq_len = 2097152;
+  c.options.seq_len = 4194304;
   c.options.clock = frozen_clock();
   Result<TuneResult> r = tune(c.options, c.model, c.cluster);
   ASSERT_TRUE(r.is_ok()) << r.status().message();
@@ -301,12 +301,9 @@ TEST(TuneTest, ContextParallelismSplitsSequencesTooLongForOneReplica) {
   expect_runnable(c, c.options, r->plan);
   c.options.context_parallel = 1;
   Result<TuneResult> without = tune(c.options, c.model, c.cluster);
-  ASSERT_TRUE(without.is_ok()) << without.status().message();
-  EXPECT_EQ(without->plan.context_parallel, 1);
-  EXPECT_LT(r->simulation.iteration_time.value(), without->simulation.iteration_time.value());
+  EXPECT_EQ(without.status().code(), StatusCode::kInfeasible) << without.status().message();
 
   c.options.context_parallel = 2;
-  c.options.max_evaluations = 40;
   Result<TuneResult> fixed = tune(c.options, c.model, c.cluster);
   ASSERT_TRUE(fixed.is_ok()) << fixed.status().message();
   EXPECT_EQ(fixed->plan.context_parallel, 2);
