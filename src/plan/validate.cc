@@ -302,15 +302,12 @@ Status check_global_batch(const Plan& plan) {
   }
   const std::string total =
       sequences ? std::to_string(*sequences) : std::string("more than 2^63 - 1");
-  if (c > 1) {
-    return invalid_argument(
-        fmt::format("global_batch is {} but the context-parallel groups of {} replicas run ({}) "
-                    "micro-batches of {} = {} sequences",
-                    plan.global_batch, c, fmt::join(parts, " + "), plan.micro_batch_size, total));
-  }
-  return invalid_argument(
-      fmt::format("global_batch is {} but the replicas run ({}) micro-batches of {} = {} sequences",
-                  plan.global_batch, fmt::join(parts, " + "), plan.micro_batch_size, total));
+  const std::string runners =
+      c > 1 ? fmt::format("the context-parallel groups of {} replicas", c) : "the replicas";
+  return invalid_argument(fmt::format(
+      "global_batch is {} but {} run ({}) micro-batches of {} = {} "
+      "sequences",
+      plan.global_batch, runners, fmt::join(parts, " + "), plan.micro_batch_size, total));
 }
 
 // Context parallelism splits every sequence over groups of `c` consecutive replicas that run

@@ -244,45 +244,57 @@ class Builder {
     const int n_rep = static_cast<int>(plan_.replicas.size());
     if (c <= 1 || n_rep % c != 0) return;
     const double steps = static_cast<double>(c);
-    for (int r = 0; r < n_rep; ++r) {
-      const int first = r / c * c;
+    std::vector<CostModel::ContextExchange> members(static_cast<size_t>(c));
+    // Per member of the group: what the ring adds to its F, B and R of the stage.
+    std::vector<std::array<double, 3>> added(static_cast<size_t>(c));
+    for (int first = 0; first < n_rep; first += c) {
       for (int s = 0; s < stages_; ++s) {
         const Stage& st = plan_.stages[s];
-        group_.devices = plan_.replicas[r].groups[plan_.replicas[r].stage_group[s]].devices;
-        double forward = 0, backward = 0, recomputed = 0;
+        auto devices = [&](int q) -> const std::vector<int>& {
+          const Replica& rep = plan_.replicas[first + q % c];
+          return rep.groups[rep.stage_group[s]].devices;
+        };
+        added.assign(static_cast<size_t>(c), {0.0, 0.0, 0.0});
         for (int l = st.layer_begin; l < st.layer_end; ++l) {
-          const CostModel::ContextExchange x = cost_.context_exchange(l, group_);
-          if (x.bytes.value() <= 0) continue;
-          // The slowest step of the ring, forward and backward.
+          bool exchanges = false;
+          for (int q = 0; q < c; ++q) {
+            group_.devices = devices(q);
+            members[q] = cost_.context_exchange(l, group_);
+            exchanges = exchanges || members[q].bytes.value() > 0;
+          }
+          if (!exchanges) continue;
+          // The slowest step of the ring, forward and backward, over the members.
           double step = 0, step_back = 0;
-          for (int q = first; q < first + c; ++q) {
-            const Replica& rep = plan_.replicas[q];
-            const Replica& next = plan_.replicas[q + 1 < first + c ? q + 1 : first];
-            const std::vector<int>& from = rep.groups[rep.stage_group[s]].devices;
-            const std::vector<int>& to = next.groups[next.stage_group[s]].devices;
-            const CostModel::ContextExchange member =
-                q == r ? x : cost_.context_exchange(l, DeviceGroup{from});
-            step = std::max(step, member.forward_attention.value() / steps);
-            step_back = std::max(step_back, member.backward_attention.value() / steps);
-            for (size_t k = 0; k < from.size(); ++k) {
-              const int dst = to[std::min(k, to.size() - 1)];
-              step = std::max(step, cost_.p2p_time(from[k], dst, x.bytes).value());
-              step_back = std::max(step_back, cost_.p2p_time(from[k], dst, x.bytes * 2.0).value());
+          for (int q = 0; q < c; ++q) {
+            group_.devices = devices(q);
+            const std::vector<int>& to = devices(q + 1);
+            step = std::max(step, members[q].forward_attention.value() / steps);
+            step_back = std::max(step_back, members[q].backward_attention.value() / steps);
+            for (size_t k = 0; k < group_.devices.size(); ++k) {
+              const int src = group_.devices[k], dst = to[std::min(k, to.size() - 1)];
+              const Bytes bytes = members[q].bytes;
+              step = std::max(step, cost_.p2p_time(src, dst, bytes).value());
+              step_back = std::max(step_back, cost_.p2p_time(src, dst, bytes * 2.0).value());
             }
           }
-          const double f = ring_exchange_exposure(c, Seconds(step), x.forward_attention).value();
-          const double b =
-              ring_exchange_exposure(c, Seconds(step_back), x.backward_attention).value();
-          forward += f;
-          backward += b;
-          if (st.policy_of(l) != RecomputePolicy::kNone) recomputed += f;
+          for (int q = 0; q < c; ++q) {
+            if (members[q].bytes.value() <= 0) continue;
+            const double f =
+                ring_exchange_exposure(c, Seconds(step), members[q].forward_attention).value();
+            added[q][0] += f;
+            added[q][1] +=
+                ring_exchange_exposure(c, Seconds(step_back), members[q].backward_attention)
+                    .value();
+            if (st.policy_of(l) != RecomputePolicy::kNone) added[q][2] += f;
+          }
         }
-        if (forward == 0 && backward == 0) continue;
-        SimGraph::StageTimes& times = scratch_.stage_times[at(r, s)];
-        times[kind_index(ActionKind::kForward)] += forward;
-        times[kind_index(ActionKind::kBackwardInput)] += backward;
-        times[kind_index(ActionKind::kBackward)] += backward;
-        times[kind_index(ActionKind::kRecompute)] += recomputed;
+        for (int q = 0; q < c; ++q) {
+          SimGraph::StageTimes& times = scratch_.stage_times[at(first + q, s)];
+          times[kind_index(ActionKind::kForward)] += added[q][0];
+          times[kind_index(ActionKind::kBackwardInput)] += added[q][1];
+          times[kind_index(ActionKind::kBackward)] += added[q][1];
+          times[kind_index(ActionKind::kRecompute)] += added[q][2];
+        }
       }
     }
   }

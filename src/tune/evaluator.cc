@@ -154,7 +154,7 @@ Evaluation Evaluator::run(const Candidate& c, Fidelity fidelity, Simulator& sim)
   const size_t members = static_cast<size_t>(std::max(c.context_parallel, 1));
   if (screen && identical && replicas >= 3 && c.expert_parallel == 1 &&
       (members == 1 || replicas > members)) {
-    // The two replicas with the most micro-batches stand for all of them.
+    // The two replicas with the most micro-batches (or the first context group) stand for all.
     std::vector<size_t> kept;
     if (members > 1) {
       for (size_t r = 0; r < members; ++r) kept.push_back(r);
