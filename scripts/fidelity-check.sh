@@ -15,7 +15,10 @@
 # directory to keep the files in; default a temporary one), PROFILE (a profile of MODEL to use
 # instead of making one, e.g. from `motley profile layers`; its measured_on must be the
 # cluster's device type, else its times are scaled by the ratio of peak rates), CLUSTER (the
-# two-device cluster file to plan on instead of the one below, e.g. with measured links).
+# two-device cluster file to plan on instead of the one below, e.g. with measured links),
+# MEASURE_LINKS=1 (first run `motley profile comm` over two local ranks, point to point and
+# all-reduce, and plan on the cluster with that links file: the pair fits and Gloo's measured
+# all-reduce over the two devices; not with CLUSTER).
 #
 # The profile (unless PROFILE gives one), from the executor itself: a plan whose stages are
 # the model's layers one each, all on one device (interleaved 1 x L), is run by two `motley run
@@ -26,8 +29,8 @@
 # both processes after the warm-up.
 # The device catalog has no CPU entry, so the two-device cluster names its devices T4 and the
 # profile is stamped measured_on T4: the times are then used as they are, unscaled. Links are
-# left as that cluster states them (PCIe at 2 GB/s, 30 us) until `motley profile comm` measures
-# Gloo's.
+# as that cluster states them (PCIe at 2 GB/s, 30 us) unless MEASURE_LINKS or CLUSTER says
+# otherwise.
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -66,6 +69,12 @@ nodes:
 YAML
 
 if [[ -n "${CLUSTER:-}" ]]; then cp "$CLUSTER" "$DIR/cpu2.yaml"; fi
+if [[ -n "${MEASURE_LINKS:-}" ]]; then
+  [[ -z "${CLUSTER:-}" ]] || { echo "fidelity-check: MEASURE_LINKS and CLUSTER exclude each other" >&2; exit 2; }
+  "$MOTLEY" launch --nproc 2 -- profile comm --sizes 1K:16M --factor 4 --iters 20 --warmup 3 \
+    --ops p2p,all_reduce --out "$DIR/links.yaml" >"$DIR/links.txt" 2>&1
+  sed -i '1a measured_links: links.yaml' "$DIR/cpu2.yaml"
+fi
 
 # --- The profile: every layer its own stage on one device, two such runs at once. ---
 # make_profile OUT: writes the profile to OUT (its traces beside it).

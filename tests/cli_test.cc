@@ -203,6 +203,51 @@ TEST(CliTest, ClusterShowOfAFile) {
   EXPECT_EQ(j["devices"][0]["type"].get<std::string>(), "T4");
 }
 
+// A collective measured over named devices prices that op over those devices: a data-parallel
+// pair whose all-reduce was measured at 1 s takes that second on top of its compute.
+TEST(CliTest, MeasuredCollectivesPriceTheGradientAllReduce) {
+  const TempDir scratch("cli_measured_collectives");
+  const std::string nodes =
+      "nodes:\n"
+      "  - name: box\n"
+      "    devices: {type: T4, count: 2}\n"
+      "    interconnect: {kind: pcie}\n";
+  const std::string measured = scratch.path() + "/measured.yaml";
+  const std::string plain = scratch.path() + "/plain.yaml";
+  std::ofstream(measured) << "name: two-t4\n"
+                             "measured_links:\n"
+                             "  collectives:\n"
+                             "    - op: all_reduce\n"
+                             "      ranks: 2\n"
+                             "      devices: [1, 0]\n"
+                             "      results:\n"
+                             "        - {size_bytes: 1000000000, time_us: 1000000, algbw_GBps: 1, "
+                             "busbw_GBps: 1}\n"
+                          << nodes;
+  std::ofstream(plain) << "name: two-t4\n" << nodes;
+
+  RunResult shown = run_motley("cluster show " + measured + " --json");
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  auto c = nlohmann::json::parse(shown.out);
+  ASSERT_EQ(c["measured_collectives"].size(), 1u);
+  EXPECT_EQ(c["measured_collectives"][0]["op"], "all_reduce");
+  EXPECT_EQ(c["measured_collectives"][0]["devices"], nlohmann::json::array({1, 0}));
+  EXPECT_EQ(c["measured_collectives"][0]["max_size_time_s"].get<double>(), 1.0);
+
+  const std::string sim =
+      "simulate --schedule 1f1b --model tiny-llama --stages 1 --data-parallel 2 --json --cluster ";
+  RunResult with = run_motley(sim + measured);
+  RunResult without = run_motley(sim + plain);
+  ASSERT_EQ(with.exit_code, 0) << with.err;
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+  const double t_with = nlohmann::json::parse(with.out)["iteration_time_s"].get<double>();
+  const double t_without = nlohmann::json::parse(without.out)["iteration_time_s"].get<double>();
+  ASSERT_LT(t_without, 0.1);
+  // The all-reduce waits for the backward; the sweep's one size prices every smaller one.
+  EXPECT_GE(t_with, 1.0);
+  EXPECT_LE(t_with, 1.0 + t_without);
+}
+
 TEST(CliTest, EstimateRunsTheDefaultExample) {
   RunResult r = run_motley("estimate --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -1,5 +1,6 @@
 // `motley cluster show|list`: devices, nodes, a summary of the link matrix, peak and price.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdio>
 #include <map>
@@ -103,6 +104,17 @@ Status show_cluster(const ClusterShowOptions& opt) {
     }
     Json by_type = Json::object();
     for (const auto& [t, n] : count_by_type) by_type[t] = n;
+    Json collectives = Json::array();
+    for (const MeasuredCollective& c : cluster.measured_collectives) {
+      const CollectiveSample& last = c.samples.back();
+      collectives.push_back({{"op", c.op},
+                             {"devices", c.devices},
+                             {"sizes", c.samples.size()},
+                             {"min_size_bytes", c.samples.front().size.value()},
+                             {"max_size_bytes", last.size.value()},
+                             {"max_size_time_s", last.time.value()},
+                             {"max_size_busbw_bytes_per_s", last.busbw.value()}});
+    }
     Json j{{"name", cluster.name},
            {"total_devices", devices.size()},
            {"devices_by_type", by_type},
@@ -112,7 +124,8 @@ Status show_cluster(const ClusterShowOptions& opt) {
            {"price_per_hour", price},
            {"devices", devs},
            {"nodes", nodes},
-           {"links", links}};
+           {"links", links},
+           {"measured_collectives", collectives}};
     out = j.dump(2) + "\n";
   } else {
     std::string types;
@@ -153,6 +166,17 @@ Status show_cluster(const ClusterShowOptions& opt) {
                      format_time(Seconds(c.latency)), std::to_string(pairs)});
     }
     out += links.to_string();
+    if (!cluster.measured_collectives.empty()) {
+      out += "\nmeasured collectives (priced from their sweeps over exactly these devices):\n";
+      Table measured({"op", "devices", "sizes", "largest", "time", "busbw"});
+      for (const MeasuredCollective& c : cluster.measured_collectives) {
+        const CollectiveSample& last = c.samples.back();
+        measured.add_row({c.op, fmt::format("{}", fmt::join(c.devices, ",")),
+                          std::to_string(c.samples.size()), format_bytes(last.size),
+                          format_time(last.time), format_bandwidth(last.busbw)});
+      }
+      out += measured.to_string();
+    }
   }
   std::fputs(out.c_str(), stdout);
   return Status::ok();

@@ -409,14 +409,20 @@ Status count_devices(const JsonField& f, const NodeEntry& entry, int64_t* total,
 
 std::string quoted(const std::string& s) { return Json(s).dump(); }
 
+// The links and the collectives that name their devices; the others are informational.
+LinksFile priced_part(LinksFile file) {
+  std::erase_if(file.collectives, [](const MeasuredCollective& c) { return c.devices.empty(); });
+  return file;
+}
+
 // `measured_links`: the path of a links file (relative to the cluster file's directory) or the
 // same document inline. Device ids are checked against the cluster's `devices`.
-Result<std::vector<MeasuredLink>> parse_measured_links(const JsonField& root, int64_t devices) {
+Result<LinksFile> parse_measured_links(const JsonField& root, int64_t devices) {
   std::optional<JsonField> f = root.find("measured_links");
-  if (!f) return std::vector<MeasuredLink>();
+  if (!f) return LinksFile();
   if (f->is_object()) {
     MOTLEY_ASSIGN_OR_RETURN(LinksFile file, links_from_json(*f, devices));
-    return file.links;
+    return priced_part(std::move(file));
   }
   if (!f->json().is_string()) {
     return f->error(fmt::format("expected the path of a {} file or its contents inline, got {}",
@@ -433,7 +439,7 @@ Result<std::vector<MeasuredLink>> parse_measured_links(const JsonField& root, in
                     name, path.string()));
   }
   MOTLEY_ASSIGN_OR_RETURN(LinksFile file, load_links_file(path.string(), devices));
-  return file.links;
+  return priced_part(std::move(file));
 }
 
 // `checkpoint: {write_GBps, restart_s}`; absent fields stay unset (the defaults apply).
@@ -517,7 +523,9 @@ Result<ClusterSpec> cluster_from_json(const JsonField& root) {
                                         "bandwidth_GBps: 50, latency_us: 2}}",
                                         cluster.nodes.size()));
   }
-  MOTLEY_ASSIGN_OR_RETURN(cluster.measured_links, parse_measured_links(root, devices));
+  MOTLEY_ASSIGN_OR_RETURN(LinksFile measured, parse_measured_links(root, devices));
+  cluster.measured_links = std::move(measured.links);
+  cluster.measured_collectives = std::move(measured.collectives);
   MOTLEY_ASSIGN_OR_RETURN(cluster.checkpoint, parse_checkpoint_storage(root));
   return cluster;
 }
@@ -583,8 +591,14 @@ std::string cluster_to_yaml(const ClusterSpec& cluster) {
     for (const std::string& field : fields) joined += (joined.empty() ? "" : ", ") + field;
     out << "checkpoint: {" << joined << "}\n";
   }
-  if (!cluster.measured_links.empty()) {
-    out << "measured_links:\n  links:\n" << measured_links_yaml(cluster.measured_links, 4);
+  if (!cluster.measured_links.empty() || !cluster.measured_collectives.empty()) {
+    out << "measured_links:\n";
+    if (!cluster.measured_links.empty()) {
+      out << "  links:\n" << measured_links_yaml(cluster.measured_links, 4);
+    }
+    if (!cluster.measured_collectives.empty()) {
+      out << "  collectives:\n" << measured_collectives_yaml(cluster.measured_collectives, 4);
+    }
   }
   return out.str();
 }
@@ -607,7 +621,7 @@ bool operator==(const NodeSpec& a, const NodeSpec& b) {
 
 bool operator==(const ClusterSpec& a, const ClusterSpec& b) {
   return a.name == b.name && a.nodes == b.nodes && a.network == b.network &&
-         a.measured_links == b.measured_links &&
+         a.measured_links == b.measured_links && a.measured_collectives == b.measured_collectives &&
          a.checkpoint.write_bandwidth == b.checkpoint.write_bandwidth &&
          a.checkpoint.restart == b.checkpoint.restart;
 }

@@ -3,6 +3,7 @@
 #include "motley/cluster/measured_links.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>
@@ -22,10 +23,11 @@ using cluster_internal::yaml_us;
 const std::vector<std::string> kCollectiveOps = {"all_reduce", "all_gather", "reduce_scatter",
                                                  "all_to_all"};
 
-Result<int> get_device(const JsonField& f, std::string_view key, int64_t device_count) {
+// A global device id, checked against the cluster's `device_count` devices (any id up to the
+// device limit when device_count < 0).
+Result<int> device_id(const JsonField& v, int64_t device_count) {
   const int64_t max = device_count >= 0 ? device_count - 1 : kMaxClusterDevices - 1;
-  if (device_count == 0) return f.child_error(key, "the cluster has no devices");
-  MOTLEY_ASSIGN_OR_RETURN(JsonField v, f.get(key));
+  if (device_count == 0) return v.error("the cluster has no devices");
   MOTLEY_ASSIGN_OR_RETURN(int64_t id, v.as_int());
   if (id < 0 || id > max) {
     if (device_count < 0) {
@@ -37,6 +39,11 @@ Result<int> get_device(const JsonField& f, std::string_view key, int64_t device_
                     id, device_count, max));
   }
   return static_cast<int>(id);
+}
+
+Result<int> get_device(const JsonField& f, std::string_view key, int64_t device_count) {
+  MOTLEY_ASSIGN_OR_RETURN(JsonField v, f.get(key));
+  return device_id(v, device_count);
 }
 
 Result<MeasuredLink> parse_link(const JsonField& f, int64_t device_count) {
@@ -69,8 +76,8 @@ Result<CollectiveSample> parse_sample(const JsonField& f) {
   return s;
 }
 
-Result<MeasuredCollective> parse_collective(const JsonField& f) {
-  MOTLEY_RETURN_IF_ERROR(f.check_keys({"op", "implementation", "ranks", "results"}));
+Result<MeasuredCollective> parse_collective(const JsonField& f, int64_t device_count) {
+  MOTLEY_RETURN_IF_ERROR(f.check_keys({"op", "implementation", "ranks", "devices", "results"}));
   MeasuredCollective c;
   MOTLEY_ASSIGN_OR_RETURN(c.op, f.get_string("op"));
   if (std::find(kCollectiveOps.begin(), kCollectiveOps.end(), c.op) == kCollectiveOps.end()) {
@@ -85,10 +92,45 @@ Result<MeasuredCollective> parse_collective(const JsonField& f) {
     MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> rows, results.items());
     for (const JsonField& row : rows) {
       MOTLEY_ASSIGN_OR_RETURN(CollectiveSample s, parse_sample(row));
+      if (f.has("devices") && !c.samples.empty() && !(s.size > c.samples.back().size)) {
+        return row.child_error(
+            "size_bytes",
+            fmt::format("{} does not exceed the previous row's {}; a sweep that prices a "
+                        "collective lists each size once, in increasing order",
+                        s.size.value(), c.samples.back().size.value()));
+      }
       c.samples.push_back(s);
     }
   }
+  if (f.has("devices")) {
+    MOTLEY_ASSIGN_OR_RETURN(JsonField devices, f.get("devices"));
+    MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> ids, devices.items());
+    if (static_cast<int64_t>(ids.size()) != ranks) {
+      return devices.error(
+          fmt::format("lists {} device(s) for {} ranks; expected one per rank", ids.size(), ranks));
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      MOTLEY_ASSIGN_OR_RETURN(int id, device_id(ids[i], device_count));
+      if (std::find(c.devices.begin(), c.devices.end(), id) != c.devices.end()) {
+        return ids[i].error(
+            fmt::format("device {} is listed twice; each rank is its own device", id));
+      }
+      c.devices.push_back(id);
+    }
+    if (c.samples.empty()) {
+      return f.error(
+          "names its devices but has no 'results'; a collective that prices those devices "
+          "needs at least one measured size");
+    }
+  }
   return c;
+}
+
+// The devices of a measured collective as a set (sorted), its identity with the op.
+std::vector<int> device_set(const MeasuredCollective& c) {
+  std::vector<int> set = c.devices;
+  std::sort(set.begin(), set.end());
+  return set;
 }
 
 }  // namespace
@@ -127,8 +169,18 @@ Result<LinksFile> links_from_json(const JsonField& root, int64_t device_count) {
   if (root.has("collectives")) {
     MOTLEY_ASSIGN_OR_RETURN(JsonField collectives, root.get("collectives"));
     MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> entries, collectives.items());
+    std::map<std::pair<std::string, std::vector<int>>, std::string> seen;
     for (const JsonField& e : entries) {
-      MOTLEY_ASSIGN_OR_RETURN(MeasuredCollective c, parse_collective(e));
+      MOTLEY_ASSIGN_OR_RETURN(MeasuredCollective c, parse_collective(e, device_count));
+      if (!c.devices.empty()) {
+        auto [it, inserted] = seen.emplace(std::make_pair(c.op, device_set(c)), e.path());
+        if (!inserted) {
+          return e.child_error(
+              "devices", fmt::format("{} over these devices is also given by {}; each op over "
+                                     "one set of devices may be measured once",
+                                     c.op, it->second));
+        }
+      }
       file.collectives.push_back(std::move(c));
     }
   }
@@ -161,15 +213,26 @@ std::string links_to_yaml(const LinksFile& file) {
   out << "links:" << (file.links.empty() ? " []\n" : "\n");
   out << measured_links_yaml(file.links, 2);
   out << "collectives:" << (file.collectives.empty() ? " []\n" : "\n");
-  for (const MeasuredCollective& c : file.collectives) {
-    out << "  - op: " << c.op << "\n";
-    out << "    implementation: " << Json(c.implementation).dump() << "\n";
-    out << "    ranks: " << c.ranks << "\n";
-    out << "    results:" << (c.samples.empty() ? " []\n" : "\n");
+  out << measured_collectives_yaml(file.collectives, 2);
+  return out.str();
+}
+
+std::string measured_collectives_yaml(const std::vector<MeasuredCollective>& collectives,
+                                      int indent) {
+  const std::string pad(static_cast<size_t>(indent), ' ');
+  std::ostringstream out;
+  for (const MeasuredCollective& c : collectives) {
+    out << pad << "- op: " << c.op << "\n";
+    out << pad << "  implementation: " << Json(c.implementation).dump() << "\n";
+    out << pad << "  ranks: " << c.ranks << "\n";
+    if (!c.devices.empty())
+      out << pad << fmt::format("  devices: [{}]\n", fmt::join(c.devices, ", "));
+    out << pad << "  results:" << (c.samples.empty() ? " []\n" : "\n");
     for (const CollectiveSample& s : c.samples) {
-      out << fmt::format(
-          "      - {{size_bytes: {}, time_us: {}, algbw_GBps: {}, busbw_GBps: {}}}\n",
-          yaml_number(s.size.value()), yaml_us(s.time), yaml_gbps(s.algbw), yaml_gbps(s.busbw));
+      out << pad
+          << fmt::format("    - {{size_bytes: {}, time_us: {}, algbw_GBps: {}, busbw_GBps: {}}}\n",
+                         yaml_number(s.size.value()), yaml_us(s.time), yaml_gbps(s.algbw),
+                         yaml_gbps(s.busbw));
     }
   }
   return out.str();
@@ -185,7 +248,7 @@ bool operator==(const CollectiveSample& a, const CollectiveSample& b) {
 
 bool operator==(const MeasuredCollective& a, const MeasuredCollective& b) {
   return a.op == b.op && a.implementation == b.implementation && a.ranks == b.ranks &&
-         a.samples == b.samples;
+         a.devices == b.devices && a.samples == b.samples;
 }
 
 bool operator==(const LinksFile& a, const LinksFile& b) {

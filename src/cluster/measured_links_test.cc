@@ -64,6 +64,9 @@ LinksFile sample_links_file() {
   c.samples.push_back({Bytes(67108864), Seconds(0.0123), BytesPerSecond(67108864 / 0.0123),
                        BytesPerSecond(67108864 / 0.0123)});
   f.collectives.push_back(c);
+  c.op = "all_gather";
+  c.devices = {1, 0};
+  f.collectives.push_back(c);
   return f;
 }
 
@@ -125,6 +128,83 @@ TEST(MeasuredLinksTest, BadInputNamesFileAndField) {
       "format: motley.links/1\ncollectives:\n  - {op: broadcast, ranks: 2}\n",
       "links.yaml: field 'collectives[0].op': expected all_reduce, all_gather, reduce_scatter or "
       "all_to_all, got 'broadcast'");
+}
+
+TEST(MeasuredLinksTest, CollectivesOverNamedDevicesAreChecked) {
+  const char* const kHead = "format: motley.links/1\ncollectives:\n";
+  auto ok =
+      parse_links_text(std::string(kHead) +
+                           "  - op: all_reduce\n    ranks: 2\n    devices: [3, 1]\n"
+                           "    results:\n"
+                           "      - {size_bytes: 8, time_us: 5, algbw_GBps: 0, busbw_GBps: 0}\n"
+                           "      - {size_bytes: 64, time_us: 9, algbw_GBps: 0, busbw_GBps: 0}\n",
+                       4);
+  ASSERT_TRUE(ok.is_ok()) << ok.status().message();
+  EXPECT_EQ(ok.value().collectives[0].devices, (std::vector<int>{3, 1}));
+
+  expect_links_error(std::string(kHead) + "  - {op: all_reduce, ranks: 3, devices: [0, 1]}\n",
+                     "links.yaml: field 'collectives[0].devices': lists 2 device(s) for 3 ranks; "
+                     "expected one per rank");
+  expect_links_error(std::string(kHead) + "  - {op: all_reduce, ranks: 2, devices: [1, 1]}\n",
+                     "links.yaml: field 'collectives[0].devices[1]': device 1 is listed twice; "
+                     "each rank is its own device");
+  expect_links_error(std::string(kHead) + "  - {op: all_reduce, ranks: 2, devices: [0, 2]}\n",
+                     "links.yaml: field 'collectives[0].devices[1]': unknown device 2; the "
+                     "cluster's 2 devices are numbered 0 to 1 (global ids, in node order)",
+                     2);
+  expect_links_error(std::string(kHead) + "  - {op: all_reduce, ranks: 2, devices: [0, 1]}\n",
+                     "links.yaml: field 'collectives[0]': names its devices but has no 'results'; "
+                     "a collective that prices those devices needs at least one measured size");
+  expect_links_error(
+      std::string(kHead) +
+          "  - op: all_to_all\n    ranks: 2\n    devices: [0, 1]\n    results:\n"
+          "      - {size_bytes: 64, time_us: 5, algbw_GBps: 0, busbw_GBps: 0}\n"
+          "      - {size_bytes: 64, time_us: 6, algbw_GBps: 0, busbw_GBps: 0}\n",
+      "links.yaml: field 'collectives[0].results[1].size_bytes': 64 does not exceed the previous "
+      "row's 64; a sweep that prices a collective lists each size once, in increasing order");
+  const std::string row =
+      "    results: [{size_bytes: 8, time_us: 5, algbw_GBps: 0, busbw_GBps: 0}]\n";
+  expect_links_error(std::string(kHead) +
+                         "  - op: all_reduce\n    ranks: 2\n    devices: [0, 1]\n" + row +
+                         "  - op: all_reduce\n    ranks: 2\n    devices: [1, 0]\n" + row,
+                     "links.yaml: field 'collectives[1].devices': all_reduce over these devices "
+                     "is also given by collectives[0]; each op over one set of devices may be "
+                     "measured once");
+  // Without devices a sweep is informational: any order, repeated sizes and ops are read.
+  auto informational =
+      parse_links_text(std::string(kHead) +
+                       "  - op: all_reduce\n    ranks: 2\n    results:\n"
+                       "      - {size_bytes: 64, time_us: 5, algbw_GBps: 0, busbw_GBps: 0}\n"
+                       "      - {size_bytes: 8, time_us: 6, algbw_GBps: 0, busbw_GBps: 0}\n"
+                       "  - {op: all_reduce, ranks: 2}\n");
+  ASSERT_TRUE(informational.is_ok()) << informational.status().message();
+  EXPECT_TRUE(informational.value().collectives[0].devices.empty());
+}
+
+TEST(MeasuredLinksTest, ClusterKeepsTheCollectivesThatNameDevicesAndWritesThem) {
+  auto doc =
+      parse_yaml(std::string("measured_links:\n  collectives:\n"
+                             "    - op: all_reduce\n      ranks: 2\n      devices: [0, 1]\n"
+                             "      results:\n"
+                             "        - {size_bytes: 1024, time_us: 61.5, algbw_GBps: 0.0167, "
+                             "busbw_GBps: 0.0167}\n"
+                             "    - op: all_gather\n      ranks: 2\n      results: []\n") +
+                     kTwoDeviceNode,
+                 "inline.yaml");
+  ASSERT_TRUE(doc.is_ok());
+  auto c = cluster_from_json(doc.value(), "inline.yaml");
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  ASSERT_EQ(c.value().measured_collectives.size(), 1u);
+  EXPECT_EQ(c.value().measured_collectives[0].op, "all_reduce");
+  EXPECT_EQ(c.value().measured_collectives[0].samples[0].time, microseconds(61.5));
+  EXPECT_TRUE(c.value().measured_links.empty());
+
+  const std::string written = cluster_to_yaml(c.value());
+  auto again = parse_yaml(written, "again.yaml");
+  ASSERT_TRUE(again.is_ok()) << written;
+  auto back = cluster_from_json(again.value(), "again.yaml");
+  ASSERT_TRUE(back.is_ok()) << back.status().message() << "\n" << written;
+  EXPECT_EQ(back.value(), c.value()) << written;
 }
 
 TEST_F(MeasuredLinksDirTest, ClusterIncludesAFileRelativeToItself) {

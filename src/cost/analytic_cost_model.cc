@@ -251,6 +251,13 @@ AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& 
                                      const AnalyticCostOptions& options)
     : model_(model), options_(options), topology_(cluster), tied_(find_tied_layers(model)) {
   options_.workload.dropout = options.workload.dropout || model.dropout;
+  for (const MeasuredCollective& c : cluster.measured_collectives) {
+    const std::optional<Collective> op = collective_from_op(c.op);
+    if (!op || c.devices.size() < 2 || c.samples.empty()) continue;  // the reader rules these out
+    std::vector<int> set = c.devices;
+    std::sort(set.begin(), set.end());
+    measured_collectives_[{*op, set}] = c.samples;
+  }
   const Workload& w = options_.workload;
   const size_t n = model_.layers.size();
   layer_costs_.reserve(n);
@@ -489,13 +496,28 @@ ComputeTimes AnalyticCostModel::compute(LayerRange layers, const DeviceGroup& gr
   // parallelism a reduce-scatter and an all-gather: the same ring cost), at the stack's bus
   // bandwidth, the part the stack does not overlap exposed:
   // summed over layers, 2(t-1) alpha * count + 2(t-1)/t * sum(bytes) / (beta * efficiency).
+  // A cluster that measured the all-reduce over exactly this group prices each collective from
+  // that sweep instead, at the layers' mean collective size (every collective of a layer moves
+  // its output, so the sizes are equal within a stage of one layer shape).
   double comm = 0;
   if (t > 1 && sum.collectives > 0) {
-    const AlphaBeta ring = group_ring(group.devices);
     const SoftwareStack& stack = options_.stack;
-    comm = 2.0 * (t - 1) * ring.latency.value() * sum.collectives +
-           (2.0 * (t - 1) / t) * sum.collective_bytes /
-               (ring.bandwidth.value() * stack.collective_efficiency);
+    const std::vector<CollectiveSample>* sweep = nullptr;
+    if (!measured_collectives_.empty()) {
+      std::vector<int> set = group.devices;
+      std::sort(set.begin(), set.end());
+      sweep = measured_sweep(Collective::kAllReduce, set);
+    }
+    if (sweep != nullptr) {
+      comm =
+          sum.collectives *
+          measured_collective_time(*sweep, Bytes(sum.collective_bytes / sum.collectives)).value();
+    } else {
+      const AlphaBeta ring = group_ring(group.devices);
+      comm = 2.0 * (t - 1) * ring.latency.value() * sum.collectives +
+             (2.0 * (t - 1) / t) * sum.collective_bytes /
+                 (ring.bandwidth.value() * stack.collective_efficiency);
+    }
     comm *= 1.0 - stack.tp_overlap;
   }
   ComputeTimes out;
@@ -737,6 +759,13 @@ AlphaBeta AnalyticCostModel::group_ring(const std::vector<int>& devices) const {
   return rings[mask];
 }
 
+const std::vector<CollectiveSample>* AnalyticCostModel::measured_sweep(
+    Collective collective, const std::vector<int>& sorted_devices) const {
+  if (measured_collectives_.empty()) return nullptr;
+  const auto it = measured_collectives_.find({collective, sorted_devices});
+  return it == measured_collectives_.end() ? nullptr : &it->second;
+}
+
 AlphaBeta AnalyticCostModel::ring_parameters(std::span<const int> devices) const {
   // compute() prices TP groups through here millions of times: no heap for small groups.
   SmallBuffer<int, 16> ring(devices.size());
@@ -832,6 +861,10 @@ Seconds AnalyticCostModel::collective_time(Collective collective, const std::vec
   std::sort(sorted.begin(), sorted.end());
   sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
   if (sorted.size() < 2) return Seconds(0);
+  // Measured over exactly these devices: the transport's own algorithm, as it ran.
+  if (const std::vector<CollectiveSample>* sweep = measured_sweep(collective, sorted)) {
+    return measured_collective_time(*sweep, bytes);
+  }
   switch (algorithm) {
     case CollectiveAlgorithm::kRing:
       return flat_time(collective, sorted, bytes);

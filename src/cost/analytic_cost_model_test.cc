@@ -1022,6 +1022,54 @@ TEST(AnalyticComm, RingUsesTheSlowestHopAndLargestLatency) {
       0.0);
 }
 
+// A collective the cluster measured over exactly a set of devices is priced from its sweep, for
+// that op and that set only: the DP ring, the expert all-to-all and the TP group's all-reduces.
+TEST(AnalyticComm, MeasuredCollectivesPriceTheirOpOverTheirDevices) {
+  ModelSpec m = model_of({ffn_layer("ffn")});
+  ClusterSpec cluster = two_nodes();
+  MeasuredCollective ar;
+  ar.op = "all_reduce";
+  ar.ranks = 2;
+  ar.devices = {1, 0};
+  ar.samples = {{Bytes(1e3), microseconds(40), {}, {}},
+                {Bytes(1e6), microseconds(100), {}, {}},
+                {Bytes(1e8), Seconds(0.01), {}, {}}};
+  cluster.measured_collectives.push_back(ar);
+  const AnalyticCostOptions o = ideal_links(workload(4096));
+  const auto cost = analytic(m, cluster, o);
+  const auto plain = analytic(m, two_nodes(), o);
+  auto time = [](const AnalyticCostModel& c, Collective op, std::vector<int> devices, double n) {
+    return c.collective_time(op, devices, Bytes(n), CollectiveAlgorithm::kAuto).value();
+  };
+  // Halfway between 1e6 and 1e8 bytes in size: halfway between their times, whatever the order
+  // the devices are named in and whatever the algorithm asked for.
+  expect_close(time(*cost, Collective::kAllReduce, {0, 1}, 50.5e6), 0.005 + 0.5 * 100e-6);
+  expect_close(time(*cost, Collective::kAllReduce, {1, 0}, 10), 40e-6);
+  expect_close(time(*cost, Collective::kAllReduce, {0, 1}, 4e8), 0.04);
+  // Other ops and other sets keep the alpha-beta model.
+  EXPECT_EQ(time(*cost, Collective::kAllGather, {0, 1}, 1e6),
+            time(*plain, Collective::kAllGather, {0, 1}, 1e6));
+  EXPECT_EQ(time(*cost, Collective::kAllReduce, {0, 1, 2}, 1e6),
+            time(*plain, Collective::kAllReduce, {0, 1, 2}, 1e6));
+
+  // The TP group {0, 1}: each of the layer's all-reduces from the sweep, at its output's size.
+  const LayerCost& c = cost->layer_costs()[0];
+  ASSERT_EQ(c.tp_allreduces, 1);
+  const double n = c.output_bytes.value();
+  ASSERT_GT(n, 1e6);
+  ASSERT_LT(n, 1e8);
+  const double measured = 100e-6 + (0.01 - 100e-6) * (n - 1e6) / (1e8 - 1e6);
+  const DeviceGroup pair{{0, 1}};
+  const ComputeTimes with = cost->compute(kFirst, pair, RecomputePolicy::kNone);
+  const ComputeTimes without = plain->compute(kFirst, pair, RecomputePolicy::kNone);
+  const double ring = 2 * kNvlinkLatency + n / (kNvlinkBandwidth * o.stack.collective_efficiency);
+  const double exposed = 1.0 - o.stack.tp_overlap;
+  expect_close(with.forward.value() - exposed * measured, without.forward.value() - exposed * ring);
+  expect_close(with.backward_input.value() - exposed * measured,
+               without.backward_input.value() - exposed * ring);
+  EXPECT_EQ(with.backward_weight, without.backward_weight);
+}
+
 // A head tied to an embedding of its vocabulary and width is named with that embedding; an
 // untied head names nothing.
 TEST(AnalyticCost, TiedLayersAreTheHeadAndItsEmbedding) {

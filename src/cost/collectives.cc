@@ -1,5 +1,7 @@
 #include "motley/cost/collectives.h"
 
+#include <algorithm>
+
 #include "motley/core/check.h"
 
 namespace motley {
@@ -77,6 +79,33 @@ BytesPerSecond bus_bandwidth(Collective collective, int k, BytesPerSecond algori
 BytesPerSecond algorithm_bandwidth(Collective collective, int k, BytesPerSecond bus_bandwidth) {
   MOTLEY_CHECK(k >= 2, "algorithm_bandwidth needs at least two participants");
   return bus_bandwidth / bus_bandwidth_factor(collective, k);
+}
+
+std::optional<Collective> collective_from_op(std::string_view op) {
+  if (op == "all_reduce") return Collective::kAllReduce;
+  if (op == "reduce_scatter") return Collective::kReduceScatter;
+  if (op == "all_gather") return Collective::kAllGather;
+  if (op == "all_to_all") return Collective::kAllToAll;
+  return std::nullopt;
+}
+
+Seconds measured_collective_time(std::span<const CollectiveSample> samples, Bytes bytes) {
+  MOTLEY_CHECK(!samples.empty(), "a measured collective without samples");
+  const CollectiveSample& first = samples.front();
+  const CollectiveSample& last = samples.back();
+  if (bytes <= first.size) return first.time;
+  if (bytes >= last.size) {
+    // A sweep of one empty message says nothing of bandwidth: its time is all there is.
+    return last.size.value() > 0 ? last.time * (bytes / last.size) : last.time;
+  }
+  // The first sample at or above `bytes`; its predecessor is below it.
+  const auto above =
+      std::lower_bound(samples.begin(), samples.end(), bytes,
+                       [](const CollectiveSample& s, Bytes b) { return s.size < b; });
+  const CollectiveSample& hi = *above;
+  const CollectiveSample& lo = *(above - 1);
+  const double f = (bytes - lo.size) / (hi.size - lo.size);
+  return lo.time + (hi.time - lo.time) * f;
 }
 
 }  // namespace motley

@@ -37,6 +37,30 @@ TEST(Collectives, ZeroBytesStillPaysLatency) {
   EXPECT_DOUBLE_EQ(ring_all_gather_time(3, Bytes(0), kNic).value(), 2 * 5e-6);
 }
 
+TEST(Collectives, MeasuredSweepIsInterpolatedAndItsLastBandwidthHeld) {
+  const std::vector<CollectiveSample> sweep = {{Bytes(1024), microseconds(50), {}, {}},
+                                               {Bytes(4096), microseconds(80), {}, {}},
+                                               {Bytes(1 << 20), microseconds(1080), {}, {}}};
+  // At a measured size, its time; a quarter of the way from 1 KiB to 4 KiB, a quarter of the
+  // way from 50 to 80 us.
+  EXPECT_DOUBLE_EQ(measured_collective_time(sweep, Bytes(4096)).value(), 80e-6);
+  EXPECT_DOUBLE_EQ(measured_collective_time(sweep, Bytes(1792)).value(), 57.5e-6);
+  // Below the sweep: the smallest size's time; above it: 1080 us per MiB.
+  EXPECT_DOUBLE_EQ(measured_collective_time(sweep, Bytes(0)).value(), 50e-6);
+  EXPECT_DOUBLE_EQ(measured_collective_time(sweep, Bytes(3 << 20)).value(), 3 * 1080e-6);
+  // A lone empty message: its time, whatever the size.
+  const std::vector<CollectiveSample> empty = {{Bytes(0), microseconds(7), {}, {}}};
+  EXPECT_DOUBLE_EQ(measured_collective_time(empty, Bytes(1e6)).value(), 7e-6);
+}
+
+TEST(Collectives, LinksFileOpNames) {
+  EXPECT_EQ(collective_from_op("all_reduce"), Collective::kAllReduce);
+  EXPECT_EQ(collective_from_op("reduce_scatter"), Collective::kReduceScatter);
+  EXPECT_EQ(collective_from_op("all_gather"), Collective::kAllGather);
+  EXPECT_EQ(collective_from_op("all_to_all"), Collective::kAllToAll);
+  EXPECT_EQ(collective_from_op("all-reduce"), std::nullopt);
+}
+
 TEST(Collectives, FlatDispatchesToTheRingFormulas) {
   EXPECT_EQ(flat_collective_time(Collective::kAllReduce, 6, kGigabyte, kNic),
             ring_all_reduce_time(6, kGigabyte, kNic));

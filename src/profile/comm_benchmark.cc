@@ -671,7 +671,10 @@ LinksFile comm_links_file(const CommBenchResult& result, const std::string& tran
     m.op = comm_op_name(c.op);
     m.implementation = c.implementation;
     m.ranks = result.world_size;
+    for (int r = 0; r < result.world_size; ++r) m.devices.push_back(first_device + r);
     for (const CommRow& r : c.rows) {
+      // Tiny sizes can round to the same whole elements; the file prices by size, once each.
+      if (!m.samples.empty() && !(r.size > m.samples.back().size)) continue;
       m.samples.push_back({r.size, file_time(r.time), file_rate(r.algbw), file_rate(r.busbw)});
     }
     file.collectives.push_back(std::move(m));

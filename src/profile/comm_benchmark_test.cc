@@ -173,6 +173,7 @@ TEST(CommBenchmarkTest, ThreeRanksMeasureEveryPairAndCollectiveAndAgree) {
   ASSERT_EQ(file.collectives.size(), 4u);
   EXPECT_EQ(file.collectives[2].op, "reduce_scatter");
   EXPECT_EQ(file.collectives[2].ranks, 3);
+  EXPECT_EQ(file.collectives[2].devices, (std::vector<int>{4, 5, 6}));
   auto doc = parse_yaml(links_to_yaml(file), "links.yaml");
   ASSERT_TRUE(doc.is_ok());
   auto back = links_from_json(JsonField(doc.value(), "links.yaml"));

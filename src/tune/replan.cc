@@ -35,6 +35,22 @@ std::vector<MeasuredLink> renamed_links(const std::vector<MeasuredLink>& links,
   return out;
 }
 
+// `collectives` with device ids renamed by `map`; a collective over a device gone is left out
+// (its sweep measured a set of devices that no longer exists).
+std::vector<MeasuredCollective> renamed_collectives(
+    const std::vector<MeasuredCollective>& collectives, const std::vector<int>& map) {
+  std::vector<MeasuredCollective> out;
+  for (MeasuredCollective c : collectives) {
+    const bool kept = std::all_of(c.devices.begin(), c.devices.end(), [&](int d) {
+      return d < static_cast<int>(map.size()) && map[d] >= 0;
+    });
+    if (!kept) continue;
+    for (int& d : c.devices) d = map[d];
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 Seconds since(std::chrono::steady_clock::time_point start) {
   return Seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
@@ -65,7 +81,9 @@ Result<ClusterSpec> cluster_without(const ClusterSpec& cluster,
     return invalid_argument(fmt::format(
         "--lost: that is every node of cluster '{}'; nothing is left to plan on", cluster.name));
   }
-  out.measured_links = renamed_links(cluster.measured_links, device_map(cluster, out));
+  const std::vector<int> map = device_map(cluster, out);
+  out.measured_links = renamed_links(cluster.measured_links, map);
+  out.measured_collectives = renamed_collectives(cluster.measured_collectives, map);
   return out;
 }
 

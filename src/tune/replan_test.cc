@@ -23,6 +23,29 @@ using schedule_testing::tiny_model;
 // Three nodes of two devices: two of H100s, one of A100s.
 ClusterSpec three_nodes() { return fixed_cluster({"H100-SXM", "H100-SXM", "A100-80GB"}, 2); }
 
+// Measurements follow their devices to their new ids; one that crossed a lost device is gone.
+TEST(Replan, MeasurementsFollowTheirDevices) {
+  ClusterSpec cluster = three_nodes();
+  cluster.measured_links = {{2, 3, microseconds(5), gigabytes_per_second(10)},
+                            {1, 2, microseconds(9), gigabytes_per_second(20)}};
+  MeasuredCollective pair;
+  pair.op = "all_reduce";
+  pair.ranks = 2;
+  pair.devices = {5, 4};
+  pair.samples = {{Bytes(1024), microseconds(30), {}, {}}};
+  MeasuredCollective across = pair;
+  across.ranks = 3;
+  across.devices = {0, 2, 4};
+  cluster.measured_collectives = {pair, across};
+  Result<ClusterSpec> fewer = cluster_without(cluster, {cluster.nodes[0].name});
+  ASSERT_TRUE(fewer.is_ok()) << fewer.status().message();
+  ASSERT_EQ(fewer->measured_links.size(), 1u);
+  EXPECT_EQ(fewer->measured_links[0].src, 0);
+  EXPECT_EQ(fewer->measured_links[0].dst, 1);
+  ASSERT_EQ(fewer->measured_collectives.size(), 1u);
+  EXPECT_EQ(fewer->measured_collectives[0].devices, (std::vector<int>{3, 2}));
+}
+
 TEST(Replan, LosingAndGainingNodesNamesWhatIsWrong) {
   const ClusterSpec cluster = three_nodes();
   const std::string last = cluster.nodes[2].name;

@@ -75,6 +75,10 @@ struct ClusterSpec {
   // Measured latency and bandwidth of ordered device pairs (`measured_links`, a links file or
   // inline); Topology uses them instead of the link figures for those pairs. Unique pairs.
   std::vector<MeasuredLink> measured_links;
+  // Measured collectives over named devices (the `collectives` of `measured_links` that list
+  // their `devices`); the cost model prices that op over exactly that device set from the sweep.
+  // One per (op, device set).
+  std::vector<MeasuredCollective> measured_collectives;
   CheckpointStorage checkpoint;
 };
 

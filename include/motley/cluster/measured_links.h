@@ -37,6 +37,10 @@ struct MeasuredCollective {
   std::string op;              // all_reduce, all_gather, reduce_scatter or all_to_all
   std::string implementation;  // what was measured, e.g. "c10d ProcessGroupGloo allreduce"
   int ranks = 0;
+  // The global device ids of the ranks, rank order; empty where the file does not say (older
+  // files), and then the sweep is informational. With them, a cluster prices this collective
+  // over exactly these devices from the sweep (docs/cluster-format.md, "Measured collectives").
+  std::vector<int> devices;
   std::vector<CollectiveSample> samples;
 };
 
@@ -48,7 +52,9 @@ struct LinksFile {
 
 // Reads a links document. Errors (invalid_argument) name `root`'s source and the field: wrong
 // format string, unknown keys, negative / NaN / infinite values, src == dst, a pair listed twice,
-// and (when device_count >= 0) a device id outside [0, device_count).
+// and (when device_count >= 0) a device id outside [0, device_count). A collective that names its
+// `devices` must name `ranks` distinct ones and give at least one result, its sizes strictly
+// increasing; one op over one set of devices may be measured once.
 Result<LinksFile> links_from_json(const JsonField& root, int64_t device_count = -1);
 Result<LinksFile> load_links_file(const std::string& path, int64_t device_count = -1);
 // Every field, numbers in the shortest decimal that reads back to the identical double, so
@@ -57,6 +63,9 @@ std::string links_to_yaml(const LinksFile& file);
 // The `links:` entries alone, as flow mappings indented by `indent` (the cluster writer's
 // inline `measured_links`).
 std::string measured_links_yaml(const std::vector<MeasuredLink>& links, int indent);
+// The `collectives:` entries alone, as block mappings indented by `indent`.
+std::string measured_collectives_yaml(const std::vector<MeasuredCollective>& collectives,
+                                      int indent);
 
 bool operator==(const MeasuredLink& a, const MeasuredLink& b);
 bool operator==(const CollectiveSample& a, const CollectiveSample& b);

@@ -158,6 +158,10 @@ class AnalyticCostModel final : public CostModel {
   AlphaBeta achieved(AlphaBeta ring) const;
   // ring_parameters from node_rings_ when the group lies in one small node.
   AlphaBeta group_ring(const std::vector<int>& devices) const;
+  // The cluster's measured sweep of `collective` over exactly `sorted_devices` (sorted, no
+  // repeats); null when none was measured (ClusterSpec::measured_collectives).
+  const std::vector<CollectiveSample>* measured_sweep(Collective collective,
+                                                      const std::vector<int>& sorted_devices) const;
 
   const ModelSpec& model_;
   AnalyticCostOptions options_;
@@ -178,6 +182,9 @@ class AnalyticCostModel final : public CostModel {
   // indices; empty for nodes with more than kMaxSubsetDevices devices.
   static constexpr int kMaxSubsetDevices = 8;
   std::vector<std::vector<AlphaBeta>> node_rings_;
+  // Measured collectives by (op, sorted device set); usually empty.
+  std::map<std::pair<Collective, std::vector<int>>, std::vector<CollectiveSample>>
+      measured_collectives_;
   std::optional<TiedLayers> tied_;
 };
 

@@ -4,6 +4,11 @@
 // (analytic_cost_model.cc). Derivations: docs/timing-model.md. Pure functions; thread-safe.
 #pragma once
 
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "motley/cluster/measured_links.h"
 #include "motley/core/units.h"
 #include "motley/cost/cost_model.h"
 
@@ -48,5 +53,16 @@ BytesPerSecond bus_bandwidth(Collective collective, int k, BytesPerSecond algori
 // The inverse: the algorithm bandwidth a measured bus bandwidth implies.
 // REQUIRES: k >= 2.
 BytesPerSecond algorithm_bandwidth(Collective collective, int k, BytesPerSecond bus_bandwidth);
+
+// A links file's op name (all_reduce, reduce_scatter, all_gather, all_to_all) as a Collective.
+std::optional<Collective> collective_from_op(std::string_view op);
+
+// The time of a collective of `bytes` (nccl-tests' size) from a measured sweep, as
+// `motley profile comm` or nccl-tests record it: between two measured sizes, the straight line
+// between their times; below the smallest size, its time (a smaller collective is bound by its
+// latency steps); above the largest, the largest's time scaled by bytes / size (its algorithm
+// bandwidth held, the latency being a vanishing share there). No efficiency applies: the sweep
+// is what the transport achieved. REQUIRES: samples non-empty, sizes strictly increasing.
+Seconds measured_collective_time(std::span<const CollectiveSample> samples, Bytes bytes);
 
 }  // namespace motley

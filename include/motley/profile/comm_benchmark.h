@@ -98,9 +98,10 @@ std::vector<int64_t> size_sweep(int64_t min, int64_t max, double factor);
 // "# Avg bus bandwidth" line over every row.
 std::string comm_report_text(const CommBenchResult& result, const std::string& transport);
 Json comm_report_json(const CommBenchResult& result, const std::string& transport);
-// The links file: pair fits with rank r as device first_device + r, and the collectives' rows,
-// each value rounded to six significant digits in the file's units (µs, GB/s) so that the
-// written file reads back to exactly this LinksFile.
+// The links file: pair fits with rank r as device first_device + r, and the collectives' rows
+// over devices first_device .. first_device + world_size - 1 (a size that rounding to whole
+// elements repeats is written once, its first row), each value rounded to six significant digits in
+// the file's units (µs, GB/s) so that the written file reads back to exactly this LinksFile.
 LinksFile comm_links_file(const CommBenchResult& result, const std::string& transport,
                           int first_device);
 
