@@ -161,9 +161,14 @@ std::vector<std::string> explanation_lines(const PlanExplanation& e) {
     }
     out.push_back(fmt::format(
         "Head: split by vocabulary rows over the {} groups of each pipeline (vocabulary "
-        "parallelism), {} rows, by each group's speed on it: every micro-batch's loss statistics "
-        "cross between the shards and their input gradients are summed.{}",
-        e.vocab_rows.size(), fmt::join(rows, ", "), embedding));
+        "parallelism), {} rows, {}: every micro-batch's loss statistics cross between the "
+        "shards and their input gradients are summed.{}",
+        e.vocab_rows.size(), fmt::join(rows, ", "),
+        e.vocab_rows_balance_load
+            ? "to even out the groups' whole load (the shards take up what whole layers leave "
+              "uneven)"
+            : "by each group's speed on it",
+        embedding));
   }
   if (e.sequence_parallel) {
     out.push_back(

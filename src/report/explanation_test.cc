@@ -112,6 +112,12 @@ TEST(ExplanationTest, ASplitHeadIsALineOfItsOwn) {
             "parallelism), 65536, 32768, 32768 rows, by each group's speed on it: every "
             "micro-batch's loss statistics cross between the shards and their input gradients "
             "are summed.");
+  e.vocab_rows_balance_load = true;
+  EXPECT_NE(explanation_lines(e)[3].find("65536, 32768, 32768 rows, to even out the groups' whole "
+                                         "load (the shards take up what whole layers leave "
+                                         "uneven): every"),
+            std::string::npos)
+      << explanation_lines(e)[3];
   e.embedding_rows = {100, 50, 50};
   EXPECT_NE(explanation_lines(e)[3].find(" The embedding likewise, 100, 50, 50 rows: its shards' "
                                          "partial embeddings are summed into the next stage"),

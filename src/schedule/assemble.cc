@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -323,6 +324,15 @@ Status split_head(const AssembleOptions& o, const Candidate& c, const CostModel&
         "{}needs 2 to {} groups and at least a row per group: {} groups, a vocabulary of {}", pre,
         kMaxVocabShards, p, o.head_vocab));
   }
+  if (!c.head_shares.empty()) {
+    const bool positive = std::all_of(c.head_shares.begin(), c.head_shares.end(),
+                                      [](double w) { return std::isfinite(w) && w > 0; });
+    if (static_cast<int>(c.head_shares.size()) != p || !positive) {
+      return invalid_argument(
+          fmt::format("{}needs one positive, finite head share per group: {} groups, {} shares",
+                      pre, p, c.head_shares.size()));
+    }
+  }
   // One shard of `layer` per group, rows by the groups' speed on it.
   auto shards_of = [&](int layer, int64_t vocab) {
     const LayerRange whole{layer, layer + 1};
@@ -331,9 +341,12 @@ Status split_head(const AssembleOptions& o, const Candidate& c, const CostModel&
       const ComputeTimes t = cost.compute(whole, DeviceGroup{groups[g]}, RecomputePolicy::kNone);
       time[g] = (t.forward + t.backward()).value();
     }
+    const bool weighted = layer == o.num_layers - 1 && !c.head_shares.empty();
     std::vector<Stage> out;
     int64_t begin = 0;
-    for (int64_t end : vocab_shard_ends(vocab, time, vocab_row_granule(c))) {
+    for (int64_t end : weighted
+                           ? vocab_shard_ends_by_weight(vocab, c.head_shares, vocab_row_granule(c))
+                           : vocab_shard_ends(vocab, time, vocab_row_granule(c))) {
       out.push_back(Stage{whole.begin, whole.end, RecomputePolicy::kNone, begin, end});
       begin = end;
     }
@@ -427,15 +440,20 @@ std::vector<int> shape_stage_group(const ScheduleSpec& schedule, int p) {
 
 std::vector<int64_t> vocab_shard_ends(int64_t vocab, const std::vector<double>& head_time,
                                       int64_t granule) {
-  const int p = static_cast<int>(head_time.size());
+  std::vector<double> speed(head_time.size());
+  for (size_t g = 0; g < head_time.size(); ++g) {
+    speed[g] = head_time[g] > 0 ? 1.0 / head_time[g] : 1.0;
+  }
+  return vocab_shard_ends_by_weight(vocab, speed, granule);
+}
+
+std::vector<int64_t> vocab_shard_ends_by_weight(int64_t vocab, const std::vector<double>& speed,
+                                                int64_t granule) {
+  const int p = static_cast<int>(speed.size());
   MOTLEY_CHECK(p >= 1 && vocab >= p && granule >= 1, "vocab_shard_ends: fewer rows than groups");
   const int64_t unit = vocab >= granule * p ? granule : 1;
-  std::vector<double> speed(p);
   double total = 0;
-  for (int g = 0; g < p; ++g) {
-    speed[g] = head_time[g] > 0 ? 1.0 / head_time[g] : 1.0;
-    total += speed[g];
-  }
+  for (double s : speed) total += s;
   std::vector<int64_t> ends;
   int64_t begin = 0;
   double cumulative = 0;
@@ -450,6 +468,41 @@ std::vector<int64_t> vocab_shard_ends(int64_t vocab, const std::vector<double>& 
     begin = end;
   }
   return ends;
+}
+
+std::vector<double> balanced_head_shares(const std::vector<double>& base,
+                                         const std::vector<double>& head, double min_share) {
+  const size_t p = head.size();
+  MOTLEY_CHECK(p >= 1 && base.size() == p && min_share >= 0 &&
+                   min_share * static_cast<double>(p) <= 1 + 1e-12,
+               "balanced_head_shares: mismatched or infeasible inputs");
+  // Every group first takes min_share; the rest fills the lowest ends up to a common level L:
+  // group g takes max(0, (L - end_g) / head_g) more, and L solves sum = rest (piecewise linear
+  // and increasing in L: walk the groups by their end).
+  std::vector<double> end(p);
+  for (size_t g = 0; g < p; ++g) end[g] = base[g] + min_share * head[g];
+  const double rest = std::max(0.0, 1.0 - min_share * static_cast<double>(p));
+  std::vector<size_t> order(p);
+  for (size_t g = 0; g < p; ++g) order[g] = g;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return end[a] < end[b]; });
+  double rate = 0;    // sum of 1 / head over the groups below the level
+  double offset = 0;  // sum of end / head over them
+  double level = end[order[0]];
+  for (size_t i = 0; i < p; ++i) {
+    rate += 1.0 / head[order[i]];
+    offset += end[order[i]] / head[order[i]];
+    // With groups order[0..i] filling: their shares sum to level * rate - offset.
+    const double candidate = (rest + offset) / rate;
+    if (i + 1 == p || candidate <= end[order[i + 1]]) {
+      level = candidate;
+      break;
+    }
+  }
+  std::vector<double> shares(p);
+  for (size_t g = 0; g < p; ++g) {
+    shares[g] = min_share + std::max(0.0, (level - end[g]) / head[g]);
+  }
+  return shares;
 }
 
 int64_t vocab_row_granule(const Candidate& c) {

@@ -163,6 +163,49 @@ TEST(AssembleTest, VocabularyParallelismSplitsTheHeadBySpeed) {
   EXPECT_EQ(vocab_shard_ends(1000, {3, 9}, 8), (std::vector<int64_t>{752, 1000}));
   EXPECT_EQ(vocab_shard_ends(256, {1, 1, 1}, 2), (std::vector<int64_t>{86, 170, 256}));
   EXPECT_EQ(vocab_shard_ends(10, {1, 1, 1, 1}, 4), (std::vector<int64_t>{3, 5, 8, 10}));
+
+  // Explicit head shares replace the speeds: a quarter to the H100, the rest to the A100.
+  c.schedule = ScheduleSpec::adaptive_on(StageShape::kLinear, 1, AdaptivePriority::kBackwardFirst,
+                                         WeightFill::kIfItFits);
+  options.head_vocab = 1000;
+  c.head_shares = {0.25, 0.75};
+  plan = assemble_plan(options, c, cost);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().message();
+  EXPECT_EQ(plan->stages[2], (Stage{3, 4, RecomputePolicy::kNone, 0, 250}));
+  EXPECT_EQ(plan->stages[3], (Stage{3, 4, RecomputePolicy::kNone, 250, 1000}));
+  EXPECT_EQ(vocab_shard_ends_by_weight(1000, {1, 3}), (std::vector<int64_t>{250, 1000}));
+  c.head_shares = {1.0};
+  EXPECT_EQ(assemble_plan(options, c, cost).status().message(),
+            "candidate: vocabulary parallelism needs one positive, finite head share per group: "
+            "2 groups, 1 shares");
+  c.head_shares = {1.0, 0.0};
+  EXPECT_EQ(assemble_plan(options, c, cost).status().code(), StatusCode::kInvalidArgument);
+}
+
+// The head's shares that even out the groups' loads: water filling over the whole-head times.
+TEST(AssembleTest, BalancedHeadSharesLevelTheGroups) {
+  // Equal other work and equal heads: equal shares.
+  std::vector<double> x = balanced_head_shares({10, 10}, {4, 4}, 0);
+  EXPECT_DOUBLE_EQ(x[0], 0.5);
+  EXPECT_DOUBLE_EQ(x[1], 0.5);
+  // Group 0 has 2 s less other work and the same 4 s head: it takes 0.75 (both end at 13).
+  x = balanced_head_shares({8, 10}, {4, 4}, 0);
+  EXPECT_DOUBLE_EQ(x[0], 0.75);
+  EXPECT_DOUBLE_EQ(x[1], 0.25);
+  EXPECT_DOUBLE_EQ(8 + 4 * x[0], 10 + 4 * x[1]);
+  // A group far above the others takes none (or only the minimum); the rest share the head by
+  // their speed on it: 1 / 2 and 1 / 6 of a second per share, so three to one.
+  x = balanced_head_shares({0, 0, 100}, {2, 6, 1}, 0);
+  EXPECT_DOUBLE_EQ(x[0], 0.75);
+  EXPECT_DOUBLE_EQ(x[1], 0.25);
+  EXPECT_DOUBLE_EQ(x[2], 0.0);
+  x = balanced_head_shares({0, 0, 100}, {2, 6, 1}, 0.01);
+  EXPECT_DOUBLE_EQ(x[2], 0.01);
+  EXPECT_NEAR(x[0] + x[1] + x[2], 1.0, 1e-12);
+  EXPECT_NEAR(2 * x[0], 6 * x[1], 1e-12);
+  // No other work anywhere: the speed-proportional split.
+  x = balanced_head_shares({0, 0}, {1, 3}, 0);
+  EXPECT_DOUBLE_EQ(x[0], 0.75);
 }
 
 TEST(AssembleTest, RejectsMalformedCandidates) {

@@ -184,6 +184,10 @@ std::string candidate_key(const Candidate& c) {
   if (c.sequence_parallel) k += 's';
   if (c.vocab_parallel) k += 'v';
   if (c.vocab_embedding) k += 'E';
+  for (double w : c.head_shares) {
+    // Weights equal to a part in a million give the same rows for any vocabulary below that.
+    append_number(&(k += 'h'), std::llround(w * 1e6));
+  }
   k += '|';
   for (const PipelineSpec& r : c.replicas) {
     k += 'm';

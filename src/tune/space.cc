@@ -473,18 +473,25 @@ bool splits_embedding(const Context& ctx) {
 }
 
 std::vector<double> vocab_shard_shares(const Context& ctx, const CostModel& cost,
-                                       const std::vector<std::vector<int>>& groups, int layer,
-                                       int64_t granule) {
+                                       const Candidate& c,
+                                       const std::vector<std::vector<int>>& groups, int layer) {
   const int64_t vocab = layer == 0 ? embedding_vocab(ctx.model()) : head_vocab(ctx.model());
-  std::vector<double> time;
-  for (const std::vector<int>& g : groups) {
-    const ComputeTimes t =
-        cost.compute(LayerRange{layer, layer + 1}, DeviceGroup{g}, RecomputePolicy::kNone);
-    time.push_back((t.forward + t.backward()).value());
+  const int64_t granule = vocab_row_granule(c);
+  std::vector<int64_t> ends;
+  if (layer != 0 && !c.head_shares.empty() && c.head_shares.size() == groups.size()) {
+    ends = vocab_shard_ends_by_weight(vocab, c.head_shares, granule);
+  } else {
+    std::vector<double> time;
+    for (const std::vector<int>& g : groups) {
+      const ComputeTimes t =
+          cost.compute(LayerRange{layer, layer + 1}, DeviceGroup{g}, RecomputePolicy::kNone);
+      time.push_back((t.forward + t.backward()).value());
+    }
+    ends = vocab_shard_ends(vocab, time, granule);
   }
   std::vector<double> shares;
   int64_t begin = 0;
-  for (int64_t end : vocab_shard_ends(vocab, time, granule)) {
+  for (int64_t end : ends) {
     shares.push_back(static_cast<double>(end - begin) / static_cast<double>(vocab));
     begin = end;
   }
@@ -499,8 +506,7 @@ std::vector<ComputeTimes> vocab_shard_times(const Context& ctx, const CostModel&
   std::vector<int> layers{ctx.num_layers() - 1};
   if (c.vocab_embedding) layers.push_back(0);
   for (int layer : layers) {
-    const std::vector<double> shares =
-        vocab_shard_shares(ctx, cost, groups, layer, vocab_row_granule(c));
+    const std::vector<double> shares = vocab_shard_shares(ctx, cost, c, groups, layer);
     for (size_t g = 0; g < groups.size(); ++g) {
       const ComputeTimes t = cost.compute(LayerRange{layer, layer + 1, shares[g]},
                                           DeviceGroup{groups[g]}, RecomputePolicy::kNone);
@@ -800,8 +806,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
         req.shard_time.assign(stages, Seconds(0));
         req.shard_memory.assign(stages, Bytes(0));
         for (int layer : split) {
-          const std::vector<double> shares =
-              vocab_shard_shares(ctx, cost, groups, layer, vocab_row_granule(c));
+          const std::vector<double> shares = vocab_shard_shares(ctx, cost, c, groups, layer);
           for (int s = 0; s < stages; ++s) {
             const int g = stage_group[s];
             const LayerRange shard{layer, layer + 1, shares[g]};

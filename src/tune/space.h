@@ -143,15 +143,16 @@ PassOverhead pass_overhead(const Context& ctx, const CostModel& cost, const Cand
 
 // Vocabulary parallelism: whether it can split the embedding too (the model's first layer states
 // a vocabulary, and a layer lies between it and the head); each group's share of the rows of
-// layer `layer` (the head, or the embedding 0) by its speed on it (vocab_shard_ends, rows in
-// multiples of `granule`: vocab_row_granule of the candidate); each
+// layer `layer` (the head, or the embedding 0) by its speed on it, or for the head by the
+// candidate's head_shares where it has them (vocab_shard_ends, rows in multiples of the
+// candidate's vocab_row_granule); each
 // group's shards in replica `replica` of `c` priced on it, summed (empty when `c` splits
 // nothing); and the layers of coarse stage `stage` the stage itself runs (the split layers left
 // to the shards; possibly none).
 bool splits_embedding(const Context& ctx);
 std::vector<double> vocab_shard_shares(const Context& ctx, const CostModel& cost,
-                                       const std::vector<std::vector<int>>& groups, int layer,
-                                       int64_t granule);
+                                       const Candidate& c,
+                                       const std::vector<std::vector<int>>& groups, int layer);
 std::vector<ComputeTimes> vocab_shard_times(const Context& ctx, const CostModel& cost,
                                             const Candidate& c, int replica);
 LayerRange own_layers(const Context& ctx, const Candidate& c, const PipelineSpec& rep,

@@ -886,6 +886,7 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
     }
     Candidate x = c;
     x.vocab_parallel = !c.vocab_parallel;
+    x.head_shares.clear();
     if (!x.schedule.adaptive) {
       x.schedule =
           ScheduleSpec::adaptive_on(c.schedule.shape, c.schedule.chunks,
@@ -893,6 +894,44 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
     }
     x.vocab_embedding = false;
     if (relieves) add(std::move(x));
+  }
+  if ((moves & kMoveVocab) && c.vocab_parallel && !e.groups.empty() &&
+      e.groups[0].size() == c.replicas[0].groups.size()) {
+    // The head's rows moved towards the groups the partition left with less work: the shards
+    // absorb what whole layers cannot even out. Each group's busy time less its shard is its
+    // other work; the water level over the groups' whole-head times gives the shares (and half
+    // the way there, for when the schedule reacts to the move).
+    const CostModel& cost = ctx_.cost(c.micro_batch_size, c.sequence_parallel, c.context_parallel);
+    const std::vector<std::vector<int>>& groups = c.replicas[0].groups;
+    const int head = ctx_.num_layers() - 1;
+    const std::vector<double> now = vocab_shard_shares(ctx_, cost, c, groups, head);
+    const double m = static_cast<double>(c.replicas[0].micro_batches);
+    std::vector<double> base(groups.size()), whole(groups.size());
+    bool usable = now.size() == groups.size();
+    for (size_t g = 0; usable && g < groups.size(); ++g) {
+      const ComputeTimes t =
+          cost.compute(LayerRange{head, head + 1}, DeviceGroup{groups[g]}, RecomputePolicy::kNone);
+      whole[g] = m * (t.forward + t.backward()).value();
+      base[g] = e.groups[0][g].busy - now[g] * whole[g];
+      usable = whole[g] > 0;
+    }
+    const double vocab = static_cast<double>(head_vocab(ctx_.model()));
+    const double unit = static_cast<double>(vocab_row_granule(c)) / vocab;
+    if (usable && unit * static_cast<double>(groups.size()) <= 1) {
+      const std::vector<double> even = balanced_head_shares(base, whole, unit);
+      double moved = 0;
+      for (size_t g = 0; g < groups.size(); ++g)
+        moved = std::max(moved, std::abs(even[g] - now[g]));
+      if (moved > unit) {
+        Candidate x = c;
+        x.head_shares = even;
+        add(std::move(x));
+        Candidate half = c;
+        half.head_shares.resize(groups.size());
+        for (size_t g = 0; g < groups.size(); ++g) half.head_shares[g] = (even[g] + now[g]) / 2;
+        add(std::move(half));
+      }
+    }
   }
   if ((moves & kMoveVocab) && c.vocab_parallel && splits_embedding(ctx_)) {
     // The embedding split too, or whole again.

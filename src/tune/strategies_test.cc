@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "motley/model/presets.h"
 #include "tune_test_util.h"
 
 namespace motley::tune_internal::tune_testing {
@@ -36,6 +37,35 @@ std::vector<Groups> groups_of(const Candidate& c) {
   std::vector<Groups> out;
   for (const PipelineSpec& r : c.replicas) out.push_back(r.groups);
   return out;
+}
+
+// A split head whose shards follow the groups' speed leaves a pipeline as uneven as its layers;
+// the local search moves the rows to the group with less other work, and the pipeline is faster.
+TEST(StrategiesTest, TheHeadsRowsEvenOutTheGroupsLoad) {
+  Result<ModelSpec> model = model_preset("tiny-llama");  // embedding, 4 blocks, head
+  ASSERT_TRUE(model.is_ok());
+  Result<ClusterSpec> cluster = cluster_preset("h100x8");
+  ASSERT_TRUE(cluster.is_ok());
+  TuneOptions options;
+  options.global_batch = 8;
+  options.micro_batch_size = 1;
+  Fixture fx(model.value(), cluster.value(), options);
+  Search s(fx);
+  Candidate c;
+  c.schedule = ScheduleSpec::adaptive_on(StageShape::kLinear, 1, AdaptivePriority::kBackwardFirst,
+                                         WeightFill::kIfItFits);
+  // Group 0: the embedding and one block; group 1: three blocks and half the head.
+  c.replicas = {PipelineSpec{{{0}, {1}}, {0, 2, 6}, std::vector<RecomputePolicy>(2), 8}};
+  c.vocab_parallel = true;
+  const Found start = s.searcher.given(c, "start");
+  ASSERT_TRUE(start.ok) << start.why_not;
+  const Found better = s.searcher.improve(start, kMoveVocab, 0);
+  ASSERT_TRUE(better.ok) << better.why_not;
+  ASSERT_EQ(better.candidate.head_shares.size(), 2u);
+  EXPECT_GT(better.candidate.head_shares[0], better.candidate.head_shares[1]);
+  EXPECT_LT(better.eval->iteration_time, start.eval->iteration_time);
+  // Group 1's layers alone outweigh group 0's and the whole head: it keeps its one row.
+  EXPECT_NEAR(better.candidate.head_shares[1], 1.0 / 256, 1e-12);
 }
 
 TEST(StrategiesTest, MegatronTakesTheSmallestTpAndPpThatFit) {

@@ -104,14 +104,14 @@ PlanExplanation explain(const Context& ctx, const Found& best, const SimResult& 
   if (c.vocab_parallel) {
     const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel, c.context_parallel);
     const int64_t vocab = head_vocab(ctx.model());
-    for (double share : tune_internal::vocab_shard_shares(
-             ctx, cost, first.groups, ctx.num_layers() - 1, vocab_row_granule(c))) {
+    for (double share :
+         tune_internal::vocab_shard_shares(ctx, cost, c, first.groups, ctx.num_layers() - 1)) {
       out.vocab_rows.push_back(std::llround(share * static_cast<double>(vocab)));
     }
+    out.vocab_rows_balance_load = !c.head_shares.empty();
     if (c.vocab_embedding) {
       const double rows = static_cast<double>(embedding_vocab(ctx.model()));
-      for (double share :
-           tune_internal::vocab_shard_shares(ctx, cost, first.groups, 0, vocab_row_granule(c))) {
+      for (double share : tune_internal::vocab_shard_shares(ctx, cost, c, first.groups, 0)) {
         out.embedding_rows.push_back(std::llround(share * rows));
       }
     }

@@ -60,6 +60,8 @@ struct PlanExplanation {
   // Vocabulary parallelism: the rows of each vocabulary shard of the head, shard k on group k
   // of every pipeline (empty: the head is whole).
   std::vector<int64_t> vocab_rows;
+  // The head's rows even out the groups' whole load rather than follow their speed on the head.
+  bool vocab_rows_balance_load = false;
   std::vector<int64_t> embedding_rows;  // the embedding's shards, likewise (empty: whole)
   // Megatron-LM's sequence parallelism in the tensor-parallel groups.
   bool sequence_parallel = false;

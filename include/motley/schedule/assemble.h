@@ -85,6 +85,11 @@ struct Candidate {
   // AssembleOptions::embedding_vocab is given and a layer lies between the two.
   bool vocab_parallel = false;
   bool vocab_embedding = false;
+  // The head's rows in proportion to these weights, one per group (every replica's group g
+  // takes weight g), instead of the groups' speed; empty: by speed. The search sets them to
+  // even out the groups' whole load, the head shards absorbing what the layer granularity of
+  // the partition leaves uneven (balanced_head_shares). Positive and finite.
+  std::vector<double> head_shares{};
   // Per-layer recompute: these layers (ascending) recompute in full in every replica, keeping
   // only their input, wherever the stage holding them recomputes less (Stage::recompute_layers).
   std::vector<int> recompute_layers{};
@@ -127,6 +132,18 @@ struct AssembleOptions {
 // granule >= 1.
 std::vector<int64_t> vocab_shard_ends(int64_t vocab, const std::vector<double>& head_time,
                                       int64_t granule = 1);
+// The same with rows in proportion to `weights` (> 0) rather than to 1 / head time.
+std::vector<int64_t> vocab_shard_ends_by_weight(int64_t vocab, const std::vector<double>& weights,
+                                                int64_t granule = 1);
+
+// The head's shares (summing to 1) that even out the groups' loads: group g, with `base[g]`
+// seconds of other work and `head[g]` seconds for the whole head, ends at base[g] + x[g] *
+// head[g]; the shares minimize the largest of these (water filling: every group with a share
+// ends at the same level, a group already above it takes none). Each share is at least
+// `min_share` (a shard per group, as the plan format needs), the level then found for the
+// rest. REQUIRES: base and head of one size p >= 1, head[g] > 0, 0 <= min_share * p <= 1.
+std::vector<double> balanced_head_shares(const std::vector<double>& base,
+                                         const std::vector<double>& head, double min_share);
 
 // What a candidate's shard row counts are multiples of: the least common multiple of every
 // group's tensor-parallel degree in every replica (a shard's rows split evenly over its group).
