@@ -865,6 +865,44 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
       add(std::move(x));
     }
   }
+  if ((moves & kMoveContext) && c.context_parallel > 1 && ctx_.options().context_parallel == 0 &&
+      c.expert_parallel == 1) {
+    // The same partition with each sequence split over groups of another size (1: whole
+    // sequences again): a group's members run the group's micro-batches, so the counts are
+    // those of the new groups, sharing the batch evenly. Only where the new groups are of one
+    // make; the evaluation says whether the activations still fit.
+    const int replicas = static_cast<int>(c.replicas.size());
+    std::vector<int> degrees = context_degrees(replicas);
+    degrees.insert(degrees.begin(), 1);
+    const int64_t total = ctx_.global_batch() / c.micro_batch_size;
+    auto same_make = [&](const PipelineSpec& a, const PipelineSpec& b) {
+      if (a.groups.size() != b.groups.size()) return false;
+      for (size_t g = 0; g < a.groups.size(); ++g) {
+        if (a.groups[g].size() != b.groups[g].size() ||
+            ctx_.type_of(a.groups[g].front()) != ctx_.type_of(b.groups[g].front())) {
+          return false;
+        }
+      }
+      return true;
+    };
+    for (int cp : degrees) {
+      if (cp == c.context_parallel) continue;
+      const int64_t groups = replicas / cp;
+      // ZeRO-2 and -3 need equal counts (the reduce-scatter after every micro-batch).
+      bool one_make = total >= groups && (c.zero_stage < 2 || total % replicas == 0);
+      for (int r = 0; one_make && r < replicas; ++r) {
+        one_make = same_make(c.replicas[r], c.replicas[static_cast<size_t>(r / cp * cp)]);
+      }
+      if (!one_make) continue;
+      Candidate x = c;
+      x.context_parallel = cp;
+      for (int r = 0; r < replicas; ++r) {
+        const int64_t g = r / cp;
+        x.replicas[r].micro_batches = total / groups + (g < total % groups ? 1 : 0);
+      }
+      add(std::move(x));
+    }
+  }
   if ((moves & kMoveVocab) && !ctx_.options().vocab_parallel && head_vocab(ctx_.model()) > 0 &&
       (c.schedule.adaptive ||
        schedule_allowed(ctx_, ScheduleSpec::adaptive_on(c.schedule.shape, c.schedule.chunks,

@@ -37,7 +37,8 @@ enum MoveSet : unsigned {
   kMoveSchedule = 8,      // switch the adaptive scheduler's priorities
   kMoveExperts = 16,      // change the expert-parallel degree (equal micro-batch counts)
   kMoveVocab = 32,        // split the head over the groups, or stop splitting it (adaptive)
-  kMoveAll = 63,
+  kMoveContext = 64,      // change a context-parallel candidate's degree (the batch kept)
+  kMoveAll = 127,
 };
 
 class Searcher {

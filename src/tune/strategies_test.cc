@@ -68,6 +68,36 @@ TEST(StrategiesTest, TheHeadsRowsEvenOutTheGroupsLoad) {
   EXPECT_NEAR(better.candidate.head_shares[1], 1.0 / 256, 1e-12);
 }
 
+// Short sequences split over two replicas expose the ring's every step: the local search's
+// context move takes them whole again, each replica then running half the micro-batches.
+TEST(StrategiesTest, TheContextMoveChangesTheDegreeAndKeepsTheBatch) {
+  Result<ModelSpec> model = model_preset("tiny-llama");
+  ASSERT_TRUE(model.is_ok());
+  Result<ClusterSpec> cluster = cluster_preset("h100x8");
+  ASSERT_TRUE(cluster.is_ok());
+  TuneOptions options;
+  options.global_batch = 8;
+  options.micro_batch_size = 1;
+  Fixture fx(model.value(), cluster.value(), options);
+  ASSERT_FALSE(fx.ctx->context_degrees().empty());
+  Search s(fx);
+  const int layers = fx.ctx->num_layers();
+  Candidate c;
+  c.schedule = ScheduleSpec::named(ScheduleKind::k1f1b);
+  c.zero_stage = 1;
+  c.context_parallel = 2;
+  c.replicas = {PipelineSpec{{{0}}, {0, layers}, {RecomputePolicy::kNone}, 8},
+                PipelineSpec{{{1}}, {0, layers}, {RecomputePolicy::kNone}, 8}};
+  const Found start = s.searcher.given(c, "start");
+  ASSERT_TRUE(start.ok) << start.why_not;
+  const Found better = s.searcher.improve(start, kMoveContext, 0);
+  ASSERT_TRUE(better.ok) << better.why_not;
+  EXPECT_EQ(better.candidate.context_parallel, 1);
+  EXPECT_EQ(better.candidate.replicas[0].micro_batches, 4);
+  EXPECT_EQ(better.candidate.replicas[1].micro_batches, 4);
+  EXPECT_LT(better.eval->iteration_time, start.eval->iteration_time);
+}
+
 TEST(StrategiesTest, MegatronTakesTheSmallestTpAndPpThatFit) {
   // TP 1: one stage of 120 GB does not fit, two stages of 60 GB do: TP 1 x PP 2 x DP 2,
   // Megatron-LM's 4 + 4 layers, 8 micro-batches per replica. Two plans were tried.
