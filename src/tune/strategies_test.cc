@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,17 @@ struct Search {
   Searcher searcher;
 };
 
+// tiny-llama on one node of eight H100s, eight micro-batches of one.
+std::unique_ptr<Fixture> tiny_llama_on_h100x8() {
+  Result<ModelSpec> model = model_preset("tiny-llama");
+  Result<ClusterSpec> cluster = cluster_preset("h100x8");
+  MOTLEY_CHECK(model.is_ok() && cluster.is_ok(), "the tiny-llama and h100x8 presets");
+  TuneOptions options;
+  options.global_batch = 8;
+  options.micro_batch_size = 1;
+  return std::make_unique<Fixture>(model.value(), cluster.value(), options);
+}
+
 std::vector<Groups> groups_of(const Candidate& c) {
   std::vector<Groups> out;
   for (const PipelineSpec& r : c.replicas) out.push_back(r.groups);
@@ -42,14 +54,8 @@ std::vector<Groups> groups_of(const Candidate& c) {
 // A split head whose shards follow the groups' speed leaves a pipeline as uneven as its layers;
 // the local search moves the rows to the group with less other work, and the pipeline is faster.
 TEST(StrategiesTest, TheHeadsRowsEvenOutTheGroupsLoad) {
-  Result<ModelSpec> model = model_preset("tiny-llama");  // embedding, 4 blocks, head
-  ASSERT_TRUE(model.is_ok());
-  Result<ClusterSpec> cluster = cluster_preset("h100x8");
-  ASSERT_TRUE(cluster.is_ok());
-  TuneOptions options;
-  options.global_batch = 8;
-  options.micro_batch_size = 1;
-  Fixture fx(model.value(), cluster.value(), options);
+  const std::unique_ptr<Fixture> tiny = tiny_llama_on_h100x8();  // embedding, 4 blocks, head
+  const Fixture& fx = *tiny;
   Search s(fx);
   Candidate c;
   c.schedule = ScheduleSpec::adaptive_on(StageShape::kLinear, 1, AdaptivePriority::kBackwardFirst,
@@ -71,14 +77,8 @@ TEST(StrategiesTest, TheHeadsRowsEvenOutTheGroupsLoad) {
 // Short sequences split over two replicas expose the ring's every step: the local search's
 // context move takes them whole again, each replica then running half the micro-batches.
 TEST(StrategiesTest, TheContextMoveChangesTheDegreeAndKeepsTheBatch) {
-  Result<ModelSpec> model = model_preset("tiny-llama");
-  ASSERT_TRUE(model.is_ok());
-  Result<ClusterSpec> cluster = cluster_preset("h100x8");
-  ASSERT_TRUE(cluster.is_ok());
-  TuneOptions options;
-  options.global_batch = 8;
-  options.micro_batch_size = 1;
-  Fixture fx(model.value(), cluster.value(), options);
+  const std::unique_ptr<Fixture> tiny = tiny_llama_on_h100x8();
+  const Fixture& fx = *tiny;
   ASSERT_FALSE(fx.ctx->context_degrees().empty());
   Search s(fx);
   const int layers = fx.ctx->num_layers();
