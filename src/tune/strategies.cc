@@ -937,8 +937,7 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
       e.groups[0].size() == c.replicas[0].groups.size()) {
     // The head's rows moved towards the groups the partition left with less work: the shards
     // absorb what whole layers cannot even out. Each group's busy time less its shard is its
-    // other work; the water level over the groups' whole-head times gives the shares (and half
-    // the way there, for when the schedule reacts to the move).
+    // other work; the water level over the groups' whole-head times gives the shares.
     const CostModel& cost = ctx_.cost(c.micro_batch_size, c.sequence_parallel, c.context_parallel);
     const std::vector<std::vector<int>>& groups = c.replicas[0].groups;
     const int head = ctx_.num_layers() - 1;
@@ -964,10 +963,6 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
         Candidate x = c;
         x.head_shares = even;
         add(std::move(x));
-        Candidate half = c;
-        half.head_shares.resize(groups.size());
-        for (size_t g = 0; g < groups.size(); ++g) half.head_shares[g] = (even[g] + now[g]) / 2;
-        add(std::move(half));
       }
     }
   }
