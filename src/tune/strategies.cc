@@ -693,6 +693,9 @@ Found Searcher::schedule_only(const Found& base) {
   return found;
 }
 
+// The share of the busiest group's time that moving the head's rows must save to be tried.
+constexpr double kRebalanceGain = 0.002;
+
 std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation& e,
                                            unsigned moves) const {
   std::vector<Candidate> out;
@@ -956,10 +959,14 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
     const double unit = static_cast<double>(vocab_row_granule(c)) / vocab;
     if (usable && unit * static_cast<double>(groups.size()) <= 1) {
       const std::vector<double> even = balanced_head_shares(base, whole, unit);
-      double moved = 0;
-      for (size_t g = 0; g < groups.size(); ++g)
-        moved = std::max(moved, std::abs(even[g] - now[g]));
-      if (moved > unit) {
+      // Worth an evaluation only where it shortens the busiest group by more than 0.2 %: the
+      // simulation of a large plan costs more than a sliver of balance gains.
+      double busiest = 0, level = 0;
+      for (size_t g = 0; g < groups.size(); ++g) {
+        busiest = std::max(busiest, e.groups[0][g].busy);
+        level = std::max(level, base[g] + even[g] * whole[g]);
+      }
+      if (level < busiest * (1 - kRebalanceGain)) {
         Candidate x = c;
         x.head_shares = even;
         add(std::move(x));
