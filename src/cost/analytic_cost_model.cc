@@ -254,9 +254,9 @@ AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& 
   for (const MeasuredCollective& c : cluster.measured_collectives) {
     const std::optional<Collective> op = collective_from_op(c.op);
     if (!op || c.devices.size() < 2 || c.samples.empty()) continue;  // the reader rules these out
-    std::vector<int> set = c.devices;
-    std::sort(set.begin(), set.end());
-    measured_collectives_[{*op, set}] = c.samples;
+    MeasuredSweep sweep{*op, c.devices, c.samples};
+    std::sort(sweep.devices.begin(), sweep.devices.end());
+    measured_collectives_.push_back(std::move(sweep));
   }
   const Workload& w = options_.workload;
   const size_t n = model_.layers.size();
@@ -761,9 +761,10 @@ AlphaBeta AnalyticCostModel::group_ring(const std::vector<int>& devices) const {
 
 const std::vector<CollectiveSample>* AnalyticCostModel::measured_sweep(
     Collective collective, const std::vector<int>& sorted_devices) const {
-  if (measured_collectives_.empty()) return nullptr;
-  const auto it = measured_collectives_.find({collective, sorted_devices});
-  return it == measured_collectives_.end() ? nullptr : &it->second;
+  for (const MeasuredSweep& m : measured_collectives_) {
+    if (m.op == collective && m.devices == sorted_devices) return &m.samples;
+  }
+  return nullptr;
 }
 
 AlphaBeta AnalyticCostModel::ring_parameters(std::span<const int> devices) const {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "motley/cluster/measured_links.h"
 #include "motley/core/check.h"
 
 namespace motley {

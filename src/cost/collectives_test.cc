@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "motley/cluster/measured_links.h"
+
 namespace motley {
 namespace {
 

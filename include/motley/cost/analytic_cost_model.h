@@ -182,9 +182,13 @@ class AnalyticCostModel final : public CostModel {
   // indices; empty for nodes with more than kMaxSubsetDevices devices.
   static constexpr int kMaxSubsetDevices = 8;
   std::vector<std::vector<AlphaBeta>> node_rings_;
-  // Measured collectives by (op, sorted device set); usually empty.
-  std::map<std::pair<Collective, std::vector<int>>, std::vector<CollectiveSample>>
-      measured_collectives_;
+  // Measured collectives, each op over a sorted device set; usually none (searched in order).
+  struct MeasuredSweep {
+    Collective op = Collective::kAllReduce;
+    std::vector<int> devices;  // sorted
+    std::vector<CollectiveSample> samples;
+  };
+  std::vector<MeasuredSweep> measured_collectives_;
   std::optional<TiedLayers> tied_;
 };
 

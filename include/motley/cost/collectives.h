@@ -8,11 +8,12 @@
 #include <span>
 #include <string_view>
 
-#include "motley/cluster/measured_links.h"
 #include "motley/core/units.h"
 #include "motley/cost/cost_model.h"
 
 namespace motley {
+
+struct CollectiveSample;  // motley/cluster/measured_links.h
 
 // One step of a collective: a message of n bytes costs latency + n / bandwidth.
 struct AlphaBeta {
