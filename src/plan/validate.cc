@@ -310,22 +310,28 @@ Status check_global_batch(const Plan& plan) {
       plan.global_batch, runners, fmt::join(parts, " + "), plan.micro_batch_size, total));
 }
 
+// A degree (`field`: context_parallel, expert_parallel) that groups consecutive replicas: at
+// least 1, and dividing the replica count.
+Status check_replica_groups(const char* field, int degree, size_t replicas) {
+  if (degree < 1) {
+    return invalid_argument(fmt::format("{} must be at least 1, got {}", field, degree));
+  }
+  if (replicas % static_cast<size_t>(degree) != 0) {
+    return invalid_argument(
+        fmt::format("{} {} must divide the replica count ({}): its groups are consecutive replicas",
+                    field, degree, replicas));
+  }
+  return Status::ok();
+}
+
 // Context parallelism splits every sequence over groups of `c` consecutive replicas that run
 // the same micro-batches in lockstep, their attention layers passing keys and values around
 // the group's ring, TP rank k with the other members' rank k.
 Status check_context_parallel(const Plan& plan, const ModelSpec& model) {
   const int c = plan.context_parallel;
   if (c == 1) return Status::ok();
-  if (c < 1) {
-    return invalid_argument(fmt::format("context_parallel must be at least 1, got {}", c));
-  }
   const size_t replicas = plan.replicas.size();
-  if (replicas % static_cast<size_t>(c) != 0) {
-    return invalid_argument(
-        fmt::format("context_parallel {} must divide the replica count ({}): its groups are "
-                    "consecutive replicas",
-                    c, replicas));
-  }
+  MOTLEY_RETURN_IF_ERROR(check_replica_groups("context_parallel", c, replicas));
   if (plan.seq_len % (2 * static_cast<int64_t>(c)) != 0) {
     return invalid_argument(
         fmt::format("context_parallel {} splits every sequence into {} equal chunks, so seq_len "
@@ -383,16 +389,8 @@ Status check_context_parallel(const Plan& plan, const ModelSpec& model) {
 Status check_expert_parallel(const Plan& plan, const ModelSpec& model) {
   const int e = plan.expert_parallel;
   if (e == 1) return Status::ok();
-  if (e < 1) {
-    return invalid_argument(fmt::format("expert_parallel must be at least 1, got {}", e));
-  }
   const size_t replicas = plan.replicas.size();
-  if (replicas % static_cast<size_t>(e) != 0) {
-    return invalid_argument(
-        fmt::format("expert_parallel {} must divide the replica count ({}): its groups are "
-                    "consecutive replicas",
-                    e, replicas));
-  }
+  MOTLEY_RETURN_IF_ERROR(check_replica_groups("expert_parallel", e, replicas));
   int moe_layers = 0;
   for (size_t l = 0; l < model.layers.size(); ++l) {
     const Layer& layer = model.layers[l];
