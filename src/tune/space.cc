@@ -58,14 +58,6 @@ bool adapts_to_memory(const ScheduleSpec& spec) {
   return spec.adaptive || spec.kind == ScheduleKind::kZbH1 || spec.kind == ScheduleKind::kZbH2;
 }
 
-std::string group_signature(const Context& ctx, const std::vector<std::vector<int>>& groups) {
-  std::string s;
-  for (const auto& g : groups) {
-    s += std::to_string(ctx.type_of(g.front())) + "x" + std::to_string(g.size()) + ",";
-  }
-  return s;
-}
-
 // Schedule's share of the non-bottleneck groups' time that remains as bubble, from the
 // average group loads (docs/schedules.md's closed forms, per group).
 double bubble_share(const ScheduleSpec& spec, double f, double b, double w) {
@@ -100,6 +92,14 @@ double bubble_share(const ScheduleSpec& spec, double f, double b, double w) {
 }
 
 }  // namespace
+
+std::string group_signature(const Context& ctx, const std::vector<std::vector<int>>& groups) {
+  std::string s;
+  for (const auto& g : groups) {
+    s += std::to_string(ctx.type_of(g.front())) + "x" + std::to_string(g.size()) + ",";
+  }
+  return s;
+}
 
 bool PartitionCache::find(const std::string& key, Result<Partition>* out) const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -158,6 +158,10 @@ std::vector<ComputeTimes> vocab_shard_times(const Context& ctx, const CostModel&
 LayerRange own_layers(const Context& ctx, const Candidate& c, const PipelineSpec& rep,
                       size_t stage);
 
+// A pipeline's make: each group's device type and size, in order; equal for replicas that run
+// alike (the partition cache, equal micro-batch counts, context groups of one make).
+std::string group_signature(const Context& ctx, const std::vector<std::vector<int>>& groups);
+
 // A short description: "TP 1 x PP 8 x DP 2", "2 x [H100-SXM x4 TP2] + 1 x [A100-80GB x8]".
 std::string describe_layout(const Context& ctx, const std::vector<PipelineSpec>& replicas);
 

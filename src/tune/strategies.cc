@@ -878,23 +878,14 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
     std::vector<int> degrees = context_degrees(replicas);
     degrees.insert(degrees.begin(), 1);
     const int64_t total = ctx_.global_batch() / c.micro_batch_size;
-    auto same_make = [&](const PipelineSpec& a, const PipelineSpec& b) {
-      if (a.groups.size() != b.groups.size()) return false;
-      for (size_t g = 0; g < a.groups.size(); ++g) {
-        if (a.groups[g].size() != b.groups[g].size() ||
-            ctx_.type_of(a.groups[g].front()) != ctx_.type_of(b.groups[g].front())) {
-          return false;
-        }
-      }
-      return true;
-    };
     for (int cp : degrees) {
       if (cp == c.context_parallel) continue;
       const int64_t groups = replicas / cp;
       // ZeRO-2 and -3 need equal counts (the reduce-scatter after every micro-batch).
       bool one_make = total >= groups && (c.zero_stage < 2 || total % replicas == 0);
       for (int r = 0; one_make && r < replicas; ++r) {
-        one_make = same_make(c.replicas[r], c.replicas[static_cast<size_t>(r / cp * cp)]);
+        one_make = group_signature(ctx_, c.replicas[r].groups) ==
+                   group_signature(ctx_, c.replicas[static_cast<size_t>(r / cp * cp)].groups);
       }
       if (!one_make) continue;
       Candidate x = c;
