@@ -52,6 +52,12 @@ enum class Fidelity {
   kScreen,  // two replicas standing for d identical ones, ~4p micro-batches extrapolated
 };
 
+// Whether evaluate() simulates candidates once the search's deadline has passed.
+enum class Deadline {
+  kHonour,  // no: they come back !ok
+  kIgnore,  // yes (the evaluation budget still holds): for the search's answer itself
+};
+
 class Evaluator {
  public:
   // `deadline` on ctx.now(); ctx.options().max_evaluations bounds simulated().
@@ -63,7 +69,8 @@ class Evaluator {
   // (the first uncached ones in input order are simulated), come back !ok with a status saying
   // which budget ran out.
   std::vector<std::shared_ptr<const Evaluation>> evaluate(const std::vector<Candidate>& batch,
-                                                          Fidelity fidelity = Fidelity::kFull);
+                                                          Fidelity fidelity = Fidelity::kFull,
+                                                          Deadline deadline = Deadline::kHonour);
 
   // The best screened candidates so far (by score, then key), at most `k`.
   std::vector<Candidate> best_screened(size_t k) const;

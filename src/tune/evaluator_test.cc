@@ -154,6 +154,22 @@ TEST(EvaluatorTest, DeadlineOnTheContextsClock) {
   EXPECT_TRUE(early.evaluate({cut_at(2, 8)})[0]->ok);
 }
 
+// The search's answer is simulated past the deadline; the evaluation budget still holds.
+TEST(EvaluatorTest, PastTheDeadlineOnlyWhenAsked) {
+  TuneOptions options = fixed_options(8, plain(4));
+  options.max_evaluations = 1;
+  Fixture fx(tiny_model(4), fixed_cluster({"H100-SXM"}, 2), options);
+  Evaluator late(*fx.ctx, Seconds(0));
+  EXPECT_FALSE(late.evaluate({cut_at(2, 8)})[0]->ok);
+  EXPECT_EQ(late.simulated(), 0);
+  auto e = late.evaluate({cut_at(2, 8)}, Fidelity::kFull, Deadline::kIgnore)[0];
+  EXPECT_TRUE(e->ok) << e->status.message();
+  EXPECT_EQ(late.simulated(), 1);
+  e = late.evaluate({cut_at(3, 8)}, Fidelity::kFull, Deadline::kIgnore)[0];
+  ASSERT_FALSE(e->ok);
+  EXPECT_EQ(e->status.message(), "not evaluated: the evaluation budget ran out");
+}
+
 TEST(EvaluatorTest, BestScreenedAreTheFastestScreenedCandidates) {
   Fixture fx(8, {"H100-SXM"}, 2, 8, plain(8));
   Evaluator evaluator(*fx.ctx, fx.ctx->now() + Seconds(3600));

@@ -1391,6 +1391,10 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       ++taken;
     }
   }
+  // The best screened candidate is the search's answer: it is simulated whole even when the
+  // local search used up the time budget (one simulation over it), so that the answer is
+  // never a baseline's only because time ran out.
+  if (!finalists.empty()) evaluator_.evaluate({finalists.front()}, fidelity_, Deadline::kIgnore);
   Found best = best_of(finalists, evaluate(finalists), "");
   for (const Found& s : good_seeds) {
     if (score_of(s.eval) < score_of(best.eval)) best = s;
