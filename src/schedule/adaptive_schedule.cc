@@ -119,6 +119,7 @@ class ListScheduler {
         reserve_(r.num_groups, 0.0),
         next_f_(stages_, 0),
         next_b_(stages_, 0),
+        next_freed_(stages_, 0),
         live_(r.num_groups, 0.0),
         pending_w_(r.num_groups),
         remaining_fb_(r.num_groups, 0),
@@ -159,17 +160,30 @@ class ListScheduler {
   }
 
  private:
-  // F(s, j) allocates its stage's activations; it may use only what the older micro-batches
-  // still need for their own forwards on this group leaves free (docs/planner.md, "Adaptive
-  // schedule": why this cannot deadlock).
+  // F(s, j) allocates its stage's activations. It is admitted only if afterwards every
+  // micro-batch i can still allocate what its forwards left on this group need, from the free
+  // memory plus what the micro-batches older than i hold (they finish first, since every stage
+  // runs micro-batches in order): a banker's safe state, ordered by age (docs/planner.md,
+  // "Adaptive schedule": why this cannot deadlock).
   bool admissible(int g, int s, int j) const {
-    double need = live_[g] + r_.activation_bytes[s].value();
+    const double free =
+        r_.memory_budget[g].value() * (1 + 1e-12) - live_[g] - r_.activation_bytes[s].value();
+    if (free < 0) return false;
+    if (free >= reserve_[g]) return true;  // no micro-batch needs more than its whole share
+    const auto next_f = [&](int t) { return t == s ? j + 1 : next_f_[t]; };
+    // need(i) - held(older than i) only grows where need(i) does, at i = next_f(t).
     for (int t : stages_of_[g]) {
-      // Micro-batches i < j whose F(t, i) has not run yet: next_f_[t] <= i < j.
-      const int older = std::max(0, j - next_f_[t]);
-      need += static_cast<double>(older) * r_.activation_bytes[t].value();
+      const int i = next_f(t);
+      if (i >= m_) continue;
+      double need = 0, held_by_older = 0;
+      for (int u : stages_of_[g]) {
+        const double bytes = r_.activation_bytes[u].value();
+        if (next_f(u) <= i) need += bytes;
+        held_by_older += bytes * std::max(0, std::min(i, next_f(u)) - next_freed_[u]);
+      }
+      if (need > free + held_by_older) return false;
     }
-    return need <= r_.memory_budget[g].value() * (1 + 1e-12);
+    return true;
   }
 
   void wake(int g, double t) { events_.push(Event{t, seq_++, g}); }
@@ -194,10 +208,12 @@ class ListScheduler {
         break;
       case ActionKind::kBackward:
         ++next_b_[s];
+        ++next_freed_[s];
         --remaining_fb_[g];
         live_[g] -= r_.activation_bytes[s].value();
         break;
       case ActionKind::kBackwardWeight:
+        ++next_freed_[s];
         live_[g] -= r_.activation_bytes[s].value();
         break;
       default:
@@ -292,7 +308,8 @@ class ListScheduler {
   std::vector<std::vector<int>> stages_of_;
   std::vector<double> reserve_;  // activation bytes of one micro-batch over the group's stages
   std::vector<int> next_f_, next_b_;
-  std::vector<double> live_;  // activation bytes held
+  std::vector<int> next_freed_;  // per stage: micro-batches whose activations were freed
+  std::vector<double> live_;     // activation bytes held
   std::vector<std::deque<std::pair<int, int>>> pending_w_;
   std::vector<int64_t> remaining_fb_;
   std::vector<bool> last_was_backward_;  // of the group's last F or B (kAlternate)

@@ -141,6 +141,36 @@ TEST(AdaptiveScheduleTest, DeepInterleavingKeepsSeveralMicroBatchesInFlight) {
   }
 }
 
+// Two chunks on two groups, 1 GB per stage and micro-batch, a budget of 4 GB (two micro-batches'
+// whole share), forward-first, group 1's forward 3 ms. At 2 ms group 0 holds micro-batches 0 and
+// 1 on stage 0 and micro-batch 0's stage 2 is not ready before 4 ms. F(0, 2) leaves 1 GB free,
+// which is what micro-batch 0 still needs here (its stage 2), and micro-batch 1's stage 2 can
+// use what micro-batch 0 frees: a safe state, so it runs. Reserving every older micro-batch's
+// remaining need at once (3 GB + 2 GB > 4 GB) would leave group 0 idle until 4 ms. F(0, 3) at
+// 3 ms would leave micro-batch 0 nothing, so it waits.
+TEST(AdaptiveScheduleTest, AForwardRunsWhereTheOlderMicroBatchesCanStillFinish) {
+  AdaptiveRequest r = uniform_request(2, 4, 4e9);
+  r.stage_group = {0, 1, 0, 1};
+  r.stage_times.assign(4,
+                       ComputeTimes{milliseconds(1), milliseconds(1), milliseconds(1), Seconds(0)});
+  r.stage_times[1].forward = milliseconds(3);
+  r.stage_times[3].forward = milliseconds(3);
+  r.activation_bytes.assign(4, Bytes(1e9));
+  r.transfer_time.assign(3, Seconds(0));
+  r.priority = AdaptivePriority::kForwardFirst;
+  Result<GroupOrders> orders = adaptive_schedule(r);
+  ASSERT_TRUE(orders.is_ok()) << orders.status().message();
+  const std::string text = order_text(orders.value()[0]);
+  EXPECT_EQ(text.substr(0, 15), "0F0 0F1 0F2 2F0") << text;
+  double live = 0, peak = 0;
+  for (const Action& a : orders.value()[0]) {
+    if (a.kind == ActionKind::kForward) live += 1e9;
+    if (a.kind == ActionKind::kBackwardWeight) live -= 1e9;
+    peak = std::max(peak, live);
+  }
+  EXPECT_EQ(peak, 4e9);
+}
+
 // Under the alternating rule a group runs a forward after a backward and a backward after a
 // forward wherever both are ready: 1F1B's steady state, on two stages.
 TEST(AdaptiveScheduleTest, AlternatingRuleTakesForwardsAndBackwardsInTurn) {

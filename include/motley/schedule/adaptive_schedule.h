@@ -52,9 +52,10 @@ struct AdaptiveRequest {
 
 // One action list per group, in execution order. Every (stage, micro-batch) gets one F and one
 // B and W (or one fused backward); per stage, forwards and backwards run in micro-batch order; a
-// forward runs only when its stage's activations fit beside those the group holds and what the
-// older micro-batches' forwards still to come on the group will need (so peak_in_flight memory
-// <= memory_budget, and the orders cannot deadlock: docs/planner.md, "Adaptive schedule").
+// forward runs only when, after it, every micro-batch's forwards still to come on the group fit
+// in the free memory plus what the older micro-batches hold (a banker's safe state: so
+// peak_in_flight memory <= memory_budget, and the orders cannot deadlock: docs/planner.md,
+// "Adaptive schedule").
 // Errors: invalid_argument for inconsistent sizes or negative values; infeasible when one
 // micro-batch's activations on a group exceed its budget (names the group and both sizes).
 Result<GroupOrders> adaptive_schedule(const AdaptiveRequest& request);
