@@ -961,6 +961,14 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
         Candidate x = c;
         x.head_shares = even;
         add(std::move(x));
+        // And halfway there: the schedule answers the moved work and memory (the adaptive
+        // scheduler admits by what each group holds), so the whole step can overshoot.
+        Candidate half = c;
+        half.head_shares = now;
+        for (size_t g = 0; g < groups.size(); ++g) {
+          half.head_shares[g] = 0.5 * (now[g] + even[g]);
+        }
+        add(std::move(half));
       }
     }
   }

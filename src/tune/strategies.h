@@ -79,6 +79,8 @@ class Searcher {
   // Hill climbing from `start` with the given moves, then `kicks` random perturbations (from
   // the seed) each followed by hill climbing; keeps the best.
   Found improve(const Found& start, unsigned moves, int kicks);
+  // The candidates one of `moves` away from `c` (evaluated as `e`), as climb() tries them.
+  std::vector<Candidate> neighbors(const Candidate& c, const Evaluation& e, unsigned moves) const;
 
  private:
   std::vector<std::shared_ptr<const Evaluation>> evaluate(const std::vector<Candidate>& batch);
@@ -97,7 +99,6 @@ class Searcher {
   std::vector<Candidate> finalists(const std::vector<Candidate>& cands,
                                    const std::vector<std::shared_ptr<const Evaluation>>& screened,
                                    const Found& improved);
-  std::vector<Candidate> neighbors(const Candidate& c, const Evaluation& e, unsigned moves) const;
   Found climb(const Found& start, unsigned moves);
   std::string describe(const Candidate& c) const;
   // The expert-parallel degrees above 1 the search tries on `layout`: those dividing its

@@ -74,6 +74,31 @@ TEST(StrategiesTest, TheHeadsRowsEvenOutTheGroupsLoad) {
   EXPECT_NEAR(better.candidate.head_shares[1], 1.0 / 256, 1e-12);
 }
 
+// The move offers the balanced shares and the step halfway to them from the shares by speed
+// (half the rows each on two H100s), in case the schedule's answer to the moved work makes the
+// whole step overshoot.
+TEST(StrategiesTest, TheHeadsRowsMoveAlsoStopsHalfway) {
+  const std::unique_ptr<Fixture> tiny = tiny_llama_on_h100x8();
+  const Fixture& fx = *tiny;
+  Search s(fx);
+  Candidate c;
+  c.schedule = ScheduleSpec::adaptive_on(StageShape::kLinear, 1, AdaptivePriority::kBackwardFirst,
+                                         WeightFill::kIfItFits);
+  c.replicas = {PipelineSpec{{{0}, {1}}, {0, 2, 6}, std::vector<RecomputePolicy>(2), 8}};
+  c.vocab_parallel = true;
+  const Found start = s.searcher.given(c, "start");
+  ASSERT_TRUE(start.ok) << start.why_not;
+  std::vector<std::vector<double>> shares;
+  for (const Candidate& x : s.searcher.neighbors(c, *start.eval, kMoveVocab)) {
+    if (!x.head_shares.empty()) shares.push_back(x.head_shares);
+  }
+  ASSERT_EQ(shares.size(), 2u);
+  EXPECT_NEAR(shares[1][0], 0.5 * (0.5 + shares[0][0]), 1e-12);
+  EXPECT_NEAR(shares[1][1], 0.5 * (0.5 + shares[0][1]), 1e-12);
+  EXPECT_NEAR(shares[1][0] + shares[1][1], 1.0, 1e-12);
+  EXPECT_NEAR(shares[0][1], 1.0 / 256, 1e-12);
+}
+
 // Short sequences split over two replicas expose the ring's every step: the local search's
 // context move takes them whole again, each replica then running half the micro-batches.
 TEST(StrategiesTest, TheContextMoveChangesTheDegreeAndKeepsTheBatch) {
