@@ -18,6 +18,9 @@ namespace motley::tune_internal {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// A group whose simulated peak memory is within this fraction of its capacity is short of it
+// (the moves that relieve memory are tried there).
+constexpr double kNearlyFull = 0.03;
 
 // Whether any stage of `c` recomputes: its partition was short of memory.
 bool needs_recompute(const Candidate& c) {
@@ -868,12 +871,26 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
       add(std::move(x));
     }
   }
-  if ((moves & kMoveContext) && c.context_parallel > 1 && ctx_.options().context_parallel == 0 &&
-      c.expert_parallel == 1) {
+  // Context parallelism started on a candidate without it where memory is short (recompute on
+  // some stage, or a group within 3 % of its capacity), up to 32 devices as in the structure
+  // phase: each member then holds its share of every sequence's activations.
+  bool starts_context = c.context_parallel == 1 && ctx_.num_devices() <= 32;
+  if (starts_context) {
+    bool short_of_memory = needs_recompute(c);
+    for (const std::vector<GroupStat>& replica : e.groups) {
+      for (const GroupStat& g : replica) {
+        short_of_memory = short_of_memory || g.peak >= (1 - kNearlyFull) * g.capacity;
+      }
+    }
+    starts_context = short_of_memory;
+  }
+  if ((moves & kMoveContext) && (c.context_parallel > 1 || starts_context) &&
+      ctx_.options().context_parallel == 0 && c.expert_parallel == 1) {
     // The same partition with each sequence split over groups of another size (1: whole
     // sequences again): a group's members run the group's micro-batches, so the counts are
     // those of the new groups, sharing the batch evenly. Only where the new groups are of one
-    // make; the evaluation says whether the activations still fit.
+    // make; the evaluation says whether the activations still fit. A start takes the
+    // distributed optimizer too, as the structure phase's context candidates do.
     const int replicas = static_cast<int>(c.replicas.size());
     std::vector<int> degrees = context_degrees(replicas);
     degrees.insert(degrees.begin(), 1);
@@ -890,6 +907,9 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
       if (!one_make) continue;
       Candidate x = c;
       x.context_parallel = cp;
+      if (c.context_parallel == 1 && !ctx_.options().zero_stage) {
+        x.zero_stage = std::max(x.zero_stage, 1);
+      }
       for (int r = 0; r < replicas; ++r) {
         const int64_t g = r / cp;
         x.replicas[r].micro_batches = total / groups + (g < total % groups ? 1 : 0);
@@ -913,8 +933,9 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
       const size_t head = static_cast<size_t>(sg.back());
       double busiest = 0;
       for (const GroupStat& g : stats) busiest = std::max(busiest, g.busy);
-      relieves = head < stats.size() && (stats[head].busy >= busiest * (1 - 1e-9) ||
-                                         stats[head].peak >= 0.97 * stats[head].capacity);
+      relieves =
+          head < stats.size() && (stats[head].busy >= busiest * (1 - 1e-9) ||
+                                  stats[head].peak >= (1 - kNearlyFull) * stats[head].capacity);
     }
     Candidate x = c;
     x.vocab_parallel = !c.vocab_parallel;

@@ -123,6 +123,39 @@ TEST(StrategiesTest, TheContextMoveChangesTheDegreeAndKeepsTheBatch) {
   EXPECT_LT(better.eval->iteration_time, start.eval->iteration_time);
 }
 
+// Context parallelism is started only where memory is short: two whole-model replicas with
+// recompute get a neighbor splitting each sequence over both (the distributed optimizer on,
+// each replica running all eight micro-batches' halves); without recompute, on devices far
+// from full, none.
+TEST(StrategiesTest, TheContextMoveStartsWhereMemoryIsShort) {
+  const std::unique_ptr<Fixture> tiny = tiny_llama_on_h100x8();
+  const Fixture& fx = *tiny;
+  ASSERT_FALSE(fx.ctx->context_degrees().empty());
+  Search s(fx);
+  const int layers = fx.ctx->num_layers();
+  Candidate c;
+  c.schedule = ScheduleSpec::named(ScheduleKind::k1f1b);
+  c.replicas = {PipelineSpec{{{0}}, {0, layers}, {RecomputePolicy::kNone}, 4},
+                PipelineSpec{{{1}}, {0, layers}, {RecomputePolicy::kNone}, 4}};
+  auto context_neighbors = [&](const Candidate& from) {
+    const Found f = s.searcher.given(from, "start");
+    EXPECT_TRUE(f.ok) << f.why_not;
+    std::vector<Candidate> out;
+    for (const Candidate& x : s.searcher.neighbors(from, *f.eval, kMoveContext)) {
+      if (x.context_parallel > 1) out.push_back(x);
+    }
+    return out;
+  };
+  EXPECT_TRUE(context_neighbors(c).empty());
+  for (PipelineSpec& r : c.replicas) r.recompute = {RecomputePolicy::kSelective};
+  const std::vector<Candidate> started = context_neighbors(c);
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].context_parallel, 2);
+  EXPECT_EQ(started[0].zero_stage, 1);
+  EXPECT_EQ(started[0].replicas[0].micro_batches, 8);
+  EXPECT_EQ(started[0].replicas[1].micro_batches, 8);
+}
+
 TEST(StrategiesTest, MegatronTakesTheSmallestTpAndPpThatFit) {
   // TP 1: one stage of 120 GB does not fit, two stages of 60 GB do: TP 1 x PP 2 x DP 2,
   // Megatron-LM's 4 + 4 layers, 8 micro-batches per replica. Two plans were tried.
