@@ -874,7 +874,8 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
   // Context parallelism started on a candidate without it where memory is short (recompute on
   // some stage, or a group within 3 % of its capacity), up to 32 devices as in the structure
   // phase: each member then holds its share of every sequence's activations.
-  bool starts_context = c.context_parallel == 1 && ctx_.num_devices() <= 32;
+  bool starts_context =
+      (moves & kMoveContext) && c.context_parallel == 1 && ctx_.num_devices() <= 32;
   if (starts_context) {
     bool short_of_memory = needs_recompute(c);
     for (const std::vector<GroupStat>& replica : e.groups) {
