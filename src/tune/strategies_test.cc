@@ -51,18 +51,24 @@ std::vector<Groups> groups_of(const Candidate& c) {
   return out;
 }
 
-// A split head whose shards follow the groups' speed leaves a pipeline as uneven as its layers;
-// the local search moves the rows to the group with less other work, and the pipeline is faster.
-TEST(StrategiesTest, TheHeadsRowsEvenOutTheGroupsLoad) {
-  const std::unique_ptr<Fixture> tiny = tiny_llama_on_h100x8();  // embedding, 4 blocks, head
-  const Fixture& fx = *tiny;
-  Search s(fx);
+// tiny-llama (embedding, 4 blocks, head) on two H100s with the head split: group 0 runs the
+// embedding and one block, group 1 three blocks, and each half the head's rows (by speed).
+Candidate head_split_over_two_groups() {
   Candidate c;
   c.schedule = ScheduleSpec::adaptive_on(StageShape::kLinear, 1, AdaptivePriority::kBackwardFirst,
                                          WeightFill::kIfItFits);
-  // Group 0: the embedding and one block; group 1: three blocks and half the head.
   c.replicas = {PipelineSpec{{{0}, {1}}, {0, 2, 6}, std::vector<RecomputePolicy>(2), 8}};
   c.vocab_parallel = true;
+  return c;
+}
+
+// A split head whose shards follow the groups' speed leaves a pipeline as uneven as its layers;
+// the local search moves the rows to the group with less other work, and the pipeline is faster.
+TEST(StrategiesTest, TheHeadsRowsEvenOutTheGroupsLoad) {
+  const std::unique_ptr<Fixture> tiny = tiny_llama_on_h100x8();
+  const Fixture& fx = *tiny;
+  Search s(fx);
+  const Candidate c = head_split_over_two_groups();
   const Found start = s.searcher.given(c, "start");
   ASSERT_TRUE(start.ok) << start.why_not;
   const Found better = s.searcher.improve(start, kMoveVocab, 0);
@@ -81,11 +87,7 @@ TEST(StrategiesTest, TheHeadsRowsMoveAlsoStopsHalfway) {
   const std::unique_ptr<Fixture> tiny = tiny_llama_on_h100x8();
   const Fixture& fx = *tiny;
   Search s(fx);
-  Candidate c;
-  c.schedule = ScheduleSpec::adaptive_on(StageShape::kLinear, 1, AdaptivePriority::kBackwardFirst,
-                                         WeightFill::kIfItFits);
-  c.replicas = {PipelineSpec{{{0}, {1}}, {0, 2, 6}, std::vector<RecomputePolicy>(2), 8}};
-  c.vocab_parallel = true;
+  const Candidate c = head_split_over_two_groups();
   const Found start = s.searcher.given(c, "start");
   ASSERT_TRUE(start.ok) << start.why_not;
   std::vector<std::vector<double>> shares;
