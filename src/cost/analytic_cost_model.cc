@@ -306,6 +306,19 @@ AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& 
       activation_prefix_[i + 1][p] = activation_prefix_[i][p] + c.activation_bytes[p].value();
     }
   }
+  largest_params_.assign(1, std::vector<LargestTwo>(n));
+  for (size_t i = 0; i < n; ++i) {
+    largest_params_[0][i] = {stored_params_prefix_[i + 1] - stored_params_prefix_[i], 0,
+                             static_cast<int>(i), -1};
+  }
+  for (size_t width = 2; width <= n; width *= 2) {
+    const std::vector<LargestTwo>& half = largest_params_.back();
+    std::vector<LargestTwo> level(n - width + 1);
+    for (size_t i = 0; i + width <= n; ++i) {
+      level[i] = larger_two(half[i], half[i + width / 2]);
+    }
+    largest_params_.push_back(std::move(level));
+  }
 
   // One table per device type present, for every TP degree a node of that type allows.
   std::map<std::string, int> table_index;
@@ -634,21 +647,43 @@ StageMemory AnalyticCostModel::stage_memory(LayerRange layers, const DeviceGroup
         std::max({options_.stack.gradient_bucket_parameters,
                   options_.stack.gradient_bucket_parameters_per_replica * d, 1.0});
     m.communication_buffers += Bytes(std::min(params / t, 2.0 * bucket) * per_param.gradients);
-    if (options.zero_stage >= 3) {
-      double first = 0, second = 0;
-      for (int l = layers.begin; l < layers.end; ++l) {
-        const double p = stored_params_prefix_[l + 1] - stored_params_prefix_[l];
-        if (p > first) {
-          second = first;
-          first = p;
-        } else {
-          second = std::max(second, p);
-        }
-      }
-      m.communication_buffers += Bytes((first + second) * per_param.weights / t);
+    if (options.zero_stage >= 3 && layers.end > layers.begin) {
+      m.communication_buffers +=
+          Bytes(largest_two_params(layers.begin, layers.end) * per_param.weights / t);
     }
   }
   return m;
+}
+
+AnalyticCostModel::LargestTwo AnalyticCostModel::larger_two(const LargestTwo& a,
+                                                            const LargestTwo& b) {
+  LargestTwo out;
+  auto offer = [&](double value, int layer) {
+    if (layer < 0 || layer == out.first_layer || layer == out.second_layer) return;
+    if (out.first_layer < 0 || value > out.first) {
+      out.second = out.first;
+      out.second_layer = out.first_layer;
+      out.first = value;
+      out.first_layer = layer;
+    } else if (out.second_layer < 0 || value > out.second) {
+      out.second = value;
+      out.second_layer = layer;
+    }
+  };
+  offer(a.first, a.first_layer);
+  offer(a.second, a.second_layer);
+  offer(b.first, b.first_layer);
+  offer(b.second, b.second_layer);
+  return out;
+}
+
+double AnalyticCostModel::largest_two_params(int begin, int end) const {
+  const int length = end - begin;
+  int level = 0;
+  while ((2 << level) <= length) ++level;
+  const LargestTwo two =
+      larger_two(largest_params_[level][begin], largest_params_[level][end - (1 << level)]);
+  return two.first + two.second;
 }
 
 int AnalyticCostModel::parameter_gather_buckets(LayerRange layers, const DeviceGroup& group,

@@ -820,6 +820,37 @@ TEST(AnalyticMemory, ZeroTwoAndThreeShardGradientsAndWeightsWithTheirBuffers) {
   EXPECT_EQ(alone.communication_buffers, plain.communication_buffers);
 }
 
+// ZeRO-3's gathered weights over every range of eleven layers of two sizes (ties included): the
+// two largest layers of the range, as a walk over its layers finds them.
+TEST(AnalyticMemory, ZeroThreeHoldsTheTwoLargestLayersOfEveryRange) {
+  std::vector<Layer> layers;
+  for (const char kind : std::string("faafaffafaa")) {
+    const std::string name = std::string(1, kind) + std::to_string(layers.size());
+    layers.push_back(kind == 'f' ? ffn_layer(name) : attention_layer(name));
+  }
+  const ModelSpec m = model_of(layers);
+  const auto cost = analytic(m, one_node("H100-SXM", 2), workload(4096));
+  const auto& lc = cost->layer_costs();
+  MemoryOptions o;
+  o.data_parallel = 4;
+  const int n = static_cast<int>(layers.size());
+  for (int begin = 0; begin < n; ++begin) {
+    for (int end = begin + 1; end <= n; ++end) {
+      std::vector<double> params;
+      for (int l = begin; l < end; ++l) params.push_back(static_cast<double>(lc[l].stored_params));
+      std::sort(params.rbegin(), params.rend());
+      const double largest = params[0] + (params.size() > 1 ? params[1] : 0.0);
+      o.zero_stage = 2;
+      const Bytes two =
+          cost->stage_memory(LayerRange{begin, end}, DeviceGroup{{0}}, o).communication_buffers;
+      o.zero_stage = 3;
+      const Bytes three =
+          cost->stage_memory(LayerRange{begin, end}, DeviceGroup{{0}}, o).communication_buffers;
+      EXPECT_DOUBLE_EQ((three - two).value(), 2 * largest) << begin << ".." << end;
+    }
+  }
+}
+
 TEST(AnalyticMemory, ActivationsPerPolicyTimesInFlightAndSplitByTensorParallelism) {
   ModelSpec m = model_of({attention_layer("a0"), ffn_layer("f0"), attention_layer("a1")});
   const auto cost = analytic(m, one_node("H100-SXM", 2), workload(4096));

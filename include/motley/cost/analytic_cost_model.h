@@ -176,6 +176,18 @@ class AnalyticCostModel final : public CostModel {
   std::vector<double> stored_params_prefix_;
   std::vector<double> expert_params_prefix_;  // routed experts' parameters, prefix sums
   std::vector<std::array<double, 3>> activation_prefix_;
+  // The two largest layers by stored parameters in [i, i + 2^k), at [k][i] (a sparse table):
+  // ZeRO-3 holds the whole weights of the layer in use and of the one gathered ahead, and the
+  // partition search asks for them over many ranges.
+  struct LargestTwo {
+    double first = 0, second = 0;
+    int first_layer = -1, second_layer = -1;
+  };
+  std::vector<std::vector<LargestTwo>> largest_params_;
+  // The two largest distinct layers of the ranges `a` and `b` cover (they may overlap).
+  static LargestTwo larger_two(const LargestTwo& a, const LargestTwo& b);
+  // The sum of the two largest layers' stored parameters in [begin, end) (one layer: its own).
+  double largest_two_params(int begin, int end) const;
   std::vector<DeviceTables> tables_;
   std::vector<int> table_of_device_;  // device id -> index into tables_
   // Ring parameters of every subset of a node's devices, indexed by the bit mask of their local
