@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Runs `motley export slurm`'s batch script under a real Slurm on this machine (docs/exports.md,
-# "Slurm batch script"): a one-node cluster whose two "GPUs" are GRES entries backed by
-# placeholder device files, a two-rank plan of tiny-llama on two T4-typed CPU ranks, the script
-# submitted with sbatch, and its losses compared with `motley launch --nproc 2` on the same plan.
+# Runs `motley export slurm`'s batch scripts under a real Slurm on this machine (docs/exports.md,
+# "Slurm batch script"): three emulated nodes (slurmd -N, on this host) whose "GPUs" are GRES
+# entries backed by placeholder device files — n0 with two t4, n1 with one t4, n2 with one a10 —
+# and two plans of tiny-llama on CPU ranks: two T4 ranks on one node (a plain job) and a T4 node
+# followed by an A10 node (a heterogeneous job of two components). Each script is submitted with
+# sbatch and its losses compared with `motley launch --nproc 2` on the same plan.
 # A check for a developer's machine, not a test: it needs root, installs Debian's slurm-wlm and
 # munge when they are missing, writes /etc/slurm/slurm.conf and gres.conf (the old ones are kept
-# as *.motley-saved), and starts munged, slurmctld and slurmd, stopping the last two at the end.
+# as *.motley-saved), adds n0, n1 and n2 to /etc/hosts while it runs (the scripts' MASTER_ADDR is
+# a node name), and starts munged, slurmctld and three slurmd, stopping the last four at the end.
 #
 # Usage: scripts/slurm-check.sh [BUILD_DIR]   (default: build)
 set -euo pipefail
@@ -15,9 +18,11 @@ MOTLEY="$(cd "$BUILD" && pwd)/motley"
 [[ $(id -u) == 0 ]] || { echo "slurm-check: needs root (it configures and starts Slurm)" >&2; exit 2; }
 DIR=$(mktemp -d)
 HOST=$(hostname -s)
+HOSTS_MARK="# motley slurm-check"
 cleanup() {
   pkill -x slurmd 2>/dev/null || true
   pkill -x slurmctld 2>/dev/null || true
+  sed -i "/$HOSTS_MARK\$/d" /etc/hosts
   rm -rf "$DIR"
 }
 trap cleanup EXIT
@@ -34,19 +39,23 @@ pgrep -x munged >/dev/null || su -s /bin/sh munge -c /usr/sbin/munged
 for f in slurm.conf gres.conf; do
   [[ -f /etc/slurm/$f && ! -f /etc/slurm/$f.motley-saved ]] && cp "/etc/slurm/$f" "/etc/slurm/$f.motley-saved"
 done
-mkdir -p "$DIR/state" "$DIR/spool"
-cat >/etc/slurm/slurm.conf <<EOF
+for node in n0 n1 n2; do
+  mkdir -p "$DIR/spool/$node"
+  echo "127.0.0.1 $node $HOSTS_MARK" >>/etc/hosts
+done
+mkdir -p "$DIR/state"
+cat >/etc/slurm/slurm.conf <<CONF
 ClusterName=motley-check
 SlurmctldHost=$HOST
 AuthType=auth/munge
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation=$DIR/state
-SlurmdSpoolDir=$DIR/spool
+SlurmdSpoolDir=$DIR/spool/%n
 SlurmctldPidFile=$DIR/slurmctld.pid
-SlurmdPidFile=$DIR/slurmd.pid
+SlurmdPidFile=$DIR/slurmd.%n.pid
 SlurmctldLogFile=$DIR/slurmctld.log
-SlurmdLogFile=$DIR/slurmd.log
+SlurmdLogFile=$DIR/slurmd.%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -54,54 +63,87 @@ SelectTypeParameters=CR_Core
 GresTypes=gpu
 ReturnToService=2
 MpiDefault=none
-NodeName=$HOST CPUs=$(nproc) Gres=gpu:t4:2 State=UNKNOWN
-PartitionName=check Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
-EOF
-# Two GRES "GPUs" of type t4: Slurm counts the entries; the device files are placeholders.
-cat >/etc/slurm/gres.conf <<EOF
+NodeName=n0 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=17001 CPUs=2 Gres=gpu:t4:2 State=UNKNOWN
+NodeName=n1 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=17002 CPUs=2 Gres=gpu:t4:1 State=UNKNOWN
+NodeName=n2 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=17003 CPUs=2 Gres=gpu:a10:1 State=UNKNOWN
+PartitionName=check Nodes=n0,n1,n2 Default=YES MaxTime=INFINITE State=UP
+CONF
+# The GRES "GPUs": Slurm counts the entries; the device files are placeholders.
+cat >/etc/slurm/gres.conf <<'CONF'
 AutoDetect=off
-NodeName=$HOST Name=gpu Type=t4 File=/dev/tty1
-NodeName=$HOST Name=gpu Type=t4 File=/dev/tty2
-EOF
+NodeName=n0 Name=gpu Type=t4 File=/dev/tty1
+NodeName=n0 Name=gpu Type=t4 File=/dev/tty2
+NodeName=n1 Name=gpu Type=t4 File=/dev/tty3
+NodeName=n2 Name=gpu Type=a10 File=/dev/tty4
+CONF
 pkill -x slurmd 2>/dev/null || true
 pkill -x slurmctld 2>/dev/null || true
 sleep 1
 /usr/sbin/slurmctld -c
-/usr/sbin/slurmd
-for _ in $(seq 30); do sinfo -h -o %T 2>/dev/null | grep -qx idle && break; sleep 1; done
-sinfo -h -o %T | grep -qx idle || { echo "slurm-check: the node did not come up:" >&2; tail "$DIR/slurmctld.log" >&2; exit 1; }
+for node in n0 n1 n2; do /usr/sbin/slurmd -N "$node"; done
+for _ in $(seq 30); do [[ $(sinfo -h -o %T | sort -u) == idle ]] && break; sleep 1; done
+[[ $(sinfo -h -o %T | sort -u) == idle ]] || {
+  echo "slurm-check: the nodes did not come up:" >&2
+  sinfo >&2
+  tail "$DIR/slurmctld.log" >&2
+  exit 1
+}
 
-cat >"$DIR/cpu2.yaml" <<'YAML'
-name: cpu-local-2
+# "step N loss X" of every rank, one line per step.
+losses() { sed -n 's/.*step *\([0-9]*\) *loss \([0-9.]*\).*/\1 \2/p' | sort -u; }
+
+# check NAME CLUSTER_YAML EXPORT_OPTIONS...: a two-stage 1F1B plan of tiny-llama on the cluster,
+# exported, submitted, and its losses compared with motley launch's.
+check() {
+  local name=$1 cluster=$2
+  shift 2
+  local plan="$DIR/$name.json" job state="" got want
+  "$MOTLEY" simulate --model tiny-llama --cluster "$cluster" --schedule 1f1b --stages 2 \
+    --micro-batches 4 --out "$plan" >/dev/null
+  "$MOTLEY" export slurm --plan "$plan" "$@" --out "$DIR/$name.sbatch" \
+    -- run --plan "$plan" --steps 3 >/dev/null
+  job=$(MOTLEY="$MOTLEY" sbatch --parsable --output="$DIR/$name.out" --chdir="$DIR" \
+    "$DIR/$name.sbatch")
+  job=${job%%;*}
+  # Every component's state, once none is pending or running.
+  for _ in $(seq 120); do
+    state=$(scontrol show job "$job" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p' |
+      sort -u | tr '\n' ' ')
+    [[ -n $state && ! $state =~ PENDING|RUNNING|COMPLETING|CONFIGURING ]] && break
+    sleep 1
+  done
+  echo "slurm-check: $name: job $job: $state(nodes $(scontrol show job "$job" |
+    sed -n 's/^ *NodeList=\(.*\)/\1/p' | tr '\n' ' '))"
+  cat "$DIR/$name.out"
+  [[ $state == "COMPLETED " ]] || exit 1
+  want=$("$MOTLEY" launch --nproc 2 -- run --plan "$plan" --steps 3 2>&1 | losses)
+  got=$(losses <"$DIR/$name.out")
+  if [[ -n $got && $got == "$want" ]]; then
+    echo "slurm-check: $name: the job's losses equal motley launch's on the same plan:"
+    echo "$got"
+  else
+    echo "slurm-check: $name: the job's losses differ from motley launch's:" >&2
+    diff <(echo "$got") <(echo "$want") >&2 || true
+    exit 1
+  fi
+}
+
+cat >"$DIR/one-node.yaml" <<'YAML'
+name: cpu-one-node
 nodes:
   - name: localhost
     devices: {type: T4, count: 2}
     interconnect: {kind: pcie}
     pcie: {bandwidth_GBps: 2, latency_us: 30}
 YAML
-"$MOTLEY" simulate --model tiny-llama --cluster "$DIR/cpu2.yaml" --schedule 1f1b --stages 2 \
-  --micro-batches 4 --out "$DIR/plan.json" >/dev/null
-"$MOTLEY" export slurm --plan "$DIR/plan.json" --gres T4=t4 --out "$DIR/job.sbatch" \
-  -- run --plan "$DIR/plan.json" --steps 3 >/dev/null
-job=$(MOTLEY="$MOTLEY" sbatch --parsable --output="$DIR/job.out" --chdir="$DIR" "$DIR/job.sbatch")
-for _ in $(seq 120); do
-  state=$(scontrol show job "$job" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
-  [[ $state == COMPLETED || $state == FAILED || $state == CANCELLED || $state == TIMEOUT ]] && break
-  sleep 1
-done
-echo "slurm-check: job $job $state"
-cat "$DIR/job.out"
-[[ $state == COMPLETED ]] || exit 1
-
-# "step N loss X" of every rank, one line per step.
-losses() { sed -n 's/.*step *\([0-9]*\) *loss \([0-9.]*\).*/\1 \2/p' | sort -u; }
-want=$("$MOTLEY" launch --nproc 2 -- run --plan "$DIR/plan.json" --steps 3 2>&1 | losses)
-got=$(losses <"$DIR/job.out")
-if [[ -n $got && $got == "$want" ]]; then
-  echo "slurm-check: the job's losses equal motley launch's on the same plan:"
-  echo "$got"
-else
-  echo "slurm-check: the job's losses differ from motley launch's:" >&2
-  diff <(echo "$got") <(echo "$want") >&2 || true
-  exit 1
-fi
+cat >"$DIR/two-types.yaml" <<'YAML'
+name: cpu-two-types
+network: {kind: ethernet, bandwidth_GBps: 2, latency_us: 30}
+nodes:
+  - name: t4-node
+    devices: {type: T4, count: 1}
+  - name: a10-node
+    devices: {type: A10, count: 1}
+YAML
+check plain "$DIR/one-node.yaml" --gres T4=t4
+check heterogeneous "$DIR/two-types.yaml" --gres T4=t4 --gres A10=a10
