@@ -101,6 +101,15 @@ TEST(StrategiesTest, TheHeadsRowsMoveAlsoStopsHalfway) {
   EXPECT_NEAR(shares[0][1], 1.0 / 256, 1e-12);
 }
 
+// Two 1F1B replicas of the whole model, on devices 0 and 1, running `micro_batches` each.
+Candidate two_whole_model_replicas(int layers, int64_t micro_batches) {
+  Candidate c;
+  c.schedule = ScheduleSpec::named(ScheduleKind::k1f1b);
+  c.replicas = {PipelineSpec{{{0}}, {0, layers}, {RecomputePolicy::kNone}, micro_batches},
+                PipelineSpec{{{1}}, {0, layers}, {RecomputePolicy::kNone}, micro_batches}};
+  return c;
+}
+
 // Short sequences split over two replicas expose the ring's every step: the local search's
 // context move takes them whole again, each replica then running half the micro-batches.
 TEST(StrategiesTest, TheContextMoveChangesTheDegreeAndKeepsTheBatch) {
@@ -108,13 +117,9 @@ TEST(StrategiesTest, TheContextMoveChangesTheDegreeAndKeepsTheBatch) {
   const Fixture& fx = *tiny;
   ASSERT_FALSE(fx.ctx->context_degrees().empty());
   Search s(fx);
-  const int layers = fx.ctx->num_layers();
-  Candidate c;
-  c.schedule = ScheduleSpec::named(ScheduleKind::k1f1b);
+  Candidate c = two_whole_model_replicas(fx.ctx->num_layers(), 8);
   c.zero_stage = 1;
   c.context_parallel = 2;
-  c.replicas = {PipelineSpec{{{0}}, {0, layers}, {RecomputePolicy::kNone}, 8},
-                PipelineSpec{{{1}}, {0, layers}, {RecomputePolicy::kNone}, 8}};
   const Found start = s.searcher.given(c, "start");
   ASSERT_TRUE(start.ok) << start.why_not;
   const Found better = s.searcher.improve(start, kMoveContext, 0);
@@ -134,11 +139,7 @@ TEST(StrategiesTest, TheContextMoveStartsWhereMemoryIsShort) {
   const Fixture& fx = *tiny;
   ASSERT_FALSE(fx.ctx->context_degrees().empty());
   Search s(fx);
-  const int layers = fx.ctx->num_layers();
-  Candidate c;
-  c.schedule = ScheduleSpec::named(ScheduleKind::k1f1b);
-  c.replicas = {PipelineSpec{{{0}}, {0, layers}, {RecomputePolicy::kNone}, 4},
-                PipelineSpec{{{1}}, {0, layers}, {RecomputePolicy::kNone}, 4}};
+  Candidate c = two_whole_model_replicas(fx.ctx->num_layers(), 4);
   auto context_neighbors = [&](const Candidate& from) {
     const Found f = s.searcher.given(from, "start");
     EXPECT_TRUE(f.ok) << f.why_not;
