@@ -13,6 +13,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-build}
 MOTLEY="$(cd "$BUILD" && pwd)/motley"
+# shellcheck source=scripts/launch-losses.sh
+source "$ROOT/scripts/launch-losses.sh"
 [[ $(id -u) == 0 ]] || { echo "docker-check: needs root (it may install and start Docker)" >&2; exit 2; }
 DIR=$(mktemp -d)
 trap 'rm -rf "$DIR"' EXIT
@@ -43,26 +45,9 @@ echo "docker-check: built motley:check in $(($(date +%s) - start)) s," \
 
 docker run --rm motley:check plan --model llama-3-8b --cluster h100x16 --quiet | sed -n 1,3p
 
-cat >"$DIR/cpu2.yaml" <<'YAML'
-name: cpu-local-2
-nodes:
-  - name: localhost
-    devices: {type: T4, count: 2}
-    interconnect: {kind: pcie}
-    pcie: {bandwidth_GBps: 2, latency_us: 30}
-YAML
-"$MOTLEY" simulate --model tiny-llama --cluster "$DIR/cpu2.yaml" --schedule 1f1b --stages 2 \
-  --micro-batches 4 --out "$DIR/plan.json" >/dev/null
-# "step N loss X" of every rank, one line per step.
-losses() { sed -n 's/.*step *\([0-9]*\) *loss \([0-9.]*\).*/\1 \2/p' | sort -u; }
-got=$(docker run --rm -v "$DIR:/work" motley:check launch --nproc 2 -- run --plan plan.json \
-  --steps 3 2>&1 | losses)
-want=$("$MOTLEY" launch --nproc 2 -- run --plan "$DIR/plan.json" --steps 3 2>&1 | losses)
-if [[ -n $got && $got == "$want" ]]; then
-  echo "docker-check: two ranks in the container train as the host's build does:"
-  echo "$got"
-else
-  echo "docker-check: the container's losses differ from the host's:" >&2
-  diff <(echo "$got") <(echo "$want") >&2 || true
-  exit 1
-fi
+"$MOTLEY" simulate --model tiny-llama --cluster "$ROOT/bench/fidelity/cpu-local-2.yaml" \
+  --schedule 1f1b --stages 2 --micro-batches 4 --out "$DIR/plan.json" >/dev/null
+docker run --rm -v "$DIR:/work" motley:check launch --nproc 2 -- run --plan plan.json --steps 3 \
+  >"$DIR/container.out" 2>&1
+expect_launch_losses "docker-check: two ranks in the container" "$DIR/plan.json" 3 \
+  "$DIR/container.out"

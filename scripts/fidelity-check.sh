@@ -59,14 +59,7 @@ nodes:
   - name: localhost
     devices: {type: T4, count: 1}
 YAML
-cat >"$DIR/cpu2.yaml" <<'YAML'
-name: cpu-local-2
-nodes:
-  - name: localhost
-    devices: {type: T4, count: 2}
-    interconnect: {kind: pcie}
-    pcie: {bandwidth_GBps: 2, latency_us: 30}
-YAML
+cp "$(cd "$(dirname "$0")/.." && pwd)/bench/fidelity/cpu-local-2.yaml" "$DIR/cpu2.yaml"
 
 if [[ -n "${CLUSTER:-}" ]]; then cp "$CLUSTER" "$DIR/cpu2.yaml"; fi
 if [[ -n "${MEASURE_LINKS:-}" ]]; then

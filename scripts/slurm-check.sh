@@ -13,8 +13,11 @@
 # Usage: scripts/slurm-check.sh [BUILD_DIR]   (default: build)
 set -euo pipefail
 
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-build}
 MOTLEY="$(cd "$BUILD" && pwd)/motley"
+# shellcheck source=scripts/launch-losses.sh
+source "$ROOT/scripts/launch-losses.sh"
 [[ $(id -u) == 0 ]] || { echo "slurm-check: needs root (it configures and starts Slurm)" >&2; exit 2; }
 DIR=$(mktemp -d)
 HOST=$(hostname -s)
@@ -89,15 +92,12 @@ for _ in $(seq 30); do [[ $(sinfo -h -o %T | sort -u) == idle ]] && break; sleep
   exit 1
 }
 
-# "step N loss X" of every rank, one line per step.
-losses() { sed -n 's/.*step *\([0-9]*\) *loss \([0-9.]*\).*/\1 \2/p' | sort -u; }
-
 # check NAME CLUSTER_YAML EXPORT_OPTIONS...: a two-stage 1F1B plan of tiny-llama on the cluster,
 # exported, submitted, and its losses compared with motley launch's.
 check() {
   local name=$1 cluster=$2
   shift 2
-  local plan="$DIR/$name.json" job state="" got want
+  local plan="$DIR/$name.json" job state=""
   "$MOTLEY" simulate --model tiny-llama --cluster "$cluster" --schedule 1f1b --stages 2 \
     --micro-batches 4 --out "$plan" >/dev/null
   "$MOTLEY" export slurm --plan "$plan" "$@" --out "$DIR/$name.sbatch" \
@@ -116,26 +116,9 @@ check() {
     sed -n 's/^ *NodeList=\(.*\)/\1/p' | tr '\n' ' '))"
   cat "$DIR/$name.out"
   [[ $state == "COMPLETED " ]] || exit 1
-  want=$("$MOTLEY" launch --nproc 2 -- run --plan "$plan" --steps 3 2>&1 | losses)
-  got=$(losses <"$DIR/$name.out")
-  if [[ -n $got && $got == "$want" ]]; then
-    echo "slurm-check: $name: the job's losses equal motley launch's on the same plan:"
-    echo "$got"
-  else
-    echo "slurm-check: $name: the job's losses differ from motley launch's:" >&2
-    diff <(echo "$got") <(echo "$want") >&2 || true
-    exit 1
-  fi
+  expect_launch_losses "slurm-check: $name: the job" "$plan" 3 "$DIR/$name.out"
 }
 
-cat >"$DIR/one-node.yaml" <<'YAML'
-name: cpu-one-node
-nodes:
-  - name: localhost
-    devices: {type: T4, count: 2}
-    interconnect: {kind: pcie}
-    pcie: {bandwidth_GBps: 2, latency_us: 30}
-YAML
 cat >"$DIR/two-types.yaml" <<'YAML'
 name: cpu-two-types
 network: {kind: ethernet, bandwidth_GBps: 2, latency_us: 30}
@@ -145,5 +128,5 @@ nodes:
   - name: a10-node
     devices: {type: A10, count: 1}
 YAML
-check plain "$DIR/one-node.yaml" --gres T4=t4
+check plain "$ROOT/bench/fidelity/cpu-local-2.yaml" --gres T4=t4
 check heterogeneous "$DIR/two-types.yaml" --gres T4=t4 --gres A10=a10
