@@ -1,8 +1,13 @@
 #include "motley/exec/host_memory.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <string>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "motley/exec/rank_layout.h"
 #include "motley/model/layer_cost.h"
@@ -55,6 +60,23 @@ std::optional<HostMemoryShortfall> host_memory_shortfall(const Plan& plan, const
   s.share = *available / static_cast<double>(s.local_ranks);
   if (s.needed.bytes <= s.share) return std::nullopt;
   return s;
+}
+
+bool keep_freed_host_buffers() {
+#if defined(__GLIBC__)
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables != nullptr && std::string(tunables).find("glibc.malloc.") != std::string::npos) {
+    return false;
+  }
+  // glibc's ceiling for the threshold: half its largest heap (64 MiB on 64-bit systems).
+  constexpr int kMmapThresholdCeiling = 32 << 20;
+  // Freed memory goes back to the kernel only once more than this lies at the top of the heap.
+  constexpr int kTrimOnlyAbove = 1 << 30;
+  return mallopt(M_MMAP_THRESHOLD, kMmapThresholdCeiling) == 1 &&
+         mallopt(M_TRIM_THRESHOLD, kTrimOnlyAbove) == 1;
+#else
+  return false;
+#endif
 }
 
 }  // namespace motley

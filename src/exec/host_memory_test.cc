@@ -5,6 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "motley/model/layer_cost.h"
 #include "test_plans.h"
 
@@ -74,6 +82,38 @@ TEST(HostMemory, ThisMachineReportsWhatIsAvailable) {
   ASSERT_TRUE(available);  // /proc/meminfo on Linux
   EXPECT_GT(available->value(), 0);
 }
+
+#if defined(__GLIBC__)
+// In a fresh process (the death test re-executes this binary), whether an 8 MiB block, an
+// activation's size, comes from the heap rather than a mapping of its own and stays there once
+// freed. Exit code 0: it does; 1: it was mapped; 2: the heap gave it back.
+[[noreturn]] void exit_with_where_a_freed_block_went(bool keep) {
+  if (keep && !keep_freed_host_buffers()) std::_Exit(3);
+  constexpr size_t kBlock = size_t{8} << 20;
+  const struct mallinfo2 before = mallinfo2();
+  void* volatile block = std::malloc(kBlock);
+  std::memset(block, 1, kBlock);
+  const struct mallinfo2 held = mallinfo2();
+  std::free(block);
+  const struct mallinfo2 after = mallinfo2();
+  if (held.hblks > before.hblks) std::_Exit(1);
+  if (after.arena < held.arena || after.fordblks < kBlock) std::_Exit(2);
+  std::_Exit(0);
+}
+
+bool malloc_tuned_by_the_environment() {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  return tunables != nullptr && std::string(tunables).find("glibc.malloc.") != std::string::npos;
+}
+
+TEST(HostBuffersDeathTest, AFreedActivationStaysInTheHeapForTheNextPass) {
+  if (malloc_tuned_by_the_environment()) GTEST_SKIP() << "GLIBC_TUNABLES sets malloc";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(exit_with_where_a_freed_block_went(true), ::testing::ExitedWithCode(0), "");
+  // glibc's own default maps such a block, and unmaps it when freed.
+  EXPECT_EXIT(exit_with_where_a_freed_block_went(false), ::testing::ExitedWithCode(1), "");
+}
+#endif
 
 }  // namespace
 }  // namespace motley

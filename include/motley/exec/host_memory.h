@@ -2,7 +2,8 @@
 // what this machine has available, and whether the one fits the other, so that a plan for a
 // real-sized model is refused before it allocates rather than killed by the kernel half-way. It
 // counts weights, gradients and AdamW's moments, not activations, and words no message (the
-// command line does). Free functions; thread-safe.
+// command line does). And how this process's C library keeps freed buffers. Free functions;
+// thread-safe except keep_freed_host_buffers.
 #pragma once
 
 #include <optional>
@@ -44,5 +45,16 @@ std::optional<HostMemoryShortfall> host_memory_shortfall(const Plan& plan, const
                                                          bool sequential, int only_rank,
                                                          int local_ranks,
                                                          std::optional<Bytes> available);
+
+// CPU tensors come from malloc. glibc serves a block above its mmap threshold (128 KiB at
+// first, raised as such blocks are freed, up to 32 MiB) with a fresh mapping, and returns the
+// top of its heap to the kernel once more than twice the threshold lies free there, so a
+// schedule that frees activations and allocates them again pays for page faults on zeroed
+// pages at every pass, and pays more or less according to how many micro-batches it holds at
+// once. Fixing the threshold at its ceiling and trimming only above a GiB keeps freed buffers
+// for reuse, as PyTorch's caching allocator does on a GPU. Does nothing where GLIBC_TUNABLES sets a
+// malloc tunable (the user's own choice) or the C library is not glibc; returns whether it
+// changed the allocator. Call once, first thing in main.
+bool keep_freed_host_buffers();
 
 }  // namespace motley
