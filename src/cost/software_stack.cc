@@ -82,6 +82,13 @@ const std::vector<SoftwareStack>& software_stacks() {
                     /*pipeline_scatter_gather=*/false, /*overlap_grad_reduce=*/true,
                     /*overlap_param_gather=*/true),
     };
+    // Megatron-LM of 2022 ran on A100s only, with fp16 and the cuBLAS of its day: its GEMM and
+    // memory-bound rates are fitted (least squares) to Korthikanti et al. 2022's eight measured
+    // runs and ten measured layer passes together (scripts/calibration-check.sh; docs/
+    // calibration.md gives the fit and its leave-one-run-out errors).
+    SoftwareStack& megatron_2022 = stacks[1];
+    megatron_2022.gemm_efficiency = 0.877;
+    megatron_2022.memory_efficiency = 0.720;
     // DistributedDataParallel's bucket_cap_mb of 25 MiB of fp32 gradients, whatever the
     // number of replicas.
     SoftwareStack& fsdp = stacks.back();
