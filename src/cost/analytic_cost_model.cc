@@ -297,8 +297,10 @@ AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& 
   stored_params_prefix_.assign(n + 1, 0.0);
   expert_params_prefix_.assign(n + 1, 0.0);
   activation_prefix_.assign(n + 1, {0.0, 0.0, 0.0});
+  measured_steps_prefix_.assign(n + 1, 0);
   for (size_t i = 0; i < n; ++i) {
     const LayerCost& c = layer_costs_[i];
+    measured_steps_prefix_[i + 1] = measured_steps_prefix_[i] + (has_measured_step(i) ? 1 : 0);
     stored_params_prefix_[i + 1] = stored_params_prefix_[i] + static_cast<double>(c.stored_params);
     expert_params_prefix_[i + 1] =
         expert_params_prefix_[i] + static_cast<double>(c.routed_expert_params);
@@ -580,29 +582,64 @@ AnalyticCostModel::PipelineMessage AnalyticCostModel::pipeline_message(const Dev
   return out;
 }
 
+bool AnalyticCostModel::has_measured_step(size_t layer) const {
+  const Layer& l = model_.layers[layer];
+  return l.kind == LayerKind::kMeasured && l.measured && l.measured->optimizer_step;
+}
+
+Seconds AnalyticCostModel::update_traffic_time(LayerRange layers, const DeviceGroup& group,
+                                               const MemoryOptions& options,
+                                               const DeviceType& device) const {
+  const StageMemory m = stage_memory(layers, group, options);
+  const OptimizerBytesPerParam per_param =
+      optimizer_bytes_per_param(options_.workload.dtype, options_.fp32_grad_accumulation);
+  // The parameters this device updates: its share of the optimizer state.
+  const double shard = m.optimizer_state.value() / per_param.optimizer_state;
+  const double g = per_param.gradients;
+  const double w = per_param.weights;
+  const bool master = w < 4;  // an fp32 master copy beside narrower working weights
+  double bytes = 0;
+  // fp16's dynamic loss scale: the gradients unscaled and checked for inf / NaN in one pass.
+  if (options_.workload.dtype == DType::kFloat16) bytes += 2 * g * shard;
+  // Their norm, for clipping.
+  bytes += g * shard;
+  // Adam: reads the gradients, reads and writes the moments and the master weights (or, with
+  // no master copy, the weights themselves).
+  bytes += g * shard + 2 * per_param.optimizer_state * shard + (master ? 0 : 2 * w * shard);
+  // The updated master weights copied into the working ones.
+  if (master) bytes += (4 + w) * shard;
+  // And the gradient buffer zeroed for the next iteration (all of it, sharded or not).
+  bytes += m.gradients.value();
+  return Seconds(bytes / (device.memory_bandwidth.value() * options_.stack.memory_efficiency));
+}
+
 std::optional<Seconds> AnalyticCostModel::optimizer_step_time(LayerRange layers,
                                                               const DeviceGroup& group,
                                                               const MemoryOptions& options) const {
   MOTLEY_CHECK(!group.devices.empty(), "an optimizer step on an empty device group");
   const DeviceType& device = *tables_[table_of_device_[group.devices[0]]].type;
-  double total = 0;
+  if (measured_steps_prefix_[layers.end] == measured_steps_prefix_[layers.begin]) {
+    return update_traffic_time(layers, group, options, device);
+  }
+  double measured = 0;
+  double traffic = 0;
   for (int i = layers.begin; i < layers.end; ++i) {
-    const Layer& layer = model_.layers[i];
-    if (layer.kind != LayerKind::kMeasured || !layer.measured || !layer.measured->optimizer_step) {
-      return std::nullopt;
+    if (!has_measured_step(i)) {
+      traffic += update_traffic_time(LayerRange{i, i + 1}, group, options, device).value();
+      continue;
     }
     // The update streams the parameters, their gradients and state through memory: another
     // device type takes it at the ratio of memory bandwidths.
     const double reference = measured_[i].memory_bandwidth;
     const double ratio = reference > 0 ? reference / device.memory_bandwidth.value() : 1.0;
-    total += layer.measured->optimizer_step->value() * ratio;
+    measured += model_.layers[i].measured->optimizer_step->value() * ratio;
   }
   // Each device of a TP group updates its 1/t; under ZeRO each replica its 1/d of that.
   double shards = static_cast<double>(group.tp());
   if (options.zero_stage >= 1) {
     shards *= static_cast<double>(std::max<int64_t>(1, options.data_parallel));
   }
-  return Seconds(total * layers.vocab_share / shards);
+  return Seconds((measured / shards + traffic) * layers.vocab_share);
 }
 
 StageMemory AnalyticCostModel::stage_memory(LayerRange layers, const DeviceGroup& group,

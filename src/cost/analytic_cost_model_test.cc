@@ -570,7 +570,7 @@ TEST(AnalyticMeasured, AFullBackwardWeightPassLeavesTheFirstStageNoInputGradient
 
 // A measured optimizer step: summed over the range on its own device type, scaled by the ratio
 // of memory bandwidths on another, split over the TP group and, under ZeRO, over the replicas;
-// none when a layer of the range has no measurement.
+// a layer of the range without a measurement is priced from its memory traffic.
 TEST(AnalyticMeasured, OptimizerStepAsMeasuredAndShardedAsTheParameters) {
   ModelSpec m = model_of({measured_layer(), measured_layer()});
   m.layers[1].name = "mixer2";
@@ -591,8 +591,40 @@ TEST(AnalyticMeasured, OptimizerStepAsMeasuredAndShardedAsTheParameters) {
                3e-3 * ratio);
   m.layers[1].measured->optimizer_step.reset();
   const auto partial = analytic(m, mixed_cluster(), workload(4096));
-  EXPECT_TRUE(partial->optimizer_step_time(LayerRange{0, 1}, DeviceGroup{{0}}, plain));
-  EXPECT_FALSE(partial->optimizer_step_time(LayerRange{0, 2}, DeviceGroup{{0}}, plain));
+  const double traffic =
+      partial->optimizer_step_time(LayerRange{1, 2}, DeviceGroup{{0}}, plain)->value();
+  EXPECT_GT(traffic, 0);
+  expect_close(partial->optimizer_step_time(LayerRange{0, 2}, DeviceGroup{{0}}, plain)->value(),
+               3e-3 + traffic);
+}
+
+// Mixed-precision AdamW as memory traffic, per parameter a device updates (p of them, fp32
+// gradients): the fp16 loss scale's unscale and inf check (read and write, 8), the gradient
+// norm (4), the update (gradients 4, master weights and two moments read and written, 24), the
+// master weights copied into the working ones (4 + 2), and every gradient the device holds
+// zeroed (4): 50 bytes for fp16, 42 for bf16 (no loss scale); fp32 has no master copy and
+// updates the weights in place: 4 + 4 + 16 + 8 + 4 = 36. At the stack's memory-bound rate.
+TEST(AnalyticOptimizerStep, MixedPrecisionAdamAsMemoryTraffic) {
+  ModelSpec m = model_of({ffn_layer("ffn")});
+  const DeviceType& h100 = catalog("H100-SXM");
+  for (const auto& [dtype, bytes] : std::vector<std::pair<DType, double>>{
+           {DType::kFloat16, 50}, {DType::kBFloat16, 42}, {DType::kFloat32, 36}}) {
+    AnalyticCostOptions o = workload(4096);
+    o.workload.dtype = dtype;
+    o.stack.memory_efficiency = 0.5;
+    const auto cost = analytic(m, one_node("H100-SXM", 8), o);
+    const double p = static_cast<double>(cost->layer_costs()[0].stored_params);
+    const double rate = h100.memory_bandwidth.value() * 0.5;
+    expect_close(cost->optimizer_step_time(kFirst, DeviceGroup{{0}}, MemoryOptions{})->value(),
+                 bytes * p / rate);
+    // TP 2 and ZeRO-1 over 4 replicas: the update covers p / 8, the zeroing all p / 2
+    // gradients of the device.
+    MemoryOptions zero;
+    zero.zero_stage = 1;
+    zero.data_parallel = 4;
+    expect_close(cost->optimizer_step_time(kFirst, DeviceGroup{{0, 1}}, zero)->value(),
+                 ((bytes - 4) * p / 8 + 4 * p / 2) / rate);
+  }
 }
 
 TEST(AnalyticMeasured, OverrideWinsPerFieldAndMissingFieldsAreScaled) {

@@ -62,6 +62,19 @@ StageMemory scaled(const StageMemory& whole, LayerRange shard) {
   return out;
 }
 
+Seconds state_pass_time(const StageMemory& memory, BytesPerSecond bandwidth) {
+  return (memory.gradients + memory.optimizer_state * 2.0 + memory.weights) / bandwidth;
+}
+
+Seconds optimizer_step_or_state_pass(const CostModel& cost, LayerRange layers,
+                                     const DeviceGroup& group, const MemoryOptions& options,
+                                     BytesPerSecond bandwidth) {
+  if (const std::optional<Seconds> step = cost.optimizer_step_time(layers, group, options)) {
+    return *step;
+  }
+  return state_pass_time(cost.stage_memory(layers, group, options), bandwidth);
+}
+
 // Indexed by Collective, in declaration order.
 constexpr const char* kCollectiveNames[] = {"all-reduce", "reduce-scatter", "all-gather",
                                             "all-to-all"};

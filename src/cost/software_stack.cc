@@ -87,8 +87,8 @@ const std::vector<SoftwareStack>& software_stacks() {
     // runs and ten measured layer passes together (scripts/calibration-check.sh; docs/
     // calibration.md gives the fit and its leave-one-run-out errors).
     SoftwareStack& megatron_2022 = stacks[1];
-    megatron_2022.gemm_efficiency = 0.877;
-    megatron_2022.memory_efficiency = 0.720;
+    megatron_2022.gemm_efficiency = 0.880;
+    megatron_2022.memory_efficiency = 0.733;
     // DistributedDataParallel's bucket_cap_mb of 25 MiB of fp32 gradients, whatever the
     // number of replicas.
     SoftwareStack& fsdp = stacks.back();

@@ -468,21 +468,18 @@ class Builder {
         if (options_.optimizer_step == OptimizerStepModel::kNone) continue;
         double duration = options_.optimizer_step_time.value();
         if (options_.optimizer_step == OptimizerStepModel::kMemoryBound) {
-          const double bandwidth =
-              topology_.device_type(rep.groups[g].devices[0]).memory_bandwidth.value();
-          double bytes = 0;
+          const BytesPerSecond bandwidth =
+              topology_.device_type(rep.groups[g].devices[0]).memory_bandwidth;
           duration = 0;
           for (int s = 0; s < stages_; ++s) {
             if (rep.stage_group[s] != g) continue;
-            // A measured step where the cost model has one, else the memory traffic.
+            // The cost model's step where it has one, else a pass over the stage's state.
             if (scratch_.optimizer_time[at(r, s)] >= 0) {
               duration += scratch_.optimizer_time[at(r, s)];
               continue;
             }
-            const StageMemory& m = out_.stage_memory[at(r, s)];
-            bytes += (m.gradients + m.optimizer_state * 2.0 + m.weights).value();
+            duration += state_pass_time(out_.stage_memory[at(r, s)], bandwidth).value();
           }
-          duration += bytes / bandwidth;
         }
         const int32_t step =
             add_task(TaskNode{TaskKind::kExternal, r, g, -1, -1, -1, -1, -1}, duration, false);

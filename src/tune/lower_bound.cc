@@ -129,10 +129,10 @@ Seconds lower_bound(const Context& ctx) {
           }
         }
         const DeviceGroup one{{info.node_devices[0][0]}};
-        const StageMemory mem = cost.stage_memory(LayerRange{l, l + 1}, one, MemoryOptions{});
-        const double step = ((mem.gradients + mem.optimizer_state * 2.0 + mem.weights) /
-                             info.type->memory_bandwidth)
-                                .value();
+        const double step =
+            optimizer_step_or_state_pass(cost, LayerRange{l, l + 1}, one, MemoryOptions{},
+                                         info.type->memory_bandwidth)
+                .value();
         c[l][k] = micro_batches * work + step;
       }
     }

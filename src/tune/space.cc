@@ -614,10 +614,10 @@ double estimate(const Context& ctx, const Candidate& c) {
     std::vector<double> step(rep.groups.size(), 0);
     for (size_t s = 0; s + 1 < rep.bounds.size(); ++s) {
       const int g = sg[s];
-      const StageMemory m = cost.stage_memory(LayerRange{rep.bounds[s], rep.bounds[s + 1]},
-                                              DeviceGroup{rep.groups[g]}, mem);
       const BytesPerSecond bw = ctx.types()[ctx.type_of(rep.groups[g][0])].type->memory_bandwidth;
-      step[g] += ((m.gradients + m.optimizer_state * 2.0 + m.weights) / bw).value();
+      step[g] += optimizer_step_or_state_pass(cost, LayerRange{rep.bounds[s], rep.bounds[s + 1]},
+                                              DeviceGroup{rep.groups[g]}, mem, bw)
+                     .value();
     }
     optimizer = std::max(optimizer, *std::max_element(step.begin(), step.end()));
   }

@@ -79,8 +79,9 @@ class AnalyticCostModel final : public CostModel {
   StageMemory stage_memory(LayerRange layers, const DeviceGroup& group,
                            const MemoryOptions& options) const override;
   // Measured layers' optimizer_step, on another device type scaled by the ratio of memory
-  // bandwidths, divided over the TP group and, under ZeRO, over the replicas; nullopt when a
-  // layer of the range has none.
+  // bandwidths, divided over the TP group and, under ZeRO, over the replicas; every other
+  // layer's update priced from its memory traffic at the stack's memory_efficiency
+  // (docs/timing-model.md, "The optimizer step"). Never nullopt.
   std::optional<Seconds> optimizer_step_time(LayerRange layers, const DeviceGroup& group,
                                              const MemoryOptions& options) const override;
   Bytes boundary_bytes(int layer) const override;
@@ -146,6 +147,13 @@ class AnalyticCostModel final : public CostModel {
   };
 
   LayerTimes layer_times(int layer, const DeviceType& device, int tp) const;
+  // Whether the profile gives the layer's optimizer step.
+  bool has_measured_step(size_t layer) const;
+  // Mixed-precision AdamW over `layers` on one device of `group` as memory traffic: the loss
+  // scale's unscale (fp16), the gradient norm, the update, the copy into the working weights
+  // and the gradient buffer's zeroing, at the stack's memory-bound rate.
+  Seconds update_traffic_time(LayerRange layers, const DeviceGroup& group,
+                              const MemoryOptions& options, const DeviceType& device) const;
   // The stage's parameters per device over the stack's bucket size, rounded up.
   int stack_buckets(LayerRange layers, const DeviceGroup& group, int64_t data_parallel) const;
   Seconds flat_time(Collective collective, const std::vector<int>& sorted_devices,
@@ -175,6 +183,7 @@ class AnalyticCostModel final : public CostModel {
   // Prefix sums over layers of device-independent figures.
   std::vector<double> stored_params_prefix_;
   std::vector<double> expert_params_prefix_;  // routed experts' parameters, prefix sums
+  std::vector<int> measured_steps_prefix_;    // layers whose profile gives the optimizer step
   std::vector<std::array<double, 3>> activation_prefix_;
   // The two largest layers by stored parameters in [i, i + 2^k), at [k][i] (a sparse table):
   // ZeRO-3 holds the whole weights of the layer in use and of the one gathered ahead, and the

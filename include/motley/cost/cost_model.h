@@ -144,8 +144,8 @@ class CostModel {
     return PipelineMessage{bytes, 1.0};
   }
   // The optimizer step over `layers`' parameters on each device of `group`, once per
-  // iteration, when the model knows it (measured layers); nullopt: the caller prices it from
-  // the stage's memory traffic (SimOptions, OptimizerStepModel::kMemoryBound).
+  // iteration, when the model knows it (the analytic model always does); nullopt: the caller
+  // prices it from the stage's memory (optimizer_step_or_state_pass below).
   virtual std::optional<Seconds> optimizer_step_time(LayerRange layers, const DeviceGroup& group,
                                                      const MemoryOptions& options) const {
     (void)layers;
@@ -207,6 +207,14 @@ StageMemory stage_memory_with(const CostModel& cost, LayerRange layers, const De
                               const MemoryOptions& options, const std::vector<int>& full_layers);
 ComputeTimes scaled(const ComputeTimes& whole, LayerRange shard);
 StageMemory scaled(const StageMemory& whole, LayerRange shard);
+
+// One pass over a stage's model state at `bandwidth`: (gradients + 2 optimizer_state + weights)
+// / bandwidth, the optimizer step of a cost model that does not price it itself.
+Seconds state_pass_time(const StageMemory& memory, BytesPerSecond bandwidth);
+// cost.optimizer_step_time where it answers, else state_pass_time of the range's stage_memory.
+Seconds optimizer_step_or_state_pass(const CostModel& cost, LayerRange layers,
+                                     const DeviceGroup& group, const MemoryOptions& options,
+                                     BytesPerSecond bandwidth);
 
 // A stage's data-parallel synchronization over one ring of devices (one per replica) at the end
 // of an iteration: the gradients all-reduced, or under ZeRO reduce-scattered (the last
