@@ -142,6 +142,8 @@ Plan motley_plan(const ModelSpec& model, const ClusterSpec& cluster,
   options.constraints.tensor_parallel = 1;
   options.constraints.pipeline_parallel = 4;
   options.constraints.data_parallel = 1;
+  // OctoPipe's times leave the optimizer step out: the search's objective does too.
+  options.optimizer_step = false;
   Result<TuneResult> r = tune(options, model, cluster);
   if (!r.is_ok()) {
     std::fprintf(stderr, "%s\n", r.status().message().c_str());

@@ -659,6 +659,29 @@ TEST(CliTest, VocabularyParallelPlansSimulateRunAndAreRefusedWhereTheyCannotBeEx
   EXPECT_EQ(denied.exit_code, 2);
 }
 
+// Iterations without the optimizer step, as peers publish them: `plan --no-optimizer-step`
+// reports and records the plan's time without it, which `simulate --plan --no-optimizer-step`
+// reproduces, and which the plan's simulation with the step exceeds.
+TEST(CliTest, NoOptimizerStepLeavesTheStepOutOfPlanAndSimulate) {
+  const TempDir scratch("cli_no_optimizer_step");
+  const std::string planned = scratch.file("planned.json");
+  RunResult made = run_motley(
+      "plan --quiet --max-plans 100 --model tiny-llama --cluster h100x8 --global-batch 16 "
+      "--no-optimizer-step --out " +
+      planned);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const double predicted =
+      nlohmann::json::parse(read_file(planned))["predicted"]["iteration_time_s"].get<double>();
+  RunResult bare = run_motley("simulate --plan " + planned + " --no-optimizer-step --json");
+  RunResult full = run_motley("simulate --plan " + planned + " --json");
+  ASSERT_EQ(bare.exit_code, 0) << bare.err;
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  const double t_bare = nlohmann::json::parse(bare.out)["iteration_time_s"].get<double>();
+  const double t_full = nlohmann::json::parse(full.out)["iteration_time_s"].get<double>();
+  EXPECT_DOUBLE_EQ(t_bare, predicted);
+  EXPECT_LT(t_bare, t_full);
+}
+
 // Per-layer recompute in a plan file: the simulator prices the listed layers' recompute, the
 // executor trains to the sequential reference's losses, and a layer outside its stage is refused
 // naming the field.

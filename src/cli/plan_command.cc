@@ -113,6 +113,7 @@ Status plan_command(const PlanOptions& opt) {
            {"preemption", preemption_json(r.preemption)},
            {"lower_bound_s", r.lower_bound.value()},
            {"efficiency", r.efficiency},
+           {"optimizer_step", options.optimizer_step},
            {"search_time_s", r.search_time.value()},
            {"candidates_evaluated", r.candidates_evaluated},
            {"constraints", constraints_json(options.constraints)},
@@ -128,9 +129,10 @@ Status plan_command(const PlanOptions& opt) {
             (options.constraints.any() ? " within " + describe_constraints(options.constraints)
                                        : std::string()));
     out += fmt::format(
-        "{} per iteration, {} tokens/s, bubble {:.1f}%, {}/M tokens; {:.3f} of the lower bound "
+        "{} per iteration{}, {} tokens/s, bubble {:.1f}%, {}/M tokens; {:.3f} of the lower bound "
         "({})\n",
         format_time(r.simulation.iteration_time),
+        options.optimizer_step ? "" : " (without the optimizer step)",
         format_count(r.simulation.throughput_tokens_per_s), 100 * r.simulation.bubble_fraction,
         format_money(r.dollars_per_million_tokens), r.efficiency, format_time(r.lower_bound));
     out += preemption_line(r.preemption, r.dollars_per_million_tokens,

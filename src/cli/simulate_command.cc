@@ -56,6 +56,7 @@ struct SimulateOptions {
   int context_parallel = 1;
   bool vocab_parallel = false;
   int data_parallel = 0;  // 0: as many replicas as the cluster holds
+  bool no_optimizer_step = false;
   StackChoice stack;
   std::string torch_pp_csv;  // the orders, from a PyTorch pipelining CSV
   std::string out;
@@ -208,6 +209,7 @@ Status simulate_command(const SimulateOptions& opt) {
   SimOptions sim_options;
   sim_options.source = source;
   sim_options.record_timeline = !opt.trace.empty() || !opt.svg.empty();
+  if (opt.no_optimizer_step) sim_options.optimizer_step = OptimizerStepModel::kNone;
   MOTLEY_ASSIGN_OR_RETURN(SimResult result, simulate(sim_options, s.plan, cost));
   s.plan.predicted = PredictedMetrics{result.iteration_time, result.throughput_tokens_per_s,
                                       result.bubble_fraction, "analytic"};
@@ -342,6 +344,9 @@ void add_simulate_command(CLI::App& app, Action* action) {
                   "pipeline rank, compute-only or with SEND/RECV) on the plan's stages")
       ->needs(plan);
   add_stack_options(cmd, &opt->stack);
+  cmd->add_flag("--no-optimizer-step", opt->no_optimizer_step,
+                "Simulate the iteration without the optimizer step (to compare with times "
+                "published that way)");
   cmd->add_option("--out", opt->out, "Write the plan (with predicted metrics) to this file");
   cmd->add_option("--trace", opt->trace, "Write a Chrome trace JSON (Perfetto, chrome://tracing)");
   cmd->add_option("--svg", opt->svg, "Write an SVG timeline");

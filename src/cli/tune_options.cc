@@ -107,6 +107,9 @@ void add_tune_options(CLI::App* cmd, TuneCliOptions* opt) {
                   "Split every sequence over groups of this many replicas (context parallelism, "
                   "ring attention); 1 rules it out (default: searched)")
       ->check(integer_in(1, kMaxOptionCount));
+  cmd->add_flag("--no-optimizer-step", opt->no_optimizer_step,
+                "Iterations without the optimizer step, searched, reported and bounded so "
+                "(to compare with times published that way)");
   cmd->add_option("--budget", opt->budget,
                   "Most USD per hour the devices of a plan may cost (every strategy's plan)")
       ->check(positive_number());
@@ -265,6 +268,7 @@ Result<TuneSetup> prepare_tune(const TuneCliOptions& opt) {
   options.context_parallel = opt.context_parallel.value_or(0);
   if (opt.vocab_parallel) options.vocab_parallel = true;
   if (opt.no_vocab_parallel) options.vocab_parallel = false;
+  options.optimizer_step = !opt.no_optimizer_step;
   if (opt.zero_stage) {
     options.zero_stage = *opt.zero_stage;
   } else if (opt.zero1) {

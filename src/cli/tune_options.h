@@ -34,6 +34,7 @@ struct TuneCliOptions {
   std::optional<int> context_parallel;   // unset: searched
   bool vocab_parallel = false;           // --vocab-parallel: every motley plan splits the head
   bool no_vocab_parallel = false;        // --no-vocab-parallel: none does (default: searched)
+  bool no_optimizer_step = false;        // --no-optimizer-step: iterations without the step
   std::optional<double> budget;          // USD per hour
   std::optional<double> deadline_hours;  // with train_tokens
   std::optional<double> train_tokens;

@@ -14,6 +14,10 @@
 namespace motley::tune_internal {
 namespace {
 
+OptimizerStepModel optimizer_step_model(const TuneOptions& options) {
+  return options.optimizer_step ? OptimizerStepModel::kMemoryBound : OptimizerStepModel::kNone;
+}
+
 constexpr size_t kScreenedKept = 16;
 
 // Prices a plan of a few replicas as if it had d: the gradient all-reduce of a ring over the
@@ -216,6 +220,7 @@ Evaluation Evaluator::run(const Candidate& c, Fidelity fidelity, Simulator& sim)
   }
   SimOptions options;
   options.source = "candidate";
+  options.optimizer_step = optimizer_step_model(ctx_.options());
   Result<SimResult> result = sim.run(options, plan.value(), cost);
   if (!result.is_ok()) {
     e.status = result.status();
@@ -382,6 +387,7 @@ Result<std::pair<Plan, SimResult>> Evaluator::replay(const Candidate& c) {
   MOTLEY_ASSIGN_OR_RETURN(Plan plan, assemble(ctx_, c));
   SimOptions options;
   options.source = "plan";
+  options.optimizer_step = optimizer_step_model(ctx_.options());
   MOTLEY_ASSIGN_OR_RETURN(
       SimResult result,
       simulators_[0]->run(options, plan,

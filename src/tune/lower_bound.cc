@@ -130,9 +130,11 @@ Seconds lower_bound(const Context& ctx) {
         }
         const DeviceGroup one{{info.node_devices[0][0]}};
         const double step =
-            optimizer_step_or_state_pass(cost, LayerRange{l, l + 1}, one, MemoryOptions{},
-                                         info.type->memory_bandwidth)
-                .value();
+            !ctx.options().optimizer_step
+                ? 0.0
+                : optimizer_step_or_state_pass(cost, LayerRange{l, l + 1}, one, MemoryOptions{},
+                                               info.type->memory_bandwidth)
+                      .value();
         c[l][k] = micro_batches * work + step;
       }
     }

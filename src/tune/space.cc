@@ -610,6 +610,7 @@ double estimate(const Context& ctx, const Candidate& c) {
   }
   double optimizer = 0;
   for (const PipelineSpec& rep : c.replicas) {
+    if (!ctx.options().optimizer_step) break;
     const std::vector<int> sg = shape_stage_group(c.schedule, static_cast<int>(rep.groups.size()));
     std::vector<double> step(rep.groups.size(), 0);
     for (size_t s = 0; s + 1 < rep.bounds.size(); ++s) {

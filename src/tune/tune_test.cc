@@ -571,6 +571,45 @@ TEST(TuneTest, LowerBoundIsTheWorkOverTheAggregateRate) {
   ASSERT_TRUE(h100.is_ok());
   const double step = 8 * 15e9 / h100.value()->memory_bandwidth.value();
   EXPECT_NEAR(bound->value(), ((7 * 3e-3 + 9e-3) * 16 + step) / 4, 1e-12);
+  // Iterations without the optimizer step: the work alone.
+  h.options.optimizer_step = false;
+  bound = iteration_lower_bound(h.options, h.model, h.cluster);
+  ASSERT_TRUE(bound.is_ok());
+  EXPECT_NEAR(bound->value(), (7 * 3e-3 + 9e-3) * 16 / 4, 1e-12);
+}
+
+// Searched without the optimizer step (to compare with times published so), the plan's
+// predicted iteration is its simulation without the step, shorter than with it by at least the
+// shortest group's step.
+TEST(TuneTest, WithoutTheOptimizerStepPlansArePricedWithoutIt) {
+  Result<ModelSpec> model = model_preset("tiny-llama");
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  Result<ClusterSpec> cluster = cluster_preset("h100x8");
+  ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
+  TuneOptions options;
+  options.global_batch = 16;
+  options.micro_batch_size = 1;
+  options.max_evaluations = 300;
+  options.clock = frozen_clock();
+  options.optimizer_step = false;
+  Result<TuneResult> r = tune(options, model.value(), cluster.value());
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  const Plan& plan = r->plan;
+  AnalyticCostOptions cost_options{plan_workload(plan, model.value())};
+  cost_options.sequence_parallel = plan.sequence_parallel;
+  Result<std::unique_ptr<AnalyticCostModel>> cost =
+      AnalyticCostModel::create(model.value(), cluster.value(), cost_options, model->name);
+  ASSERT_TRUE(cost.is_ok()) << cost.status().message();
+  SimOptions without;
+  without.optimizer_step = OptimizerStepModel::kNone;
+  Result<SimResult> bare = simulate(without, plan, **cost);
+  Result<SimResult> full = simulate(SimOptions{}, plan, **cost);
+  ASSERT_TRUE(bare.is_ok() && full.is_ok());
+  ASSERT_TRUE(plan.predicted.has_value());
+  EXPECT_DOUBLE_EQ(plan.predicted->iteration_time.value(), bare->iteration_time.value());
+  EXPECT_DOUBLE_EQ(r->simulation.iteration_time.value(), bare->iteration_time.value());
+  EXPECT_LT(bare->iteration_time.value(), full->iteration_time.value());
+  EXPECT_LE(r->lower_bound.value(), bare->iteration_time.value());
 }
 
 TEST(TuneTest, MegatronBaselinesSplitTheDecoderLayers) {

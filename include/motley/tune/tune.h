@@ -128,6 +128,10 @@ struct TuneOptions {
   // megatron-tuned try candidates with and without it) unless false, which rules it out. Only
   // the analytic cost model prices it (a cost_model factory rules it out).
   bool search_sequence_parallel = true;
+  // The iteration includes the optimizer step, as training does. false: every plan is
+  // simulated, estimated and bounded without it, to compare with iteration times published
+  // that way (OctoPipe's, the zero-bubble schedules').
+  bool optimizer_step = true;
   PlanConstraints constraints;
   // Keep every baseline's outcome in TuneResult::baselines (motley only). The full search
   // builds the baselines anyway and may return one of their plans; the exhaustive search builds
