@@ -160,8 +160,9 @@ Status compare_command(const CompareOptions& opt) {
   OutputFiles files;
   if (!opt.html.empty()) {
     // The page draws motley's plan, simulated once more with its timeline, and every row.
-    MOTLEY_ASSIGN_OR_RETURN(const PlanReport report,
-                            prepare_plan_report(r.plan, model, model, cluster, opt.tune.stack));
+    MOTLEY_ASSIGN_OR_RETURN(
+        const PlanReport report,
+        prepare_plan_report(r.plan, model, model, cluster, opt.tune.stack, options.optimizer_step));
     HtmlReportInput input = html_input(report, "motley compare");
     input.title = fmt::format("{} on {}: motley against the baselines", model.name, cluster.name);
     input.lower_bound_s = r.lower_bound.value();

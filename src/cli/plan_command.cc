@@ -79,6 +79,7 @@ Status plan_command(const PlanOptions& opt) {
   const AnalyticCostModel& cost = *analytic;
   SimOptions sim_options;
   sim_options.record_timeline = !opt.trace.empty() || !opt.svg.empty();
+  if (!options.optimizer_step) sim_options.optimizer_step = OptimizerStepModel::kNone;
   MOTLEY_ASSIGN_OR_RETURN(SimResult timeline, simulate(sim_options, r.plan, cost));
   record_stack(cost_options.stack, &r.plan);
   OutputFiles files;

@@ -32,7 +32,8 @@
 namespace motley::cli {
 
 Result<PlanReport> prepare_plan_report(Plan plan, ModelSpec model, ModelSpec priced,
-                                       ClusterSpec cluster, const StackChoice& stack) {
+                                       ClusterSpec cluster, const StackChoice& stack,
+                                       bool optimizer_step) {
   PlanReport r;
   MOTLEY_ASSIGN_OR_RETURN(AnalyticCostOptions cost_options,
                           plan_cost_options(plan, priced, cluster, stack, "the plan"));
@@ -40,9 +41,11 @@ Result<PlanReport> prepare_plan_report(Plan plan, ModelSpec model, ModelSpec pri
                           AnalyticCostModel::create(priced, cluster, cost_options, priced.name));
   SimOptions sim;
   sim.record_timeline = true;
+  if (!optimizer_step) sim.optimizer_step = OptimizerStepModel::kNone;
   MOTLEY_ASSIGN_OR_RETURN(r.result, simulate(sim, plan, *r.cost));
 
   TuneOptions bound;
+  bound.optimizer_step = optimizer_step;
   bound.global_batch = plan.global_batch;
   bound.seq_len = plan.seq_len;
   bound.micro_batch_size = plan.micro_batch_size;

@@ -34,9 +34,10 @@ struct PlanReport {
 
 // Simulates `plan` (already validated) with the timeline under `stack`, priced with `priced`
 // (the model, or a profile standing in for it layer for layer), prices it and computes the
-// lower bound of its batch shape.
+// lower bound of its batch shape; both without the optimizer step unless `optimizer_step`.
 Result<PlanReport> prepare_plan_report(Plan plan, ModelSpec model, ModelSpec priced,
-                                       ClusterSpec cluster, const StackChoice& stack);
+                                       ClusterSpec cluster, const StackChoice& stack,
+                                       bool optimizer_step = true);
 
 // The page's input over `report` (which must outlive it).
 HtmlReportInput html_input(const PlanReport& report, std::string generator);

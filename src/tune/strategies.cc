@@ -1176,9 +1176,9 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   const size_t keep_layouts = std::min<size_t>(layout_rank.size(), size_class == 0 ? 24 : 12);
   const size_t screened = size_class == 0 ? 64 : size_class == 1 ? 48 : 32;
   const size_t climbs = size_class == 0 ? 6 : size_class == 1 ? 4 : 3;
-  // Up to 8 devices a simulation costs little (the search takes a fraction of a second), so
-  // each start gets more random perturbations: the plan found then depends less on the seed.
-  const int kicks = n_devices <= 8 ? 12 : size_class == 0 ? 3 : size_class == 1 ? 2 : 1;
+  // Up to 8 devices a simulation costs little (the search takes under a second), so each start
+  // gets more random perturbations: the plan found then depends less on the seed.
+  const int kicks = n_devices <= 8 ? 24 : size_class == 0 ? 3 : size_class == 1 ? 2 : 1;
 
   // Candidates: the kept layouts x schedules x micro-batch sizes, with each ZeRO stage where
   // there are replicas to shard across (2 and 3 where ZeRO-1 is short of memory) and with and
