@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# How the cost model prices the runs Narayanan et al. 2021 ("Efficient Large-Scale Language Model
+# Training on GPU Clusters Using Megatron-LM", arXiv 2104.04473) measured on Selene (DGX A100
+# 80GB, NVSwitch, 8 x 200 Gb/s HDR InfiniBand per node): GPT models with V = 51,200 and
+# s = 2,048, fp16, activation recomputation, Megatron-LM of 2021. None of these runs is among the
+# ones the built-in megatron-lm-2022 stack was fitted to (Korthikanti et al. 2022), so this is a
+# held-out check of that stack. A benchmark, not a test.
+#
+# - Table 2, PTD-P rows: GPT-3 175B (TP 8 x PP 12) on 384 / 768 / 1,536 GPUs, global batch
+#   1,536, and 530B (TP 8 x PP 35) on 560 / 1,120 / 2,240 GPUs, global batch 2,240, micro-batch
+#   1 -- the whole layout is published.
+# - Table 1, weak scaling from 1.7B to 1T: TP, PP, GPUs and global batch are published, the
+#   micro-batch size is not, so every row is priced under each size in MBS (default "1 2").
+# - Table 2, ZeRO-3 rows: the same two models data-parallel only under DeepSpeed's ZeRO-3
+#   (micro-batch 4 / 2 / 1). DeepSpeed is not the stack priced here; the rows show how far a
+#   Megatron-priced ZeRO-3 is from what DeepSpeed measured then.
+#
+# The "published" time of each run is its TFLOP/s per GPU turned back into seconds with the
+# paper's own FLOP count, which includes the recomputed forward (their Eq. 3):
+# 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
+#
+# Usage: scripts/a100-published-check.sh [BUILD_DIR]   (default: build)
+# Environment: STACK (default megatron-lm-2022) or CALIBRATION (a calibration file); MBS;
+# SCHEDULE (pipeline schedule for PP > 1: 1f1b, the default, or interleaved with two chunks where
+# a stage's layers split evenly); KEEP (a directory to keep the generated files in).
+set -euo pipefail
+
+BUILD=${1:-build}
+MOTLEY="$(cd "$BUILD" && pwd)/motley"
+MBS=${MBS:-"1 2"}
+STACK=${STACK:-megatron-lm-2022}
+SCHEDULE=${SCHEDULE:-1f1b}
+DIR=${KEEP:-$(mktemp -d)}
+mkdir -p "$DIR"
+[[ -n "${KEEP:-}" ]] || trap 'rm -rf "$DIR"' EXIT
+
+if [[ -n "${CALIBRATION:-}" ]]; then
+  PRICE=(--calibration "$CALIBRATION")
+else
+  PRICE=(--stack "$STACK")
+fi
+
+# write_cases TABLE MBS OUT: the runs of TABLE (t1, t2 or zero3) as a calibration-cases/1 file,
+# with their models and clusters next to it.
+write_cases() {
+  python3 - "$DIR" "$1" "$2" "$SCHEDULE" "$3" <<'PY'
+import json, os, sys
+
+out_dir, table, mbs, schedule, cases_path = sys.argv[1:]
+mbs = int(mbs)
+VOCAB, SEQ = 51200, 2048
+PEAK_FP16 = 312.0  # A100 dense fp16 TFLOP/s (NVIDIA A100 datasheet)
+SOURCE = "Narayanan et al. 2021, arXiv 2104.04473"
+# name, heads, hidden, layers, TP, PP, GPUs, global batch, TFLOP/s per GPU (Table 1)
+TABLE1 = [
+    ("1.7b", 24, 2304, 24, 1, 1, 32, 512, 137),
+    ("3.6b", 32, 3072, 30, 2, 1, 64, 512, 138),
+    ("7.5b", 32, 4096, 36, 4, 1, 128, 512, 142),
+    ("18b", 48, 6144, 40, 8, 1, 256, 1024, 135),
+    ("39b", 64, 8192, 48, 8, 2, 512, 1536, 138),
+    ("76b", 80, 10240, 60, 8, 4, 1024, 1792, 140),
+    ("146b", 96, 12288, 80, 8, 8, 1536, 2304, 148),
+    ("310b", 128, 16384, 96, 8, 16, 1920, 2160, 155),
+    ("530b", 128, 20480, 105, 8, 35, 2520, 2520, 163),
+    ("1t", 160, 25600, 128, 8, 64, 3072, 3072, 163),
+]
+GPT3 = ("175b", 96, 12288, 96)
+MT530 = ("530b", 128, 20480, 105)
+# model, TP, PP, GPUs, global batch, micro-batch, TFLOP/s per GPU (Table 2)
+PTDP = [
+    (GPT3, 8, 12, 384, 1536, 1, 153), (GPT3, 8, 12, 768, 1536, 1, 149),
+    (GPT3, 8, 12, 1536, 1536, 1, 141), (MT530, 8, 35, 560, 2240, 1, 171),
+    (MT530, 8, 35, 1120, 2240, 1, 167), (MT530, 8, 35, 2240, 2240, 1, 159),
+]
+ZERO3 = [
+    (GPT3, 1, 1, 384, 1536, 4, 144), (GPT3, 1, 1, 768, 1536, 2, 88),
+    (GPT3, 1, 1, 1536, 1536, 1, 44), (MT530, 1, 1, 640, 2560, 4, 138),
+    (MT530, 1, 1, 1120, 2240, 2, 98), (MT530, 1, 1, 2240, 2240, 1, 48),
+]
+
+def model(name, heads, hidden, layers):
+    block = {"kind": "decoder_block", "norm_bias": True,
+             "attention": {"hidden": hidden, "num_heads": heads, "qkv_bias": True,
+                           "output_bias": True},
+             "ffn": {"hidden": hidden, "ffn_size": 4 * hidden, "activation": "gelu",
+                     "bias": True}}
+    ls = [{"name": "embed", "kind": "embedding",
+           "embedding": {"vocab": VOCAB, "hidden": hidden, "learned_positions": SEQ}}]
+    ls += [dict(block, name=f"layers.{i}") for i in range(layers)]
+    ls.append({"name": "head", "kind": "head", "norm_bias": True,
+               "head": {"vocab": VOCAB, "hidden": hidden, "tied": True}})
+    return {"format": "motley.model/1", "name": f"gpt-{name}", "family": "gpt",
+            "default_seq_len": SEQ, "dtype": "fp16", "dropout": True, "layers": ls}
+
+def cluster(nodes):
+    return "\n".join([
+        "# DGX A100 80GB on Selene: NVSwitch inside a node, 8 x 200 Gb/s HDR InfiniBand.",
+        f"name: dgx-a100-x{nodes}",
+        "network: {kind: infiniband, bandwidth_GBps: 25, latency_us: 2}",
+        "nodes:",
+        "  - name: dgx",
+        f"    count: {nodes}",
+        "    devices: {type: A100-80GB, count: 8}",
+        "    interconnect: {kind: nvlink, bandwidth_GBps: 300, latency_us: 2}",
+        "    devices_per_pcie_switch: 2",
+        "    nic: {bandwidth_GBps: 25, latency_us: 1, count: 8}",
+        ""])
+
+if table == "t1":
+    runs = [((n, a, h, l), tp, pp, g, b, mbs, tf) for n, a, h, l, tp, pp, g, b, tf in TABLE1]
+else:
+    runs = PTDP if table == "t2" else ZERO3
+cases = []
+for (name, heads, hidden, layers), tp, pp, gpus, batch, m, tflops in runs:
+    model_file = f"gpt-{name}.json"
+    with open(os.path.join(out_dir, model_file), "w") as f:
+        json.dump(model(name, heads, hidden, layers), f)
+    cluster_file = f"dgx-a100-x{gpus // 8}.yaml"
+    with open(os.path.join(out_dir, cluster_file), "w") as f:
+        f.write(cluster(gpus // 8))
+    dp = gpus // (tp * pp)
+    while (batch // dp) % m:  # the largest size up to MBS that divides a replica's batch
+        m -= 1
+    # Megatron-LM interleaves only where a stage's layers split into two equal chunks and the
+    # micro-batches are a multiple of the pipeline's depth; elsewhere the run is priced as 1F1B.
+    chunks = 1
+    if (schedule == "interleaved" and pp > 1 and layers % (2 * pp) == 0
+            and (batch // dp // m) % pp == 0):
+        chunks = 2
+    flops = 96 * batch * SEQ * layers * hidden**2 * (
+        1 + SEQ / (6 * hidden) + VOCAB / (16 * layers * hidden))
+    cases.append({
+        "id": f"{table}-{name}-{gpus}gpu-mbs{m}", "model": model_file, "cluster": cluster_file,
+        "tp": tp, "pp": pp, "dp": dp, "global_batch": batch, "micro_batch_size": m,
+        "seq_len": SEQ, "schedule": "interleaved" if chunks > 1 else "1f1b",
+        "virtual_stages": chunks, "recompute": "full", "partition": "megatron",
+        "zero_stage": 3 if table == "zero3" else 0, "metric": "iteration_time_s",
+        "published": flops / (tflops * 1e12 * gpus),
+        "note": f"published {tflops} TFLOP/s/GPU ({tflops / PEAK_FP16:.0%} of peak)",
+        "source": SOURCE})
+with open(cases_path, "w") as f:
+    json.dump({"format": "calibration-cases/1", "about": f"{SOURCE}, {table}", "cases": cases},
+              f, indent=1)
+PY
+}
+
+# price CASES: the cases under the stack, one row each, then the mean and max error.
+price() {
+  "$MOTLEY" calibrate --cases "$1" "${PRICE[@]}" --json > "$1.result"
+  python3 - "$1.result" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"{'case':26} {'published':>10} {'predicted':>10} {'error':>7}")
+for c in r["cases"]:
+    print(f"{c['id']:26} {c['measured_s']:9.2f}s {c['predicted_s']:9.2f}s {c['error_pct']:+6.1f}%")
+print(f"mean |error| {r['mean_abs_error_pct']:.1f}%, max {r['max_abs_error_pct']:.1f}%")
+PY
+}
+
+echo "== Table 2, PTD-P (micro-batch 1, published), schedule $SCHEDULE, ${PRICE[*]}"
+write_cases t2 1 "$DIR/t2.json"
+price "$DIR/t2.json"
+for mbs in $MBS; do
+  echo "== Table 1, weak scaling, micro-batch $mbs (assumed), schedule $SCHEDULE, ${PRICE[*]}"
+  write_cases t1 "$mbs" "$DIR/t1-mbs$mbs.json"
+  price "$DIR/t1-mbs$mbs.json"
+done
+echo "== Table 2, DeepSpeed ZeRO-3 rows (not the stack priced), ${PRICE[*]}"
+write_cases zero3 1 "$DIR/zero3.json"
+price "$DIR/zero3.json"
