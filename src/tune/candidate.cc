@@ -224,6 +224,7 @@ std::vector<std::vector<GroupLoad>> group_loads(const Context& ctx, const Candid
                                                 const CostModel* collectives) {
   const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel, c.context_parallel);
   std::vector<std::vector<GroupLoad>> out;
+  PassOverheadCache shared;
   for (size_t r = 0; r < c.replicas.size(); ++r) {
     const PipelineSpec& rep = c.replicas[r];
     const int p = static_cast<int>(rep.groups.size());
@@ -235,7 +236,7 @@ std::vector<std::vector<GroupLoad>> group_loads(const Context& ctx, const Candid
       if (layers.size() == 0) continue;
       const ComputeTimes t = cost.compute(layers, DeviceGroup{rep.groups[g]}, rep.recompute[s]);
       const PassOverhead o = pass_overhead(ctx, collectives != nullptr ? *collectives : cost, c,
-                                           static_cast<int>(r), s, t);
+                                           static_cast<int>(r), s, t, &shared);
       loads[g].forward += t.forward.value() + o.forward;
       loads[g].backward += (t.backward_input + t.recompute).value() + o.backward;
       loads[g].weight += t.backward_weight.value() + o.weight;

@@ -397,7 +397,8 @@ std::vector<int64_t> split_micro_batches(const std::vector<double>& slope,
 }
 
 PassOverhead pass_overhead(const Context& ctx, const CostModel& cost, const Candidate& c,
-                           int replica, size_t stage, const ComputeTimes& t) {
+                           int replica, size_t stage, const ComputeTimes& t,
+                           PassOverheadCache* cache) {
   PassOverhead out;
   const PipelineSpec& rep = c.replicas[replica];
   const int g = shape_stage_group(c.schedule, static_cast<int>(rep.groups.size()))[stage];
@@ -415,12 +416,23 @@ PassOverhead pass_overhead(const Context& ctx, const CostModel& cost, const Cand
     return out;
   };
   if (zero >= 2 && c.replicas.size() > 1) {
-    MemoryOptions whole;  // no ZeRO; expert parallelism's share of the experts
-    whole.data_parallel = static_cast<int64_t>(c.replicas.size());
-    whole.expert_parallel = c.expert_parallel;
-    const DataParallelSync stage1 =
-        data_parallel_sync(cost, ring(0, c.replicas.size()),
-                           cost.stage_memory(layers, group, whole), 1, CollectiveAlgorithm::kAuto);
+    const std::array<int, 4> key{g, layers.begin, layers.end, group.tp()};
+    DataParallelSync stage1;
+    bool known = false;
+    if (cache != nullptr) {
+      const auto it = cache->zero_sync.find(key);
+      known = it != cache->zero_sync.end();
+      if (known) stage1 = it->second;
+    }
+    if (!known) {
+      MemoryOptions whole;  // no ZeRO; expert parallelism's share of the experts
+      whole.data_parallel = static_cast<int64_t>(c.replicas.size());
+      whole.expert_parallel = c.expert_parallel;
+      stage1 = data_parallel_sync(cost, ring(0, c.replicas.size()),
+                                  cost.stage_memory(layers, group, whole), 1,
+                                  CollectiveAlgorithm::kAuto);
+      if (cache != nullptr) cache->zero_sync.emplace(key, stage1);
+    }
     const Seconds backward = fused ? t.fused_backward() : t.backward_input;
     const ShardedPassOverhead o = sharded_pass_overhead(
         zero, stage1, t.forward, backward, fused ? t.fused_backward() : t.backward_weight);
@@ -529,7 +541,8 @@ LayerRange own_layers(const Context& ctx, const Candidate& c, const PipelineSpec
   return layers;
 }
 
-double replica_estimate(const Context& ctx, const Candidate& c, int replica, int64_t m) {
+double replica_estimate(const Context& ctx, const Candidate& c, int replica, int64_t m,
+                        PassOverheadCache* cache) {
   const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel, c.context_parallel);
   const PipelineSpec& rep = c.replicas[replica];
   const int p = static_cast<int>(rep.groups.size());
@@ -549,7 +562,7 @@ double replica_estimate(const Context& ctx, const Candidate& c, int replica, int
     if (layers.size() == 0) continue;
     const ComputeTimes t = cost.compute(layers, DeviceGroup{rep.groups[g]}, rep.recompute[s]);
     add(g, t);
-    load[g] += pass_overhead(ctx, cost, c, replica, s, t).total();
+    load[g] += pass_overhead(ctx, cost, c, replica, s, t, cache).total();
   }
   const std::vector<ComputeTimes> shards = vocab_shard_times(ctx, cost, c, replica);
   for (size_t g = 0; g < shards.size(); ++g) add(static_cast<int>(g), shards[g]);
@@ -573,9 +586,10 @@ double replica_estimate(const Context& ctx, const Candidate& c, int replica, int
 double estimate(const Context& ctx, const Candidate& c) {
   const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel, c.context_parallel);
   double pipelines = 0;
+  PassOverheadCache shared;
   for (size_t r = 0; r < c.replicas.size(); ++r) {
-    pipelines = std::max(
-        pipelines, replica_estimate(ctx, c, static_cast<int>(r), c.replicas[r].micro_batches));
+    pipelines = std::max(pipelines, replica_estimate(ctx, c, static_cast<int>(r),
+                                                     c.replicas[r].micro_batches, &shared));
   }
   MemoryOptions mem;
   mem.data_parallel = static_cast<int64_t>(c.replicas.size());
@@ -876,9 +890,10 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
     }
   } else {
     std::vector<double> slope, offset;
+    PassOverheadCache shared;
     for (int r = 0; r < replicas; ++r) {
-      const double one = replica_estimate(ctx, c, r, 1);
-      const double two = replica_estimate(ctx, c, r, 2);
+      const double one = replica_estimate(ctx, c, r, 1, &shared);
+      const double two = replica_estimate(ctx, c, r, 2, &shared);
       slope.push_back(two - one);
       offset.push_back(one - (two - one));
     }

@@ -4,6 +4,7 @@
 // cheap estimate used to prune before simulating. Pure functions over a Context; thread-safe.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -127,7 +128,10 @@ bool has_tensor_parallel_group(const Context& ctx, const Layout& layout);
 // over the goodput, preemption.h); infinite for a candidate over the budget.
 double objective_estimate(const Context& ctx, const Candidate& c);
 // The same for one replica, without all-reduce and optimizer.
-double replica_estimate(const Context& ctx, const Candidate& c, int replica, int64_t m);
+// `cache` (optional, for one candidate) keeps the collectives its replicas share.
+struct PassOverheadCache;
+double replica_estimate(const Context& ctx, const Candidate& c, int replica, int64_t m,
+                        PassOverheadCache* cache = nullptr);
 
 // What every micro-batch's passes of stage `stage` of replica `replica` carry beyond their
 // compute `t`, as the simulator prices them: ZeRO-2 and -3's collectives (sharded_pass_overhead,
@@ -138,8 +142,16 @@ struct PassOverhead {
   double forward = 0, backward = 0, weight = 0;
   double total() const { return forward + backward + weight; }
 };
+// ZeRO-2 and -3's ring is the same for every replica's groups of one index, so its price
+// depends only on that index and the stage's layers and TP degree: `cache` keeps it across the
+// replicas and stages of one candidate (and one cost model), which keeps a candidate of R
+// replicas at O(R) collective pricings rather than O(R^2).
+struct PassOverheadCache {
+  std::map<std::array<int, 4>, DataParallelSync> zero_sync;  // (group, begin, end, tp)
+};
 PassOverhead pass_overhead(const Context& ctx, const CostModel& cost, const Candidate& c,
-                           int replica, size_t stage, const ComputeTimes& t);
+                           int replica, size_t stage, const ComputeTimes& t,
+                           PassOverheadCache* cache = nullptr);
 
 // Vocabulary parallelism: whether it can split the embedding too (the model's first layer states
 // a vocabulary, and a layer lies between it and the head); each group's share of the rows of

@@ -211,6 +211,45 @@ TEST(SpaceTest, EstimateOfOneF1BIsMetisFormula) {
   EXPECT_NEAR(estimate(*fx.ctx, c), 63e-3, 1e-12);
 }
 
+TEST(SpaceTest, ZeroRingsPricedOnceServeEveryReplica) {
+  // Four ZeRO-2 replicas of two groups over two nodes, with three different splits: a cache
+  // shared across their stages gives each pass exactly what pricing it alone gives.
+  TuneOptions o;
+  o.global_batch = 16;
+  o.zero_stage = 2;
+  // Links of 1 ms latency, so that the reduce-scatters outlast the tiny layers' passes.
+  Fixture fx(tiny_model(8), fixed_cluster({"H100-SXM", "H100-SXM"}, 4, milliseconds(1)), o);
+  Candidate c;
+  c.schedule = ScheduleSpec::named(ScheduleKind::k1f1b);
+  c.zero_stage = 2;
+  const std::vector<std::vector<int>> bounds = {{0, 3, 8}, {0, 4, 8}, {0, 3, 8}, {0, 6, 8}};
+  for (int r = 0; r < 4; ++r) {
+    c.replicas.push_back(PipelineSpec{{{2 * r}, {2 * r + 1}},
+                                      bounds[static_cast<size_t>(r)],
+                                      std::vector<RecomputePolicy>(2),
+                                      4});
+  }
+  const CostModel& cost = fx.ctx->cost(1, false, 1);
+  PassOverheadCache shared;
+  double total = 0;
+  for (int r = 0; r < 4; ++r) {
+    for (size_t s = 0; s < 2; ++s) {
+      const PipelineSpec& rep = c.replicas[static_cast<size_t>(r)];
+      const ComputeTimes t = cost.compute(LayerRange{rep.bounds[s], rep.bounds[s + 1]},
+                                          DeviceGroup{rep.groups[s]}, RecomputePolicy::kNone);
+      const PassOverhead alone = pass_overhead(*fx.ctx, cost, c, r, s, t);
+      const PassOverhead cached = pass_overhead(*fx.ctx, cost, c, r, s, t, &shared);
+      EXPECT_EQ(cached.forward, alone.forward);
+      EXPECT_EQ(cached.backward, alone.backward);
+      EXPECT_EQ(cached.weight, alone.weight);
+      total += alone.total();
+    }
+  }
+  EXPECT_GT(total, 0);
+  EXPECT_EQ(shared.zero_sync.size(), 6u);  // three distinct splits of two groups each
+  EXPECT_EQ(replica_estimate(*fx.ctx, c, 3, 4, &shared), replica_estimate(*fx.ctx, c, 3, 4));
+}
+
 TEST(SpaceTest, DescribeLayoutCountsReplicasOfOneMake) {
   Fixture fx(8, {"H100-SXM", "A100-80GB"}, 2, 16, two_speeds(8));
   std::vector<PipelineSpec> replicas = {
