@@ -852,12 +852,66 @@ AlphaBeta AnalyticCostModel::ring_parameters(std::span<const int> devices) const
   return concurrent_parameters(std::span<const std::pair<int, int>>(transfers.begin(), k));
 }
 
+std::shared_ptr<const AnalyticCostModel::RingShape> AnalyticCostModel::ring_shape(
+    const std::vector<int>& sorted_devices) const {
+  {
+    std::lock_guard<std::mutex> lock(ring_shapes_->mu);
+    auto it = ring_shapes_->shapes.find(sorted_devices);
+    if (it != ring_shapes_->shapes.end()) return it->second;
+  }
+  auto shape = std::make_shared<RingShape>();
+  shape->flat = achieved(ring_parameters(sorted_devices));
+  std::vector<std::vector<int>> by_node;
+  std::map<int, size_t> node_slot;
+  for (int d : sorted_devices) {
+    auto [it, inserted] = node_slot.emplace(topology_.devices()[d].node, by_node.size());
+    if (inserted) by_node.emplace_back();
+    by_node[it->second].push_back(d);
+  }
+  shape->nodes = static_cast<int>(by_node.size());
+  if (shape->nodes >= 2) {
+    shape->local_min = by_node[0].size();
+    size_t local_max = 0;
+    for (const auto& members : by_node) {
+      shape->local_min = std::min(shape->local_min, members.size());
+      local_max = std::max(local_max, members.size());
+      const std::pair<int, AlphaBeta> own{static_cast<int>(members.size()),
+                                          achieved(ring_parameters(members))};
+      const bool known = std::any_of(shape->intra.begin(), shape->intra.end(), [&](const auto& x) {
+        return x.first == own.first && x.second.latency == own.second.latency &&
+               x.second.bandwidth == own.second.bandwidth;
+      });
+      if (!known) shape->intra.push_back(own);
+    }
+    // One inter-node ring per local rank, all at once: they share the nodes' NICs. Nodes with
+    // fewer participants reuse theirs; each ring carries the largest shard, n / min(local).
+    std::vector<std::pair<int, int>> transfers;
+    for (size_t r = 0; r < local_max; ++r) {
+      for (size_t j = 0; j < by_node.size(); ++j) {
+        const auto& from = by_node[j];
+        const auto& to = by_node[(j + 1) % by_node.size()];
+        transfers.emplace_back(from[r % from.size()], to[r % to.size()]);
+      }
+    }
+    shape->inter = achieved(concurrent_parameters(transfers));
+  }
+  std::lock_guard<std::mutex> lock(ring_shapes_->mu);
+  if (ring_shapes_->device_ids + sorted_devices.size() > kMaxShapeDevices) {
+    ring_shapes_->shapes.clear();
+    ring_shapes_->device_ids = 0;
+  }
+  if (ring_shapes_->shapes.emplace(sorted_devices, shape).second) {
+    ring_shapes_->device_ids += sorted_devices.size();
+  }
+  return shape;
+}
+
 Seconds AnalyticCostModel::flat_time(Collective collective, const std::vector<int>& devices,
                                      Bytes bytes) const {
   const int k = static_cast<int>(devices.size());
   if (k < 2) return Seconds(0);
   if (collective != Collective::kAllToAll) {
-    return flat_collective_time(collective, k, bytes, achieved(ring_parameters(devices)));
+    return flat_collective_time(collective, k, bytes, ring_shape(devices)->flat);
   }
   // Pairwise exchange: in step s every device sends its block to the device s places ahead.
   // Every step is priced like the slowest one (largest latency, smallest share of bandwidth).
@@ -875,53 +929,29 @@ Seconds AnalyticCostModel::flat_time(Collective collective, const std::vector<in
 
 Seconds AnalyticCostModel::hierarchical_time(Collective collective, const std::vector<int>& devices,
                                              Bytes bytes) const {
-  std::vector<std::vector<int>> by_node;
-  std::map<int, size_t> node_slot;
-  for (int d : devices) {
-    auto [it, inserted] = node_slot.emplace(topology_.devices()[d].node, by_node.size());
-    if (inserted) by_node.emplace_back();
-    by_node[it->second].push_back(d);
-  }
-  const int nodes = static_cast<int>(by_node.size());
-  if (nodes < 2 || collective == Collective::kAllToAll)
-    return flat_time(collective, devices, bytes);
-
+  if (collective == Collective::kAllToAll) return flat_time(collective, devices, bytes);
+  const std::shared_ptr<const RingShape> shape = ring_shape(devices);
+  if (shape->nodes < 2) return flat_time(collective, devices, bytes);
   // Intra-node phases run in every node at once; the slowest node sets the pace.
-  size_t local_min = by_node[0].size();
-  size_t local_max = 0;
-  for (const auto& members : by_node) {
-    local_min = std::min(local_min, members.size());
-    local_max = std::max(local_max, members.size());
-  }
   auto intra = [&](Collective phase) {
     Seconds slowest(0);
-    for (const auto& members : by_node) {
-      const int local = static_cast<int>(members.size());
-      slowest = std::max(
-          slowest, flat_collective_time(phase, local, bytes, achieved(ring_parameters(members))));
+    for (const auto& [local, ring] : shape->intra) {
+      slowest = std::max(slowest, flat_collective_time(phase, local, bytes, ring));
     }
     return slowest;
   };
-  // One inter-node ring per local rank, all at once: they share the nodes' NICs. Nodes with
-  // fewer participants reuse theirs; each ring carries the largest shard, n / min(local).
-  std::vector<std::pair<int, int>> transfers;
-  for (size_t r = 0; r < local_max; ++r) {
-    for (int j = 0; j < nodes; ++j) {
-      const auto& from = by_node[j];
-      const auto& to = by_node[(j + 1) % nodes];
-      transfers.emplace_back(from[r % from.size()], to[r % to.size()]);
-    }
-  }
-  const AlphaBeta inter = achieved(concurrent_parameters(transfers));
-  const Bytes shard = bytes / static_cast<double>(local_min);
+  const Bytes shard = bytes / static_cast<double>(shape->local_min);
   switch (collective) {
     case Collective::kAllReduce:
-      return intra(Collective::kReduceScatter) + ring_all_reduce_time(nodes, shard, inter) +
+      return intra(Collective::kReduceScatter) +
+             ring_all_reduce_time(shape->nodes, shard, shape->inter) +
              intra(Collective::kAllGather);
     case Collective::kReduceScatter:
-      return intra(Collective::kReduceScatter) + ring_reduce_scatter_time(nodes, shard, inter);
+      return intra(Collective::kReduceScatter) +
+             ring_reduce_scatter_time(shape->nodes, shard, shape->inter);
     case Collective::kAllGather:
-      return ring_all_gather_time(nodes, shard, inter) + intra(Collective::kAllGather);
+      return ring_all_gather_time(shape->nodes, shard, shape->inter) +
+             intra(Collective::kAllGather);
     case Collective::kAllToAll:
       break;
   }

@@ -1180,6 +1180,26 @@ TEST(AnalyticComm, HierarchicalBeatsTheRingWhenEachDeviceHasANic) {
                intra + cross_latency + 0.5 * (n / 4) / kNicBandwidth);
 }
 
+TEST(AnalyticComm, HierarchicalOverUnevenNodesIsPacedByTheFullerNode) {
+  // Four devices of one node and two of the other: the intra-node phases take the four-device
+  // ring's time; the four inter-node rings carry n / 2 each and the second node's two NICs
+  // carry two of them each. The shape is kept per device set: asked again, in another order,
+  // the price is the same.
+  ModelSpec m = model_of({ffn_layer("ffn")});
+  const auto cost = analytic(m, two_nodes(4), ideal_links(workload(4096)));
+  const double n = 1e9;
+  const double cross_latency = 2 * kNicLatency + kNetworkLatency;
+  const double intra = 3 * kNvlinkLatency + 0.75 * n / kNvlinkBandwidth;
+  const double inter = 2 * cross_latency + (n / 2) / (kNicBandwidth / 2);
+  for (const std::vector<int>& devices :
+       {std::vector<int>{0, 1, 2, 3, 4, 5}, std::vector<int>{5, 3, 4, 1, 0, 2}}) {
+    expect_close(cost->collective_time(Collective::kAllReduce, devices, Bytes(n),
+                                       CollectiveAlgorithm::kHierarchical)
+                     .value(),
+                 intra + inter + intra);
+  }
+}
+
 TEST(AnalyticComm, SharedNicMakesTheRingWinOverSlowIntraNodeLinks) {
   // PCIe inside the nodes (20 GB/s) and one 50 GB/s NIC per node: the four inter-node rings
   // of the hierarchical algorithm share that NIC, 12.5 GB/s each.

@@ -583,11 +583,33 @@ double replica_estimate(const Context& ctx, const Candidate& c, int replica, int
          bubble_share(c.schedule, f / p, b / p, w / p) * (sum - bottleneck) + 2 * chain;
 }
 
+std::vector<size_t> estimated_replicas(const Context& ctx, const Candidate& c) {
+  std::vector<size_t> out;
+  // Expert and context parallelism price each replica's own group of replicas.
+  const bool own_groups = c.expert_parallel > 1 || c.context_parallel > 1;
+  std::set<std::string> makes;
+  for (size_t r = 0; r < c.replicas.size(); ++r) {
+    const PipelineSpec& rep = c.replicas[r];
+    std::string key = group_signature(ctx, rep.groups);
+    key += std::to_string(rep.micro_batches);
+    for (int bound : rep.bounds) {
+      key += ',';
+      key += std::to_string(bound);
+    }
+    for (RecomputePolicy policy : rep.recompute) {
+      key += static_cast<char>('a' + static_cast<int>(policy));
+    }
+    if (own_groups || makes.insert(std::move(key)).second) out.push_back(r);
+  }
+  return out;
+}
+
 double estimate(const Context& ctx, const Candidate& c) {
   const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel, c.context_parallel);
+  const std::vector<size_t> estimated = estimated_replicas(ctx, c);
   double pipelines = 0;
   PassOverheadCache shared;
-  for (size_t r = 0; r < c.replicas.size(); ++r) {
+  for (size_t r : estimated) {
     pipelines = std::max(pipelines, replica_estimate(ctx, c, static_cast<int>(r),
                                                      c.replicas[r].micro_batches, &shared));
   }
@@ -623,7 +645,8 @@ double estimate(const Context& ctx, const Candidate& c) {
     }
   }
   double optimizer = 0;
-  for (const PipelineSpec& rep : c.replicas) {
+  for (size_t r : estimated) {
+    const PipelineSpec& rep = c.replicas[r];
     if (!ctx.options().optimizer_step) break;
     const std::vector<int> sg = shape_stage_group(c.schedule, static_cast<int>(rep.groups.size()));
     std::vector<double> step(rep.groups.size(), 0);
@@ -640,7 +663,8 @@ double estimate(const Context& ctx, const Candidate& c) {
   // simulator prices it.
   double tied_sum = 0;
   if (const std::optional<CostModel::TiedLayers> tied = cost.tied_layers()) {
-    for (const PipelineSpec& rep : c.replicas) {
+    for (size_t r : estimated) {
+      const PipelineSpec& rep = c.replicas[r];
       const std::vector<int> sg =
           shape_stage_group(c.schedule, static_cast<int>(rep.groups.size()));
       int a = -1, b = -1;
@@ -771,6 +795,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
     }
     speed_sum += speed[r];
   }
+  PartitionCache own_partitions;
   for (int r = 0; r < replicas; ++r) {
     const auto& groups = layout.replicas[r];
     const int p = static_cast<int>(groups.size());
@@ -839,23 +864,23 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
           }
         }
       }
-      std::string key;
-      if (options.cache != nullptr) {
-        key = std::to_string(b) + "/" + std::to_string(static_cast<int>(schedule.shape)) + "/" +
-              std::to_string(schedule.chunks) + "/" + std::to_string(replicas) + "/" +
-              group_signature(ctx, groups) + "/";
-        for (int64_t x : req.in_flight) key += std::to_string(x) + ",";
-        key += adapts_to_memory(schedule) ? "a" : "f";
-        if (zero > 0) key += "z" + std::to_string(zero);
-        if (e > 1) key += "e" + std::to_string(e);
-        if (c.context_parallel > 1) key += "c" + std::to_string(c.context_parallel);
-        if (req.fused_backward) key += "u";
-        if (c.sequence_parallel) key += "s";
-        if (c.vocab_parallel) key += "v";
-        if (c.vocab_embedding) key += "E";
-      }
+      // Replicas of one make get one partition: from the search's cache, or within this
+      // candidate from a cache of its own.
+      PartitionCache* const cache = options.cache != nullptr ? options.cache : &own_partitions;
+      std::string key = std::to_string(b) + "/" + std::to_string(static_cast<int>(schedule.shape)) +
+                        "/" + std::to_string(schedule.chunks) + "/" + std::to_string(replicas) +
+                        "/" + group_signature(ctx, groups) + "/";
+      for (int64_t x : req.in_flight) key += std::to_string(x) + ",";
+      key += adapts_to_memory(schedule) ? "a" : "f";
+      if (zero > 0) key += "z" + std::to_string(zero);
+      if (e > 1) key += "e" + std::to_string(e);
+      if (c.context_parallel > 1) key += "c" + std::to_string(c.context_parallel);
+      if (req.fused_backward) key += "u";
+      if (c.sequence_parallel) key += "s";
+      if (c.vocab_parallel) key += "v";
+      if (c.vocab_embedding) key += "E";
       Result<Partition> part = infeasible("");
-      if (options.cache == nullptr || !options.cache->find(key, &part)) {
+      if (!cache->find(key, &part)) {
         part = balanced_partition(req, cost);
         // Schedules that adapt to memory can run with fewer micro-batches in flight.
         if (!part.is_ok() && part.status().code() == StatusCode::kInfeasible &&
@@ -863,7 +888,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
           req.in_flight.assign(stages, 1);
           part = balanced_partition(req, cost);
         }
-        if (options.cache != nullptr) options.cache->put(key, part);
+        cache->put(key, part);
       }
       if (!part.is_ok()) return part.status();
       spec.bounds = part->bounds;

@@ -113,7 +113,13 @@ std::vector<int64_t> split_micro_batches(const std::vector<double>& slope,
 // schedule's share of the other groups' time (1F1B: all of it, as Metis's
 // (m-1) max + sum), the slowest boundary transfer where it exceeds compute, plus the exposed
 // data-parallel all-reduce of the first stage and the optimizer step.
+// Replicas of one make (group types and TP degrees, layers, recompute and micro-batch count)
+// are estimated once, by the first of them (estimated_replicas): they differ only in where their
+// devices sit, which the boundary transfers of the first stand for. (Expert and context
+// parallelism price every replica: their groups of replicas differ.)
 double estimate(const Context& ctx, const Candidate& c);
+// The replicas `estimate` prices: the first of each make, or all of them.
+std::vector<size_t> estimated_replicas(const Context& ctx, const Candidate& c);
 
 // USD per second of the devices the candidate uses.
 double candidate_price_per_second(const Context& ctx, const Candidate& c);

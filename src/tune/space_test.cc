@@ -250,6 +250,23 @@ TEST(SpaceTest, ZeroRingsPricedOnceServeEveryReplica) {
   EXPECT_EQ(replica_estimate(*fx.ctx, c, 3, 4, &shared), replica_estimate(*fx.ctx, c, 3, 4));
 }
 
+TEST(SpaceTest, TheEstimatePricesTheFirstReplicaOfEachMake) {
+  Fixture fx(8, {"H100-SXM", "A100-80GB"}, 2, 16, two_speeds(8));
+  Candidate c;
+  c.schedule = ScheduleSpec::named(ScheduleKind::k1f1b);
+  const std::vector<RecomputePolicy> none(1);
+  // Two H100 replicas alike, an A100 one, and an H100 one with another micro-batch count.
+  c.replicas = {PipelineSpec{{{0}}, {0, 8}, none, 4}, PipelineSpec{{{1}}, {0, 8}, none, 4},
+                PipelineSpec{{{2}}, {0, 8}, none, 4}, PipelineSpec{{{0}}, {0, 8}, none, 3}};
+  EXPECT_EQ(estimated_replicas(*fx.ctx, c), (std::vector<size_t>{0, 2, 3}));
+  c.replicas[1].recompute = {RecomputePolicy::kFull};
+  EXPECT_EQ(estimated_replicas(*fx.ctx, c), (std::vector<size_t>{0, 1, 2, 3}));
+  // Expert parallelism prices every replica's own group.
+  c.replicas[1].recompute = none;
+  c.expert_parallel = 2;
+  EXPECT_EQ(estimated_replicas(*fx.ctx, c), (std::vector<size_t>{0, 1, 2, 3}));
+}
+
 TEST(SpaceTest, DescribeLayoutCountsReplicasOfOneMake) {
   Fixture fx(8, {"H100-SXM", "A100-80GB"}, 2, 16, two_speeds(8));
   std::vector<PipelineSpec> replicas = {

@@ -3,12 +3,14 @@
 // achieved bandwidth, a launch overhead per kernel) with the efficiencies of a named software
 // stack (software_stack.h), plus the tensor-parallel collectives on the critical path; measured
 // layers from their profile, TP priced when the profile lacks it; alpha-beta collectives on the
-// topology's paths. Formulas and sources: docs/timing-model.md. Immutable; thread-safe.
+// topology's paths. Formulas and sources: docs/timing-model.md. Immutable (but for a guarded
+// cache of ring shapes); thread-safe.
 #pragma once
 
 #include <array>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <utility>
@@ -166,6 +168,27 @@ class AnalyticCostModel final : public CostModel {
   AlphaBeta achieved(AlphaBeta ring) const;
   // ring_parameters from node_rings_ when the group lies in one small node.
   AlphaBeta group_ring(const std::vector<int>& devices) const;
+  // What a set of devices' ring collectives cost apart from their bytes: the flat ring's
+  // alpha-beta and the hierarchical algorithm's (every node's own ring, deduplicated, and the
+  // inter-node rings, all at the stack's collective efficiency). The search prices the same
+  // data-parallel rings for many candidates, and a ring of R devices resolves R paths, so
+  // shapes are kept per sorted device set (ring_shape; at most kMaxShapeDevices device ids in
+  // all, then forgotten at once).
+  struct RingShape {
+    AlphaBeta flat;
+    int nodes = 1;
+    size_t local_min = 0;                          // fewest devices in one node
+    std::vector<std::pair<int, AlphaBeta>> intra;  // (devices in a node, its ring)
+    AlphaBeta inter;                               // the nodes' rings, all at once
+  };
+  std::shared_ptr<const RingShape> ring_shape(const std::vector<int>& sorted_devices) const;
+  static constexpr size_t kMaxShapeDevices = size_t{1} << 22;
+  struct RingShapes {
+    std::mutex mu;
+    std::map<std::vector<int>, std::shared_ptr<const RingShape>> shapes;
+    size_t device_ids = 0;
+  };
+  std::unique_ptr<RingShapes> ring_shapes_ = std::make_unique<RingShapes>();
   // The cluster's measured sweep of `collective` over exactly `sorted_devices` (sorted, no
   // repeats); null when none was measured (ClusterSpec::measured_collectives).
   const std::vector<CollectiveSample>* measured_sweep(Collective collective,
