@@ -357,25 +357,12 @@ AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& 
   }
 
   // TP groups live inside one node: price each subset of a small node's devices once.
-  std::vector<std::vector<int>> members;
   for (const Device& d : topology_.devices()) {
-    if (d.node >= static_cast<int>(members.size())) members.resize(d.node + 1);
-    members[d.node].push_back(d.id);
+    if (d.node >= static_cast<int>(node_members_.size())) node_members_.resize(d.node + 1);
+    node_members_[d.node].push_back(d.id);
   }
-  node_rings_.resize(members.size());
-  std::vector<int> subset;
-  for (size_t node = 0; node < members.size(); ++node) {
-    const int local = static_cast<int>(members[node].size());
-    if (local > kMaxSubsetDevices) continue;
-    node_rings_[node].resize(size_t{1} << local);
-    for (uint32_t mask = 0; mask < (uint32_t{1} << local); ++mask) {
-      subset.clear();
-      for (int i = 0; i < local; ++i) {
-        if (mask & (uint32_t{1} << i)) subset.push_back(members[node][i]);
-      }
-      node_rings_[node][mask] = ring_parameters(subset);
-    }
-  }
+  node_rings_.resize(node_members_.size());
+  node_rings_once_ = std::make_unique<std::once_flag[]>(node_members_.size());
 }
 
 AnalyticCostModel::LayerTimes AnalyticCostModel::layer_times(int layer, const DeviceType& device,
@@ -821,8 +808,22 @@ AlphaBeta AnalyticCostModel::achieved(AlphaBeta ring) const {
 AlphaBeta AnalyticCostModel::group_ring(const std::vector<int>& devices) const {
   const std::vector<Device>& all = topology_.devices();
   const int node = all[devices[0]].node;
+  const std::vector<int>& members = node_members_[node];
+  const int local = static_cast<int>(members.size());
+  if (local > kMaxSubsetDevices) return ring_parameters(devices);
+  std::call_once(node_rings_once_[node], [&] {
+    std::vector<AlphaBeta>& table = node_rings_[node];
+    table.resize(size_t{1} << local);
+    std::vector<int> subset;
+    for (uint32_t mask = 0; mask < (uint32_t{1} << local); ++mask) {
+      subset.clear();
+      for (int i = 0; i < local; ++i) {
+        if (mask & (uint32_t{1} << i)) subset.push_back(members[i]);
+      }
+      table[mask] = ring_parameters(subset);
+    }
+  });
   const std::vector<AlphaBeta>& rings = node_rings_[node];
-  if (rings.empty()) return ring_parameters(devices);
   uint32_t mask = 0;
   for (int d : devices) {
     if (all[d].node != node) return ring_parameters(devices);

@@ -587,19 +587,24 @@ std::vector<size_t> estimated_replicas(const Context& ctx, const Candidate& c) {
   std::vector<size_t> out;
   // Expert and context parallelism price each replica's own group of replicas.
   const bool own_groups = c.expert_parallel > 1 || c.context_parallel > 1;
-  std::set<std::string> makes;
+  std::set<std::vector<int64_t>> makes;
+  std::vector<int64_t> key;
   for (size_t r = 0; r < c.replicas.size(); ++r) {
+    if (own_groups) {
+      out.push_back(r);
+      continue;
+    }
     const PipelineSpec& rep = c.replicas[r];
-    std::string key = group_signature(ctx, rep.groups);
-    key += std::to_string(rep.micro_batches);
-    for (int bound : rep.bounds) {
-      key += ',';
-      key += std::to_string(bound);
+    key.clear();
+    key.push_back(rep.micro_batches);
+    for (const auto& g : rep.groups) {
+      key.push_back(ctx.type_of(g.front()));
+      key.push_back(static_cast<int64_t>(g.size()));
     }
-    for (RecomputePolicy policy : rep.recompute) {
-      key += static_cast<char>('a' + static_cast<int>(policy));
-    }
-    if (own_groups || makes.insert(std::move(key)).second) out.push_back(r);
+    key.push_back(-1);
+    key.insert(key.end(), rep.bounds.begin(), rep.bounds.end());
+    for (RecomputePolicy policy : rep.recompute) key.push_back(static_cast<int64_t>(policy));
+    if (makes.insert(key).second) out.push_back(r);
   }
   return out;
 }
@@ -756,12 +761,14 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
                     "expert parallelism, and a micro-batch per group ({} micro-batches)",
                     cp, replicas, total));
   }
+  // Each replica's make, worked out once (a layout may hold thousands of replicas).
+  std::vector<std::string> make(static_cast<size_t>(replicas));
+  for (int r = 0; r < replicas; ++r) make[r] = group_signature(ctx, layout.replicas[r]);
   // A context group's members exchange each stage's keys and values TP rank by TP rank and run
   // in lockstep: they are of one make.
   for (int r = 0; cp > 1 && r < replicas; ++r) {
     const int lead = r / cp * cp;
-    if (group_signature(ctx, layout.replicas[r]) !=
-        group_signature(ctx, layout.replicas[static_cast<size_t>(lead)])) {
+    if (make[r] != make[static_cast<size_t>(lead)]) {
       return invalid_argument(fmt::format(
           "candidate: context parallelism {} needs each group of {} replicas of one make; "
           "replica {} differs from replica {}",
@@ -869,7 +876,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
       PartitionCache* const cache = options.cache != nullptr ? options.cache : &own_partitions;
       std::string key = std::to_string(b) + "/" + std::to_string(static_cast<int>(schedule.shape)) +
                         "/" + std::to_string(schedule.chunks) + "/" + std::to_string(replicas) +
-                        "/" + group_signature(ctx, groups) + "/";
+                        "/" + make[r] + "/";
       for (int64_t x : req.in_flight) key += std::to_string(x) + ",";
       key += adapts_to_memory(schedule) ? "a" : "f";
       if (zero > 0) key += "z" + std::to_string(zero);
@@ -900,10 +907,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
 
   // Micro-batch counts: equal for replicas of the same make, else by estimated speed.
   bool identical = true;
-  for (int r = 1; r < replicas; ++r) {
-    identical = identical && group_signature(ctx, layout.replicas[r]) ==
-                                 group_signature(ctx, layout.replicas[0]);
-  }
+  for (int r = 1; r < replicas && identical; ++r) identical = make[r] == make[0];
   if (c.context_parallel > 1) {
     for (int r = 0; r < replicas; ++r) {
       const int64_t g = r / c.context_parallel;

@@ -223,9 +223,12 @@ class AnalyticCostModel final : public CostModel {
   std::vector<DeviceTables> tables_;
   std::vector<int> table_of_device_;  // device id -> index into tables_
   // Ring parameters of every subset of a node's devices, indexed by the bit mask of their local
-  // indices; empty for nodes with more than kMaxSubsetDevices devices.
+  // indices, worked out the first time a group of that node is priced (a search on thousands of
+  // nodes prices groups on a few); none for nodes with more than kMaxSubsetDevices devices.
   static constexpr int kMaxSubsetDevices = 8;
-  std::vector<std::vector<AlphaBeta>> node_rings_;
+  std::vector<std::vector<int>> node_members_;  // device ids by local index
+  mutable std::vector<std::vector<AlphaBeta>> node_rings_;
+  std::unique_ptr<std::once_flag[]> node_rings_once_;
   // Measured collectives, each op over a sorted device set; usually none (searched in order).
   struct MeasuredSweep {
     Collective op = Collective::kAllReduce;
