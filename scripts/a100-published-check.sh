@@ -27,6 +27,7 @@ set -euo pipefail
 
 BUILD=${1:-build}
 MOTLEY="$(cd "$BUILD" && pwd)/motley"
+HERE=$(cd "$(dirname "$0")" && pwd)
 MBS=${MBS:-"1 2"}
 STACK=${STACK:-megatron-lm-2022}
 SCHEDULE=${SCHEDULE:-1f1b}
@@ -43,10 +44,13 @@ fi
 # write_cases TABLE MBS OUT: the runs of TABLE (t1, t2 or zero3) as a calibration-cases/1 file,
 # with their models and clusters next to it.
 write_cases() {
-  python3 - "$DIR" "$1" "$2" "$SCHEDULE" "$3" <<'PY'
+  python3 - "$DIR" "$1" "$2" "$SCHEDULE" "$3" "$HERE" <<'PY'
 import json, os, sys
 
-out_dir, table, mbs, schedule, cases_path = sys.argv[1:]
+out_dir, table, mbs, schedule, cases_path, here = sys.argv[1:]
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, here)
+from published_runs import dgx_cluster, gpt_model
 mbs = int(mbs)
 VOCAB, SEQ = 51200, 2048
 PEAK_FP16 = 312.0  # A100 dense fp16 TFLOP/s (NVIDIA A100 datasheet)
@@ -79,32 +83,13 @@ ZERO3 = [
 ]
 
 def model(name, heads, hidden, layers):
-    block = {"kind": "decoder_block", "norm_bias": True,
-             "attention": {"hidden": hidden, "num_heads": heads, "qkv_bias": True,
-                           "output_bias": True},
-             "ffn": {"hidden": hidden, "ffn_size": 4 * hidden, "activation": "gelu",
-                     "bias": True}}
-    ls = [{"name": "embed", "kind": "embedding",
-           "embedding": {"vocab": VOCAB, "hidden": hidden, "learned_positions": SEQ}}]
-    ls += [dict(block, name=f"layers.{i}") for i in range(layers)]
-    ls.append({"name": "head", "kind": "head", "norm_bias": True,
-               "head": {"vocab": VOCAB, "hidden": hidden, "tied": True}})
-    return {"format": "motley.model/1", "name": f"gpt-{name}", "family": "gpt",
-            "default_seq_len": SEQ, "dtype": "fp16", "dropout": True, "layers": ls}
+    return gpt_model(name, heads, hidden, layers, vocab=VOCAB, seq=SEQ, dtype="fp16",
+                     dropout=True, tied=True, learned_positions=True)
 
 def cluster(nodes):
-    return "\n".join([
-        "# DGX A100 80GB on Selene: NVSwitch inside a node, 8 x 200 Gb/s HDR InfiniBand.",
-        f"name: dgx-a100-x{nodes}",
-        "network: {kind: infiniband, bandwidth_GBps: 25, latency_us: 2}",
-        "nodes:",
-        "  - name: dgx",
-        f"    count: {nodes}",
-        "    devices: {type: A100-80GB, count: 8}",
-        "    interconnect: {kind: nvlink, bandwidth_GBps: 300, latency_us: 2}",
-        "    devices_per_pcie_switch: 2",
-        "    nic: {bandwidth_GBps: 25, latency_us: 1, count: 8}",
-        ""])
+    return dgx_cluster(f"dgx-a100-x{nodes}", nodes, "A100-80GB", 300, 25, [
+        "DGX A100 80GB on Selene: NVSwitch inside a node, 8 x 200 Gb/s HDR InfiniBand."],
+        per_pcie_switch=2)
 
 if table == "t1":
     runs = [((n, a, h, l), tp, pp, g, b, mbs, tf) for n, a, h, l, tp, pp, g, b, tf in TABLE1]

@@ -23,6 +23,7 @@ set -euo pipefail
 
 BUILD=${1:-build}
 MOTLEY="$(cd "$BUILD" && pwd)/motley"
+HERE=$(cd "$(dirname "$0")" && pwd)
 MBS=${MBS:-"1 2"}
 RECOMPUTE=${RECOMPUTE:-"none selective"}
 STACK=${STACK:-megatron-core}
@@ -40,10 +41,13 @@ fi
 for mbs in $MBS; do
   for recompute in $RECOMPUTE; do
     cases="$DIR/h100-mbs$mbs-$recompute.json"
-    python3 - "$DIR" "$mbs" "$recompute" "$SCHEDULE" "$cases" <<'PY'
+    python3 - "$DIR" "$mbs" "$recompute" "$SCHEDULE" "$cases" "$HERE" <<'PY'
 import json, os, sys
 
-out_dir, mbs, recompute, schedule, cases_path = sys.argv[1:]
+out_dir, mbs, recompute, schedule, cases_path, here = sys.argv[1:]
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, here)
+from published_runs import dgx_cluster, gpt_model
 mbs = int(mbs)
 VOCAB, SEQ = 131072, 4096
 PEAK_BF16 = 989.4  # H100 SXM dense bf16 TFLOP/s (NVIDIA H100 datasheet)
@@ -61,31 +65,13 @@ ROWS = [
 ]
 
 def model(name, heads, hidden, layers):
-    block = {"kind": "decoder_block", "norm_bias": True,
-             "attention": {"hidden": hidden, "num_heads": heads, "qkv_bias": True,
-                           "output_bias": True},
-             "ffn": {"hidden": hidden, "ffn_size": 4 * hidden, "activation": "gelu",
-                     "bias": True}}
-    ls = [{"name": "embed", "kind": "embedding", "embedding": {"vocab": VOCAB, "hidden": hidden}}]
-    ls += [dict(block, name=f"layers.{i}") for i in range(layers)]
-    ls.append({"name": "head", "kind": "head", "norm_bias": True,
-               "head": {"vocab": VOCAB, "hidden": hidden, "tied": False}})
-    return {"format": "motley.model/1", "name": f"gpt-{name}", "family": "gpt",
-            "default_seq_len": SEQ, "dtype": "bf16", "dropout": False, "layers": ls}
+    return gpt_model(name, heads, hidden, layers, vocab=VOCAB, seq=SEQ, dtype="bf16",
+                     dropout=False, tied=False, learned_positions=False)
 
 def cluster(nodes):
-    return "\n".join([
-        "# DGX H100: 8 x H100 SXM on NVLink 4 (900 GB/s both ways, 450 each), 8 x 400 Gb/s",
-        "# ConnectX-7 NDR InfiniBand per node (50 GB/s per NIC).",
-        f"name: dgx-h100-x{nodes}",
-        "network: {kind: infiniband, bandwidth_GBps: 50, latency_us: 2}",
-        "nodes:",
-        "  - name: dgx",
-        f"    count: {nodes}",
-        "    devices: {type: H100-SXM, count: 8}",
-        "    interconnect: {kind: nvlink, bandwidth_GBps: 450, latency_us: 2}",
-        "    nic: {bandwidth_GBps: 50, latency_us: 1, count: 8}",
-        ""])
+    return dgx_cluster(f"dgx-h100-x{nodes}", nodes, "H100-SXM", 450, 50, [
+        "DGX H100: 8 x H100 SXM on NVLink 4 (900 GB/s both ways, 450 each), 8 x 400 Gb/s",
+        "ConnectX-7 NDR InfiniBand per node (50 GB/s per NIC)."])
 
 cases = []
 for name, heads, hidden, layers, tp, pp, dp, gpus, batch, tflops in ROWS:

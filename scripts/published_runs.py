@@ -1,0 +1,42 @@
+"""Motley model and cluster files for published GPT training runs, shared by
+scripts/h100-range.sh and scripts/a100-published-check.sh."""
+
+
+def gpt_model(name, heads, hidden, layers, *, vocab, seq, dtype, dropout, tied,
+              learned_positions):
+    """A GPT of `layers` decoder blocks as Megatron-LM builds it: LayerNorm, multi-head
+    attention and a 4h GeLU MLP, all with biases; an embedding (with a learned position table
+    of `seq` rows when `learned_positions`) and a head, tied to it or not."""
+    block = {"kind": "decoder_block", "norm_bias": True,
+             "attention": {"hidden": hidden, "num_heads": heads, "qkv_bias": True,
+                           "output_bias": True},
+             "ffn": {"hidden": hidden, "ffn_size": 4 * hidden, "activation": "gelu",
+                     "bias": True}}
+    embedding = {"vocab": vocab, "hidden": hidden}
+    if learned_positions:
+        embedding["learned_positions"] = seq
+    ls = [{"name": "embed", "kind": "embedding", "embedding": embedding}]
+    ls += [dict(block, name=f"layers.{i}") for i in range(layers)]
+    ls.append({"name": "head", "kind": "head", "norm_bias": True,
+               "head": {"vocab": vocab, "hidden": hidden, "tied": tied}})
+    return {"format": "motley.model/1", "name": f"gpt-{name}", "family": "gpt",
+            "default_seq_len": seq, "dtype": dtype, "dropout": dropout, "layers": ls}
+
+
+def dgx_cluster(name, nodes, device, nvlink_gbps, nic_gbps, comment, per_pcie_switch=None):
+    """`nodes` DGX-style nodes of eight `device`s on NVLink/NVSwitch (`nvlink_gbps` per
+    direction) with a NIC of `nic_gbps` per device, on one InfiniBand fabric, as YAML;
+    `per_pcie_switch` devices share a PCIe switch where given."""
+    lines = [f"# {line}" for line in comment]
+    lines += [
+        f"name: {name}",
+        f"network: {{kind: infiniband, bandwidth_GBps: {nic_gbps}, latency_us: 2}}",
+        "nodes:",
+        "  - name: dgx",
+        f"    count: {nodes}",
+        f"    devices: {{type: {device}, count: 8}}",
+        f"    interconnect: {{kind: nvlink, bandwidth_GBps: {nvlink_gbps}, latency_us: 2}}"]
+    if per_pcie_switch is not None:
+        lines.append(f"    devices_per_pcie_switch: {per_pcie_switch}")
+    lines += [f"    nic: {{bandwidth_GBps: {nic_gbps}, latency_us: 1, count: 8}}", ""]
+    return "\n".join(lines)
