@@ -803,6 +803,9 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
     speed_sum += speed[r];
   }
   PartitionCache own_partitions;
+  // Replicas of one make with one first guess get one partition: the first one's, copied
+  // (the partition cache's key is a function of these two and of the candidate).
+  std::map<std::pair<std::string, int64_t>, size_t> first_of_make;
   for (int r = 0; r < replicas; ++r) {
     const auto& groups = layout.replicas[r];
     const int p = static_cast<int>(groups.size());
@@ -819,6 +822,15 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
             : std::max<int64_t>(1, options.proportional_micro_batches
                                        ? std::llround(total * speed[r] / speed_sum)
                                        : total / replicas);
+    const auto [made, first] = first_of_make.emplace(std::pair(make[r], guess), c.replicas.size());
+    if (!first) {
+      const PipelineSpec& twin = c.replicas[made->second];
+      spec.bounds = twin.bounds;
+      spec.recompute = twin.recompute;
+      spec.micro_batches = guess;
+      c.replicas.push_back(std::move(spec));
+      continue;
+    }
     if (options.split) {
       if (stages > max_stages(*options.split, ctx.model())) {
         return invalid_argument(
