@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -257,11 +258,38 @@ Result<GroupOrders> adaptive_orders(const ScheduleSpec& spec, const Plan& plan, 
   return adaptive_schedule(req);
 }
 
+// The request of a named schedule as bytes: generate_schedule is a function of its kind and
+// request, so replicas with equal requests (thousands, in a large data-parallel plan) share one
+// generation.
+std::string request_key(ScheduleKind kind, const ScheduleRequest& req) {
+  std::string key;
+  auto put = [&key](const auto& value) {
+    key.append(reinterpret_cast<const char*>(&value), sizeof(value));
+  };
+  put(kind);
+  put(req.num_groups);
+  put(req.num_stages);
+  put(req.micro_batches);
+  put(req.p2p_time.value());
+  for (int g : req.stage_group) put(g);
+  put(-1);
+  for (const ComputeTimes& t : req.stage_times) {
+    put(t.forward.value());
+    put(t.backward_input.value());
+    put(t.backward_weight.value());
+    put(t.recompute.value());
+  }
+  for (int64_t m : req.max_in_flight) put(m);
+  return key;
+}
+
 // A named schedule runs on the replica's coarse stages (times summed over their fine stages);
-// its orders are then expanded onto the fine stages.
+// its orders are then expanded onto the fine stages. `generated` keeps the orders of the
+// requests met so far.
 Result<GroupOrders> named_orders(const ScheduleSpec& spec, const PipelineSpec& rep,
                                  const std::vector<int>& coarse_of, const ReplicaFacts& f,
-                                 bool check_memory, const CostModel& cost) {
+                                 bool check_memory, const CostModel& cost,
+                                 std::map<std::string, GroupOrders>& generated) {
   const int p = static_cast<int>(rep.groups.size());
   const int stages = static_cast<int>(coarse_of.size());
   const int coarse_stages = static_cast<int>(rep.bounds.size()) - 1;
@@ -292,7 +320,13 @@ Result<GroupOrders> named_orders(const ScheduleSpec& spec, const PipelineSpec& r
           std::max<int64_t>(1, static_cast<int64_t>(f.budget[g] / std::max(f.reserve[g], 1.0))));
     }
   }
-  MOTLEY_ASSIGN_OR_RETURN(GroupOrders orders, generate_schedule(spec.kind, req));
+  std::string key = request_key(spec.kind, req);
+  auto known = generated.find(key);
+  if (known == generated.end()) {
+    MOTLEY_ASSIGN_OR_RETURN(GroupOrders orders, generate_schedule(spec.kind, req));
+    known = generated.emplace(std::move(key), std::move(orders)).first;
+  }
+  GroupOrders orders = known->second;
   for (int g = 0; g < p; ++g) orders[g] = expand(orders[g], fine_of);
   return orders;
 }
@@ -588,6 +622,7 @@ Result<Plan> assemble_plan(const AssembleOptions& o, const Candidate& c, const C
 
   // The adaptive scheduler admits micro-batches by their activations even without budgets.
   const bool need_memory = o.check_memory || c.schedule.adaptive;
+  std::map<std::string, GroupOrders> generated;
   for (size_t r = 0; r < c.replicas.size(); ++r) {
     const PipelineSpec& rep = c.replicas[r];
     Replica& out = plan.replicas[r];
@@ -597,7 +632,7 @@ Result<Plan> assemble_plan(const AssembleOptions& o, const Candidate& c, const C
         GroupOrders orders,
         c.schedule.adaptive
             ? adaptive_orders(c.schedule, plan, out, rep, facts, cost)
-            : named_orders(c.schedule, rep, coarse_of[r], facts, o.check_memory, cost));
+            : named_orders(c.schedule, rep, coarse_of[r], facts, o.check_memory, cost, generated));
     for (size_t g = 0; g < orders.size(); ++g) out.groups[g].actions = std::move(orders[g]);
   }
 
