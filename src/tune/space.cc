@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -94,9 +95,17 @@ double bubble_share(const ScheduleSpec& spec, double f, double b, double w) {
 }  // namespace
 
 std::string group_signature(const Context& ctx, const std::vector<std::vector<int>>& groups) {
+  // Built for every replica of every candidate: no temporaries.
   std::string s;
+  s.reserve(groups.size() * 6);
+  char digits[24];
+  auto put = [&](int64_t value, char end) {
+    s.append(digits, std::to_chars(digits, digits + sizeof(digits), value).ptr);
+    s += end;
+  };
   for (const auto& g : groups) {
-    s += std::to_string(ctx.type_of(g.front())) + "x" + std::to_string(g.size()) + ",";
+    put(ctx.type_of(g.front()), 'x');
+    put(static_cast<int64_t>(g.size()), ',');
   }
   return s;
 }
