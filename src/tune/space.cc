@@ -811,7 +811,6 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
     }
     speed_sum += speed[r];
   }
-  PartitionCache own_partitions;
   // Replicas of one make with one first guess get one partition: the first one's, copied
   // (the partition cache's key is a function of these two and of the candidate).
   std::map<std::pair<std::string, int64_t>, size_t> first_of_make;
@@ -892,9 +891,8 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
           }
         }
       }
-      // Replicas of one make get one partition: from the search's cache, or within this
-      // candidate from a cache of its own.
-      PartitionCache* const cache = options.cache != nullptr ? options.cache : &own_partitions;
+      // The search's cache serves every candidate of the same make and shape.
+      PartitionCache* const cache = options.cache;
       std::string key = std::to_string(b) + "/" + std::to_string(static_cast<int>(schedule.shape)) +
                         "/" + std::to_string(schedule.chunks) + "/" + std::to_string(replicas) +
                         "/" + make[r] + "/";
@@ -908,7 +906,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
       if (c.vocab_parallel) key += "v";
       if (c.vocab_embedding) key += "E";
       Result<Partition> part = infeasible("");
-      if (!cache->find(key, &part)) {
+      if (cache == nullptr || !cache->find(key, &part)) {
         part = balanced_partition(req, cost);
         // Schedules that adapt to memory can run with fewer micro-batches in flight.
         if (!part.is_ok() && part.status().code() == StatusCode::kInfeasible &&
@@ -916,7 +914,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
           req.in_flight.assign(stages, 1);
           part = balanced_partition(req, cost);
         }
-        cache->put(key, part);
+        if (cache != nullptr) cache->put(key, part);
       }
       if (!part.is_ok()) return part.status();
       spec.bounds = part->bounds;
