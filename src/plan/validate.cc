@@ -246,11 +246,20 @@ Status check_memory(const Plan& plan, const ClusterSpec& cluster, const Labels& 
                    ? options.footprint(static_cast<int>(r), static_cast<int>(g), stage)
                    : memory[stage];
       };
+      // The group's own stages, each priced once rather than at every action.
+      std::vector<StageFootprint> own(rep.stage_group.size());
       Bytes fixed;
       for (size_t s = 0; s < rep.stage_group.size(); ++s) {
-        if (rep.stage_group[s] == static_cast<int>(g))
-          fixed += footprint(static_cast<int>(s)).fixed;
+        if (rep.stage_group[s] == static_cast<int>(g)) {
+          own[s] = footprint(static_cast<int>(s));
+          fixed += own[s].fixed;
+        }
       }
+      auto activations = [&](int stage) {
+        return rep.stage_group[stage] == static_cast<int>(g)
+                   ? own[stage].activation_per_micro_batch
+                   : footprint(stage).activation_per_micro_batch;
+      };
       auto over = [&](Bytes need, const std::string& when, const std::string& why) {
         const int decimals = gib(need, 1) == gib(type->memory, 1) ? 3 : 1;
         return infeasible(
@@ -265,7 +274,7 @@ Status check_memory(const Plan& plan, const ClusterSpec& cluster, const Labels& 
       int64_t in_flight = 0;
       for (const Action& a : group.actions) {
         if (allocates_activations(a.kind)) {
-          in_use += footprint(a.stage).activation_per_micro_batch;
+          in_use += activations(a.stage);
           ++in_flight;
           if (in_use > type->memory) {
             return over(in_use, fmt::format(" at action {}", action_label(a)),
@@ -274,7 +283,7 @@ Status check_memory(const Plan& plan, const ClusterSpec& cluster, const Labels& 
                                     in_flight, gib(fixed, 1)));
           }
         } else if (frees_activations(a.kind)) {
-          in_use -= footprint(a.stage).activation_per_micro_batch;
+          in_use -= activations(a.stage);
           --in_flight;
         }
       }

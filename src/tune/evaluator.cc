@@ -383,16 +383,28 @@ std::vector<Candidate> Evaluator::best_screened(size_t k) const {
   return out;
 }
 
-Result<std::pair<Plan, SimResult>> Evaluator::replay(const Candidate& c) {
+Result<std::pair<Plan, SimResult>> Evaluator::replay(const Candidate& c, Simulator& sim) const {
   MOTLEY_ASSIGN_OR_RETURN(Plan plan, assemble(ctx_, c));
   SimOptions options;
   options.source = "plan";
   options.optimizer_step = optimizer_step_model(ctx_.options());
   MOTLEY_ASSIGN_OR_RETURN(
       SimResult result,
-      simulators_[0]->run(options, plan,
-                          ctx_.cost(c.micro_batch_size, c.sequence_parallel, c.context_parallel)));
+      sim.run(options, plan,
+              ctx_.cost(c.micro_batch_size, c.sequence_parallel, c.context_parallel)));
   return std::make_pair(std::move(plan), std::move(result));
+}
+
+void Evaluator::for_each(size_t n, const std::function<void(size_t, Simulator&)>& work) {
+  std::atomic<size_t> next{0};
+  auto worker = [&](Simulator& sim) {
+    for (size_t i = next++; i < n; i = next++) work(i, sim);
+  };
+  const size_t threads = std::min(simulators_.size(), n);
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker, std::ref(*simulators_[t]));
+  worker(*simulators_[0]);
+  for (std::thread& t : pool) t.join();
 }
 
 }  // namespace motley::tune_internal

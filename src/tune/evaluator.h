@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -84,8 +85,12 @@ class Evaluator {
   // missing the deadline by least, else the cheapest over the budget); empty when none was.
   std::string constraint_refusal() const;
 
-  // The plan and full simulation of an evaluated candidate (assembled and simulated again).
-  Result<std::pair<Plan, SimResult>> replay(const Candidate& c);
+  // The plan and full simulation of an evaluated candidate (assembled and simulated again on
+  // `sim`, one of for_each's).
+  Result<std::pair<Plan, SimResult>> replay(const Candidate& c, Simulator& sim) const;
+  // Runs work(i, sim) for every i below n on the evaluator's threads, each with its own
+  // simulator, and returns when all are done. `work` must be safe to run concurrently.
+  void for_each(size_t n, const std::function<void(size_t, Simulator&)>& work);
 
  private:
   // The refusal of a candidate whose devices cost more than the budget; nullopt when within it.

@@ -46,6 +46,42 @@ std::string zero_stage_note(int zero_stage) {
 
 double score_of(const std::shared_ptr<const Evaluation>& e) { return e && e->ok ? e->score : kInf; }
 
+// How to build a ranked candidate again, and what screening reads of it. Rankings keep this
+// beside the estimate rather than the candidate, which holds every replica's device groups: on
+// 16,384 devices thousands of candidates of thousands of replicas each would be built, copied
+// and freed, when only the few dozen screened are needed. build_candidate is deterministic, so
+// the candidate built again is the one that was estimated.
+struct Recipe {
+  size_t layout = 0;  // into the ranking's own layouts
+  const ScheduleSpec* spec = nullptr;
+  int64_t b = 0;
+  BuildOptions build;
+  int zero_stage = 0;
+  int expert_parallel = 1;
+  int context_parallel = 1;
+  bool vocab_parallel = false;
+  std::string schedule;
+};
+
+Recipe recipe_of(size_t layout, const ScheduleSpec& spec, int64_t b, const BuildOptions& build,
+                 const Candidate& c) {
+  return Recipe{layout,
+                &spec,
+                b,
+                build,
+                c.zero_stage,
+                c.expert_parallel,
+                c.context_parallel,
+                c.vocab_parallel,
+                c.schedule.name()};
+}
+
+Candidate rebuild(const Context& ctx, const std::vector<Layout>& layouts, const Recipe& r) {
+  Result<Candidate> c = build_candidate(ctx, layouts[r.layout], *r.spec, r.b, r.build);
+  MOTLEY_CHECK(c.is_ok(), "a ranked candidate no longer builds");
+  return std::move(c.value());
+}
+
 bool memory_failure(const Evaluation& e) {
   return !e.ok && e.status.code() == StatusCode::kInfeasible &&
          e.status.message().rfind("memory", 0) == 0;
@@ -409,13 +445,16 @@ Found Searcher::megatron_tuned(const std::vector<Found>& defaults) {
                                 ScheduleSpec::named(ScheduleKind::kInterleaved, 4)}) {
     if (schedule_allowed(ctx_, s)) specs.push_back(s);
   }
-  std::vector<std::pair<double, Candidate>> ranked;
+  std::vector<Layout> swept;
+  std::vector<std::pair<double, Recipe>> ranked;
   for (int t : megatron_tp_degrees(ctx_)) {
     for (int p : megatron_depths(n, t, fixed)) {
       const int d = fixed.data_parallel > 0 ? fixed.data_parallel : n / (t * p);
       if (d < 1 || static_cast<int64_t>(t) * p * d > n) continue;
       Result<Layout> layout = cluster_order_layout(ctx_, t, p, d);
       if (!layout.is_ok()) continue;
+      swept.push_back(std::move(layout.value()));
+      const size_t index = swept.size() - 1;
       for (int64_t b : ctx_.micro_batch_sizes()) {
         const int64_t total = ctx_.global_batch() / b;
         if (total % d != 0) continue;
@@ -435,8 +474,11 @@ Found Searcher::megatron_tuned(const std::vector<Found>& defaults) {
               options.proportional_micro_batches = false;
               options.zero_stage = zero1 ? 1 : 0;
               options.sequence_parallel = sequence_parallel;
-              Result<Candidate> c = build_candidate(ctx_, layout.value(), spec, b, options);
-              if (c.is_ok()) ranked.emplace_back(objective_estimate(ctx_, c.value()), c.value());
+              Result<Candidate> c = build_candidate(ctx_, swept[index], spec, b, options);
+              if (c.is_ok()) {
+                ranked.emplace_back(objective_estimate(ctx_, c.value()),
+                                    recipe_of(index, spec, b, options, c.value()));
+              }
             }
           }
         }
@@ -455,7 +497,7 @@ Found Searcher::megatron_tuned(const std::vector<Found>& defaults) {
   for (size_t i = 0; i < ranked.size() && fitting < 8 && !evaluator_.out_of_time(); i += step) {
     std::vector<Candidate> batch;
     for (size_t j = i; j < std::min(ranked.size(), i + step); ++j) {
-      batch.push_back(ranked[j].second);
+      batch.push_back(rebuild(ctx_, swept, ranked[j].second));
     }
     auto batch_evals = evaluate(batch);
     for (size_t j = 0; j < batch.size(); ++j) {
@@ -1187,7 +1229,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // longer warm-up, ZeRO-2 and -3 a collective per micro-batch for more; sequence parallelism
   // splits the residual-stream work and activations of a TP group for a reduce-scatter and an
   // all-gather in place of each all-reduce.
-  std::vector<std::pair<double, Candidate>> ranked;
+  std::vector<std::pair<double, Recipe>> ranked;
   std::vector<size_t> kept;
   for (size_t k = 0; k < keep_layouts; ++k) kept.push_back(layout_rank[k].second);
   constexpr size_t kExpertLayouts = 4;
@@ -1234,7 +1276,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
             if (!c.is_ok() || !accepts_all(spec, c.value())) continue;
             const double estimate = objective_estimate(ctx_, c.value());
             if (zero == 1 || layout.replicas.size() < 2) base.estimate = estimate;
-            ranked.emplace_back(estimate, std::move(c.value()));
+            ranked.emplace_back(estimate, recipe_of(kept[k], spec, b, build, c.value()));
           }
           bases.push_back(base);
         }
@@ -1264,7 +1306,8 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       build.sequence_parallel = base.sequence_parallel;
       Result<Candidate> c = build_candidate(ctx_, layout, *base.spec, base.b, build);
       if (!c.is_ok() || !accepts_all(*base.spec, c.value())) return;
-      ranked.emplace_back(objective_estimate(ctx_, c.value()), std::move(c.value()));
+      ranked.emplace_back(objective_estimate(ctx_, c.value()),
+                          recipe_of(base.layout, *base.spec, base.b, build, c.value()));
     };
     if (base.short_of_memory && layout.replicas.size() > 1 && !ctx_.options().zero_stage &&
         sharded_bases < extra_bases) {
@@ -1302,8 +1345,9 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
                    [](const auto& x, const auto& y) { return x.first < y.first; });
   std::vector<Candidate> cands;
   std::set<std::string> chosen;
-  auto take = [&](const Candidate& c) {
-    if (chosen.insert(candidate_key(c)).second) cands.push_back(c);
+  auto take = [&](const Recipe& r) {
+    Candidate c = rebuild(ctx_, layouts, r);
+    if (chosen.insert(candidate_key(c)).second) cands.push_back(std::move(c));
   };
   // ZeRO-2 and -3 candidates, and those with expert parallelism, compete for screening among
   // themselves (the best few of each), so that they add to the others rather than displace
@@ -1312,19 +1356,19 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // (Where the options fix the stage or the degree, every candidate has it: none is extra.)
   const bool zero_free = !ctx_.options().zero_stage;
   const bool expert_free = ctx_.options().expert_parallel == 0;
-  auto sharded_extra = [&](const Candidate& c) { return zero_free && c.zero_stage >= 2; };
-  auto expert_extra = [&](const Candidate& c) {
+  auto sharded_extra = [&](const Recipe& c) { return zero_free && c.zero_stage >= 2; };
+  auto expert_extra = [&](const Recipe& c) {
     return expert_free && c.expert_parallel > 1 && !sharded_extra(c);
   };
-  auto vocab_extra = [&](const Candidate& c) {
+  auto vocab_extra = [&](const Recipe& c) {
     return vocab_free && c.vocab_parallel && !sharded_extra(c) && !expert_extra(c);
   };
   const bool context_free = ctx_.options().context_parallel == 0;
-  auto context_extra = [&](const Candidate& c) {
+  auto context_extra = [&](const Recipe& c) {
     return context_free && c.context_parallel > 1 && !sharded_extra(c) && !expert_extra(c) &&
            !vocab_extra(c);
   };
-  auto extra = [&](const Candidate& c) {
+  auto extra = [&](const Recipe& c) {
     return sharded_extra(c) || expert_extra(c) || vocab_extra(c) || context_extra(c);
   };
   for (size_t i = 0; i < ranked.size() && cands.size() < screened; ++i) {
@@ -1334,7 +1378,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // estimate alone.
   std::set<std::string> schedules;
   for (const auto& [est, c] : ranked) {
-    if (!extra(c) && schedules.insert(c.schedule.name()).second) take(c);
+    if (!extra(c) && schedules.insert(c.schedule).second) take(c);
   }
   size_t sharded = 0, expert = 0, vocab = 0, context = 0;
   for (const auto& [est, c] : ranked) {

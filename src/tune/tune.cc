@@ -41,13 +41,23 @@ Status validate_chosen(const Context& ctx, const Plan& plan, const CostModel& co
   // hashing a 16,384-device cluster again for every strategy's plan would check nothing.
   validate.check_spec_hashes = false;
   const int64_t replicas = static_cast<int64_t>(plan.replicas.size());
+  // A footprint depends on the stage and the group's device types alone: replicas of one make
+  // ask the same ones, each priced once.
+  std::map<std::pair<int, std::vector<int>>, StageFootprint> priced;
   validate.footprint = [&](int r, int g, int stage) {
+    const std::vector<int>& devices = plan.replicas[r].groups[g].devices;
+    std::pair<int, std::vector<int>> key{stage, {}};
+    key.second.reserve(devices.size());
+    for (int d : devices) key.second.push_back(ctx.type_of(d));
+    if (auto it = priced.find(key); it != priced.end()) return it->second;
     const Stage& st = plan.stages[stage];
     MemoryOptions m{st.recompute, 0, replicas, plan.zero_stage, plan.expert_parallel};
     StageMemory mem = stage_memory_with(
         cost, LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, stage)},
-        DeviceGroup{plan.replicas[r].groups[g].devices}, m, st.recompute_layers);
-    return StageFootprint{mem.total(), mem.activations_per_micro_batch};
+        DeviceGroup{devices}, m, st.recompute_layers);
+    const StageFootprint footprint{mem.total(), mem.activations_per_micro_batch};
+    priced.emplace(std::move(key), footprint);
+    return footprint;
   };
   return validate_plan(plan, ctx.model(), ctx.cluster(), validate);
 }
@@ -357,8 +367,9 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
   }
 
   // The winner's plan and full simulation, checked the way `motley simulate` checks a file.
-  auto realize = [&](const Found& f, StrategyOutcome* out, SimResult* sim) -> Status {
-    MOTLEY_ASSIGN_OR_RETURN(auto replay, evaluator.replay(f.candidate));
+  auto realize = [&](const Found& f, StrategyOutcome* out, SimResult* sim,
+                     Simulator& simulator) -> Status {
+    MOTLEY_ASSIGN_OR_RETURN(auto replay, evaluator.replay(f.candidate, simulator));
     Plan& plan = replay.first;
     const CostModel& cost = ctx->cost(f.candidate.micro_batch_size, f.candidate.sequence_parallel,
                                       f.candidate.context_parallel);
@@ -390,8 +401,23 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
 
   TuneResult result;
   result.strategy = options.strategy;
+  // The chosen plan, the baselines' and the warm starts' are realized side by side: on large
+  // clusters each is a whole simulation and a validation.
+  const bool with_baselines = options.strategy == "motley" && options.report_baselines;
   StrategyOutcome best;
-  MOTLEY_RETURN_IF_ERROR(realize(chosen, &best, &result.simulation));
+  std::vector<StrategyOutcome> outcomes(baselines.size() + warm.size());
+  std::vector<const Found*> jobs{&chosen};
+  if (with_baselines) {
+    for (const Found& f : baselines) jobs.push_back(&f);
+  }
+  for (const Found& f : warm) jobs.push_back(&f);
+  std::vector<Status> realized(jobs.size());
+  evaluator.for_each(jobs.size(), [&](size_t i, Simulator& simulator) {
+    if (!jobs[i]->ok) return;
+    realized[i] = i == 0 ? realize(chosen, &best, &result.simulation, simulator)
+                         : realize(*jobs[i], &outcomes[i - 1], nullptr, simulator);
+  });
+  for (const Status& s : realized) MOTLEY_RETURN_IF_ERROR(s);
   result.plan = std::move(best.plan);
   result.dollars_per_million_tokens = best.dollars_per_million_tokens;
   result.on_demand_dollars_per_million_tokens = best.on_demand_dollars_per_million_tokens;
@@ -402,13 +428,12 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
   const Found& megatron = baselines[0];
   result.explanation = explain(*ctx, chosen, result.simulation, megatron, baseline_names, baselines,
                                result.lower_bound);
-  if (options.strategy == "motley" && options.report_baselines) {
+  size_t next_outcome = 0;
+  if (with_baselines) {
     for (size_t i = 0; i < baselines.size(); ++i) {
-      StrategyOutcome o;
+      StrategyOutcome o = std::move(outcomes[next_outcome++]);
       o.strategy = baseline_names[i];
-      if (baselines[i].ok) {
-        MOTLEY_RETURN_IF_ERROR(realize(baselines[i], &o, nullptr));
-      } else {
+      if (!baselines[i].ok) {
         o.detail = baselines[i].why_not;
         o.search_time = Seconds(baselines[i].seconds);
         o.candidates_evaluated = baselines[i].simulated;
@@ -417,13 +442,9 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
     }
   }
   for (const Found& f : warm) {
-    StrategyOutcome o;
+    StrategyOutcome o = std::move(outcomes[next_outcome++]);
     o.strategy = "warm start";
-    if (f.ok) {
-      MOTLEY_RETURN_IF_ERROR(realize(f, &o, nullptr));
-    } else {
-      o.detail = f.why_not;
-    }
+    if (!f.ok) o.detail = f.why_not;
     result.warm_starts.push_back(std::move(o));
   }
   result.search_time = ctx->now() - start;
