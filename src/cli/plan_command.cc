@@ -69,8 +69,8 @@ Status plan_command(const PlanOptions& opt) {
   const TuneOptions& options = setup.options;
   const int64_t devices = static_cast<int64_t>(cluster_devices(cluster).size());
 
-  // The chosen plan simulated once more, recording its timeline, for the per-device summary,
-  // the trace and the SVG.
+  // The chosen plan simulated once more, recording its timeline, for the trace and the SVG
+  // (without them, the search's own simulation of it serves the per-device summary).
   // Priced as the search priced it and as `motley simulate` prices the file: the same stack.
   MOTLEY_ASSIGN_OR_RETURN(AnalyticCostOptions cost_options,
                           plan_cost_options(r.plan, model, cluster, opt.tune.stack, "the plan"));
@@ -80,7 +80,12 @@ Status plan_command(const PlanOptions& opt) {
   SimOptions sim_options;
   sim_options.record_timeline = !opt.trace.empty() || !opt.svg.empty();
   if (!options.optimizer_step) sim_options.optimizer_step = OptimizerStepModel::kNone;
-  MOTLEY_ASSIGN_OR_RETURN(SimResult timeline, simulate(sim_options, r.plan, cost));
+  SimResult timeline;
+  if (sim_options.record_timeline) {
+    MOTLEY_ASSIGN_OR_RETURN(timeline, simulate(sim_options, r.plan, cost));
+  } else {
+    timeline = r.simulation;
+  }
   record_stack(cost_options.stack, &r.plan);
   OutputFiles files;
   if (!opt.out.empty()) files.add(opt.out, plan_to_text(r.plan, model, cluster));
