@@ -361,10 +361,10 @@ std::vector<std::shared_ptr<const Evaluation>> Evaluator::evaluate(
       }
     } else {
       auto e = std::make_shared<Evaluation>();
-      e->status = Status(StatusCode::kInfeasible,
-                         i < allowed ? "not evaluated: the time budget ran out"
-                                     : "not evaluated: the evaluation budget ran out");
+      unreached_why_ = i < allowed ? "the time budget ran out" : "the evaluation budget ran out";
+      e->status = Status(StatusCode::kInfeasible, "not evaluated: " + unreached_why_);
       fresh[i] = e;
+      ++unreached_;
     }
   }
   for (size_t i = 0; i < batch.size(); ++i) {

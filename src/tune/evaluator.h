@@ -79,6 +79,9 @@ class Evaluator {
   // Whether either budget is spent: the search should stop.
   bool out_of_time() const { return out_of_evaluations() || past_deadline(); }
   int64_t simulated() const { return simulated_; }
+  // Candidates left unsimulated because a budget ran out, and which budget it was last.
+  int64_t unreached() const { return unreached_; }
+  const std::string& unreached_why() const { return unreached_why_; }
   // The shortest iteration of a feasible candidate so far; 0 before the first.
   double best_iteration_time() const { return best_iteration_time_; }
   // Why the nearest candidate refused by the budget or the deadline was refused (the one
@@ -106,6 +109,8 @@ class Evaluator {
   std::vector<std::unique_ptr<Simulator>> simulators_;
   std::map<std::string, std::shared_ptr<const Evaluation>> cache_;
   int64_t simulated_ = 0;
+  int64_t unreached_ = 0;
+  std::string unreached_why_;
   double best_iteration_time_ = 0;
   std::shared_ptr<const Evaluation> nearest_refused_;
   std::vector<std::pair<std::pair<double, std::string>, Candidate>> screened_;  // best first

@@ -133,6 +133,8 @@ TEST(EvaluatorTest, EvaluationBudgetTakesTheFirstCandidatesOfABatch) {
   ASSERT_FALSE(evals[2]->ok);
   EXPECT_EQ(evals[2]->status.message(), "not evaluated: the evaluation budget ran out");
   EXPECT_EQ(evaluator.simulated(), 2);
+  EXPECT_EQ(evaluator.unreached(), 1);
+  EXPECT_EQ(evaluator.unreached_why(), "the evaluation budget ran out");
   EXPECT_TRUE(evaluator.out_of_time());
   // What was evaluated is still served; nothing new is.
   EXPECT_TRUE(evaluator.evaluate({cut_at(2, 8)})[0]->ok);
@@ -149,7 +151,10 @@ TEST(EvaluatorTest, DeadlineOnTheContextsClock) {
   ASSERT_FALSE(e->ok);
   EXPECT_EQ(e->status.message(), "not evaluated: the time budget ran out");
   EXPECT_EQ(late.simulated(), 0);
+  EXPECT_EQ(late.unreached(), 1);
+  EXPECT_EQ(late.unreached_why(), "the time budget ran out");
   Evaluator early(*fx.ctx, Seconds(1));
+  EXPECT_EQ(early.unreached(), 0);
   EXPECT_FALSE(early.out_of_time());
   EXPECT_TRUE(early.evaluate({cut_at(2, 8)})[0]->ok);
 }

@@ -296,6 +296,7 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
         std::find(baseline_names.begin(), baseline_names.end(), name) - baseline_names.begin();
     Found& slot = baselines[i];
     if (slot.ok || !slot.why_not.empty()) return slot;
+    const int64_t unreached = evaluator.unreached();
     if (name == "megatron-1f1b") {
       slot = searcher.megatron(ScheduleSpec::named(ScheduleKind::k1f1b));
     } else if (name == "megatron-tuned") {
@@ -321,6 +322,11 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
       slot = searcher.schedule_only(run_baseline("megatron-1f1b"));
     }
     if (!slot.ok && slot.why_not.empty()) slot.why_not = "no plan";
+    // Its reason covers what was simulated; say so when a budget left candidates out.
+    if (!slot.ok && evaluator.unreached() > unreached) {
+      slot.why_not += fmt::format(" among the candidates simulated (others were not: {})",
+                                  evaluator.unreached_why());
+    }
     return slot;
   };
 

@@ -429,6 +429,33 @@ TEST(TuneTest, EvaluationBudgetCutsTheSearchAlikeOnAnyThreads) {
             "tune options: 'max_evaluations' must be 0 (no limit) or positive, got -1");
 }
 
+// A baseline that found no plan among what the budget let it simulate says that others were
+// left out, rather than that none fits.
+TEST(TuneTest, ABaselineCutShortByTheBudgetSaysSo) {
+  Case c = two_generations();
+  c.options.max_evaluations = 1;
+  Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  const std::string note =
+      " among the candidates simulated (others were not: the evaluation "
+      "budget ran out)";
+  int cut = 0;
+  for (const StrategyOutcome& b : r->baselines) {
+    const bool noted = b.detail.size() > note.size() &&
+                       b.detail.compare(b.detail.size() - note.size(), note.size(), note) == 0;
+    EXPECT_FALSE(b.feasible && noted) << b.strategy << ": " << b.detail;
+    cut += noted ? 1 : 0;
+  }
+  EXPECT_GT(cut, 0);
+  // With room for every candidate, no baseline says so.
+  c.options.max_evaluations = 0;
+  r = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  for (const StrategyOutcome& b : r->baselines) {
+    EXPECT_EQ(b.detail.find("others were not"), std::string::npos) << b.strategy;
+  }
+}
+
 TEST(TuneTest, TimeBudgetIsReadFromTheInjectedClock) {
   // A clock that advances a second at every reading: an 8 s budget stops the search after a few
   // readings, the same way on every run (one thread reads it in a fixed order).
