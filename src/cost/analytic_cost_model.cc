@@ -84,6 +84,52 @@ double gemm_efficiency(const SoftwareStack& stack, const DeviceType& device, dou
   return device.matmul_efficiency * stack.gemm_efficiency * fill(m) * fill(n) * fill(k);
 }
 
+namespace {
+
+struct GemmShape {
+  double m, n, k;
+};
+
+// A GEMM kernel's shape on one device of a TP group of t.
+GemmShape device_shape(const Kernel& kernel, double t) {
+  GemmShape s{kernel.m, kernel.n, kernel.k};
+  switch (kernel.split) {
+    case GemmSplit::kNone:
+      break;
+    case GemmSplit::kM:
+      s.m /= t;
+      break;
+    case GemmSplit::kN:
+      s.n /= t;
+      break;
+    case GemmSplit::kK:
+      s.k /= t;
+      break;
+  }
+  return s;
+}
+
+}  // namespace
+
+Seconds fp8_gemm_time(const Kernel& kernel, const DeviceType& device, DType dtype, int tp,
+                      const SoftwareStack& stack) {
+  MOTLEY_CHECK(kernel.kind == KernelKind::kGemm && device.peak_fp8.value() > 0,
+               "fp8_gemm_time of a kernel that is no GEMM or a device without FP8 units");
+  const auto [m, n, k] = device_shape(kernel, static_cast<double>(std::max(tp, 1)));
+  const double d = static_cast<double>(dtype_bytes(dtype));
+  const double bandwidth = device.memory_bandwidth.value() * stack.memory_efficiency;
+  const double launch = stack.kernel_overhead.value();
+  const double c = kernel.count;
+  const double rate =
+      device.peak_fp8.value() * gemm_efficiency(stack, device, m, n, k) * stack.fp8_gemm_efficiency;
+  // FP8 inputs (one byte each), the output in the model's dtype.
+  const double product = kernel_roofline(2.0 * m * n * k * c, rate, c * (m * k + k * n + d * m * n),
+                                         bandwidth, launch);
+  // The cast of the m x k operand: read in the model's dtype, written in FP8.
+  const double cast = kernel_roofline(0, 0, c * m * k * (d + 1), bandwidth, launch);
+  return Seconds(product + cast);
+}
+
 Seconds kernel_time(const Kernel& kernel, const DeviceType& device, DType dtype, int tp,
                     bool sequence_parallel, bool dropout, const SoftwareStack& stack) {
   const double t = static_cast<double>(std::max(tp, 1));
@@ -92,20 +138,7 @@ Seconds kernel_time(const Kernel& kernel, const DeviceType& device, DType dtype,
   const double launch = stack.kernel_overhead.value();
   switch (kernel.kind) {
     case KernelKind::kGemm: {
-      double m = kernel.m, n = kernel.n, k = kernel.k;
-      switch (kernel.split) {
-        case GemmSplit::kNone:
-          break;
-        case GemmSplit::kM:
-          m /= t;
-          break;
-        case GemmSplit::kN:
-          n /= t;
-          break;
-        case GemmSplit::kK:
-          k /= t;
-          break;
-      }
+      const auto [m, n, k] = device_shape(kernel, t);
       const double c = kernel.count;
       const double flops = 2.0 * m * n * k * c;
       const double bytes = d * c * (m * k + k * n + m * n);
@@ -432,9 +465,12 @@ AnalyticCostModel::LayerTimes AnalyticCostModel::layer_times(int layer, const De
     return out;
   }
   const SoftwareStack& stack = options_.stack;
+  const bool fp8 = stack.fp8_linear && device.peak_fp8.value() > 0 && !spec.head && !spec.embedding;
   for (const Kernel& kernel : kernels_[layer]) {
-    const double time = kernel_time(kernel, device, dtype, tp, options_.sequence_parallel,
-                                    options_.workload.dropout, stack)
+    const double time = (fp8 && kernel.kind == KernelKind::kGemm
+                             ? fp8_gemm_time(kernel, device, dtype, tp, stack)
+                             : kernel_time(kernel, device, dtype, tp, options_.sequence_parallel,
+                                           options_.workload.dropout, stack))
                             .value();
     switch (kernel.pass) {
       case KernelPass::kForward:

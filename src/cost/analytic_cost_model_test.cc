@@ -181,6 +181,27 @@ TEST(KernelTime, GemmIsTheSlowerOfComputeAndMemoryPlusALaunch) {
   EXPECT_TRUE(std::isinf(kernel_time(g, d, DType::kFloat32, 1, false, false, s).value()));
 }
 
+TEST(KernelTime, Fp8GemmRunsAtTheFp8PeakAfterCastingItsActivation) {
+  DeviceType d = test_device();
+  d.peak_fp8 = teraflops(200);
+  SoftwareStack s = test_stack();
+  s.gemm_half_dim = 0;
+  s.fp8_gemm_efficiency = 0.75;
+  // 2 * 4096^3 FLOPs at 200 * 0.8 * 0.9 * 0.75 = 108 TFLOP/s (compute-bound: one-byte inputs
+  // and a BF16 output are 4 * 4096^2 bytes at 500 GB/s), plus the cast of the 4096 x 4096
+  // activation, read in BF16 and written in FP8 (3 bytes an element) at 500 GB/s; a launch
+  // each.
+  const Kernel g = gemm(KernelPass::kForward, 4096, 4096, 4096, GemmSplit::kN);
+  const double product = 2.0 * 4096 * 4096 * 4096 / 108e12;
+  ASSERT_GT(product, 4.0 * 4096 * 4096 / 500e9);
+  const double cast = 3.0 * 4096 * 4096 / 500e9;
+  expect_close(fp8_gemm_time(g, d, DType::kBFloat16, 1, s).value(), product + cast + 8e-6);
+  // Tensor parallelism splits the product (column-parallel: n / 4); every rank casts the whole
+  // m x k activation.
+  const double quarter = product / 4 + cast;
+  expect_close(fp8_gemm_time(g, d, DType::kBFloat16, 4, s).value(), quarter + 8e-6);
+}
+
 TEST(KernelTime, TensorParallelDividesTheSplitDimension) {
   const DeviceType d = test_device();
   const SoftwareStack s = test_stack();
@@ -914,6 +935,52 @@ TEST(AnalyticMemory, TensorParallelShardsTheModelState) {
   EXPECT_DOUBLE_EQ(two.weights.value(), one.weights.value() / 2);
   EXPECT_DOUBLE_EQ(two.gradients.value(), one.gradients.value() / 2);
   EXPECT_DOUBLE_EQ(two.optimizer_state.value(), one.optimizer_state.value() / 2);
+}
+
+// megatron-core-fp8 prices the linear layers' GEMMs with fp8_gemm_time on a device with FP8
+// units and leaves the rest as megatron-core prices it: the head, attention's core and the
+// element-wise work, and every kernel of a device without FP8 units.
+TEST(AnalyticFp8, LinearLayersOnlyAndOnlyWhereTheDeviceHasFp8) {
+  Layer head;
+  head.name = "head";
+  head.kind = LayerKind::kHead;
+  head.head = HeadShape{128256, 4096, false};
+  head.num_norms = 1;
+  const ModelSpec m = model_of({attention_layer("a"), ffn_layer("f"), head});
+  AnalyticCostOptions bf16 = workload(4096);
+  bf16.stack = find_software_stack("megatron-core").value();
+  AnalyticCostOptions fp8 = bf16;
+  fp8.stack = find_software_stack("megatron-core-fp8").value();
+  ASSERT_TRUE(fp8.stack.fp8_linear);
+  const DeviceGroup one{{0}};
+  for (const char* type : {"H100-SXM", "A100-80GB"}) {
+    const auto plain = analytic(m, one_node(type, 1), bf16);
+    const auto quick = analytic(m, one_node(type, 1), fp8);
+    const DeviceType& d = *find_device_type(type).value();
+    for (int layer = 0; layer < 3; ++layer) {
+      const LayerRange range{layer, layer + 1};
+      const ComputeTimes a = plain->compute(range, one, RecomputePolicy::kNone);
+      const ComputeTimes b = quick->compute(range, one, RecomputePolicy::kNone);
+      if (d.peak_fp8.value() == 0 || layer == 2) {
+        // (Up to rounding: the model keeps prefix sums over layers, which differ before it.)
+        expect_close(b.forward.value(), a.forward.value());
+        expect_close(b.backward_input.value(), a.backward_input.value());
+        expect_close(b.backward_weight.value(), a.backward_weight.value());
+        continue;
+      }
+      // Each GEMM's BF16 time gives way to its FP8 time; nothing else changes.
+      Workload w = bf16.workload;
+      double forward = a.forward.value();
+      for (const Kernel& k : layer_kernels(m.layers[layer], w)) {
+        if (k.kind != KernelKind::kGemm || k.pass != KernelPass::kForward) continue;
+        forward += fp8_gemm_time(k, d, w.dtype, 1, fp8.stack).value() -
+                   kernel_time(k, d, w.dtype, 1, false, w.dropout, bf16.stack).value();
+      }
+      expect_close(b.forward.value(), forward);
+      // The FFN is GEMMs; attention keeps its BF16 core.
+      EXPECT_LT(b.forward.value(), (layer == 1 ? 0.75 : 0.9) * a.forward.value()) << layer;
+    }
+  }
 }
 
 // p = 3 * 4096 * 14336 + 4096 = 176,164,864 parameters per FFN layer.

@@ -74,6 +74,13 @@ const std::vector<SoftwareStack>& software_stacks() {
                     AttentionImplementation::kEager, /*tp_overlap=*/0.0,
                     /*pipeline_scatter_gather=*/true, /*overlap_grad_reduce=*/false,
                     /*overlap_param_gather=*/false),
+        named_stack("megatron-core-fp8",
+                    "megatron-core with Transformer Engine's FP8 linear layers (--fp8-format "
+                    "hybrid, delayed or current scaling), as NVIDIA's H100 performance recipes "
+                    "train: the embedding, the head and attention stay in BF16",
+                    AttentionImplementation::kFused, /*tp_overlap=*/0.5,
+                    /*pipeline_scatter_gather=*/true, /*overlap_grad_reduce=*/true,
+                    /*overlap_param_gather=*/true),
         named_stack("pytorch-fsdp",
                     "PyTorch FSDP / DDP with scaled_dot_product_attention (flash): gradient "
                     "reduction overlapped with the backward pass, blocking tensor-parallel "
@@ -86,6 +93,7 @@ const std::vector<SoftwareStack>& software_stacks() {
     // memory-bound rates are fitted (least squares) to Korthikanti et al. 2022's eight measured
     // runs and ten measured layer passes together (scripts/calibration-check.sh; docs/
     // calibration.md gives the fit and its leave-one-run-out errors).
+    stacks[2].fp8_linear = true;
     SoftwareStack& megatron_2022 = stacks[1];
     megatron_2022.gemm_efficiency = 0.880;
     megatron_2022.memory_efficiency = 0.733;
@@ -115,6 +123,8 @@ const std::vector<StackParameter>& stack_parameters() {
        "large-GEMM rate over the device's best (MAMF) rate"},
       {"gemm_half_dim", &SoftwareStack::gemm_half_dim, 0.0, 1024.0,
        "GEMM dimension at which that dimension alone halves the rate"},
+      {"fp8_gemm_efficiency", &SoftwareStack::fp8_gemm_efficiency, 0.3, 1.1,
+       "FP8 GEMMs (fp8_linear): rate over the GEMM rule's at the FP8 peak"},
       {"attention_forward_efficiency", &SoftwareStack::attention_forward_efficiency, 0.05, 1.0,
        "fused attention forward: fraction of dense peak"},
       {"attention_backward_efficiency", &SoftwareStack::attention_backward_efficiency, 0.05, 1.0,
@@ -169,6 +179,7 @@ Json software_stack_to_json(const SoftwareStack& s) {
   for (const StackParameter& p : stack_parameters()) {
     stack[p.name] = number_json(stack_parameter_value(s, p.name));
   }
+  stack["fp8_linear"] = s.fp8_linear;
   stack["pipeline_scatter_gather"] = s.pipeline_scatter_gather;
   stack["overlap_grad_reduce"] = s.overlap_grad_reduce;
   stack["overlap_param_gather"] = s.overlap_param_gather;
@@ -182,6 +193,7 @@ Result<SoftwareStack> software_stack_from_json(const JsonField& stack, const Sof
   std::vector<std::string_view> keys = {"name",
                                         "description",
                                         "attention",
+                                        "fp8_linear",
                                         "pipeline_scatter_gather",
                                         "overlap_grad_reduce",
                                         "overlap_param_gather",
@@ -209,6 +221,7 @@ Result<SoftwareStack> software_stack_from_json(const JsonField& stack, const Sof
     MOTLEY_RETURN_IF_ERROR(check_finite_in(stack, p.name, value, p.lower, p.upper));
     set_stack_parameter(s, p.name, value);
   }
+  MOTLEY_ASSIGN_OR_RETURN(s.fp8_linear, stack.get_bool_or("fp8_linear", base.fp8_linear));
   MOTLEY_ASSIGN_OR_RETURN(
       s.pipeline_scatter_gather,
       stack.get_bool_or("pipeline_scatter_gather", base.pipeline_scatter_gather));

@@ -11,7 +11,7 @@ namespace {
 
 bool same_stack(const SoftwareStack& a, const SoftwareStack& b) {
   if (a.name != b.name || a.description != b.description || a.attention != b.attention ||
-      a.pipeline_scatter_gather != b.pipeline_scatter_gather ||
+      a.fp8_linear != b.fp8_linear || a.pipeline_scatter_gather != b.pipeline_scatter_gather ||
       a.overlap_grad_reduce != b.overlap_grad_reduce ||
       a.overlap_param_gather != b.overlap_param_gather ||
       a.gradient_bucket_parameters != b.gradient_bucket_parameters ||

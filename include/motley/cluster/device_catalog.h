@@ -39,6 +39,8 @@ struct DeviceType {
   FlopsPerSecond peak_bf16;  // dense, no sparsity; FP32 rate on devices without BF16 units
   FlopsPerSecond peak_fp16;
   FlopsPerSecond peak_fp32;  // non-tensor-core FP32 (Gaudi: the matrix engine's FP32 rate)
+  // Dense FP8 matrix rate (FP32 accumulate); zero where the device has no FP8 units.
+  FlopsPerSecond peak_fp8;
   Bytes memory;
   BytesPerSecond memory_bandwidth;
   LinkKind intra_node_link = LinkKind::kPcie;

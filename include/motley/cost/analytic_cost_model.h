@@ -45,6 +45,13 @@ double gemm_efficiency(const SoftwareStack& stack, const DeviceType& device, dou
 // The time of one kernel of a layer on one device of a TP group of `tp` (its share of the work),
 // launch overhead included, TP collectives excluded. `dropout`: the attention probabilities go
 // through dropout (eager attention prices its passes).
+// A GEMM kernel of an FP8 linear layer (SoftwareStack::fp8_linear): the product at the device's
+// FP8 peak times the GEMM rule's efficiency times stack.fp8_gemm_efficiency, reading one-byte
+// inputs and writing `dtype`, plus a memory-bound pass casting its m x k operand from `dtype`
+// to FP8; a launch each. REQUIRES: a kGemm kernel, a device with FP8 units.
+Seconds fp8_gemm_time(const Kernel& kernel, const DeviceType& device, DType dtype, int tp,
+                      const SoftwareStack& stack);
+
 Seconds kernel_time(const Kernel& kernel, const DeviceType& device, DType dtype, int tp,
                     bool sequence_parallel, bool dropout, const SoftwareStack& stack);
 

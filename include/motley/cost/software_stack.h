@@ -30,6 +30,13 @@ struct SoftwareStack {
   // skinny GEMMs fill fewer tiles and waves.
   double gemm_efficiency = 1.0;
   double gemm_half_dim = 64;
+  // FP8 linear layers (Transformer Engine): on a device with FP8 units, every GEMM of a layer
+  // other than the embedding and the head runs at the device's FP8 peak times the GEMM rule's
+  // efficiency times fp8_gemm_efficiency, reading FP8 inputs, after a pass that casts its
+  // activation-side operand to FP8 at the element-wise rate. Attention and the element-wise work
+  // keep the model's dtype, as does every GEMM on a device without FP8 units.
+  bool fp8_linear = false;
+  double fp8_gemm_efficiency = 1.0;
 
   // The attention core. kFused: its FLOPs (causal pairs only) at these fractions of the dense
   // peak. kEager: the score GEMMs at the GEMM rule, plus softmax (and dropout) passes over the
