@@ -1372,9 +1372,10 @@ TEST(CliBadInputTest, InvalidPlansExitWithTheValidatorsMessage) {
                    {"deadlock-plan.json", "deadlock", "device group 1", "1B0"});
   expect_bad_input("simulate --plan " + data("missing-action-plan.json"),
                    {"missing-action-plan.json", "stage 3, micro-batch 7", "3B7"});
-  // Uniform stages of llama-3-8b at 4096 tokens: the first device's warm-up does not fit.
+  // Uniform stages of llama-3-8b at 32,768 tokens: the first device's warm-up does not fit.
   expect_bad_input(
-      "simulate --schedule interleaved --model llama-3-8b --cluster h100x16 --micro-batches 32",
+      "simulate --schedule interleaved --model llama-3-8b --cluster h100x16 --micro-batches 32 "
+      "--seq-len 32768",
       {"device 0 (H100-SXM) needs", "GiB", "but has 80 GiB"});
   expect_bad_input("simulate --schedule 2f2b --model tiny-llama", {"--schedule", "1f1b", "zb-v"});
   expect_bad_input("simulate --model tiny-llama", {"--plan", "--schedule"});

@@ -303,6 +303,12 @@ AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& 
   for (size_t i = 0; i < n; ++i) {
     const Layer& layer = model_.layers[i];
     LayerCost cost = layer_cost(layer, w);
+    // A fused attention kernel (FlashAttention, cuDNN) keeps no score tensors, recompute or not:
+    // without recompute a layer keeps what selective recompute keeps.
+    if (options_.stack.attention == AttentionImplementation::kFused) {
+      cost.activation_bytes[static_cast<int>(RecomputePolicy::kNone)] =
+          cost.activation_bytes[static_cast<int>(RecomputePolicy::kSelective)];
+    }
     kernels_.push_back(layer_kernels(layer, w));
     if (layer.kind == LayerKind::kMeasured && layer.measured) {
       const MeasuredLayer& m = *layer.measured;

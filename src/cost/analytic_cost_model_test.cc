@@ -906,7 +906,11 @@ TEST(AnalyticMemory, ZeroThreeHoldsTheTwoLargestLayersOfEveryRange) {
 
 TEST(AnalyticMemory, ActivationsPerPolicyTimesInFlightAndSplitByTensorParallelism) {
   ModelSpec m = model_of({attention_layer("a0"), ffn_layer("f0"), attention_layer("a1")});
-  const auto cost = analytic(m, one_node("H100-SXM", 2), workload(4096));
+  // Eager attention keeps its score tensors without recompute.
+  AnalyticCostOptions eager = workload(4096);
+  eager.stack = find_software_stack("megatron-lm-2022").value();
+  ASSERT_EQ(eager.stack.attention, AttentionImplementation::kEager);
+  const auto cost = analytic(m, one_node("H100-SXM", 2), eager);
   const auto& lc = cost->layer_costs();
   for (RecomputePolicy policy :
        {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
@@ -925,6 +929,16 @@ TEST(AnalyticMemory, ActivationsPerPolicyTimesInFlightAndSplitByTensorParallelis
   // Fewer bytes kept as more is recomputed.
   EXPECT_LT(lc[0].activation_bytes[2], lc[0].activation_bytes[1]);
   EXPECT_LT(lc[0].activation_bytes[1], lc[0].activation_bytes[0]);
+  // A fused kernel keeps no scores, recompute or not: without recompute, what selective keeps.
+  const auto fused = analytic(m, one_node("H100-SXM", 2), workload(4096));
+  ASSERT_EQ(workload(4096).stack.attention, AttentionImplementation::kFused);
+  const auto& fl = fused->layer_costs();
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(fl[i].activation_bytes[0], lc[i].activation_bytes[1]) << i;
+    EXPECT_EQ(fl[i].activation_bytes[1], lc[i].activation_bytes[1]) << i;
+    EXPECT_EQ(fl[i].activation_bytes[2], lc[i].activation_bytes[2]) << i;
+  }
+  EXPECT_LT(fl[0].activation_bytes[0], lc[0].activation_bytes[0]);
 }
 
 TEST(AnalyticMemory, TensorParallelShardsTheModelState) {
