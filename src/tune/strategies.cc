@@ -1239,8 +1239,8 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // The base candidates: no ZeRO and ZeRO-1. ZeRO-2 and -3 pay with a collective per
   // micro-batch for memory, and expert parallelism with all-to-alls: they are built afterwards
   // for the best-estimated bases only (ZeRO-2 and -3 where ZeRO-1 is short of memory: no
-  // partition fits, or one needs recompute), and for every base of a layout that fits only
-  // with the experts split.
+  // partition fits, or one needs recompute; up to 32 devices for every base), and for every
+  // base of a layout that fits only with the experts split.
   struct Base {
     double estimate = kInf;
     size_t layout = 0;
@@ -1309,8 +1309,10 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       ranked.emplace_back(objective_estimate(ctx_, c.value()),
                           recipe_of(base.layout, *base.spec, base.b, build, c.value()));
     };
-    if (base.short_of_memory && layout.replicas.size() > 1 && !ctx_.options().zero_stage &&
-        sharded_bases < extra_bases) {
+    // (Up to 32 devices every base: sharding also buys a deeper warm-up, or a schedule that
+    // holds more in flight, where ZeRO-1 fits without recompute.)
+    if ((base.short_of_memory || size_class == 0) && layout.replicas.size() > 1 &&
+        !ctx_.options().zero_stage && sharded_bases < extra_bases) {
       ++sharded_bases;
       add(2, 1);
       add(3, 1);
