@@ -326,23 +326,11 @@ std::vector<std::shared_ptr<const Evaluation>> Evaluator::evaluate(
   if (most > 0) allowed = std::min<size_t>(allowed, std::max<int64_t>(0, most - simulated_));
   std::vector<std::shared_ptr<const Evaluation>> fresh(todo.size());
   std::vector<char> reached(todo.size(), 0);  // not vector<bool>: written by several threads
-  std::atomic<size_t> next{0};
-  auto worker = [&](Simulator& sim) {
-    for (size_t i = next++; i < allowed; i = next++) {
-      if (deadline == Deadline::kHonour && past_deadline()) continue;
-      fresh[i] = std::make_shared<const Evaluation>(run(batch[todo[i]], fidelity, sim));
-      reached[i] = 1;
-    }
-  };
-  const size_t threads = std::min(simulators_.size(), allowed);
-  if (threads <= 1) {
-    if (allowed > 0) worker(*simulators_[0]);
-  } else {
-    std::vector<std::thread> pool;
-    for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker, std::ref(*simulators_[t]));
-    worker(*simulators_[0]);
-    for (std::thread& t : pool) t.join();
-  }
+  for_each(allowed, [&](size_t i, Simulator& sim) {
+    if (deadline == Deadline::kHonour && past_deadline()) return;
+    fresh[i] = std::make_shared<const Evaluation>(run(batch[todo[i]], fidelity, sim));
+    reached[i] = 1;
+  });
   for (size_t i = 0; i < todo.size(); ++i) {
     if (reached[i]) {
       ++simulated_;
