@@ -893,18 +893,21 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
       }
       // The search's cache serves every candidate of the same make and shape.
       PartitionCache* const cache = options.cache;
-      std::string key = std::to_string(b) + "/" + std::to_string(static_cast<int>(schedule.shape)) +
-                        "/" + std::to_string(schedule.chunks) + "/" + std::to_string(replicas) +
-                        "/" + make[r] + "/";
-      for (int64_t x : req.in_flight) key += std::to_string(x) + ",";
-      key += adapts_to_memory(schedule) ? "a" : "f";
-      if (zero > 0) key += "z" + std::to_string(zero);
-      if (e > 1) key += "e" + std::to_string(e);
-      if (c.context_parallel > 1) key += "c" + std::to_string(c.context_parallel);
-      if (req.fused_backward) key += "u";
-      if (c.sequence_parallel) key += "s";
-      if (c.vocab_parallel) key += "v";
-      if (c.vocab_embedding) key += "E";
+      std::string key;
+      if (cache != nullptr) {
+        key = std::to_string(b) + "/" + std::to_string(static_cast<int>(schedule.shape)) + "/" +
+              std::to_string(schedule.chunks) + "/" + std::to_string(replicas) + "/" + make[r] +
+              "/";
+        for (int64_t x : req.in_flight) key += std::to_string(x) + ",";
+        key += adapts_to_memory(schedule) ? "a" : "f";
+        if (zero > 0) key += "z" + std::to_string(zero);
+        if (e > 1) key += "e" + std::to_string(e);
+        if (c.context_parallel > 1) key += "c" + std::to_string(c.context_parallel);
+        if (req.fused_backward) key += "u";
+        if (c.sequence_parallel) key += "s";
+        if (c.vocab_parallel) key += "v";
+        if (c.vocab_embedding) key += "E";
+      }
       Result<Partition> part = infeasible("");
       if (cache == nullptr || !cache->find(key, &part)) {
         part = balanced_partition(req, cost);
