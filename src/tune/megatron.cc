@@ -59,9 +59,12 @@ std::string join(const std::vector<std::string>& items, const std::string& sep) 
   return out;
 }
 
-// One stage's part of the layout, or nullopt with `why` set when a layer has no letter.
+// One stage's part of the layout, or nullopt with `why` set when a stage boundary splits a
+// decoder layer, or `no_letter` given the first layer (in model order) of each kind without a
+// letter, so that a model of many such layers is named once per kind.
 std::optional<std::string> stage_layout(const ModelSpec& model, const Stage& stage,
-                                        std::set<std::string>* why) {
+                                        std::set<std::string>* why,
+                                        std::map<LayerKind, int>* no_letter) {
   std::string out;
   int run = 0;  // decoder layers waiting to be written as "t" or "t*N"
   auto flush = [&] {
@@ -101,12 +104,11 @@ std::optional<std::string> stage_layout(const ModelSpec& model, const Stage& sta
         flush();
         out += "L";
         break;
-      default:
-        why->insert(fmt::format(
-            "layers of kind '{}' (e.g. '{}'): --pipeline-model-parallel-layout has letters for "
-            "the embedding (E), decoder layers (t), MTP layers (m) and the loss (L) only",
-            layer_kind_name(layer.kind), layer.name));
+      default: {
+        auto [at, inserted] = no_letter->emplace(layer.kind, l);
+        if (!inserted) at->second = std::min(at->second, l);
         ok = false;
+      }
     }
   }
   flush();
@@ -270,13 +272,20 @@ MegatronArguments megatron_arguments(const Plan& plan, const ModelSpec& model,
 
   // The layout, stage by stage in the plan's (global) stage order.
   std::set<std::string> layout_why;
+  std::map<LayerKind, int> no_letter;  // kind -> its first layer
   std::vector<std::string> parts;
   bool layout_ok = true;
   int decoder_layers = 0;
   for (const Stage& s : plan.stages) {
-    std::optional<std::string> part = stage_layout(model, s, &layout_why);
+    std::optional<std::string> part = stage_layout(model, s, &layout_why, &no_letter);
     layout_ok = layout_ok && part.has_value();
     if (part) parts.push_back(*part);
+  }
+  for (const auto& [kind, first] : no_letter) {
+    layout_why.insert(fmt::format(
+        "layers of kind '{}' (e.g. '{}'): --pipeline-model-parallel-layout has letters for "
+        "the embedding (E), decoder layers (t), MTP layers (m) and the loss (L) only",
+        layer_kind_name(kind), model.layers[first].name));
   }
   for (const Layer& l : model.layers) {
     decoder_layers += l.kind == LayerKind::kDecoderBlock || l.kind == LayerKind::kAttention;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The k8s_schema_check test: `motley export k8s` on a plan over nodes of one kind (a PyTorchJob)
-# and one over mixed spot nodes (a JobSet), each validated by validate.mjs against the Kubernetes
+# and one over mixed spot nodes (a JobSet), and the golden manifests of the example plans
+# (examples/plans/*.k8s.expected.txt), each validated by validate.mjs against the Kubernetes
 # schemas; then a manifest broken on purpose must be refused, so the check is not vacuous.
 # Usage: check-manifests.sh MOTLEY_BINARY
 set -euo pipefail
@@ -23,6 +24,12 @@ grep -q '"kind": "PyTorchJob"' "$WORK/same.yaml"
 grep -q '"kind": "JobSet"' "$WORK/mixed.yaml"
 node "$HERE/validate.mjs" "$WORK/same.yaml"
 node "$HERE/validate.mjs" "$WORK/mixed.yaml"
+goldens=0
+for golden in "$HERE"/../../examples/plans/*.k8s.expected.txt; do
+  node "$HERE/validate.mjs" "$golden"
+  goldens=$((goldens + 1))
+done
+if (( goldens == 0 )); then echo "k8s_schema_check: no golden manifests under examples/plans" >&2; exit 1; fi
 # A container without an image and a string where the schema has an integer must be refused.
 sed -e 's/"image": "reg.example.com\/motley:1",//' -e 's/"nvidia.com\/gpu": 8/"nvidia.com\/gpu": [8]/' \
   "$WORK/same.yaml" > "$WORK/broken.yaml"
