@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -102,8 +103,10 @@ Status ActionInterpreter::run_step(int64_t step, Precision precision,
   return Status::ok();
 }
 
-// Every message the group's actions wait on, each channel's in sequence order, into fresh
-// buffers.
+// Every message the group's actions wait on into fresh buffers, in message id order: by sending
+// group, then in the order that group sends them (task_graph.h), so that the receives from each
+// peer rank are posted in the order it sends — what a transport matching in order needs
+// (MessageMatching::kInOrder; each channel's sequence order follows).
 Status ActionInterpreter::post_receives() {
   std::vector<int32_t> wanted;
   for (int32_t v = first_node_; v < first_node_ + static_cast<int32_t>(actions_.size()); ++v) {
@@ -111,11 +114,7 @@ Status ActionInterpreter::post_receives() {
       if (in.message >= 0) wanted.push_back(in.message);
     }
   }
-  std::sort(wanted.begin(), wanted.end(), [this](int32_t a, int32_t b) {
-    const TaskNode& x = graph_.node(a);
-    const TaskNode& y = graph_.node(b);
-    return std::tie(x.group, x.kind, x.sequence) < std::tie(y.group, y.kind, y.sequence);
-  });
+  std::sort(wanted.begin(), wanted.end());
   for (int32_t id : wanted) {
     const TaskNode& m = graph_.node(id);
     // Both payloads have the shape of the activation leaving the producing side's boundary:
@@ -137,6 +136,22 @@ Status ActionInterpreter::post_receives() {
     receives_[id] = std::move(posted);
   }
   return Status::ok();
+}
+
+std::vector<int> ActionInterpreter::peers() const {
+  std::set<int> peers;
+  for (int32_t v = first_node_; v < first_node_ + static_cast<int32_t>(actions_.size()); ++v) {
+    for (const TaskInput& in : graph_.inputs(v)) {
+      if (in.message >= 0)
+        peers.insert(layout_.pipeline_source(rank_, graph_.node(in.message).group));
+    }
+    for (int32_t message : graph_.sent_messages(v)) {
+      for (int peer : layout_.pipeline_destinations(rank_, graph_.node(message).peer_group)) {
+        peers.insert(peer);
+      }
+    }
+  }
+  return {peers.begin(), peers.end()};
 }
 
 Result<at::Tensor> ActionInterpreter::take_receive(int32_t message) {

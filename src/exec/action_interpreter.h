@@ -54,6 +54,8 @@ class ActionInterpreter {
   // The group's compute actions, in its order (the graph's nodes of the group).
   const std::vector<Action>& actions() const { return actions_; }
   const std::map<int, std::vector<at::Tensor>>& stage_params() const { return stage_params_; }
+  // Every rank this one sends a message to or receives one from, increasing.
+  std::vector<int> peers() const;
 
   // Runs step `step` (under `precision`), recording each compute action and send posting and
   // the final wait for the sends into `trace`. A transport error or timeout comes back naming

@@ -155,6 +155,11 @@ class DelayedTransport final : public Transport {
     return inner_.prepare_collectives(sets);
   }
 
+  Status prepare_peers(const std::vector<int>& peers) override {
+    std::lock_guard<std::mutex> lock(inner_mu_);
+    return inner_.prepare_peers(peers);
+  }
+
   Status barrier() override {
     std::lock_guard<std::mutex> lock(inner_mu_);
     return inner_.barrier();

@@ -209,6 +209,7 @@ Status RankExecutor::Impl::build() {
   // gradients become final cannot leave two ranks waiting for each other's set-up.
   std::set<std::vector<int>> rank_sets = {group_ranks};
   for (const std::vector<int>& ranks : buckets->rank_sets()) rank_sets.insert(ranks);
+  MOTLEY_RETURN_IF_ERROR(transport.prepare_peers(interpreter->peers()));
   return transport.prepare_collectives(
       std::vector<std::vector<int>>(rank_sets.begin(), rank_sets.end()));
 }

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -302,6 +303,80 @@ TEST(Executor, RandomDelaysDoNotChangeTheResult) {
   const ModelSpec model = preset("tiny-llama");
   expect_matches_reference(uniform_plan(model, {ScheduleKind::kZbH1, 4, 1, 8, 1}), model,
                            Exactness::kBitIdentical, /*delays=*/true);
+}
+
+// A transport without tags (NCCL) matches each rank pair's messages in posting order. Every
+// layout's messages must then pair up as they do by tag — the in-process network fails a run
+// whose n-th send and n-th receive on a link carry different tags — and train the same bits:
+// pipelines whose groups exchange both activations and gradients in one direction (V shape,
+// interleaved, the irregular plan's non-adjacent stages), tensor-parallel groups (a rank sends
+// to several ranks of the next group), vocabulary shards, replicas, random delays.
+TEST(Executor, MessagesMatchedInOrderPairUpAsByTag) {
+  auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 3), "corpus");
+  ASSERT_TRUE(tokens.is_ok());
+  const ModelSpec llama = preset("tiny-llama");
+  const ModelSpec gemma = preset("tiny-gemma");
+  testing::UniformCase vocab{ScheduleKind::k1f1b, 2, 1, 4, 1, RecomputePolicy::kNone, 2};
+  vocab.vocab_parallel = true;
+  const std::vector<std::pair<Plan, const ModelSpec*>> plans = {
+      {uniform_plan(llama, {ScheduleKind::kZbV, 2, 2, 6, 1}), &llama},
+      {uniform_plan(gemma, {ScheduleKind::kZbV, 3, 2, 6, 2}), &gemma},
+      {uniform_plan(llama, {ScheduleKind::kInterleaved, 2, 3, 4, 1}), &llama},
+      {irregular_plan(llama, cluster_of(5)), &llama},
+      {uniform_plan(llama, {ScheduleKind::kZbH1, 2, 1, 4, 1, RecomputePolicy::kNone, 2}), &llama},
+      {uniform_plan(llama, vocab), &llama},
+  };
+  TransportOptions in_order;
+  in_order.matching = MessageMatching::kInOrder;
+  for (const auto& [plan, model] : plans) {
+    SCOPED_TRACE(fmt::format("{} on {} ranks", plan.schedule, testing::world_size(plan)));
+    const std::vector<testing::RankRun> by_tag = testing::run_ranks(plan, *model, *tokens, 2);
+    const std::vector<testing::RankRun> ordered =
+        testing::run_ranks(plan, *model, *tokens, 2, /*delays=*/true, in_order);
+    ASSERT_EQ(ordered.size(), by_tag.size());
+    for (size_t rank = 0; rank < by_tag.size(); ++rank) {
+      EXPECT_EQ(ordered[rank].losses, by_tag[rank].losses) << "rank " << rank;
+      ASSERT_EQ(ordered[rank].parameters.size(), by_tag[rank].parameters.size()) << rank;
+      for (size_t i = 0; i < by_tag[rank].parameters.size(); ++i) {
+        EXPECT_TRUE(
+            at::equal(ordered[rank].parameters[i].tensor, by_tag[rank].parameters[i].tensor))
+            << "rank " << rank << " " << by_tag[rank].parameters[i].name;
+      }
+    }
+  }
+}
+
+// The check is not vacuous: two sends on one link whose receives are posted the other way round
+// fail both ends naming the tags, where matching by tag delivers them.
+TEST(Executor, InOrderMatchingRefusesReceivesPostedInAnotherOrder) {
+  for (MessageMatching matching : {MessageMatching::kByTag, MessageMatching::kInOrder}) {
+    TransportOptions options;
+    options.matching = matching;
+    InProcessNetwork network(2, options);
+    auto sender = network.endpoint(0);
+    auto receiver = network.endpoint(1);
+    const at::Tensor a = at::full({2}, 1.0), b = at::full({2}, 2.0);
+    at::Tensor into_b = at::zeros({2}), into_a = at::zeros({2});
+    auto r1 = receiver->recv(into_b, 0, /*tag=*/8, "b");
+    auto r2 = receiver->recv(into_a, 0, /*tag=*/7, "a");
+    auto s1 = sender->send(a, 1, /*tag=*/7, "a");
+    auto s2 = sender->send(b, 1, /*tag=*/8, "b");
+    ASSERT_TRUE(r1.is_ok() && r2.is_ok() && s1.is_ok() && s2.is_ok());
+    const Status first = (*r1)->wait();
+    EXPECT_EQ((*s1)->wait().message(), first.message());
+    EXPECT_EQ((*s2)->wait().is_ok(), first.is_ok());
+    if (matching == MessageMatching::kByTag) {
+      EXPECT_TRUE(first.is_ok()) << first.message();
+      EXPECT_TRUE((*r2)->wait().is_ok());
+      EXPECT_TRUE(at::equal(into_a, a) && at::equal(into_b, b));
+    } else {
+      EXPECT_EQ(first.code(), StatusCode::kIoError);
+      EXPECT_NE(first.message().find("rank 0's next message to rank 1 has tag 7 but rank 1's next "
+                                     "receive from it expects tag 8"),
+                std::string::npos)
+          << first.message();
+    }
+  }
 }
 
 TEST(Executor, MissingSenderFailsWithinTheTimeoutNamingPeerAndMessage) {

@@ -184,10 +184,10 @@ WorldResult run_reference(const Plan& plan, const ModelSpec& model, const TokenS
 }
 
 std::vector<RankRun> run_ranks(const Plan& plan, const ModelSpec& model, const TokenStream& tokens,
-                               int steps, bool delays) {
+                               int steps, bool delays, const TransportOptions& transport_options) {
   single_threaded();
   const int world = world_size(plan);
-  InProcessNetwork network(world);
+  InProcessNetwork network(world, transport_options);
   std::vector<RankRun> out(world);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank) {

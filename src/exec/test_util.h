@@ -59,11 +59,12 @@ struct RankRun {
   std::map<std::string, TensorSlice> slices;  // RankExecutor::slices
   int64_t optimizer_state_bytes = 0;
 };
-// Every rank of `plan` as a thread over an InProcessNetwork for `steps` steps (behind a
-// DelayingTransport each when `delays`). A rank's failure is a test failure and shuts the
-// network down, so the others stop.
+// Every rank of `plan` as a thread over an InProcessNetwork with `transport` options for `steps`
+// steps (behind a DelayingTransport each when `delays`). A rank's failure is a test failure and
+// shuts the network down, so the others stop.
 std::vector<RankRun> run_ranks(const Plan& plan, const ModelSpec& model, const TokenStream& tokens,
-                               int steps, bool delays = false);
+                               int steps, bool delays = false,
+                               const TransportOptions& transport = TransportOptions{});
 
 // Runs `plan` as ranks (run_ranks) and the sequential reference for `steps` steps, and checks
 // every rank's losses and slices against the reference's rows; rows several ranks hold must be
@@ -101,6 +102,9 @@ class DelayingTransport final : public Transport {
       const std::vector<at::Tensor>& tensors, const std::vector<int>& ranks) override;
   Status prepare_collectives(const std::vector<std::vector<int>>& sets) override {
     return base_->prepare_collectives(sets);
+  }
+  Status prepare_peers(const std::vector<int>& peers) override {
+    return base_->prepare_peers(peers);
   }
   Status barrier() override { return base_->barrier(); }
 
@@ -144,6 +148,9 @@ class RecordingTransport final : public Transport {
   Status prepare_collectives(const std::vector<std::vector<int>>& sets) override {
     prepared_.insert(prepared_.end(), sets.begin(), sets.end());
     return base_->prepare_collectives(sets);
+  }
+  Status prepare_peers(const std::vector<int>& peers) override {
+    return base_->prepare_peers(peers);
   }
   Status barrier() override { return base_->barrier(); }
 

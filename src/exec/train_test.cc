@@ -195,5 +195,48 @@ TEST(Gloo, ExecutorMatchesTheReferenceBitForBit) {
   EXPECT_EQ(compared, 2 * same_order.parameters.size());  // every parameter, on both replicas
 }
 
+TEST(Gloo, MessagesMatchedInOrderOverOneGroupPerDirectionTrainTheSameBits) {
+  // NCCL's way (MessageMatching::kInOrder): each link direction is its own two-rank group and
+  // tags are dropped. A V shape on two groups sends activations and gradients both ways on one
+  // link; two replicas add the all-reduce. The same bits as the in-process run matched by tag.
+  const ModelSpec model = preset("tiny-llama");
+  const Plan plan = uniform_plan(model, {ScheduleKind::kZbV, 2, 2, 4, 2});
+  auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 3), "corpus");
+  const std::vector<testing::RankRun> by_tag = testing::run_ranks(plan, model, *tokens, kSteps);
+  const int port = free_port();
+  std::vector<testing::RankRun> in_order(4);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 4; ++rank) {
+    threads.emplace_back([&, rank] {
+      GlooOptions gloo;
+      gloo.rank = rank;
+      gloo.world_size = 4;
+      gloo.master_port = port;
+      gloo.hostname = "127.0.0.1";
+      gloo.transport.matching = MessageMatching::kInOrder;
+      auto transport = connect_gloo(gloo);
+      ASSERT_TRUE(transport.is_ok()) << transport.status().message();
+      auto executor = RankExecutor::create(exec_options(), plan, model, *tokens, **transport);
+      ASSERT_TRUE(executor.is_ok()) << executor.status().message();
+      for (int s = 0; s < kSteps; ++s) {
+        auto result = (*executor)->step();
+        ASSERT_TRUE(result.is_ok()) << result.status().message();
+        in_order[rank].losses.push_back(result->loss);
+      }
+      in_order[rank].parameters = (*executor)->parameters();
+      EXPECT_TRUE((*transport)->barrier().is_ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(in_order[rank].losses, by_tag[rank].losses) << "rank " << rank;
+    ASSERT_EQ(in_order[rank].parameters.size(), by_tag[rank].parameters.size()) << rank;
+    for (size_t i = 0; i < by_tag[rank].parameters.size(); ++i) {
+      EXPECT_TRUE(at::equal(in_order[rank].parameters[i].tensor, by_tag[rank].parameters[i].tensor))
+          << "rank " << rank << " " << by_tag[rank].parameters[i].name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace motley

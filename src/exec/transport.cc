@@ -1,6 +1,7 @@
 // The in-process transport: one mailbox shared by all ranks of a world, protected by one mutex.
-// Sends and receives meet in a slot per (source, destination, tag); the side that arrives
-// second copies the data and completes both. Collectives meet in a slot per (rank set, call
+// Sends and receives meet in a slot per (source, destination, tag) — per (source, destination)
+// when messages match in order — and the side that arrives second copies the data and completes
+// both. Collectives meet in a slot per (rank set, call
 // index).
 #include "motley/exec/transport.h"
 
@@ -47,6 +48,7 @@ namespace internal {
 // One posted send or receive, shared between its request and the mailbox slot.
 struct PendingOp {
   at::Tensor tensor;
+  MessageTag tag = 0;
   bool done = false;
   Status status;
 };
@@ -88,11 +90,21 @@ namespace {
 
 using State = InProcessNetwork::State;
 
-// Both ends complete together; a shape or type mismatch fails both with the same message.
+// Both ends complete together; a shape or type mismatch, or (matching in order) another tag,
+// fails both with the same message.
 void match(const std::shared_ptr<PendingOp>& send, const std::shared_ptr<PendingOp>& recv, int src,
-           int dst, MessageTag tag) {
-  if (send->tensor.sizes() != recv->tensor.sizes() ||
-      send->tensor.scalar_type() != recv->tensor.scalar_type()) {
+           int dst) {
+  const MessageTag tag = send->tag;
+  if (send->tag != recv->tag) {
+    Status error = io_error(fmt::format(
+        "rank {}'s next message to rank {} has tag {} but rank {}'s next receive from it expects "
+        "tag {}: the two ends post these messages in different orders, so a transport that "
+        "matches in order (NCCL) would deliver the wrong one",
+        src, dst, send->tag, dst, recv->tag));
+    send->status = error;
+    recv->status = error;
+  } else if (send->tensor.sizes() != recv->tensor.sizes() ||
+             send->tensor.scalar_type() != recv->tensor.scalar_type()) {
     Status error = invalid_argument(
         fmt::format("rank {} sent a {} tensor with tag {} but rank {} posted a {} buffer", src,
                     describe(send->tensor), tag, dst, describe(recv->tensor)));
@@ -107,6 +119,7 @@ void match(const std::shared_ptr<PendingOp>& send, const std::shared_ptr<Pending
 
 class InProcessRequest final : public TransportRequest {
  public:
+  // `key` is the op's mailbox slot.
   InProcessRequest(std::shared_ptr<State> state, std::shared_ptr<PendingOp> op,
                    std::tuple<int, int, MessageTag> key, bool is_send, std::string what)
       : state_(std::move(state)),
@@ -128,7 +141,9 @@ class InProcessRequest final : public TransportRequest {
       queue.erase(std::remove(queue.begin(), queue.end(), op_), queue.end());
     }
     op_->done = true;
-    const auto [src, dst, tag] = key_;
+    const int src = std::get<0>(key_);
+    const int dst = std::get<1>(key_);
+    const MessageTag tag = op_->tag;
     const std::string why = woken ? "stopped"
                                   : fmt::format("timed out after {}",
                                                 internal::format_seconds(state_->options.timeout));
@@ -301,8 +316,10 @@ class InProcessTransport final : public Transport {
     }
     auto op = std::make_shared<PendingOp>();
     op->tensor = tensor;
+    op->tag = tag;
+    const MessageTag slot_tag = state_->options.matching == MessageMatching::kByTag ? tag : 0;
     const auto key =
-        is_send ? std::make_tuple(rank_, peer, tag) : std::make_tuple(peer, rank_, tag);
+        is_send ? std::make_tuple(rank_, peer, slot_tag) : std::make_tuple(peer, rank_, slot_tag);
     {
       std::lock_guard<std::mutex> lock(state_->mu);
       MessageSlot& slot = state_->slots[key];
@@ -313,9 +330,9 @@ class InProcessTransport final : public Transport {
         std::shared_ptr<PendingOp> other = others.front();
         others.pop_front();
         if (is_send) {
-          match(op, other, rank_, peer, tag);
+          match(op, other, rank_, peer);
         } else {
-          match(other, op, peer, rank_, tag);
+          match(other, op, peer, rank_);
         }
         if (slot.sends.empty() && slot.recvs.empty()) state_->slots.erase(key);
         state_->cv.notify_all();
@@ -332,6 +349,8 @@ class InProcessTransport final : public Transport {
 }  // namespace
 
 Status Transport::prepare_collectives(const std::vector<std::vector<int>>&) { return Status::ok(); }
+
+Status Transport::prepare_peers(const std::vector<int>&) { return Status::ok(); }
 
 InProcessNetwork::InProcessNetwork(int world_size, TransportOptions options)
     : state_(std::make_shared<State>(world_size, options)) {

@@ -23,11 +23,24 @@ namespace motley {
 // below 2^31 (c10d's limit).
 using MessageTag = int64_t;
 
+// How a send finds its receive.
+enum class MessageMatching {
+  // The receive its peer posted with the same tag (Gloo, MPI).
+  kByTag,
+  // The n-th send from one rank to another matches the n-th receive the other posted from it,
+  // whatever the tags (NCCL's point-to-point has no tags). The executor posts receives in the
+  // order their senders send (by message id, which follows each sending group's action order),
+  // so both work. The in-process network still compares the tags of each matched pair and fails
+  // both ends on a difference, which makes it a check of that ordering.
+  kInOrder,
+};
+
 // Timeouts and error policy shared by the implementations. A wait that does not finish within
 // `timeout` returns an io_error naming this rank, the peer, the tag and what the message was;
 // it never hangs. A timed-out operation is withdrawn (a late peer no longer matches it).
 struct TransportOptions {
   Seconds timeout = Seconds(30);
+  MessageMatching matching = MessageMatching::kByTag;
 };
 
 // One posted send or receive.
@@ -79,6 +92,10 @@ class Transport {
   // (the executor: increasing). A collective over a set not prepared is set up on first use.
   // The default does nothing.
   virtual Status prepare_collectives(const std::vector<std::vector<int>>& sets);
+  // Sets up the links to `peers` (every rank this one sends to or receives from), called by
+  // every rank with its peers before the first message. The default does nothing; a transport
+  // matching in order over groups that are created by both ends together (Gloo) needs it.
+  virtual Status prepare_peers(const std::vector<int>& peers);
 
   // Returns once every rank of the world has entered the barrier.
   virtual Status barrier() = 0;

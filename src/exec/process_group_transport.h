@@ -1,0 +1,312 @@
+// ProcessGroupTransport: the Transport over a c10d process group type — ProcessGroupGloo
+// (gloo_transport.cc) or, in a CUDA build, ProcessGroupNCCL (nccl_transport.cc) — which all
+// share send / recv / allreduce / barrier and Work::wait. Sub-groups for all-reduces over rank
+// subsets are made by a factory under a store prefix naming the set. Point-to-point messages
+// either match by tag on the world group, or, with MessageMatching::kInOrder, travel on one
+// two-rank group per direction of each link with tag 0: NCCL has no tags, and one group per
+// direction gives each direction its own communicator and stream, so a link's sends one way never
+// queue behind receives the other way. Tensors not on the CPU are staged through host memory
+// when `stage_through_host` (Gloo's point-to-point reads host memory only). c10d reports
+// failures by exceptions; every call into it is wrapped so that only Status values leave.
+// Private to the executor; one object per rank, used by one thread.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "error_text.h"
+#include "motley/core/status.h"
+#include "motley/exec/transport.h"
+
+namespace motley::internal {
+
+inline std::chrono::milliseconds to_ms(Seconds s) {
+  return std::chrono::milliseconds(static_cast<int64_t>(s.value() * 1000.0 + 0.5));
+}
+
+inline std::string ranks_key(const std::vector<int>& ranks) {
+  return fmt::format("{}", fmt::join(ranks, ","));
+}
+
+// One posted c10d operation. On success, `finish` (if any) runs once: it copies a staged or
+// flattened result into the caller's tensors.
+class WorkRequest final : public TransportRequest {
+ public:
+  WorkRequest(c10::intrusive_ptr<c10d::Work> work, Seconds timeout, std::string description,
+              std::function<void()> finish = nullptr)
+      : work_(std::move(work)),
+        timeout_(timeout),
+        description_(std::move(description)),
+        finish_(std::move(finish)) {}
+
+  Status wait() override {
+    if (finished_) return status_;
+    finished_ = true;
+    if (!work_) return status_;  // nothing was posted (a one-member set)
+    try {
+      work_->wait(to_ms(timeout_));
+      if (finish_) finish_();
+    } catch (const std::exception& e) {
+      try {
+        work_->abort();
+      } catch (const std::exception&) {
+        // Already failed; the first error is the one to report.
+      }
+      status_ = io_error(fmt::format("{} failed or timed out (limit {}): {}", description_,
+                                     format_seconds(timeout_), first_line(e.what())));
+    }
+    return status_;
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  Seconds timeout_;
+  std::string description_;
+  std::function<void()> finish_;
+  bool finished_ = false;
+  Status status_;
+};
+
+template <class Group>
+class ProcessGroupTransport final : public Transport {
+ public:
+  // Makes the group of `size` ranks in which this one is `position`, meeting through `store`.
+  using GroupFactory = std::function<c10::intrusive_ptr<Group>(
+      const c10::intrusive_ptr<c10d::Store>& store, int position, int size)>;
+
+  struct Config {
+    int rank = 0;
+    int world_size = 1;
+    TransportOptions transport;
+    bool stage_through_host = false;
+    std::string backend;  // "gloo" or "nccl", for messages
+  };
+
+  ProcessGroupTransport(Config config, c10::intrusive_ptr<c10d::Store> store,
+                        c10::intrusive_ptr<Group> world, GroupFactory factory)
+      : config_(std::move(config)),
+        store_(std::move(store)),
+        world_(std::move(world)),
+        factory_(std::move(factory)) {}
+
+  int rank() const override { return config_.rank; }
+  int world_size() const override { return config_.world_size; }
+
+  Result<std::unique_ptr<TransportRequest>> send(const at::Tensor& tensor, int peer, MessageTag tag,
+                                                 std::string what) override {
+    MOTLEY_RETURN_IF_ERROR(check_peer(peer, tag));
+    const std::string description =
+        fmt::format("rank {}: sending {} to rank {} (tag {})", rank(), what, peer, tag);
+    try {
+      MOTLEY_ASSIGN_OR_RETURN(Link link, link_to(peer, /*sending=*/true));
+      std::vector<at::Tensor> tensors = {staged(tensor)};
+      auto work = link.group->send(tensors, link.peer, link.tag(tag));
+      // The staged copy lives until the send completed.
+      return std::unique_ptr<TransportRequest>(
+          new WorkRequest(std::move(work), config_.transport.timeout, description,
+                          [kept = tensors[0]] { (void)kept; }));
+    } catch (const std::exception& e) {
+      return io_error(fmt::format("{}: {}", description, first_line(e.what())));
+    }
+  }
+
+  Result<std::unique_ptr<TransportRequest>> recv(const at::Tensor& buffer, int peer, MessageTag tag,
+                                                 std::string what) override {
+    MOTLEY_RETURN_IF_ERROR(check_peer(peer, tag));
+    const std::string description =
+        fmt::format("rank {}: receiving {} from rank {} (tag {})", rank(), what, peer, tag);
+    try {
+      MOTLEY_ASSIGN_OR_RETURN(Link link, link_to(peer, /*sending=*/false));
+      const bool stage = needs_staging(buffer);
+      std::vector<at::Tensor> tensors = {stage ? at::empty_like(buffer, at::kCPU) : buffer};
+      auto work = link.group->recv(tensors, link.peer, link.tag(tag));
+      std::function<void()> finish;
+      if (stage) finish = [buffer, host = tensors[0]] { buffer.copy_(host); };
+      return std::unique_ptr<TransportRequest>(new WorkRequest(
+          std::move(work), config_.transport.timeout, description, std::move(finish)));
+    } catch (const std::exception& e) {
+      return io_error(fmt::format("{}: {}", description, first_line(e.what())));
+    }
+  }
+
+  Status all_reduce_sum(const std::vector<at::Tensor>& tensors,
+                        const std::vector<int>& ranks) override {
+    MOTLEY_ASSIGN_OR_RETURN(auto request, all_reduce_sum_async(tensors, ranks));
+    return request->wait();
+  }
+
+  // The tensors travel as one flat buffer (Gloo's allreduce takes tensors of one shape); once
+  // the sum arrived, wait() copies it back into them.
+  Result<std::unique_ptr<TransportRequest>> all_reduce_sum_async(
+      const std::vector<at::Tensor>& tensors, const std::vector<int>& ranks) override {
+    if (std::find(ranks.begin(), ranks.end(), rank()) == ranks.end() ||
+        !std::is_sorted(ranks.begin(), ranks.end()) ||
+        std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end()) {
+      return invalid_argument(
+          fmt::format("rank {}: all-reduce over ranks {{{}}}: expected sorted distinct ranks "
+                      "including this one",
+                      rank(), ranks_key(ranks)));
+    }
+    const std::string description =
+        fmt::format("rank {}: all-reduce over ranks {{{}}}", rank(), ranks_key(ranks));
+    if (ranks.size() == 1 || tensors.empty()) {
+      return std::unique_ptr<TransportRequest>(new WorkRequest(
+          c10::intrusive_ptr<c10d::Work>(), config_.transport.timeout, description));
+    }
+    try {
+      MOTLEY_ASSIGN_OR_RETURN(Group * group, subgroup(ranks));
+      std::vector<at::Tensor> flat_views;
+      for (const at::Tensor& t : tensors) flat_views.push_back(t.reshape({-1}));
+      std::vector<at::Tensor> buffer = {staged(at::cat(flat_views))};
+      auto work = group->allreduce(buffer);
+      auto finish = [tensors, flat = buffer[0]] {
+        int64_t offset = 0;
+        for (const at::Tensor& t : tensors) {
+          const int64_t n = t.numel();
+          t.copy_(flat.narrow(0, offset, n).view(t.sizes()));
+          offset += n;
+        }
+      };
+      return std::unique_ptr<TransportRequest>(
+          new WorkRequest(std::move(work), config_.transport.timeout, description, finish));
+    } catch (const std::exception& e) {
+      return io_error(fmt::format("{} failed: {}", description, first_line(e.what())));
+    }
+  }
+
+  Status prepare_collectives(const std::vector<std::vector<int>>& sets) override {
+    for (const std::vector<int>& ranks : sets) {
+      if (ranks.size() < 2 || std::find(ranks.begin(), ranks.end(), rank()) == ranks.end()) {
+        continue;
+      }
+      try {
+        MOTLEY_RETURN_IF_ERROR(subgroup(ranks).status());
+      } catch (const std::exception& e) {
+        return io_error(fmt::format("rank {}: setting up collectives over ranks {{{}}}: {}", rank(),
+                                    ranks_key(ranks), first_line(e.what())));
+      }
+    }
+    return Status::ok();
+  }
+
+  // Matching in order, makes both directions' groups of every link in one global order (by the
+  // pair, then the sender), so that a backend whose group creation waits for the peer (Gloo)
+  // cannot deadlock: the least pair any rank waits on has both its ranks waiting on it.
+  Status prepare_peers(const std::vector<int>& peers) override {
+    if (config_.transport.matching != MessageMatching::kInOrder) return Status::ok();
+    std::vector<std::pair<int, int>> directions;  // (sender, receiver)
+    for (int peer : peers) {
+      MOTLEY_RETURN_IF_ERROR(check_peer(peer, 0));
+      directions.emplace_back(rank(), peer);
+      directions.emplace_back(peer, rank());
+    }
+    auto order = [](const std::pair<int, int>& d) {
+      return std::make_tuple(std::min(d.first, d.second), std::max(d.first, d.second), d.first);
+    };
+    std::sort(directions.begin(), directions.end(),
+              [&](const auto& a, const auto& b) { return order(a) < order(b); });
+    directions.erase(std::unique(directions.begin(), directions.end()), directions.end());
+    for (const auto& [from, to] : directions) {
+      try {
+        MOTLEY_RETURN_IF_ERROR(link_to(from == rank() ? to : from, from == rank()).status());
+      } catch (const std::exception& e) {
+        return io_error(fmt::format("rank {}: setting up the link from rank {} to rank {}: {}",
+                                    rank(), from, to, first_line(e.what())));
+      }
+    }
+    return Status::ok();
+  }
+
+  Status barrier() override {
+    try {
+      world_->barrier()->wait(to_ms(config_.transport.timeout));
+      return Status::ok();
+    } catch (const std::exception& e) {
+      return io_error(fmt::format("rank {}: barrier failed or timed out (limit {}): {}", rank(),
+                                  format_seconds(config_.transport.timeout), first_line(e.what())));
+    }
+  }
+
+ private:
+  // Where one message goes: the group, the peer's rank in it, and whether tags are kept.
+  struct Link {
+    Group* group = nullptr;
+    int peer = 0;
+    bool tagged = true;
+    int tag(MessageTag t) const { return tagged ? static_cast<int>(t) : 0; }
+  };
+
+  Status check_peer(int peer, MessageTag tag) const {
+    if (peer < 0 || peer >= world_size() || peer == rank()) {
+      return invalid_argument(
+          fmt::format("rank {}: no peer rank {} in a world of {}", rank(), peer, world_size()));
+    }
+    if (tag < 0 || tag >= (int64_t{1} << 31)) {
+      return invalid_argument(fmt::format("message tag {} is outside [0, 2^31)", tag));
+    }
+    return Status::ok();
+  }
+
+  bool needs_staging(const at::Tensor& t) const {
+    return config_.stage_through_host && !t.device().is_cpu();
+  }
+  at::Tensor staged(const at::Tensor& t) const {
+    return needs_staging(t) ? t.to(at::kCPU).contiguous() : t;
+  }
+
+  // The world group by tag, or this direction's two-rank group (created on first use: its
+  // sender at position 0).
+  Result<Link> link_to(int peer, bool sending) {
+    if (config_.transport.matching == MessageMatching::kByTag)
+      return Link{world_.get(), peer, true};
+    const int from = sending ? rank() : peer;
+    const int to = sending ? peer : rank();
+    auto it = directions_.find({from, to});
+    if (it == directions_.end()) {
+      auto prefixed = c10::make_intrusive<c10d::PrefixStore>(
+          fmt::format("motley/link/{}>{}", from, to), store_);
+      it = directions_.emplace(std::make_pair(from, to), factory_(prefixed, sending ? 0 : 1, 2))
+               .first;
+    }
+    return Link{it->second.get(), sending ? 1 : 0, false};
+  }
+
+  // The process group of `ranks`, created (collectively by its members) on first use under a
+  // store prefix that names the set.
+  Result<Group*> subgroup(const std::vector<int>& ranks) {
+    if (static_cast<int>(ranks.size()) == world_size()) return world_.get();
+    auto it = subgroups_.find(ranks);
+    if (it == subgroups_.end()) {
+      const int position =
+          static_cast<int>(std::find(ranks.begin(), ranks.end(), rank()) - ranks.begin());
+      auto prefixed =
+          c10::make_intrusive<c10d::PrefixStore>("motley/group/" + ranks_key(ranks), store_);
+      it = subgroups_.emplace(ranks, factory_(prefixed, position, static_cast<int>(ranks.size())))
+               .first;
+    }
+    return it->second.get();
+  }
+
+  Config config_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<Group> world_;
+  GroupFactory factory_;
+  std::map<std::vector<int>, c10::intrusive_ptr<Group>> subgroups_;
+  std::map<std::pair<int, int>, c10::intrusive_ptr<Group>> directions_;  // (sender, receiver)
+};
+
+}  // namespace motley::internal
