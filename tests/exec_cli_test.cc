@@ -111,6 +111,8 @@ TEST(RunTest, ThreadsMatchTheSequentialReferenceAndWriteTheMeasuredTrace) {
   EXPECT_EQ(j.value("mode", ""), "threads");
   EXPECT_EQ(j.value("world_size", 0), 4);
   EXPECT_EQ(j.value("precision", ""), "fp32");
+  EXPECT_EQ(j.value("device", ""), "cpu");
+  EXPECT_FALSE(j.contains("peak_device_memory_bytes"));  // measured on GPUs only
   EXPECT_EQ(j.value("first_step", -1), 0);
   EXPECT_EQ(j["step_time_s"].size(), 3u);
   EXPECT_GT(j.value("tokens_per_s", 0.0), 0.0);
@@ -348,6 +350,23 @@ TEST(RunBadInputTest, AModelTooLargeForThisMachine) {
   std::filesystem::remove(plan);
 }
 
+// --device cuda trains on the GPU where this build has CUDA and the machine a GPU; elsewhere it
+// is refused saying which of the two is missing (Debian's libtorch has no CUDA).
+TEST(RunBadInputTest, AGpuThisBuildOrMachineDoesNotHave) {
+  const std::string args = "run --plan " + kFourStage + " --steps 1 --json --device cuda";
+  RunResult r = run_motley(args);
+  if (r.exit_code == 0) {
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j.value("device", "").rfind("cuda:", 0), 0u) << r.out;
+    EXPECT_GT(j.value("peak_device_memory_bytes", int64_t{0}), 0) << r.out;
+    return;
+  }
+  expect_bad_input(args, {"--device cuda: "});
+  EXPECT_TRUE(r.err.find("built against a libtorch without CUDA") != std::string::npos ||
+              r.err.find("no CUDA device is visible") != std::string::npos)
+      << r.err;
+}
+
 TEST(RunBadInputTest, APlanForAnotherWorldSize) {
   expect_bad_input("run --plan " + kFourStage + " --steps 1",
                    {"1f1b-4stage.json", "4 devices", "WORLD_SIZE is 2"}, "WORLD_SIZE=2 RANK=0");
@@ -374,6 +393,13 @@ TEST(RunBadInputTest, MissingPlanFileAndOptions) {
                    {"--emulate-speeds requires --emulate"});
   expect_bad_input("run --plan " + kFourStage + " --precision fp16",
                    {"--precision", "fp16", "fp32", "bf16"});
+  expect_bad_input("run --plan " + kFourStage + " --device gpu",
+                   {"--device: expected cpu, cuda (each rank its local GPU) or cuda:N, got 'gpu'"});
+  expect_bad_input("run --plan " + kFourStage + " --transport nccl",
+                   {"--transport nccl moves GPU tensors: give --device cuda"});
+  expect_bad_input("run --plan " + kFourStage + " --transport mpi", {"--transport", "mpi"});
+  expect_bad_input("run --plan " + kFourStage + " --device cuda --sequential",
+                   {"--device cuda: --sequential (the reference) runs on the CPU"});
 }
 
 // Every numeric option of `motley run` is checked by the parser, before the plan is read.

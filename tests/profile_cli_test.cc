@@ -79,6 +79,8 @@ TEST(ProfileCli, BadOptionsExitTwoWithOneLine) {
   expect_bad_profile_options("layers --model tiny-llama --seq-len 2000000", "--seq-len");
   expect_bad_profile_options("layers --model tiny-llama --threads 0", "--threads");
   expect_bad_profile_options("layers --model tiny-llama --precision fp16", "--precision");
+  expect_bad_profile_options("layers --model tiny-llama --device tpu",
+                             "--device: expected cpu, cuda (each rank its local GPU) or cuda:N");
   expect_bad_profile_options("layers --model tiny-llama --rse 0", "--rse");
   expect_bad_profile_options("layers --model tiny-llama --min-repeats 9 --max-repeats 3",
                              "--max-repeats (3) must be at least --min-repeats (9)");
@@ -89,6 +91,22 @@ TEST(ProfileCli, BadOptionsExitTwoWithOneLine) {
   // Refused before allocating: far more memory than any machine this runs on has.
   expect_bad_profile_options("layers --model tiny-llama --seq-len 1048576 --micro-batch-size 65536",
                              "use a smaller --seq-len or --micro-batch-size");
+}
+
+// A GPU is profiled where this build has CUDA and the machine a GPU (the profile then names its
+// catalog type); elsewhere --device cuda is refused saying which is missing.
+TEST(ProfileCli, AGpuThisBuildOrMachineDoesNotHave) {
+  const std::string args = "layers --model tiny-llama --device cuda" + kQuick;
+  RunResult r = run_profile(args);
+  if (r.exit_code == 0) {
+    EXPECT_NE(r.out.find("measured on this machine's GPU (device type '"), std::string::npos)
+        << r.out;
+    return;
+  }
+  expect_bad_profile_options(args, "--device cuda: ");
+  EXPECT_TRUE(r.err.find("built against a libtorch without CUDA") != std::string::npos ||
+              r.err.find("no CUDA device is visible") != std::string::npos)
+      << r.err;
 }
 
 }  // namespace

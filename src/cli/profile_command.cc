@@ -12,8 +12,10 @@
 #include <vector>
 
 #include "commands.h"
+#include "motley/cluster/detect.h"
 #include "motley/core/json.h"
 #include "motley/core/output_files.h"
+#include "motley/exec/compute_device.h"
 #include "motley/model/limits.h"
 #include "motley/model/model_json.h"
 #include "motley/model/profile.h"
@@ -31,6 +33,7 @@ struct ProfileLayersOptions {
   std::string model;
   std::string out;
   std::string precision = "fp32";
+  std::string device = "cpu";
   std::vector<int> tp;
   int64_t micro_batch_size = 1;
   int64_t seq_len = 0;
@@ -53,11 +56,12 @@ std::string time_cell(const std::optional<Seconds>& t) { return t ? format_time(
 
 std::string table(const ModelSpec& model, const LayerProfile& p) {
   std::string out = fmt::format(
-      "model {}: {} layers, {} distinct, measured on this machine's CPU (device type '{}')\n"
+      "model {}: {} layers, {} distinct, measured on this machine's {} (device type '{}')\n"
       "micro-batch {} x {} tokens, {}, {} intra-op thread{}; medians per micro-batch (the "
       "optimizer: per step)\n",
-      model.name, model.layers.size(), p.distinct.size(), p.device_type, p.micro_batch_size,
-      p.seq_len, precision_name(p.precision), p.threads, p.threads == 1 ? "" : "s");
+      model.name, model.layers.size(), p.distinct.size(),
+      p.device_type == kCpuDeviceType ? "CPU" : "GPU", p.device_type, p.micro_batch_size, p.seq_len,
+      precision_name(p.precision), p.threads, p.threads == 1 ? "" : "s");
   TextTable t({"layer", "TP", "F", "B", "W", "R (selective)", "optimizer", "samples", "rse"});
   t.set_alignment({TextTable::Align::kLeft});
   std::vector<std::string> notes;
@@ -110,6 +114,21 @@ Status profile_layers_command(const ProfileLayersOptions& opt) {
   o.threads = opt.threads;
   o.precision = opt.precision == "bf16" ? Precision::kBf16Autocast : Precision::kFp32;
   o.seed = opt.seed;
+  MOTLEY_ASSIGN_OR_RETURN(const c10::Device requested, parse_compute_device(opt.device));
+  MOTLEY_ASSIGN_OR_RETURN(o.device, resolve_compute_device(requested, 0));
+  if (const std::optional<GpuProperties> gpu = gpu_properties(o.device)) {
+    // The profile names the GPU by its catalog type, so that plans can use its times.
+    const Bytes memory(static_cast<double>(gpu->memory_bytes));
+    const std::optional<std::string> type = match_device_type(gpu->name, memory);
+    if (!type) {
+      return invalid_argument(fmt::format(
+          "--device {}: '{}' ({}) matches no device type of the catalog (docs/devices.md), so "
+          "its times could not be planned with",
+          o.device.str(), gpu->name, format_bytes(memory)));
+    }
+    o.device_type = *type;
+    o.available_memory = memory;
+  }
   o.warmup = opt.warmup;
   o.min_repeats = opt.min_repeats;
   o.max_repeats = opt.max_repeats;
@@ -162,8 +181,13 @@ void add_profile_layers_command(CLI::App& profile, Action* action) {
       ->check(integer_in(1, kMaxOptionThreads))
       ->capture_default_str();
   cmd->add_option("--precision", opt->precision,
-                  "fp32, or bf16: under CPU autocast to bf16 as 'motley run --precision bf16'")
+                  "fp32, or bf16: under autocast to bf16 on the device, as 'motley run "
+                  "--precision bf16'")
       ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  cmd->add_option("--device", opt->device,
+                  "cpu, or cuda / cuda:N: the layers on that GPU, the profile naming its catalog "
+                  "type (needs a build against a CUDA-enabled libtorch)")
       ->capture_default_str();
   cmd->add_option("--warmup", opt->warmup, "Samples run and discarded before measuring")
       ->check(integer_in(0, 1'000'000))

@@ -28,12 +28,14 @@
 #include "motley/core/json.h"
 #include "motley/core/output_files.h"
 #include "motley/exec/checkpoint_store.h"
+#include "motley/exec/compute_device.h"
 #include "motley/exec/data.h"
 #include "motley/exec/emulation.h"
 #include "motley/exec/emulation_factors.h"
 #include "motley/exec/executor.h"
 #include "motley/exec/gloo_transport.h"
 #include "motley/exec/host_memory.h"
+#include "motley/exec/nccl_transport.h"
 #include "motley/exec/precision.h"
 #include "motley/exec/rank_layout.h"
 #include "motley/exec/reference.h"
@@ -64,6 +66,7 @@ constexpr int64_t kSyntheticBytes = int64_t{1} << 16;
 struct Distributed {
   GlooOptions gloo;
   int local_world_size = 0;  // 0: unknown
+  int local_rank = -1;       // -1: unknown
 };
 
 const char* env(const char* name) {
@@ -85,6 +88,8 @@ Result<std::optional<Distributed>> distributed_from_env() {
   MOTLEY_ASSIGN_OR_RETURN(d.gloo, gloo_options_from_env(get));
   const char* local = env(mpi ? "OMPI_COMM_WORLD_LOCAL_SIZE" : "LOCAL_WORLD_SIZE");
   if (local != nullptr) d.local_world_size = std::max(0, std::atoi(local));
+  const char* local_rank = env(mpi ? "OMPI_COMM_WORLD_LOCAL_RANK" : "LOCAL_RANK");
+  if (local_rank != nullptr) d.local_rank = std::max(0, std::atoi(local_rank));
   // Every rank meets at a loopback address only when all run on this machine: bind Gloo there
   // too, whatever the hostname resolves to.
   if (d.gloo.interface.empty() &&
@@ -399,6 +404,15 @@ Status check_options(const RunOptions& opt) {
         "--sequential runs the plain reference: it takes no --emulate, --checkpoint-dir or "
         "--trace");
   }
+  MOTLEY_ASSIGN_OR_RETURN(const c10::Device device, parse_compute_device(opt.device));
+  if (device.is_cuda() && (opt.sequential || opt.emulate)) {
+    return invalid_argument(fmt::format(
+        "--device {}: {} runs on the CPU; give --device cpu", opt.device,
+        opt.sequential ? "--sequential (the reference)" : "--emulate (scaled CPU time)"));
+  }
+  if (opt.transport == "nccl" && !device.is_cuda()) {
+    return invalid_argument("--transport nccl moves GPU tensors: give --device cuda");
+  }
   return Status::ok();
 }
 
@@ -424,6 +438,10 @@ struct Mode {
   int cores = 1;        // of this machine
   int local_ranks = 1;  // ranks sharing them
   int threads = 1;      // intra-op threads per rank
+  // Where this process's ranks compute (as threads, all on one device) and the transport name
+  // under WORLD_SIZE ("gloo" or "nccl").
+  c10::Device device = c10::kCPU;
+  std::string transport = "gloo";
   int rank() const { return dist ? dist->gloo.rank : -1; }
 };
 
@@ -443,9 +461,17 @@ Result<Mode> choose_mode(const RunOptions& opt, const RunInputs& in) {
   if (dist && opt.sequential) {
     return invalid_argument("--sequential runs in one process; unset WORLD_SIZE");
   }
-  MOTLEY_RETURN_IF_ERROR(check_host_memory(opt.plan, in.plan, in.model, opt.sequential, mode.rank(),
-                                           dist ? std::max(1, dist->local_world_size) : 1));
-  mode.name = opt.sequential ? "sequential" : dist ? "gloo" : "threads";
+  MOTLEY_ASSIGN_OR_RETURN(const c10::Device requested, parse_compute_device(opt.device));
+  const int local_rank = dist ? (dist->local_rank >= 0 ? dist->local_rank : dist->gloo.rank) : 0;
+  MOTLEY_ASSIGN_OR_RETURN(mode.device, resolve_compute_device(requested, local_rank));
+  const bool nccl = opt.transport == "nccl" || (opt.transport == "auto" && mode.device.is_cuda());
+  mode.transport = nccl ? "nccl" : "gloo";
+  if (mode.device.is_cpu()) {  // on a GPU the training state is not in this machine's memory
+    MOTLEY_RETURN_IF_ERROR(check_host_memory(opt.plan, in.plan, in.model, opt.sequential,
+                                             mode.rank(),
+                                             dist ? std::max(1, dist->local_world_size) : 1));
+  }
+  mode.name = opt.sequential ? "sequential" : dist ? mode.transport : "threads";
   mode.cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   mode.local_ranks = opt.sequential ? 1 : dist ? std::max(1, dist->local_world_size) : mode.world;
   mode.threads = opt.threads.value_or(std::max(1, mode.cores / mode.local_ranks));
@@ -486,14 +512,15 @@ void limit_threads(const Mode& mode) {
   set_intra_op_threads(mode.threads);
 }
 
-// Seed, learning rate and precision; a note on stderr (and in `*note`) when bf16 was asked for
-// and this libtorch cannot.
-ExecOptions exec_options(const RunOptions& opt, std::string* note) {
+// Seed, learning rate, precision and device; a note on stderr (and in `*note`) when bf16 was
+// asked for on the CPU and this libtorch cannot.
+ExecOptions exec_options(const RunOptions& opt, const Mode& mode, std::string* note) {
   ExecOptions exec;
   exec.seed = opt.seed;
   exec.optimizer.learning_rate = opt.learning_rate;
+  exec.device = mode.device;
   const Precision requested = opt.precision == "bf16" ? Precision::kBf16Autocast : Precision::kFp32;
-  exec.precision = effective_precision(requested);
+  exec.precision = mode.device.is_cpu() ? effective_precision(requested) : requested;
   if (exec.precision != requested) {
     std::string why;
     cpu_bf16_autocast_available(&why);
@@ -520,6 +547,7 @@ Json run_header(const RunOptions& opt, const RunInputs& in, const Mode& mode,
            {"world_size", opt.sequential ? 1 : mode.world},
            {"threads_per_rank", mode.threads},
            {"precision", precision_name(exec.precision)},
+           {"device", exec.device.str()},
            {"global_batch", in.plan.global_batch},
            {"seq_len", in.plan.seq_len},
            {"tokens_per_step", tokens_per_step(in.plan)}};
@@ -620,7 +648,8 @@ Result<ExecutorRun> run_executor(const RunOptions& opt, const RunInputs& in, con
     GlooOptions gloo = mode.dist->gloo;
     gloo.transport.timeout = Seconds(opt.timeout_s);
     gloo.rendezvous_timeout = Seconds(opt.rendezvous_timeout_s);
-    MOTLEY_ASSIGN_OR_RETURN(run.transport, connect_gloo(gloo));
+    MOTLEY_ASSIGN_OR_RETURN(run.transport,
+                            mode.transport == "nccl" ? connect_nccl(gloo) : connect_gloo(gloo));
   }
   const bool reports = !mode.dist || mode.rank() == run.reporter;
   const bool prints_steps = !opt.json && reports;
@@ -726,6 +755,10 @@ Json json_output(const Mode& mode, const RunOptions& opt, const RunInputs& in,
                          {"optimizer_state_bytes", steps.back().optimizer_state_bytes}});
   }
   out["ranks"] = ranks;
+  // On a GPU, what its caching allocator handed out at most (this process's ranks together).
+  if (const std::optional<int64_t> peak = peak_device_memory(mode.device)) {
+    out["peak_device_memory_bytes"] = *peak;
+  }
   if (run.emulation) {
     const Emulation& e = *run.emulation;
     Json slowdown = e.options.compute_slowdown;
@@ -768,6 +801,10 @@ std::string text_output(const Mode& mode, const RunOptions& opt, const RunInputs
         format_time(Seconds(mean)), in.cluster.name, format_time(e.factors.simulated_iteration),
         e.time_scale, format_time(Seconds(e.factors.simulated_iteration.value() * e.time_scale)));
   }
+  if (const std::optional<int64_t> peak = peak_device_memory(mode.device)) {
+    text += fmt::format("peak memory on {}: {} (tensors, as its caching allocator counts them)\n",
+                        mode.device.str(), format_bytes(Bytes(static_cast<double>(*peak))));
+  }
   if (!opt.checkpoint_dir.empty() && (!mode.dist || mode.rank() == 0)) {
     const Result<std::string> saved = find_checkpoint(opt.checkpoint_dir);
     text += "checkpoint: " + (saved.is_ok() ? *saved : opt.checkpoint_dir) + "\n";
@@ -794,7 +831,7 @@ Status run_command(const RunOptions& opt) {
   MOTLEY_ASSIGN_OR_RETURN(TokenStream tokens, load_tokens(opt));
   limit_threads(mode);
   std::string precision_note;
-  const ExecOptions exec = exec_options(opt, &precision_note);
+  const ExecOptions exec = exec_options(opt, mode, &precision_note);
   if (!opt.sequential && in.plan.expert_parallel > 1) {
     std::fprintf(stderr,
                  "motley: note: %s: expert parallelism %d runs here with every expert on every "

@@ -56,9 +56,20 @@ void add_run_options(CLI::App* cmd, RunOptions* opt, const std::string& default_
       ->check(positive_number())
       ->capture_default_str();
   cmd->add_option("--precision", opt->precision,
-                  "fp32, or bf16: forward and backward under CPU autocast to bf16 (weights, "
-                  "gradients, optimizer and messages stay fp32; fp32 when this libtorch cannot)")
+                  "fp32, or bf16: forward and backward under autocast to bf16 on the device "
+                  "(weights, gradients, optimizer and messages stay fp32; on the CPU fp32 when "
+                  "this libtorch cannot)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  cmd->add_option("--device", opt->device,
+                  "Where each rank computes: cpu, cuda (each rank the GPU of its LOCAL_RANK, or "
+                  "of its rank without WORLD_SIZE) or cuda:N; CUDA needs a build against a "
+                  "CUDA-enabled libtorch")
+      ->capture_default_str();
+  cmd->add_option("--transport", opt->transport,
+                  "Under WORLD_SIZE: gloo, nccl (GPU tensors; builds with CUDA) or auto (nccl "
+                  "with a CUDA device, else gloo)")
+      ->check(CLI::IsMember({"auto", "gloo", "nccl"}))
       ->capture_default_str();
   cmd->add_option("--threads", opt->threads,
                   "Intra-op threads per rank (default: max(1, cores / ranks on this machine))")

@@ -38,7 +38,9 @@ struct RunOptions {
   double rendezvous_timeout_s = 300;
   std::optional<int> threads;  // unset: max(1, cores / ranks on this machine)
   std::string emulate_speeds = "peak";
-  std::string precision = "fp32";  // or "bf16": CPU autocast (precision.h)
+  std::string precision = "fp32";  // or "bf16": autocast on the device (precision.h)
+  std::string device = "cpu";      // or "cuda", "cuda:N" (compute_device.h)
+  std::string transport = "auto";  // under WORLD_SIZE: "gloo", "nccl" or "auto"
   // The emulation's factors, computed by motley (not an option users give; see run_emulation.h).
   int emulation_fd = -1;
 };

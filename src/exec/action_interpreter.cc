@@ -9,6 +9,7 @@
 #include <string>
 #include <tuple>
 
+#include "motley/exec/compute_device.h"
 #include "motley/plan/plan_json.h"
 #include "optimizer.h"
 
@@ -37,13 +38,15 @@ ActionInterpreter::ActionInterpreter(const Plan& plan, const ModelSpec& model,
                                      const TokenStream& tokens, const RankLayout& layout, int rank,
                                      const TaskGraph& graph, std::map<int, StageModule*> stages,
                                      std::map<int, std::vector<at::Tensor>> stage_params,
-                                     AfterAction after_action, Transport& transport)
+                                     AfterAction after_action, Transport& transport,
+                                     c10::Device device)
     : plan_(plan),
       model_(model),
       tokens_(tokens),
       layout_(layout),
       graph_(graph),
       transport_(transport),
+      device_(device),
       rank_(rank),
       place_(layout.place_of(rank)),
       total_micro_batches_(total_micro_batches(plan)),
@@ -69,7 +72,7 @@ ActionInterpreter::ActionInterpreter(const Plan& plan, const ModelSpec& model,
 
 Status ActionInterpreter::run_step(int64_t step, Precision precision,
                                    const ActionCallbacks& callbacks, StepTrace& trace) {
-  const AutocastGuard autocast(precision);  // this thread's F, R, I, W, B; not AdamW
+  const AutocastGuard autocast(precision, device_.type());  // F, R, I, W, B; not AdamW
   step_ = step;
   live_.clear();
   outputs_.clear();
@@ -85,6 +88,9 @@ Status ActionInterpreter::run_step(int64_t step, Precision precision,
     if (callbacks.started) callbacks.started(static_cast<int>(i));
     const std::string where = action_to_string(a);
     MOTLEY_RETURN_IF_ERROR(run_action(node).with_context(fmt::format("at {}", where)));
+    // A GPU runs the action's kernels after the host queued them: when the action is timed,
+    // its end is when the device finished.
+    if (after_action_ || trace.enabled()) synchronize_device(device_);
     if (after_action_) {
       // From when the inputs were there: waiting for a message is not the action's compute.
       const std::chrono::duration<double> elapsed =
@@ -129,7 +135,7 @@ Status ActionInterpreter::post_receives() {
     posted.buffer = at::empty(
         statistics ? std::vector<int64_t>{plan_.micro_batch_size * plan_.seq_len, 3}
                    : boundary_shape(model_, boundary_layer, plan_.micro_batch_size, plan_.seq_len),
-        at::kFloat);
+        at::TensorOptions().dtype(at::kFloat).device(device_));
     MOTLEY_ASSIGN_OR_RETURN(
         posted.request, transport_.recv(posted.buffer, layout_.pipeline_source(rank_, m.group),
                                         message_tag(step_, m.kind, m.sequence), message_name(m)));
@@ -206,6 +212,8 @@ Status ActionInterpreter::forward(int32_t node) {
   if (module.takes_tokens() || module.produces_loss()) {
     micro_batch_tensors(tokens_, global_micro_batch(plan_, step_, place_.replica, j),
                         plan_.micro_batch_size, plan_.seq_len, &inputs, &targets);
+    inputs = inputs.to(device_);
+    targets = targets.to(device_);
   }
   if (module.takes_tokens()) {
     state.input = inputs;

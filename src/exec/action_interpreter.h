@@ -43,13 +43,14 @@ class ActionInterpreter {
  public:
   // The rank `rank` of `layout`, running its group's actions of `graph` (build_task_graph of
   // `plan`) on `stages` (every stage it runs, built; `stage_params` what each one's W and B
-  // differentiate). `after_action` (may be empty) is ExecOptions::after_action. Everything
-  // referenced must outlive the interpreter. REQUIRES: `plan` passed validate_plan for `model`.
+  // differentiate). `after_action` (may be empty) is ExecOptions::after_action. Receive buffers
+  // and token batches are made on `device` (the stages' parameters'). Everything referenced
+  // must outlive the interpreter. REQUIRES: `plan` passed validate_plan for `model`.
   ActionInterpreter(const Plan& plan, const ModelSpec& model, const TokenStream& tokens,
                     const RankLayout& layout, int rank, const TaskGraph& graph,
                     std::map<int, StageModule*> stages,
                     std::map<int, std::vector<at::Tensor>> stage_params, AfterAction after_action,
-                    Transport& transport);
+                    Transport& transport, c10::Device device = c10::kCPU);
 
   // The group's compute actions, in its order (the graph's nodes of the group).
   const std::vector<Action>& actions() const { return actions_; }
@@ -105,6 +106,7 @@ class ActionInterpreter {
   const RankLayout& layout_;
   const TaskGraph& graph_;
   Transport& transport_;
+  c10::Device device_;
   int rank_;
   RankPlace place_;
   int64_t total_micro_batches_;

@@ -16,7 +16,8 @@ Status write_tensor_file(const std::string& path, const TensorFile& file) {
   std::vector<at::Tensor> contiguous;  // keeps the records' data alive
   std::vector<TensorRecord> records;
   for (const NamedTensor& t : file.tensors) {
-    const at::Tensor& data = contiguous.emplace_back(t.tensor.detach().contiguous());
+    // Written from host memory: a tensor on a GPU is copied to the CPU first.
+    const at::Tensor& data = contiguous.emplace_back(t.tensor.detach().to(at::kCPU).contiguous());
     MOTLEY_CHECK(data.scalar_type() == at::kFloat || data.scalar_type() == at::kLong,
                  "checkpoint tensors are float32 or int64");
     records.push_back(TensorRecord{

@@ -48,7 +48,14 @@ PlanBounds bounds_of(const Plan& plan, const ModelSpec& model) {
 
 struct RankExecutor::Impl {
   Impl(const ExecOptions& o, const Plan& p, const ModelSpec& m, const TokenStream& t, Transport& tr)
-      : options(o), plan(p), model(m), tokens(t), transport(tr), layout(p), trace(o.record_trace) {}
+      : options(o),
+        plan(p),
+        model(m),
+        tokens(t),
+        transport(tr),
+        layout(p),
+        store(o.device),
+        trace(o.record_trace) {}
 
   ExecOptions options;
   Plan plan;
@@ -193,7 +200,7 @@ Status RankExecutor::Impl::build() {
   for (auto& [s, module] : stages) modules[s] = module.get();
   interpreter = std::make_unique<internal::ActionInterpreter>(
       plan, model, tokens, layout, rank, graph, std::move(modules), std::move(stage_params),
-      options.after_action, transport);
+      options.after_action, transport, options.device);
   const bool holds_loss = runs_stage(last_stage);
   buckets = std::make_unique<internal::GradientBuckets>(
       sets, interpreter->actions(), interpreter->stage_params(), last_stage,
@@ -201,7 +208,7 @@ Status RankExecutor::Impl::build() {
       holds_loss ? layout.stage_ranks(last_stage) : std::vector<int>{},
       // Every rank of a tensor-parallel group computes the same loss; one of them counts it.
       [this] { return place.tp_rank == 0 ? interpreter->loss_sum() : 0.0; },
-      /*post_from_hooks=*/!options.after_action, transport);
+      /*post_from_hooks=*/!options.after_action, transport, options.device);
   checkpoint =
       std::make_unique<internal::RankCheckpoint>(model, rank, place, group_ranks, std::move(saved));
   // Set up every rank set this rank sums over, in increasing order on every rank (Gloo creates

@@ -32,6 +32,20 @@ Result<int> int_variable(const char* name, const char* value, int min, int max) 
 
 }  // namespace
 
+namespace internal {
+
+c10::intrusive_ptr<c10d::Store> connect_store(const GlooOptions& options) {
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(options.master_port);
+  store_options.isServer = options.rank == 0;
+  store_options.numWorkers = options.world_size;
+  store_options.waitWorkers = false;  // the process groups' own rendezvous waits
+  store_options.timeout = to_ms(options.rendezvous_timeout);
+  return c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+}
+
+}  // namespace internal
+
 Result<GlooOptions> gloo_options_from_env(const std::function<const char*(const char*)>& getenv) {
   auto get = [&](const char* name) -> const char* {
     return getenv ? getenv(name) : std::getenv(name);
@@ -62,13 +76,7 @@ Result<std::unique_ptr<Transport>> connect_gloo(const GlooOptions& options) {
         fmt::format("gloo: rank {} is not in a world of {}", options.rank, options.world_size));
   }
   try {
-    c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<std::uint16_t>(options.master_port);
-    store_options.isServer = options.rank == 0;
-    store_options.numWorkers = options.world_size;
-    store_options.waitWorkers = false;  // the process group's own rendezvous waits
-    store_options.timeout = internal::to_ms(options.rendezvous_timeout);
-    auto store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+    c10::intrusive_ptr<c10d::Store> store = internal::connect_store(options);
 
     // The process group's own timeout bounds its rendezvous; each wait passes transport.timeout.
     auto pg_options =
@@ -85,17 +93,9 @@ Result<std::unique_ptr<Transport>> connect_gloo(const GlooOptions& options) {
                                 int size) {
       return c10::make_intrusive<c10d::ProcessGroupGloo>(group_store, position, size, pg_options);
     };
-    auto world = factory(c10::make_intrusive<c10d::PrefixStore>("motley/world", store),
-                         options.rank, options.world_size);
-    using GlooTransport = internal::ProcessGroupTransport<c10d::ProcessGroupGloo>;
-    GlooTransport::Config config;
-    config.rank = options.rank;
-    config.world_size = options.world_size;
-    config.transport = options.transport;
-    config.stage_through_host = true;  // Gloo's point-to-point reads host memory only
-    config.backend = "gloo";
-    return std::unique_ptr<Transport>(
-        new GlooTransport(config, store, std::move(world), std::move(factory)));
+    // Gloo's point-to-point reads host memory only: GPU tensors are staged through it.
+    return internal::make_process_group_transport<c10d::ProcessGroupGloo>(
+        options, options.transport, /*stage_through_host=*/true, store, std::move(factory));
   } catch (const std::exception& e) {
     return io_error(fmt::format("gloo: rank {} could not join the world of {} at {}:{}: {}",
                                 options.rank, options.world_size, options.master_addr,

@@ -16,10 +16,11 @@ GradientBuckets::GradientBuckets(const GradientSumSets& sets, const std::vector<
                                  const std::map<int, std::vector<at::Tensor>>& stage_params,
                                  int last_stage, bool loss_in_backward,
                                  const std::vector<int>& loss_ranks, std::function<double()> loss,
-                                 bool post_from_hooks, Transport& transport)
+                                 bool post_from_hooks, Transport& transport, c10::Device device)
     : loss_(std::move(loss)),
       post_from_hooks_(post_from_hooks),
       transport_(transport),
+      device_(device),
       actions_(static_cast<int>(actions.size())) {
   // The last action of the list that accumulates into each stage's weights.
   std::map<int, int> last_weight_action;  // stage -> action index
@@ -171,7 +172,7 @@ Status GradientBuckets::post(Bucket& b) {
                                         grad.index_select(slice.dim, slice.grad_rows)));
   }
   if (b.loss) {
-    b.loss_value = at::full({1}, loss_(), at::kFloat);
+    b.loss_value = at::full({1}, loss_(), at::TensorOptions().dtype(at::kFloat).device(device_));
     b.tensors.push_back(b.loss_value);
   }
   b.posted = true;

@@ -56,11 +56,13 @@ class GradientBuckets {
   // `loss` giving this rank's part when its bucket is posted), else empty. `post_from_hooks`
   // false: a bucket leaves only after the action that finished it (an after_action hook slows
   // actions after they ran, and nothing may leave before the emulated device would be done).
-  // `transport` must outlive the buckets.
+  // `transport` must outlive the buckets. The loss travels as a tensor on `device` (the
+  // parameters').
   GradientBuckets(const GradientSumSets& sets, const std::vector<Action>& actions,
                   const std::map<int, std::vector<at::Tensor>>& stage_params, int last_stage,
                   bool loss_in_backward, const std::vector<int>& loss_ranks,
-                  std::function<double()> loss, bool post_from_hooks, Transport& transport);
+                  std::function<double()> loss, bool post_from_hooks, Transport& transport,
+                  c10::Device device = c10::kCPU);
   ~GradientBuckets();
 
   // Every rank set a bucket sums over, increasing (the loss's included).
@@ -100,6 +102,7 @@ class GradientBuckets {
   std::function<double()> loss_;
   bool post_from_hooks_;
   Transport& transport_;
+  c10::Device device_;
   int actions_ = 0;
   std::vector<Bucket> buckets_;
   std::map<std::vector<int>, std::vector<size_t>> set_buckets_;  // each set's, in posting order

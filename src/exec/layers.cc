@@ -21,7 +21,7 @@ namespace motley {
 at::Tensor ParameterStore::get_or_create(const std::string& name, at::Tensor initial) {
   auto it = tensors_.find(name);
   if (it != tensors_.end()) return it->second;
-  initial = initial.detach().contiguous();
+  initial = initial.detach().to(device_).contiguous();
   initial.requires_grad_(true);
   tensors_.emplace(name, initial);
   return initial;
@@ -252,7 +252,12 @@ class Init {
     if (slice.rows.numel() != full.size(slice.dim)) {
       local = full.index_select(slice.dim, slice.rows);
     }
+    // Drawn on the CPU (the same weights on any device); the store moves the parameter, and the
+    // slice's row indices go where the parameter is.
     at::Tensor p = store_.get_or_create(path, local);
+    slice.rows = slice.rows.to(p.device());
+    slice.grad_rows = slice.grad_rows.to(p.device());
+    slice.value_rows = slice.value_rows.to(p.device());
     used_->push_back({path, p, layers_, std::move(slice)});
     return p;
   }
@@ -374,8 +379,9 @@ at::Tensor apply_rope(const at::Tensor& x) {
   at::Tensor inv_freq =
       at::pow(kRopeTheta, at::arange(0, d, 2, at::kDouble) / static_cast<double>(d)).reciprocal();
   at::Tensor angles = at::outer(at::arange(s, at::kDouble), inv_freq).to(at::kFloat);
-  at::Tensor cos = at::cat({angles.cos(), angles.cos()}, -1);
-  at::Tensor sin = at::cat({angles.sin(), angles.sin()}, -1);
+  // Computed on the CPU in double, so every device rotates by the same angles.
+  at::Tensor cos = at::cat({angles.cos(), angles.cos()}, -1).to(x.device());
+  at::Tensor sin = at::cat({angles.sin(), angles.sin()}, -1).to(x.device());
   at::Tensor x1 = x.narrow(-1, 0, d / 2);
   at::Tensor x2 = x.narrow(-1, d / 2, d / 2);
   return x * cos + at::cat({-x2, x1}, -1) * sin;
@@ -403,7 +409,7 @@ at::Tensor attend(const AttentionShape& a, const at::Tensor& q, const at::Tensor
   const int64_t s = q.size(2);
   at::Tensor scores =
       at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
-  scores = scores + attention_mask(a, s);
+  scores = scores + attention_mask(a, s).to(scores.device());
   at::Tensor probs;
   if (sinks.defined()) {
     at::Tensor sink = sinks.view({1, nh, 1, 1}).expand({b, nh, s, 1});
@@ -1025,7 +1031,7 @@ class HeadLayer final : public LayerImpl {
     at::Tensor maximum;
     {
       at::NoGradGuard no_grad;
-      at::Tensor gathered = at::zeros({group_->size, n}, at::kFloat);
+      at::Tensor gathered = at::zeros({group_->size, n}, logits.options().dtype(at::kFloat));
       gathered.select(0, group_->rank).copy_(std::get<0>(logits.max(-1)));
       if (group_->size > 1) group_->all_reduce(gathered);
       maximum = std::get<0>(gathered.max(0));
@@ -1348,7 +1354,7 @@ Result<std::unique_ptr<StageModule>> make_transformer_stage(const ModelSpec& mod
 
 Result<std::function<at::Tensor()>> attention_core_runner(const Layer& layer,
                                                           int64_t micro_batch_size, int64_t seq_len,
-                                                          int tp) {
+                                                          int tp, c10::Device device) {
   if (!layer.attention) {
     return invalid_argument(fmt::format("layer '{}' ({}) has no attention core", layer.name,
                                         layer_kind_name(layer.kind)));
@@ -1369,11 +1375,14 @@ Result<std::function<at::Tensor()>> attention_core_runner(const Layer& layer,
     auto draw = [&](int64_t d) {
       at::Tensor t = at::empty({micro_batch_size, heads, seq_len, d}, at::kFloat);
       t.normal_(0.0, 1.0, generator);
-      return t.requires_grad_(true);
+      return t.to(device).requires_grad_(true);
     };
     at::Tensor q = draw(qk_dim), k = draw(qk_dim), v = draw(v_dim);
     at::Tensor sinks;
-    if (a.sinks) sinks = at::zeros({heads}, at::kFloat).requires_grad_(true);
+    if (a.sinks) {
+      sinks = at::zeros({heads}, at::TensorOptions().dtype(at::kFloat).device(device))
+                  .requires_grad_(true);
+    }
     return std::function<at::Tensor()>([a, q, k, v, sinks] { return attend(a, q, k, v, sinks); });
   } catch (const std::exception& e) {
     return internal_error(

@@ -56,7 +56,7 @@ void AdamWStep::set_state(const at::Tensor& param, const State& state) {
 }
 
 at::Tensor loss_seed(int64_t total_micro_batches, const at::Tensor& loss) {
-  return at::full({}, 1.0 / static_cast<double>(total_micro_batches), loss.scalar_type());
+  return at::full({}, 1.0 / static_cast<double>(total_micro_batches), loss.options());
 }
 
 }  // namespace motley::internal

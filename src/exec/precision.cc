@@ -36,7 +36,7 @@ bool cpu_bf16_autocast_available(std::string* why) {
       const at::Tensor a = at::full({2, 2}, 1.5, at::kFloat);
       at::Tensor product;
       {
-        AutocastGuard guard(Precision::kBf16Autocast, AutocastGuard::Unchecked{});
+        AutocastGuard guard(Precision::kBf16Autocast, c10::kCPU, AutocastGuard::Unchecked{});
         product = at::matmul(a, a);
       }
       if (product.scalar_type() != at::kBFloat16) {
@@ -62,19 +62,30 @@ Precision effective_precision(Precision requested) {
              : Precision::kFp32;
 }
 
-AutocastGuard::AutocastGuard(Precision precision)
-    : AutocastGuard(effective_precision(precision), Unchecked{}) {}
+// The CPU probe decides only for the CPU; CUDA devices autocast to bf16 natively (Ampere and
+// later).
+AutocastGuard::AutocastGuard(Precision precision, c10::DeviceType device)
+    : AutocastGuard(device == c10::kCPU ? effective_precision(precision) : precision, device,
+                    Unchecked{}) {}
 
-// What torch.autocast("cpu", torch.bfloat16, cache_enabled=False).__enter__ does (torch/amp/
-// autocast_mode.py, 1.13).
-AutocastGuard::AutocastGuard(Precision precision, Unchecked) {
+// What torch.autocast(device, torch.bfloat16, cache_enabled=False).__enter__ does (torch/amp/
+// autocast_mode.py, 1.13): the CPU's or the GPU's autocast state, whichever `device` is.
+AutocastGuard::AutocastGuard(Precision precision, c10::DeviceType device, Unchecked)
+    : device_(device) {
   if (precision != Precision::kBf16Autocast) return;
   engaged_ = true;
   previous_cache_enabled_ = at::autocast::is_autocast_cache_enabled();
-  previous_enabled_ = at::autocast::is_cpu_enabled();
-  previous_dtype_ = at::autocast::get_autocast_cpu_dtype();
-  at::autocast::set_cpu_enabled(true);
-  at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+  if (device_ == c10::kCPU) {
+    previous_enabled_ = at::autocast::is_cpu_enabled();
+    previous_dtype_ = at::autocast::get_autocast_cpu_dtype();
+    at::autocast::set_cpu_enabled(true);
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+  } else {
+    previous_enabled_ = at::autocast::is_enabled();
+    previous_dtype_ = at::autocast::get_autocast_gpu_dtype();
+    at::autocast::set_enabled(true);
+    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+  }
   at::autocast::increment_nesting();
   at::autocast::set_autocast_cache_enabled(false);
 }
@@ -82,8 +93,13 @@ AutocastGuard::AutocastGuard(Precision precision, Unchecked) {
 AutocastGuard::~AutocastGuard() {
   if (!engaged_) return;
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  at::autocast::set_cpu_enabled(previous_enabled_);
-  at::autocast::set_autocast_cpu_dtype(previous_dtype_);
+  if (device_ == c10::kCPU) {
+    at::autocast::set_cpu_enabled(previous_enabled_);
+    at::autocast::set_autocast_cpu_dtype(previous_dtype_);
+  } else {
+    at::autocast::set_enabled(previous_enabled_);
+    at::autocast::set_autocast_gpu_dtype(previous_dtype_);
+  }
   at::autocast::set_autocast_cache_enabled(previous_cache_enabled_);
 }
 

@@ -30,9 +30,14 @@
 
 #include "error_text.h"
 #include "motley/core/status.h"
+#include "motley/exec/gloo_transport.h"
 #include "motley/exec/transport.h"
 
 namespace motley::internal {
+
+// The TCPStore of `options`' world: served by rank 0 at master_addr:master_port, waiting at
+// most rendezvous_timeout for it. Throws c10d's exceptions.
+c10::intrusive_ptr<c10d::Store> connect_store(const GlooOptions& options);
 
 inline std::chrono::milliseconds to_ms(Seconds s) {
   return std::chrono::milliseconds(static_cast<int64_t>(s.value() * 1000.0 + 0.5));
@@ -93,7 +98,6 @@ class ProcessGroupTransport final : public Transport {
     int world_size = 1;
     TransportOptions transport;
     bool stage_through_host = false;
-    std::string backend;  // "gloo" or "nccl", for messages
   };
 
   ProcessGroupTransport(Config config, c10::intrusive_ptr<c10d::Store> store,
@@ -308,5 +312,23 @@ class ProcessGroupTransport final : public Transport {
   std::map<std::vector<int>, c10::intrusive_ptr<Group>> subgroups_;
   std::map<std::pair<int, int>, c10::intrusive_ptr<Group>> directions_;  // (sender, receiver)
 };
+
+// The transport of `options`' rank with `transport`'s timeout and matching, its world group made
+// by `factory` under the store prefix "motley/world". Throws c10d's exceptions.
+template <class Group>
+std::unique_ptr<Transport> make_process_group_transport(
+    const GlooOptions& options, const TransportOptions& transport, bool stage_through_host,
+    c10::intrusive_ptr<c10d::Store> store,
+    typename ProcessGroupTransport<Group>::GroupFactory factory) {
+  auto world = factory(c10::make_intrusive<c10d::PrefixStore>("motley/world", store), options.rank,
+                       options.world_size);
+  typename ProcessGroupTransport<Group>::Config config;
+  config.rank = options.rank;
+  config.world_size = options.world_size;
+  config.transport = transport;
+  config.stage_through_host = stage_through_host;
+  return std::make_unique<ProcessGroupTransport<Group>>(config, std::move(store), std::move(world),
+                                                        std::move(factory));
+}
 
 }  // namespace motley::internal

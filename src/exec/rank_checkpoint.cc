@@ -133,8 +133,8 @@ Result<at::Tensor> RankCheckpoint::gather_full(const at::Tensor& local, const Te
     // Several groups may hold a row (a norm every shard of a head holds): each rank marks the
     // rows it would write, and a row goes to the first rank that marks it.
     const auto me = std::find(ranks.begin(), ranks.end(), rank_) - ranks.begin();
-    at::Tensor marks =
-        at::zeros({slice.full_shape[slice.dim], static_cast<int64_t>(ranks.size())}, at::kFloat);
+    at::Tensor marks = at::zeros({slice.full_shape[slice.dim], static_cast<int64_t>(ranks.size())},
+                                 local.options().dtype(at::kFloat));
     marks.select(1, me).index_fill_(0, slice.rows.index_select(0, slice.value_rows), 1.0);
     MOTLEY_RETURN_IF_ERROR(transport.all_reduce_sum({marks}, ranks)
                                .with_context("assembling vocabulary-sharded parameters"));
@@ -232,9 +232,11 @@ Result<int64_t> RankCheckpoint::load(const std::string& checkpoint_dir,
     MOTLEY_ASSIGN_OR_RETURN(saved[name], saved_parameter(it->second, name, p));
   }
   for (const auto& [name, p] : parameters_) {
-    // The checkpoint holds whole tensors; a tensor-parallel rank keeps its rows.
+    // The checkpoint holds whole tensors (read into host memory); a tensor-parallel rank keeps
+    // its rows, on its parameters' device.
     const TensorSlice& slice = p.slice;
-    auto mine = [&slice](const at::Tensor& full) {
+    auto mine = [&slice, device = p.tensor.device()](const at::Tensor& file_tensor) {
+      const at::Tensor full = file_tensor.to(device);
       return slice.rows.numel() == full.size(slice.dim) ? full
                                                         : full.index_select(slice.dim, slice.rows);
     };

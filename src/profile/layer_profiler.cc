@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "motley/exec/compute_device.h"
 #include "motley/exec/host_memory.h"
 #include "motley/exec/stage_module.h"
 #include "motley/exec/train.h"
@@ -51,6 +52,8 @@ class RankBench {
                                                    int64_t seq_len, TensorParallelGroup group) {
     auto bench = std::unique_ptr<RankBench>(new RankBench());
     bench->precision_ = options.precision;
+    bench->device_ = options.device;
+    bench->store_ = ParameterStore(options.device);
     StageModuleOptions stage_options;
     stage_options.seed = options.seed;
     stage_options.seq_len = seq_len;
@@ -74,26 +77,29 @@ class RankBench {
       const int64_t vocab = model.layers.back().head ? model.layers.back().head->vocab
                             : l.embedding            ? l.embedding->vocab
                                                      : 2;
+      const c10::Device device = options.device;
       if (bench->stage_->takes_tokens() || bench->stage_->produces_loss()) {
-        bench->targets_ = at::randint(vocab, {b, seq_len}, generator, at::kLong);
+        bench->targets_ = at::randint(vocab, {b, seq_len}, generator, at::kLong).to(device);
       }
       if (bench->stage_->takes_tokens()) {
-        bench->input_ = at::randint(l.embedding->vocab, {b, seq_len}, generator, at::kLong);
+        bench->input_ =
+            at::randint(l.embedding->vocab, {b, seq_len}, generator, at::kLong).to(device);
       } else {
-        bench->input_ = at::empty({b, seq_len, hidden_width_read(l)}, at::kFloat);
-        bench->input_.normal_(0.0, 1.0, generator);
-        bench->input_.requires_grad_(true);
+        at::Tensor input = at::empty({b, seq_len, hidden_width_read(l)}, at::kFloat);
+        input.normal_(0.0, 1.0, generator);
+        bench->input_ = input.to(device).requires_grad_(true);
       }
       if (!bench->stage_->produces_loss()) {
-        bench->grad_output_ = at::empty({b, seq_len, hidden_width_written(l)}, at::kFloat);
-        bench->grad_output_.normal_(0.0, 1e-3, generator);
+        at::Tensor grad = at::empty({b, seq_len, hidden_width_written(l)}, at::kFloat);
+        grad.normal_(0.0, 1e-3, generator);
+        bench->grad_output_ = grad.to(device);
       }
     } catch (const std::exception& e) {
       return internal_error(fmt::format("layer '{}': preparing its inputs: {}", l.name, e.what()));
     }
     if (l.attention) {
       MOTLEY_ASSIGN_OR_RETURN(std::function<at::Tensor()> core,
-                              attention_core_runner(l, b, seq_len, tp));
+                              attention_core_runner(l, b, seq_len, tp, options.device));
       bench->core_ = std::move(core);
     }
     return bench;
@@ -105,40 +111,51 @@ class RankBench {
   // Throws what libtorch or a collective throws.
   Sample sample() {
     Sample s;
-    AutocastGuard autocast(precision_);
-    Clock::time_point start = Clock::now();
+    AutocastGuard autocast(precision_, device_.type());
+    Clock::time_point start = now();
     at::Tensor output = stage_->forward(input_, targets_);
-    s.f = seconds_since(start);
+    s.f = since(start);
     output_bytes_ = static_cast<double>(output.nbytes());
     const at::Tensor grad_output = stage_->produces_loss() ? at::ones_like(output) : grad_output_;
     if (!stage_->takes_tokens()) {  // token ids have no gradient: B is 0
-      start = Clock::now();
+      start = now();
       torch::autograd::grad({output}, {input_}, {grad_output}, /*retain_graph=*/true);
-      s.b = seconds_since(start);
+      s.b = since(start);
     }
-    start = Clock::now();
+    start = now();
     torch::autograd::backward({output}, {grad_output}, /*retain_graph=*/false,
                               /*create_graph=*/false, params_);
-    s.w = seconds_since(start);
+    s.w = since(start);
     output = stage_->forward(input_, targets_);
     std::vector<at::Tensor> inputs = params_;
     if (!stage_->takes_tokens()) inputs.push_back(input_);
-    start = Clock::now();
+    start = now();
     torch::autograd::backward({output}, {grad_output}, /*retain_graph=*/false,
                               /*create_graph=*/false, inputs);
-    s.fused = seconds_since(start);
+    s.fused = since(start);
     if (!params_.empty()) {
-      start = Clock::now();
+      start = now();
       optimizer_->step();
-      s.optimizer = seconds_since(start);
+      s.optimizer = since(start);
       optimizer_->zero_grad();
     }
     if (core_) {
-      start = Clock::now();
+      start = now();
       at::Tensor recomputed = core_();
-      s.r = seconds_since(start);
+      s.r = since(start);
     }
     return s;
+  }
+
+  // The clock, read once the device has finished what was queued (a GPU runs kernels after
+  // the host queued them), so each phase is timed from its first kernel to its last.
+  Clock::time_point now() const {
+    synchronize_device(device_);
+    return Clock::now();
+  }
+  double since(Clock::time_point start) const {
+    synchronize_device(device_);
+    return seconds_since(start);
   }
 
   Bytes param_bytes() const {
@@ -152,6 +169,7 @@ class RankBench {
   RankBench() = default;
 
   Precision precision_ = Precision::kFp32;
+  c10::Device device_ = c10::kCPU;
   ParameterStore store_;
   std::unique_ptr<StageModule> stage_;
   std::vector<at::Tensor> params_;
@@ -447,8 +465,9 @@ Result<LayerProfile> profile_layers(const LayerProfileOptions& options, const Mo
   }
 
   LayerProfile out;
-  out.device_type = kCpuDeviceType;
-  out.precision = effective_precision(options.precision);
+  out.device_type = options.device_type;
+  out.precision =
+      options.device.is_cpu() ? effective_precision(options.precision) : options.precision;
   out.seq_len = seq_len;
   out.micro_batch_size = options.micro_batch_size;
   out.threads = options.threads;

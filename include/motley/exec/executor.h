@@ -50,6 +50,10 @@ struct ExecOptions {
   bool record_trace = false;  // fill StepResult::events
   // Forward and backward under bf16 autocast (precision.h) or in fp32; AdamW is fp32 either way.
   Precision precision = Precision::kFp32;
+  // Where the rank's parameters, optimizer state, activations and messages live: the CPU, or
+  // the rank's GPU (cuda:LOCAL_RANK; compute_device.h says whether this build and machine can).
+  // Initial weights are drawn on the CPU and moved, so every device starts from the same bits.
+  c10::Device device = c10::kCPU;
   // Called on the rank's thread right after each compute action of step `step` finished, with
   // its measured compute time (from when its inputs were there, TraceEvent::ready, to its end),
   // before the action is recorded in the trace (time spent here counts as the action's). A seam

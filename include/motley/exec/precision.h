@@ -5,6 +5,7 @@
 // so every thread that computes (each rank's) holds its own. Thread-compatible.
 #pragma once
 
+#include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 
 #include <string>
@@ -27,15 +28,16 @@ bool cpu_bf16_autocast_available(std::string* why = nullptr);
 // What `requested` runs as here: kFp32 when bf16 autocast is unavailable.
 Precision effective_precision(Precision requested);
 
-// While alive, this thread runs eligible ops under CPU autocast to bf16 (for kBf16Autocast, when
-// available; kFp32 changes nothing). Restores the previous state on destruction, and clears the
-// cast cache when the outermost autocast region ends, as torch.autocast does. The cast cache is
-// off inside: libtorch 1.13 caches a weight's bf16 copy made under no_grad (a recomputing
-// stage's forward) and would hand that graph-less copy to the later forward with a graph, whose
-// weights would then get no gradient. Optimizer steps belong outside the guard.
+// While alive, this thread runs eligible ops on `device` (the CPU, or CUDA) under autocast to
+// bf16 (for kBf16Autocast — on the CPU when available; kFp32 changes nothing). Restores the
+// previous state on destruction, and clears the cast cache when the outermost autocast region ends,
+// as torch.autocast does. The cast cache is off inside: libtorch 1.13 caches a weight's bf16 copy
+// made under no_grad (a recomputing stage's forward) and would hand that graph-less copy to the
+// later forward with a graph, whose weights would then get no gradient. Optimizer steps belong
+// outside the guard.
 class AutocastGuard {
  public:
-  explicit AutocastGuard(Precision precision);
+  explicit AutocastGuard(Precision precision, c10::DeviceType device = c10::kCPU);
   ~AutocastGuard();
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
@@ -43,10 +45,11 @@ class AutocastGuard {
  private:
   // Engages without asking cpu_bf16_autocast_available (which probes through it).
   struct Unchecked {};
-  AutocastGuard(Precision precision, Unchecked);
+  AutocastGuard(Precision precision, c10::DeviceType device, Unchecked);
   friend bool cpu_bf16_autocast_available(std::string* why);
 
   bool engaged_ = false;
+  c10::DeviceType device_ = c10::kCPU;
   bool previous_enabled_ = false;
   c10::ScalarType previous_dtype_ = c10::ScalarType::BFloat16;
   bool previous_cache_enabled_ = true;

@@ -36,14 +36,20 @@ struct NamedTensor {
 // gradient the executor sums with the embedding's.
 class ParameterStore {
  public:
-  // Returns the parameter `name`, adopting `initial` (made a leaf that requires grad) the first
-  // time the name is asked for; later calls return the first tensor and ignore `initial`.
+  // Parameters live on `device` (a rank's GPU, or the CPU).
+  explicit ParameterStore(c10::Device device = c10::kCPU) : device_(device) {}
+
+  // Returns the parameter `name`, adopting a copy of `initial` on the store's device (made a
+  // leaf that requires grad) the first time the name is asked for; later calls return the
+  // first tensor and ignore `initial`.
   at::Tensor get_or_create(const std::string& name, at::Tensor initial);
+  c10::Device device() const { return device_; }
   // All parameters in increasing name order.
   std::vector<NamedTensor> parameters() const;
   bool contains(const std::string& name) const { return tensors_.count(name) > 0; }
 
  private:
+  c10::Device device_;
   std::map<std::string, at::Tensor> tensors_;
 };
 
@@ -150,11 +156,12 @@ at::Tensor vocab_shard_loss(const std::vector<at::Tensor>& statistics);
 // executor's layers compute it, on one rank of a tensor-parallel group of `tp` devices (1 / tp of
 // the heads), for `micro_batch_size` sequences of `seq_len` tokens. Returns a function that runs
 // it once, with autograd recording as a recompute does, on fixed random queries, keys and values
-// (drawn once, here). Errors (invalid_argument): a layer without attention, a degree that does not
-// divide its heads. The tensors are this call's only allocation; the caller bounds their size.
+// (drawn once, here, on the CPU, and kept on `device`). Errors (invalid_argument): a layer without
+// attention, a degree that does not divide its heads. The tensors are this call's only
+// allocation; the caller bounds their size.
 Result<std::function<at::Tensor()>> attention_core_runner(const Layer& layer,
                                                           int64_t micro_batch_size, int64_t seq_len,
-                                                          int tp);
+                                                          int tp, c10::Device device = c10::kCPU);
 
 // The shape of the hidden state leaving layer `layer` ([b, s, hidden]), what travels between
 // stages. REQUIRES: `layer` is not the head.

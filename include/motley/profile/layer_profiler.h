@@ -31,6 +31,11 @@ struct LayerProfileOptions {
   std::vector<int> tp_degrees;  // each >= 2, measured besides the layer alone (degree 1)
   int threads = 1;              // intra-op threads (ATen's and OpenBLAS's), shared by all ranks
   Precision precision = Precision::kFp32;
+  // Where the layers run (compute_device.h) and the device type the profile names for it: the
+  // CPU (kCpuDeviceType), or a GPU and its catalog name (e.g. "H100-SXM"). Weights and inputs
+  // are drawn on the CPU and moved, and every phase is timed after the GPU finished it.
+  c10::Device device = c10::kCPU;
+  std::string device_type = kCpuDeviceType;
   uint64_t seed = 0;  // weights, as the executor draws them (StageModuleOptions::seed)
   // The stopping rule (docs/profiling.md): `warmup` samples are discarded; then samples are
   // taken until the relative standard error of the mean of F+B+W+R per sample is at most
