@@ -20,6 +20,8 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -726,6 +728,33 @@ Status write_trace(const RunOptions& opt, const RunInputs& in, const Mode& mode,
   return files.commit();
 }
 
+// The simulator's peak memory for the plan devices this process's ranks stand for, summed
+// (every device of a run as threads, the rank's own under WORLD_SIZE), from motley's handover
+// (--predicted-device-memory); nullopt without one.
+std::optional<double> predicted_memory(const RunOptions& opt, const RunInputs& in,
+                                       const Mode& mode) {
+  if (opt.predicted_device_memory.empty()) return std::nullopt;
+  std::vector<double> bytes;
+  std::stringstream list(opt.predicted_device_memory);
+  for (std::string item; std::getline(list, item, ',');) {
+    char* end = nullptr;
+    const double b = std::strtod(item.c_str(), &end);
+    if (end == item.c_str() || *end != '\0' || !(b >= 0)) return std::nullopt;
+    bytes.push_back(b);
+  }
+  const RankLayout layout(in.plan);
+  std::set<int> devices;
+  for (int r = 0; r < layout.world_size(); ++r) {
+    if (!mode.dist || r == mode.rank()) devices.insert(layout.place_of(r).device);
+  }
+  double total = 0;
+  for (int d : devices) {
+    if (d < 0 || d >= static_cast<int>(bytes.size())) return std::nullopt;
+    total += bytes[d];
+  }
+  return total;
+}
+
 // `out` completed with the losses, step times and the per-rank breakdown.
 Json json_output(const Mode& mode, const RunOptions& opt, const RunInputs& in,
                  const ExecutorRun& run, Json out) {
@@ -758,6 +787,9 @@ Json json_output(const Mode& mode, const RunOptions& opt, const RunInputs& in,
   // On a GPU, what its caching allocator handed out at most (this process's ranks together).
   if (const std::optional<int64_t> peak = peak_device_memory(mode.device)) {
     out["peak_device_memory_bytes"] = *peak;
+    if (const std::optional<double> predicted = predicted_memory(opt, in, mode)) {
+      out["predicted_peak_memory_bytes"] = *predicted;
+    }
   }
   if (run.emulation) {
     const Emulation& e = *run.emulation;
@@ -802,8 +834,14 @@ std::string text_output(const Mode& mode, const RunOptions& opt, const RunInputs
         e.time_scale, format_time(Seconds(e.factors.simulated_iteration.value() * e.time_scale)));
   }
   if (const std::optional<int64_t> peak = peak_device_memory(mode.device)) {
-    text += fmt::format("peak memory on {}: {} (tensors, as its caching allocator counts them)\n",
-                        mode.device.str(), format_bytes(Bytes(static_cast<double>(*peak))));
+    const std::optional<double> predicted = predicted_memory(opt, in, mode);
+    text += fmt::format(
+        "peak memory on {}: {} measured (tensors, as its caching allocator counts them){}\n",
+        mode.device.str(), format_bytes(Bytes(static_cast<double>(*peak))),
+        predicted ? fmt::format("; {} predicted by motley's memory model for the plan's {}",
+                                format_bytes(Bytes(*predicted)),
+                                mode.dist ? "device of this rank" : "devices together")
+                  : "");
   }
   if (!opt.checkpoint_dir.empty() && (!mode.dist || mode.rank() == 0)) {
     const Result<std::string> saved = find_checkpoint(opt.checkpoint_dir);
@@ -895,6 +933,8 @@ void add_run_command(CLI::App& app, Action* action) {
   cmd->add_option("--emulation-fd", opt->emulation_fd)
       ->check(integer_in(0, std::numeric_limits<int>::max()))
       ->group("");
+  // And, on a GPU, the predicted peak memory of the plan's devices (run_emulation.h); hidden.
+  cmd->add_option("--predicted-device-memory", opt->predicted_device_memory)->group("");
   cmd->callback([opt, action] { *action = [opt] { return run_command(*opt); }; });
 }
 

@@ -114,9 +114,8 @@ Json emulation_document(const RunOptions& opt) {
                          : emulation_error_to_json(factors.status());
 }
 
-}  // namespace
-
-Result<std::optional<int>> emulation_handover(const std::vector<std::string>& args) {
+// The run options `args` give, or nullopt when they do not parse (motley-run reports it).
+std::optional<RunOptions> parse_run_arguments(const std::vector<std::string>& args) {
   RunOptions opt;
   CLI::App app;
   add_run_options(&app, &opt, "");
@@ -124,9 +123,40 @@ Result<std::optional<int>> emulation_handover(const std::vector<std::string>& ar
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError&) {
-    return std::optional<int>();  // motley-run reports it
+    return std::nullopt;
   }
-  if (!opt.emulate) return std::optional<int>();
+  return opt;
+}
+
+}  // namespace
+
+std::optional<std::string> predicted_memory_handover(const std::vector<std::string>& args) {
+  const std::optional<RunOptions> opt = parse_run_arguments(args);
+  if (!opt || opt->device == "cpu") return std::nullopt;
+  auto peaks = [&opt]() -> Result<std::string> {
+    MOTLEY_ASSIGN_OR_RETURN(RunInputs inputs, load_run_inputs(*opt));
+    MOTLEY_RETURN_IF_ERROR(validate_run_inputs(inputs, *opt));
+    MOTLEY_ASSIGN_OR_RETURN(
+        const AnalyticCostOptions cost_options,
+        plan_cost_options(inputs.plan, inputs.model, inputs.cluster, StackChoice{}, "the plan"));
+    MOTLEY_ASSIGN_OR_RETURN(
+        std::unique_ptr<AnalyticCostModel> cost,
+        AnalyticCostModel::create(inputs.model, inputs.cluster, cost_options, inputs.model.name));
+    SimOptions sim_options;
+    sim_options.source = opt->plan;
+    MOTLEY_ASSIGN_OR_RETURN(SimResult sim, simulate(sim_options, inputs.plan, *cost));
+    std::vector<double> bytes(cost->topology().devices().size(), 0.0);
+    for (const DeviceStats& d : sim.devices) bytes.at(d.device) = d.peak_memory.value();
+    return fmt::format("{:.0f}", fmt::join(bytes, ","));
+  }();
+  if (!peaks.is_ok()) return std::nullopt;
+  return *peaks;
+}
+
+Result<std::optional<int>> emulation_handover(const std::vector<std::string>& args) {
+  const std::optional<RunOptions> parsed = parse_run_arguments(args);
+  if (!parsed || !parsed->emulate) return std::optional<int>();
+  const RunOptions& opt = *parsed;
   const std::string text = emulation_document(opt).dump() + "\n";
   // Anonymous memory: nothing on disk to remove, and only this process (and what it execs)
   // holds it. Not close-on-exec, so that motley-run inherits it.

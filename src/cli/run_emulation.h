@@ -35,4 +35,12 @@ Result<EmulationFactors> compute_emulation_factors(const RunInputs& inputs, bool
 // operating system refusing the in-memory file.
 Result<std::optional<int>> emulation_handover(const std::vector<std::string>& args);
 
+// For motley's forwarder, given the arguments after `run`: when they parse as `motley run`
+// options with a GPU --device, the peak memory the simulator predicts for each of the plan's
+// devices (by device id, 0 for a device the plan leaves idle), priced as `motley simulate
+// --plan` prices it, as the text of motley-run's hidden --predicted-device-memory option;
+// nullopt otherwise, and when the plan cannot be priced (motley-run then prints the measured
+// peak alone).
+std::optional<std::string> predicted_memory_handover(const std::vector<std::string>& args);
+
 }  // namespace motley::cli

@@ -4,6 +4,8 @@
 // in-memory file, of the factors or of the error met computing them.
 #include "run_emulation.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,6 +13,7 @@
 #include <memory>
 #include <set>
 
+#include "cost_options.h"
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/exec/rank_layout.h"
 #include "motley/model/model_json.h"
@@ -166,6 +169,36 @@ TEST(EmulationHandover, OnlyAnEmulatedRunGetsFactors) {
   auto factors = emulation_factors_from_json(read_all(**fd), "handover");
   ASSERT_TRUE(factors.is_ok()) << factors.status().message();
   EXPECT_EQ(factors->compute_slowdown, (std::vector<double>{1.0, 66.9 / 19.5}));
+}
+
+// On a GPU motley hands motley-run the simulator's peak memory of every device of the cluster,
+// the plan's as `motley simulate --plan` finds them and 0 for the others; nothing on the CPU,
+// for arguments that do not parse, or for a plan that cannot be priced.
+TEST(PredictedMemoryHandover, TheSimulatorsPeakPerDeviceOnAGpuOnly) {
+  const std::string plan = run_plan("1f1b-2stage-h100-a100.json");
+  EXPECT_FALSE(predicted_memory_handover({"--plan", plan}).has_value());
+  EXPECT_FALSE(predicted_memory_handover({"--plan", plan, "--device", "cpu"}).has_value());
+  EXPECT_FALSE(predicted_memory_handover({"--plan", plan, "--steps", "two", "--device", "cuda"})
+                   .has_value());
+  EXPECT_FALSE(predicted_memory_handover({"--plan", "/nonexistent/plan.json", "--device", "cuda"})
+                   .has_value());
+
+  const std::optional<std::string> text =
+      predicted_memory_handover({"--plan", plan, "--device", "cuda:0"});
+  ASSERT_TRUE(text.has_value());
+  const RunInputs in = inputs_of(plan);
+  auto options = plan_cost_options(in.plan, in.model, in.cluster, StackChoice{}, "the plan");
+  ASSERT_TRUE(options.is_ok());
+  auto cost = AnalyticCostModel::create(in.model, in.cluster, *options, in.model.name);
+  ASSERT_TRUE(cost.is_ok());
+  auto sim = simulate(SimOptions{}, in.plan, **cost);
+  ASSERT_TRUE(sim.is_ok());
+  std::vector<std::string> want((*cost)->topology().devices().size(), "0");
+  for (const DeviceStats& d : sim->devices) {
+    ASSERT_GT(d.peak_memory.value(), 0.0);
+    want[d.device] = fmt::format("{:.0f}", d.peak_memory.value());
+  }
+  EXPECT_EQ(*text, fmt::format("{}", fmt::join(want, ",")));
 }
 
 TEST(EmulationHandover, AnErrorTravelsInsteadOfTheFactors) {

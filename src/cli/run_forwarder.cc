@@ -1,7 +1,8 @@
 // `motley run ...` in the main executable: replaces this process with motley-run (found beside
 // this executable) so that only training pays for loading libtorch. With --emulate it first
 // computes the emulation's factors, which need the cost model and the simulator that motley-run
-// does not link, and hands them over (run_emulation.h). With --fidelity it runs the plan as
+// does not link, and hands them over (run_emulation.h); on a GPU, the predicted peak memory of
+// each device. With --fidelity it runs the plan as
 // `motley fidelity` does instead (fidelity_command.h).
 #include <fmt/format.h>
 #include <unistd.h>
@@ -35,11 +36,16 @@ Status forward_to_motley_run(const std::vector<std::string>& args) {
         "'motley run' needs {}, built beside motley (cmake --build build builds it)", target));
   }
   MOTLEY_ASSIGN_OR_RETURN(std::optional<int> emulation, emulation_handover(args));
-  // The hidden option goes first: anything after a `--` in `args` would be positional.
+  const std::optional<std::string> memory = predicted_memory_handover(args);
+  // The hidden options go first: anything after a `--` in `args` would be positional.
   std::vector<std::string> argv_storage = {target, "run"};
   if (emulation) {
     argv_storage.push_back("--emulation-fd");
     argv_storage.push_back(std::to_string(*emulation));
+  }
+  if (memory) {
+    argv_storage.push_back("--predicted-device-memory");
+    argv_storage.push_back(*memory);
   }
   argv_storage.insert(argv_storage.end(), args.begin(), args.end());
   std::vector<char*> argv;

@@ -43,6 +43,8 @@ struct RunOptions {
   std::string transport = "auto";  // under WORLD_SIZE: "gloo", "nccl" or "auto"
   // The emulation's factors, computed by motley (not an option users give; see run_emulation.h).
   int emulation_fd = -1;
+  // On a GPU: the simulator's peak memory per plan device, "b0,b1,..." (from motley, as above).
+  std::string predicted_device_memory;
 };
 
 // Declares every user-facing option of `motley run` on `cmd`, writing into `opt`;
