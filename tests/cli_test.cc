@@ -1247,8 +1247,28 @@ TEST(CliTest, K8sManifestsGiveEveryPlanDeviceItsRank) {
       jobs[0]["template"]["spec"]["template"]["spec"]["containers"][0]["env"][3]["value"];
   EXPECT_EQ(master.rfind("motley-", 0), 0u) << master;
 
+  // The NCCL / RCCL environment a cluster needs, after the manifests' own; NCCL_DEBUG replaced.
+  r = run_motley("export k8s --plan " + same +
+                 " --image reg/motley:1 --env NCCL_SOCKET_IFNAME=eth0 --env NCCL_DEBUG=INFO "
+                 "--env NCCL_IB_HCA=mlx5_0 --env NCCL_SOCKET_IFNAME=ib0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto env = docs_of(r.out)[1]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+                                 ["containers"][0]["env"];
+  std::vector<std::string> pairs;
+  for (const auto& e : env) {
+    pairs.push_back(e["name"].get<std::string>() + "=" + e["value"].get<std::string>());
+  }
+  EXPECT_EQ(pairs, (std::vector<std::string>{"MASTER_PORT=29500", "NCCL_DEBUG=INFO",
+                                             "MOTLEY_NODE_KIND=h100-sxm", "NCCL_SOCKET_IFNAME=ib0",
+                                             "NCCL_IB_HCA=mlx5_0"}));
+
   expect_bad_input("export k8s --plan " + same, {"--image"});
   expect_bad_input("export k8s --plan " + same + " --image x --node-label H100", {"--node-label"});
+  expect_bad_input("export k8s --plan " + same + " --image x --env NCCL_DEBUG",
+                   {"--env: expected NAME=VALUE", "'NCCL_DEBUG'"});
+  expect_bad_input("export k8s --plan " + same + " --image x --env 1X=2", {"--env", "'1X=2'"});
+  expect_bad_input("export k8s --plan " + same + " --image x --env MASTER_PORT=1",
+                   {"--env: MASTER_PORT is set by the manifests"});
 }
 
 TEST(CliTest, PlanAndSimulateUseTheSameSoftwareStack) {

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -248,6 +250,7 @@ struct K8sCliOptions {
   std::string out;
   K8sOptions manifests;
   std::vector<std::string> node_labels;  // TYPE=KEY=VALUE
+  std::vector<std::string> env;          // NAME=VALUE
 };
 
 Status export_k8s(const K8sCliOptions& opt) {
@@ -270,6 +273,25 @@ Status export_k8s(const K8sCliOptions& opt) {
     }
     MOTLEY_ASSIGN_OR_RETURN(const DeviceType* type, find_device_type(l.substr(0, eq)));
     o.node_labels[type->name] = l.substr(eq + 1);
+  }
+  for (const std::string& e : opt.env) {
+    const size_t eq = e.find('=');
+    const std::string key = e.substr(0, eq);
+    const bool identifier = !key.empty() && !std::isdigit(static_cast<unsigned char>(key[0])) &&
+                            std::all_of(key.begin(), key.end(), [](char c) {
+                              return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                            });
+    if (eq == std::string::npos || !identifier) {
+      return invalid_argument(
+          fmt::format("--env: expected NAME=VALUE with NAME of letters, digits and '_' (e.g. "
+                      "NCCL_SOCKET_IFNAME=eth0), got '{}'",
+                      e));
+    }
+    if (key == "MASTER_ADDR" || key == "MASTER_PORT" || key == "MOTLEY_NODE_KIND") {
+      return invalid_argument(fmt::format(
+          "--env: {} is set by the manifests (the rendezvous; --master-port sets the port)", key));
+    }
+    o.env.emplace_back(key, e.substr(eq + 1));
   }
   MOTLEY_ASSIGN_OR_RETURN(o.plan_text, read_text_file(opt.plan));
   o.model_name = in.model.name;
@@ -386,6 +408,9 @@ void add_export_command(CLI::App& app, Action* action) {
                   "The node label selecting a device type, TYPE=KEY=VALUE (repeatable)");
   k8s->add_option("--master-port", kopt->manifests.master_port, "Rank 0's TCP port (default 29500)")
       ->check(integer_in(1, 65535));
+  k8s->add_option("--env", kopt->env,
+                  "NAME=VALUE in every process's environment, e.g. NCCL_SOCKET_IFNAME=eth0 or "
+                  "NCCL_DEBUG=INFO (repeatable; RCCL reads the same NCCL_ names)");
   k8s->add_option("--out", kopt->out, "Write the manifests here (default: print them)");
   k8s->add_option("command", kopt->manifests.command,
                   "The motley command each process runs, after '--' (default: run --plan "

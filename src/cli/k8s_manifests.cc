@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -174,9 +175,17 @@ K8sManifests k8s_manifests(const Plan& plan, const ClusterSpec& cluster, const K
             type, resource, type));
       }
     }
-    Json env = Json::array({Json{{"name", "MASTER_PORT"}, {"value", std::to_string(o.master_port)}},
-                            Json{{"name", "NCCL_DEBUG"}, {"value", "WARN"}},
-                            Json{{"name", "MOTLEY_NODE_KIND"}, {"value", kind_name}}});
+    std::map<std::string, std::string> extra;  // the last value of each name
+    for (const auto& [key, value] : o.env) extra[key] = value;
+    Json env =
+        Json::array({Json{{"name", "MASTER_PORT"}, {"value", std::to_string(o.master_port)}},
+                     Json{{"name", "NCCL_DEBUG"},
+                          {"value", extra.count("NCCL_DEBUG") ? extra["NCCL_DEBUG"] : "WARN"}},
+                     Json{{"name", "MOTLEY_NODE_KIND"}, {"value", kind_name}}});
+    std::set<std::string> added = {"NCCL_DEBUG"};
+    for (const auto& [key, value] : o.env) {
+      if (added.insert(key).second) env.push_back(Json{{"name", key}, {"value", extra[key]}});
+    }
     if (jobset) {
       // The pod of the node holding rank 0: JobSet's hostname <jobset>-<job>-<job index>-<pod
       // index> in the JobSet's subdomain.

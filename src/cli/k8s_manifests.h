@@ -7,6 +7,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "motley/cluster/cluster.h"
@@ -29,6 +30,11 @@ struct K8sOptions {
   std::vector<std::string>
       command;  // what each process runs; empty: run --plan /etc/motley/plan.json
   int master_port = 29500;
+  // Extra environment of every process, in order (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, ...; RCCL
+  // reads the same NCCL_ names); a name given twice keeps its last value, and NCCL_DEBUG
+  // replaces the default. REQUIRES: names other than MASTER_ADDR, MASTER_PORT and
+  // MOTLEY_NODE_KIND.
+  std::vector<std::pair<std::string, std::string>> env;
 };
 
 // The label GPU Feature Discovery puts on nodes of a catalog type, "" when unknown.
