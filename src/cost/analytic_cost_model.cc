@@ -336,6 +336,7 @@ AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& 
   stored_params_prefix_.assign(n + 1, 0.0);
   expert_params_prefix_.assign(n + 1, 0.0);
   activation_prefix_.assign(n + 1, {0.0, 0.0, 0.0});
+  fp8_saving_prefix_.assign(n + 1, 0.0);
   measured_steps_prefix_.assign(n + 1, 0);
   for (size_t i = 0; i < n; ++i) {
     const LayerCost& c = layer_costs_[i];
@@ -346,6 +347,10 @@ AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& 
     for (int p = 0; p < 3; ++p) {
       activation_prefix_[i + 1][p] = activation_prefix_[i][p] + c.activation_bytes[p].value();
     }
+    // FP8 linear layers keep their saved inputs as 1-byte copies instead of the dtype's.
+    const double dtype = static_cast<double>(dtype_bytes(w.dtype));
+    fp8_saving_prefix_[i + 1] =
+        fp8_saving_prefix_[i] + c.linear_input_bytes.value() * (dtype - 1.0) / dtype;
   }
   largest_params_.assign(1, std::vector<LargestTwo>(n));
   for (size_t i = 0; i < n; ++i) {
@@ -696,8 +701,16 @@ StageMemory AnalyticCostModel::stage_memory(LayerRange layers, const DeviceGroup
   m.weights = Bytes(held(3) * per_param.weights / t);
   m.gradients = Bytes(held(2) * per_param.gradients / t);
   m.optimizer_state = Bytes(held(1) * per_param.optimizer_state / t);
-  m.activations_per_micro_batch = Bytes(
-      (activation_prefix_[layers.end][policy] - activation_prefix_[layers.begin][policy]) / t);
+  double activations =
+      activation_prefix_[layers.end][policy] - activation_prefix_[layers.begin][policy];
+  // FP8 linear layers (a stack's fp8_linear, on a device with FP8 units) keep the inputs saved
+  // for their weight gradients in FP8; full recompute keeps only the stage inputs.
+  if (options_.stack.fp8_linear && options.recompute != RecomputePolicy::kFull &&
+      !group.devices.empty() &&
+      tables_[table_of_device_[group.devices[0]]].type->peak_fp8.value() > 0) {
+    activations -= fp8_saving_prefix_[layers.end] - fp8_saving_prefix_[layers.begin];
+  }
+  m.activations_per_micro_batch = Bytes(activations / t);
   m.activations =
       m.activations_per_micro_batch * static_cast<double>(options.in_flight_micro_batches);
   // Double-buffered receives: the activation coming in and the gradient coming back, each

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -993,6 +994,47 @@ TEST(AnalyticFp8, LinearLayersOnlyAndOnlyWhereTheDeviceHasFp8) {
       expect_close(b.forward.value(), forward);
       // The FFN is GEMMs; attention keeps its BF16 core.
       EXPECT_LT(b.forward.value(), (layer == 1 ? 0.75 : 0.9) * a.forward.value()) << layer;
+    }
+  }
+}
+
+// megatron-core-fp8 keeps the linear layers' saved inputs as 1-byte copies on a device with FP8
+// units: the attention's QKV and output-projection inputs (T h each: 32 heads x 128 = 4096), the
+// MLP's input and its down projection's input (T h + T f), at half their bf16 bytes; the head
+// and full recompute keep what megatron-core keeps, as does every layer on an A100.
+TEST(AnalyticFp8, LinearLayersKeepTheirSavedInputsInFp8) {
+  Layer head;
+  head.name = "head";
+  head.kind = LayerKind::kHead;
+  head.head = HeadShape{128256, 4096, false};
+  head.num_norms = 1;
+  const ModelSpec m = model_of({attention_layer("a"), ffn_layer("f"), head});
+  AnalyticCostOptions bf16 = workload(4096);
+  bf16.stack = find_software_stack("megatron-core").value();
+  AnalyticCostOptions fp8 = bf16;
+  fp8.stack = find_software_stack("megatron-core-fp8").value();
+  const double tokens = 4096, h = 4096, f = 14336;
+  const std::array<double, 3> linear_inputs = {2 * tokens * (h + h), 2 * tokens * (h + f), 0};
+  for (const char* type : {"H100-SXM", "A100-80GB"}) {
+    const auto plain = analytic(m, one_node(type, 2), bf16);
+    const auto quick = analytic(m, one_node(type, 2), fp8);
+    const bool has_fp8 = find_device_type(type).value()->peak_fp8.value() > 0;
+    for (int layer = 0; layer < 3; ++layer) {
+      EXPECT_EQ(plain->layer_costs()[layer].linear_input_bytes.value(), linear_inputs[layer]);
+      for (RecomputePolicy policy :
+           {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
+        MemoryOptions o;
+        o.recompute = policy;
+        for (const DeviceGroup& group : {DeviceGroup{{0}}, DeviceGroup{{0, 1}}}) {
+          const double t = static_cast<double>(group.devices.size());
+          const LayerRange range{layer, layer + 1};
+          const double saved =
+              has_fp8 && policy != RecomputePolicy::kFull ? linear_inputs[layer] / 2 / t : 0.0;
+          expect_close(
+              quick->stage_memory(range, group, o).activations_per_micro_batch.value(),
+              plain->stage_memory(range, group, o).activations_per_micro_batch.value() - saved);
+        }
+      }
     }
   }
 }

@@ -97,6 +97,12 @@ class CostBuilder {
   // Activations kept for backward: `kept` survives selective recompute, `scores` (the s^2
   // terms of the attention core) does not.
   void keep(double bytes) { kept_ += bytes; }
+  // Kept activations that are the saved input of a linear layer's GEMM (for its weight
+  // gradient): what FP8 linear layers keep as 1-byte copies (LayerCost::linear_input_bytes).
+  void keep_linear_input(double bytes) {
+    kept_ += bytes;
+    linear_inputs_ += bytes;
+  }
   // Under context parallelism: the keys and values of the device's chunk that attention passes
   // around the group's ring (LayerCost::context_exchange_bytes).
   void exchange(double bytes) { exchanged_ += bytes; }
@@ -145,6 +151,7 @@ class CostBuilder {
     cost.output_bytes = Bytes(output_bytes);
     cost.tp_allreduces = tp_allreduces;
     cost.context_exchange_bytes = Bytes(exchanged_);
+    cost.linear_input_bytes = Bytes(linear_inputs_);
     if (sink_ != nullptr) *sink_ = std::move(kernels_);
     return cost;
   }
@@ -155,6 +162,7 @@ class CostBuilder {
   std::vector<Kernel>* sink_;
   std::vector<Kernel> kernels_;
   double kept_ = 0.0;
+  double linear_inputs_ = 0.0;
   double scores_ = 0.0;
   double exchanged_ = 0.0;
 };
@@ -214,7 +222,7 @@ void standard_attention(CostBuilder& c, const AttentionShape& a, double batch, d
 
   // Q, K and V as one GEMM, as Megatron-LM, Transformer Engine and most trainers fuse them.
   c.linear(rows, h, heads * hd + kv * hd + kv * vd, Parallel::kColumn);
-  c.keep(d * rows * h);  // the projections' shared input
+  c.keep_linear_input(d * rows * h);  // the projections' shared input
   if (a.qk_norm) {
     c.keep(d * rows * (heads + kv) * hd);
     c.elementwise(d * rows * (heads + kv) * hd, d * rows * (heads + kv) * hd);
@@ -224,7 +232,7 @@ void standard_attention(CostBuilder& c, const AttentionShape& a, double batch, d
   attention_core(c, a, batch, n, cp, heads, hd, vd, d * rows * heads * hd, d * rows * kv * hd,
                  d * rows * kv * vd, d * rows * heads * vd);
   c.linear(rows, heads * vd, h, Parallel::kRow);  // output projection
-  c.keep(d * rows * heads * vd);
+  c.keep_linear_input(d * rows * heads * vd);
   c.residual_add(rows, h);
 }
 
@@ -240,24 +248,26 @@ void latent_attention(CostBuilder& c, const AttentionShape& a, double batch, dou
   const double kv_rank = static_cast<double>(a.kv_lora_rank);
   const double d = c.d();
 
-  c.keep(d * rows * h);  // input of the query and latent down-projections
+  c.keep_linear_input(d * rows * h);  // input of the query and latent down-projections
   if (q_rank > 0.0) {
     c.linear(rows, h, q_rank, Parallel::kReplicated);
-    c.keep(2.0 * d * rows * q_rank);  // latent norm input and up-projection input
+    c.keep(d * rows * q_rank);               // latent norm input
+    c.keep_linear_input(d * rows * q_rank);  // up-projection input
     c.elementwise(d * rows * q_rank, d * rows * q_rank, KernelKind::kStream);
     c.linear(rows, q_rank, heads * qk, Parallel::kColumn);
   } else {
     c.linear(rows, h, heads * qk, Parallel::kColumn);
   }
   c.linear(rows, h, kv_rank + rope, Parallel::kReplicated);
-  c.keep(d * rows * (kv_rank + rope) + d * rows * kv_rank);  // latent (+ rope key), normed latent
+  c.keep(d * rows * (kv_rank + rope));      // latent (+ rope key)
+  c.keep_linear_input(d * rows * kv_rank);  // normed latent, the up-projection's input
   c.elementwise(d * rows * kv_rank, d * rows * kv_rank, KernelKind::kStream);
   c.linear(rows, kv_rank, heads * (nope + vd), Parallel::kColumn);
   c.keep(d * rows * heads * (2.0 * qk + vd));  // per-head Q, K and V
   attention_core(c, a, batch, n, cp, heads, qk, vd, d * rows * heads * qk, d * rows * heads * qk,
                  d * rows * heads * vd, d * rows * heads * vd);
   c.linear(rows, heads * vd, h, Parallel::kRow);
-  c.keep(d * rows * heads * vd);
+  c.keep_linear_input(d * rows * heads * vd);
   c.residual_add(rows, h);
 }
 
@@ -289,12 +299,14 @@ void ffn_core(CostBuilder& c, double rows, double h, double f, bool gated,
     c.elementwise(d * rows * f, d * rows * f);
   }
   c.linear(rows, f, h, Parallel::kRow, weight_copies);  // down
-  c.keep(rows * ffn_intermediate_bytes(d, gated, f));
+  // The activation's output is the down projection's input.
+  c.keep(rows * (ffn_intermediate_bytes(d, gated, f) - d * f));
+  c.keep_linear_input(d * rows * f);
 }
 
 void feed_forward(CostBuilder& c, const FeedForwardShape& f, double rows) {
   const double h = static_cast<double>(f.hidden);
-  c.keep(c.d() * rows * h);
+  c.keep_linear_input(c.d() * rows * h);
   ffn_core(c, rows, h, static_cast<double>(f.ffn_size), is_gated(f.activation));
   c.residual_add(rows, h);
 }
@@ -322,13 +334,13 @@ void mixture_of_experts(CostBuilder& c, const MoeShape& m, double rows) {
   const double copies = k * rows;
   const double touched = std::min(experts, copies);
   c.elementwise(d * rows * width, d * copies * width, KernelKind::kStream);  // dispatch
-  c.keep(d * copies * width);                                                // expert inputs
+  c.keep_linear_input(d * copies * width);                                   // expert inputs
   ffn_core(c, copies, width, static_cast<double>(m.expert_ffn_size), gated, touched);
   c.keep(d * copies * width);  // expert outputs, for the routing-weight gradient
   c.elementwise(d * copies * width, d * rows * width, KernelKind::kStream);  // weighted combine
   if (m.latent_size > 0) {
     c.linear(rows, width, h, Parallel::kReplicated);
-    c.keep(d * rows * width);  // combined latent output
+    c.keep_linear_input(d * rows * width);  // combined latent output
   }
 
   // Shared experts: each sees every token with weights of its own, as `n` networks sharing the
@@ -352,7 +364,7 @@ void mamba2(CostBuilder& c, const MambaShape& m, double rows) {
   const double heads = static_cast<double>(m.n_heads);
   const double conv = inner + bc;  // channels through the causal convolution: x, B, C
 
-  c.keep(d * rows * h);
+  c.keep_linear_input(d * rows * h);
   c.linear(rows, h, 2.0 * inner + bc + heads, Parallel::kColumn);  // in_proj: z, x, B, C, dt
   c.keep(d * rows * (2.0 * inner + bc + heads));
   c.elementwise(d * rows * conv, d * rows * conv);  // conv1d + SiLU
@@ -366,7 +378,7 @@ void mamba2(CostBuilder& c, const MambaShape& m, double rows) {
   c.elementwise(2.0 * d * rows * inner, d * rows * inner);  // y * silu(z), gated norm
   if (m.gated_norm) c.keep(d * rows * inner);
   c.linear(rows, inner, h, Parallel::kRow);  // out_proj
-  c.keep(d * rows * inner);
+  c.keep_linear_input(d * rows * inner);
   c.residual_add(rows, h);
 }
 
@@ -378,7 +390,7 @@ void mamba1(CostBuilder& c, const MambaShape& m, double rows) {
   const double rank = static_cast<double>(m.dt_rank);
   const double xp = rank + 2.0 * state;  // x_proj output: dt (low rank), B, C
 
-  c.keep(d * rows * h);
+  c.keep_linear_input(d * rows * h);
   c.linear(rows, h, 2.0 * inner, Parallel::kColumn);  // in_proj: x, z
   c.keep(2.0 * d * rows * inner);
   c.elementwise(d * rows * inner, d * rows * inner);  // conv1d + SiLU
@@ -398,7 +410,7 @@ void mamba1(CostBuilder& c, const MambaShape& m, double rows) {
   c.keep(d * rows * inner);                                 // scan output y
   c.elementwise(2.0 * d * rows * inner, d * rows * inner);  // y * silu(z)
   c.linear(rows, inner, h, Parallel::kRow);                 // out_proj
-  c.keep(d * rows * inner);
+  c.keep_linear_input(d * rows * inner);
   c.residual_add(rows, h);
 }
 

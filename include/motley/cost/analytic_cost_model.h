@@ -215,6 +215,8 @@ class AnalyticCostModel final : public CostModel {
   std::vector<double> expert_params_prefix_;  // routed experts' parameters, prefix sums
   std::vector<int> measured_steps_prefix_;    // layers whose profile gives the optimizer step
   std::vector<std::array<double, 3>> activation_prefix_;
+  // Bytes FP8 linear layers save on the activations above (without full recompute).
+  std::vector<double> fp8_saving_prefix_;
   // The two largest layers by stored parameters in [i, i + 2^k), at [k][i] (a sparse table):
   // ZeRO-3 holds the whole weights of the layer in use and of the one gathered ahead, and the
   // partition search asks for them over many ranges.

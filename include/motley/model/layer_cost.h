@@ -54,6 +54,11 @@ struct LayerCost {
   // the next member of the group at every step (its backward passes them and their gradients).
   // 0 for layers without attention, and without context parallelism.
   Bytes context_exchange_bytes;
+  // The part of activation_bytes (without recompute or with selective recompute) that is the
+  // saved input of a linear layer of the block (attention, MLP, expert, Mamba projections; not
+  // the embedding, the head or a router), kept for its weight gradient. FP8 linear layers
+  // (Transformer Engine) keep these as 1-byte copies (cost/analytic_cost_model.h).
+  Bytes linear_input_bytes;
 };
 
 // One kernel of one pass of a layer: the unit the timing model prices (docs/timing-model.md).
