@@ -971,19 +971,39 @@ TEST(CliTest, MegatronExportSaysWhatItCannotExpressAndPricesTheClosest) {
       << r.out;
   EXPECT_NE(r.out.find("the closest Megatron plan, megatron-"), std::string::npos) << r.out;
 
-  // Mamba layers have no letter in the layout: no layout argument, and it says why, once for
-  // the kind (the model has several Mamba layers on several stages).
+  // A hybrid model is Megatron's MambaModel: its layers as --hybrid-override-pattern (tiny-hybrid:
+  // Mamba, MLP, attention, MLP, Mamba, MLP), no layout, and the split said when it is not even.
   const std::string hybrid =
       plan_file("hybrid.json", "--model tiny-hybrid --cluster h100x8 --strategy megatron-1f1b");
   r = run_motley("export megatron --plan " + hybrid + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["layout"], "");
-  int named = 0;
+  EXPECT_EQ(j["hybrid_pattern"], "M-*-M-");
+  const std::string hybrid_args = nlohmann::json(j["arguments"]).dump();
+  EXPECT_NE(hybrid_args.find("\"--hybrid-override-pattern\",\"M-*-M-\",\"--num-layers\",\"6\""),
+            std::string::npos)
+      << hybrid_args;
+  int split = 0;
   for (const auto& why : j["not_expressed"]) {
-    named += why.get<std::string>().find("kind 'mamba'") != std::string::npos;
+    const std::string text = why.get<std::string>();
+    EXPECT_EQ(text.find("kind 'mamba'"), std::string::npos) << text;
+    split += text.find("Megatron's hybrid model gives every pipeline stage the same number") !=
+             std::string::npos;
   }
-  EXPECT_EQ(named, 1) << j["not_expressed"];
+  // Six pattern layers over the plan's stages: said exactly when they are not split evenly.
+  int stages = 0;
+  bool even = true;
+  {
+    const nlohmann::json plan = nlohmann::json::parse(read_file(hybrid));
+    stages = static_cast<int>(plan["stages"].size());
+    for (const auto& s : plan["stages"]) {
+      int n = 0;
+      for (int l = s["layers"][0]; l < s["layers"][1]; ++l) n += l >= 1 && l <= 6;
+      even = even && n * stages == 6;
+    }
+  }
+  EXPECT_EQ(split, even ? 0 : 1) << j["not_expressed"];
 
   expect_bad_input("export megatron --plan " + scratch.file("missing.json"), {"missing.json"});
 }

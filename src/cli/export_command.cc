@@ -152,6 +152,7 @@ Status export_megatron(const MegatronOptions& opt) {
            {"context_parallel", args.context_parallel},
            {"virtual_stages", args.virtual_stages},
            {"layout", args.layout},
+           {"hybrid_pattern", args.hybrid_pattern},
            {"arguments", args.arguments},
            {"rank_devices", args.rank_devices},
            {"not_expressed", args.not_expressed},

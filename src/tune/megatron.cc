@@ -116,6 +116,52 @@ std::optional<std::string> stage_layout(const ModelSpec& model, const Stage& sta
   return out;
 }
 
+// A hybrid model's layers as Megatron's --hybrid-override-pattern spells them (M a Mamba layer,
+// * attention, - an MLP, E a mixture of experts; a decoder block is its attention and its MLP or
+// MoE), without the embedding and the head; nullopt when the model has no Mamba layer or a layer
+// with no symbol (`why` then says which).
+std::optional<std::string> hybrid_pattern(const ModelSpec& model, std::vector<std::string>* why) {
+  const bool hybrid = std::any_of(model.layers.begin(), model.layers.end(),
+                                  [](const Layer& l) { return l.kind == LayerKind::kMamba; });
+  if (!hybrid) return std::nullopt;
+  std::string pattern;
+  for (const Layer& l : model.layers) {
+    switch (l.kind) {
+      case LayerKind::kEmbedding:
+      case LayerKind::kHead:
+        break;
+      case LayerKind::kMamba:
+        pattern += 'M';
+        break;
+      case LayerKind::kAttention:
+        pattern += '*';
+        break;
+      case LayerKind::kFeedForward:
+        pattern += '-';
+        break;
+      case LayerKind::kMoe:
+        pattern += 'E';
+        break;
+      case LayerKind::kDecoderBlock:
+        pattern += l.moe ? "*E" : "*-";
+        break;
+      default:
+        why->push_back(fmt::format(
+            "layers of kind '{}' (e.g. '{}') in a hybrid model: --hybrid-override-pattern has "
+            "symbols for Mamba (M), attention (*), MLP (-) and MoE (E) layers only",
+            layer_kind_name(l.kind), l.name));
+        return std::nullopt;
+    }
+  }
+  return pattern;
+}
+
+// The pattern symbols a layer stands for (a decoder block: two).
+int pattern_length(const Layer& l) {
+  if (l.kind == LayerKind::kEmbedding || l.kind == LayerKind::kHead) return 0;
+  return l.kind == LayerKind::kDecoderBlock ? 2 : 1;
+}
+
 // The orders Megatron would run on replica `r`'s structure: 1F1B on a linear map, interleaved
 // 1F1B on stage s -> group s mod p; nullopt (with `why`) for another map or a count it refuses.
 std::optional<GroupOrders> megatron_orders(const Plan& plan, const Replica& r,
@@ -231,10 +277,13 @@ MegatronArguments megatron_arguments(const Plan& plan, const ModelSpec& model,
     }
   }
   if (types.size() > 1) {
+    const bool hybrid = std::any_of(model.layers.begin(), model.layers.end(),
+                                    [](const Layer& l) { return l.kind == LayerKind::kMamba; });
     why.push_back(fmt::format(
         "mixed device types ({}): Megatron assumes identical devices and balances nothing by "
-        "speed; the layout above still places the layers as the plan does",
-        join(std::vector<std::string>(types.begin(), types.end()), ", ")));
+        "speed{}",
+        join(std::vector<std::string>(types.begin(), types.end()), ", "),
+        hybrid ? "" : "; the layout above still places the layers as the plan does"));
   }
   // Per-layer recompute: Megatron's block method, the first N layers of every stage.
   const BlockRecompute block = block_recompute(plan, model);
@@ -270,28 +319,53 @@ MegatronArguments megatron_arguments(const Plan& plan, const ModelSpec& model,
         plan.zero_stage));
   }
 
-  // The layout, stage by stage in the plan's (global) stage order.
-  std::set<std::string> layout_why;
-  std::map<LayerKind, int> no_letter;  // kind -> its first layer
-  std::vector<std::string> parts;
-  bool layout_ok = true;
+  // A hybrid (Mamba) model: Megatron's MambaModel reads the layers from a pattern and gives
+  // every pipeline stage the same number of them.
+  std::vector<std::string> hybrid_why;
+  const std::optional<std::string> pattern = hybrid_pattern(model, &hybrid_why);
+  why.insert(why.end(), hybrid_why.begin(), hybrid_why.end());
   int decoder_layers = 0;
-  for (const Stage& s : plan.stages) {
-    std::optional<std::string> part = stage_layout(model, s, &layout_why, &no_letter);
-    layout_ok = layout_ok && part.has_value();
-    if (part) parts.push_back(*part);
+  if (pattern) {
+    out.hybrid_pattern = *pattern;
+    decoder_layers = static_cast<int>(pattern->size());
+    std::vector<std::string> counts;
+    bool even = true;
+    const int stages = static_cast<int>(plan.stages.size());
+    for (const Stage& s : plan.stages) {
+      int n = 0;
+      for (int l = s.layer_begin; l < s.layer_end; ++l) n += pattern_length(model.layers[l]);
+      counts.push_back(std::to_string(n));
+      even = even && n * stages == decoder_layers;
+    }
+    if (!even) {
+      why.push_back(fmt::format(
+          "the layer split ({} pattern layers per stage): Megatron's hybrid model gives every "
+          "pipeline stage the same number of its {} pattern layers",
+          join(counts, ", "), decoder_layers));
+    }
+  } else if (hybrid_why.empty()) {
+    // The layout, stage by stage in the plan's (global) stage order.
+    std::set<std::string> layout_why;
+    std::map<LayerKind, int> no_letter;  // kind -> its first layer
+    std::vector<std::string> parts;
+    bool layout_ok = true;
+    for (const Stage& s : plan.stages) {
+      std::optional<std::string> part = stage_layout(model, s, &layout_why, &no_letter);
+      layout_ok = layout_ok && part.has_value();
+      if (part) parts.push_back(*part);
+    }
+    for (const auto& [kind, first] : no_letter) {
+      layout_why.insert(fmt::format(
+          "layers of kind '{}' (e.g. '{}'): --pipeline-model-parallel-layout has letters for "
+          "the embedding (E), decoder layers (t), MTP layers (m) and the loss (L) only",
+          layer_kind_name(kind), model.layers[first].name));
+    }
+    for (const Layer& l : model.layers) {
+      decoder_layers += l.kind == LayerKind::kDecoderBlock || l.kind == LayerKind::kAttention;
+    }
+    why.insert(why.end(), layout_why.begin(), layout_why.end());
+    if (layout_ok) out.layout = join(parts, "|");
   }
-  for (const auto& [kind, first] : no_letter) {
-    layout_why.insert(fmt::format(
-        "layers of kind '{}' (e.g. '{}'): --pipeline-model-parallel-layout has letters for "
-        "the embedding (E), decoder layers (t), MTP layers (m) and the loss (L) only",
-        layer_kind_name(kind), model.layers[first].name));
-  }
-  for (const Layer& l : model.layers) {
-    decoder_layers += l.kind == LayerKind::kDecoderBlock || l.kind == LayerKind::kAttention;
-  }
-  why.insert(why.end(), layout_why.begin(), layout_why.end());
-  if (layout_ok) out.layout = join(parts, "|");
 
   std::vector<std::string>& a = out.arguments;
   auto add = [&a](const std::string& flag, const std::string& value = "") {
@@ -301,6 +375,7 @@ MegatronArguments megatron_arguments(const Plan& plan, const ModelSpec& model,
   add("--tensor-model-parallel-size", std::to_string(out.tensor_parallel));
   add("--pipeline-model-parallel-size", std::to_string(out.pipeline_parallel));
   if (!out.layout.empty()) add("--pipeline-model-parallel-layout", out.layout);
+  if (!out.hybrid_pattern.empty()) add("--hybrid-override-pattern", out.hybrid_pattern);
   add("--num-layers", std::to_string(decoder_layers));
   add("--seq-length", std::to_string(plan.seq_len));
   add("--micro-batch-size", std::to_string(plan.micro_batch_size));
@@ -376,6 +451,20 @@ Result<Plan> megatron_form(const Plan& sharded, const ModelSpec& model, const Cl
   if (stages % p != 0) {
     return invalid_argument(
         fmt::format("its {} stages do not fill {} pipeline ranks evenly", stages, p));
+  }
+  // A hybrid model's stages hold the same number of pattern layers in Megatron's MambaModel.
+  std::vector<std::string> unused;
+  if (const std::optional<std::string> pattern = hybrid_pattern(model, &unused)) {
+    for (const Stage& s : plan.stages) {
+      int n = 0;
+      for (int l = s.layer_begin; l < s.layer_end; ++l) n += pattern_length(model.layers[l]);
+      if (n * stages != static_cast<int>(pattern->size())) {
+        return invalid_argument(fmt::format(
+            "its stages hold other numbers of the hybrid model's {} pattern layers than "
+            "Megatron's even split",
+            pattern->size()));
+      }
+    }
   }
   // Pipeline rank k is the group of stage k, so the first p stages must name p groups.
   for (const Replica& r : plan.replicas) {

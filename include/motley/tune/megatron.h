@@ -27,6 +27,12 @@ struct MegatronArguments {
   // between stages in the plan's stage order (virtual stages continue the list), "*N" a run;
   // empty when a layer has no letter (not_expressed says which).
   std::string layout;
+  // A hybrid (Mamba) model's layers for Megatron's MambaModel (pretrain_mamba.py), as
+  // --hybrid-override-pattern spells them: M Mamba, * attention, - MLP, E MoE, without the
+  // embedding and the head; empty for other models. The layout is then empty: MambaModel gives
+  // every pipeline stage the same number of pattern layers (not_expressed says when the plan's
+  // split differs).
+  std::string hybrid_pattern;
   std::vector<std::string> arguments;  // "--tensor-model-parallel-size", "2", ...
   // Megatron's global rank r (tensor rank fastest, then context-parallel, data-parallel and
   // pipeline: its default order "tp-cp-ep-dp-pp"; replica dp x CP + cp is Megatron's data
