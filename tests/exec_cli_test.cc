@@ -365,6 +365,11 @@ TEST(RunBadInputTest, AGpuThisBuildOrMachineDoesNotHave) {
   EXPECT_TRUE(r.err.find("built against a libtorch without CUDA") != std::string::npos ||
               r.err.find("no CUDA device is visible") != std::string::npos)
       << r.err;
+  // Under WORLD_SIZE a bare cuda takes the GPU the launch script names; a malformed one is said.
+  expect_bad_input("run --plan " + kFourStage + " --steps 1 --device cuda",
+                   {"environment variable MOTLEY_LOCAL_DEVICE: expected the GPU's index on its "
+                    "node (an integer >= 0), got '-1'"},
+                   "WORLD_SIZE=4 RANK=1 MOTLEY_LOCAL_DEVICE=-1");
 }
 
 TEST(RunBadInputTest, APlanForAnotherWorldSize) {

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -69,6 +70,9 @@ struct Distributed {
   GlooOptions gloo;
   int local_world_size = 0;  // 0: unknown
   int local_rank = -1;       // -1: unknown
+  // MOTLEY_LOCAL_DEVICE as the exports' launch scripts set it: the index on its node of the plan
+  // device this rank runs (empty: unset).
+  std::string local_device;
 };
 
 const char* env(const char* name) {
@@ -92,6 +96,7 @@ Result<std::optional<Distributed>> distributed_from_env() {
   if (local != nullptr) d.local_world_size = std::max(0, std::atoi(local));
   const char* local_rank = env(mpi ? "OMPI_COMM_WORLD_LOCAL_RANK" : "LOCAL_RANK");
   if (local_rank != nullptr) d.local_rank = std::max(0, std::atoi(local_rank));
+  if (const char* device = env("MOTLEY_LOCAL_DEVICE")) d.local_device = device;
   // Every rank meets at a loopback address only when all run on this machine: bind Gloo there
   // too, whatever the hostname resolves to.
   if (d.gloo.interface.empty() &&
@@ -464,8 +469,21 @@ Result<Mode> choose_mode(const RunOptions& opt, const RunInputs& in) {
     return invalid_argument("--sequential runs in one process; unset WORLD_SIZE");
   }
   MOTLEY_ASSIGN_OR_RETURN(const c10::Device requested, parse_compute_device(opt.device));
-  const int local_rank = dist ? (dist->local_rank >= 0 ? dist->local_rank : dist->gloo.rank) : 0;
-  MOTLEY_ASSIGN_OR_RETURN(mode.device, resolve_compute_device(requested, local_rank));
+  // A bare `cuda` under WORLD_SIZE: the node's GPU the launch script names for this rank's plan
+  // device (MOTLEY_LOCAL_DEVICE, set by the exports' scripts), else the local rank's.
+  int local = dist ? (dist->local_rank >= 0 ? dist->local_rank : dist->gloo.rank) : 0;
+  if (dist && requested.is_cuda() && !requested.has_index() && !dist->local_device.empty()) {
+    char* end = nullptr;
+    const long index = std::strtol(dist->local_device.c_str(), &end, 10);
+    if (*end != '\0' || index < 0 || index > 4095 || !std::isdigit(dist->local_device[0])) {
+      return invalid_argument(fmt::format(
+          "environment variable MOTLEY_LOCAL_DEVICE: expected the GPU's index on its node (an "
+          "integer >= 0), got '{}'",
+          dist->local_device));
+    }
+    local = static_cast<int>(index);
+  }
+  MOTLEY_ASSIGN_OR_RETURN(mode.device, resolve_compute_device(requested, local));
   const bool nccl = opt.transport == "nccl" || (opt.transport == "auto" && mode.device.is_cuda());
   mode.transport = nccl ? "nccl" : "gloo";
   if (mode.device.is_cpu()) {  // on a GPU the training state is not in this machine's memory
