@@ -668,8 +668,9 @@ Result<ExecutorRun> run_executor(const RunOptions& opt, const RunInputs& in, con
     GlooOptions gloo = mode.dist->gloo;
     gloo.transport.timeout = Seconds(opt.timeout_s);
     gloo.rendezvous_timeout = Seconds(opt.rendezvous_timeout_s);
-    MOTLEY_ASSIGN_OR_RETURN(run.transport,
-                            mode.transport == "nccl" ? connect_nccl(gloo) : connect_gloo(gloo));
+    MOTLEY_ASSIGN_OR_RETURN(run.transport, mode.transport == "nccl"
+                                               ? connect_nccl(gloo, mode.device)
+                                               : connect_gloo(gloo));
   }
   const bool reports = !mode.dist || mode.rank() == run.reporter;
   const bool prints_steps = !opt.json && reports;

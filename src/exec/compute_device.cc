@@ -1,5 +1,6 @@
 #include "motley/exec/compute_device.h"
 
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <fmt/format.h>
 #include <torch/cuda.h>
 
@@ -81,7 +82,11 @@ std::optional<GpuProperties> gpu_properties(c10::Device device) {
 }
 
 void synchronize_device(c10::Device device) {
-  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+  if (device.is_cpu()) return;
+  // The current (compute) stream only: a whole-device synchronization would also wait for
+  // receives NCCL has queued ahead on its own streams, whose senders may wait on this rank.
+  const c10::impl::VirtualGuardImpl impl(device.type());
+  impl.getStream(device).synchronize();
 }
 
 }  // namespace motley

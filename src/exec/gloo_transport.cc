@@ -95,7 +95,8 @@ Result<std::unique_ptr<Transport>> connect_gloo(const GlooOptions& options) {
     };
     // Gloo's point-to-point reads host memory only: GPU tensors are staged through it.
     return internal::make_process_group_transport<c10d::ProcessGroupGloo>(
-        options, options.transport, /*stage_through_host=*/true, store, std::move(factory));
+        options, options.transport, /*stage_through_host=*/true, c10::Device(c10::kCPU), store,
+        std::move(factory));
   } catch (const std::exception& e) {
     return io_error(fmt::format("gloo: rank {} could not join the world of {} at {}:{}: {}",
                                 options.rank, options.world_size, options.master_addr,

@@ -15,7 +15,7 @@ namespace motley {
 
 #if MOTLEY_WITH_CUDA
 
-Result<std::unique_ptr<Transport>> connect_nccl(const GlooOptions& options) {
+Result<std::unique_ptr<Transport>> connect_nccl(const GlooOptions& options, c10::Device device) {
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
     return invalid_argument(
         fmt::format("nccl: rank {} is not in a world of {}", options.rank, options.world_size));
@@ -32,7 +32,7 @@ Result<std::unique_ptr<Transport>> connect_nccl(const GlooOptions& options) {
     TransportOptions transport = options.transport;
     transport.matching = MessageMatching::kInOrder;  // NCCL has no tags
     return internal::make_process_group_transport<c10d::ProcessGroupNCCL>(
-        options, transport, /*stage_through_host=*/false, store, std::move(factory));
+        options, transport, /*stage_through_host=*/false, device, store, std::move(factory));
   } catch (const std::exception& e) {
     return io_error(fmt::format("nccl: rank {} could not join the world of {} at {}:{}: {}",
                                 options.rank, options.world_size, options.master_addr,
@@ -42,7 +42,8 @@ Result<std::unique_ptr<Transport>> connect_nccl(const GlooOptions& options) {
 
 #else
 
-Result<std::unique_ptr<Transport>> connect_nccl(const GlooOptions& options) {
+Result<std::unique_ptr<Transport>> connect_nccl(const GlooOptions& options, c10::Device device) {
+  (void)device;
   return invalid_argument(fmt::format(
       "nccl: rank {}: this motley was built against a libtorch without CUDA, so it has no NCCL "
       "transport (docs/executor.md, \"GPUs\")",

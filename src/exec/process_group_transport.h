@@ -98,6 +98,10 @@ class ProcessGroupTransport final : public Transport {
     int world_size = 1;
     TransportOptions transport;
     bool stage_through_host = false;
+    c10::Device device = c10::kCPU;  // where this rank's tensors live
+    // Bounds the first exchanges of prepare_peers and prepare_collectives, which wait for peers
+    // still building their stages (GlooOptions::rendezvous_timeout).
+    Seconds setup_timeout = Seconds(300);
   };
 
   ProcessGroupTransport(Config config, c10::intrusive_ptr<c10d::Store> store,
@@ -193,12 +197,16 @@ class ProcessGroupTransport final : public Transport {
   }
 
   Status prepare_collectives(const std::vector<std::vector<int>>& sets) override {
+    const SetupTimeout setup(config_);
     for (const std::vector<int>& ranks : sets) {
       if (ranks.size() < 2 || std::find(ranks.begin(), ranks.end(), rank()) == ranks.end()) {
         continue;
       }
       try {
         MOTLEY_RETURN_IF_ERROR(subgroup(ranks).status());
+        // A first sum makes a backend that connects on first use (NCCL's communicators)
+        // connect here, in the agreed order, rather than when sums are posted in any order.
+        MOTLEY_RETURN_IF_ERROR(all_reduce_sum({first_message()}, ranks));
       } catch (const std::exception& e) {
         return io_error(fmt::format("rank {}: setting up collectives over ranks {{{}}}: {}", rank(),
                                     ranks_key(ranks), first_line(e.what())));
@@ -208,8 +216,11 @@ class ProcessGroupTransport final : public Transport {
   }
 
   // Matching in order, makes both directions' groups of every link in one global order (by the
-  // pair, then the sender), so that a backend whose group creation waits for the peer (Gloo)
-  // cannot deadlock: the least pair any rank waits on has both its ranks waiting on it.
+  // pair, then the sender) and passes a first message on each, so that a backend whose group
+  // creation (Gloo) or first message (NCCL's communicator set-up) waits for the peer cannot
+  // deadlock: the least pair any rank waits on has both its ranks waiting on it. (Set up later,
+  // when a step posts its receives, two ranks could each wait in a receive's set-up for the
+  // other's first send.)
   Status prepare_peers(const std::vector<int>& peers) override {
     if (config_.transport.matching != MessageMatching::kInOrder) return Status::ok();
     std::vector<std::pair<int, int>> directions;  // (sender, receiver)
@@ -224,9 +235,16 @@ class ProcessGroupTransport final : public Transport {
     std::sort(directions.begin(), directions.end(),
               [&](const auto& a, const auto& b) { return order(a) < order(b); });
     directions.erase(std::unique(directions.begin(), directions.end()), directions.end());
+    const SetupTimeout setup(config_);
     for (const auto& [from, to] : directions) {
       try {
-        MOTLEY_RETURN_IF_ERROR(link_to(from == rank() ? to : from, from == rank()).status());
+        const bool sending = from == rank();
+        const int peer = sending ? to : from;
+        MOTLEY_RETURN_IF_ERROR(link_to(peer, sending).status());
+        const std::string what = "the link's first message";
+        MOTLEY_ASSIGN_OR_RETURN(auto request, sending ? send(first_message(), peer, 0, what)
+                                                      : recv(first_message(), peer, 0, what));
+        MOTLEY_RETURN_IF_ERROR(request->wait());
       } catch (const std::exception& e) {
         return io_error(fmt::format("rank {}: setting up the link from rank {} to rank {}: {}",
                                     rank(), from, to, first_line(e.what())));
@@ -246,6 +264,21 @@ class ProcessGroupTransport final : public Transport {
   }
 
  private:
+  // While alive, waits are bounded by the set-up timeout instead of the transport's.
+  class SetupTimeout {
+   public:
+    explicit SetupTimeout(Config& config) : config_(config), saved_(config.transport.timeout) {
+      config_.transport.timeout = config_.setup_timeout;
+    }
+    ~SetupTimeout() { config_.transport.timeout = saved_; }
+    SetupTimeout(const SetupTimeout&) = delete;
+    SetupTimeout& operator=(const SetupTimeout&) = delete;
+
+   private:
+    Config& config_;
+    Seconds saved_;
+  };
+
   // Where one message goes: the group, the peer's rank in it, and whether tags are kept.
   struct Link {
     Group* group = nullptr;
@@ -263,6 +296,11 @@ class ProcessGroupTransport final : public Transport {
       return invalid_argument(fmt::format("message tag {} is outside [0, 2^31)", tag));
     }
     return Status::ok();
+  }
+
+  // One zero on this rank's device: what a link's or a set's first exchange carries.
+  at::Tensor first_message() const {
+    return at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(config_.device));
   }
 
   bool needs_staging(const at::Tensor& t) const {
@@ -318,7 +356,7 @@ class ProcessGroupTransport final : public Transport {
 template <class Group>
 std::unique_ptr<Transport> make_process_group_transport(
     const GlooOptions& options, const TransportOptions& transport, bool stage_through_host,
-    c10::intrusive_ptr<c10d::Store> store,
+    c10::Device device, c10::intrusive_ptr<c10d::Store> store,
     typename ProcessGroupTransport<Group>::GroupFactory factory) {
   auto world = factory(c10::make_intrusive<c10d::PrefixStore>("motley/world", store), options.rank,
                        options.world_size);
@@ -327,6 +365,8 @@ std::unique_ptr<Transport> make_process_group_transport(
   config.world_size = options.world_size;
   config.transport = transport;
   config.stage_through_host = stage_through_host;
+  config.device = device;
+  config.setup_timeout = options.rendezvous_timeout;
   return std::make_unique<ProcessGroupTransport<Group>>(config, std::move(store), std::move(world),
                                                         std::move(factory));
 }

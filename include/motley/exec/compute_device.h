@@ -40,8 +40,9 @@ struct GpuProperties {
 // nullopt on the CPU. REQUIRES: a CUDA device from resolve_compute_device.
 std::optional<GpuProperties> gpu_properties(c10::Device device);
 
-// Waits until `device` has finished the work queued on it (a GPU runs kernels after the host
-// queued them; timing a piece of work needs this before reading the clock). Nothing on the CPU.
+// Waits until `device` has finished the work queued on its current stream, the compute stream (a
+// GPU runs kernels after the host queued them; timing a piece of work needs this before reading
+// the clock). Communication on other streams is not waited for. Nothing on the CPU.
 void synchronize_device(c10::Device device);
 
 }  // namespace motley

@@ -7,6 +7,8 @@
 // builds with CUDA only (built_with_cuda(), compute_device.h). One object per rank.
 #pragma once
 
+#include <c10/core/Device.h>
+
 #include <memory>
 
 #include "motley/core/status.h"
@@ -15,9 +17,9 @@
 
 namespace motley {
 
-// Joins the world over NCCL; `options.transport.matching` is ignored (always in order).
-// Errors: invalid_argument in a build without CUDA; io_error with c10d's reason when the
-// rendezvous fails.
-Result<std::unique_ptr<Transport>> connect_nccl(const GlooOptions& options);
+// Joins the world over NCCL for a rank whose tensors live on `device` (its GPU);
+// `options.transport.matching` is ignored (always in order). Errors: invalid_argument in a build
+// without CUDA; io_error with c10d's reason when the rendezvous fails.
+Result<std::unique_ptr<Transport>> connect_nccl(const GlooOptions& options, c10::Device device);
 
 }  // namespace motley
