@@ -79,6 +79,16 @@ Layer attention_layer(const std::string& name) {
   return l;
 }
 
+// Llama 3's output layer: 128,256 tokens over a hidden size of 4,096, untied.
+Layer llama_head() {
+  Layer head;
+  head.name = "head";
+  head.kind = LayerKind::kHead;
+  head.head = HeadShape{128256, 4096, false};
+  head.num_norms = 1;
+  return head;
+}
+
 ModelSpec model_of(std::vector<Layer> layers) {
   ModelSpec m;
   m.name = "test";
@@ -956,11 +966,7 @@ TEST(AnalyticMemory, TensorParallelShardsTheModelState) {
 // units and leaves the rest as megatron-core prices it: the head, attention's core and the
 // element-wise work, and every kernel of a device without FP8 units.
 TEST(AnalyticFp8, LinearLayersOnlyAndOnlyWhereTheDeviceHasFp8) {
-  Layer head;
-  head.name = "head";
-  head.kind = LayerKind::kHead;
-  head.head = HeadShape{128256, 4096, false};
-  head.num_norms = 1;
+  const Layer head = llama_head();
   const ModelSpec m = model_of({attention_layer("a"), ffn_layer("f"), head});
   AnalyticCostOptions bf16 = workload(4096);
   bf16.stack = find_software_stack("megatron-core").value();
@@ -1003,11 +1009,7 @@ TEST(AnalyticFp8, LinearLayersOnlyAndOnlyWhereTheDeviceHasFp8) {
 // MLP's input and its down projection's input (T h + T f), at half their bf16 bytes; the head
 // and full recompute keep what megatron-core keeps, as does every layer on an A100.
 TEST(AnalyticFp8, LinearLayersKeepTheirSavedInputsInFp8) {
-  Layer head;
-  head.name = "head";
-  head.kind = LayerKind::kHead;
-  head.head = HeadShape{128256, 4096, false};
-  head.num_norms = 1;
+  const Layer head = llama_head();
   const ModelSpec m = model_of({attention_layer("a"), ffn_layer("f"), head});
   AnalyticCostOptions bf16 = workload(4096);
   bf16.stack = find_software_stack("megatron-core").value();

@@ -140,39 +140,56 @@ TEST(Train, AMissingCheckpointIsNotFound) {
       << report.status().message();
 }
 
+// Every rank of `plan` as a thread with its own TCPStore client and ProcessGroupGloo on
+// localhost, messages matched as `matching` says, for kSteps steps: each rank's losses (set on
+// the ranks holding the loss) and final parameters.
+std::vector<testing::RankRun> run_gloo_world(const Plan& plan, const ModelSpec& model,
+                                             const TokenStream& tokens, MessageMatching matching) {
+  testing::single_threaded();
+  const int world = testing::world_size(plan);
+  const int port = free_port();
+  std::vector<testing::RankRun> out(world);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      GlooOptions gloo;
+      gloo.rank = rank;
+      gloo.world_size = world;
+      gloo.master_port = port;
+      gloo.hostname = "127.0.0.1";
+      gloo.transport.matching = matching;
+      auto transport = connect_gloo(gloo);
+      ASSERT_TRUE(transport.is_ok()) << transport.status().message();
+      auto executor = RankExecutor::create(exec_options(), plan, model, tokens, **transport);
+      ASSERT_TRUE(executor.is_ok()) << executor.status().message();
+      for (int s = 0; s < kSteps; ++s) {
+        auto result = (*executor)->step();
+        ASSERT_TRUE(result.is_ok()) << result.status().message();
+        out[rank].losses.push_back(result->loss);
+      }
+      out[rank].parameters = (*executor)->parameters();
+      EXPECT_TRUE((*transport)->barrier().is_ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
 TEST(Gloo, ExecutorMatchesTheReferenceBitForBit) {
-  // Ranks as threads, each with its own TCPStore client and ProcessGroupGloo on localhost:
   // ZB-H1 over 2 groups, two replicas, so activations, gradients and the cross-replica
   // all-reduce all cross Gloo. A two-member ring sums a + b, as the in-process fabric does.
   const ModelSpec model = preset("tiny-llama");
   const Plan plan = uniform_plan(model, {ScheduleKind::kZbH1, 2, 1, 4, 2});
   auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 3), "corpus");
-  testing::single_threaded();
-  const int port = free_port();
+  const std::vector<testing::RankRun> ranks =
+      run_gloo_world(plan, model, *tokens, MessageMatching::kByTag);
+  ASSERT_EQ(ranks.size(), 4u);
   std::vector<std::vector<double>> losses(4);
-  std::vector<std::vector<NamedTensor>> params(4);
-  std::vector<std::thread> threads;
   for (int rank = 0; rank < 4; ++rank) {
-    threads.emplace_back([&, rank] {
-      GlooOptions gloo;
-      gloo.rank = rank;
-      gloo.world_size = 4;
-      gloo.master_port = port;
-      gloo.hostname = "127.0.0.1";
-      auto transport = connect_gloo(gloo);
-      ASSERT_TRUE(transport.is_ok()) << transport.status().message();
-      auto executor = RankExecutor::create(exec_options(), plan, model, *tokens, **transport);
-      ASSERT_TRUE(executor.is_ok()) << executor.status().message();
-      for (int s = 0; s < kSteps; ++s) {
-        auto result = (*executor)->step();
-        ASSERT_TRUE(result.is_ok()) << result.status().message();
-        if (result->loss) losses[rank].push_back(*result->loss);
-      }
-      params[rank] = (*executor)->parameters();
-      EXPECT_TRUE((*transport)->barrier().is_ok());
-    });
+    for (const std::optional<double>& loss : ranks[rank].losses) {
+      if (loss) losses[rank].push_back(*loss);
+    }
   }
-  for (auto& t : threads) t.join();
   EXPECT_TRUE(losses[0].empty());
   EXPECT_TRUE(losses[2].empty());
   ASSERT_EQ(losses[1].size(), static_cast<size_t>(kSteps));
@@ -186,7 +203,7 @@ TEST(Gloo, ExecutorMatchesTheReferenceBitForBit) {
       run_reference(plan, model, *tokens, kSteps, GradientOrder::kByReplica);
   size_t compared = 0;
   for (int rank = 0; rank < 4; ++rank) {
-    for (const NamedTensor& p : params[rank]) {
+    for (const NamedTensor& p : ranks[rank].parameters) {
       EXPECT_TRUE(at::equal(p.tensor, same_order.parameters.at(p.name))) << p.name;
       EXPECT_TRUE(at::equal(p.tensor.grad(), same_order.parameters.at(p.name).grad())) << p.name;
       ++compared;
@@ -203,32 +220,10 @@ TEST(Gloo, MessagesMatchedInOrderOverOneGroupPerDirectionTrainTheSameBits) {
   const Plan plan = uniform_plan(model, {ScheduleKind::kZbV, 2, 2, 4, 2});
   auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 3), "corpus");
   const std::vector<testing::RankRun> by_tag = testing::run_ranks(plan, model, *tokens, kSteps);
-  const int port = free_port();
-  std::vector<testing::RankRun> in_order(4);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 4; ++rank) {
-    threads.emplace_back([&, rank] {
-      GlooOptions gloo;
-      gloo.rank = rank;
-      gloo.world_size = 4;
-      gloo.master_port = port;
-      gloo.hostname = "127.0.0.1";
-      gloo.transport.matching = MessageMatching::kInOrder;
-      auto transport = connect_gloo(gloo);
-      ASSERT_TRUE(transport.is_ok()) << transport.status().message();
-      auto executor = RankExecutor::create(exec_options(), plan, model, *tokens, **transport);
-      ASSERT_TRUE(executor.is_ok()) << executor.status().message();
-      for (int s = 0; s < kSteps; ++s) {
-        auto result = (*executor)->step();
-        ASSERT_TRUE(result.is_ok()) << result.status().message();
-        in_order[rank].losses.push_back(result->loss);
-      }
-      in_order[rank].parameters = (*executor)->parameters();
-      EXPECT_TRUE((*transport)->barrier().is_ok());
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int rank = 0; rank < 4; ++rank) {
+  const std::vector<testing::RankRun> in_order =
+      run_gloo_world(plan, model, *tokens, MessageMatching::kInOrder);
+  ASSERT_EQ(in_order.size(), by_tag.size());
+  for (size_t rank = 0; rank < by_tag.size(); ++rank) {
     EXPECT_EQ(in_order[rank].losses, by_tag[rank].losses) << "rank " << rank;
     ASSERT_EQ(in_order[rank].parameters.size(), by_tag[rank].parameters.size()) << rank;
     for (size_t i = 0; i < by_tag[rank].parameters.size(); ++i) {
