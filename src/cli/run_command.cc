@@ -475,7 +475,8 @@ Result<Mode> choose_mode(const RunOptions& opt, const RunInputs& in) {
   if (dist && requested.is_cuda() && !requested.has_index() && !dist->local_device.empty()) {
     char* end = nullptr;
     const long index = std::strtol(dist->local_device.c_str(), &end, 10);
-    if (*end != '\0' || index < 0 || index > 4095 || !std::isdigit(dist->local_device[0])) {
+    if (*end != '\0' || index < 0 || index > 4095 ||
+        !std::isdigit(static_cast<unsigned char>(dist->local_device[0]))) {
       return invalid_argument(fmt::format(
           "environment variable MOTLEY_LOCAL_DEVICE: expected the GPU's index on its node (an "
           "integer >= 0), got '{}'",

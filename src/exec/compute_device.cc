@@ -5,6 +5,7 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 
 #if MOTLEY_WITH_CUDA
@@ -24,7 +25,7 @@ Result<c10::Device> parse_compute_device(const std::string& text) {
       text.size() <= prefix.size() + 3) {
     char* end = nullptr;
     const long index = std::strtol(text.c_str() + prefix.size(), &end, 10);
-    if (*end == '\0' && index >= 0 && text[prefix.size()] != '-' && text[prefix.size()] != '+') {
+    if (*end == '\0' && std::isdigit(static_cast<unsigned char>(text[prefix.size()]))) {
       return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
     }
   }

@@ -18,8 +18,8 @@ TEST(ComputeDevice, ParsesCpuCudaAndAnIndexedGpu) {
   auto third = parse_compute_device("cuda:12");
   ASSERT_TRUE(third.is_ok());
   EXPECT_EQ(third->index(), 12);
-  for (const std::string bad :
-       {"gpu", "CUDA", "cuda:", "cuda:-1", "cuda:+1", "cuda:1x", "cuda:1234", "cpu:0", ""}) {
+  for (const std::string bad : {"gpu", "CUDA", "cuda:", "cuda:-1", "cuda:+1", "cuda: 1", "cuda:1x",
+                                "cuda:1234", "cpu:0", ""}) {
     auto r = parse_compute_device(bad);
     ASSERT_FALSE(r.is_ok()) << bad;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
