@@ -1,10 +1,11 @@
-// The emulation's factors for `motley run --emulate` (exec/emulation_factors.h), computed in
-// motley, which links the cost model and the simulator, and handed to motley-run, which does
-// not: from the analytic cost model, each rank's device type and compute slowdown, the step's
-// work on the device that runs natively, the links and the all-reduces of the executor's rank
-// sets; from the simulator, the plan's iteration time. The handover is an anonymous in-memory
-// file inherited across exec (docs/executor.md, "Emulation"). It measures nothing (motley-run
-// measures this CPU's time scale). Free functions; thread-safe.
+// What motley's forwarder computes for motley-run, which links neither the cost model nor the
+// simulator: on a GPU, each device's predicted peak memory (predicted_memory_handover, passed as
+// a hidden option); and the emulation's factors for `motley run --emulate`
+// (exec/emulation_factors.h): from the analytic cost model, each rank's device type and compute
+// slowdown, the step's work on the device that runs natively, the links and the all-reduces of
+// the executor's rank sets; from the simulator, the plan's iteration time, handed over as an
+// anonymous in-memory file inherited across exec (docs/executor.md, "Emulation"). It measures
+// nothing (motley-run measures this CPU's time scale). Free functions; thread-safe.
 #pragma once
 
 #include <optional>

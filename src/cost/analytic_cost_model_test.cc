@@ -962,16 +962,20 @@ TEST(AnalyticMemory, TensorParallelShardsTheModelState) {
   EXPECT_DOUBLE_EQ(two.optimizer_state.value(), one.optimizer_state.value() / 2);
 }
 
+// 4,096 tokens of bf16 priced under the named built-in stack.
+AnalyticCostOptions on_stack(const char* stack) {
+  AnalyticCostOptions o = workload(4096);
+  o.stack = find_software_stack(stack).value();
+  return o;
+}
+
 // megatron-core-fp8 prices the linear layers' GEMMs with fp8_gemm_time on a device with FP8
 // units and leaves the rest as megatron-core prices it: the head, attention's core and the
 // element-wise work, and every kernel of a device without FP8 units.
 TEST(AnalyticFp8, LinearLayersOnlyAndOnlyWhereTheDeviceHasFp8) {
-  const Layer head = llama_head();
-  const ModelSpec m = model_of({attention_layer("a"), ffn_layer("f"), head});
-  AnalyticCostOptions bf16 = workload(4096);
-  bf16.stack = find_software_stack("megatron-core").value();
-  AnalyticCostOptions fp8 = bf16;
-  fp8.stack = find_software_stack("megatron-core-fp8").value();
+  const ModelSpec m = model_of({attention_layer("a"), ffn_layer("f"), llama_head()});
+  const AnalyticCostOptions bf16 = on_stack("megatron-core");
+  const AnalyticCostOptions fp8 = on_stack("megatron-core-fp8");
   ASSERT_TRUE(fp8.stack.fp8_linear);
   const DeviceGroup one{{0}};
   for (const char* type : {"H100-SXM", "A100-80GB"}) {
@@ -1009,12 +1013,9 @@ TEST(AnalyticFp8, LinearLayersOnlyAndOnlyWhereTheDeviceHasFp8) {
 // MLP's input and its down projection's input (T h + T f), at half their bf16 bytes; the head
 // and full recompute keep what megatron-core keeps, as does every layer on an A100.
 TEST(AnalyticFp8, LinearLayersKeepTheirSavedInputsInFp8) {
-  const Layer head = llama_head();
-  const ModelSpec m = model_of({attention_layer("a"), ffn_layer("f"), head});
-  AnalyticCostOptions bf16 = workload(4096);
-  bf16.stack = find_software_stack("megatron-core").value();
-  AnalyticCostOptions fp8 = bf16;
-  fp8.stack = find_software_stack("megatron-core-fp8").value();
+  const ModelSpec m = model_of({attention_layer("a"), ffn_layer("f"), llama_head()});
+  const AnalyticCostOptions bf16 = on_stack("megatron-core");
+  const AnalyticCostOptions fp8 = on_stack("megatron-core-fp8");
   const double tokens = 4096, h = 4096, f = 14336;
   const std::array<double, 3> linear_inputs = {2 * tokens * (h + h), 2 * tokens * (h + f), 0};
   for (const char* type : {"H100-SXM", "A100-80GB"}) {

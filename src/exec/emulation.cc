@@ -124,12 +124,6 @@ class DelayedTransport final : public Transport {
     return inner_.recv(buffer, peer, tag, std::move(what));
   }
 
-  Status all_reduce_sum(const std::vector<at::Tensor>& tensors,
-                        const std::vector<int>& ranks) override {
-    MOTLEY_ASSIGN_OR_RETURN(auto request, all_reduce_sum_async(tensors, ranks));
-    return request->wait();
-  }
-
   // Posted into the inner transport under the lock that serializes calls into it, waited on
   // outside it (a rank blocked in an all-reduce must not keep the helper thread from posting
   // its delayed sends). The emulated time runs from when the sum was complete: when wait()

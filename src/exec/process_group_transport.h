@@ -121,12 +121,11 @@ class ProcessGroupTransport final : public Transport {
         fmt::format("rank {}: sending {} to rank {} (tag {})", rank(), what, peer, tag);
     try {
       MOTLEY_ASSIGN_OR_RETURN(Link link, link_to(peer, /*sending=*/true));
+      // (The work holds the tensor it sends, a staged copy included, until it completes.)
       std::vector<at::Tensor> tensors = {staged(tensor)};
       auto work = link.group->send(tensors, link.peer, link.tag(tag));
-      // The staged copy lives until the send completed.
       return std::unique_ptr<TransportRequest>(
-          new WorkRequest(std::move(work), config_.transport.timeout, description,
-                          [kept = tensors[0]] { (void)kept; }));
+          new WorkRequest(std::move(work), config_.transport.timeout, description));
     } catch (const std::exception& e) {
       return io_error(fmt::format("{}: {}", description, first_line(e.what())));
     }
@@ -151,24 +150,11 @@ class ProcessGroupTransport final : public Transport {
     }
   }
 
-  Status all_reduce_sum(const std::vector<at::Tensor>& tensors,
-                        const std::vector<int>& ranks) override {
-    MOTLEY_ASSIGN_OR_RETURN(auto request, all_reduce_sum_async(tensors, ranks));
-    return request->wait();
-  }
-
   // The tensors travel as one flat buffer (Gloo's allreduce takes tensors of one shape); once
   // the sum arrived, wait() copies it back into them.
   Result<std::unique_ptr<TransportRequest>> all_reduce_sum_async(
       const std::vector<at::Tensor>& tensors, const std::vector<int>& ranks) override {
-    if (std::find(ranks.begin(), ranks.end(), rank()) == ranks.end() ||
-        !std::is_sorted(ranks.begin(), ranks.end()) ||
-        std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end()) {
-      return invalid_argument(
-          fmt::format("rank {}: all-reduce over ranks {{{}}}: expected sorted distinct ranks "
-                      "including this one",
-                      rank(), ranks_key(ranks)));
-    }
+    MOTLEY_RETURN_IF_ERROR(check_rank_set(rank(), ranks));
     const std::string description =
         fmt::format("rank {}: all-reduce over ranks {{{}}}", rank(), ranks_key(ranks));
     if (ranks.size() == 1 || tensors.empty()) {

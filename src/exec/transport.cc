@@ -236,22 +236,10 @@ class InProcessTransport final : public Transport {
     return post(buffer, peer, tag, std::move(what), /*is_send=*/false);
   }
 
-  Status all_reduce_sum(const std::vector<at::Tensor>& tensors,
-                        const std::vector<int>& ranks) override {
-    MOTLEY_ASSIGN_OR_RETURN(auto request, all_reduce_sum_async(tensors, ranks));
-    return request->wait();
-  }
-
   Result<std::unique_ptr<TransportRequest>> all_reduce_sum_async(
       const std::vector<at::Tensor>& tensors, const std::vector<int>& ranks) override {
+    MOTLEY_RETURN_IF_ERROR(check_rank_set(rank_, ranks));
     auto self = std::find(ranks.begin(), ranks.end(), rank_);
-    if (self == ranks.end() || !std::is_sorted(ranks.begin(), ranks.end()) ||
-        std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end()) {
-      return invalid_argument(
-          fmt::format("rank {}: all-reduce over ranks {}: expected sorted distinct ranks "
-                      "including this one",
-                      rank_, format_ranks(ranks)));
-    }
     if (ranks.size() == 1) return std::unique_ptr<TransportRequest>(new CompletedRequest());
     const size_t position = static_cast<size_t>(self - ranks.begin());
     std::lock_guard<std::mutex> lock(state_->mu);
@@ -347,6 +335,24 @@ class InProcessTransport final : public Transport {
 };
 
 }  // namespace
+
+Status Transport::all_reduce_sum(const std::vector<at::Tensor>& tensors,
+                                 const std::vector<int>& ranks) {
+  MOTLEY_ASSIGN_OR_RETURN(auto request, all_reduce_sum_async(tensors, ranks));
+  return request->wait();
+}
+
+Status check_rank_set(int rank, const std::vector<int>& ranks) {
+  if (std::find(ranks.begin(), ranks.end(), rank) == ranks.end() ||
+      !std::is_sorted(ranks.begin(), ranks.end()) ||
+      std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end()) {
+    return invalid_argument(
+        fmt::format("rank {}: all-reduce over ranks {}: expected sorted distinct ranks "
+                    "including this one",
+                    rank, format_ranks(ranks)));
+  }
+  return Status::ok();
+}
 
 Status Transport::prepare_collectives(const std::vector<std::vector<int>>&) { return Status::ok(); }
 

@@ -1,6 +1,7 @@
 #include "motley/tune/megatron.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -120,10 +121,13 @@ std::optional<std::string> stage_layout(const ModelSpec& model, const Stage& sta
 // * attention, - an MLP, E a mixture of experts; a decoder block is its attention and its MLP or
 // MoE), without the embedding and the head; nullopt when the model has no Mamba layer or a layer
 // with no symbol (`why` then says which).
+bool is_hybrid(const ModelSpec& model) {
+  return std::any_of(model.layers.begin(), model.layers.end(),
+                     [](const Layer& l) { return l.kind == LayerKind::kMamba; });
+}
+
 std::optional<std::string> hybrid_pattern(const ModelSpec& model, std::vector<std::string>* why) {
-  const bool hybrid = std::any_of(model.layers.begin(), model.layers.end(),
-                                  [](const Layer& l) { return l.kind == LayerKind::kMamba; });
-  if (!hybrid) return std::nullopt;
+  if (!is_hybrid(model)) return std::nullopt;
   std::string pattern;
   for (const Layer& l : model.layers) {
     switch (l.kind) {
@@ -156,10 +160,27 @@ std::optional<std::string> hybrid_pattern(const ModelSpec& model, std::vector<st
   return pattern;
 }
 
-// The pattern symbols a layer stands for (a decoder block: two).
-int pattern_length(const Layer& l) {
-  if (l.kind == LayerKind::kEmbedding || l.kind == LayerKind::kHead) return 0;
-  return l.kind == LayerKind::kDecoderBlock ? 2 : 1;
+// The pattern symbols each of the plan's stages holds (a decoder block stands for two), and
+// whether every stage holds the same number, as MambaModel splits the pattern.
+struct PatternSplit {
+  std::vector<int> per_stage;
+  bool even = true;
+};
+PatternSplit pattern_split(const Plan& plan, const ModelSpec& model, int pattern_length) {
+  PatternSplit out;
+  const int stages = static_cast<int>(plan.stages.size());
+  for (const Stage& s : plan.stages) {
+    int n = 0;
+    for (int l = s.layer_begin; l < s.layer_end; ++l) {
+      const LayerKind kind = model.layers[l].kind;
+      if (kind != LayerKind::kEmbedding && kind != LayerKind::kHead) {
+        n += kind == LayerKind::kDecoderBlock ? 2 : 1;
+      }
+    }
+    out.per_stage.push_back(n);
+    out.even = out.even && n * stages == pattern_length;
+  }
+  return out;
 }
 
 // The orders Megatron would run on replica `r`'s structure: 1F1B on a linear map, interleaved
@@ -277,8 +298,7 @@ MegatronArguments megatron_arguments(const Plan& plan, const ModelSpec& model,
     }
   }
   if (types.size() > 1) {
-    const bool hybrid = std::any_of(model.layers.begin(), model.layers.end(),
-                                    [](const Layer& l) { return l.kind == LayerKind::kMamba; });
+    const bool hybrid = is_hybrid(model);
     why.push_back(fmt::format(
         "mixed device types ({}): Megatron assumes identical devices and balances nothing by "
         "speed{}",
@@ -328,20 +348,12 @@ MegatronArguments megatron_arguments(const Plan& plan, const ModelSpec& model,
   if (pattern) {
     out.hybrid_pattern = *pattern;
     decoder_layers = static_cast<int>(pattern->size());
-    std::vector<std::string> counts;
-    bool even = true;
-    const int stages = static_cast<int>(plan.stages.size());
-    for (const Stage& s : plan.stages) {
-      int n = 0;
-      for (int l = s.layer_begin; l < s.layer_end; ++l) n += pattern_length(model.layers[l]);
-      counts.push_back(std::to_string(n));
-      even = even && n * stages == decoder_layers;
-    }
-    if (!even) {
+    const PatternSplit split = pattern_split(plan, model, decoder_layers);
+    if (!split.even) {
       why.push_back(fmt::format(
           "the layer split ({} pattern layers per stage): Megatron's hybrid model gives every "
           "pipeline stage the same number of its {} pattern layers",
-          join(counts, ", "), decoder_layers));
+          fmt::join(split.per_stage, ", "), decoder_layers));
     }
   } else if (hybrid_why.empty()) {
     // The layout, stage by stage in the plan's (global) stage order.
@@ -454,17 +466,12 @@ Result<Plan> megatron_form(const Plan& sharded, const ModelSpec& model, const Cl
   }
   // A hybrid model's stages hold the same number of pattern layers in Megatron's MambaModel.
   std::vector<std::string> unused;
-  if (const std::optional<std::string> pattern = hybrid_pattern(model, &unused)) {
-    for (const Stage& s : plan.stages) {
-      int n = 0;
-      for (int l = s.layer_begin; l < s.layer_end; ++l) n += pattern_length(model.layers[l]);
-      if (n * stages != static_cast<int>(pattern->size())) {
-        return invalid_argument(fmt::format(
-            "its stages hold other numbers of the hybrid model's {} pattern layers than "
-            "Megatron's even split",
-            pattern->size()));
-      }
-    }
+  const std::optional<std::string> pattern = hybrid_pattern(model, &unused);
+  if (pattern && !pattern_split(plan, model, static_cast<int>(pattern->size())).even) {
+    return invalid_argument(fmt::format(
+        "its stages hold other numbers of the hybrid model's {} pattern layers than Megatron's "
+        "even split",
+        pattern->size()));
   }
   // Pipeline rank k is the group of stage k, so the first p stages must name p groups.
   for (const Replica& r : plan.replicas) {

@@ -76,9 +76,9 @@ class Transport {
   // gets the same bits. Members call one set's all-reduces in the same order, and blocking
   // all-reduces over overlapping rank sets in one agreed order (the executor's blocking ones,
   // after a step's gradient sums, go in increasing order of the sets). A one-member set returns
-  // at once.
+  // at once. The default posts the sum (all_reduce_sum_async) and waits for it.
   virtual Status all_reduce_sum(const std::vector<at::Tensor>& tensors,
-                                const std::vector<int>& ranks) = 0;
+                                const std::vector<int>& ranks);
   // The same sum, posted: returns at once, never waiting for another rank, and the tensors
   // hold the sum once wait() on the request returned ok (they must not be modified before).
   // Members post the all-reduces of one rank set in the same order; all-reduces of different
@@ -100,6 +100,10 @@ class Transport {
   // Returns once every rank of the world has entered the barrier.
   virtual Status barrier() = 0;
 };
+
+// What every implementation's all_reduce_sum_async returns for a rank set that is not sorted
+// distinct ranks containing `rank` (invalid_argument), else ok.
+Status check_rank_set(int rank, const std::vector<int>& ranks);
 
 // The fabric of an in-process world: ranks are threads sharing one mailbox. A send completes
 // only when its receive is posted (no eager buffering, so tests see the same blocking a real
