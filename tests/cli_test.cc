@@ -1579,6 +1579,34 @@ TEST(CliTest, CalibrateFitsAStackAndSimulateUsesIt) {
   expect_bad_input("simulate --plan " + bad, {bad, "software_stack", "object"});
 }
 
+// A case's recompute_layers is Megatron's --recompute-num-layers: priced as simulate prices the
+// same layout with --recompute-layers, and between no recompute and recompute of every layer.
+TEST(CliTest, CalibrateCaseRecomputesTheFirstLayersOfEachStage) {
+  TempDir dir("calibrate-recompute-layers");
+  const std::string cases = dir.path() + "/cases.json";
+  auto predicted = [&](const std::string& recompute, int layers) {
+    nlohmann::json c = nlohmann::json::parse(calibration_cases(1.0, 1.0));
+    c["cases"].erase(0);
+    c["cases"][0]["recompute"] = recompute;
+    if (layers > 0) c["cases"][0]["recompute_layers"] = layers;
+    { std::ofstream(cases) << c.dump(); }
+    RunResult r = run_motley("calibrate --cases " + cases + " --json");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out)["cases"][0]["predicted_s"].get<double>()
+                            : 0.0;
+  };
+  const double some = predicted("none", 5);
+  const double none = predicted("none", 0);
+  const double every = predicted("full", 0);
+  EXPECT_GT(some, none);
+  EXPECT_LT(some, every);
+  RunResult sim = run_motley(
+      "simulate --model llama-3-8b --cluster h100x8 --schedule 1f1b --stages 2 "
+      "--tensor-parallel 4 --micro-batches 8 --seq-len 2048 --recompute-layers 5 --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(sim.out)["iteration_time_s"].get<double>(), some);
+}
+
 // One layer of llama-3-8b at TP 2, forward and backward under a recompute policy.
 nlohmann::json layer_case(const std::string& metric, const std::string& recompute,
                           double published_s) {
@@ -1651,6 +1679,13 @@ TEST(CliTest, CalibrateRefusesBadCasesAndStacks) {
     std::ofstream(cases) << c.dump();
   }
   expect_bad_input("calibrate --cases " + cases, {cases, "cases[1].pipeline", "unknown field"});
+  {
+    nlohmann::json c = nlohmann::json::parse(calibration_cases(1.0, 1.0));
+    c["cases"][1]["recompute_layers"] = 3;  // with "recompute": "selective"
+    std::ofstream(cases) << c.dump();
+  }
+  expect_bad_input("calibrate --cases " + cases,
+                   {cases, "cases[1].recompute_layers", "\"recompute\": \"none\"", "selective"});
   { std::ofstream(cases) << calibration_cases(1.0, 1.0); }
   expect_bad_input("calibrate --cases " + cases + " --stack megatron-1999",
                    {"--stack", "megatron-1999", "megatron-lm-2022"});

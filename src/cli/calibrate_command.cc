@@ -155,6 +155,7 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
                                        "schedule",
                                        "virtual_stages",
                                        "recompute",
+                                       "recompute_layers",
                                        "partition",
                                        "zero1",
                                        "zero_stage",
@@ -190,6 +191,17 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
         fmt::format("expected {}, got \"{}\"", join_alternatives(schedule_kind_names()), schedule));
   }
   MOTLEY_ASSIGN_OR_RETURN(std::optional<RecomputePolicy> recompute, case_recompute(c));
+  // Megatron-LM's --recompute-num-layers with the block method: the first layers of every
+  // stage recomputed in full, the others keeping their activations.
+  MOTLEY_ASSIGN_OR_RETURN(const int64_t recompute_layers,
+                          c.get_int_in_or("recompute_layers", IntRange{0, 1 << 20}, 0));
+  if (recompute_layers > 0 && *recompute != RecomputePolicy::kNone) {
+    return c.child_error(
+        "recompute_layers",
+        fmt::format("{} layers recomputed per stage leave the others' activations; "
+                    "it needs \"recompute\": \"none\", got \"{}\"",
+                    recompute_layers, recompute_policy_name(*recompute)));
+  }
   MOTLEY_ASSIGN_OR_RETURN(std::string partition_name, c.get_string_or("partition", "megatron"));
   std::optional<LayerSplit> partition = parse_layer_split(partition_name);
   if (!partition) {
@@ -207,6 +219,7 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
   u.seq_len = seq_len;
   u.micro_batches = global_batch / (dp * mbs);
   u.recompute = *recompute;
+  u.recompute_layers = static_cast<int>(recompute_layers);
   u.partition = *partition;
   MOTLEY_ASSIGN_OR_RETURN(const bool zero1, c.get_bool_or("zero1", false));
   MOTLEY_ASSIGN_OR_RETURN(const int64_t zero_stage,

@@ -1002,8 +1002,8 @@ TEST(AnalyticFp8, LinearLayersOnlyAndOnlyWhereTheDeviceHasFp8) {
                    kernel_time(k, d, w.dtype, 1, false, w.dropout, bf16.stack).value();
       }
       expect_close(b.forward.value(), forward);
-      // The FFN is GEMMs; attention keeps its BF16 core.
-      EXPECT_LT(b.forward.value(), (layer == 1 ? 0.75 : 0.9) * a.forward.value()) << layer;
+      // At the stack's FP8 rate every GEMM is quicker than in BF16, so each layer is too.
+      EXPECT_LT(b.forward.value(), a.forward.value()) << layer;
     }
   }
 }
