@@ -1607,6 +1607,33 @@ TEST(CliTest, CalibrateCaseRecomputesTheFirstLayersOfEachStage) {
   EXPECT_DOUBLE_EQ(nlohmann::json::parse(sim.out)["iteration_time_s"].get<double>(), some);
 }
 
+// A case's cp is Megatron's --context-parallel-size: dp replicas of cp devices each, priced as
+// simulate prices dp x cp replicas in context groups of cp; the devices it needs count cp.
+TEST(CliTest, CalibrateCaseSplitsSequencesOverContextGroups) {
+  TempDir dir("calibrate-context");
+  const std::string cases = dir.path() + "/cases.json";
+  nlohmann::json c = nlohmann::json::parse(calibration_cases(1.0, 1.0));
+  c["cases"].erase(0);
+  c["cases"][0]["tp"] = 2;
+  c["cases"][0]["cp"] = 2;
+  c["cases"][0]["global_batch"] = 4;
+  c["cases"][0]["recompute"] = "none";
+  { std::ofstream(cases) << c.dump(); }
+  RunResult r = run_motley("calibrate --cases " + cases + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const double predicted = nlohmann::json::parse(r.out)["cases"][0]["predicted_s"].get<double>();
+  RunResult sim = run_motley(
+      "simulate --model llama-3-8b --cluster h100x8 --schedule 1f1b --stages 2 "
+      "--tensor-parallel 2 --data-parallel 2 --context-parallel 2 --micro-batches 4 "
+      "--seq-len 2048 --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(sim.out)["iteration_time_s"].get<double>(), predicted);
+  c["cases"][0]["dp"] = 2;  // 2 x 2 x 2 x 2 = 16 devices on 8
+  { std::ofstream(cases) << c.dump(); }
+  expect_bad_input("calibrate --cases " + cases,
+                   {cases, "cases[0].gpus", "tp x pp x cp x dp = 16 devices, the cluster has 8"});
+}
+
 // One layer of llama-3-8b at TP 2, forward and backward under a recompute policy.
 nlohmann::json layer_case(const std::string& metric, const std::string& recompute,
                           double published_s) {

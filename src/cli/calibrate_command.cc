@@ -149,6 +149,7 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
                                        "tp",
                                        "pp",
                                        "dp",
+                                       "cp",
                                        "global_batch",
                                        "micro_batch_size",
                                        "seq_len",
@@ -169,6 +170,9 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
   MOTLEY_ASSIGN_OR_RETURN(int64_t tp, case_int(c, "tp", 1));
   MOTLEY_ASSIGN_OR_RETURN(int64_t pp, case_int(c, "pp", 1));
   MOTLEY_ASSIGN_OR_RETURN(int64_t dp, case_int(c, "dp", 1));
+  // Megatron's layout: tp x pp x cp x dp devices, each of the dp replicas' sequences split over
+  // cp of them; motley counts every member of a context group as a replica.
+  MOTLEY_ASSIGN_OR_RETURN(int64_t cp, case_int(c, "cp", 1));
   MOTLEY_ASSIGN_OR_RETURN(int64_t mbs, case_int(c, "micro_batch_size", 1));
   MOTLEY_ASSIGN_OR_RETURN(int64_t global_batch, c.get_int_in("global_batch", IntRange{1, 1 << 24}));
   MOTLEY_ASSIGN_OR_RETURN(int64_t seq_len, case_int(c, "seq_len", out.model.default_seq_len));
@@ -179,9 +183,12 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
         fmt::format("{} is not a multiple of dp x micro_batch_size = {}", global_batch, dp * mbs));
   }
   const int64_t devices = static_cast<int64_t>(cluster_devices(out.cluster).size());
-  if (tp * pp * dp > devices) {
-    return c.child_error("gpus", fmt::format("tp x pp x dp = {} devices, the cluster has {}",
-                                             tp * pp * dp, devices));
+  // (In double: four factors of up to 2^24 overflow 64 bits.)
+  const double wanted = static_cast<double>(tp) * static_cast<double>(pp) *
+                        static_cast<double>(cp) * static_cast<double>(dp);
+  if (wanted > static_cast<double>(devices)) {
+    return c.child_error(
+        "gpus", fmt::format("tp x pp x cp x dp = {} devices, the cluster has {}", wanted, devices));
   }
   MOTLEY_ASSIGN_OR_RETURN(std::string schedule, c.get_string_or("schedule", "1f1b"));
   std::optional<ScheduleKind> kind = parse_schedule_kind(schedule);
@@ -214,7 +221,8 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
   u.stages = static_cast<int>(pp);
   u.virtual_stages = static_cast<int>(virtual_stages);
   u.tensor_parallel = static_cast<int>(tp);
-  u.data_parallel = static_cast<int>(dp);
+  u.data_parallel = static_cast<int>(dp * cp);
+  u.context_parallel = static_cast<int>(cp);
   u.micro_batch_size = mbs;
   u.seq_len = seq_len;
   u.micro_batches = global_batch / (dp * mbs);
@@ -231,7 +239,8 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
       u.sequence_parallel,
       c.get_bool_or("sequence_parallel", *recompute == RecomputePolicy::kSelective && tp > 1));
   AnalyticCostOptions cost_options;
-  cost_options.workload = Workload{seq_len, mbs, out.model.dtype, out.model.dropout};
+  cost_options.workload = Workload{seq_len, mbs, out.model.dtype, out.model.dropout, cp};
+  cost_options.sequence_parallel = u.sequence_parallel;
   MOTLEY_ASSIGN_OR_RETURN(
       std::unique_ptr<AnalyticCostModel> cost,
       AnalyticCostModel::create(out.model, out.cluster, cost_options, out.model.name));
