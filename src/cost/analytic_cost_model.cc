@@ -195,6 +195,20 @@ Seconds kernel_time(const Kernel& kernel, const DeviceType& device, DType dtype,
     }
     case KernelKind::kElementwise:
       return Seconds(kernel_roofline(0, 0, kernel.bytes / t, bandwidth, launch));
+    case KernelKind::kLoss: {
+      // Each device of a TP group takes its 1/t of the vocabulary; the all-reduces of one
+      // float per token (max, sum, target logit) are left out.
+      const double logits = kernel.m * kernel.n / t;
+      const bool forward = kernel.pass == KernelPass::kForward;
+      if (stack.fused_cross_entropy) {
+        return Seconds(kernel_roofline(0, 0, (forward ? d : 2.0 * d) * logits, bandwidth, launch));
+      }
+      // Megatron-LM's _VocabParallelCrossEntropy on fp32 logits, pass by pass: the upcast
+      // (d + 4), max (4), subtract (8), exp (8), sum (4), divide (8); backward, the in-place
+      // scale (8) and the cast back (4 + d).
+      return Seconds(forward ? kernel_roofline(0, 0, (d + 36.0) * logits, bandwidth, 6.0 * launch)
+                             : kernel_roofline(0, 0, (d + 12.0) * logits, bandwidth, 2.0 * launch));
+    }
     case KernelKind::kStream:
       return Seconds(
           kernel_roofline(0, 0, kernel.bytes / (sequence_parallel ? t : 1.0), bandwidth, launch));
@@ -337,6 +351,7 @@ AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& 
   expert_params_prefix_.assign(n + 1, 0.0);
   activation_prefix_.assign(n + 1, {0.0, 0.0, 0.0});
   fp8_saving_prefix_.assign(n + 1, 0.0);
+  loss_saving_prefix_.assign(n + 1, 0.0);
   measured_steps_prefix_.assign(n + 1, 0);
   for (size_t i = 0; i < n; ++i) {
     const LayerCost& c = layer_costs_[i];
@@ -351,6 +366,8 @@ AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& 
     const double dtype = static_cast<double>(dtype_bytes(w.dtype));
     fp8_saving_prefix_[i + 1] =
         fp8_saving_prefix_[i] + c.linear_input_bytes.value() * (dtype - 1.0) / dtype;
+    loss_saving_prefix_[i + 1] =
+        loss_saving_prefix_[i] + c.loss_softmax_bytes.value() * std::max(4.0 - dtype, 0.0) / 4.0;
   }
   largest_params_.assign(1, std::vector<LargestTwo>(n));
   for (size_t i = 0; i < n; ++i) {
@@ -709,6 +726,9 @@ StageMemory AnalyticCostModel::stage_memory(LayerRange layers, const DeviceGroup
       !group.devices.empty() &&
       tables_[table_of_device_[group.devices[0]]].type->peak_fp8.value() > 0) {
     activations -= fp8_saving_prefix_[layers.end] - fp8_saving_prefix_[layers.begin];
+  }
+  if (options_.stack.fused_cross_entropy && options.recompute != RecomputePolicy::kFull) {
+    activations -= loss_saving_prefix_[layers.end] - loss_saving_prefix_[layers.begin];
   }
   m.activations_per_micro_batch = Bytes(activations / t);
   m.activations =

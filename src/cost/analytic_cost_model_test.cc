@@ -974,8 +974,9 @@ AnalyticCostOptions on_stack(const char* stack) {
 // element-wise work, and every kernel of a device without FP8 units.
 TEST(AnalyticFp8, LinearLayersOnlyAndOnlyWhereTheDeviceHasFp8) {
   const ModelSpec m = model_of({attention_layer("a"), ffn_layer("f"), llama_head()});
-  const AnalyticCostOptions bf16 = on_stack("megatron-core");
+  AnalyticCostOptions bf16 = on_stack("megatron-core");
   const AnalyticCostOptions fp8 = on_stack("megatron-core-fp8");
+  bf16.stack.fused_cross_entropy = fp8.stack.fused_cross_entropy;  // FP8 is the one difference
   ASSERT_TRUE(fp8.stack.fp8_linear);
   const DeviceGroup one{{0}};
   for (const char* type : {"H100-SXM", "A100-80GB"}) {
@@ -1008,14 +1009,59 @@ TEST(AnalyticFp8, LinearLayersOnlyAndOnlyWhereTheDeviceHasFp8) {
   }
 }
 
+// The cross-entropy's passes over the logits (T x V, split V/t ways): unfused (Megatron-LM's
+// vocabulary-parallel cross-entropy on fp32 logits) reads and writes (d + 36) bytes per logit
+// in six kernels forward and (d + 12) in two backward, keeping the 4-byte softmax; fused, d in
+// one kernel forward and 2d in one backward, keeping the d-byte gradient. Nothing else moves.
+TEST(AnalyticLoss, CrossEntropyPassesByImplementation) {
+  const ModelSpec m = model_of({attention_layer("a"), ffn_layer("f"), llama_head()});
+  AnalyticCostOptions unfused = on_stack("megatron-core");
+  AnalyticCostOptions fused = unfused;
+  ASSERT_FALSE(unfused.stack.fused_cross_entropy);
+  fused.stack.fused_cross_entropy = true;
+  const DeviceType& h100 = *find_device_type("H100-SXM").value();
+  const double bandwidth = h100.memory_bandwidth.value() * unfused.stack.memory_efficiency;
+  const double launch = unfused.stack.kernel_overhead.value();
+  const double d = 2, tokens = 4096, vocab = 128256;
+  const auto slow = analytic(m, one_node("H100-SXM", 2), unfused);
+  const auto quick = analytic(m, one_node("H100-SXM", 2), fused);
+  EXPECT_EQ(slow->layer_costs()[2].loss_softmax_bytes.value(), 4 * tokens * vocab);
+  EXPECT_EQ(slow->layer_costs()[1].loss_softmax_bytes.value(), 0);
+  for (const DeviceGroup& group : {DeviceGroup{{0}}, DeviceGroup{{0, 1}}}) {
+    const double t = static_cast<double>(group.devices.size());
+    const double logits = tokens * vocab / t;
+    for (int layer = 0; layer < 3; ++layer) {
+      const LayerRange range{layer, layer + 1};
+      const ComputeTimes a = slow->compute(range, group, RecomputePolicy::kNone);
+      const ComputeTimes b = quick->compute(range, group, RecomputePolicy::kNone);
+      const bool head = layer == 2;
+      expect_close(a.forward.value() - b.forward.value(),
+                   head ? (d + 36 - d) * logits / bandwidth + 5 * launch : 0.0);
+      expect_close(a.backward_input.value() - b.backward_input.value(),
+                   head ? (d + 12 - 2 * d) * logits / bandwidth + launch : 0.0);
+      expect_close(a.backward_weight.value(), b.backward_weight.value());
+      for (RecomputePolicy policy :
+           {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
+        MemoryOptions o;
+        o.recompute = policy;
+        const double spared = head && policy != RecomputePolicy::kFull ? (4 - d) * logits : 0.0;
+        expect_close(slow->stage_memory(range, group, o).activations_per_micro_batch.value() -
+                         quick->stage_memory(range, group, o).activations_per_micro_batch.value(),
+                     spared);
+      }
+    }
+  }
+}
+
 // megatron-core-fp8 keeps the linear layers' saved inputs as 1-byte copies on a device with FP8
 // units: the attention's QKV and output-projection inputs (T h each: 32 heads x 128 = 4096), the
 // MLP's input and its down projection's input (T h + T f), at half their bf16 bytes; the head
 // and full recompute keep what megatron-core keeps, as does every layer on an A100.
 TEST(AnalyticFp8, LinearLayersKeepTheirSavedInputsInFp8) {
   const ModelSpec m = model_of({attention_layer("a"), ffn_layer("f"), llama_head()});
-  const AnalyticCostOptions bf16 = on_stack("megatron-core");
+  AnalyticCostOptions bf16 = on_stack("megatron-core");
   const AnalyticCostOptions fp8 = on_stack("megatron-core-fp8");
+  bf16.stack.fused_cross_entropy = fp8.stack.fused_cross_entropy;  // FP8 is the one difference
   const double tokens = 4096, h = 4096, f = 14336;
   const std::array<double, 3> linear_inputs = {2 * tokens * (h + h), 2 * tokens * (h + f), 0};
   for (const char* type : {"H100-SXM", "A100-80GB"}) {

@@ -107,6 +107,26 @@ class CostBuilder {
   // around the group's ring (LayerCost::context_exchange_bytes).
   void exchange(double bytes) { exchanged_ += bytes; }
   void keep_scores(double bytes) { scores_ += bytes; }
+  // The cross-entropy of `rows` tokens over `vocab` logits, which a TP group splits by
+  // vocabulary. Its compulsory traffic reads the d-byte logits and writes the fp32 softmax it
+  // keeps; the backward reads that softmax and writes the logits' gradient (the loss's own
+  // gradient is one scalar). How many passes an implementation makes over them is the
+  // stack's (timing-model.md).
+  void loss(double rows, double vocab) {
+    const double logits = rows * vocab;
+    for (const KernelPass pass : {KernelPass::kForward, KernelPass::kBackwardInput}) {
+      Kernel kernel;
+      kernel.kind = KernelKind::kLoss;
+      kernel.pass = pass;
+      kernel.m = rows;
+      kernel.n = vocab;
+      kernel.split = GemmSplit::kN;
+      kernel.bytes = pass == KernelPass::kForward ? (d_ + 4.0) * logits : (4.0 + 2.0 * d_) * logits;
+      kernels_.push_back(kernel);
+    }
+    kept_ += 4.0 * logits;
+    loss_softmax_ += 4.0 * logits;
+  }
 
   // `count` hidden-size norms on `rows` tokens: each keeps its input and is memory-bound.
   void norms(int64_t count, double rows, double hidden) {
@@ -152,6 +172,7 @@ class CostBuilder {
     cost.tp_allreduces = tp_allreduces;
     cost.context_exchange_bytes = Bytes(exchanged_);
     cost.linear_input_bytes = Bytes(linear_inputs_);
+    cost.loss_softmax_bytes = Bytes(loss_softmax_);
     if (sink_ != nullptr) *sink_ = std::move(kernels_);
     return cost;
   }
@@ -163,6 +184,7 @@ class CostBuilder {
   std::vector<Kernel> kernels_;
   double kept_ = 0.0;
   double linear_inputs_ = 0.0;
+  double loss_softmax_ = 0.0;
   double scores_ = 0.0;
   double exchanged_ = 0.0;
 };
@@ -539,8 +561,7 @@ LayerCost formula_cost(const Layer& layer, const Workload& w, std::vector<Kernel
       c.linear(rows, h, vocab, Parallel::kColumn);  // vocabulary-parallel under TP
       c.keep(d * rows * h);
       // Cross-entropy on logits upcast to fp32: the softmax it keeps is 4 bytes per logit.
-      c.elementwise(d * rows * vocab, 4.0 * rows * vocab);
-      c.keep(4.0 * rows * vocab);
+      c.loss(rows, vocab);
       return c.finish(d * rows * h, 4.0, 0);
     }
     case LayerKind::kMeasured:

@@ -217,6 +217,9 @@ class AnalyticCostModel final : public CostModel {
   std::vector<std::array<double, 3>> activation_prefix_;
   // Bytes FP8 linear layers save on the activations above (without full recompute).
   std::vector<double> fp8_saving_prefix_;
+  // What a fused cross-entropy spares of the head's kept fp32 softmax (it keeps the logits'
+  // gradient in the model's dtype), prefix sums.
+  std::vector<double> loss_saving_prefix_;
   // The two largest layers by stored parameters in [i, i + 2^k), at [k][i] (a sparse table):
   // ZeRO-3 holds the whole weights of the layer in use and of the one gathered ahead, and the
   // partition search asks for them over many ranges.

@@ -45,6 +45,14 @@ struct SoftwareStack {
   double attention_forward_efficiency = 0.6;
   double attention_backward_efficiency = 0.45;
 
+  // The cross-entropy over the logits. Unfused (false): Megatron-LM's vocabulary-parallel
+  // cross-entropy on logits upcast to fp32, six passes over them forward (the upcast, max,
+  // subtract, exp, sum, divide) and two backward (scale by the loss's gradient, cast back),
+  // keeping the fp32 softmax. Fused (true): one kernel reading the logits forward and one
+  // reading them and writing their gradient backward, keeping that gradient in the model's
+  // dtype (Transformer Engine's or Megatron-Core's --cross-entropy-loss-fusion).
+  bool fused_cross_entropy = false;
+
   // Memory-bound kernels (norms, activations, residual adds, dropout, softmax, loss) reach this
   // fraction of the device's memory bandwidth.
   double memory_efficiency = 0.8;

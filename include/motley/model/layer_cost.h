@@ -59,6 +59,11 @@ struct LayerCost {
   // the embedding, the head or a router), kept for its weight gradient. FP8 linear layers
   // (Transformer Engine) keep these as 1-byte copies (cost/analytic_cost_model.h).
   Bytes linear_input_bytes;
+  // The head's part of activation_bytes (without recompute or with selective recompute) that
+  // is the softmax of the cross-entropy, kept in fp32 (4 bytes per logit) as an unfused
+  // implementation keeps it; a fused kernel keeps the logits' gradient in the model's dtype
+  // instead (cost/analytic_cost_model.h). 0 for other layers.
+  Bytes loss_softmax_bytes;
 };
 
 // One kernel of one pass of a layer: the unit the timing model prices (docs/timing-model.md).
@@ -69,7 +74,8 @@ enum class KernelKind {
   kGemm,         // a weight matmul (m x k) * (k x n), `count` independent ones (routed experts)
   kAttention,    // the attention core: scores, softmax, weighted sum (implementation: the stack's)
   kScan,         // the selective state-space scan of a Mamba layer
-  kElementwise,  // memory-bound work on tensors tensor parallelism splits (activations, loss)
+  kElementwise,  // memory-bound work on tensors tensor parallelism splits (activations)
+  kLoss,         // the cross-entropy over m tokens x n logits (implementation: the stack's)
   kStream,       // memory-bound work on the residual stream (norms, residual adds, dropout,
                  // routing): replicated in a TP group unless sequence parallelism splits it
   kGather,       // embedding rows gathered, or their gradient scatter-added
