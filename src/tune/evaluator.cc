@@ -106,7 +106,8 @@ bool identical_replicas(const Context& ctx, const Candidate& c) {
 
 }  // namespace
 
-Evaluator::Evaluator(const Context& ctx, Seconds deadline) : ctx_(ctx), deadline_(deadline) {
+Evaluator::Evaluator(const Context& ctx, Seconds deadline)
+    : ctx_(ctx), deadline_(deadline), start_(ctx.now()) {
   for (int i = 0; i < ctx.options().threads; ++i) {
     simulators_.push_back(std::make_unique<Simulator>());
   }
@@ -326,14 +327,22 @@ std::vector<std::shared_ptr<const Evaluation>> Evaluator::evaluate(
   if (most > 0) allowed = std::min<size_t>(allowed, std::max<int64_t>(0, most - simulated_));
   std::vector<std::shared_ptr<const Evaluation>> fresh(todo.size());
   std::vector<char> reached(todo.size(), 0);  // not vector<bool>: written by several threads
+  std::vector<double> took(todo.size(), 0.0);
+  // A simulation starts only when one of its fidelity's mean duration ends before the deadline.
+  const double expected = mean_seconds(fidelity);
   for_each(allowed, [&](size_t i, Simulator& sim) {
-    if (deadline == Deadline::kHonour && past_deadline()) return;
+    if (deadline == Deadline::kHonour && past_deadline(expected)) return;
+    const Seconds begin = ctx_.now();
     fresh[i] = std::make_shared<const Evaluation>(run(batch[todo[i]], fidelity, sim));
+    took[i] = (ctx_.now() - begin).value();
     reached[i] = 1;
   });
   for (size_t i = 0; i < todo.size(); ++i) {
     if (reached[i]) {
       ++simulated_;
+      seconds_[static_cast<size_t>(fidelity)] += took[i];
+      ++runs_[static_cast<size_t>(fidelity)];
+      if (fidelity == Fidelity::kFull) longest_full_ = std::max(longest_full_, took[i]);
       cache_[keys[todo[i]]] = fresh[i];
       const Evaluation& e = *fresh[i];
       if (e.ok && (best_iteration_time_ == 0 || e.iteration_time < best_iteration_time_)) {
@@ -359,6 +368,23 @@ std::vector<std::shared_ptr<const Evaluation>> Evaluator::evaluate(
     if (!out[i]) out[i] = fresh[first_todo[keys[i]]];
   }
   return out;
+}
+
+Seconds Evaluator::reserve() const {
+  // Only once there is an answer to finish, and at most half the budget: the search always
+  // gets the other half.
+  if (best_iteration_time_ <= 0) return Seconds(0);
+  return Seconds(std::min(longest_full_ + reserved_simulations_ * mean_seconds(Fidelity::kFull),
+                          0.5 * std::max(0.0, (deadline_ - start_).value())));
+}
+
+bool Evaluator::past_deadline(double upcoming) const {
+  return ctx_.now().value() + upcoming + reserve().value() >= deadline_.value();
+}
+
+double Evaluator::mean_seconds(Fidelity fidelity) const {
+  const size_t f = static_cast<size_t>(fidelity);
+  return runs_[f] > 0 ? seconds_[f] / static_cast<double>(runs_[f]) : 0.0;
 }
 
 std::string Evaluator::constraint_refusal() const {

@@ -9,6 +9,7 @@
 // evaluate().
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -76,8 +77,17 @@ class Evaluator {
   // The best screened candidates so far (by score, then key), at most `k`.
   std::vector<Candidate> best_screened(size_t k) const;
 
-  // Whether either budget is spent: the search should stop.
+  // Whether either budget is spent: the search should stop. The time budget counts what must
+  // follow the search (reserve_for) as spent already.
   bool out_of_time() const { return out_of_evaluations() || past_deadline(); }
+  // Holds back, from the deadline, the time of the search's answer simulated whole (the
+  // longest whole-plan simulation so far: the answer is among the larger plans) and of
+  // `simulations` more whole-plan simulations at their mean duration so far: what the caller
+  // does after the search (replaying and validating the plans it reports), so that the whole
+  // call keeps to the time budget. At most half the time from construction to the deadline,
+  // and only once a feasible candidate is found.
+  void reserve_for(int simulations) { reserved_simulations_ = simulations; }
+  Seconds reserve() const;
   int64_t simulated() const { return simulated_; }
   // Candidates left unsimulated because a budget ran out, and which budget it was last.
   int64_t unreached() const { return unreached_; }
@@ -101,14 +111,23 @@ class Evaluator {
   // Keeps `e` as the nearest refusal when it is nearer than the one kept.
   void note_refusal(const std::shared_ptr<const Evaluation>& e);
   Evaluation run(const Candidate& c, Fidelity fidelity, Simulator& sim);
-  bool past_deadline() const { return ctx_.now() >= deadline_; }
+  // Whether the deadline, less the reserve, comes before `upcoming` more seconds pass.
+  bool past_deadline(double upcoming = 0) const;
+  // Mean seconds of one simulation at `fidelity` so far; 0 before the first.
+  double mean_seconds(Fidelity fidelity) const;
   bool out_of_evaluations() const;
 
   const Context& ctx_;
   Seconds deadline_;
+  Seconds start_;  // when the evaluator was made, on ctx_'s clock
   std::vector<std::unique_ptr<Simulator>> simulators_;
   std::map<std::string, std::shared_ptr<const Evaluation>> cache_;
   int64_t simulated_ = 0;
+  // Seconds spent simulating and simulations run, per Fidelity.
+  std::array<double, 2> seconds_{0.0, 0.0};
+  std::array<int64_t, 2> runs_{0, 0};
+  double longest_full_ = 0;  // seconds of the longest whole-plan simulation so far
+  int reserved_simulations_ = 0;
   int64_t unreached_ = 0;
   std::string unreached_why_;
   double best_iteration_time_ = 0;

@@ -159,6 +159,43 @@ TEST(EvaluatorTest, DeadlineOnTheContextsClock) {
   EXPECT_TRUE(early.evaluate({cut_at(2, 8)})[0]->ok);
 }
 
+// What follows the search is held back from the deadline once a plan is found: the longest
+// whole simulation plus reserve_for()'s count at the mean one, at most half the budget. On a
+// clock that advances a second at every reading a simulation takes one second.
+TEST(EvaluatorTest, ReserveHoldsBackTheWholeSimulationsThatFollowTheSearch) {
+  TuneOptions options = fixed_options(8, plain(4));
+  options.threads = 1;
+  auto readings = std::make_shared<int64_t>(0);
+  options.clock = [readings] { return Seconds(static_cast<double>((*readings)++)); };
+  Fixture fx(tiny_model(4), fixed_cluster({"H100-SXM"}, 2), options);
+  const Seconds start = fx.ctx->now();
+  Evaluator evaluator(*fx.ctx, start + Seconds(1000));
+  evaluator.reserve_for(3);
+  EXPECT_EQ(evaluator.reserve(), Seconds(0));  // nothing to finish yet
+  ASSERT_TRUE(evaluator.evaluate({cut_at(2, 8)}, Fidelity::kScreen)[0]->ok);
+  EXPECT_EQ(evaluator.reserve(), Seconds(0));  // no whole simulation to measure by
+  ASSERT_TRUE(evaluator.evaluate({cut_at(2, 8)})[0]->ok);
+  EXPECT_EQ(evaluator.reserve(), Seconds(1 + 3 * 1));
+  evaluator.reserve_for(10000);
+  // (The evaluator was made one reading after `start`.)
+  EXPECT_EQ(evaluator.reserve(), Seconds(0.5 * 999));
+  // A few readings in, the search still has the half of the budget the reserve leaves it.
+  EXPECT_FALSE(evaluator.out_of_time());
+  evaluator.reserve_for(0);
+  EXPECT_EQ(evaluator.reserve(), Seconds(1));
+  // Past the deadline less the reserve, the search is out of time.
+  const Seconds r = fx.ctx->now();
+  Evaluator late(*fx.ctx, r + Seconds(20));  // made at r + 1: half its budget is 9.5 s
+  late.reserve_for(4);
+  ASSERT_TRUE(late.evaluate({cut_at(3, 8)})[0]->ok);  // readings r + 2 to r + 4: one second
+  EXPECT_EQ(late.reserve(), Seconds(1 + 4));
+  while (fx.ctx->now() < r + Seconds(15)) {
+  }
+  EXPECT_TRUE(late.out_of_time());  // read at r + 16: 16 + 5 >= 20
+  late.reserve_for(0);
+  EXPECT_FALSE(late.out_of_time());  // read at r + 17: 17 + 1 < 20
+}
+
 // The search's answer is simulated past the deadline; the evaluation budget still holds.
 TEST(EvaluatorTest, PastTheDeadlineOnlyWhenAsked) {
   TuneOptions options = fixed_options(8, plain(4));

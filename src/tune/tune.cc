@@ -274,6 +274,17 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
   const Seconds start = tune_internal::clock_now(options);
   MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<Context> ctx, Context::create(options, model, cluster));
   Evaluator evaluator(*ctx, start + options.time_budget);
+  {
+    // After the search: the answer simulated whole (the evaluator's own part of the reserve),
+    // then it, the baselines and the warm starts replayed and validated side by side (about two
+    // simulations each), on the threads.
+    const size_t jobs =
+        1 + options.warm_starts.size() +
+        (options.strategy == "motley" && options.report_baselines ? tune_strategy_names().size() - 1
+                                                                  : 0);
+    const size_t threads = static_cast<size_t>(std::max(options.threads, 1));
+    evaluator.reserve_for(static_cast<int>(2 * ((jobs + threads - 1) / threads)));
+  }
   std::string phase = "baselines";
   auto report = [&](const std::string& searcher_phase) {
     if (!options.progress) return;
