@@ -12,6 +12,13 @@
 #   micro-batch 1, global batch 512, sequence 8,192, no recomputation, the embedding and the
 #   loss counted as layers in the pipeline split (126 + 2 = 128 over 64 chunks);
 #   292 tokens/s/GPU. Never fitted: held out.
+# - Qwen3-30B-A3B (MoE, 128 experts, top 8) on 16 GPUs, also held out: NeMo 25.11, PP 2,
+#   interleaved with 24 chunks, EP 8, DP 8, micro-batch 2, global batch 512, sequence 4,096,
+#   5,275 tokens/s/GPU; NeMo 26.06, EP 16 over both nodes, DP 16, micro-batch 1, global batch
+#   1,024, 8,826 tokens/s/GPU; no recomputation (the H100 FP8 recipe). Each is also priced
+#   without its all-to-alls ("ep": 1) to show what the exchanges take. Needs the model's
+#   Hugging Face config.json: QWEN3_MOE_CONFIG, by default ../shared/data/hf/Qwen3-30B-A3B.json
+#   beside the repository; skipped without it.
 #
 # The runs are written as calibration-cases files and priced by `motley calibrate` under STACK
 # (default megatron-core-fp8) or CALIBRATION with no fit, on DGX H100 nodes (NVLink 450 GB/s per
@@ -21,7 +28,8 @@
 # alone and prices the other and the 405B run with it, then fits it to both (the built-in
 # megatron-core-fp8 value) and prices the 405B run. A benchmark, not a test.
 #
-# Usage: [FIT=1] scripts/h100-fp8-check.sh [BUILD_DIR]   (default: build)
+# Usage: [FIT=1] [QWEN3_MOE_CONFIG=FILE] scripts/h100-fp8-check.sh [BUILD_DIR]
+#   (default: build)
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -135,4 +143,44 @@ if [[ -n "${FIT:-}" ]]; then
   "$MOTLEY" calibrate --cases "$DIR/held-out.json" --calibration "$DIR/fit.json" --json \
     > "$DIR/checked.json"
   table "$DIR/checked.json" "held out, priced with the fit to both"
+fi
+
+# The MoE runs, held out, with and without their all-to-alls.
+QWEN3_MOE_CONFIG=${QWEN3_MOE_CONFIG:-$HERE/../../shared/data/hf/Qwen3-30B-A3B.json}
+if [[ -f "$QWEN3_MOE_CONFIG" ]]; then
+  cp "$QWEN3_MOE_CONFIG" "$DIR/qwen3-30b-a3b.json"
+  python3 - "$DIR" "$HERE" <<'PY'
+import json, os, sys
+out_dir, here = sys.argv[1:]
+sys.dont_write_bytecode = True
+sys.path.insert(0, here)
+from published_runs import dgx_cluster
+with open(os.path.join(out_dir, "dgx-h100-x2.yaml"), "w") as f:
+    f.write(dgx_cluster("dgx-h100-x2", 2, "H100-SXM", 450, 50, [
+        "DGX H100: 8 x H100 SXM on NVLink 4 (900 GB/s both ways, 450 each), 8 x 400 Gb/s",
+        "ConnectX-7 NDR InfiniBand per node (50 GB/s per NIC)."]))
+def case(id_, ep, published, source, **layout):
+    c = {"id": id_, "model": "qwen3-30b-a3b.json", "cluster": "dgx-h100-x2.yaml", "gpus": 16,
+         "tp": 1, "ep": ep, "seq_len": 4096, "recompute": "none", "partition": "megatron",
+         "zero_stage": 1, "published": published, "source": source}
+    c.update(layout)
+    return c
+runs = []
+for ep_name, scale in (("", 1), ("-no-a2a", 0)):
+    runs.append(case(f"qwen3-30b-25.11{ep_name}", 8 if scale else 1, 512 * 4096 / (5275 * 16),
+                     "Megatron-Bridge performance summary, NeMo 25.11, DGX-H100, FP8-CS",
+                     pp=2, dp=8, global_batch=512, micro_batch_size=2, schedule="interleaved",
+                     virtual_stages=24))
+    runs.append(case(f"qwen3-30b-26.06{ep_name}", 16 if scale else 1, 1024 * 4096 / (8826 * 16),
+                     "Megatron-Bridge performance summary, NeMo 26.06, DGX-H100, FP8",
+                     pp=1, dp=16, global_batch=1024, micro_batch_size=1, schedule="1f1b"))
+with open(os.path.join(out_dir, "moe.json"), "w") as f:
+    json.dump({"format": "calibration-cases/1", "about": "Qwen3-30B-A3B in FP8 on DGX H100",
+               "cases": runs}, f, indent=1)
+PY
+  echo "== held out: Qwen3-30B-A3B (MoE), priced under ${PRICE[*]}; -no-a2a: without the all-to-alls"
+  # (Without the summary line: the -no-a2a rows are not predictions of the runs.)
+  "$MOTLEY" calibrate --cases "$DIR/moe.json" "${PRICE[@]}" | sed '1d;$d'
+else
+  echo "(no $QWEN3_MOE_CONFIG: the MoE runs are skipped)"
 fi

@@ -1634,6 +1634,48 @@ TEST(CliTest, CalibrateCaseSplitsSequencesOverContextGroups) {
                    {cases, "cases[0].gpus", "tp x pp x cp x dp = 16 devices, the cluster has 8"});
 }
 
+// A case's ep is Megatron's --expert-model-parallel-size: priced as simulate prices the same
+// layout with --expert-parallel (all-to-alls added, the experts' state split); a degree that
+// does not divide the replicas is refused.
+TEST(CliTest, CalibrateCaseSplitsExpertsOverReplicas) {
+  TempDir dir("calibrate-experts");
+  const std::string cases = dir.path() + "/cases.json";
+  auto write_case = [&](int ep) {
+    nlohmann::json c = {{"format", "calibration-cases/1"},
+                        {"cases",
+                         {{{"id", "moe"},
+                           {"model", "mixtral-8x7b"},
+                           {"cluster", "h100x16"},
+                           {"tp", 2},
+                           {"pp", 2},
+                           {"dp", 4},
+                           {"ep", ep},
+                           {"global_batch", 16},
+                           {"seq_len", 2048},
+                           {"recompute", "full"},
+                           {"published", 1.0}}}}};
+    std::ofstream(cases) << c.dump();
+  };
+  auto predicted = [&](int ep) {
+    write_case(ep);
+    RunResult r = run_motley("calibrate --cases " + cases + " --json");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out)["cases"][0]["predicted_s"].get<double>()
+                            : 0.0;
+  };
+  const double split = predicted(4);
+  EXPECT_NE(split, predicted(1));
+  RunResult sim = run_motley(
+      "simulate --model mixtral-8x7b --cluster h100x16 --schedule 1f1b --stages 2 "
+      "--tensor-parallel 2 --data-parallel 4 --expert-parallel 4 --micro-batches 4 "
+      "--seq-len 2048 --recompute full --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(sim.out)["iteration_time_s"].get<double>(), split);
+  write_case(3);
+  expect_bad_input("calibrate --cases " + cases,
+                   {cases, "cases[0]", "expert_parallel 3 must divide the replica count (4)"});
+}
+
 // One layer of llama-3-8b at TP 2, forward and backward under a recompute policy.
 nlohmann::json layer_case(const std::string& metric, const std::string& recompute,
                           double published_s) {

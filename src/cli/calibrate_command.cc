@@ -23,6 +23,7 @@
 #include "motley/cost/analytic_cost_model.h"
 #include "motley/model/model_json.h"
 #include "motley/plan/plan_workload.h"
+#include "motley/plan/validate.h"
 #include "motley/schedule/uniform_plan.h"
 #include "motley/sim/simulator.h"
 #include "output_options.h"
@@ -150,6 +151,7 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
                                        "pp",
                                        "dp",
                                        "cp",
+                                       "ep",
                                        "global_batch",
                                        "micro_batch_size",
                                        "seq_len",
@@ -173,6 +175,8 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
   // Megatron's layout: tp x pp x cp x dp devices, each of the dp replicas' sequences split over
   // cp of them; motley counts every member of a context group as a replica.
   MOTLEY_ASSIGN_OR_RETURN(int64_t cp, case_int(c, "cp", 1));
+  // Megatron's --expert-model-parallel-size: the routed experts split over ep of the replicas.
+  MOTLEY_ASSIGN_OR_RETURN(int64_t ep, case_int(c, "ep", 1));
   MOTLEY_ASSIGN_OR_RETURN(int64_t mbs, case_int(c, "micro_batch_size", 1));
   MOTLEY_ASSIGN_OR_RETURN(int64_t global_batch, c.get_int_in("global_batch", IntRange{1, 1 << 24}));
   MOTLEY_ASSIGN_OR_RETURN(int64_t seq_len, case_int(c, "seq_len", out.model.default_seq_len));
@@ -223,6 +227,7 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
   u.tensor_parallel = static_cast<int>(tp);
   u.data_parallel = static_cast<int>(dp * cp);
   u.context_parallel = static_cast<int>(cp);
+  u.expert_parallel = static_cast<int>(ep);
   u.micro_batch_size = mbs;
   u.seq_len = seq_len;
   u.micro_batches = global_batch / (dp * mbs);
@@ -246,6 +251,14 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
       AnalyticCostModel::create(out.model, out.cluster, cost_options, out.model.name));
   Result<Plan> plan = make_uniform_plan(u, out.model, out.cluster, *cost);
   if (!plan.is_ok()) return c.error(plan.status().message());
+  // Checked as simulate checks a plan (expert and context groups, the global batch, no
+  // deadlock), except memory: a published run is priced whether or not motley's memory model
+  // would let it fit.
+  ValidateOptions check;
+  check.check_spec_hashes = false;
+  if (Status valid = validate_plan(plan.value(), out.model, out.cluster, check); !valid.is_ok()) {
+    return c.error(valid.message());
+  }
   out.plan = std::move(plan).value();
   return out;
 }
