@@ -118,7 +118,7 @@ for (name, heads, hidden, layers), tp, pp, gpus, batch, m, tflops in runs:
         "id": f"{table}-{name}-{gpus}gpu-mbs{m}", "model": model_file, "cluster": cluster_file,
         "tp": tp, "pp": pp, "dp": dp, "global_batch": batch, "micro_batch_size": m,
         "seq_len": SEQ, "schedule": "interleaved" if chunks > 1 else "1f1b",
-        "virtual_stages": chunks, "recompute": "full", "partition": "megatron",
+        "virtual_stages": chunks, "recompute": "full", "partition": "megatron", "rank_order": "megatron",
         "zero_stage": 3 if table == "zero3" else 0, "metric": "iteration_time_s",
         "published": flops / (tflops * 1e12 * gpus),
         "note": f"published {tflops} TFLOP/s/GPU ({tflops / PEAK_FP16:.0%} of peak)",

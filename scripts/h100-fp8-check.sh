@@ -77,19 +77,19 @@ fitted = [
     {"id": "llama-3-8b-fsdp8", "model": "llama-3-8b", "cluster": "dgx-h100-x1.yaml",
      "gpus": 8, "tp": 1, "pp": 1, "dp": 8, "global_batch": 128, "micro_batch_size": 1,
      "seq_len": SEQ, "schedule": "1f1b", "recompute": "none", "recompute_layers": 5,
-     "partition": "megatron", "zero_stage": 3, "published": seconds(128, 14451, 8),
+     "partition": "megatron", "rank_order": "megatron", "zero_stage": 3, "published": seconds(128, 14451, 8),
      "note": "14,451 tokens/s/GPU on 8 GPUs", "source": source},
     {"id": "llama-3-70b-tp4-pp8-vp5", "model": "llama-3-70b", "cluster": "dgx-h100-x8.yaml",
      "gpus": 64, "tp": 4, "pp": 8, "dp": 2, "global_batch": 128, "micro_batch_size": 1,
      "seq_len": SEQ, "schedule": "interleaved", "virtual_stages": 5, "recompute": "none",
-     "partition": "megatron", "zero_stage": 1, "sequence_parallel": True,
+     "partition": "megatron", "rank_order": "megatron", "zero_stage": 1, "sequence_parallel": True,
      "published": seconds(128, 1602, 64), "note": "1,602 tokens/s/GPU on 64 GPUs",
      "source": source}]
 held_out = [
     {"id": "llama-3.1-405b-cp2-vp8", "model": "llama-3.1-405b.json",
      "cluster": "dgx-h100-x128.yaml", "gpus": 1024, "tp": 8, "pp": 8, "cp": 2, "dp": 8,
      "global_batch": 512, "micro_batch_size": 1, "seq_len": SEQ, "schedule": "interleaved",
-     "virtual_stages": 8, "recompute": "none", "partition": "uniform", "zero_stage": 1,
+     "virtual_stages": 8, "recompute": "none", "partition": "uniform", "rank_order": "megatron", "zero_stage": 1,
      "sequence_parallel": True, "published": seconds(512, 292, 1024),
      "note": "292 tokens/s/GPU on 1,024 GPUs", "source": source}]
 def write(name, cases):
@@ -161,7 +161,7 @@ with open(os.path.join(out_dir, "dgx-h100-x2.yaml"), "w") as f:
         "ConnectX-7 NDR InfiniBand per node (50 GB/s per NIC)."]))
 def case(id_, ep, published, source, **layout):
     c = {"id": id_, "model": "qwen3-30b-a3b.json", "cluster": "dgx-h100-x2.yaml", "gpus": 16,
-         "tp": 1, "ep": ep, "seq_len": 4096, "recompute": "none", "partition": "megatron",
+         "tp": 1, "ep": ep, "seq_len": 4096, "recompute": "none", "partition": "megatron", "rank_order": "megatron",
          "zero_stage": 1, "published": published, "source": source}
     c.update(layout)
     return c

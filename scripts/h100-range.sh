@@ -88,7 +88,7 @@ for name, heads, hidden, layers, tp, pp, dp, gpus, batch, tflops in ROWS:
         "id": f"mcore-h100-{name}", "model": model_file, "cluster": cluster_file,
         "tp": tp, "pp": pp, "dp": dp, "global_batch": batch, "micro_batch_size": mbs,
         "seq_len": SEQ, "schedule": schedule if pp > 1 else "1f1b", "virtual_stages": 1,
-        "recompute": recompute, "partition": "megatron", "zero1": True,
+        "recompute": recompute, "partition": "megatron", "rank_order": "megatron", "zero1": True,
         "sequence_parallel": tp > 1, "metric": "iteration_time_s", "published": seconds,
         "note": f"published {tflops} TFLOP/s/GPU, MFU {tflops / PEAK_BF16:.3f}",
         "source": "NVIDIA/Megatron-LM README, release 0.8, images/model_table.png"})

@@ -1671,6 +1671,30 @@ TEST(CliTest, CalibrateCaseSplitsExpertsOverReplicas) {
       "--seq-len 2048 --recompute full --json");
   ASSERT_EQ(sim.exit_code, 0) << sim.err;
   EXPECT_DOUBLE_EQ(nlohmann::json::parse(sim.out)["iteration_time_s"].get<double>(), split);
+  // In Megatron's rank order the expert groups sit inside a node: simulate with
+  // --rank-order megatron prices the case with "rank_order": "megatron" alike.
+  write_case(4);
+  nlohmann::json c = nlohmann::json::parse(read_file(cases));
+  c["cases"][0]["rank_order"] = "megatron";
+  { std::ofstream(cases) << c.dump(); }
+  RunResult ordered = run_motley("calibrate --cases " + cases + " --json");
+  ASSERT_EQ(ordered.exit_code, 0) << ordered.err;
+  RunResult sim_ordered = run_motley(
+      "simulate --model mixtral-8x7b --cluster h100x16 --schedule 1f1b --stages 2 "
+      "--tensor-parallel 2 --data-parallel 4 --expert-parallel 4 --micro-batches 4 "
+      "--seq-len 2048 --recompute full --rank-order megatron --json");
+  ASSERT_EQ(sim_ordered.exit_code, 0) << sim_ordered.err;
+  const double megatron_order =
+      nlohmann::json::parse(ordered.out)["cases"][0]["predicted_s"].get<double>();
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(sim_ordered.out)["iteration_time_s"].get<double>(),
+                   megatron_order);
+  EXPECT_LT(megatron_order, split);  // the all-to-alls on NVLink, not across the nodes
+  c["cases"][0]["rank_order"] = "tensor-first";
+  { std::ofstream(cases) << c.dump(); }
+  expect_bad_input("calibrate --cases " + cases,
+                   {cases, "cases[0].rank_order", "\"pipeline\" or \"megatron\""});
+  expect_bad_input("simulate --schedule 1f1b --rank-order tensor-first",
+                   {"--rank-order", "pipeline or megatron", "tensor-first"});
   write_case(3);
   expect_bad_input("calibrate --cases " + cases,
                    {cases, "cases[0]", "expert_parallel 3 must divide the replica count (4)"});

@@ -160,6 +160,7 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
                                        "recompute",
                                        "recompute_layers",
                                        "partition",
+                                       "rank_order",
                                        "zero1",
                                        "zero_stage",
                                        "sequence_parallel",
@@ -228,6 +229,13 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
   u.data_parallel = static_cast<int>(dp * cp);
   u.context_parallel = static_cast<int>(cp);
   u.expert_parallel = static_cast<int>(ep);
+  // "pipeline" (motley's default) or "megatron": UniformPlanOptions::megatron_rank_order.
+  MOTLEY_ASSIGN_OR_RETURN(std::string rank_order, c.get_string_or("rank_order", "pipeline"));
+  if (rank_order != "pipeline" && rank_order != "megatron") {
+    return c.child_error(
+        "rank_order", fmt::format("expected \"pipeline\" or \"megatron\", got \"{}\"", rank_order));
+  }
+  u.megatron_rank_order = rank_order == "megatron";
   u.micro_batch_size = mbs;
   u.seq_len = seq_len;
   u.micro_batches = global_batch / (dp * mbs);

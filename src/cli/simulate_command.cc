@@ -49,6 +49,7 @@ struct SimulateOptions {
   std::string recompute = "none";
   int recompute_layers = 0;  // Megatron's --recompute-num-layers with the block method
   std::string partition = "uniform";
+  std::string rank_order = "pipeline";  // or "megatron": UniformPlanOptions::megatron_rank_order
   bool sequence_parallel = false;
   bool zero1 = false;  // --zero1: --zero-stage 1
   int zero_stage = 0;
@@ -146,6 +147,11 @@ Result<Scenario> scenario_from_schedule(const SimulateOptions& opt) {
   u.recompute_layers = opt.recompute_layers;
   u.partition = *partition;
   u.layer_counts = layer_counts;
+  if (opt.rank_order != "pipeline" && opt.rank_order != "megatron") {
+    return invalid_argument(
+        fmt::format("--rank-order: expected pipeline or megatron, got '{}'", opt.rank_order));
+  }
+  u.megatron_rank_order = opt.rank_order == "megatron";
   u.zero_stage = opt.zero1 ? 1 : opt.zero_stage;
   u.expert_parallel = opt.expert_parallel;
   u.context_parallel = opt.context_parallel;
@@ -317,6 +323,12 @@ std::vector<CLI::Option*> add_schedule_shape_options(CLI::App* cmd, SimulateOpti
                       "Layers per stage: uniform (every layer alike), megatron (decoder layers "
                       "evenly, embedding first, head last) or the counts per stage, e.g. "
                       "4,8,8,4")
+          ->capture_default_str(),
+      cmd->add_option("--rank-order", opt->rank_order,
+                      "Where the groups of t devices go, in cluster order: pipeline (each "
+                      "replica's stages on consecutive groups) or megatron (Megatron-LM's "
+                      "order: the replicas of a stage on consecutive groups, the pipeline rank "
+                      "outermost)")
           ->capture_default_str(),
   };
 }

@@ -168,7 +168,7 @@ Result<Plan> make_uniform_plan(const UniformPlanOptions& o, const ModelSpec& mod
     replica.recompute.assign(num_stages, o.recompute);
     replica.micro_batches = o.micro_batches;
     for (int r = 0; r < p; ++r) {
-      const int first = (k * p + r) * t;
+      const int first = (o.megatron_rank_order ? r * replicas + k : k * p + r) * t;
       for (int d = first; d < first + t; ++d) {
         if (devices[d].node != devices[first].node || devices[d].type != devices[first].type) {
           return invalid_argument(fmt::format(

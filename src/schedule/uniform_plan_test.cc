@@ -175,6 +175,32 @@ TEST_F(UniformPlanTest, TensorParallelGroupsAndPerReplicaTimes) {
   EXPECT_TRUE(validate_plan(p, model_, cluster_, ValidateOptions{}).is_ok());
 }
 
+// Megatron-LM's rank order puts replica k's group r at group r * replicas + k: the replicas
+// of a stage side by side; the orders and bounds are the pipeline order's.
+TEST_F(UniformPlanTest, MegatronRankOrderPutsAStagesReplicasTogether) {
+  UniformPlanOptions o;
+  o.kind = ScheduleKind::k1f1b;
+  o.stages = 2;
+  o.tensor_parallel = 2;
+  o.micro_batches = 4;
+  Result<Plan> pipeline = make(o);
+  o.megatron_rank_order = true;
+  Result<Plan> megatron = make(o);
+  ASSERT_TRUE(pipeline.is_ok() && megatron.is_ok()) << megatron.status().message();
+  ASSERT_EQ(megatron->replicas.size(), 2u);
+  const std::vector<std::vector<int>> pipeline_groups = {{0, 1}, {2, 3}, {4, 5}, {6, 7}};
+  const std::vector<std::vector<int>> megatron_groups = {{0, 1}, {4, 5}, {2, 3}, {6, 7}};
+  for (int k = 0; k < 2; ++k) {
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(pipeline->replicas[k].groups[r].devices, pipeline_groups[k * 2 + r]);
+      EXPECT_EQ(megatron->replicas[k].groups[r].devices, megatron_groups[k * 2 + r]);
+      EXPECT_EQ(megatron->replicas[k].groups[r].actions, pipeline->replicas[k].groups[r].actions);
+    }
+  }
+  EXPECT_EQ(layer_counts(megatron.value()), layer_counts(pipeline.value()));
+  EXPECT_TRUE(validate_plan(megatron.value(), model_, cluster_, ValidateOptions{}).is_ok());
+}
+
 TEST_F(UniformPlanTest, WholeClusterAndExplicitDataParallel) {
   UniformPlanOptions o;
   o.kind = ScheduleKind::kGpipe;

@@ -52,11 +52,17 @@ struct UniformPlanOptions {
   // Non-empty: the layers of each stage in order (one count per stage, each at least 1,
   // summing to the model's layers), instead of `partition`'s rule.
   std::vector<int> layer_counts;
+  // Where replica k's group r sits, in groups of t devices in cluster order: false, group
+  // k * p + r (each replica's pipeline on consecutive devices); true, group r * replicas + k,
+  // Megatron-LM's rank order (tensor, context, expert and data parallel ranks inside the
+  // pipeline rank), which keeps a stage's data-, context- and expert-parallel peers together.
+  bool megatron_rank_order = false;
 };
 
 // The S = p * stages_per_group stages get split_bounds(partition, model, S): by default stage s
 // has floor(L / S) layers, and one more when s < L mod S. Replica k's group r holds devices
-// [(k*p + r) * t, (k*p + r + 1) * t) of cluster_devices(cluster). Stage times for the
+// [(k*p + r) * t, (k*p + r + 1) * t) of cluster_devices(cluster) (with megatron_rank_order,
+// [(r*d + k) * t, (r*d + k + 1) * t) for d replicas). Stage times for the
 // zero-bubble kinds come from cost.compute() on each replica's own devices, so replicas on
 // different hardware may get different orders; the activation/gradient transfer time given to
 // the generator is the largest over the replica's stage boundaries. global_batch =
