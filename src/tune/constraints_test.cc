@@ -179,13 +179,16 @@ TEST(MegatronTunedTest, ItsPlanIsOneMegatronCanRun) {
   Result<TuneResult> r = tune(c.options, c.model, c.cluster);
   ASSERT_TRUE(r.is_ok()) << r.status().message();
   const Plan& plan = r.value().plan;
-  // Identical replicas, one TP degree, devices in cluster order.
-  int next = 0;
-  for (const Replica& rep : plan.replicas) {
+  // Identical replicas, one TP degree, devices in Megatron-LM's rank order: replica k's group
+  // r on devices [(r d + k) t, (r d + k + 1) t).
+  const int d = static_cast<int>(plan.replicas.size());
+  const int t = static_cast<int>(plan.replicas[0].groups[0].devices.size());
+  for (int k = 0; k < d; ++k) {
+    const Replica& rep = plan.replicas[k];
     EXPECT_EQ(rep.micro_batches, plan.replicas[0].micro_batches);
-    for (const DeviceGroupSchedule& g : rep.groups) {
-      EXPECT_EQ(g.devices.size(), plan.replicas[0].groups[0].devices.size());
-      for (int d : g.devices) EXPECT_EQ(d, next++);
+    for (int r = 0; r < static_cast<int>(rep.groups.size()); ++r) {
+      ASSERT_EQ(rep.groups[r].devices.size(), static_cast<size_t>(t));
+      for (int i = 0; i < t; ++i) EXPECT_EQ(rep.groups[r].devices[i], (r * d + k) * t + i);
     }
   }
   EXPECT_TRUE(plan.schedule == "1f1b" || plan.schedule.rfind("interleaved", 0) == 0)

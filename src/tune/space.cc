@@ -133,7 +133,12 @@ std::vector<std::vector<int>> type_groups(const TypeInfo& type, int t) {
   return out;
 }
 
-Result<Layout> cluster_order_layout(const Context& ctx, int t, int p, int d) {
+const char* device_order_name(bool megatron_rank_order) {
+  return megatron_rank_order ? "devices in Megatron-LM's rank order" : "devices in cluster order";
+}
+
+Result<Layout> cluster_order_layout(const Context& ctx, int t, int p, int d,
+                                    bool megatron_rank_order) {
   const std::vector<Device>& devices = ctx.devices();
   if (static_cast<int64_t>(d) * p * t > static_cast<int64_t>(devices.size())) {
     return invalid_argument(fmt::format("layout: {} x {} x {} devices exceed the cluster's {}", d,
@@ -143,7 +148,7 @@ Result<Layout> cluster_order_layout(const Context& ctx, int t, int p, int d) {
   for (int k = 0; k < d; ++k) {
     std::vector<std::vector<int>> groups;
     for (int r = 0; r < p; ++r) {
-      const int first = (k * p + r) * t;
+      const int first = (megatron_rank_order ? r * d + k : k * p + r) * t;
       std::vector<int> group;
       for (int i = first; i < first + t; ++i) {
         if (devices[i].node != devices[first].node || devices[i].type != devices[first].type) {
@@ -157,7 +162,7 @@ Result<Layout> cluster_order_layout(const Context& ctx, int t, int p, int d) {
     layout.replicas.push_back(std::move(groups));
   }
   layout.description = "TP " + std::to_string(t) + " x PP " + std::to_string(p) + " x DP " +
-                       std::to_string(d) + ", devices in cluster order";
+                       std::to_string(d) + ", " + device_order_name(megatron_rank_order);
   return layout;
 }
 

@@ -33,10 +33,16 @@ struct Layout {
 // of one node each). REQUIRES: t is one of the type's tp_degrees.
 std::vector<std::vector<int>> type_groups(const TypeInfo& type, int t);
 
-// Megatron-LM's layout: devices in cluster order, replica k's group r = devices
-// [(k p + r) t, (k p + r + 1) t). Error when a group would cross a node or a device type, or the
+// TP x PP x DP over the devices in cluster order: replica k's group r = devices
+// [(k p + r) t, (k p + r + 1) t), each pipeline on consecutive devices; with
+// `megatron_rank_order`, devices [(r d + k) t, (r d + k + 1) t), Megatron-LM's rank order
+// (tensor-, context-, expert- and data-parallel ranks inside the pipeline rank: a stage's
+// replicas side by side). Error when a group would cross a node or a device type, or the
 // cluster holds fewer than d p t devices.
-Result<Layout> cluster_order_layout(const Context& ctx, int t, int p, int d);
+Result<Layout> cluster_order_layout(const Context& ctx, int t, int p, int d,
+                                    bool megatron_rank_order = false);
+// "devices in Megatron-LM's rank order" or "devices in cluster order", as layouts say it.
+const char* device_order_name(bool megatron_rank_order);
 
 // Layouts whose replicas all have the same composition: for a subset of the device types, a TP
 // degree per type, d replicas each holding 1/d of every type's groups as contiguous blocks in a

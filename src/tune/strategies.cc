@@ -381,7 +381,7 @@ Found Searcher::megatron(const ScheduleSpec& spec) {
       if (total % d != 0) continue;
       const int64_t m = total / d;
       if (!schedule_accepts(spec, p, m)) continue;
-      Result<Layout> layout = cluster_order_layout(ctx_, t, p, d);
+      Result<Layout> layout = cluster_order_layout(ctx_, t, p, d, /*megatron_rank_order=*/true);
       if (!layout.is_ok()) continue;
       shaped = true;
       BuildOptions options;
@@ -396,10 +396,10 @@ Found Searcher::megatron(const ScheduleSpec& spec) {
         found.candidate = c.value();
         found.eval = e;
         found.detail = "TP " + std::to_string(t) + " x PP " + std::to_string(p) + " x DP " +
-                       std::to_string(d) + ", " + spec.name() +
-                       ", Megatron-LM's layer split, devices in cluster order, recompute " +
-                       recompute_policy_name(policy) + ", " + std::to_string(m) +
-                       " micro-batches of " + std::to_string(b) + " per replica";
+                       std::to_string(d) + ", " + spec.name() + ", Megatron-LM's layer split, " +
+                       device_order_name(true) + ", recompute " + recompute_policy_name(policy) +
+                       ", " + std::to_string(m) + " micro-batches of " + std::to_string(b) +
+                       " per replica";
         return true;
       }
     }
@@ -422,7 +422,8 @@ Found Searcher::megatron(const ScheduleSpec& spec) {
         fmt::format("no TP x PP x DP of Megatron-LM's rule fits memory with {}", spec.name());
   } else if (!done) {
     found.why_not = fmt::format(
-        "no TP x PP x DP in cluster order meets {}'s requirements (PP x chunks <= decoder layers, "
+        "no TP x PP x DP in Megatron-LM's rank order meets {}'s requirements (PP x chunks <= "
+        "decoder layers, "
         "DP dividing the micro-batches{})",
         spec.name(),
         spec.kind == ScheduleKind::kInterleaved ? ", micro-batches per replica a multiple of PP"
@@ -451,7 +452,7 @@ Found Searcher::megatron_tuned(const std::vector<Found>& defaults) {
     for (int p : megatron_depths(n, t, fixed)) {
       const int d = fixed.data_parallel > 0 ? fixed.data_parallel : n / (t * p);
       if (d < 1 || static_cast<int64_t>(t) * p * d > n) continue;
-      Result<Layout> layout = cluster_order_layout(ctx_, t, p, d);
+      Result<Layout> layout = cluster_order_layout(ctx_, t, p, d, /*megatron_rank_order=*/true);
       if (!layout.is_ok()) continue;
       swept.push_back(std::move(layout.value()));
       const size_t index = swept.size() - 1;
@@ -516,14 +517,15 @@ Found Searcher::megatron_tuned(const std::vector<Found>& defaults) {
     const Candidate& c = found.candidate;
     const int t = static_cast<int>(c.replicas[0].groups[0].size());
     const int p = static_cast<int>(c.replicas[0].groups.size());
+    const int d = static_cast<int>(c.replicas.size());
     found.detail = fmt::format(
-        "TP {} x PP {} x DP {}, {}, Megatron-LM's layer split, devices in cluster order, "
+        "TP {} x PP {} x DP {}, {}, Megatron-LM's layer split, {}, "
         "recompute {}{}, {} micro-batches of {} per replica (best of {} swept layouts)",
-        t, p, c.replicas.size(), c.schedule.name(),
+        t, p, d, c.schedule.name(), device_order_name(true),
         recompute_policy_name(c.replicas[0].recompute[0]), zero_stage_note(c.zero_stage),
         c.replicas[0].micro_batches, c.micro_batch_size, ranked.size());
   } else if (ranked.empty()) {
-    found.why_not = "no TP x PP x DP in cluster order meets Megatron-LM's requirements";
+    found.why_not = "no TP x PP x DP meets Megatron-LM's requirements";
   } else if (found.why_not.empty() || cands.empty()) {
     found.why_not = "no swept Megatron-LM layout fits memory";
   }

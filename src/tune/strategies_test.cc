@@ -167,9 +167,10 @@ TEST(StrategiesTest, MegatronTakesTheSmallestTpAndPpThatFit) {
   const Found f = s.searcher.megatron(ScheduleSpec::named(ScheduleKind::k1f1b));
   ASSERT_TRUE(f.ok) << f.why_not;
   EXPECT_EQ(f.detail,
-            "TP 1 x PP 2 x DP 2, 1f1b, Megatron-LM's layer split, devices in cluster order, "
-            "recompute none, 8 micro-batches of 1 per replica");
-  EXPECT_EQ(groups_of(f.candidate), (std::vector<Groups>{{{0}, {1}}, {{2}, {3}}}));
+            "TP 1 x PP 2 x DP 2, 1f1b, Megatron-LM's layer split, devices in Megatron-LM's rank "
+            "order, recompute none, 8 micro-batches of 1 per replica");
+  // Megatron-LM's rank order: the two replicas' first stages on devices 0 and 1.
+  EXPECT_EQ(groups_of(f.candidate), (std::vector<Groups>{{{0}, {2}}, {{1}, {3}}}));
   for (const PipelineSpec& r : f.candidate.replicas) {
     EXPECT_EQ(r.bounds, (std::vector<int>{0, 4, 8}));
     EXPECT_EQ(r.recompute, std::vector<RecomputePolicy>(2, RecomputePolicy::kNone));
@@ -196,8 +197,8 @@ TEST(StrategiesTest, MegatronRecomputesAtFullTpWhenNothingElseFits) {
   const Found f = s.searcher.megatron(ScheduleSpec::named(ScheduleKind::k1f1b));
   ASSERT_TRUE(f.ok) << f.why_not;
   EXPECT_EQ(f.detail,
-            "TP 4 x PP 1 x DP 1, 1f1b, Megatron-LM's layer split, devices in cluster order, "
-            "recompute selective, 16 micro-batches of 1 per replica");
+            "TP 4 x PP 1 x DP 1, 1f1b, Megatron-LM's layer split, devices in Megatron-LM's rank "
+            "order, recompute selective, 16 micro-batches of 1 per replica");
   EXPECT_EQ(groups_of(f.candidate), (std::vector<Groups>{{{0, 1, 2, 3}}}));
   // With no recompute allowed to help, it says what it tried.
   for (FixedLayer& l : spec.layers) l.activations = {Bytes(400e9), Bytes(400e9), Bytes(400e9)};
