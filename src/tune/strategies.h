@@ -49,12 +49,13 @@ class Searcher {
   Searcher(const Context& ctx, Evaluator& evaluator, ProgressFn progress);
 
   // Megatron-LM's rule: its layer split (megatron_bounds: the decoder layers evenly over the
-  // stages, embedding first, head last), devices in cluster order, TP the smallest power of two
+  // stages, embedding first, head last), devices in Megatron-LM's rank order (global rank =
+  // device in cluster order, a stage's replicas side by side), TP the smallest power of two
   // that fits (GPUs per node with recompute when nothing fits without), the smallest PP that
   // fits, DP the rest, the same micro-batch count per replica.
   Found megatron(const ScheduleSpec& schedule);
-  // What a Megatron-LM user finds by sweeping: the best of TP x PP x DP (devices in cluster
-  // order, its layer split) x 1F1B or interleaved 1F1B (v = 2, 4) x micro-batch size x uniform
+  // What a Megatron-LM user finds by sweeping: the best of TP x PP x DP (its rank order and
+  // layer split) x 1F1B or interleaved 1F1B (v = 2, 4) x micro-batch size x uniform
   // recompute x the distributed optimizer, ranked by the estimate, screened until eight fit
   // and the best four simulated whole, with `defaults` (the default layouts a sweep starts
   // from: megatron-1f1b, megatron-interleaved), so it is never slower than they are.
