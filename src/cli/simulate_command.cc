@@ -105,6 +105,10 @@ Result<Scenario> scenario_from_schedule(const SimulateOptions& opt) {
         "activations; it cannot be combined with --recompute {}",
         opt.recompute_layers, opt.recompute));
   }
+  if (opt.rank_order != "pipeline" && opt.rank_order != "megatron") {
+    return invalid_argument(
+        fmt::format("--rank-order: expected pipeline or megatron, got '{}'", opt.rank_order));
+  }
   auto partition = parse_layer_split(opt.partition);
   std::vector<int> layer_counts;
   if (!partition) {
@@ -147,10 +151,6 @@ Result<Scenario> scenario_from_schedule(const SimulateOptions& opt) {
   u.recompute_layers = opt.recompute_layers;
   u.partition = *partition;
   u.layer_counts = layer_counts;
-  if (opt.rank_order != "pipeline" && opt.rank_order != "megatron") {
-    return invalid_argument(
-        fmt::format("--rank-order: expected pipeline or megatron, got '{}'", opt.rank_order));
-  }
   u.megatron_rank_order = opt.rank_order == "megatron";
   u.zero_stage = opt.zero1 ? 1 : opt.zero_stage;
   u.expert_parallel = opt.expert_parallel;

@@ -423,8 +423,7 @@ Found Searcher::megatron(const ScheduleSpec& spec) {
   } else if (!done) {
     found.why_not = fmt::format(
         "no TP x PP x DP in Megatron-LM's rank order meets {}'s requirements (PP x chunks <= "
-        "decoder layers, "
-        "DP dividing the micro-batches{})",
+        "decoder layers, DP dividing the micro-batches{})",
         spec.name(),
         spec.kind == ScheduleKind::kInterleaved ? ", micro-batches per replica a multiple of PP"
                                                 : "");

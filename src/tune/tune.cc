@@ -274,17 +274,6 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
   const Seconds start = tune_internal::clock_now(options);
   MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<Context> ctx, Context::create(options, model, cluster));
   Evaluator evaluator(*ctx, start + options.time_budget);
-  {
-    // After the search: the answer simulated whole (the evaluator's own part of the reserve),
-    // then it, the baselines and the warm starts replayed and validated side by side (about two
-    // simulations each), on the threads.
-    const size_t jobs =
-        1 + options.warm_starts.size() +
-        (options.strategy == "motley" && options.report_baselines ? tune_strategy_names().size() - 1
-                                                                  : 0);
-    const size_t threads = static_cast<size_t>(std::max(options.threads, 1));
-    evaluator.reserve_for(static_cast<int>(2 * ((jobs + threads - 1) / threads)));
-  }
   std::string phase = "baselines";
   auto report = [&](const std::string& searcher_phase) {
     if (!options.progress) return;
@@ -300,6 +289,16 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
   // The baselines, in tune_strategy_names() order after "motley".
   const std::vector<std::string> names = tune_strategy_names();
   std::vector<std::string> baseline_names(names.begin() + 1, names.end());
+  // After the search: the answer simulated whole (the evaluator's own part of the reserve), then
+  // it, the baselines it reports and the warm starts replayed and validated side by side (about
+  // two simulations each), on the threads.
+  const bool with_baselines = options.strategy == "motley" && options.report_baselines;
+  {
+    const size_t jobs =
+        1 + options.warm_starts.size() + (with_baselines ? baseline_names.size() : 0);
+    const size_t threads = static_cast<size_t>(std::max(options.threads, 1));
+    evaluator.reserve_for(static_cast<int>(2 * ((jobs + threads - 1) / threads)));
+  }
   std::vector<Found> baselines(baseline_names.size());
   std::function<Found&(const std::string&)> run_baseline;
   run_baseline = [&](const std::string& name) -> Found& {
@@ -420,7 +419,6 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
   result.strategy = options.strategy;
   // The chosen plan, the baselines' and the warm starts' are realized side by side: on large
   // clusters each is a whole simulation and a validation.
-  const bool with_baselines = options.strategy == "motley" && options.report_baselines;
   StrategyOutcome best;
   std::vector<StrategyOutcome> outcomes(baselines.size() + warm.size());
   std::vector<const Found*> jobs{&chosen};
