@@ -974,6 +974,7 @@ std::shared_ptr<const AnalyticCostModel::RingShape> AnalyticCostModel::ring_shap
   std::lock_guard<std::mutex> lock(ring_shapes_->mu);
   if (ring_shapes_->device_ids + sorted_devices.size() > kMaxShapeDevices) {
     ring_shapes_->shapes.clear();
+    ring_shapes_->all_to_all.clear();
     ring_shapes_->device_ids = 0;
   }
   if (ring_shapes_->shapes.emplace(sorted_devices, shape).second) {
@@ -989,18 +990,41 @@ Seconds AnalyticCostModel::flat_time(Collective collective, const std::vector<in
   if (collective != Collective::kAllToAll) {
     return flat_collective_time(collective, k, bytes, ring_shape(devices)->flat);
   }
-  // Pairwise exchange: in step s every device sends its block to the device s places ahead.
-  // Every step is priced like the slowest one (largest latency, smallest share of bandwidth).
-  AlphaBeta worst{Seconds(0), BytesPerSecond(kInf)};
-  std::vector<std::pair<int, int>> step;
-  for (int s = 1; s < k; ++s) {
-    step.clear();
-    for (int i = 0; i < k; ++i) step.emplace_back(devices[i], devices[(i + s) % k]);
-    const AlphaBeta ab = concurrent_parameters(step);
-    worst.latency = std::max(worst.latency, ab.latency);
-    worst.bandwidth = std::min(worst.bandwidth, ab.bandwidth);
+  // NCCL's all-to-all is one group of sends and receives, every block under way at once: a
+  // block of n / k bytes from every device to every other. Each link carries the blocks whose
+  // paths cross it, so the time is the most loaded link's: its blocks at its rate, the k - 1
+  // peers' latencies in turn. Inside an NVSwitch node that is a port's k - 1 blocks, as a
+  // pairwise exchange; across nodes the NVLink and the NIC blocks travel side by side.
+  const AlphaBeta ab = all_to_all_parameters(devices);
+  const double block = bytes.value() / static_cast<double>(k);
+  return Seconds(static_cast<double>(k - 1) * ab.latency.value() + block / ab.bandwidth.value());
+}
+
+AlphaBeta AnalyticCostModel::all_to_all_parameters(const std::vector<int>& sorted_devices) const {
+  {
+    std::lock_guard<std::mutex> lock(ring_shapes_->mu);
+    auto it = ring_shapes_->all_to_all.find(sorted_devices);
+    if (it != ring_shapes_->all_to_all.end()) return it->second;
   }
-  return pairwise_all_to_all_time(k, bytes, achieved(worst));
+  const size_t k = sorted_devices.size();
+  std::vector<std::pair<int, int>> blocks;
+  blocks.reserve(k * (k - 1));
+  for (int from : sorted_devices) {
+    for (int to : sorted_devices) {
+      if (from != to) blocks.emplace_back(from, to);
+    }
+  }
+  const AlphaBeta ab = achieved(concurrent_parameters(blocks));
+  std::lock_guard<std::mutex> lock(ring_shapes_->mu);
+  if (ring_shapes_->device_ids + k > kMaxShapeDevices) {
+    ring_shapes_->shapes.clear();
+    ring_shapes_->all_to_all.clear();
+    ring_shapes_->device_ids = 0;
+  }
+  if (ring_shapes_->all_to_all.emplace(sorted_devices, ab).second) {
+    ring_shapes_->device_ids += k;
+  }
+  return ab;
 }
 
 Seconds AnalyticCostModel::hierarchical_time(Collective collective, const std::vector<int>& devices,

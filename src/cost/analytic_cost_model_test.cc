@@ -1406,23 +1406,34 @@ TEST(AnalyticComm, SharedNicMakesTheRingWinOverSlowIntraNodeLinks) {
       ring);
 }
 
-TEST(AnalyticComm, AllToAllPricedAtTheSlowestExchangeStep) {
+TEST(AnalyticComm, AllToAllPricedAtItsMostLoadedLink) {
   ModelSpec m = model_of({ffn_layer("ffn")});
   const double n = 1e9;
+  const double block = n / 8;  // every device sends n/8 to each of the 7 others, all at once
   const double cross_latency = 2 * kNicLatency + kNetworkLatency;
   std::vector<int> all{0, 1, 2, 3, 4, 5, 6, 7};
-  // One NIC per device: the step where everyone sends across uses each NIC once.
+  // One NIC per device: each NIC carries its device's four blocks to the other node; the three
+  // NVLink blocks inside the node travel beside them.
   const auto own_nics = analytic(m, two_nodes(4), ideal_links(workload(4096)));
   expect_close(
       own_nics->collective_time(Collective::kAllToAll, all, Bytes(n), CollectiveAlgorithm::kAuto)
           .value(),
-      7 * cross_latency + 0.875 * n / kNicBandwidth);
-  // One NIC per node: four transfers share it in that step.
+      7 * cross_latency + block / (kNicBandwidth / 4));
+  // One NIC per node: the node's four devices send four blocks each through it.
   const auto shared_nic = analytic(m, two_nodes(1), ideal_links(workload(4096)));
   expect_close(
       shared_nic->collective_time(Collective::kAllToAll, all, Bytes(n), CollectiveAlgorithm::kRing)
           .value(),
-      7 * cross_latency + 0.875 * n / (kNicBandwidth / 4));
+      7 * cross_latency + block / (kNicBandwidth / 16));
+  // Inside one NVSwitch node it is the pairwise exchange: each port sends its k - 1 blocks.
+  const std::vector<int> node{0, 1, 2, 3};
+  const double nvlink = own_nics->topology().path(0, 1).bandwidth.value();
+  expect_close(
+      own_nics->collective_time(Collective::kAllToAll, node, Bytes(n), CollectiveAlgorithm::kAuto)
+          .value(),
+      pairwise_all_to_all_time(
+          4, Bytes(n), AlphaBeta{own_nics->topology().path(0, 1).latency, BytesPerSecond(nvlink)})
+          .value());
 }
 
 }  // namespace

@@ -189,10 +189,15 @@ class AnalyticCostModel final : public CostModel {
     AlphaBeta inter;                               // the nodes' rings, all at once
   };
   std::shared_ptr<const RingShape> ring_shape(const std::vector<int>& sorted_devices) const;
+  // Every ordered pair of the devices sending at once (an all-to-all's blocks): the largest
+  // latency and the smallest share of a link any block gets, at the collective efficiency.
+  // Kept with the ring shapes, under the same limit.
+  AlphaBeta all_to_all_parameters(const std::vector<int>& sorted_devices) const;
   static constexpr size_t kMaxShapeDevices = size_t{1} << 22;
   struct RingShapes {
     std::mutex mu;
     std::map<std::vector<int>, std::shared_ptr<const RingShape>> shapes;
+    std::map<std::vector<int>, AlphaBeta> all_to_all;  // all_to_all_parameters
     size_t device_ids = 0;
   };
   std::unique_ptr<RingShapes> ring_shapes_ = std::make_unique<RingShapes>();
