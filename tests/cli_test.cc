@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "support/run_binary.h"
@@ -202,6 +205,54 @@ TEST(CliTest, ClusterShowOfAFile) {
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["total_devices"].get<int>(), 1);
   EXPECT_EQ(j["devices"][0]["type"].get<std::string>(), "T4");
+}
+
+// `cluster show` counts the device pairs of each path class by node groups (nodes with the same
+// devices, links and NICs have the same paths, whatever their names) and moves measured pairs
+// to their own class: the counts are the closed forms of every ordered pair.
+TEST(CliTest, ClusterShowCountsEveryDevicePairByPathClass) {
+  const TempDir scratch("cli_pair_classes");
+  const std::string file = scratch.file("mixed.yaml");
+  std::ofstream(file) << "name: mixed\n"
+                         "network: {kind: infiniband, bandwidth_GBps: 100, latency_us: 2}\n"
+                         "measured_links:\n"
+                         "  links:\n"
+                         "    - {src: 0, dst: 1, latency_us: 9, bandwidth_GBps: 7}\n"
+                         "nodes:\n"
+                         "  - name: a\n"
+                         "    count: 3\n"
+                         "    devices: {type: H100-SXM, count: 4}\n"
+                         "    interconnect: {kind: nvlink, bandwidth_GBps: 450, latency_us: 2}\n"
+                         "    nic: {bandwidth_GBps: 50, latency_us: 1, count: 4}\n"
+                         "  - name: b\n"
+                         "    count: 2\n"
+                         "    devices: {type: A100-80GB, count: 2}\n"
+                         "    interconnect: {kind: pcie}\n"
+                         "    nic: {bandwidth_GBps: 25, latency_us: 3, count: 1}\n"
+                         "  - name: c\n"
+                         "    devices: {type: H100-SXM, count: 4}\n"
+                         "    interconnect: {kind: nvlink, bandwidth_GBps: 450, latency_us: 2}\n"
+                         "    nic: {bandwidth_GBps: 50, latency_us: 1, count: 4}\n";
+  RunResult r = run_motley("cluster show " + file + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::tuple<std::string, double, double>, int64_t> pairs;
+  int64_t total = 0;
+  const nlohmann::json shown = nlohmann::json::parse(r.out);
+  for (const auto& l : shown["links"]) {
+    const int64_t n = l["device_pairs"].get<int64_t>();
+    // Latencies summed in another order may differ in the last bit: a class of their own.
+    pairs[{l["kind"].get<std::string>(), l["bandwidth_bytes_per_s"].get<double>(),
+           std::round(l["latency_s"].get<double>() * 1e7) / 1e7}] += n;
+    total += n;
+  }
+  // 16 H100s in four nodes (three named a-*, one c) and 4 A100s in two nodes.
+  EXPECT_EQ(total, 20 * 19) << r.out;
+  EXPECT_EQ((pairs[{"measured", 7e9, 9e-6}]), 1) << r.out;
+  EXPECT_EQ((pairs[{"intra-node nvlink", 450e9, 2e-6}]), 4 * 4 * 3 - 1) << r.out;
+  EXPECT_EQ((pairs[{"inter-node", 50e9, 4e-6}]), 16 * 12) << r.out;     // H100 to H100
+  EXPECT_EQ((pairs[{"inter-node", 25e9, 6e-6}]), 2 * 16 * 4) << r.out;  // H100 and A100
+  EXPECT_EQ((pairs[{"inter-node", 25e9, 8e-6}]), 4 * 2) << r.out;       // A100 to A100
+  EXPECT_EQ(pairs.size(), 6u) << r.out;  // and the PCIe pairs inside the A100 nodes
 }
 
 // A collective measured over named devices prices that op over those devices: a data-parallel

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -30,6 +31,74 @@ std::string path_class(const Topology& topo, const Path& p) {
 
 double node_price(const NodeSpec& n) { return n.price_per_hour; }
 
+// Device pairs grouped by the kind of path between them, with bandwidth and latency.
+struct PairClass {
+  std::string kind;
+  double bandwidth;
+  double latency;
+  auto operator<=>(const PairClass&) const = default;
+};
+
+// What a node's paths depend on: its devices, links and NICs (not its name, price or
+// preemption rate). Nodes with the same signature have the same paths to any other node.
+std::string path_signature(const NodeSpec& n) {
+  std::string s;
+  for (const NodeDevices& g : n.devices) s += fmt::format("{}x{};", g.type, g.count);
+  for (const LinkSpec* l : {&n.interconnect, &n.pcie, &n.nic}) {
+    s += fmt::format("{}:{}:{};", static_cast<int>(l->kind), l->bandwidth.value(),
+                     l->latency.value());
+  }
+  return s + fmt::format("{}:{}", n.devices_per_pcie_switch, n.nic_count);
+}
+
+// Every ordered pair of distinct devices by the class of its path. The cluster's paths without
+// measurements are counted on one node (or two) of each group of nodes with the same
+// signature and weighted by the pairs of nodes they stand for, so that a cluster of tens of
+// thousands of devices does not resolve billions of paths; each measured pair then moves from
+// the class its links give to its measured one.
+std::map<PairClass, int64_t> pair_classes(const ClusterSpec& cluster, const Topology& topo) {
+  ClusterSpec plain = cluster;
+  plain.measured_links.clear();
+  const Topology model(plain);
+  std::vector<std::vector<int>> node_devices(cluster.nodes.size());
+  for (const Device& d : topo.devices()) node_devices[static_cast<size_t>(d.node)].push_back(d.id);
+  std::map<std::string, size_t> group_of;
+  std::vector<std::vector<size_t>> groups;  // node indices with one signature
+  for (size_t n = 0; n < cluster.nodes.size(); ++n) {
+    auto [it, added] = group_of.emplace(path_signature(cluster.nodes[n]), groups.size());
+    if (added) groups.emplace_back();
+    groups[it->second].push_back(n);
+  }
+  std::map<PairClass, int64_t> classes;
+  auto add = [&](const Topology& t, int a, int b, int64_t weight) {
+    const Path& p = t.path(a, b);
+    classes[{path_class(t, p), p.bandwidth.value(), p.latency.value()}] += weight;
+  };
+  auto add_nodes = [&](size_t na, size_t nb, int64_t weight) {
+    for (int a : node_devices[na]) {
+      for (int b : node_devices[nb]) {
+        if (a != b) add(model, a, b, weight);
+      }
+    }
+  };
+  for (const std::vector<size_t>& g : groups) {
+    const auto size = static_cast<int64_t>(g.size());
+    add_nodes(g[0], g[0], size);
+    if (size > 1) add_nodes(g[0], g[1], size * (size - 1));
+    for (const std::vector<size_t>& h : groups) {
+      if (&h != &g) add_nodes(g[0], h[0], size * static_cast<int64_t>(h.size()));
+    }
+  }
+  std::set<std::pair<int, int>> measured;
+  for (const MeasuredLink& m : cluster.measured_links) {
+    if (m.src == m.dst || !measured.emplace(m.src, m.dst).second) continue;
+    add(model, m.src, m.dst, -1);
+    add(topo, m.src, m.dst, 1);
+  }
+  std::erase_if(classes, [](const auto& c) { return c.second == 0; });
+  return classes;
+}
+
 Status show_cluster(const ClusterShowOptions& opt) {
   MOTLEY_ASSIGN_OR_RETURN(ClusterSpec cluster, load_cluster(opt.cluster));
   Topology topo(cluster);
@@ -52,21 +121,7 @@ Status show_cluster(const ClusterShowOptions& opt) {
     }
   }
 
-  // Device pairs grouped by the kind of path between them, with bandwidth and latency.
-  struct PairClass {
-    std::string kind;
-    double bandwidth;
-    double latency;
-    auto operator<=>(const PairClass&) const = default;
-  };
-  std::map<PairClass, int64_t> classes;
-  for (size_t a = 0; a < devices.size(); ++a) {
-    for (size_t b = 0; b < devices.size(); ++b) {
-      if (a == b) continue;
-      const Path& p = topo.path(static_cast<int>(a), static_cast<int>(b));
-      ++classes[{path_class(topo, p), p.bandwidth.value(), p.latency.value()}];
-    }
-  }
+  const std::map<PairClass, int64_t> classes = pair_classes(cluster, topo);
 
   std::string out;
   if (opt.json) {
