@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -72,7 +73,10 @@ std::map<PairClass, int64_t> pair_classes(const ClusterSpec& cluster, const Topo
   std::map<PairClass, int64_t> classes;
   auto add = [&](const Topology& t, int a, int b, int64_t weight) {
     const Path& p = t.path(a, b);
-    classes[{path_class(t, p), p.bandwidth.value(), p.latency.value()}] += weight;
+    // Latencies summed in another order (a's NIC, the network, b's NIC and back) may differ in
+    // the last bit: to the picosecond they are one class.
+    const double latency = std::round(p.latency.value() * 1e12) / 1e12;
+    classes[{path_class(t, p), p.bandwidth.value(), latency}] += weight;
   };
   auto add_nodes = [&](size_t na, size_t nb, int64_t weight) {
     for (int a : node_devices[na]) {
