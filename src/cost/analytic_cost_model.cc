@@ -813,6 +813,91 @@ Bytes AnalyticCostModel::expert_dispatch_bytes(int layer) const {
   return layer_costs_[layer].expert_dispatch_bytes;
 }
 
+Seconds AnalyticCostModel::expert_exchange_time(int layer, const std::vector<int>& devices,
+                                                Bytes bytes, CollectiveAlgorithm algorithm) const {
+  MOTLEY_CHECK(0 <= layer && layer < static_cast<int>(model_.layers.size()),
+               "expert_exchange_time of a layer outside the model");
+  const std::optional<MoeShape>& moe = model_.layers[layer].moe;
+  if (!options_.stack.node_deduplicated_dispatch || !moe) {
+    return collective_time(Collective::kAllToAll, devices, bytes, algorithm);
+  }
+  std::vector<int> sorted(devices);
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  const std::shared_ptr<const DispatchShape> shape = dispatch_shape(sorted);
+  if (shape->members.size() < 2 || measured_sweep(Collective::kAllToAll, sorted) != nullptr) {
+    return collective_time(Collective::kAllToAll, devices, bytes, algorithm);
+  }
+  const double k = static_cast<double>(sorted.size());
+  const double experts = static_cast<double>(moe->num_experts);
+  const double top_k = static_cast<double>(moe->top_k);
+  // A token goes to another node when any of its top_k experts lives there: a node holding e
+  // of the E experts (its members' share) misses it with probability C(E - e, top_k) / C(E,
+  // top_k), routing being uniform. The most-hit node prices the sends to every node.
+  double hit = 0;
+  for (const size_t members : shape->members) {
+    const double held = experts * static_cast<double>(members) / k;
+    double miss = 1;
+    for (double i = 0; i < top_k; ++i) miss *= std::max(0.0, (experts - held - i) / (experts - i));
+    hit = std::max(hit, 1 - miss);
+  }
+  const double nodes = static_cast<double>(shape->members.size());
+  // Across nodes: one send per token and other node, of a routed copy's bytes.
+  const double inter = hit * bytes.value() / top_k / shape->across.bandwidth.value();
+  // Inside the nodes, beside them: n / k bytes to each other member for each of the N nodes.
+  const double intra = nodes * bytes.value() / k * shape->intra_seconds_per_byte;
+  return Seconds(shape->across.latency.value() * (nodes - 1) + shape->intra_latency.value() +
+                 std::max(inter, intra));
+}
+
+std::shared_ptr<const AnalyticCostModel::DispatchShape> AnalyticCostModel::dispatch_shape(
+    const std::vector<int>& sorted_devices) const {
+  {
+    std::lock_guard<std::mutex> lock(ring_shapes_->mu);
+    auto it = ring_shapes_->dispatch.find(sorted_devices);
+    if (it != ring_shapes_->dispatch.end()) return it->second;
+  }
+  auto shape = std::make_shared<DispatchShape>();
+  const std::vector<Device>& all = topology_.devices();
+  std::map<int, std::vector<int>> by_node;  // the members by node, in device order
+  for (int d : sorted_devices) by_node[all[d].node].push_back(d);
+  for (const auto& [node, members] : by_node) shape->members.push_back(members.size());
+  if (by_node.size() >= 2) {
+    // Each device sends to the device at its position in every other node, all at once
+    // (sharing what NICs they share).
+    std::vector<std::pair<int, int>> sends;
+    for (const auto& [node, members] : by_node) {
+      for (size_t i = 0; i < members.size(); ++i) {
+        for (const auto& [other, peers] : by_node) {
+          if (other != node) sends.emplace_back(members[i], peers[i % peers.size()]);
+        }
+      }
+    }
+    shape->across = achieved(concurrent_parameters(sends));
+    // Inside each node every member sends a block to every other at once: the node's
+    // all-to-all shares, the slowest node's.
+    for (const auto& [node, members] : by_node) {
+      if (members.size() < 2) continue;
+      const AlphaBeta ab = all_to_all_parameters(members);
+      shape->intra_seconds_per_byte =
+          std::max(shape->intra_seconds_per_byte, 1.0 / ab.bandwidth.value());
+      shape->intra_latency =
+          std::max(shape->intra_latency, ab.latency * static_cast<double>(members.size() - 1));
+    }
+  }
+  std::lock_guard<std::mutex> lock(ring_shapes_->mu);
+  if (ring_shapes_->device_ids + sorted_devices.size() > kMaxShapeDevices) {
+    ring_shapes_->shapes.clear();
+    ring_shapes_->all_to_all.clear();
+    ring_shapes_->dispatch.clear();
+    ring_shapes_->device_ids = 0;
+  }
+  if (ring_shapes_->dispatch.emplace(sorted_devices, shape).second) {
+    ring_shapes_->device_ids += sorted_devices.size();
+  }
+  return shape;
+}
+
 CostModel::ContextExchange AnalyticCostModel::context_exchange(int layer,
                                                                const DeviceGroup& group) const {
   MOTLEY_CHECK(0 <= layer && layer < static_cast<int>(layer_costs_.size()),
@@ -975,6 +1060,7 @@ std::shared_ptr<const AnalyticCostModel::RingShape> AnalyticCostModel::ring_shap
   if (ring_shapes_->device_ids + sorted_devices.size() > kMaxShapeDevices) {
     ring_shapes_->shapes.clear();
     ring_shapes_->all_to_all.clear();
+    ring_shapes_->dispatch.clear();
     ring_shapes_->device_ids = 0;
   }
   if (ring_shapes_->shapes.emplace(sorted_devices, shape).second) {
@@ -1019,6 +1105,7 @@ AlphaBeta AnalyticCostModel::all_to_all_parameters(const std::vector<int>& sorte
   if (ring_shapes_->device_ids + k > kMaxShapeDevices) {
     ring_shapes_->shapes.clear();
     ring_shapes_->all_to_all.clear();
+    ring_shapes_->dispatch.clear();
     ring_shapes_->device_ids = 0;
   }
   if (ring_shapes_->all_to_all.emplace(sorted_devices, ab).second) {

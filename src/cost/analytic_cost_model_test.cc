@@ -1436,5 +1436,45 @@ TEST(AnalyticComm, AllToAllPricedAtItsMostLoadedLink) {
           .value());
 }
 
+// A node-deduplicating dispatcher (DeepEP, HybridEP) sends a token once to each other node that
+// holds any of its experts and forwards it there over NVLink; without it, or inside one node,
+// the exchange is the all-to-all.
+TEST(AnalyticComm, NodeDeduplicatedDispatchSendsATokenOncePerNode) {
+  Layer moe;
+  moe.name = "moe";
+  moe.kind = LayerKind::kMoe;
+  moe.moe = MoeShape{4096, 8, 2, 14336};  // 8 experts, 2 per token
+  moe.num_norms = 1;
+  const ModelSpec m = model_of({moe});
+  const double n = 1e9;
+  const std::vector<int> all{0, 1, 2, 3, 4, 5, 6, 7};
+  const std::vector<int> node{0, 1, 2, 3};
+  AnalyticCostOptions plain = ideal_links(workload(4096));
+  AnalyticCostOptions dedup = plain;
+  dedup.stack.node_deduplicated_dispatch = true;
+  const auto a2a = analytic(m, two_nodes(4), plain);
+  const auto deep = analytic(m, two_nodes(4), dedup);
+  for (const auto* cost : {a2a.get(), deep.get()}) {
+    EXPECT_EQ(
+        cost->expert_exchange_time(0, node, Bytes(n), CollectiveAlgorithm::kAuto),
+        a2a->collective_time(Collective::kAllToAll, node, Bytes(n), CollectiveAlgorithm::kAuto));
+  }
+  EXPECT_EQ(a2a->expert_exchange_time(0, all, Bytes(n), CollectiveAlgorithm::kAuto),
+            a2a->collective_time(Collective::kAllToAll, all, Bytes(n), CollectiveAlgorithm::kAuto));
+  // Each node holds 4 of the 8 experts: a token needs the other node unless both its experts
+  // are at home, C(4,2)/C(8,2) = 6/28. Each device sends that share of its n/2 bytes of tokens
+  // through its own NIC to its counterpart; over NVLink it sends each of its 3 neighbours their
+  // copies of its own tokens and of its counterpart's, 2 n/8, at a third of its port.
+  const double cross_latency = 2 * kNicLatency + kNetworkLatency;
+  const Path nvlink = deep->topology().path(0, 1);
+  const double inter = (22.0 / 28.0) * (n / 2) / kNicBandwidth;
+  const double intra = (2 * n / 8) / (nvlink.bandwidth.value() / 3);
+  ASSERT_GT(inter, intra);
+  expect_close(deep->expert_exchange_time(0, all, Bytes(n), CollectiveAlgorithm::kAuto).value(),
+               cross_latency + 3 * nvlink.latency.value() + inter);
+  EXPECT_LT(deep->expert_exchange_time(0, all, Bytes(n), CollectiveAlgorithm::kAuto),
+            a2a->expert_exchange_time(0, all, Bytes(n), CollectiveAlgorithm::kAuto));
+}
+
 }  // namespace
 }  // namespace motley

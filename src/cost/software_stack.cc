@@ -94,6 +94,9 @@ const std::vector<SoftwareStack>& software_stacks() {
     // NVIDIA's performance recipes train with Transformer Engine's fused cross-entropy
     // (cross_entropy_loss_fusion, cross_entropy_fusion_impl "te").
     fp8.fused_cross_entropy = true;
+    // Their MoE recipes dispatch with Megatron-Core's flex dispatcher on the DeepEP or HybridEP
+    // backend (moe_token_dispatcher_type "flex"), which sends a token once per node.
+    fp8.node_deduplicated_dispatch = true;
     // Transformer Engine's FP8 GEMMs with their casts reach less of the FP8 peak than the BF16
     // rule's fraction: fitted (least squares) to NVIDIA's two Megatron-Bridge Llama 3 runs on
     // DGX H100 (scripts/h100-fp8-check.sh with FIT=1; docs/calibration.md gives the fit, each
@@ -193,6 +196,7 @@ Json software_stack_to_json(const SoftwareStack& s) {
   stack["pipeline_scatter_gather"] = s.pipeline_scatter_gather;
   stack["overlap_grad_reduce"] = s.overlap_grad_reduce;
   stack["overlap_param_gather"] = s.overlap_param_gather;
+  stack["node_deduplicated_dispatch"] = s.node_deduplicated_dispatch;
   stack[kBucketParameters] = number_json(s.gradient_bucket_parameters);
   stack[kBucketPerReplica] = number_json(s.gradient_bucket_parameters_per_replica);
   return stack;
@@ -208,6 +212,7 @@ Result<SoftwareStack> software_stack_from_json(const JsonField& stack, const Sof
                                         "pipeline_scatter_gather",
                                         "overlap_grad_reduce",
                                         "overlap_param_gather",
+                                        "node_deduplicated_dispatch",
                                         kBucketParameters,
                                         kBucketPerReplica};
   for (const StackParameter& p : stack_parameters()) keys.emplace_back(p.name);
@@ -242,6 +247,9 @@ Result<SoftwareStack> software_stack_from_json(const JsonField& stack, const Sof
                           stack.get_bool_or("overlap_grad_reduce", base.overlap_grad_reduce));
   MOTLEY_ASSIGN_OR_RETURN(s.overlap_param_gather,
                           stack.get_bool_or("overlap_param_gather", base.overlap_param_gather));
+  MOTLEY_ASSIGN_OR_RETURN(
+      s.node_deduplicated_dispatch,
+      stack.get_bool_or("node_deduplicated_dispatch", base.node_deduplicated_dispatch));
   MOTLEY_ASSIGN_OR_RETURN(s.gradient_bucket_parameters,
                           stack.get_double_or(kBucketParameters, base.gradient_bucket_parameters));
   MOTLEY_RETURN_IF_ERROR(

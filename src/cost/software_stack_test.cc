@@ -14,6 +14,8 @@ bool same_stack(const SoftwareStack& a, const SoftwareStack& b) {
       a.fp8_linear != b.fp8_linear || a.pipeline_scatter_gather != b.pipeline_scatter_gather ||
       a.overlap_grad_reduce != b.overlap_grad_reduce ||
       a.overlap_param_gather != b.overlap_param_gather ||
+      a.fused_cross_entropy != b.fused_cross_entropy ||
+      a.node_deduplicated_dispatch != b.node_deduplicated_dispatch ||
       a.gradient_bucket_parameters != b.gradient_bucket_parameters ||
       a.gradient_bucket_parameters_per_replica != b.gradient_bucket_parameters_per_replica) {
     return false;
@@ -44,6 +46,7 @@ TEST(SoftwareStackJson, AFittedStackRoundTripsAndMissingFieldsComeFromTheBase) {
   set_stack_parameter(fitted, "gemm_efficiency", 0.8125);
   set_stack_parameter(fitted, "kernel_overhead_us", 7.5);
   fitted.overlap_grad_reduce = false;
+  fitted.node_deduplicated_dispatch = true;
   Result<SoftwareStack> back =
       software_stack_from_json(JsonField(software_stack_to_json(fitted), "mem"), SoftwareStack{});
   ASSERT_TRUE(back.is_ok()) << back.status().message();

@@ -211,12 +211,12 @@ class Builder {
               const std::vector<int>& d = rep.groups[rep.stage_group[s]].devices;
               devices.push_back(d[std::min(k, d.size() - 1)]);
             }
-            slowest =
-                std::max(slowest, cost_
-                                      .collective_time(Collective::kAllToAll, devices,
-                                                       bytes / static_cast<double>(mine.size()),
-                                                       options_.all_reduce_algorithm)
-                                      .value());
+            slowest = std::max(
+                slowest,
+                cost_
+                    .expert_exchange_time(l, devices, bytes / static_cast<double>(mine.size()),
+                                          options_.all_reduce_algorithm)
+                    .value());
           }
           exchange += 2 * slowest;  // dispatch and combine
           if (st.policy_of(l) == RecomputePolicy::kFull) recomputed += 2 * slowest;

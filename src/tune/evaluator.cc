@@ -43,6 +43,10 @@ class ReplicaSubsetCostModel final : public CostModel {
   Bytes expert_dispatch_bytes(int layer) const override {
     return base_.expert_dispatch_bytes(layer);
   }
+  Seconds expert_exchange_time(int layer, const std::vector<int>& devices, Bytes bytes,
+                               CollectiveAlgorithm algorithm) const override {
+    return base_.expert_exchange_time(layer, devices, bytes, algorithm);
+  }
   ContextExchange context_exchange(int layer, const DeviceGroup& group) const override {
     return base_.context_exchange(layer, group);
   }

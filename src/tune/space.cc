@@ -462,9 +462,8 @@ PassOverhead pass_overhead(const Context& ctx, const CostModel& cost, const Cand
     for (int l = layers.begin; l < layers.end; ++l) {
       const Bytes bytes = cost.expert_dispatch_bytes(l);
       if (bytes.value() <= 0) continue;
-      exchange += 2 * cost.collective_time(Collective::kAllToAll, devices,
-                                           bytes / static_cast<double>(group.tp()),
-                                           CollectiveAlgorithm::kAuto)
+      exchange += 2 * cost.expert_exchange_time(l, devices, bytes / static_cast<double>(group.tp()),
+                                                CollectiveAlgorithm::kAuto)
                           .value();
     }
     out.forward += exchange;

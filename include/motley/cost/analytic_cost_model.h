@@ -95,6 +95,11 @@ class AnalyticCostModel final : public CostModel {
                                              const MemoryOptions& options) const override;
   Bytes boundary_bytes(int layer) const override;
   Bytes expert_dispatch_bytes(int layer) const override;
+  // Under the stack's node_deduplicated_dispatch and an expert group over several nodes: the
+  // dispatcher's cross-node sends (one per token and other node holding any of its experts)
+  // beside its NVLink sends and forwards (timing-model.md); else the all-to-all.
+  Seconds expert_exchange_time(int layer, const std::vector<int>& devices, Bytes bytes,
+                               CollectiveAlgorithm algorithm) const override;
   ContextExchange context_exchange(int layer, const DeviceGroup& group) const override;
   Seconds p2p_time(int src, int dst, Bytes bytes) const override;
   Seconds collective_time(Collective collective, const std::vector<int>& devices, Bytes bytes,
@@ -193,11 +198,23 @@ class AnalyticCostModel final : public CostModel {
   // latency and the smallest share of a link any block gets, at the collective efficiency.
   // Kept with the ring shapes, under the same limit.
   AlphaBeta all_to_all_parameters(const std::vector<int>& sorted_devices) const;
+  // What a node-deduplicating dispatcher over a set of devices costs apart from its bytes and
+  // routing: the members per node, the sends across nodes (each device to its position in
+  // every other node, all at once) and the slowest node's all-to-all shares. Kept with the ring
+  // shapes, under the same limit.
+  struct DispatchShape {
+    std::vector<size_t> members;  // per node
+    AlphaBeta across;
+    double intra_seconds_per_byte = 0;  // per block inside the slowest node
+    Seconds intra_latency;              // (members - 1) latencies, the slowest node's
+  };
+  std::shared_ptr<const DispatchShape> dispatch_shape(const std::vector<int>& sorted_devices) const;
   static constexpr size_t kMaxShapeDevices = size_t{1} << 22;
   struct RingShapes {
     std::mutex mu;
     std::map<std::vector<int>, std::shared_ptr<const RingShape>> shapes;
     std::map<std::vector<int>, AlphaBeta> all_to_all;  // all_to_all_parameters
+    std::map<std::vector<int>, std::shared_ptr<const DispatchShape>> dispatch;
     size_t device_ids = 0;
   };
   std::unique_ptr<RingShapes> ring_shapes_ = std::make_unique<RingShapes>();

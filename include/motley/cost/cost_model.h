@@ -115,6 +115,15 @@ class CostModel {
     (void)layer;
     return Bytes(0);
   }
+  // One all-to-all of layer `layer`'s tokens to their experts (or back) over `devices`, one
+  // device per member of an expert group, `bytes` from each (expert_dispatch_bytes over its TP
+  // degree). The default: collective_time's all-to-all; a cost model may price the stack's
+  // dispatcher instead.
+  virtual Seconds expert_exchange_time(int layer, const std::vector<int>& devices, Bytes bytes,
+                                       CollectiveAlgorithm algorithm) const {
+    (void)layer;
+    return collective_time(Collective::kAllToAll, devices, bytes, algorithm);
+  }
   // Context parallelism (Workload::context_parallel, Plan::context_parallel): what layer
   // `layer` passes to the next member of its group's ring at every ring step, per micro-batch,
   // from each device of `group` (its chunk's keys and values, its TP rank's heads), and the

@@ -69,6 +69,12 @@ struct SoftwareStack {
   // A pipeline message leaves every TP rank of a stage with its 1/t share, in parallel, and is
   // all-gathered at the receiver (Megatron-LM's scatter-gather optimization).
   bool pipeline_scatter_gather = true;
+  // Expert parallelism's token dispatcher. false: one all-to-all of every routed copy of a
+  // token (Megatron-LM's alltoall dispatcher over torch.distributed). true: a dispatcher that
+  // sends a token once to each other node holding any of its experts and forwards it there over
+  // the node's links (DeepEP's normal kernels, Megatron-Core's flex dispatcher with the DeepEP
+  // or HybridEP backend), and combines the same way back.
+  bool node_deduplicated_dispatch = false;
   // The data-parallel gradient all-reduce runs bucket by bucket under the backward pass (only
   // the last bucket is exposed), instead of after it.
   bool overlap_grad_reduce = true;
