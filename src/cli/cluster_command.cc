@@ -74,8 +74,9 @@ std::map<PairClass, int64_t> pair_classes(const ClusterSpec& cluster, const Topo
   auto add = [&](const Topology& t, int a, int b, int64_t weight) {
     const Path& p = t.path(a, b);
     // Latencies summed in another order (a's NIC, the network, b's NIC and back) may differ in
-    // the last bit: to the picosecond they are one class.
-    const double latency = std::round(p.latency.value() * 1e12) / 1e12;
+    // the last bit: to the picosecond they are one class. A measured one is shown as measured.
+    const double latency =
+        p.measured ? p.latency.value() : std::round(p.latency.value() * 1e12) / 1e12;
     classes[{path_class(t, p), p.bandwidth.value(), latency}] += weight;
   };
   auto add_nodes = [&](size_t na, size_t nb, int64_t weight) {
