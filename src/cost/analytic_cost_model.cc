@@ -75,6 +75,23 @@ std::optional<CostModel::TiedLayers> find_tied_layers(const ModelSpec& model) {
   return std::nullopt;
 }
 
+// The value `kept` holds for `key` in `table`, made by `make` (outside the lock) the first time
+// it is asked for. Past `limit` device ids in all, every table is forgotten at once.
+template <typename Kept, typename Value, typename Make>
+Value keep_shape(Kept& kept, std::map<std::vector<int>, Value> Kept::*table,
+                 const std::vector<int>& key, size_t limit, Make make) {
+  {
+    std::lock_guard<std::mutex> lock(kept.mu);
+    auto it = (kept.*table).find(key);
+    if (it != (kept.*table).end()) return it->second;
+  }
+  Value value = make();
+  std::lock_guard<std::mutex> lock(kept.mu);
+  if (kept.device_ids + key.size() > limit) kept.forget();
+  if ((kept.*table).emplace(key, value).second) kept.device_ids += key.size();
+  return value;
+}
+
 }  // namespace
 
 double gemm_efficiency(const SoftwareStack& stack, const DeviceType& device, double m, double n,
@@ -852,50 +869,37 @@ Seconds AnalyticCostModel::expert_exchange_time(int layer, const std::vector<int
 
 std::shared_ptr<const AnalyticCostModel::DispatchShape> AnalyticCostModel::dispatch_shape(
     const std::vector<int>& sorted_devices) const {
-  {
-    std::lock_guard<std::mutex> lock(ring_shapes_->mu);
-    auto it = ring_shapes_->dispatch.find(sorted_devices);
-    if (it != ring_shapes_->dispatch.end()) return it->second;
-  }
-  auto shape = std::make_shared<DispatchShape>();
-  const std::vector<Device>& all = topology_.devices();
-  std::map<int, std::vector<int>> by_node;  // the members by node, in device order
-  for (int d : sorted_devices) by_node[all[d].node].push_back(d);
-  for (const auto& [node, members] : by_node) shape->members.push_back(members.size());
-  if (by_node.size() >= 2) {
-    // Each device sends to the device at its position in every other node, all at once
-    // (sharing what NICs they share).
-    std::vector<std::pair<int, int>> sends;
-    for (const auto& [node, members] : by_node) {
-      for (size_t i = 0; i < members.size(); ++i) {
-        for (const auto& [other, peers] : by_node) {
-          if (other != node) sends.emplace_back(members[i], peers[i % peers.size()]);
+  return keep_shape(*ring_shapes_, &RingShapes::dispatch, sorted_devices, kMaxShapeDevices, [&] {
+    auto shape = std::make_shared<DispatchShape>();
+    const std::vector<Device>& all = topology_.devices();
+    std::map<int, std::vector<int>> by_node;  // the members by node, in device order
+    for (int d : sorted_devices) by_node[all[d].node].push_back(d);
+    for (const auto& [node, members] : by_node) shape->members.push_back(members.size());
+    if (by_node.size() >= 2) {
+      // Each device sends to the device at its position in every other node, all at once
+      // (sharing what NICs they share).
+      std::vector<std::pair<int, int>> sends;
+      for (const auto& [node, members] : by_node) {
+        for (size_t i = 0; i < members.size(); ++i) {
+          for (const auto& [other, peers] : by_node) {
+            if (other != node) sends.emplace_back(members[i], peers[i % peers.size()]);
+          }
         }
       }
+      shape->across = achieved(concurrent_parameters(sends));
+      // Inside each node every member sends a block to every other at once: the node's
+      // all-to-all shares, the slowest node's.
+      for (const auto& [node, members] : by_node) {
+        if (members.size() < 2) continue;
+        const AlphaBeta ab = all_to_all_parameters(members);
+        shape->intra_seconds_per_byte =
+            std::max(shape->intra_seconds_per_byte, 1.0 / ab.bandwidth.value());
+        shape->intra_latency =
+            std::max(shape->intra_latency, ab.latency * static_cast<double>(members.size() - 1));
+      }
     }
-    shape->across = achieved(concurrent_parameters(sends));
-    // Inside each node every member sends a block to every other at once: the node's
-    // all-to-all shares, the slowest node's.
-    for (const auto& [node, members] : by_node) {
-      if (members.size() < 2) continue;
-      const AlphaBeta ab = all_to_all_parameters(members);
-      shape->intra_seconds_per_byte =
-          std::max(shape->intra_seconds_per_byte, 1.0 / ab.bandwidth.value());
-      shape->intra_latency =
-          std::max(shape->intra_latency, ab.latency * static_cast<double>(members.size() - 1));
-    }
-  }
-  std::lock_guard<std::mutex> lock(ring_shapes_->mu);
-  if (ring_shapes_->device_ids + sorted_devices.size() > kMaxShapeDevices) {
-    ring_shapes_->shapes.clear();
-    ring_shapes_->all_to_all.clear();
-    ring_shapes_->dispatch.clear();
-    ring_shapes_->device_ids = 0;
-  }
-  if (ring_shapes_->dispatch.emplace(sorted_devices, shape).second) {
-    ring_shapes_->device_ids += sorted_devices.size();
-  }
-  return shape;
+    return std::shared_ptr<const DispatchShape>(std::move(shape));
+  });
 }
 
 CostModel::ContextExchange AnalyticCostModel::context_exchange(int layer,
@@ -1015,58 +1019,46 @@ AlphaBeta AnalyticCostModel::ring_parameters(std::span<const int> devices) const
 
 std::shared_ptr<const AnalyticCostModel::RingShape> AnalyticCostModel::ring_shape(
     const std::vector<int>& sorted_devices) const {
-  {
-    std::lock_guard<std::mutex> lock(ring_shapes_->mu);
-    auto it = ring_shapes_->shapes.find(sorted_devices);
-    if (it != ring_shapes_->shapes.end()) return it->second;
-  }
-  auto shape = std::make_shared<RingShape>();
-  shape->flat = achieved(ring_parameters(sorted_devices));
-  std::vector<std::vector<int>> by_node;
-  std::map<int, size_t> node_slot;
-  for (int d : sorted_devices) {
-    auto [it, inserted] = node_slot.emplace(topology_.devices()[d].node, by_node.size());
-    if (inserted) by_node.emplace_back();
-    by_node[it->second].push_back(d);
-  }
-  shape->nodes = static_cast<int>(by_node.size());
-  if (shape->nodes >= 2) {
-    shape->local_min = by_node[0].size();
-    size_t local_max = 0;
-    for (const auto& members : by_node) {
-      shape->local_min = std::min(shape->local_min, members.size());
-      local_max = std::max(local_max, members.size());
-      const std::pair<int, AlphaBeta> own{static_cast<int>(members.size()),
-                                          achieved(ring_parameters(members))};
-      const bool known = std::any_of(shape->intra.begin(), shape->intra.end(), [&](const auto& x) {
-        return x.first == own.first && x.second.latency == own.second.latency &&
-               x.second.bandwidth == own.second.bandwidth;
-      });
-      if (!known) shape->intra.push_back(own);
+  return keep_shape(*ring_shapes_, &RingShapes::shapes, sorted_devices, kMaxShapeDevices, [&] {
+    auto shape = std::make_shared<RingShape>();
+    shape->flat = achieved(ring_parameters(sorted_devices));
+    std::vector<std::vector<int>> by_node;
+    std::map<int, size_t> node_slot;
+    for (int d : sorted_devices) {
+      auto [it, inserted] = node_slot.emplace(topology_.devices()[d].node, by_node.size());
+      if (inserted) by_node.emplace_back();
+      by_node[it->second].push_back(d);
     }
-    // One inter-node ring per local rank, all at once: they share the nodes' NICs. Nodes with
-    // fewer participants reuse theirs; each ring carries the largest shard, n / min(local).
-    std::vector<std::pair<int, int>> transfers;
-    for (size_t r = 0; r < local_max; ++r) {
-      for (size_t j = 0; j < by_node.size(); ++j) {
-        const auto& from = by_node[j];
-        const auto& to = by_node[(j + 1) % by_node.size()];
-        transfers.emplace_back(from[r % from.size()], to[r % to.size()]);
+    shape->nodes = static_cast<int>(by_node.size());
+    if (shape->nodes >= 2) {
+      shape->local_min = by_node[0].size();
+      size_t local_max = 0;
+      for (const auto& members : by_node) {
+        shape->local_min = std::min(shape->local_min, members.size());
+        local_max = std::max(local_max, members.size());
+        const std::pair<int, AlphaBeta> own{static_cast<int>(members.size()),
+                                            achieved(ring_parameters(members))};
+        const bool known =
+            std::any_of(shape->intra.begin(), shape->intra.end(), [&](const auto& x) {
+              return x.first == own.first && x.second.latency == own.second.latency &&
+                     x.second.bandwidth == own.second.bandwidth;
+            });
+        if (!known) shape->intra.push_back(own);
       }
+      // One inter-node ring per local rank, all at once: they share the nodes' NICs. Nodes with
+      // fewer participants reuse theirs; each ring carries the largest shard, n / min(local).
+      std::vector<std::pair<int, int>> transfers;
+      for (size_t r = 0; r < local_max; ++r) {
+        for (size_t j = 0; j < by_node.size(); ++j) {
+          const auto& from = by_node[j];
+          const auto& to = by_node[(j + 1) % by_node.size()];
+          transfers.emplace_back(from[r % from.size()], to[r % to.size()]);
+        }
+      }
+      shape->inter = achieved(concurrent_parameters(transfers));
     }
-    shape->inter = achieved(concurrent_parameters(transfers));
-  }
-  std::lock_guard<std::mutex> lock(ring_shapes_->mu);
-  if (ring_shapes_->device_ids + sorted_devices.size() > kMaxShapeDevices) {
-    ring_shapes_->shapes.clear();
-    ring_shapes_->all_to_all.clear();
-    ring_shapes_->dispatch.clear();
-    ring_shapes_->device_ids = 0;
-  }
-  if (ring_shapes_->shapes.emplace(sorted_devices, shape).second) {
-    ring_shapes_->device_ids += sorted_devices.size();
-  }
-  return shape;
+    return std::shared_ptr<const RingShape>(std::move(shape));
+  });
 }
 
 Seconds AnalyticCostModel::flat_time(Collective collective, const std::vector<int>& devices,
@@ -1087,31 +1079,16 @@ Seconds AnalyticCostModel::flat_time(Collective collective, const std::vector<in
 }
 
 AlphaBeta AnalyticCostModel::all_to_all_parameters(const std::vector<int>& sorted_devices) const {
-  {
-    std::lock_guard<std::mutex> lock(ring_shapes_->mu);
-    auto it = ring_shapes_->all_to_all.find(sorted_devices);
-    if (it != ring_shapes_->all_to_all.end()) return it->second;
-  }
-  const size_t k = sorted_devices.size();
-  std::vector<std::pair<int, int>> blocks;
-  blocks.reserve(k * (k - 1));
-  for (int from : sorted_devices) {
-    for (int to : sorted_devices) {
-      if (from != to) blocks.emplace_back(from, to);
+  return keep_shape(*ring_shapes_, &RingShapes::all_to_all, sorted_devices, kMaxShapeDevices, [&] {
+    std::vector<std::pair<int, int>> blocks;
+    blocks.reserve(sorted_devices.size() * (sorted_devices.size() - 1));
+    for (int from : sorted_devices) {
+      for (int to : sorted_devices) {
+        if (from != to) blocks.emplace_back(from, to);
+      }
     }
-  }
-  const AlphaBeta ab = achieved(concurrent_parameters(blocks));
-  std::lock_guard<std::mutex> lock(ring_shapes_->mu);
-  if (ring_shapes_->device_ids + k > kMaxShapeDevices) {
-    ring_shapes_->shapes.clear();
-    ring_shapes_->all_to_all.clear();
-    ring_shapes_->dispatch.clear();
-    ring_shapes_->device_ids = 0;
-  }
-  if (ring_shapes_->all_to_all.emplace(sorted_devices, ab).second) {
-    ring_shapes_->device_ids += k;
-  }
-  return ab;
+    return achieved(concurrent_parameters(blocks));
+  });
 }
 
 Seconds AnalyticCostModel::hierarchical_time(Collective collective, const std::vector<int>& devices,

@@ -215,6 +215,12 @@ class AnalyticCostModel final : public CostModel {
     std::map<std::vector<int>, std::shared_ptr<const RingShape>> shapes;
     std::map<std::vector<int>, AlphaBeta> all_to_all;  // all_to_all_parameters
     std::map<std::vector<int>, std::shared_ptr<const DispatchShape>> dispatch;
+    void forget() {
+      shapes.clear();
+      all_to_all.clear();
+      dispatch.clear();
+      device_ids = 0;
+    }
     size_t device_ids = 0;
   };
   std::unique_ptr<RingShapes> ring_shapes_ = std::make_unique<RingShapes>();
