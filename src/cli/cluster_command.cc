@@ -40,21 +40,21 @@ struct PairClass {
   auto operator<=>(const PairClass&) const = default;
 };
 
-// What a node's paths depend on: its devices, links and NICs (not its name, price or
-// preemption rate). Nodes with the same signature have the same paths to any other node.
-std::string path_signature(const NodeSpec& n) {
-  std::string s;
-  for (const NodeDevices& g : n.devices) s += fmt::format("{}x{};", g.type, g.count);
-  for (const LinkSpec* l : {&n.interconnect, &n.pcie, &n.nic}) {
-    s += fmt::format("{}:{}:{};", static_cast<int>(l->kind), l->bandwidth.value(),
-                     l->latency.value());
-  }
-  return s + fmt::format("{}:{}", n.devices_per_pcie_switch, n.nic_count);
+// A node as its paths see it: the node without its name, price and preemption figures, so that
+// two nodes equal under NodeSpec's operator== have the same paths to any other node (and a
+// field added to NodeSpec counts unless cleared here).
+NodeSpec path_shape(NodeSpec n) {
+  n.name.clear();
+  n.price_per_hour = 0;
+  n.spot = false;
+  n.mean_hours_between_preemptions.reset();
+  n.on_demand_price_per_hour.reset();
+  return n;
 }
 
 // Every ordered pair of distinct devices by the class of its path. The cluster's paths without
 // measurements are counted on one node (or two) of each group of nodes with the same
-// signature and weighted by the pairs of nodes they stand for, so that a cluster of tens of
+// path shape and weighted by the pairs of nodes they stand for, so that a cluster of tens of
 // thousands of devices does not resolve billions of paths; each measured pair then moves from
 // the class its links give to its measured one.
 std::map<PairClass, int64_t> pair_classes(const ClusterSpec& cluster, const Topology& topo) {
@@ -63,12 +63,19 @@ std::map<PairClass, int64_t> pair_classes(const ClusterSpec& cluster, const Topo
   const Topology model(plain);
   std::vector<std::vector<int>> node_devices(cluster.nodes.size());
   for (const Device& d : topo.devices()) node_devices[static_cast<size_t>(d.node)].push_back(d.id);
-  std::map<std::string, size_t> group_of;
-  std::vector<std::vector<size_t>> groups;  // node indices with one signature
+  std::vector<NodeSpec> shapes;             // one per group, the group's path shape
+  std::vector<std::vector<size_t>> groups;  // node indices of one path shape
   for (size_t n = 0; n < cluster.nodes.size(); ++n) {
-    auto [it, added] = group_of.emplace(path_signature(cluster.nodes[n]), groups.size());
-    if (added) groups.emplace_back();
-    groups[it->second].push_back(n);
+    NodeSpec shape = path_shape(cluster.nodes[n]);
+    // `count: N` expands into consecutive nodes: the latest group is the likeliest.
+    size_t g = shapes.size();
+    while (g > 0 && !(shapes[g - 1] == shape)) --g;
+    if (g == 0) {
+      shapes.push_back(std::move(shape));
+      groups.emplace_back();
+      g = shapes.size();
+    }
+    groups[g - 1].push_back(n);
   }
   std::map<PairClass, int64_t> classes;
   auto add = [&](const Topology& t, int a, int b, int64_t weight) {
