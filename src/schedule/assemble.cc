@@ -214,9 +214,71 @@ Seconds hop(const CostModel& cost, const PipelineSpec& rep, int a, int b, int la
   return cost.p2p_time(rep.groups[a][0], rep.groups[b][0], cost.boundary_bytes(layer));
 }
 
+// Schedule requests as bytes. generate_schedule and adaptive_schedule are functions of their
+// requests, so replicas with equal requests (thousands, in a large data-parallel plan) share one
+// generation, kept under this key. Every list's length is written before it.
+class RequestKey {
+ public:
+  template <typename T>
+  void put(const T& value) {
+    key_.append(reinterpret_cast<const char*>(&value), sizeof(value));
+  }
+  void put(Seconds t) { put(t.value()); }
+  void put(Bytes b) { put(b.value()); }
+  void put(const ComputeTimes& t) {
+    put(t.forward);
+    put(t.backward_input);
+    put(t.backward_weight);
+    put(t.recompute);
+    put(t.fused_backward_saving);
+  }
+  template <typename T>
+  void put_all(const std::vector<T>& values) {
+    put(values.size());
+    for (const T& v : values) put(v);
+  }
+  std::string take() { return std::move(key_); }
+
+ private:
+  std::string key_;
+};
+
+std::string request_key(ScheduleKind kind, const ScheduleRequest& req) {
+  RequestKey key;
+  key.put('N');
+  key.put(kind);
+  key.put(req.num_groups);
+  key.put(req.num_stages);
+  key.put(req.micro_batches);
+  key.put(req.p2p_time);
+  key.put_all(req.stage_group);
+  key.put_all(req.stage_times);
+  key.put_all(req.max_in_flight);
+  return key.take();
+}
+
+std::string adaptive_request_key(const AdaptiveRequest& req) {
+  RequestKey key;
+  key.put('A');
+  key.put(req.num_groups);
+  key.put_all(req.stage_group);
+  key.put(req.micro_batches);
+  key.put_all(req.stage_times);
+  key.put_all(req.transfer_time);
+  key.put(req.vocab_shards);
+  key.put(req.embedding_shards);
+  key.put_all(req.activation_bytes);
+  key.put_all(req.memory_budget);
+  key.put(req.split_backward);
+  key.put(req.priority);
+  key.put(req.weight_fill);
+  return key.take();
+}
+
 Result<GroupOrders> adaptive_orders(const ScheduleSpec& spec, const Plan& plan, const Replica& out,
                                     const PipelineSpec& rep, const ReplicaFacts& f,
-                                    const CostModel& cost) {
+                                    const CostModel& cost,
+                                    std::map<std::string, GroupOrders>& generated) {
   const int stages = static_cast<int>(plan.stages.size());
   const PipelineShape shape = pipeline_shape(plan);
   const int first_shard = shape.first_shard();
@@ -255,32 +317,15 @@ Result<GroupOrders> adaptive_orders(const ScheduleSpec& spec, const Plan& plan, 
   req.split_backward = true;
   req.priority = spec.priority;
   req.weight_fill = spec.weight_fill;
-  return adaptive_schedule(req);
-}
-
-// The request of a named schedule as bytes: generate_schedule is a function of its kind and
-// request, so replicas with equal requests (thousands, in a large data-parallel plan) share one
-// generation.
-std::string request_key(ScheduleKind kind, const ScheduleRequest& req) {
-  std::string key;
-  auto put = [&key](const auto& value) {
-    key.append(reinterpret_cast<const char*>(&value), sizeof(value));
-  };
-  put(kind);
-  put(req.num_groups);
-  put(req.num_stages);
-  put(req.micro_batches);
-  put(req.p2p_time.value());
-  for (int g : req.stage_group) put(g);
-  put(-1);
-  for (const ComputeTimes& t : req.stage_times) {
-    put(t.forward.value());
-    put(t.backward_input.value());
-    put(t.backward_weight.value());
-    put(t.recompute.value());
+  // adaptive_schedule is a function of its request: replicas with equal requests (thousands of
+  // identical replicas, in a large data-parallel plan) share one.
+  std::string key = adaptive_request_key(req);
+  auto known = generated.find(key);
+  if (known == generated.end()) {
+    MOTLEY_ASSIGN_OR_RETURN(GroupOrders orders, adaptive_schedule(req));
+    known = generated.emplace(std::move(key), std::move(orders)).first;
   }
-  for (int64_t m : req.max_in_flight) put(m);
-  return key;
+  return known->second;
 }
 
 // A named schedule runs on the replica's coarse stages (times summed over their fine stages);
@@ -631,7 +676,7 @@ Result<Plan> assemble_plan(const AssembleOptions& o, const Candidate& c, const C
     MOTLEY_ASSIGN_OR_RETURN(
         GroupOrders orders,
         c.schedule.adaptive
-            ? adaptive_orders(c.schedule, plan, out, rep, facts, cost)
+            ? adaptive_orders(c.schedule, plan, out, rep, facts, cost, generated)
             : named_orders(c.schedule, rep, coarse_of[r], facts, o.check_memory, cost, generated));
     for (size_t g = 0; g < orders.size(); ++g) out.groups[g].actions = std::move(orders[g]);
   }

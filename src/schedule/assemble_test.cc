@@ -112,6 +112,44 @@ TEST(AssembleTest, AdaptiveScheduleRunsOnTheFineStagesWithinBudget) {
   EXPECT_EQ(order_text(orders[0]).rfind("0F0 0F1 0I0 0I1 0W0 0F2", 0), 0u) << order_text(orders[0]);
 }
 
+TEST(AssembleTest, ReplicasShareAdaptiveOrdersOnlyWithEqualRequests) {
+  // Replicas 0 and 1 are alike; replica 2 runs fewer micro-batches and replica 3 another
+  // partition. Each replica's orders must be those it gets assembled alone.
+  const ModelSpec model = tiny_model(4);
+  const ClusterSpec cluster = fixed_cluster({"H100-SXM", "H100-SXM", "H100-SXM", "H100-SXM"}, 2);
+  FixedCostSpec spec;
+  for (int i = 0; i < 4; ++i) spec.layers.push_back(layer_ms(1 + i, 2, 1, 1, 1));
+  FixedCostModel cost(cluster, spec);
+  const std::vector<RecomputePolicy> none(2);
+  Candidate c;
+  c.schedule = ScheduleSpec::adaptive_on(StageShape::kLinear, 1, AdaptivePriority::kBackwardFirst,
+                                         WeightFill::kIfItFits);
+  c.replicas = {
+      PipelineSpec{{{0}, {1}}, {0, 2, 4}, none, 4}, PipelineSpec{{{2}, {3}}, {0, 2, 4}, none, 4},
+      PipelineSpec{{{4}, {5}}, {0, 2, 4}, none, 3}, PipelineSpec{{{6}, {7}}, {0, 3, 4}, none, 4}};
+  AssembleOptions options = options_for(model, cluster);
+  options.check_memory = false;
+  Result<Plan> plan = assemble_plan(options, c, cost);
+  ASSERT_TRUE(plan.is_ok()) << plan.status().message();
+  auto orders_of = [](const Replica& r) {
+    std::string text;
+    for (const DeviceGroupSchedule& g : r.groups) text += order_text(g.actions) + " | ";
+    return text;
+  };
+  for (size_t r = 0; r < c.replicas.size(); ++r) {
+    Candidate alone = c;
+    alone.replicas = {c.replicas[r]};
+    // The common refinement of all four partitions, so that stages are numbered alike.
+    alone.replicas.push_back(c.replicas[r == 3 ? 0 : 3]);
+    Result<Plan> single = assemble_plan(options, alone, cost);
+    ASSERT_TRUE(single.is_ok()) << single.status().message();
+    EXPECT_EQ(orders_of(plan->replicas[r]), orders_of(single->replicas[0])) << "replica " << r;
+  }
+  EXPECT_EQ(orders_of(plan->replicas[0]), orders_of(plan->replicas[1]));
+  EXPECT_NE(orders_of(plan->replicas[0]), orders_of(plan->replicas[2]));
+  EXPECT_NE(orders_of(plan->replicas[0]), orders_of(plan->replicas[3]));
+}
+
 // Vocabulary parallelism: the head becomes a stage of its own split into one shard per group,
 // rows by each group's speed on the head (the A100 takes three times the H100's time here).
 TEST(AssembleTest, VocabularyParallelismSplitsTheHeadBySpeed) {
