@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -1167,29 +1168,42 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // the layout allows), ranked apart so that they add to the others rather than displace them.
   std::vector<std::pair<double, size_t>> expert_rank;
   std::vector<size_t> unfit;  // layouts that fit neither way
-  for (size_t i = 0; i < layouts.size(); ++i) {
+  // The screening below builds and estimates candidates on the evaluator's threads: each job
+  // is independent and its results are gathered in job order, so the ranking does not depend
+  // on the thread count. (On 16,384 devices a candidate holds 8,192 replicas: the ~1,500
+  // built here cost seconds on one thread.)
+  enum class Fit { kWhole, kExpertsSplit, kNeither };
+  std::vector<std::pair<Fit, double>> fits(layouts.size(), {Fit::kNeither, kInf});
+  evaluator_.for_each(layouts.size(), [&](size_t i, Simulator&) {
     double best = kInf;
     for (int64_t b : ctx_.micro_batch_sizes()) {
       Result<Candidate> c = build_candidate(ctx_, layouts[i], rank_spec, b, options);
       if (c.is_ok()) best = std::min(best, objective_estimate(ctx_, c.value()));
     }
     if (best < kInf) {
-      layout_rank.emplace_back(best, i);
-      continue;
+      fits[i] = {Fit::kWhole, best};
+      return;
     }
     const std::vector<int> degrees = expert_degrees(static_cast<int>(layouts[i].replicas.size()));
-    if (!degrees.empty()) {
-      BuildOptions split = options;
-      split.expert_parallel = degrees.back();
-      split.zero_stage = 1;
-      for (int64_t b : ctx_.micro_batch_sizes()) {
-        Result<Candidate> c = build_candidate(ctx_, layouts[i], rank_spec, b, split);
-        if (c.is_ok()) best = std::min(best, objective_estimate(ctx_, c.value()));
-      }
-      if (best < kInf) expert_rank.emplace_back(best, i);
-      continue;
+    if (degrees.empty()) return;
+    BuildOptions split = options;
+    split.expert_parallel = degrees.back();
+    split.zero_stage = 1;
+    for (int64_t b : ctx_.micro_batch_sizes()) {
+      Result<Candidate> c = build_candidate(ctx_, layouts[i], rank_spec, b, split);
+      if (c.is_ok()) best = std::min(best, objective_estimate(ctx_, c.value()));
     }
-    unfit.push_back(i);
+    fits[i] = {Fit::kExpertsSplit, best};
+  });
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    const auto [fit, best] = fits[i];
+    if (fit == Fit::kWhole) {
+      layout_rank.emplace_back(best, i);
+    } else if (fit == Fit::kExpertsSplit) {
+      if (best < kInf) expert_rank.emplace_back(best, i);
+    } else {
+      unfit.push_back(i);
+    }
   }
   // Effort by size: a larger cluster costs more per simulation, so fewer are screened. The
   // sizes depend only on the instance, never on the clock, so the search stays deterministic.
@@ -1270,26 +1284,35 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       if (sequence_parallel && !has_tensor_parallel_group(ctx_, layout)) continue;
       for (const ScheduleSpec& spec : specs) {
         for (int64_t b : ctx_.micro_batch_sizes()) {
-          Base base{layout_estimate, kept[k],          sequence_parallel, &spec, b,
-                    false,           k >= keep_layouts};
-          for (int zero = 0; zero <= 1; ++zero) {
-            if (zero > 0 && (layout.replicas.size() < 2 || ctx_.options().zero_stage)) continue;
-            BuildOptions build = options;
-            build.zero_stage = zero;
-            build.sequence_parallel = sequence_parallel;
-            build.vocab_parallel = ctx_.options().vocab_parallel.value_or(false);
-            build.vocab_embedding = false;
-            Result<Candidate> c = build_candidate(ctx_, layout, spec, b, build);
-            if (zero == 1) base.short_of_memory = !c.is_ok() || needs_recompute(c.value());
-            if (!c.is_ok() || !accepts_all(spec, c.value())) continue;
-            const double estimate = objective_estimate(ctx_, c.value());
-            if (zero == 1 || layout.replicas.size() < 2) base.estimate = estimate;
-            ranked.emplace_back(estimate, recipe_of(kept[k], spec, b, build, c.value()));
-          }
-          bases.push_back(base);
+          bases.push_back(Base{layout_estimate, kept[k], sequence_parallel, &spec, b, false,
+                               k >= keep_layouts});
         }
       }
     }
+  }
+  // Each base built without ZeRO and with ZeRO-1 (on the threads, gathered in order).
+  std::vector<std::vector<std::pair<double, Recipe>>> base_ranked(bases.size());
+  evaluator_.for_each(bases.size(), [&](size_t j, Simulator&) {
+    Base& base = bases[j];
+    const Layout& layout = layouts[base.layout];
+    for (int zero = 0; zero <= 1; ++zero) {
+      if (zero > 0 && (layout.replicas.size() < 2 || ctx_.options().zero_stage)) continue;
+      BuildOptions build = options;
+      build.zero_stage = zero;
+      build.sequence_parallel = base.sequence_parallel;
+      build.vocab_parallel = ctx_.options().vocab_parallel.value_or(false);
+      build.vocab_embedding = false;
+      Result<Candidate> c = build_candidate(ctx_, layout, *base.spec, base.b, build);
+      if (zero == 1) base.short_of_memory = !c.is_ok() || needs_recompute(c.value());
+      if (!c.is_ok() || !accepts_all(*base.spec, c.value())) continue;
+      const double estimate = objective_estimate(ctx_, c.value());
+      if (zero == 1 || layout.replicas.size() < 2) base.estimate = estimate;
+      base_ranked[j].emplace_back(estimate,
+                                  recipe_of(base.layout, *base.spec, base.b, build, c.value()));
+    }
+  });
+  for (auto& entries : base_ranked) {
+    for (auto& entry : entries) ranked.push_back(std::move(entry));
   }
   std::stable_sort(bases.begin(), bases.end(),
                    [](const Base& x, const Base& y) { return x.estimate < y.estimate; });
@@ -1301,6 +1324,8 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // Vocabulary parallelism is tried on bases of any replica count (where the search decides).
   const bool vocab_free = !ctx_.options().vocab_parallel && head_vocab(ctx_.model()) > 0;
   size_t sharded_bases = 0, expert_bases = 0, vocab_bases = 0, context_bases = 0;
+  // The variants to build, listed in order here and built on the threads below.
+  std::vector<std::pair<const Base*, BuildOptions>> variants;
   for (const Base& base : bases) {
     const Layout& layout = layouts[base.layout];
     const bool expert_only = base.expert_only;
@@ -1312,10 +1337,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       build.vocab_parallel = vocab || ctx_.options().vocab_parallel.value_or(false);
       build.vocab_embedding = embedding;
       build.sequence_parallel = base.sequence_parallel;
-      Result<Candidate> c = build_candidate(ctx_, layout, *base.spec, base.b, build);
-      if (!c.is_ok() || !accepts_all(*base.spec, c.value())) return;
-      ranked.emplace_back(objective_estimate(ctx_, c.value()),
-                          recipe_of(base.layout, *base.spec, base.b, build, c.value()));
+      variants.emplace_back(&base, build);
     };
     // (Up to 32 devices every base: sharding also buys a deeper warm-up, or a schedule that
     // holds more in flight, where ZeRO-1 fits without recompute.)
@@ -1350,6 +1372,17 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       add(layout.replicas.size() > 1 ? 1 : 0, 1, true);
       if (splits_embedding(ctx_)) add(layout.replicas.size() > 1 ? 1 : 0, 1, true, true);
     }
+  }
+  std::vector<std::optional<std::pair<double, Recipe>>> variant_ranked(variants.size());
+  evaluator_.for_each(variants.size(), [&](size_t j, Simulator&) {
+    const auto& [base, build] = variants[j];
+    Result<Candidate> c = build_candidate(ctx_, layouts[base->layout], *base->spec, base->b, build);
+    if (!c.is_ok() || !accepts_all(*base->spec, c.value())) return;
+    variant_ranked[j].emplace(objective_estimate(ctx_, c.value()),
+                              recipe_of(base->layout, *base->spec, base->b, build, c.value()));
+  });
+  for (auto& entry : variant_ranked) {
+    if (entry) ranked.push_back(std::move(*entry));
   }
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const auto& x, const auto& y) { return x.first < y.first; });

@@ -157,9 +157,12 @@ PlanExplanation explain(const Context& ctx, const Found& best, const SimResult& 
       out.megatron_tuned = Seconds(baselines[i].eval->iteration_time);
     }
   }
+  // (A key of thousands of replicas costs milliseconds: the answer's is made once, and only
+  // for a baseline with as many replicas.)
+  const std::string key = tune_internal::candidate_key(c);
   for (size_t i = 0; i < baselines.size(); ++i) {
-    if (baselines[i].ok &&
-        tune_internal::candidate_key(baselines[i].candidate) == tune_internal::candidate_key(c)) {
+    if (baselines[i].ok && baselines[i].candidate.replicas.size() == c.replicas.size() &&
+        tune_internal::candidate_key(baselines[i].candidate) == key) {
       out.baseline_plan = names[i];
       break;
     }
