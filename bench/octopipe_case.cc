@@ -184,18 +184,16 @@ int run(const std::string& profile, const std::string& cluster_path) {
   report("motley plan, TP 1 PP 4 DP 1, head whole", motley_plan(*model, *cluster), *cost);
   report("motley plan, TP 1 PP 4 DP 1, head whole, memory unbounded (H200)",
          motley_plan(*model, roomy), *roomy_cost);
-  // The head and the embedding as the profile states them, plus their vocabulary: 131,072 rows
-  // (the README's 131K-vocabulary head; the embedding's param_bytes are 131,072 x 4,480 bf16
-  // weights, the head's the same and the final norm's 4,480), so that vocabulary parallelism
-  // may split them; the search decides.
-  ModelSpec split = model.value();
-  split.layers.front().measured->vocab = 131072;
-  split.layers.back().measured->vocab = 131072;
-  const std::unique_ptr<AnalyticCostModel> split_cost = cost_model(split, *cluster);
-  report("motley plan, TP 1 PP 4 DP 1, vocabulary parallelism searched",
-         motley_plan(split, *cluster, std::nullopt), *split_cost);
+  // The profile states no vocabulary: motley reads it from the head's and the embedding's
+  // bytes (model.h, head_vocab: 131,072 x 4,480 bf16 weights, the head's plus its final norm's
+  // 4,480), so that vocabulary parallelism may split them; by default the search decides.
+  report("motley plan, TP 1 PP 4 DP 1, vocabulary parallelism searched (the default)",
+         motley_plan(*model, *cluster, std::nullopt), *cost);
   report("motley plan, TP 1 PP 4 DP 1, vocabulary parallelism forced",
-         motley_plan(split, *cluster, true), *split_cost);
+         motley_plan(*model, *cluster, true), *cost);
+  std::printf("\nVocabulary read from the profile's bytes: head %lld rows, embedding %lld rows\n",
+              static_cast<long long>(head_vocab(*model)),
+              static_cast<long long>(embedding_vocab(*model)));
   return 0;
 }
 

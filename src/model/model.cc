@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <string>
 
 #include "motley/core/enum_names.h"
+#include "motley/model/limits.h"
 
 namespace motley {
 namespace {
@@ -60,20 +62,66 @@ std::optional<WeightPass> parse_weight_pass(std::string_view name) {
   return parse_name_in<WeightPass>(kWeightPasses, name);
 }
 
+namespace {
+
+// Tokens of one micro-batch at the shape a measured layer was timed at; 0 when not stated.
+int64_t measured_tokens(const ModelSpec& model, const MeasuredLayer& m) {
+  const int64_t s = m.seq_len > 0 ? m.seq_len : model.default_seq_len;
+  return m.micro_batch_size > 0 && s > 0 ? m.micro_batch_size * s : 0;
+}
+
+// The bytes of one token's hidden state that a measured layer hands on (the width of a row
+// of a vocabulary layer's weights, when weights and activations share the model's dtype); 0
+// when its output is not a whole number of bytes per token.
+double hidden_row_bytes(const ModelSpec& model, const MeasuredLayer& m) {
+  const int64_t tokens = measured_tokens(model, m);
+  const double out = m.output_bytes.value();
+  if (tokens <= 0 || out <= 0) return 0;
+  const double row = out / static_cast<double>(tokens);
+  return row == std::floor(row) ? row : 0;
+}
+
+// Rows of `param_bytes` in rows of `row` bytes (less `extra` rows), when at least two and at
+// most a vocabulary's limit; else 0.
+int64_t rows_of(double param_bytes, double row, int64_t extra) {
+  if (row <= 0) return 0;
+  const double rows = std::floor(param_bytes / row) - static_cast<double>(extra);
+  return rows >= 2 && rows <= static_cast<double>(kMaxVocab) ? static_cast<int64_t>(rows) : 0;
+}
+
+}  // namespace
+
 int64_t head_vocab(const ModelSpec& model) {
   if (model.layers.empty()) return 0;
   const Layer& last = model.layers.back();
   if (last.kind == LayerKind::kHead && last.head) return last.head->vocab;
-  if (last.kind == LayerKind::kMeasured && last.measured) return last.measured->vocab;
-  return 0;
+  if (last.kind != LayerKind::kMeasured || !last.measured) return 0;
+  const MeasuredLayer& m = *last.measured;
+  if (m.vocab > 0 || model.layers.size() < 2) return m.vocab;
+  // Not stated: a last layer whose output is a loss (less than a byte per token, not a hidden
+  // state) holds the output projection; its rows are its weights over one hidden state's
+  // bytes (from the layer before), less one for the final norm a head holds.
+  const Layer& before = model.layers[model.layers.size() - 2];
+  const int64_t tokens = measured_tokens(model, m);
+  if (before.kind != LayerKind::kMeasured || !before.measured || tokens <= 0 ||
+      m.output_bytes.value() >= static_cast<double>(tokens)) {
+    return 0;
+  }
+  return rows_of(m.param_bytes.value(), hidden_row_bytes(model, *before.measured), 1);
 }
 
 int64_t embedding_vocab(const ModelSpec& model) {
   if (model.layers.size() < 2) return 0;
   const Layer& first = model.layers.front();
   if (first.kind == LayerKind::kEmbedding && first.embedding) return first.embedding->vocab;
-  if (first.kind == LayerKind::kMeasured && first.measured) return first.measured->vocab;
-  return 0;
+  if (first.kind != LayerKind::kMeasured || !first.measured) return 0;
+  const MeasuredLayer& m = *first.measured;
+  if (m.vocab > 0) return m.vocab;
+  // Not stated: a first layer that keeps no more than the token ids (8 bytes a token) for its
+  // backward is a lookup table; its rows are its weights over one output token's bytes.
+  const int64_t tokens = measured_tokens(model, m);
+  if (tokens <= 0 || m.activation_bytes.value() > 8.0 * static_cast<double>(tokens)) return 0;
+  return rows_of(m.param_bytes.value(), hidden_row_bytes(model, m), 0);
 }
 
 std::optional<std::string> tensor_parallel_obstacle(const Layer& layer, int t, bool vocabulary) {

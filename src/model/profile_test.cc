@@ -267,6 +267,56 @@ TEST(ProfileV2, AMeasuredHeadStatesItsVocabulary) {
             "");
 }
 
+// Profiles converted from other tools seldom state the vocabulary. A last layer whose output is
+// a loss and a first layer that keeps only the token ids are the head and the embedding; their
+// rows are their weights over one token's hidden state (less the head's final norm).
+TEST(ProfileV2, AnUnstatedVocabularyIsReadFromTheLayersBytes) {
+  // bf16, 4,096 tokens a micro-batch, hidden 64: a hidden state of 4096 x 64 x 2 bytes.
+  const std::string text = R"({
+  "format": "motley.profile/2", "name": "unstated", "measured_on": "H100-SXM",
+  "seq_len": 4096, "micro_batch_size": 1,
+  "layers": [
+    {"name": "embed", "forward_s": 0.001, "param_bytes": 128000, "activation_bytes": 32768,
+     "output_bytes": 524288},
+    {"name": "block", "repeat": 2, "forward_s": 0.002, "backward_input_s": 0.002,
+     "backward_weight_s": 0.001, "param_bytes": 1000000, "activation_bytes": 100000000,
+     "output_bytes": 524288},
+    {"name": "head", "forward_s": 0.01, "backward_input_s": 0.01, "backward_weight_s": 0.001,
+     "param_bytes": 128128, "output_bytes": 4}
+  ]})";
+  Result<ModelSpec> m = profile_from_json(parse_or_die(text), "p.json");
+  ASSERT_TRUE(m.is_ok()) << m.status().message();
+  EXPECT_EQ(head_vocab(*m), 1000);
+  EXPECT_EQ(embedding_vocab(*m), 1000);
+  // Read, not written: the file round-trips as it was.
+  EXPECT_FALSE(profile_to_json(*m)["layers"][2].contains("vocab"));
+  // A stated vocabulary wins.
+  ModelSpec stated = *m;
+  stated.layers.back().measured->vocab = 999;
+  EXPECT_EQ(head_vocab(stated), 999);
+  // A last layer handing on a hidden state is no head.
+  ModelSpec hidden_out = *m;
+  hidden_out.layers.back().measured->output_bytes = Bytes(524288);
+  EXPECT_EQ(head_vocab(hidden_out), 0);
+  // Nor is one after a layer whose output is not whole bytes per token.
+  ModelSpec ragged = *m;
+  ragged.layers[ragged.layers.size() - 2].measured->output_bytes = Bytes(1000);
+  EXPECT_EQ(head_vocab(ragged), 0);
+  // A first layer keeping more than the token ids is no lookup table.
+  ModelSpec kept = *m;
+  kept.layers.front().measured->activation_bytes = Bytes(100000000);
+  EXPECT_EQ(embedding_vocab(kept), 0);
+  // Weights of less than two rows are no vocabulary.
+  ModelSpec tiny = *m;
+  tiny.layers.back().measured->param_bytes = Bytes(256);
+  EXPECT_EQ(head_vocab(tiny), 0);
+  // A profile that does not state its shape gives no tokens to read a width from.
+  ModelSpec shapeless = *m;
+  for (Layer& l : shapeless.layers) l.measured->micro_batch_size = 0;
+  EXPECT_EQ(head_vocab(shapeless), 0);
+  EXPECT_EQ(embedding_vocab(shapeless), 0);
+}
+
 TEST(ProfileV2, LayersDifferingOnlyInTimesPerDegreeAreNotFolded) {
   Result<ModelSpec> m = profile_from_json(parse_or_die(kV2Example), "p.json");
   ASSERT_TRUE(m.is_ok()) << m.status().message();
