@@ -447,7 +447,15 @@ Found Searcher::megatron_tuned(const std::vector<Found>& defaults) {
     if (schedule_allowed(ctx_, s)) specs.push_back(s);
   }
   std::vector<Layout> swept;
-  std::vector<std::pair<double, Recipe>> ranked;
+  // The sweep's candidates, listed here and built and estimated on the evaluator's threads
+  // (independent jobs, gathered in order: the ranking does not depend on the thread count).
+  struct Sweep {
+    size_t layout;
+    const ScheduleSpec* spec;
+    int64_t b;
+    BuildOptions options;
+  };
+  std::vector<Sweep> sweep;
   for (int t : megatron_tp_degrees(ctx_)) {
     for (int p : megatron_depths(n, t, fixed)) {
       const int d = fixed.data_parallel > 0 ? fixed.data_parallel : n / (t * p);
@@ -475,16 +483,24 @@ Found Searcher::megatron_tuned(const std::vector<Found>& defaults) {
               options.proportional_micro_batches = false;
               options.zero_stage = zero1 ? 1 : 0;
               options.sequence_parallel = sequence_parallel;
-              Result<Candidate> c = build_candidate(ctx_, swept[index], spec, b, options);
-              if (c.is_ok()) {
-                ranked.emplace_back(objective_estimate(ctx_, c.value()),
-                                    recipe_of(index, spec, b, options, c.value()));
-              }
+              sweep.push_back(Sweep{index, &spec, b, options});
             }
           }
         }
       }
     }
+  }
+  std::vector<std::optional<std::pair<double, Recipe>>> estimated(sweep.size());
+  evaluator_.for_each(sweep.size(), [&](size_t i, Simulator&) {
+    const Sweep& s = sweep[i];
+    Result<Candidate> c = build_candidate(ctx_, swept[s.layout], *s.spec, s.b, s.options);
+    if (!c.is_ok()) return;
+    estimated[i].emplace(objective_estimate(ctx_, c.value()),
+                         recipe_of(s.layout, *s.spec, s.b, s.options, c.value()));
+  });
+  std::vector<std::pair<double, Recipe>> ranked;
+  for (auto& e : estimated) {
+    if (e) ranked.push_back(std::move(*e));
   }
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const auto& x, const auto& y) { return x.first < y.first; });
@@ -1171,10 +1187,14 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // The screening below builds and estimates candidates on the evaluator's threads: each job
   // is independent and its results are gathered in job order, so the ranking does not depend
   // on the thread count. (On 16,384 devices a candidate holds 8,192 replicas: the ~1,500
-  // built here cost seconds on one thread.)
-  enum class Fit { kWhole, kExpertsSplit, kNeither };
-  std::vector<std::pair<Fit, double>> fits(layouts.size(), {Fit::kNeither, kInf});
+  // built here cost seconds on one thread.) A job that starts past the time budget does
+  // nothing: the search then goes on with what was screened (on 65,536 devices the screening
+  // alone would take 16 s).
+  enum class Fit { kUnscreened, kWhole, kExpertsSplit, kNeither };
+  std::vector<std::pair<Fit, double>> fits(layouts.size(), {Fit::kUnscreened, kInf});
   evaluator_.for_each(layouts.size(), [&](size_t i, Simulator&) {
+    if (evaluator_.out_of_time()) return;
+    fits[i].first = Fit::kNeither;
     double best = kInf;
     for (int64_t b : ctx_.micro_batch_sizes()) {
       Result<Candidate> c = build_candidate(ctx_, layouts[i], rank_spec, b, options);
@@ -1185,7 +1205,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       return;
     }
     const std::vector<int> degrees = expert_degrees(static_cast<int>(layouts[i].replicas.size()));
-    if (degrees.empty()) return;
+    if (degrees.empty()) return;  // fits neither way
     BuildOptions split = options;
     split.expert_parallel = degrees.back();
     split.zero_stage = 1;
@@ -1201,7 +1221,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       layout_rank.emplace_back(best, i);
     } else if (fit == Fit::kExpertsSplit) {
       if (best < kInf) expert_rank.emplace_back(best, i);
-    } else {
+    } else if (fit == Fit::kNeither) {
       unfit.push_back(i);
     }
   }
@@ -1214,6 +1234,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // beyond where no layout fits whole sequences (each costs a partition per micro-batch size).
   if (size_class == 0 || (layout_rank.empty() && expert_rank.empty())) {
     for (size_t i : unfit) {
+      if (evaluator_.out_of_time()) break;
       const std::vector<int> context =
           context_degrees(static_cast<int>(layouts[i].replicas.size()));
       if (context.empty()) continue;
@@ -1293,6 +1314,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // Each base built without ZeRO and with ZeRO-1 (on the threads, gathered in order).
   std::vector<std::vector<std::pair<double, Recipe>>> base_ranked(bases.size());
   evaluator_.for_each(bases.size(), [&](size_t j, Simulator&) {
+    if (evaluator_.out_of_time()) return;
     Base& base = bases[j];
     const Layout& layout = layouts[base.layout];
     for (int zero = 0; zero <= 1; ++zero) {
@@ -1375,6 +1397,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   }
   std::vector<std::optional<std::pair<double, Recipe>>> variant_ranked(variants.size());
   evaluator_.for_each(variants.size(), [&](size_t j, Simulator&) {
+    if (evaluator_.out_of_time()) return;
     const auto& [base, build] = variants[j];
     Result<Candidate> c = build_candidate(ctx_, layouts[base->layout], *base->spec, base->b, build);
     if (!c.is_ok() || !accepts_all(*base->spec, c.value())) return;
