@@ -12,6 +12,7 @@
 #include <queue>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 namespace motley::tune_internal {
@@ -93,6 +94,17 @@ double bubble_share(const ScheduleSpec& spec, double f, double b, double w) {
 }
 
 }  // namespace
+
+bool same_make(const Context& ctx, const std::vector<std::vector<int>>& a,
+               const std::vector<std::vector<int>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t g = 0; g < a.size(); ++g) {
+    if (a[g].size() != b[g].size() || ctx.type_of(a[g].front()) != ctx.type_of(b[g].front())) {
+      return false;
+    }
+  }
+  return true;
+}
 
 std::string group_signature(const Context& ctx, const std::vector<std::vector<int>>& groups) {
   // Built for every replica of every candidate: no temporaries.
@@ -608,6 +620,14 @@ std::vector<size_t> estimated_replicas(const Context& ctx, const Candidate& c) {
       continue;
     }
     const PipelineSpec& rep = c.replicas[r];
+    // (Most replicas are alike the one before, whose key is in already.)
+    if (r > 0) {
+      const PipelineSpec& before = c.replicas[r - 1];
+      if (rep.micro_batches == before.micro_batches && rep.bounds == before.bounds &&
+          rep.recompute == before.recompute && same_make(ctx, rep.groups, before.groups)) {
+        continue;
+      }
+    }
     key.clear();
     key.push_back(rep.micro_batches);
     for (const auto& g : rep.groups) {
@@ -774,9 +794,23 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
                     "expert parallelism, and a micro-batch per group ({} micro-batches)",
                     cp, replicas, total));
   }
-  // Each replica's make, worked out once (a layout may hold thousands of replicas).
-  std::vector<std::string> make(static_cast<size_t>(replicas));
-  for (int r = 0; r < replicas; ++r) make[r] = group_signature(ctx, layout.replicas[r]);
+  // Each replica's make, as an index into the distinct makes (group_signature): a layout may
+  // hold tens of thousands of replicas, most of them of the make of the one before.
+  std::vector<std::string> makes;
+  std::vector<int> make(static_cast<size_t>(replicas));
+  {
+    std::unordered_map<std::string, int> index;
+    for (int r = 0; r < replicas; ++r) {
+      if (r > 0 && same_make(ctx, layout.replicas[r], layout.replicas[r - 1])) {
+        make[r] = make[r - 1];
+        continue;
+      }
+      std::string s = group_signature(ctx, layout.replicas[r]);
+      const auto [it, added] = index.emplace(s, static_cast<int>(makes.size()));
+      if (added) makes.push_back(std::move(s));
+      make[r] = it->second;
+    }
+  }
   // A context group's members exchange each stage's keys and values TP rank by TP rank and run
   // in lockstep: they are of one make.
   for (int r = 0; cp > 1 && r < replicas; ++r) {
@@ -817,7 +851,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
   }
   // Replicas of one make with one first guess get one partition: the first one's, copied
   // (the partition cache's key is a function of these two and of the candidate).
-  std::map<std::pair<std::string, int64_t>, size_t> first_of_make;
+  std::map<std::pair<int, int64_t>, size_t> first_of_make;
   for (int r = 0; r < replicas; ++r) {
     const auto& groups = layout.replicas[r];
     const int p = static_cast<int>(groups.size());
@@ -900,8 +934,8 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
       std::string key;
       if (cache != nullptr) {
         key = std::to_string(b) + "/" + std::to_string(static_cast<int>(schedule.shape)) + "/" +
-              std::to_string(schedule.chunks) + "/" + std::to_string(replicas) + "/" + make[r] +
-              "/";
+              std::to_string(schedule.chunks) + "/" + std::to_string(replicas) + "/" +
+              makes[make[r]] + "/";
         for (int64_t x : req.in_flight) key += std::to_string(x) + ",";
         key += adapts_to_memory(schedule) ? "a" : "f";
         if (zero > 0) key += "z" + std::to_string(zero);

@@ -185,6 +185,9 @@ LayerRange own_layers(const Context& ctx, const Candidate& c, const PipelineSpec
 // A pipeline's make: each group's device type and size, in order; equal for replicas that run
 // alike (the partition cache, equal micro-batch counts, context groups of one make).
 std::string group_signature(const Context& ctx, const std::vector<std::vector<int>>& groups);
+// Whether two pipelines are of one make (group_signature equal), without building either.
+bool same_make(const Context& ctx, const std::vector<std::vector<int>>& a,
+               const std::vector<std::vector<int>>& b);
 
 // A short description: "TP 1 x PP 8 x DP 2", "2 x [H100-SXM x4 TP2] + 1 x [A100-80GB x8]".
 std::string describe_layout(const Context& ctx, const std::vector<PipelineSpec>& replicas);
