@@ -176,12 +176,20 @@ Result<DeviceGroupSchedule> group_from_json(const JsonField& f) {
   DeviceGroupSchedule group;
   MOTLEY_ASSIGN_OR_RETURN(group.devices, index_list(f, "devices"));
   MOTLEY_ASSIGN_OR_RETURN(JsonField actions, f.get("actions"));
-  MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> items, actions.items());
-  group.actions.reserve(items.size());
-  for (const JsonField& item : items) {
-    MOTLEY_ASSIGN_OR_RETURN(std::string text, item.as_string());
-    Result<Action> action = parse_action(text);
-    if (!action.is_ok()) return item.error(action.status().message());
+  if (!actions.is_array()) return actions.items().status();
+  // Read straight from the document (a large plan holds millions of actions); an element's
+  // field, with its path, is made only to say what is wrong with it.
+  const Json& list = actions.json();
+  group.actions.reserve(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Json& e = list[i];
+    Result<Action> action = e.is_string() ? parse_action(e.get_ref<const std::string&>())
+                                          : Result<Action>(invalid_argument(""));
+    if (!action.is_ok()) {
+      const JsonField item(e, actions.source(), fmt::format("{}[{}]", actions.path(), i));
+      MOTLEY_RETURN_IF_ERROR(item.as_string().status());
+      return item.error(action.status().message());
+    }
     group.actions.push_back(action.value());
   }
   return group;
