@@ -110,6 +110,23 @@ TEST(CliTest, ModelShowOfAProfileShowsMeasuredTimes) {
       << r.out;
 }
 
+// A profile that states no vocabulary: the rows of its head and embedding, read from their
+// bytes (model-format.md, `vocab`), are shown, as a stated vocabulary is.
+TEST(CliTest, ModelShowSaysTheVocabularyOfAMeasuredHead) {
+  RunResult r = run_motley("model show " + data("unstated_vocabulary.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\nembedding (embed): 1000 vocabulary rows, read from its bytes; "
+                       "vocabulary parallelism may split it\n"
+                       "head (head): 1000 vocabulary rows, read from its bytes; vocabulary "
+                       "parallelism may split it\n"),
+            std::string::npos)
+      << r.out;
+  // A head that states no parameter bytes gives no rows to split.
+  r = run_motley("model show " + data("small_profile.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("vocabulary rows"), std::string::npos) << r.out;
+}
+
 TEST(CliTest, ModelShowJsonCarriesMeasuredTimes) {
   RunResult r = run_motley("model show " + data("small_profile.json") + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;

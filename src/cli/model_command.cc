@@ -342,6 +342,18 @@ Status show_model(const ModelShowOptions& opt) {
       for (const std::string& d : info.devices) devices += (devices.empty() ? "" : ", ") + d;
       out += fmt::format("measured times are on several device types ({}): no total\n", devices);
     }
+    // A measured head's or embedding's rows, stated or read from its bytes: what vocabulary
+    // parallelism splits.
+    const auto rows_note = [&](const Layer& layer, int64_t rows, const char* what) {
+      if (layer.kind != LayerKind::kMeasured || !layer.measured || rows <= 0) return;
+      out += fmt::format("{} ({}): {} vocabulary rows, {}; vocabulary parallelism may split it\n",
+                         what, layer.name, rows,
+                         layer.measured->vocab > 0 ? "stated" : "read from its bytes");
+    };
+    if (!model.layers.empty()) {
+      rows_note(model.layers.front(), embedding_vocab(model), "embedding");
+      rows_note(model.layers.back(), head_vocab(model), "head");
+    }
   }
   std::fputs(out.c_str(), stdout);
   return Status::ok();
