@@ -19,6 +19,13 @@
 #   without its all-to-alls ("ep": 1) to show what the exchanges take. Needs the model's
 #   Hugging Face config.json: QWEN3_MOE_CONFIG, by default ../shared/data/hf/Qwen3-30B-A3B.json
 #   beside the repository; skipped without it.
+# - gpt-oss-120b (MoE, 128 experts of width 2,880, top 4) in BF16 on 64 GPUs, held out and
+#   priced under megatron-core (the BF16 stack) whatever STACK says: NeMo 26.04.01, TP 1, PP 4,
+#   EP 8, DP 16, micro-batch 1, global batch 1,280, sequence 4,096, 5,824 tokens/s/GPU;
+#   recomputation is not published (none assumed). Its config is gpt-oss-20b's
+#   (GPT_OSS_CONFIG, by default ../shared/data/hf/gpt-oss-20b.json) with the 120b's published
+#   36 layers and 128 experts (OpenAI's config.json; every other field is the same), which
+#   gives its published 116.8 B parameters.
 #
 # The runs are written as calibration-cases files and priced by `motley calibrate` under STACK
 # (default megatron-core-fp8) or CALIBRATION with no fit, on DGX H100 nodes (NVLink 450 GB/s per
@@ -177,4 +184,32 @@ PY
   "$MOTLEY" calibrate --cases "$DIR/moe.json" "${PRICE[@]}" | sed '1d;$d'
 else
   echo "(no $QWEN3_MOE_CONFIG: the MoE runs are skipped)"
+fi
+
+GPT_OSS_CONFIG=${GPT_OSS_CONFIG:-$HERE/../../shared/data/hf/gpt-oss-20b.json}
+if [[ -f "$GPT_OSS_CONFIG" ]]; then
+  python3 - "$DIR" "$GPT_OSS_CONFIG" <<'PY'
+import json, os, sys
+out_dir, config = sys.argv[1:]
+c = json.load(open(config))
+c.update(num_hidden_layers=36, num_local_experts=128,
+         layer_types=["sliding_attention", "full_attention"] * 18)
+with open(os.path.join(out_dir, "gpt-oss-120b.json"), "w") as f:
+    json.dump(c, f)
+def case(id_, ep):
+    return {"id": id_, "model": "gpt-oss-120b.json", "cluster": "dgx-h100-x8.yaml", "gpus": 64,
+            "tp": 1, "pp": 4, "dp": 16, "ep": ep, "global_batch": 1280, "micro_batch_size": 1,
+            "seq_len": 4096, "schedule": "1f1b", "recompute": "none", "partition": "megatron",
+            "rank_order": "megatron", "zero_stage": 1, "published": 1280 * 4096 / (5824 * 64),
+            "source": "Megatron-Bridge performance summary, NeMo 26.04.01, DGX-H100, BF16"}
+with open(os.path.join(out_dir, "oss.json"), "w") as f:
+    json.dump({"format": "calibration-cases/1", "about": "gpt-oss-120b in BF16 on DGX H100",
+               "cases": [case("gpt-oss-120b-26.04.01", 8), case("gpt-oss-120b-no-a2a", 1)]},
+              f, indent=1)
+PY
+  echo "== held out: gpt-oss-120b (MoE, BF16; $("$MOTLEY" model show "$DIR/gpt-oss-120b.json" |
+    sed -n 's/^total parameters [0-9]* (\(.*\)), active.*/\1/p') parameters), priced under --stack megatron-core"
+  "$MOTLEY" calibrate --cases "$DIR/oss.json" --stack megatron-core | sed '1d;$d'
+else
+  echo "(no $GPT_OSS_CONFIG: the gpt-oss run is skipped)"
 fi
