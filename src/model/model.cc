@@ -117,10 +117,12 @@ int64_t embedding_vocab(const ModelSpec& model) {
   if (first.kind != LayerKind::kMeasured || !first.measured) return 0;
   const MeasuredLayer& m = *first.measured;
   if (m.vocab > 0) return m.vocab;
-  // Not stated: a first layer that keeps no more than the token ids (8 bytes a token) for its
-  // backward is a lookup table; its rows are its weights over one output token's bytes.
+  // Not stated: a first layer that keeps the token ids and no more (up to 8 bytes a token) for
+  // its backward is a lookup table; its rows are its weights over one output token's bytes.
+  // (A profile that leaves activation bytes out says nothing either way: 0 is no lookup.)
   const int64_t tokens = measured_tokens(model, m);
-  if (tokens <= 0 || m.activation_bytes.value() > 8.0 * static_cast<double>(tokens)) return 0;
+  const double kept = m.activation_bytes.value();
+  if (tokens <= 0 || kept <= 0 || kept > 8.0 * static_cast<double>(tokens)) return 0;
   return rows_of(m.param_bytes.value(), hidden_row_bytes(model, m), 0);
 }
 

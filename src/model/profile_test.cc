@@ -306,6 +306,9 @@ TEST(ProfileV2, AnUnstatedVocabularyIsReadFromTheLayersBytes) {
   ModelSpec kept = *m;
   kept.layers.front().measured->activation_bytes = Bytes(100000000);
   EXPECT_EQ(embedding_vocab(kept), 0);
+  // Nor one whose activation bytes are not stated.
+  kept.layers.front().measured->activation_bytes = Bytes(0);
+  EXPECT_EQ(embedding_vocab(kept), 0);
   // Weights of less than two rows are no vocabulary.
   ModelSpec tiny = *m;
   tiny.layers.back().measured->param_bytes = Bytes(256);
