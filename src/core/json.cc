@@ -593,10 +593,12 @@ Result<std::vector<JsonField>> JsonField::items() const {
   }
   std::vector<JsonField> out;
   out.reserve(value_->size());
-  for (size_t i = 0; i < value_->size(); ++i) {
-    out.emplace_back((*value_)[i], source_, fmt::format("{}[{}]", path_, i));
-  }
+  for (size_t i = 0; i < value_->size(); ++i) out.push_back(item(i));
   return out;
+}
+
+JsonField JsonField::item(size_t i) const {
+  return JsonField((*value_)[i], source_, fmt::format("{}[{}]", path_, i));
 }
 
 Result<std::vector<std::string>> JsonField::keys() const {

@@ -182,14 +182,9 @@ Result<DeviceGroupSchedule> group_from_json(const JsonField& f) {
   const Json& list = actions.json();
   group.actions.reserve(list.size());
   for (size_t i = 0; i < list.size(); ++i) {
-    const Json& e = list[i];
-    Result<Action> action = e.is_string() ? parse_action(e.get_ref<const std::string&>())
-                                          : Result<Action>(invalid_argument(""));
-    if (!action.is_ok()) {
-      const JsonField item(e, actions.source(), fmt::format("{}[{}]", actions.path(), i));
-      MOTLEY_RETURN_IF_ERROR(item.as_string().status());
-      return item.error(action.status().message());
-    }
+    if (!list[i].is_string()) return actions.item(i).as_string().status();
+    Result<Action> action = parse_action(list[i].get_ref<const std::string&>());
+    if (!action.is_ok()) return actions.item(i).error(action.status().message());
     group.actions.push_back(action.value());
   }
   return group;

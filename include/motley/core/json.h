@@ -4,6 +4,7 @@
 // Free functions and a value type; thread-compatible.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -85,6 +86,9 @@ class JsonField {
   std::optional<JsonField> find(std::string_view key) const;
   // Elements of an array (error when not an array).
   Result<std::vector<JsonField>> items() const;
+  // Element i of an array, with its path (REQUIRES: an array of more than i elements): for a
+  // reader that walks a large array through json() and needs a field only to word an error.
+  JsonField item(size_t i) const;
   // Keys of an object in document order (error when not an object).
   Result<std::vector<std::string>> keys() const;
 
