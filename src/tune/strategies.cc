@@ -226,6 +226,40 @@ bool accepts_all(const ScheduleSpec& s, const Candidate& c) {
   return true;
 }
 
+// A candidate to build and estimate: one of the ranking's layouts, a schedule, a micro-batch
+// size and the build options.
+struct Job {
+  size_t layout = 0;
+  const ScheduleSpec* spec = nullptr;
+  int64_t b = 0;
+  BuildOptions options;
+};
+
+// Each job built and estimated as an independent task on the evaluator's threads; the
+// estimates and recipes of those that build, and whose schedule accepts them, in job order,
+// so that the ranking does not depend on the thread count. With `honour_budget` a job that
+// starts past the time budget gives none. (On 16,384 devices a candidate holds 8,192
+// replicas: the thousands a search ranks cost seconds on one thread.)
+std::vector<std::pair<double, Recipe>> estimate_jobs(const Context& ctx, Evaluator& evaluator,
+                                                     const std::vector<Layout>& layouts,
+                                                     const std::vector<Job>& jobs,
+                                                     bool honour_budget) {
+  std::vector<std::optional<std::pair<double, Recipe>>> estimated(jobs.size());
+  evaluator.for_each(jobs.size(), [&](size_t i, Simulator&) {
+    if (honour_budget && evaluator.out_of_time()) return;
+    const Job& j = jobs[i];
+    Result<Candidate> c = build_candidate(ctx, layouts[j.layout], *j.spec, j.b, j.options);
+    if (!c.is_ok() || !accepts_all(*j.spec, c.value())) return;
+    estimated[i].emplace(objective_estimate(ctx, c.value()),
+                         recipe_of(j.layout, *j.spec, j.b, j.options, c.value()));
+  });
+  std::vector<std::pair<double, Recipe>> out;
+  for (auto& e : estimated) {
+    if (e) out.push_back(std::move(*e));
+  }
+  return out;
+}
+
 // Replicas with the same groups' make, bounds and recompute move together.
 std::vector<std::vector<int>> replica_classes(const Context& ctx, const Candidate& c) {
   std::vector<std::vector<int>> classes;
@@ -447,15 +481,9 @@ Found Searcher::megatron_tuned(const std::vector<Found>& defaults) {
     if (schedule_allowed(ctx_, s)) specs.push_back(s);
   }
   std::vector<Layout> swept;
-  // The sweep's candidates, listed here and built and estimated on the evaluator's threads
-  // (independent jobs, gathered in order: the ranking does not depend on the thread count).
-  struct Sweep {
-    size_t layout;
-    const ScheduleSpec* spec;
-    int64_t b;
-    BuildOptions options;
-  };
-  std::vector<Sweep> sweep;
+  // The sweep's candidates, listed here and estimated on the threads (estimate_jobs). The
+  // sweep is a baseline's whole definition: it runs past the time budget.
+  std::vector<Job> sweep;
   for (int t : megatron_tp_degrees(ctx_)) {
     for (int p : megatron_depths(n, t, fixed)) {
       const int d = fixed.data_parallel > 0 ? fixed.data_parallel : n / (t * p);
@@ -483,25 +511,17 @@ Found Searcher::megatron_tuned(const std::vector<Found>& defaults) {
               options.proportional_micro_batches = false;
               options.zero_stage = zero1 ? 1 : 0;
               options.sequence_parallel = sequence_parallel;
-              sweep.push_back(Sweep{index, &spec, b, options});
+              sweep.push_back(Job{index, &spec, b, options});
             }
           }
         }
       }
     }
   }
-  std::vector<std::optional<std::pair<double, Recipe>>> estimated(sweep.size());
-  evaluator_.for_each(sweep.size(), [&](size_t i, Simulator&) {
-    const Sweep& s = sweep[i];
-    Result<Candidate> c = build_candidate(ctx_, swept[s.layout], *s.spec, s.b, s.options);
-    if (!c.is_ok()) return;
-    estimated[i].emplace(objective_estimate(ctx_, c.value()),
-                         recipe_of(s.layout, *s.spec, s.b, s.options, c.value()));
-  });
-  std::vector<std::pair<double, Recipe>> ranked;
-  for (auto& e : estimated) {
-    if (e) ranked.push_back(std::move(*e));
-  }
+  // (Every swept layout's replicas run total / d micro-batches, which schedule_accepts
+  // checked above: estimate_jobs' schedule check refuses none of them.)
+  std::vector<std::pair<double, Recipe>> ranked =
+      estimate_jobs(ctx_, evaluator_, swept, sweep, /*honour_budget=*/false);
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const auto& x, const auto& y) { return x.first < y.first; });
   // Screened in the estimate's order until eight fit (those short of memory fail fast in
@@ -1184,12 +1204,9 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // the layout allows), ranked apart so that they add to the others rather than displace them.
   std::vector<std::pair<double, size_t>> expert_rank;
   std::vector<size_t> unfit;  // layouts that fit neither way
-  // The screening below builds and estimates candidates on the evaluator's threads: each job
-  // is independent and its results are gathered in job order, so the ranking does not depend
-  // on the thread count. (On 16,384 devices a candidate holds 8,192 replicas: the ~1,500
-  // built here cost seconds on one thread.) A job that starts past the time budget does
-  // nothing: the search then goes on with what was screened (on 65,536 devices the screening
-  // alone would take 16 s).
+  // The screening below runs on the evaluator's threads as estimate_jobs does, results in job
+  // order, and a job that starts past the time budget does nothing: the search then goes on
+  // with what was screened (on 65,536 devices the screening alone would take 16 s).
   enum class Fit { kUnscreened, kWhole, kExpertsSplit, kNeither };
   std::vector<std::pair<Fit, double>> fits(layouts.size(), {Fit::kUnscreened, kInf});
   evaluator_.for_each(layouts.size(), [&](size_t i, Simulator&) {
@@ -1346,8 +1363,8 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // Vocabulary parallelism is tried on bases of any replica count (where the search decides).
   const bool vocab_free = !ctx_.options().vocab_parallel && head_vocab(ctx_.model()) > 0;
   size_t sharded_bases = 0, expert_bases = 0, vocab_bases = 0, context_bases = 0;
-  // The variants to build, listed in order here and built on the threads below.
-  std::vector<std::pair<const Base*, BuildOptions>> variants;
+  // The variants to build, listed in order here and estimated on the threads below.
+  std::vector<Job> variants;
   for (const Base& base : bases) {
     const Layout& layout = layouts[base.layout];
     const bool expert_only = base.expert_only;
@@ -1359,7 +1376,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       build.vocab_parallel = vocab || ctx_.options().vocab_parallel.value_or(false);
       build.vocab_embedding = embedding;
       build.sequence_parallel = base.sequence_parallel;
-      variants.emplace_back(&base, build);
+      variants.push_back(Job{base.layout, base.spec, base.b, build});
     };
     // (Up to 32 devices every base: sharding also buys a deeper warm-up, or a schedule that
     // holds more in flight, where ZeRO-1 fits without recompute.)
@@ -1395,17 +1412,8 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       if (splits_embedding(ctx_)) add(layout.replicas.size() > 1 ? 1 : 0, 1, true, true);
     }
   }
-  std::vector<std::optional<std::pair<double, Recipe>>> variant_ranked(variants.size());
-  evaluator_.for_each(variants.size(), [&](size_t j, Simulator&) {
-    if (evaluator_.out_of_time()) return;
-    const auto& [base, build] = variants[j];
-    Result<Candidate> c = build_candidate(ctx_, layouts[base->layout], *base->spec, base->b, build);
-    if (!c.is_ok() || !accepts_all(*base->spec, c.value())) return;
-    variant_ranked[j].emplace(objective_estimate(ctx_, c.value()),
-                              recipe_of(base->layout, *base->spec, base->b, build, c.value()));
-  });
-  for (auto& entry : variant_ranked) {
-    if (entry) ranked.push_back(std::move(*entry));
+  for (auto& entry : estimate_jobs(ctx_, evaluator_, layouts, variants, /*honour_budget=*/true)) {
+    ranked.push_back(std::move(entry));
   }
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const auto& x, const auto& y) { return x.first < y.first; });
