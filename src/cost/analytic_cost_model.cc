@@ -308,12 +308,54 @@ Result<std::unique_ptr<AnalyticCostModel>> AnalyticCostModel::create(
     const ModelSpec& model, const ClusterSpec& cluster, const AnalyticCostOptions& options,
     const std::string& source) {
   MOTLEY_RETURN_IF_ERROR(validate(model, options, source));
-  return std::unique_ptr<AnalyticCostModel>(new AnalyticCostModel(model, cluster, options));
+  return std::unique_ptr<AnalyticCostModel>(
+      new AnalyticCostModel(model, cluster, paths_of(cluster), options));
 }
 
+Result<std::unique_ptr<AnalyticCostModel>> AnalyticCostModel::create(
+    const ModelSpec& model, const ClusterSpec& cluster, const AnalyticCostOptions& options,
+    const std::string& source, std::shared_ptr<Paths> paths) {
+  MOTLEY_CHECK(paths != nullptr, "AnalyticCostModel::create without the cluster's paths");
+  MOTLEY_RETURN_IF_ERROR(validate(model, options, source));
+  return std::unique_ptr<AnalyticCostModel>(
+      new AnalyticCostModel(model, cluster, std::move(paths), options));
+}
+
+class AnalyticCostModel::Paths {
+ public:
+  explicit Paths(const ClusterSpec& cluster) : topology(cluster) {
+    for (const Device& d : topology.devices()) {
+      if (d.node >= static_cast<int>(node_members.size())) node_members.resize(d.node + 1);
+      node_members[d.node].push_back(d.id);
+    }
+    node_rings.resize(node_members.size());
+    node_rings_once = std::make_unique<std::once_flag[]>(node_members.size());
+  }
+
+  const Topology topology;
+  RingShapes shapes;
+  // Ring parameters of every subset of a node's devices, indexed by the bit mask of their local
+  // indices, worked out the first time a group of that node is priced (a search on thousands of
+  // nodes prices groups on a few); none for nodes with more than kMaxSubsetDevices devices.
+  std::vector<std::vector<int>> node_members;  // device ids by local index
+  std::vector<std::vector<AlphaBeta>> node_rings;
+  std::unique_ptr<std::once_flag[]> node_rings_once;
+};
+
+std::shared_ptr<AnalyticCostModel::Paths> AnalyticCostModel::paths_of(const ClusterSpec& cluster) {
+  return std::make_shared<Paths>(cluster);
+}
+
+const Topology& AnalyticCostModel::topology() const { return *topology_; }
+
 AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& cluster,
+                                     std::shared_ptr<Paths> paths,
                                      const AnalyticCostOptions& options)
-    : model_(model), options_(options), topology_(cluster), tied_(find_tied_layers(model)) {
+    : model_(model),
+      options_(options),
+      paths_(std::move(paths)),
+      topology_(&paths_->topology),
+      tied_(find_tied_layers(model)) {
   options_.workload.dropout = options.workload.dropout || model.dropout;
   for (const MeasuredCollective& c : cluster.measured_collectives) {
     const std::optional<Collective> op = collective_from_op(c.op);
@@ -403,10 +445,10 @@ AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& 
   // One table per device type present, for every TP degree a node of that type allows.
   std::map<std::string, int> table_index;
   std::map<std::pair<int, std::string>, int> per_node;  // (node, type) -> devices
-  table_of_device_.assign(topology_.devices().size(), 0);
-  for (const Device& d : topology_.devices()) {
+  table_of_device_.assign(topology_->devices().size(), 0);
+  for (const Device& d : topology_->devices()) {
     auto [it, inserted] = table_index.emplace(d.type, static_cast<int>(tables_.size()));
-    if (inserted) tables_.push_back(DeviceTables{&topology_.device_type(d.id), {}});
+    if (inserted) tables_.push_back(DeviceTables{&topology_->device_type(d.id), {}});
     table_of_device_[d.id] = it->second;
     ++per_node[{d.node, d.type}];
   }
@@ -433,14 +475,6 @@ AnalyticCostModel::AnalyticCostModel(const ModelSpec& model, const ClusterSpec& 
       }
     }
   }
-
-  // TP groups live inside one node: price each subset of a small node's devices once.
-  for (const Device& d : topology_.devices()) {
-    if (d.node >= static_cast<int>(node_members_.size())) node_members_.resize(d.node + 1);
-    node_members_[d.node].push_back(d.id);
-  }
-  node_rings_.resize(node_members_.size());
-  node_rings_once_ = std::make_unique<std::once_flag[]>(node_members_.size());
 }
 
 AnalyticCostModel::LayerTimes AnalyticCostModel::layer_times(int layer, const DeviceType& device,
@@ -641,7 +675,7 @@ AnalyticCostModel::PipelineMessage AnalyticCostModel::pipeline_message(const Dev
   // it and the whole message crosses it.
   std::vector<int> used;
   for (size_t i = 0; i < k; ++i) {
-    const Path& p = topology_.path(src.devices[i], dst.devices[i]);
+    const Path& p = topology_->path(src.devices[i], dst.devices[i]);
     used.insert(used.end(), p.links.begin(), p.links.end());
   }
   std::sort(used.begin(), used.end());
@@ -860,18 +894,20 @@ Seconds AnalyticCostModel::expert_exchange_time(int layer, const std::vector<int
   }
   const double nodes = static_cast<double>(shape->members.size());
   // Across nodes: one send per token and other node, of a routed copy's bytes.
-  const double inter = hit * bytes.value() / top_k / shape->across.bandwidth.value();
+  const AlphaBeta across = achieved(shape->across);
+  const double inter = hit * bytes.value() / top_k / across.bandwidth.value();
   // Inside the nodes, beside them: n / k bytes to each other member for each of the N nodes.
-  const double intra = nodes * bytes.value() / k * shape->intra_seconds_per_byte;
-  return Seconds(shape->across.latency.value() * (nodes - 1) + shape->intra_latency.value() +
+  const double intra = nodes * bytes.value() / k * shape->intra_seconds_per_byte /
+                       options_.stack.collective_efficiency;
+  return Seconds(across.latency.value() * (nodes - 1) + shape->intra_latency.value() +
                  std::max(inter, intra));
 }
 
 std::shared_ptr<const AnalyticCostModel::DispatchShape> AnalyticCostModel::dispatch_shape(
     const std::vector<int>& sorted_devices) const {
-  return keep_shape(*ring_shapes_, &RingShapes::dispatch, sorted_devices, kMaxShapeDevices, [&] {
+  return keep_shape(paths_->shapes, &RingShapes::dispatch, sorted_devices, kMaxShapeDevices, [&] {
     auto shape = std::make_shared<DispatchShape>();
-    const std::vector<Device>& all = topology_.devices();
+    const std::vector<Device>& all = topology_->devices();
     std::map<int, std::vector<int>> by_node;  // the members by node, in device order
     for (int d : sorted_devices) by_node[all[d].node].push_back(d);
     for (const auto& [node, members] : by_node) shape->members.push_back(members.size());
@@ -886,12 +922,12 @@ std::shared_ptr<const AnalyticCostModel::DispatchShape> AnalyticCostModel::dispa
           }
         }
       }
-      shape->across = achieved(concurrent_parameters(sends));
+      shape->across = concurrent_parameters(sends);
       // Inside each node every member sends a block to every other at once: the node's
       // all-to-all shares, the slowest node's.
       for (const auto& [node, members] : by_node) {
         if (members.size() < 2) continue;
-        const AlphaBeta ab = all_to_all_parameters(members);
+        const AlphaBeta ab = link_all_to_all(members);
         shape->intra_seconds_per_byte =
             std::max(shape->intra_seconds_per_byte, 1.0 / ab.bandwidth.value());
         shape->intra_latency =
@@ -932,7 +968,7 @@ Bytes AnalyticCostModel::boundary_bytes(int layer) const {
 
 Seconds AnalyticCostModel::p2p_time(int src, int dst, Bytes bytes) const {
   if (src == dst) return Seconds(0);
-  const Path& path = topology_.path(src, dst);
+  const Path& path = topology_->path(src, dst);
   return path.latency + bytes / (path.bandwidth * options_.stack.p2p_efficiency);
 }
 
@@ -943,14 +979,14 @@ AlphaBeta AnalyticCostModel::concurrent_parameters(
   SmallBuffer<Path, 32> paths(transfers.size());
   size_t crossings = 0;
   for (size_t i = 0; i < transfers.size(); ++i) {
-    paths.begin()[i] = topology_.path(transfers[i].first, transfers[i].second);
+    paths.begin()[i] = topology_->path(transfers[i].first, transfers[i].second);
     crossings += paths.begin()[i].links.size();
   }
   SmallBuffer<int, 256> used(crossings);
   int* next = used.begin();
   for (const Path& p : paths) next = std::copy(p.links.begin(), p.links.end(), next);
   std::sort(used.begin(), used.end());
-  const std::vector<Link>& links = topology_.links();
+  const std::vector<Link>& links = topology_->links();
   for (const Path& p : paths) {
     out.latency = std::max(out.latency, p.latency);
     double bandwidth = p.bandwidth.value();
@@ -970,13 +1006,13 @@ AlphaBeta AnalyticCostModel::achieved(AlphaBeta ring) const {
 }
 
 AlphaBeta AnalyticCostModel::group_ring(const std::vector<int>& devices) const {
-  const std::vector<Device>& all = topology_.devices();
+  const std::vector<Device>& all = topology_->devices();
   const int node = all[devices[0]].node;
-  const std::vector<int>& members = node_members_[node];
+  const std::vector<int>& members = paths_->node_members[node];
   const int local = static_cast<int>(members.size());
   if (local > kMaxSubsetDevices) return ring_parameters(devices);
-  std::call_once(node_rings_once_[node], [&] {
-    std::vector<AlphaBeta>& table = node_rings_[node];
+  std::call_once(paths_->node_rings_once[node], [&] {
+    std::vector<AlphaBeta>& table = paths_->node_rings[node];
     table.resize(size_t{1} << local);
     std::vector<int> subset;
     for (uint32_t mask = 0; mask < (uint32_t{1} << local); ++mask) {
@@ -987,7 +1023,7 @@ AlphaBeta AnalyticCostModel::group_ring(const std::vector<int>& devices) const {
       table[mask] = ring_parameters(subset);
     }
   });
-  const std::vector<AlphaBeta>& rings = node_rings_[node];
+  const std::vector<AlphaBeta>& rings = paths_->node_rings[node];
   uint32_t mask = 0;
   for (int d : devices) {
     if (all[d].node != node) return ring_parameters(devices);
@@ -1019,13 +1055,13 @@ AlphaBeta AnalyticCostModel::ring_parameters(std::span<const int> devices) const
 
 std::shared_ptr<const AnalyticCostModel::RingShape> AnalyticCostModel::ring_shape(
     const std::vector<int>& sorted_devices) const {
-  return keep_shape(*ring_shapes_, &RingShapes::shapes, sorted_devices, kMaxShapeDevices, [&] {
+  return keep_shape(paths_->shapes, &RingShapes::shapes, sorted_devices, kMaxShapeDevices, [&] {
     auto shape = std::make_shared<RingShape>();
-    shape->flat = achieved(ring_parameters(sorted_devices));
+    shape->flat = ring_parameters(sorted_devices);
     std::vector<std::vector<int>> by_node;
     std::map<int, size_t> node_slot;
     for (int d : sorted_devices) {
-      auto [it, inserted] = node_slot.emplace(topology_.devices()[d].node, by_node.size());
+      auto [it, inserted] = node_slot.emplace(topology_->devices()[d].node, by_node.size());
       if (inserted) by_node.emplace_back();
       by_node[it->second].push_back(d);
     }
@@ -1037,7 +1073,7 @@ std::shared_ptr<const AnalyticCostModel::RingShape> AnalyticCostModel::ring_shap
         shape->local_min = std::min(shape->local_min, members.size());
         local_max = std::max(local_max, members.size());
         const std::pair<int, AlphaBeta> own{static_cast<int>(members.size()),
-                                            achieved(ring_parameters(members))};
+                                            ring_parameters(members)};
         const bool known =
             std::any_of(shape->intra.begin(), shape->intra.end(), [&](const auto& x) {
               return x.first == own.first && x.second.latency == own.second.latency &&
@@ -1055,7 +1091,7 @@ std::shared_ptr<const AnalyticCostModel::RingShape> AnalyticCostModel::ring_shap
           transfers.emplace_back(from[r % from.size()], to[r % to.size()]);
         }
       }
-      shape->inter = achieved(concurrent_parameters(transfers));
+      shape->inter = concurrent_parameters(transfers);
     }
     return std::shared_ptr<const RingShape>(std::move(shape));
   });
@@ -1066,7 +1102,7 @@ Seconds AnalyticCostModel::flat_time(Collective collective, const std::vector<in
   const int k = static_cast<int>(devices.size());
   if (k < 2) return Seconds(0);
   if (collective != Collective::kAllToAll) {
-    return flat_collective_time(collective, k, bytes, ring_shape(devices)->flat);
+    return flat_collective_time(collective, k, bytes, achieved(ring_shape(devices)->flat));
   }
   // NCCL's all-to-all is one group of sends and receives, every block under way at once: a
   // block of n / k bytes from every device to every other. Each link carries the blocks whose
@@ -1079,7 +1115,11 @@ Seconds AnalyticCostModel::flat_time(Collective collective, const std::vector<in
 }
 
 AlphaBeta AnalyticCostModel::all_to_all_parameters(const std::vector<int>& sorted_devices) const {
-  return keep_shape(*ring_shapes_, &RingShapes::all_to_all, sorted_devices, kMaxShapeDevices, [&] {
+  return achieved(link_all_to_all(sorted_devices));
+}
+
+AlphaBeta AnalyticCostModel::link_all_to_all(const std::vector<int>& sorted_devices) const {
+  return keep_shape(paths_->shapes, &RingShapes::all_to_all, sorted_devices, kMaxShapeDevices, [&] {
     std::vector<std::pair<int, int>> blocks;
     blocks.reserve(sorted_devices.size() * (sorted_devices.size() - 1));
     for (int from : sorted_devices) {
@@ -1087,7 +1127,7 @@ AlphaBeta AnalyticCostModel::all_to_all_parameters(const std::vector<int>& sorte
         if (from != to) blocks.emplace_back(from, to);
       }
     }
-    return achieved(concurrent_parameters(blocks));
+    return concurrent_parameters(blocks);
   });
 }
 
@@ -1100,7 +1140,7 @@ Seconds AnalyticCostModel::hierarchical_time(Collective collective, const std::v
   auto intra = [&](Collective phase) {
     Seconds slowest(0);
     for (const auto& [local, ring] : shape->intra) {
-      slowest = std::max(slowest, flat_collective_time(phase, local, bytes, ring));
+      slowest = std::max(slowest, flat_collective_time(phase, local, bytes, achieved(ring)));
     }
     return slowest;
   };
@@ -1108,13 +1148,13 @@ Seconds AnalyticCostModel::hierarchical_time(Collective collective, const std::v
   switch (collective) {
     case Collective::kAllReduce:
       return intra(Collective::kReduceScatter) +
-             ring_all_reduce_time(shape->nodes, shard, shape->inter) +
+             ring_all_reduce_time(shape->nodes, shard, achieved(shape->inter)) +
              intra(Collective::kAllGather);
     case Collective::kReduceScatter:
       return intra(Collective::kReduceScatter) +
-             ring_reduce_scatter_time(shape->nodes, shard, shape->inter);
+             ring_reduce_scatter_time(shape->nodes, shard, achieved(shape->inter));
     case Collective::kAllGather:
-      return ring_all_gather_time(shape->nodes, shard, shape->inter) +
+      return ring_all_gather_time(shape->nodes, shard, achieved(shape->inter)) +
              intra(Collective::kAllGather);
     case Collective::kAllToAll:
       break;

@@ -220,11 +220,10 @@ Status check_options(const TuneOptions& o, const ModelSpec& model, const Cluster
   return Status::ok();
 }
 
-Result<std::unique_ptr<CostModel>> make_cost_model(const TuneOptions& options,
-                                                   const ModelSpec& model,
-                                                   const ClusterSpec& cluster, int64_t seq_len,
-                                                   int64_t micro_batch_size, bool sequence_parallel,
-                                                   int context_parallel) {
+Result<std::unique_ptr<CostModel>> make_cost_model(
+    const TuneOptions& options, const ModelSpec& model, const ClusterSpec& cluster, int64_t seq_len,
+    int64_t micro_batch_size, bool sequence_parallel, int context_parallel,
+    std::shared_ptr<AnalyticCostModel::Paths> paths) {
   const Workload workload{seq_len, micro_batch_size, model.dtype, model.dropout, context_parallel};
   if (options.cost_model) {
     std::unique_ptr<CostModel> cost = options.cost_model(model, cluster, workload);
@@ -246,8 +245,10 @@ Result<std::unique_ptr<CostModel>> make_cost_model(const TuneOptions& options,
   } else {
     cost_options.stack = software_stacks().front();
   }
-  MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<AnalyticCostModel> analytic,
-                          AnalyticCostModel::create(model, cluster, cost_options, model.name));
+  if (!paths) paths = AnalyticCostModel::paths_of(cluster);
+  MOTLEY_ASSIGN_OR_RETURN(
+      std::unique_ptr<AnalyticCostModel> analytic,
+      AnalyticCostModel::create(model, cluster, cost_options, model.name, std::move(paths)));
   return std::unique_ptr<CostModel>(std::move(analytic));
 }
 
@@ -260,9 +261,13 @@ Result<std::unique_ptr<Context>> Context::create(const TuneOptions& options, con
   ctx->micro_batch_sizes_ = allowed_micro_batch_sizes(options);
   ctx->context_degrees_ = tune_internal::context_degrees(options, model, ctx->seq_len_,
                                                          static_cast<int>(ctx->devices_.size()));
+  // One topology and its paths' parameters for every workload's cost model (a cost model from
+  // options.cost_model has its own).
+  const auto paths = options.cost_model ? nullptr : AnalyticCostModel::paths_of(cluster);
   for (int64_t b : ctx->micro_batch_sizes_) {
-    MOTLEY_ASSIGN_OR_RETURN(ctx->costs_[std::make_tuple(b, false, 1)],
-                            make_cost_model(options, model, cluster, ctx->seq_len_, b));
+    MOTLEY_ASSIGN_OR_RETURN(
+        ctx->costs_[std::make_tuple(b, false, 1)],
+        make_cost_model(options, model, cluster, ctx->seq_len_, b, false, 1, paths));
   }
   ctx->model_ref_ = motley::model_ref(model);
   ctx->cluster_ref_ = motley::cluster_ref(cluster);
@@ -348,17 +353,18 @@ Result<std::unique_ptr<Context>> Context::create(const TuneOptions& options, con
       options.search_sequence_parallel && !options.cost_model && tensor_parallel;
   if (ctx->searches_sequence_parallel_) {
     for (int64_t b : ctx->micro_batch_sizes_) {
-      MOTLEY_ASSIGN_OR_RETURN(
-          ctx->costs_[std::make_tuple(b, true, 1)],
-          make_cost_model(options, model, cluster, ctx->seq_len_, b, /*sequence_parallel=*/true));
+      MOTLEY_ASSIGN_OR_RETURN(ctx->costs_[std::make_tuple(b, true, 1)],
+                              make_cost_model(options, model, cluster, ctx->seq_len_, b,
+                                              /*sequence_parallel=*/true, 1, paths));
     }
   }
   for (int cp : ctx->context_degrees_) {
     for (int64_t b : ctx->micro_batch_sizes_) {
       for (const bool sp : {false, true}) {
         if (sp && !ctx->searches_sequence_parallel_) continue;
-        MOTLEY_ASSIGN_OR_RETURN(ctx->costs_[std::make_tuple(b, sp, cp)],
-                                make_cost_model(options, model, cluster, ctx->seq_len_, b, sp, cp));
+        MOTLEY_ASSIGN_OR_RETURN(
+            ctx->costs_[std::make_tuple(b, sp, cp)],
+            make_cost_model(options, model, cluster, ctx->seq_len_, b, sp, cp, paths));
       }
     }
   }

@@ -13,6 +13,7 @@
 
 #include "motley/cluster/cluster.h"
 #include "motley/core/status.h"
+#include "motley/cost/analytic_cost_model.h"
 #include "motley/cost/cost_model.h"
 #include "motley/model/model.h"
 #include "motley/plan/plan.h"
@@ -111,10 +112,13 @@ class Context {
 std::vector<int64_t> allowed_micro_batch_sizes(const TuneOptions& options);
 
 // The cost model for one workload, from options.cost_model or the analytic model (with
-// Megatron-LM's sequence parallelism inside TP groups when `sequence_parallel`).
+// Megatron-LM's sequence parallelism inside TP groups when `sequence_parallel`). The analytic
+// model is built on `paths` when given (REQUIRES: AnalyticCostModel::paths_of(cluster)), so
+// that the cost models of one search share the topology and what they learn of its paths.
 Result<std::unique_ptr<CostModel>> make_cost_model(
     const TuneOptions& options, const ModelSpec& model, const ClusterSpec& cluster, int64_t seq_len,
-    int64_t micro_batch_size, bool sequence_parallel = false, int context_parallel = 1);
+    int64_t micro_batch_size, bool sequence_parallel = false, int context_parallel = 1,
+    std::shared_ptr<AnalyticCostModel::Paths> paths = nullptr);
 
 // Why `model` at `seq_len` cannot split its sequences over `cp` devices (context parallelism
 // needs attention as every layer's sequence mixing and seq_len a multiple of 2 cp, as

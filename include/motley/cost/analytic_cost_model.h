@@ -73,6 +73,21 @@ class AnalyticCostModel final : public CostModel {
                                                            const ClusterSpec& cluster,
                                                            const AnalyticCostOptions& options,
                                                            const std::string& source);
+  // A cluster's topology and what pricing on it learns of its paths: every small node's rings,
+  // the link parameters of the device sets collectives run over. None of it depends on the
+  // workload or the software stack, so the cost models of one cluster for different workloads
+  // and stacks may share one (thread-safe); a search prices the same data-parallel rings under
+  // every micro-batch size.
+  class Paths;
+  // REQUIRES: `cluster` is valid (load_cluster, the presets).
+  static std::shared_ptr<Paths> paths_of(const ClusterSpec& cluster);
+  // create() on the paths of `cluster` made by paths_of, shared with other cost models.
+  // REQUIRES: `paths` was made from `cluster`.
+  static Result<std::unique_ptr<AnalyticCostModel>> create(const ModelSpec& model,
+                                                           const ClusterSpec& cluster,
+                                                           const AnalyticCostOptions& options,
+                                                           const std::string& source,
+                                                           std::shared_ptr<Paths> paths);
 
   // Reports what construction would otherwise have to guess: a measured layer whose device
   // type names (measured_on, times_by_device keys) the catalog does not know, a measured layer
@@ -120,7 +135,7 @@ class AnalyticCostModel final : public CostModel {
   // crossed by several of the ring's transfers at once gives each an equal share.
   AlphaBeta ring_parameters(std::span<const int> devices) const;
 
-  const Topology& topology() const override { return topology_; }
+  const Topology& topology() const override;
   // layer_cost() of every layer for options().workload (kMeasured: bytes from the profile).
   const std::vector<LayerCost>& layer_costs() const { return layer_costs_; }
   const AnalyticCostOptions& options() const { return options_; }
@@ -128,7 +143,7 @@ class AnalyticCostModel final : public CostModel {
  private:
   // REQUIRES: validate(model, options, ...) is ok (create() checks it).
   AnalyticCostModel(const ModelSpec& model, const ClusterSpec& cluster,
-                    const AnalyticCostOptions& options);
+                    std::shared_ptr<Paths> paths, const AnalyticCostOptions& options);
 
   // One pass of every kind for one layer on one device of a tensor-parallel group, without the
   // TP collectives, and those collectives: how many per forward (and per input-gradient) pass,
@@ -178,14 +193,14 @@ class AnalyticCostModel final : public CostModel {
   AlphaBeta concurrent_parameters(std::span<const std::pair<int, int>> transfers) const;
   // The ring's bandwidth at the stack's collective efficiency (nccl-tests' busbw over link rate).
   AlphaBeta achieved(AlphaBeta ring) const;
-  // ring_parameters from node_rings_ when the group lies in one small node.
+  // ring_parameters from the paths' table when the group lies in one small node.
   AlphaBeta group_ring(const std::vector<int>& devices) const;
   // What a set of devices' ring collectives cost apart from their bytes: the flat ring's
   // alpha-beta and the hierarchical algorithm's (every node's own ring, deduplicated, and the
-  // inter-node rings, all at the stack's collective efficiency). The search prices the same
-  // data-parallel rings for many candidates, and a ring of R devices resolves R paths, so
-  // shapes are kept per sorted device set (ring_shape; at most kMaxShapeDevices device ids in
-  // all, then forgotten at once).
+  // inter-node rings, as the links give them: achieved() applies the stack's collective
+  // efficiency). The search prices the same data-parallel rings for many candidates, and a
+  // ring of R devices resolves R paths, so shapes are kept in the Paths per sorted device set
+  // (ring_shape; at most kMaxShapeDevices device ids in all, then forgotten at once).
   struct RingShape {
     AlphaBeta flat;
     int nodes = 1;
@@ -196,12 +211,14 @@ class AnalyticCostModel final : public CostModel {
   std::shared_ptr<const RingShape> ring_shape(const std::vector<int>& sorted_devices) const;
   // Every ordered pair of the devices sending at once (an all-to-all's blocks): the largest
   // latency and the smallest share of a link any block gets, at the collective efficiency.
-  // Kept with the ring shapes, under the same limit.
+  // Kept with the ring shapes (as the links give them), under the same limit.
   AlphaBeta all_to_all_parameters(const std::vector<int>& sorted_devices) const;
+  // The same as the links give it, before the collective efficiency (kept in the Paths).
+  AlphaBeta link_all_to_all(const std::vector<int>& sorted_devices) const;
   // What a node-deduplicating dispatcher over a set of devices costs apart from its bytes and
   // routing: the members per node, the sends across nodes (each device to its position in
-  // every other node, all at once) and the slowest node's all-to-all shares. Kept with the ring
-  // shapes, under the same limit.
+  // every other node, all at once) and the slowest node's all-to-all shares, as the links give
+  // them. Kept with the ring shapes, under the same limit.
   struct DispatchShape {
     std::vector<size_t> members;  // per node
     AlphaBeta across;
@@ -223,7 +240,6 @@ class AnalyticCostModel final : public CostModel {
     }
     size_t device_ids = 0;
   };
-  std::unique_ptr<RingShapes> ring_shapes_ = std::make_unique<RingShapes>();
   // The cluster's measured sweep of `collective` over exactly `sorted_devices` (sorted, no
   // repeats); null when none was measured (ClusterSpec::measured_collectives).
   const std::vector<CollectiveSample>* measured_sweep(Collective collective,
@@ -231,7 +247,8 @@ class AnalyticCostModel final : public CostModel {
 
   const ModelSpec& model_;
   AnalyticCostOptions options_;
-  Topology topology_;
+  std::shared_ptr<Paths> paths_;
+  const Topology* topology_;  // the paths'
   std::vector<LayerCost> layer_costs_;
   std::vector<std::vector<Kernel>> kernels_;
   std::vector<MeasuredRates> measured_;  // per layer; used only for kMeasured layers
@@ -262,13 +279,8 @@ class AnalyticCostModel final : public CostModel {
   double largest_two_params(int begin, int end) const;
   std::vector<DeviceTables> tables_;
   std::vector<int> table_of_device_;  // device id -> index into tables_
-  // Ring parameters of every subset of a node's devices, indexed by the bit mask of their local
-  // indices, worked out the first time a group of that node is priced (a search on thousands of
-  // nodes prices groups on a few); none for nodes with more than kMaxSubsetDevices devices.
+  // Nodes of at most this many devices have every subset's ring kept in the Paths.
   static constexpr int kMaxSubsetDevices = 8;
-  std::vector<std::vector<int>> node_members_;  // device ids by local index
-  mutable std::vector<std::vector<AlphaBeta>> node_rings_;
-  std::unique_ptr<std::once_flag[]> node_rings_once_;
   // Measured collectives, each op over a sorted device set; usually none (searched in order).
   struct MeasuredSweep {
     Collective op = Collective::kAllReduce;
