@@ -124,6 +124,14 @@ bool Evaluator::out_of_evaluations() const {
   return most > 0 && simulated_ >= most;
 }
 
+std::string Evaluator::budget_spent() const {
+  if (out_of_evaluations()) {
+    return fmt::format("the evaluation budget ('max_evaluations' {}) was spent",
+                       ctx_.options().max_evaluations);
+  }
+  return fmt::format("the time budget ({:.1f} s) was spent", ctx_.options().time_budget.value());
+}
+
 std::optional<Evaluation> Evaluator::budget_refusal(const Candidate& c) const {
   const double price = candidate_price_per_second(ctx_, c);
   if (!over_budget(ctx_, price)) return std::nullopt;

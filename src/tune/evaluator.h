@@ -80,6 +80,9 @@ class Evaluator {
   // Whether either budget is spent: the search should stop. The time budget counts what must
   // follow the search (reserve_for) as spent already.
   bool out_of_time() const { return out_of_evaluations() || past_deadline(); }
+  // Which budget out_of_time() found spent, in words: "the time budget (8.0 s) was spent" or
+  // "the evaluation budget ('max_evaluations' N) was spent". REQUIRES: out_of_time().
+  std::string budget_spent() const;
   // Holds back, from the deadline, the time of the search's answer simulated whole (the
   // longest whole-plan simulation so far: the answer is among the larger plans) and of
   // `simulations` more whole-plan simulations at their mean duration so far: what the caller

@@ -310,6 +310,15 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
     Found& slot = baselines[i];
     if (slot.ok || !slot.why_not.empty()) return slot;
     const int64_t unreached = evaluator.unreached();
+    // Megatron-LM's layouts are what every plan is compared with: they always run. Another
+    // baseline that starts with the budget spent could simulate nothing new, only build and
+    // rank candidates for nothing (seconds on tens of thousands of devices).
+    const bool reference =
+        name == "megatron-1f1b" || name == "megatron-interleaved" || name == "megatron-tuned";
+    if (!reference && evaluator.out_of_time()) {
+      slot.why_not = fmt::format("not run: {} before it started", evaluator.budget_spent());
+      return slot;
+    }
     if (name == "megatron-1f1b") {
       slot = searcher.megatron(ScheduleSpec::named(ScheduleKind::k1f1b));
     } else if (name == "megatron-tuned") {
