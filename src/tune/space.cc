@@ -755,6 +755,13 @@ double objective_estimate(const Context& ctx, const Candidate& c) {
 Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
                                   const ScheduleSpec& schedule, int64_t b,
                                   const BuildOptions& options) {
+  Candidate c;
+  MOTLEY_RETURN_IF_ERROR(build_candidate_into(ctx, layout, schedule, b, options, c));
+  return c;
+}
+
+Status build_candidate_into(const Context& ctx, const Layout& layout, const ScheduleSpec& schedule,
+                            int64_t b, const BuildOptions& options, Candidate& out) {
   const int layers = ctx.num_layers();
   const int64_t total = ctx.global_batch() / b;
   const int replicas = static_cast<int>(layout.replicas.size());
@@ -766,7 +773,16 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
     return invalid_argument(
         fmt::format("candidate: {} micro-batches for {} replicas", total, replicas));
   }
-  Candidate c;
+  // Every field afresh; the replicas' buffers kept for the new ones to fill.
+  std::vector<PipelineSpec> buffers = std::move(out.replicas);
+  out = Candidate{};
+  out.replicas = std::move(buffers);
+  Candidate& c = out;
+  size_t filled = 0;  // replicas written so far, each into a kept buffer where there is one
+  auto next_replica = [&]() -> PipelineSpec& {
+    if (filled == c.replicas.size()) c.replicas.emplace_back();
+    return c.replicas[filled++];
+  };
   c.micro_batch_size = b;
   c.schedule = schedule;
   const int zero = ctx.options().zero_stage.value_or(replicas > 1 ? options.zero_stage : 0);
@@ -859,7 +875,8 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
     if (stages > layers) {
       return invalid_argument(fmt::format("candidate: {} stages for {} layers", stages, layers));
     }
-    PipelineSpec spec;
+    const size_t index = filled;
+    PipelineSpec& spec = next_replica();
     spec.groups = groups;
     // (A context group's members each run all of the group's micro-batches.)
     const int64_t guess =
@@ -868,13 +885,12 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
             : std::max<int64_t>(1, options.proportional_micro_batches
                                        ? std::llround(total * speed[r] / speed_sum)
                                        : total / replicas);
-    const auto [made, first] = first_of_make.emplace(std::pair(make[r], guess), c.replicas.size());
+    const auto [made, first] = first_of_make.emplace(std::pair(make[r], guess), index);
     if (!first) {
       const PipelineSpec& twin = c.replicas[made->second];
       spec.bounds = twin.bounds;
       spec.recompute = twin.recompute;
       spec.micro_batches = guess;
-      c.replicas.push_back(std::move(spec));
       continue;
     }
     if (options.split) {
@@ -962,8 +978,8 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
       spec.recompute = part->recompute;
     }
     spec.micro_batches = guess;
-    c.replicas.push_back(std::move(spec));
   }
+  c.replicas.resize(filled);
 
   // Micro-batch counts: equal for replicas of the same make, else by estimated speed.
   bool identical = true;
@@ -989,7 +1005,7 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
     const std::vector<int64_t> m = split_micro_batches(slope, offset, total);
     for (int r = 0; r < replicas; ++r) c.replicas[r].micro_batches = m[r];
   }
-  return c;
+  return Status::ok();
 }
 
 std::string describe_layout(const Context& ctx, const std::vector<PipelineSpec>& replicas) {

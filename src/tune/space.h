@@ -108,6 +108,11 @@ struct BuildOptions {
 Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
                                   const ScheduleSpec& schedule, int64_t b,
                                   const BuildOptions& options);
+// The same, written into `out` (every field replaced), whose replicas' buffers are reused: a
+// sweep over layouts of tens of thousands of replicas then allocates almost nothing after its
+// first candidate. On an error `out` holds no usable candidate.
+Status build_candidate_into(const Context& ctx, const Layout& layout, const ScheduleSpec& schedule,
+                            int64_t b, const BuildOptions& options, Candidate& out);
 
 // Splits `total` micro-batches over replicas whose estimated time for m micro-batches is
 // slope[k] * m + offset[k], minimizing the largest; every replica gets at least one.

@@ -156,6 +156,40 @@ TEST(SpaceTest, ReplicasOfDifferentSpeedGetProportionalMicroBatches) {
   EXPECT_EQ(c->replicas[2].micro_batches, 5);
 }
 
+// build_candidate_into reuses what its candidate held and leaves nothing of it behind: each
+// build equals a fresh one, whether the one before had more replicas, fewer, or failed.
+TEST(SpaceTest, BuildingIntoAUsedCandidateEqualsBuildingAfresh) {
+  Fixture fx(8, {"H100-SXM", "A100-80GB"}, 4, 16, two_speeds(8));
+  Layout four, two, deep;
+  four.replicas = {{{0}}, {{1}}, {{4}}, {{5}}};
+  two.replicas = {{{0, 1}}, {{4, 5}}};
+  deep.replicas = {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {0}}};  // nine stages: refused
+  const ScheduleSpec linear = ScheduleSpec::named(ScheduleKind::k1f1b);
+  const ScheduleSpec interleaved = ScheduleSpec::named(ScheduleKind::kInterleaved, 2);
+  BuildOptions zero;
+  zero.zero_stage = 1;
+  Candidate used;
+  struct Step {
+    const Layout* layout;
+    const ScheduleSpec* spec;
+    int64_t b;
+    BuildOptions options;
+  };
+  for (const Step& s : {Step{&four, &linear, 1, BuildOptions{}}, Step{&two, &interleaved, 1, zero},
+                        Step{&deep, &linear, 1, BuildOptions{}}, Step{&four, &linear, 1, zero},
+                        Step{&two, &linear, 1, BuildOptions{}}}) {
+    const Result<Candidate> fresh = build_candidate(*fx.ctx, *s.layout, *s.spec, s.b, s.options);
+    const Status into = build_candidate_into(*fx.ctx, *s.layout, *s.spec, s.b, s.options, used);
+    ASSERT_EQ(into.is_ok(), fresh.is_ok()) << into.message();
+    if (!fresh.is_ok()) {
+      EXPECT_EQ(into.message(), fresh.status().message());
+      continue;
+    }
+    EXPECT_EQ(used, fresh.value());
+    EXPECT_EQ(used.replicas.size(), s.layout->replicas.size());
+  }
+}
+
 TEST(SpaceTest, CandidatesThatDoNotFitTheShapeAreRefused) {
   Fixture fx(2, {"H100-SXM"}, 4, 16, uniform_spec(2));
   Layout four_stages;

@@ -245,13 +245,21 @@ std::vector<std::pair<double, Recipe>> estimate_jobs(const Context& ctx, Evaluat
                                                      const std::vector<Job>& jobs,
                                                      bool honour_budget) {
   std::vector<std::optional<std::pair<double, Recipe>>> estimated(jobs.size());
-  evaluator.for_each(jobs.size(), [&](size_t i, Simulator&) {
-    if (honour_budget && evaluator.out_of_time()) return;
-    const Job& j = jobs[i];
-    Result<Candidate> c = build_candidate(ctx, layouts[j.layout], *j.spec, j.b, j.options);
-    if (!c.is_ok() || !accepts_all(*j.spec, c.value())) return;
-    estimated[i].emplace(objective_estimate(ctx, c.value()),
-                         recipe_of(j.layout, *j.spec, j.b, j.options, c.value()));
+  // Each thread takes every n-th job into one candidate of its own, whose buffers the next job
+  // reuses: building and freeing tens of thousands of replicas per job took most of a sweep.
+  const size_t n = std::min(jobs.size(), static_cast<size_t>(std::max(ctx.options().threads, 1)));
+  evaluator.for_each(n, [&](size_t first, Simulator&) {
+    Candidate c;
+    for (size_t i = first; i < jobs.size(); i += n) {
+      if (honour_budget && evaluator.out_of_time()) return;
+      const Job& j = jobs[i];
+      if (!build_candidate_into(ctx, layouts[j.layout], *j.spec, j.b, j.options, c).is_ok() ||
+          !accepts_all(*j.spec, c)) {
+        continue;
+      }
+      estimated[i].emplace(objective_estimate(ctx, c),
+                           recipe_of(j.layout, *j.spec, j.b, j.options, c));
+    }
   });
   std::vector<std::pair<double, Recipe>> out;
   for (auto& e : estimated) {
