@@ -37,24 +37,34 @@ struct Rewrite {
 };
 
 struct CleanedJson {
-  std::string text;
+  std::string_view original;
+  std::string rewritten;  // when any token was
+  bool rewrote = false;
   std::vector<Rewrite> rewrites;  // in text order
+  std::string_view text() const { return rewrote ? std::string_view(rewritten) : original; }
 };
 
 CleanedJson replace_python_tokens(std::string_view text) {
   CleanedJson out;
-  out.text.reserve(text.size());
+  out.original = text;
+  // Most documents have neither token anywhere: nothing to copy.
+  if (text.find("NaN") == std::string_view::npos &&
+      text.find("Infinity") == std::string_view::npos) {
+    return out;
+  }
+  std::string& copy = out.rewritten;
+  copy.reserve(text.size());
   bool in_string = false;
   auto rewrite = [&](size_t i, std::string_view token, std::string_view placeholder) {
-    out.text.append(placeholder);
+    copy.append(placeholder);
     out.rewrites.push_back(Rewrite{i, token.size(), placeholder.size()});
   };
   for (size_t i = 0; i < text.size(); ++i) {
     char c = text[i];
     if (in_string) {
-      out.text.push_back(c);
+      copy.push_back(c);
       if (c == '\\' && i + 1 < text.size()) {
-        out.text.push_back(text[++i]);
+        copy.push_back(text[++i]);
       } else if (c == '"') {
         in_string = false;
       }
@@ -62,7 +72,7 @@ CleanedJson replace_python_tokens(std::string_view text) {
     }
     if (c == '"') {
       in_string = true;
-      out.text.push_back(c);
+      copy.push_back(c);
     } else if (text.substr(i, 8) == "Infinity") {
       rewrite(i, "Infinity", kInfPlaceholder);
       i += 7;
@@ -70,9 +80,10 @@ CleanedJson replace_python_tokens(std::string_view text) {
       rewrite(i, "NaN", kNanPlaceholder);
       i += 2;
     } else {
-      out.text.push_back(c);
+      copy.push_back(c);
     }
   }
+  out.rewrote = true;
   return out;
 }
 
@@ -148,25 +159,27 @@ std::string parse_error_reason(const std::string& last_token, const Json::except
   return bracket == std::string::npos ? what : what.substr(bracket + 2);
 }
 
-// A SAX pass over the text before it is parsed into a Json: finds the first syntax error with
-// its position, and the first key repeated within one object, which nlohmann's DOM parser
-// would resolve silently by keeping the last value.
-class JsonPrecheck {
+// The parse of the text into a Json, as SAX events: it builds the tree as nlohmann's DOM parser
+// does and also stops at the first key repeated within one object (which the DOM parser would
+// resolve silently by keeping the last value), and words a syntax error with its position in
+// the user's text. One pass: a plan of millions of actions is tens of megabytes.
+class CheckedJsonBuilder {
  public:
-  JsonPrecheck(const CleanedJson& cleaned, std::string_view original, std::string_view source)
+  CheckedJsonBuilder(const CleanedJson& cleaned, std::string_view original, std::string_view source)
       : cleaned_(cleaned), original_(original), source_(source) {}
 
   const Status& status() const { return status_; }
+  Json take() { return std::move(root_); }
 
-  bool null() { return value(); }
-  bool boolean(bool /*value*/) { return value(); }
-  bool number_integer(int64_t /*value*/) { return value(); }
-  bool number_unsigned(uint64_t /*value*/) { return value(); }
-  bool number_float(double /*value*/, const std::string& /*text*/) { return value(); }
-  bool string(std::string& /*value*/) { return value(); }
-  bool binary(Json::binary_t& /*value*/) { return value(); }
-  bool start_object(size_t /*size*/) { return open(/*object=*/true); }
-  bool start_array(size_t /*size*/) { return open(/*object=*/false); }
+  bool null() { return put(Json(nullptr)); }
+  bool boolean(bool value) { return put(Json(value)); }
+  bool number_integer(int64_t value) { return put(Json(value)); }
+  bool number_unsigned(uint64_t value) { return put(Json(value)); }
+  bool number_float(double value, const std::string& /*text*/) { return put(Json(value)); }
+  bool string(std::string& value) { return put(Json(std::move(value))); }
+  bool binary(Json::binary_t& value) { return put(Json::binary(std::move(value))); }
+  bool start_object(size_t /*size*/) { return open(Json::object(), /*object=*/true); }
+  bool start_array(size_t /*size*/) { return open(Json::array(), /*object=*/false); }
   bool end_object() { return close(); }
   bool end_array() { return close(); }
   bool key(std::string& key);
@@ -174,23 +187,45 @@ class JsonPrecheck {
 
  private:
   struct Level {
+    Json* node = nullptr;
     bool object = false;
-    std::set<std::string> keys;  // objects: the keys seen so far
-    std::string key;             // objects: the key whose value comes next
-    size_t index = 0;            // arrays: the index of the next element
+    std::string key;   // objects: the key whose value comes next
+    size_t index = 0;  // arrays: the index of the next element
   };
 
-  bool value() {
+  // Places `value` where the next value goes; returns where it went.
+  Json* place(Json&& value) {
+    if (levels_.empty()) {
+      root_ = std::move(value);
+      return &root_;
+    }
+    Level& level = levels_.back();
+    if (level.object) {
+      Json& slot = (*level.node)[level.key];
+      slot = std::move(value);
+      return &slot;
+    }
+    level.node->push_back(std::move(value));
+    return &level.node->back();
+  }
+  bool put(Json&& value) {
+    place(std::move(value));
+    return done();
+  }
+  // A value is complete: an array's next one has the next index.
+  bool done() {
     if (!levels_.empty() && !levels_.back().object) ++levels_.back().index;
     return true;
   }
-  bool open(bool object) {
-    levels_.push_back(Level{object, {}, {}, 0});
+  // (A container's parent does not grow until it is closed, so the pointer stays good.)
+  bool open(Json&& empty, bool object) {
+    Json* node = place(std::move(empty));
+    levels_.push_back(Level{node, object, {}, 0});
     return true;
   }
   bool close() {
     levels_.pop_back();
-    return value();
+    return done();
   }
   // The key path of the value about to be read.
   std::string path() const;
@@ -198,11 +233,12 @@ class JsonPrecheck {
   const CleanedJson& cleaned_;
   std::string_view original_;
   std::string_view source_;
+  Json root_;
   std::vector<Level> levels_;
   Status status_;
 };
 
-std::string JsonPrecheck::path() const {
+std::string CheckedJsonBuilder::path() const {
   std::string out;
   for (const Level& level : levels_) {
     out = level.object ? key_path(out, level.key) : index_path(out, level.index);
@@ -210,17 +246,17 @@ std::string JsonPrecheck::path() const {
   return out;
 }
 
-bool JsonPrecheck::key(std::string& key) {
+bool CheckedJsonBuilder::key(std::string& key) {
   Level& level = levels_.back();
   level.key = key;
-  if (level.keys.insert(key).second) return true;
+  if (!level.node->contains(key)) return true;
   status_ = invalid_argument(fmt::format(
       "{}: field '{}': duplicate key; a key may appear only once in an object", source_, path()));
   return false;
 }
 
-bool JsonPrecheck::parse_error(size_t position, const std::string& last_token,
-                               const Json::exception& e) {
+bool CheckedJsonBuilder::parse_error(size_t position, const std::string& last_token,
+                                     const Json::exception& e) {
   // A number out of range is reported once read: point at its start instead.
   if (e.id == kNumberOverflow && position >= last_token.size()) position -= last_token.size();
   status_ =
@@ -404,14 +440,13 @@ Result<Json> parse_json(std::string_view text, std::string_view source) {
                                         source, line_and_column(text, *at), kMaxNestingDepth));
   }
   const CleanedJson cleaned = replace_python_tokens(text);
-  JsonPrecheck precheck(cleaned, text, source);
-  if (!Json::sax_parse(cleaned.text, &precheck)) {
-    if (!precheck.status().is_ok()) return precheck.status();
+  CheckedJsonBuilder builder(cleaned, text, source);
+  const std::string_view input = cleaned.text();
+  if (!Json::sax_parse(input.begin(), input.end(), &builder)) {
+    if (!builder.status().is_ok()) return builder.status();
     return invalid_argument(fmt::format("{}: malformed JSON", source));
   }
-  Json j = Json::parse(cleaned.text, nullptr, /*allow_exceptions=*/false,
-                       /*ignore_comments=*/false);
-  if (j.is_discarded()) return invalid_argument(fmt::format("{}: malformed JSON", source));
+  Json j = builder.take();
   if (!cleaned.rewrites.empty()) restore_special_numbers(j);
   return j;
 }
