@@ -56,5 +56,43 @@ TEST(SpecHash, ClusterHashChangesWithAnyField) {
   EXPECT_NE(cluster_ref(single_device_nodes(4)).hash, cluster_ref(single_device_nodes(3)).hash);
 }
 
+// cluster_canonical_json reads a many-node cluster back node by node; the tree must be the
+// whole YAML's, read back at once, for any cluster: every preset, nodes of several makes with
+// every optional field, measured links, and names YAML would have to unescape.
+TEST(SpecHash, CanonicalTreeIsTheWholeYamlReadBack) {
+  auto whole = [](const ClusterSpec& c) {
+    Result<Json> tree = parse_yaml(cluster_to_yaml(c), "test");
+    EXPECT_TRUE(tree.is_ok()) << tree.status().message();
+    return tree.is_ok() ? tree.value() : Json();
+  };
+  std::vector<ClusterSpec> clusters;
+  for (const std::string& name : cluster_preset_names()) {
+    Result<ClusterSpec> c = load_cluster(name);
+    ASSERT_TRUE(c.is_ok()) << name << ": " << c.status().message();
+    clusters.push_back(c.value());
+  }
+  ClusterSpec mixed = two_node_cluster();
+  for (int i = 0; i < 6; ++i) {
+    NodeSpec n = mixed.nodes[static_cast<size_t>(i % 2)];
+    n.name = "extra-" + std::to_string(i);
+    n.spot = i % 3 == 0;
+    n.price_per_hour = 10.0 + i;
+    if (i % 2 == 0) n.mean_hours_between_preemptions = 4.5;
+    if (i == 4) n.on_demand_price_per_hour = 31.25;
+    mixed.nodes.push_back(n);
+  }
+  mixed.measured_links.push_back(MeasuredLink{0, 1, microseconds(3), gigabytes_per_second(40)});
+  clusters.push_back(mixed);
+  ClusterSpec odd = mixed;
+  odd.nodes[3].name = "a \"quoted\" name\twith a tab";
+  clusters.push_back(odd);
+  ClusterSpec unicode = mixed;
+  unicode.nodes[2].name = "n\u00f6de";
+  clusters.push_back(unicode);
+  for (const ClusterSpec& c : clusters) {
+    EXPECT_EQ(cluster_canonical_json(c), whole(c)) << c.name;
+  }
+}
+
 }  // namespace
 }  // namespace motley
