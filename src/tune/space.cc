@@ -511,9 +511,10 @@ bool splits_embedding(const Context& ctx) {
 
 std::vector<double> vocab_shard_shares(const Context& ctx, const CostModel& cost,
                                        const Candidate& c,
-                                       const std::vector<std::vector<int>>& groups, int layer) {
+                                       const std::vector<std::vector<int>>& groups, int layer,
+                                       int64_t granule) {
   const int64_t vocab = layer == 0 ? embedding_vocab(ctx.model()) : head_vocab(ctx.model());
-  const int64_t granule = vocab_row_granule(c);
+  if (granule <= 0) granule = vocab_row_granule(c);
   std::vector<int64_t> ends;
   if (layer != 0 && !c.head_shares.empty() && c.head_shares.size() == groups.size()) {
     ends = vocab_shard_ends_by_weight(vocab, c.head_shares, granule);
@@ -855,6 +856,15 @@ Status build_candidate_into(const Context& ctx, const Layout& layout, const Sche
   }
   c.vocab_parallel = options.vocab_parallel;
   c.vocab_embedding = options.vocab_parallel && options.vocab_embedding && splits_embedding(ctx);
+  // The shards' rows come in multiples of every group's TP degree, as assemble_plan will split
+  // them (vocab_row_granule of the whole candidate): taken from the layout, since the candidate
+  // holds only the replicas built so far while it is being built.
+  int64_t granule = 1;
+  for (const auto& rep : layout.replicas) {
+    for (const auto& g : rep) {
+      granule = std::lcm(granule, static_cast<int64_t>(std::max<size_t>(g.size(), 1)));
+    }
+  }
   const CostModel& cost = ctx.cost(b, c.sequence_parallel, c.context_parallel);
   // A first guess of each replica's micro-batches (for the memory targets): by device speed.
   std::vector<double> speed(replicas, 0);
@@ -927,7 +937,8 @@ Status build_candidate_into(const Context& ctx, const Layout& layout, const Sche
         req.shard_time.assign(stages, Seconds(0));
         req.shard_memory.assign(stages, Bytes(0));
         for (int layer : split) {
-          const std::vector<double> shares = vocab_shard_shares(ctx, cost, c, groups, layer);
+          const std::vector<double> shares =
+              vocab_shard_shares(ctx, cost, c, groups, layer, granule);
           for (int s = 0; s < stages; ++s) {
             const int g = stage_group[s];
             const LayerRange shard{layer, layer + 1, shares[g]};

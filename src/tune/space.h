@@ -177,11 +177,13 @@ PassOverhead pass_overhead(const Context& ctx, const CostModel& cost, const Cand
 // candidate's vocab_row_granule); each
 // group's shards in replica `replica` of `c` priced on it, summed (empty when `c` splits
 // nothing); and the layers of coarse stage `stage` the stage itself runs (the split layers left
-// to the shards; possibly none).
+// to the shards; possibly none). vocab_shard_shares takes the granule given where it is
+// positive, else the candidate's (a candidate still being built holds only some replicas).
 bool splits_embedding(const Context& ctx);
 std::vector<double> vocab_shard_shares(const Context& ctx, const CostModel& cost,
                                        const Candidate& c,
-                                       const std::vector<std::vector<int>>& groups, int layer);
+                                       const std::vector<std::vector<int>>& groups, int layer,
+                                       int64_t granule = 0);
 std::vector<ComputeTimes> vocab_shard_times(const Context& ctx, const CostModel& cost,
                                             const Candidate& c, int replica);
 LayerRange own_layers(const Context& ctx, const Candidate& c, const PipelineSpec& rep,

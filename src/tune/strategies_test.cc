@@ -80,6 +80,27 @@ TEST(StrategiesTest, TheHeadsRowsEvenOutTheGroupsLoad) {
   EXPECT_NEAR(better.candidate.head_shares[1], 1.0 / 256, 1e-12);
 }
 
+// A candidate with the head split over TP-2 groups builds into one that held four-device groups
+// before exactly as it builds afresh (the vocabulary path of build_candidate_into; its shards'
+// row granule comes from the layout, not from what the candidate held).
+TEST(StrategiesTest, AHeadSplitCandidateBuildsAlikeIntoAUsedOne) {
+  const std::unique_ptr<Fixture> tiny = tiny_llama_on_h100x8();
+  const Fixture& fx = *tiny;
+  const ScheduleSpec adaptive = ScheduleSpec::adaptive_on(
+      StageShape::kLinear, 1, AdaptivePriority::kBackwardFirst, WeightFill::kIfItFits);
+  BuildOptions split;
+  split.vocab_parallel = true;
+  Layout pairs, fours;
+  pairs.replicas = {{{0, 1}, {2, 3}}};
+  fours.replicas = {{{0, 1, 2, 3}, {4, 5, 6, 7}}};
+  const Result<Candidate> fresh = build_candidate(*fx.ctx, pairs, adaptive, 1, split);
+  ASSERT_TRUE(fresh.is_ok()) << fresh.status().message();
+  Candidate used;
+  ASSERT_TRUE(build_candidate_into(*fx.ctx, fours, adaptive, 1, split, used).is_ok());
+  ASSERT_TRUE(build_candidate_into(*fx.ctx, pairs, adaptive, 1, split, used).is_ok());
+  EXPECT_EQ(used, fresh.value());
+}
+
 // The move offers the balanced shares and the step halfway to them from the shares by speed
 // (half the rows each on two H100s), in case the schedule's answer to the moved work makes the
 // whole step overshoot.
