@@ -15,7 +15,6 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <set>
 
 #include "motley/core/utf8.h"
 
@@ -38,10 +37,11 @@ struct Rewrite {
 
 struct CleanedJson {
   std::string_view original;
-  std::string rewritten;  // when any token was
-  bool rewrote = false;
+  std::string rewritten;          // the whole text again where either token occurs; else empty
   std::vector<Rewrite> rewrites;  // in text order
-  std::string_view text() const { return rewrote ? std::string_view(rewritten) : original; }
+  std::string_view text() const {
+    return rewritten.empty() ? original : std::string_view(rewritten);
+  }
 };
 
 CleanedJson replace_python_tokens(std::string_view text) {
@@ -83,7 +83,6 @@ CleanedJson replace_python_tokens(std::string_view text) {
       copy.push_back(c);
     }
   }
-  out.rewrote = true;
   return out;
 }
 
@@ -165,8 +164,8 @@ std::string parse_error_reason(const std::string& last_token, const Json::except
 // the user's text. One pass: a plan of millions of actions is tens of megabytes.
 class CheckedJsonBuilder {
  public:
-  CheckedJsonBuilder(const CleanedJson& cleaned, std::string_view original, std::string_view source)
-      : cleaned_(cleaned), original_(original), source_(source) {}
+  CheckedJsonBuilder(const CleanedJson& cleaned, std::string_view source)
+      : cleaned_(cleaned), source_(source) {}
 
   const Status& status() const { return status_; }
   Json take() { return std::move(root_); }
@@ -231,7 +230,6 @@ class CheckedJsonBuilder {
   std::string path() const;
 
   const CleanedJson& cleaned_;
-  std::string_view original_;
   std::string_view source_;
   Json root_;
   std::vector<Level> levels_;
@@ -259,10 +257,10 @@ bool CheckedJsonBuilder::parse_error(size_t position, const std::string& last_to
                                      const Json::exception& e) {
   // A number out of range is reported once read: point at its start instead.
   if (e.id == kNumberOverflow && position >= last_token.size()) position -= last_token.size();
-  status_ =
-      invalid_argument(fmt::format("{}: malformed JSON at {}: {}", source_,
-                                   line_and_column(original_, original_offset(cleaned_, position)),
-                                   parse_error_reason(last_token, e)));
+  status_ = invalid_argument(
+      fmt::format("{}: malformed JSON at {}: {}", source_,
+                  line_and_column(cleaned_.original, original_offset(cleaned_, position)),
+                  parse_error_reason(last_token, e)));
   return false;
 }
 
@@ -440,7 +438,7 @@ Result<Json> parse_json(std::string_view text, std::string_view source) {
                                         source, line_and_column(text, *at), kMaxNestingDepth));
   }
   const CleanedJson cleaned = replace_python_tokens(text);
-  CheckedJsonBuilder builder(cleaned, text, source);
+  CheckedJsonBuilder builder(cleaned, source);
   const std::string_view input = cleaned.text();
   if (!Json::sax_parse(input.begin(), input.end(), &builder)) {
     if (!builder.status().is_ok()) return builder.status();

@@ -19,8 +19,9 @@ SpecRef model_ref(const ModelSpec& model) {
 
 namespace {
 
-Json read_back(const ClusterSpec& cluster) {
-  Result<Json> tree = parse_yaml(cluster_to_yaml(cluster), "cluster_to_yaml");
+// `yaml`, which cluster_to_yaml wrote, as JSON.
+Json read_back(const std::string& yaml) {
+  Result<Json> tree = parse_yaml(yaml, "cluster_to_yaml");
   MOTLEY_CHECK(tree.is_ok(), fmt::format("cluster_to_yaml wrote YAML that does not parse: {}",
                                          tree.status().message()));
   return std::move(tree).value();
@@ -40,14 +41,14 @@ Json cluster_canonical_json(const ClusterSpec& cluster) {
   // writer lays out (or comments) its output.
   const bool plain = std::all_of(cluster.nodes.begin(), cluster.nodes.end(),
                                  [](const NodeSpec& n) { return plain_name(n.name); });
-  if (cluster.nodes.size() <= 1 || !plain) return read_back(cluster);
+  if (cluster.nodes.size() <= 1 || !plain) return read_back(cluster_to_yaml(cluster));
   // The same tree, node by node: a cluster of thousands of nodes holds a few makes, and reading
   // its whole YAML back took half a second at 16,384 devices. Each distinct node, its name
   // aside, is read back once (a node's block reads the same alone as in the list), and its
   // name set as the string it is.
   ClusterSpec shell = cluster;
   shell.nodes.resize(1);
-  Json tree = read_back(shell);
+  Json tree = read_back(cluster_to_yaml(shell));
   ClusterSpec alone;
   alone.nodes.resize(1);
   std::unordered_map<std::string, Json> made;  // by the lone node's YAML
@@ -59,10 +60,8 @@ Json cluster_canonical_json(const ClusterSpec& cluster) {
     std::string text = cluster_to_yaml(alone);
     auto it = made.find(text);
     if (it == made.end()) {
-      Result<Json> read = parse_yaml(text, "cluster_to_yaml");
-      MOTLEY_CHECK(read.is_ok(), fmt::format("cluster_to_yaml wrote YAML that does not parse: {}",
-                                             read.status().message()));
-      it = made.emplace(std::move(text), std::move(read.value()["nodes"][0])).first;
+      Json lone = read_back(text);
+      it = made.emplace(std::move(text), std::move(lone["nodes"][0])).first;
     }
     nodes.push_back(it->second);
     nodes.back()["name"] = node.name;
