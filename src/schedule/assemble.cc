@@ -584,13 +584,16 @@ std::vector<double> balanced_head_shares(const std::vector<double>& base,
   return shares;
 }
 
+int64_t vocab_row_granule(const std::vector<std::vector<int>>& groups, int64_t granule) {
+  for (const std::vector<int>& g : groups) {
+    granule = std::lcm(granule, static_cast<int64_t>(std::max<size_t>(g.size(), 1)));
+  }
+  return granule;
+}
+
 int64_t vocab_row_granule(const Candidate& c) {
   int64_t granule = 1;
-  for (const PipelineSpec& rep : c.replicas) {
-    for (const std::vector<int>& g : rep.groups) {
-      granule = std::lcm(granule, static_cast<int64_t>(std::max<size_t>(g.size(), 1)));
-    }
-  }
+  for (const PipelineSpec& rep : c.replicas) granule = vocab_row_granule(rep.groups, granule);
   return granule;
 }
 

@@ -858,12 +858,11 @@ Status build_candidate_into(const Context& ctx, const Layout& layout, const Sche
   c.vocab_embedding = options.vocab_parallel && options.vocab_embedding && splits_embedding(ctx);
   // The shards' rows come in multiples of every group's TP degree, as assemble_plan will split
   // them (vocab_row_granule of the whole candidate): taken from the layout, since the candidate
-  // holds only the replicas built so far while it is being built.
+  // holds only the replicas built so far while it is being built. (Only with the head split:
+  // the sweeps build candidates of tens of thousands of groups.)
   int64_t granule = 1;
-  for (const auto& rep : layout.replicas) {
-    for (const auto& g : rep) {
-      granule = std::lcm(granule, static_cast<int64_t>(std::max<size_t>(g.size(), 1)));
-    }
+  for (size_t r = 0; c.vocab_parallel && r < layout.replicas.size(); ++r) {
+    granule = vocab_row_granule(layout.replicas[r], granule);
   }
   const CostModel& cost = ctx.cost(b, c.sequence_parallel, c.context_parallel);
   // A first guess of each replica's micro-batches (for the memory targets): by device speed.

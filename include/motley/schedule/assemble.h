@@ -148,6 +148,9 @@ std::vector<double> balanced_head_shares(const std::vector<double>& base,
 // What a candidate's shard row counts are multiples of: the least common multiple of every
 // group's tensor-parallel degree in every replica (a shard's rows split evenly over its group).
 int64_t vocab_row_granule(const Candidate& c);
+// The same rule folded over one replica's groups (device ids per group), from `granule`: for
+// a layout whose candidate is not built yet.
+int64_t vocab_row_granule(const std::vector<std::vector<int>>& groups, int64_t granule = 1);
 
 // The Plan of `candidate`, its stages and orders priced with `cost` (the memory check with the
 // capacities of cost.topology()). Errors: invalid_argument for a malformed candidate (naming the
