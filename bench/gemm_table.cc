@@ -13,11 +13,13 @@
 // `count` GEMMs of one shape (routed experts) at the single GEMM's rate.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
