@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <span>
@@ -1164,9 +1165,17 @@ Seconds AnalyticCostModel::hierarchical_time(Collective collective, const std::v
 
 Seconds AnalyticCostModel::collective_time(Collective collective, const std::vector<int>& devices,
                                            Bytes bytes, CollectiveAlgorithm algorithm) const {
-  std::vector<int> sorted(devices);
-  std::sort(sorted.begin(), sorted.end());
-  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  // Data-parallel rings of tens of thousands of devices come in ascending order already: those
+  // are priced without a copy.
+  const bool ascending = std::adjacent_find(devices.begin(), devices.end(),
+                                            std::greater_equal<int>()) == devices.end();
+  std::vector<int> copy;
+  if (!ascending) {
+    copy = devices;
+    std::sort(copy.begin(), copy.end());
+    copy.erase(std::unique(copy.begin(), copy.end()), copy.end());
+  }
+  const std::vector<int>& sorted = ascending ? devices : copy;
   if (sorted.size() < 2) return Seconds(0);
   // Measured over exactly these devices: the transport's own algorithm, as it ran.
   if (const std::vector<CollectiveSample>* sweep = measured_sweep(collective, sorted)) {

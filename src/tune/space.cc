@@ -609,7 +609,8 @@ double replica_estimate(const Context& ctx, const Candidate& c, int replica, int
          bubble_share(c.schedule, f / p, b / p, w / p) * (sum - bottleneck) + 2 * chain;
 }
 
-std::vector<size_t> estimated_replicas(const Context& ctx, const Candidate& c) {
+std::vector<size_t> estimated_replicas(const Context& ctx, const Candidate& c,
+                                       const LayoutFacts* facts) {
   std::vector<size_t> out;
   // Expert and context parallelism price each replica's own group of replicas.
   const bool own_groups = c.expert_parallel > 1 || c.context_parallel > 1;
@@ -621,11 +622,14 @@ std::vector<size_t> estimated_replicas(const Context& ctx, const Candidate& c) {
       continue;
     }
     const PipelineSpec& rep = c.replicas[r];
-    // (Most replicas are alike the one before, whose key is in already.)
+    // (Most replicas are alike the one before, whose key is in already. Built from a layout,
+    // replicas of one make hold its first one's layers and recompute.)
     if (r > 0) {
       const PipelineSpec& before = c.replicas[r - 1];
-      if (rep.micro_batches == before.micro_batches && rep.bounds == before.bounds &&
-          rep.recompute == before.recompute && same_make(ctx, rep.groups, before.groups)) {
+      if (rep.micro_batches == before.micro_batches &&
+          (facts != nullptr ? facts->make[r] == facts->make[r - 1]
+                            : rep.bounds == before.bounds && rep.recompute == before.recompute &&
+                                  same_make(ctx, rep.groups, before.groups))) {
         continue;
       }
     }
@@ -643,9 +647,9 @@ std::vector<size_t> estimated_replicas(const Context& ctx, const Candidate& c) {
   return out;
 }
 
-double estimate(const Context& ctx, const Candidate& c) {
+double estimate(const Context& ctx, const Candidate& c, const LayoutFacts* facts) {
   const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel, c.context_parallel);
-  const std::vector<size_t> estimated = estimated_replicas(ctx, c);
+  const std::vector<size_t> estimated = estimated_replicas(ctx, c, facts);
   double pipelines = 0;
   PassOverheadCache shared;
   for (size_t r : estimated) {
@@ -665,8 +669,12 @@ double estimate(const Context& ctx, const Candidate& c) {
     const std::vector<int> sg =
         shape_stage_group(c.schedule, static_cast<int>(first.groups.size()));
     const int64_t replicas = static_cast<int64_t>(c.replicas.size());
-    std::vector<int> ring;
-    for (const PipelineSpec& rep : c.replicas) ring.push_back(rep.groups[0][0]);
+    std::vector<int> own;
+    if (facts == nullptr) {
+      own.reserve(c.replicas.size());
+      for (const PipelineSpec& rep : c.replicas) own.push_back(rep.groups[0][0]);
+    }
+    const std::vector<int>& ring = facts != nullptr ? facts->ring : own;
     const DeviceGroup group{first.groups[0]};
     for (size_t s = 0; s + 1 < first.bounds.size(); ++s) {
       if (sg[s] != 0) continue;
@@ -745,10 +753,11 @@ bool has_tensor_parallel_group(const Context& ctx, const Layout& layout) {
   return false;
 }
 
-double objective_estimate(const Context& ctx, const Candidate& c) {
-  const double price = candidate_price_per_second(ctx, c);
+double objective_estimate(const Context& ctx, const Candidate& c, const LayoutFacts* facts) {
+  const double price =
+      facts != nullptr ? facts->price_per_second : candidate_price_per_second(ctx, c);
   if (over_budget(ctx, price)) return std::numeric_limits<double>::infinity();
-  const double time = estimate(ctx, c);
+  const double time = estimate(ctx, c, facts);
   if (ctx.options().objective != TuneObjective::kCost) return time;
   return time * price / candidate_preemption(ctx, candidate_state_holders(c), time).goodput;
 }
@@ -761,8 +770,80 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
   return c;
 }
 
+LayoutFacts layout_facts(const Context& ctx, const Layout& layout) {
+  LayoutFacts f;
+  const size_t replicas = layout.replicas.size();
+  // A layout may hold tens of thousands of replicas, most of them of the make of the one
+  // before.
+  f.make.resize(replicas);
+  std::unordered_map<std::string, int> index;
+  for (size_t r = 0; r < replicas; ++r) {
+    if (r > 0 && same_make(ctx, layout.replicas[r], layout.replicas[r - 1])) {
+      f.make[r] = f.make[r - 1];
+      continue;
+    }
+    std::string s = group_signature(ctx, layout.replicas[r]);
+    const auto [it, added] = index.emplace(s, static_cast<int>(f.makes.size()));
+    if (added) f.makes.push_back(std::move(s));
+    f.make[r] = it->second;
+  }
+  // The speed is the make's (a group's devices are of one type): summed once per make.
+  std::vector<double> make_speed(f.makes.size(), -1);
+  f.speed.resize(replicas);
+  f.ring.resize(replicas);
+  for (size_t r = 0; r < replicas; ++r) {
+    double& s = make_speed[static_cast<size_t>(f.make[r])];
+    if (s < 0) {
+      s = 0;
+      for (const auto& g : layout.replicas[r]) {
+        for (int d : g) s += ctx.types()[ctx.type_of(d)].relative_speed;
+      }
+    }
+    f.speed[r] = s;
+    f.speed_sum += s;
+    f.ring[r] = layout.replicas[r][0][0];
+    for (const auto& g : layout.replicas[r]) {
+      for (int d : g) f.price_per_second += ctx.price_per_second(d);
+    }
+  }
+  return f;
+}
+
+namespace {
+
+// build_candidate_into with the layout's facts; `groups_current` when out's replicas already
+// hold the layout's groups, in order.
+Status build_into(const Context& ctx, const Layout& layout, const LayoutFacts& facts,
+                  bool groups_current, const ScheduleSpec& schedule, int64_t b,
+                  const BuildOptions& options, Candidate& out);
+
+}  // namespace
+
 Status build_candidate_into(const Context& ctx, const Layout& layout, const ScheduleSpec& schedule,
                             int64_t b, const BuildOptions& options, Candidate& out) {
+  return build_into(ctx, layout, layout_facts(ctx, layout), false, schedule, b, options, out);
+}
+
+Status build_candidate_into(const Context& ctx, const Layout& layout, const ScheduleSpec& schedule,
+                            int64_t b, const BuildOptions& options, BuildScratch& scratch) {
+  if (scratch.layout != &layout) {
+    scratch.facts = layout_facts(ctx, layout);
+    scratch.layout = &layout;
+    scratch.groups_current = false;
+  }
+  const bool current = scratch.groups_current;
+  scratch.groups_current = false;  // (a build that fails may leave some replicas as they were)
+  MOTLEY_RETURN_IF_ERROR(
+      build_into(ctx, layout, scratch.facts, current, schedule, b, options, scratch.candidate));
+  scratch.groups_current = true;
+  return Status::ok();
+}
+
+namespace {
+
+Status build_into(const Context& ctx, const Layout& layout, const LayoutFacts& facts,
+                  bool groups_current, const ScheduleSpec& schedule, int64_t b,
+                  const BuildOptions& options, Candidate& out) {
   const int layers = ctx.num_layers();
   const int64_t total = ctx.global_batch() / b;
   const int replicas = static_cast<int>(layout.replicas.size());
@@ -811,23 +892,8 @@ Status build_candidate_into(const Context& ctx, const Layout& layout, const Sche
                     "expert parallelism, and a micro-batch per group ({} micro-batches)",
                     cp, replicas, total));
   }
-  // Each replica's make, as an index into the distinct makes (group_signature): a layout may
-  // hold tens of thousands of replicas, most of them of the make of the one before.
-  std::vector<std::string> makes;
-  std::vector<int> make(static_cast<size_t>(replicas));
-  {
-    std::unordered_map<std::string, int> index;
-    for (int r = 0; r < replicas; ++r) {
-      if (r > 0 && same_make(ctx, layout.replicas[r], layout.replicas[r - 1])) {
-        make[r] = make[r - 1];
-        continue;
-      }
-      std::string s = group_signature(ctx, layout.replicas[r]);
-      const auto [it, added] = index.emplace(s, static_cast<int>(makes.size()));
-      if (added) makes.push_back(std::move(s));
-      make[r] = it->second;
-    }
-  }
+  const std::vector<std::string>& makes = facts.makes;
+  const std::vector<int>& make = facts.make;
   // A context group's members exchange each stage's keys and values TP rank by TP rank and run
   // in lockstep: they are of one make.
   for (int r = 0; cp > 1 && r < replicas; ++r) {
@@ -866,17 +932,12 @@ Status build_candidate_into(const Context& ctx, const Layout& layout, const Sche
   }
   const CostModel& cost = ctx.cost(b, c.sequence_parallel, c.context_parallel);
   // A first guess of each replica's micro-batches (for the memory targets): by device speed.
-  std::vector<double> speed(replicas, 0);
-  double speed_sum = 0;
-  for (int r = 0; r < replicas; ++r) {
-    for (const auto& g : layout.replicas[r]) {
-      for (int d : g) speed[r] += ctx.types()[ctx.type_of(d)].relative_speed;
-    }
-    speed_sum += speed[r];
-  }
-  // Replicas of one make with one first guess get one partition: the first one's, copied
-  // (the partition cache's key is a function of these two and of the candidate).
-  std::map<std::pair<int, int64_t>, size_t> first_of_make;
+  const std::vector<double>& speed = facts.speed;
+  const double speed_sum = facts.speed_sum;
+  // Replicas of one make (and so of one first guess) get one partition: the first one's,
+  // copied (the partition cache's key is a function of the two and of the candidate).
+  constexpr size_t kNone = std::numeric_limits<size_t>::max();
+  std::vector<size_t> first_of_make(makes.size(), kNone);
   for (int r = 0; r < replicas; ++r) {
     const auto& groups = layout.replicas[r];
     const int p = static_cast<int>(groups.size());
@@ -886,7 +947,16 @@ Status build_candidate_into(const Context& ctx, const Layout& layout, const Sche
     }
     const size_t index = filled;
     PipelineSpec& spec = next_replica();
-    spec.groups = groups;
+    if (!groups_current) spec.groups = groups;
+    size_t& first = first_of_make[static_cast<size_t>(make[r])];
+    if (first != kNone) {
+      const PipelineSpec& twin = c.replicas[first];
+      spec.bounds = twin.bounds;
+      spec.recompute = twin.recompute;
+      spec.micro_batches = twin.micro_batches;
+      continue;
+    }
+    first = index;
     // (A context group's members each run all of the group's micro-batches.)
     const int64_t guess =
         c.context_parallel > 1
@@ -894,14 +964,6 @@ Status build_candidate_into(const Context& ctx, const Layout& layout, const Sche
             : std::max<int64_t>(1, options.proportional_micro_batches
                                        ? std::llround(total * speed[r] / speed_sum)
                                        : total / replicas);
-    const auto [made, first] = first_of_make.emplace(std::pair(make[r], guess), index);
-    if (!first) {
-      const PipelineSpec& twin = c.replicas[made->second];
-      spec.bounds = twin.bounds;
-      spec.recompute = twin.recompute;
-      spec.micro_batches = guess;
-      continue;
-    }
     if (options.split) {
       if (stages > max_stages(*options.split, ctx.model())) {
         return invalid_argument(
@@ -1017,6 +1079,8 @@ Status build_candidate_into(const Context& ctx, const Layout& layout, const Sche
   }
   return Status::ok();
 }
+
+}  // namespace
 
 std::string describe_layout(const Context& ctx, const std::vector<PipelineSpec>& replicas) {
   // Replicas of the same make are counted together.

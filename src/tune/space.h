@@ -114,6 +114,34 @@ Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
 Status build_candidate_into(const Context& ctx, const Layout& layout, const ScheduleSpec& schedule,
                             int64_t b, const BuildOptions& options, Candidate& out);
 
+// What every candidate built from one layout shares: each replica's make (an index into the
+// distinct group_signature's), the relative speed of its devices, its first device (its place
+// in the data-parallel ring the estimate prices), and the layout's price per second.
+struct LayoutFacts {
+  std::vector<int> make;
+  std::vector<std::string> makes;
+  std::vector<double> speed;
+  double speed_sum = 0;
+  std::vector<int> ring;
+  double price_per_second = 0;
+};
+LayoutFacts layout_facts(const Context& ctx, const Layout& layout);
+
+// One thread's scratch for building many candidates in turn: the candidate whose buffers each
+// build reuses, and the facts of the layout it was last built from, kept while the builds come
+// from that same layout object (with its replicas' groups, already in place). On 32,768
+// replicas, classifying, pricing and copying every replica took most of each build.
+struct BuildScratch {
+  Candidate candidate;
+  const Layout* layout = nullptr;  // whose facts `facts` holds
+  LayoutFacts facts;
+  bool groups_current = false;  // candidate.replicas hold layout's groups, in order
+};
+// build_candidate_into into scratch.candidate. REQUIRES: neither the layout object the scratch
+// was last built from nor scratch.candidate is changed between builds.
+Status build_candidate_into(const Context& ctx, const Layout& layout, const ScheduleSpec& schedule,
+                            int64_t b, const BuildOptions& options, BuildScratch& scratch);
+
 // Splits `total` micro-batches over replicas whose estimated time for m micro-batches is
 // slope[k] * m + offset[k], minimizing the largest; every replica gets at least one.
 // REQUIRES: total >= slope.size().
@@ -128,9 +156,12 @@ std::vector<int64_t> split_micro_batches(const std::vector<double>& slope,
 // are estimated once, by the first of them (estimated_replicas): they differ only in where their
 // devices sit, which the boundary transfers of the first stand for. (Expert and context
 // parallelism price every replica: their groups of replicas differ.)
-double estimate(const Context& ctx, const Candidate& c);
+// `facts` (optional) are those of the layout c was built from by build_candidate_into: the
+// estimate is the same with them, and takes no step per replica that they spare.
+double estimate(const Context& ctx, const Candidate& c, const LayoutFacts* facts = nullptr);
 // The replicas `estimate` prices: the first of each make, or all of them.
-std::vector<size_t> estimated_replicas(const Context& ctx, const Candidate& c);
+std::vector<size_t> estimated_replicas(const Context& ctx, const Candidate& c,
+                                       const LayoutFacts* facts = nullptr);
 
 // USD per second of the devices the candidate uses.
 double candidate_price_per_second(const Context& ctx, const Candidate& c);
@@ -143,7 +174,8 @@ bool has_tensor_parallel_group(const Context& ctx, const Layout& layout);
 // The estimate of what the objective minimizes, for ranking candidates before simulation: the
 // estimate, or under the cost objective the expected dollars per iteration (the devices' price
 // over the goodput, preemption.h); infinite for a candidate over the budget.
-double objective_estimate(const Context& ctx, const Candidate& c);
+double objective_estimate(const Context& ctx, const Candidate& c,
+                          const LayoutFacts* facts = nullptr);
 // The same for one replica, without all-reduce and optimizer.
 // `cache` (optional, for one candidate) keeps the collectives its replicas share.
 struct PassOverheadCache;

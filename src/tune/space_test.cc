@@ -156,8 +156,9 @@ TEST(SpaceTest, ReplicasOfDifferentSpeedGetProportionalMicroBatches) {
   EXPECT_EQ(c->replicas[2].micro_batches, 5);
 }
 
-// build_candidate_into reuses what its candidate held and leaves nothing of it behind: each
-// build equals a fresh one, whether the one before had more replicas, fewer, or failed.
+// build_candidate_into reuses what its candidate (or scratch) held and leaves nothing of it
+// behind: each build equals a fresh one, whether the one before had more replicas, fewer, the
+// same layout, or failed; and the estimates with the scratch's layout facts are the same.
 TEST(SpaceTest, BuildingIntoAUsedCandidateEqualsBuildingAfresh) {
   Fixture fx(8, {"H100-SXM", "A100-80GB"}, 4, 16, two_speeds(8));
   Layout four, two, deep;
@@ -169,6 +170,7 @@ TEST(SpaceTest, BuildingIntoAUsedCandidateEqualsBuildingAfresh) {
   BuildOptions zero;
   zero.zero_stage = 1;
   Candidate used;
+  BuildScratch scratch;
   struct Step {
     const Layout* layout;
     const ScheduleSpec* spec;
@@ -177,16 +179,28 @@ TEST(SpaceTest, BuildingIntoAUsedCandidateEqualsBuildingAfresh) {
   };
   for (const Step& s : {Step{&four, &linear, 1, BuildOptions{}}, Step{&two, &interleaved, 1, zero},
                         Step{&deep, &linear, 1, BuildOptions{}}, Step{&four, &linear, 1, zero},
+                        Step{&four, &interleaved, 1, BuildOptions{}}, Step{&four, &linear, 1, zero},
                         Step{&two, &linear, 1, BuildOptions{}}}) {
     const Result<Candidate> fresh = build_candidate(*fx.ctx, *s.layout, *s.spec, s.b, s.options);
     const Status into = build_candidate_into(*fx.ctx, *s.layout, *s.spec, s.b, s.options, used);
+    const Status with_scratch =
+        build_candidate_into(*fx.ctx, *s.layout, *s.spec, s.b, s.options, scratch);
     ASSERT_EQ(into.is_ok(), fresh.is_ok()) << into.message();
+    ASSERT_EQ(with_scratch.is_ok(), fresh.is_ok()) << with_scratch.message();
     if (!fresh.is_ok()) {
       EXPECT_EQ(into.message(), fresh.status().message());
+      EXPECT_EQ(with_scratch.message(), fresh.status().message());
       continue;
     }
     EXPECT_EQ(used, fresh.value());
     EXPECT_EQ(used.replicas.size(), s.layout->replicas.size());
+    EXPECT_EQ(scratch.candidate, fresh.value());
+    EXPECT_EQ(estimated_replicas(*fx.ctx, fresh.value()),
+              estimated_replicas(*fx.ctx, scratch.candidate, &scratch.facts));
+    EXPECT_EQ(estimate(*fx.ctx, fresh.value()),
+              estimate(*fx.ctx, scratch.candidate, &scratch.facts));
+    EXPECT_EQ(objective_estimate(*fx.ctx, fresh.value()),
+              objective_estimate(*fx.ctx, scratch.candidate, &scratch.facts));
   }
 }
 

@@ -235,6 +235,18 @@ struct Job {
   BuildOptions options;
 };
 
+// Runs fn(i, scratch) for i in [0, count) on the evaluator's threads, each thread taking every
+// n-th index into one candidate of its own, whose buffers the next index reuses: building and
+// freeing tens of thousands of replicas per candidate took most of a sweep.
+template <typename Fn>
+void for_each_with_scratch(const Context& ctx, Evaluator& evaluator, size_t count, Fn fn) {
+  const size_t n = std::min(count, static_cast<size_t>(std::max(ctx.options().threads, 1)));
+  evaluator.for_each(n, [&](size_t first, Simulator&) {
+    BuildScratch scratch;
+    for (size_t i = first; i < count; i += n) fn(i, scratch);
+  });
+}
+
 // Each job built and estimated as an independent task on the evaluator's threads; the
 // estimates and recipes of those that build, and whose schedule accepts them, in job order,
 // so that the ranking does not depend on the thread count. With `honour_budget` a job that
@@ -245,21 +257,16 @@ std::vector<std::pair<double, Recipe>> estimate_jobs(const Context& ctx, Evaluat
                                                      const std::vector<Job>& jobs,
                                                      bool honour_budget) {
   std::vector<std::optional<std::pair<double, Recipe>>> estimated(jobs.size());
-  // Each thread takes every n-th job into one candidate of its own, whose buffers the next job
-  // reuses: building and freeing tens of thousands of replicas per job took most of a sweep.
-  const size_t n = std::min(jobs.size(), static_cast<size_t>(std::max(ctx.options().threads, 1)));
-  evaluator.for_each(n, [&](size_t first, Simulator&) {
-    Candidate c;
-    for (size_t i = first; i < jobs.size(); i += n) {
-      if (honour_budget && evaluator.out_of_time()) return;
-      const Job& j = jobs[i];
-      if (!build_candidate_into(ctx, layouts[j.layout], *j.spec, j.b, j.options, c).is_ok() ||
-          !accepts_all(*j.spec, c)) {
-        continue;
-      }
-      estimated[i].emplace(objective_estimate(ctx, c),
-                           recipe_of(j.layout, *j.spec, j.b, j.options, c));
+  for_each_with_scratch(ctx, evaluator, jobs.size(), [&](size_t i, BuildScratch& scratch) {
+    if (honour_budget && evaluator.out_of_time()) return;
+    const Job& j = jobs[i];
+    const Candidate& c = scratch.candidate;
+    if (!build_candidate_into(ctx, layouts[j.layout], *j.spec, j.b, j.options, scratch).is_ok() ||
+        !accepts_all(*j.spec, c)) {
+      return;
     }
+    estimated[i].emplace(objective_estimate(ctx, c, &scratch.facts),
+                         recipe_of(j.layout, *j.spec, j.b, j.options, c));
   });
   std::vector<std::pair<double, Recipe>> out;
   for (auto& e : estimated) {
@@ -1217,13 +1224,14 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // with what was screened (on 65,536 devices the screening alone would take 16 s).
   enum class Fit { kUnscreened, kWhole, kExpertsSplit, kNeither };
   std::vector<std::pair<Fit, double>> fits(layouts.size(), {Fit::kUnscreened, kInf});
-  evaluator_.for_each(layouts.size(), [&](size_t i, Simulator&) {
+  for_each_with_scratch(ctx_, evaluator_, layouts.size(), [&](size_t i, BuildScratch& scratch) {
     if (evaluator_.out_of_time()) return;
     fits[i].first = Fit::kNeither;
     double best = kInf;
     for (int64_t b : ctx_.micro_batch_sizes()) {
-      Result<Candidate> c = build_candidate(ctx_, layouts[i], rank_spec, b, options);
-      if (c.is_ok()) best = std::min(best, objective_estimate(ctx_, c.value()));
+      if (build_candidate_into(ctx_, layouts[i], rank_spec, b, options, scratch).is_ok()) {
+        best = std::min(best, objective_estimate(ctx_, scratch.candidate, &scratch.facts));
+      }
     }
     if (best < kInf) {
       fits[i] = {Fit::kWhole, best};
@@ -1235,8 +1243,9 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
     split.expert_parallel = degrees.back();
     split.zero_stage = 1;
     for (int64_t b : ctx_.micro_batch_sizes()) {
-      Result<Candidate> c = build_candidate(ctx_, layouts[i], rank_spec, b, split);
-      if (c.is_ok()) best = std::min(best, objective_estimate(ctx_, c.value()));
+      if (build_candidate_into(ctx_, layouts[i], rank_spec, b, split, scratch).is_ok()) {
+        best = std::min(best, objective_estimate(ctx_, scratch.candidate, &scratch.facts));
+      }
     }
     fits[i] = {Fit::kExpertsSplit, best};
   });
@@ -1338,8 +1347,9 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   }
   // Each base built without ZeRO and with ZeRO-1 (on the threads, gathered in order).
   std::vector<std::vector<std::pair<double, Recipe>>> base_ranked(bases.size());
-  evaluator_.for_each(bases.size(), [&](size_t j, Simulator&) {
+  for_each_with_scratch(ctx_, evaluator_, bases.size(), [&](size_t j, BuildScratch& scratch) {
     if (evaluator_.out_of_time()) return;
+    const Candidate& c = scratch.candidate;
     Base& base = bases[j];
     const Layout& layout = layouts[base.layout];
     for (int zero = 0; zero <= 1; ++zero) {
@@ -1349,13 +1359,13 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       build.sequence_parallel = base.sequence_parallel;
       build.vocab_parallel = ctx_.options().vocab_parallel.value_or(false);
       build.vocab_embedding = false;
-      Result<Candidate> c = build_candidate(ctx_, layout, *base.spec, base.b, build);
-      if (zero == 1) base.short_of_memory = !c.is_ok() || needs_recompute(c.value());
-      if (!c.is_ok() || !accepts_all(*base.spec, c.value())) continue;
-      const double estimate = objective_estimate(ctx_, c.value());
+      const bool built =
+          build_candidate_into(ctx_, layout, *base.spec, base.b, build, scratch).is_ok();
+      if (zero == 1) base.short_of_memory = !built || needs_recompute(c);
+      if (!built || !accepts_all(*base.spec, c)) continue;
+      const double estimate = objective_estimate(ctx_, c, &scratch.facts);
       if (zero == 1 || layout.replicas.size() < 2) base.estimate = estimate;
-      base_ranked[j].emplace_back(estimate,
-                                  recipe_of(base.layout, *base.spec, base.b, build, c.value()));
+      base_ranked[j].emplace_back(estimate, recipe_of(base.layout, *base.spec, base.b, build, c));
     }
   });
   for (auto& entries : base_ranked) {
