@@ -390,6 +390,11 @@ Seconds Evaluator::reserve() const {
                           0.5 * std::max(0.0, (deadline_ - start_).value())));
 }
 
+bool Evaluator::spent_time_share(double share) const {
+  const double usable = (deadline_ - start_).value() - reserve().value();
+  return (ctx_.now() - start_).value() >= share * usable;
+}
+
 bool Evaluator::past_deadline(double upcoming) const {
   return ctx_.now().value() + upcoming + reserve().value() >= deadline_.value();
 }

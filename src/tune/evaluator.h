@@ -91,6 +91,9 @@ class Evaluator {
   // and only once a feasible candidate is found.
   void reserve_for(int simulations) { reserved_simulations_ = simulations; }
   Seconds reserve() const;
+  // Whether `share` (of 0 to 1) of the time budget is spent: of the time from construction to
+  // the deadline, less the reserve.
+  bool spent_time_share(double share) const;
   int64_t simulated() const { return simulated_; }
   // Candidates left unsimulated because a budget ran out, and which budget it was last.
   int64_t unreached() const { return unreached_; }

@@ -73,6 +73,8 @@ class Searcher {
   Found given(const Candidate& c, const std::string& detail_prefix);
   // The full search; `seeds` (e.g. the baselines' plans) join the candidates it improves.
   Found motley(const std::vector<Found>& seeds);
+  // The phase progress reports name from now on ("baselines" again after the search).
+  void set_phase(const std::string& phase) { phase_ = phase; }
   // Every partition x placement x named schedule (small instances), branch and bound on the
   // busiest group's compute.
   Found exhaustive();

@@ -467,6 +467,44 @@ TEST(TuneTest, ABaselineCutShortByTheBudgetSaysSo) {
   }
 }
 
+TEST(TuneTest, BaselinesThatOnlyCompareWaitForTheSearchOnceAThirdOfTheBudgetIsSpent) {
+  Case c = two_generations();
+  c.options.threads = 1;
+  // A frozen clock: every baseline runs before the search.
+  auto now = std::make_shared<double>(0);
+  c.options.clock = [now] { return Seconds(*now); };
+  std::vector<std::string> phases;
+  c.options.progress = [&phases](const TuneProgress& p) {
+    if (phases.empty() || phases.back() != p.phase) phases.push_back(p.phase);
+  };
+  Result<TuneResult> before = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(before.is_ok()) << before.status().message();
+  EXPECT_EQ(std::find(phases.begin(), phases.end(), "structures") - phases.begin(),
+            std::find(phases.begin(), phases.end(), "baselines") - phases.begin() + 1);
+  EXPECT_EQ(std::count(phases.begin(), phases.end(), "baselines"), 1);
+  // The same, but 40 % of the budget gone once the first plan is simulated (megatron-1f1b's):
+  // Megatron-LM's layouts still run first, the other baselines after the search, which still
+  // has time for them.
+  phases.clear();
+  const double budget = c.options.time_budget.value();
+  c.options.progress = [&phases, now, budget](const TuneProgress& p) {
+    if (p.candidates_evaluated > 0) *now = 0.4 * budget;
+    if (phases.empty() || phases.back() != p.phase) phases.push_back(p.phase);
+  };
+  Result<TuneResult> after = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(after.is_ok()) << after.status().message();
+  EXPECT_EQ(phases, (std::vector<std::string>{"baselines", "structures", "local search",
+                                              "baselines", "done"}));
+  ASSERT_EQ(after->baselines.size(), before->baselines.size());
+  for (size_t i = 0; i < after->baselines.size(); ++i) {
+    const StrategyOutcome& b = after->baselines[i];
+    // Each ran, to the same plan as when it ran first; the answer is no slower than any.
+    ASSERT_TRUE(b.feasible) << b.strategy << ": " << b.detail;
+    EXPECT_EQ(b.iteration_time, before->baselines[i].iteration_time) << b.strategy;
+    EXPECT_LE(after->simulation.iteration_time, b.iteration_time) << b.strategy;
+  }
+}
+
 TEST(TuneTest, TimeBudgetIsReadFromTheInjectedClock) {
   // A clock that advances a second at every reading: an 8 s budget stops the search after a few
   // readings, the same way on every run (one thread reads it in a fixed order).
