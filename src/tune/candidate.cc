@@ -189,7 +189,40 @@ std::string candidate_key(const Candidate& c) {
     append_number(&(k += 'h'), std::llround(w * 1e6));
   }
   k += '|';
-  for (const PipelineSpec& r : c.replicas) {
+  // The offset that takes every device of `prev` to the same place in `r`, where `r` is `prev`
+  // moved (same micro-batches, layers, recompute and group sizes); nullopt otherwise.
+  auto moved_by = [](const PipelineSpec& prev, const PipelineSpec& r) -> std::optional<int> {
+    if (r.micro_batches != prev.micro_batches || r.bounds != prev.bounds ||
+        r.recompute != prev.recompute || r.groups.size() != prev.groups.size() ||
+        r.groups.empty() || r.groups[0].empty() || prev.groups[0].empty()) {
+      return std::nullopt;
+    }
+    const int offset = r.groups[0][0] - prev.groups[0][0];
+    for (size_t g = 0; g < r.groups.size(); ++g) {
+      if (r.groups[g].size() != prev.groups[g].size()) return std::nullopt;
+      for (size_t i = 0; i < r.groups[g].size(); ++i) {
+        if (r.groups[g][i] != prev.groups[g][i] + offset) return std::nullopt;
+      }
+    }
+    return offset;
+  };
+  for (size_t i = 0; i < c.replicas.size(); ++i) {
+    const PipelineSpec& r = c.replicas[i];
+    if (i > 0) {
+      // "*offset,n;": this replica and the n - 1 after it, each the one before moved by offset.
+      if (const std::optional<int> offset = moved_by(c.replicas[i - 1], r)) {
+        size_t n = 1;
+        while (i + n < c.replicas.size() &&
+               moved_by(c.replicas[i + n - 1], c.replicas[i + n]) == offset) {
+          ++n;
+        }
+        append_number(&(k += '*'), *offset);
+        append_number(&(k += ','), static_cast<int64_t>(n));
+        k += ';';
+        i += n - 1;
+        continue;
+      }
+    }
     k += 'm';
     append_number(&k, r.micro_batches);
     k += ':';
@@ -311,6 +344,12 @@ PreemptionEstimate candidate_preemption(const Context& ctx, const std::vector<St
   return estimate_preemption(
       ctx.cluster(), checkpoint_shares(holders, ctx.layer_state(), ctx.num_cluster_devices()),
       Seconds(iteration_time));
+}
+
+PreemptionEstimate candidate_preemption(const Context& ctx, const Candidate& c,
+                                        double iteration_time) {
+  if (!ctx.interruptible() || !(iteration_time > 0)) return PreemptionEstimate{};
+  return candidate_preemption(ctx, candidate_state_holders(c), iteration_time);
 }
 
 Result<Plan> assemble(const Context& ctx, const Candidate& c, int64_t data_parallel,

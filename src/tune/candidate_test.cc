@@ -38,6 +38,40 @@ TEST(CandidateTest, KeyTellsApartEveryDecision) {
   }
 }
 
+// Replicas each the one before moved by one offset are written as a run, and the key still
+// tells apart every replica's devices, layers and micro-batches.
+TEST(CandidateTest, KeyWritesRunsOfMovedReplicasShortAndStillTellsThemApart) {
+  Candidate c = two_stages();
+  const PipelineSpec first = c.replicas[0];
+  for (int r = 1; r < 1000; ++r) {
+    PipelineSpec moved = first;
+    for (auto& g : moved.groups) {
+      for (int& d : g) d += 2 * r;
+    }
+    c.replicas.push_back(moved);
+  }
+  const std::string key = candidate_key(c);
+  EXPECT_EQ(key, "1|1f1b|m8:[0,][1,]b0,2,4,r00;*2,999;");
+  std::vector<Candidate> changed(5, c);
+  changed[0].replicas[500].groups[1][0] = 5000;  // one device elsewhere
+  changed[1].replicas[999].micro_batches = 7;
+  changed[2].replicas[3].bounds = {0, 1, 4};
+  changed[3].replicas.pop_back();
+  // The second half moved by 4 from the first: the same devices in another order of runs.
+  for (int r = 500; r < 1000; ++r) {
+    for (auto& g : changed[4].replicas[r].groups) {
+      for (int& d : g) d += 2 * (r - 499);
+    }
+  }
+  std::vector<std::string> keys{key};
+  for (const Candidate& x : changed) {
+    const std::string k = candidate_key(x);
+    EXPECT_EQ(std::find(keys.begin(), keys.end(), k), keys.end()) << k;
+    keys.push_back(k);
+  }
+  EXPECT_EQ(keys[5], "1|1f1b|m8:[0,][1,]b0,2,4,r00;*2,499;*4,500;");
+}
+
 TEST(CandidateTest, GroupLoadsSumEachGroupsStages) {
   // A V over two groups: group 0 runs stages 0 and 3 (1 + 4 layers), group 1 stages 1 and 2
   // (2 + 1 layers); stage 3 recomputes at 0.5 ms a layer, counted with the backward pass.

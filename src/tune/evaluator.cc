@@ -269,7 +269,7 @@ Evaluation Evaluator::run(const Candidate& c, Fidelity fidelity, Simulator& sim)
     e.groups.push_back(std::move(groups));
   }
   e.price_per_second = candidate_price_per_second(ctx_, c);
-  e.goodput = candidate_preemption(ctx_, candidate_state_holders(c), e.iteration_time).goodput;
+  e.goodput = candidate_preemption(ctx_, c, e.iteration_time).goodput;
   e.score = ctx_.options().objective == TuneObjective::kCost
                 ? e.iteration_time * e.price_per_second / e.goodput
                 : e.iteration_time;

@@ -759,7 +759,7 @@ double objective_estimate(const Context& ctx, const Candidate& c, const LayoutFa
   if (over_budget(ctx, price)) return std::numeric_limits<double>::infinity();
   const double time = estimate(ctx, c, facts);
   if (ctx.options().objective != TuneObjective::kCost) return time;
-  return time * price / candidate_preemption(ctx, candidate_state_holders(c), time).goodput;
+  return time * price / candidate_preemption(ctx, c, time).goodput;
 }
 
 Result<Candidate> build_candidate(const Context& ctx, const Layout& layout,
