@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstdint>
 #include <cstdlib>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <utility>
@@ -254,11 +255,17 @@ std::string candidate_key(const Candidate& c) {
 }
 
 std::vector<std::vector<GroupLoad>> group_loads(const Context& ctx, const Candidate& c,
-                                                const CostModel* collectives) {
+                                                const CostModel* collectives,
+                                                const std::vector<size_t>* only) {
   const CostModel& cost = ctx.cost(c.micro_batch_size, c.sequence_parallel, c.context_parallel);
-  std::vector<std::vector<GroupLoad>> out;
+  std::vector<std::vector<GroupLoad>> out(c.replicas.size());
   PassOverheadCache shared;
-  for (size_t r = 0; r < c.replicas.size(); ++r) {
+  std::vector<size_t> all;
+  if (only == nullptr) {
+    all.resize(c.replicas.size());
+    std::iota(all.begin(), all.end(), size_t{0});
+  }
+  for (size_t r : only != nullptr ? *only : all) {
     const PipelineSpec& rep = c.replicas[r];
     const int p = static_cast<int>(rep.groups.size());
     const std::vector<int> stage_group = shape_stage_group(c.schedule, p);
@@ -280,7 +287,7 @@ std::vector<std::vector<GroupLoad>> group_loads(const Context& ctx, const Candid
       loads[g].backward += shards[g].backward_input.value();
       loads[g].weight += shards[g].backward_weight.value();
     }
-    out.push_back(std::move(loads));
+    out[r] = std::move(loads);
   }
   return out;
 }

@@ -26,9 +26,11 @@ struct GroupLoad {
   double total() const { return forward + backward + weight; }
 };
 // With what ZeRO-2 and -3 and expert parallelism add to the passes (space.h's pass_overhead),
-// their collectives priced by `collectives` (default: the context's cost model).
+// their collectives priced by `collectives` (default: the context's cost model). With `only`,
+// the loads of those replicas alone (the others' are left empty).
 std::vector<std::vector<GroupLoad>> group_loads(const Context& ctx, const Candidate& c,
-                                                const CostModel* collectives = nullptr);
+                                                const CostModel* collectives = nullptr,
+                                                const std::vector<size_t>* only = nullptr);
 
 // The Plan of `c` for the context's model, cluster, sequence length and ZeRO-1 (assemble_plan
 // with the memory check). `data_parallel`: replicas the optimizer state is sharded across, 0

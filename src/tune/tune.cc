@@ -62,10 +62,12 @@ Status validate_chosen(const Context& ctx, const Plan& plan, const CostModel& co
   return validate_plan(plan, ctx.model(), ctx.cluster(), validate);
 }
 
-// The group loads' maximum over the first replica, per micro-batch.
+// The group loads' maximum per micro-batch, over the replicas the estimate prices (the first of
+// each make: on 16,384 replicas pricing them all took seconds).
 double bottleneck(const Context& ctx, const Candidate& c) {
   double worst = 0;
-  for (const auto& replica : tune_internal::group_loads(ctx, c)) {
+  const std::vector<size_t> priced = tune_internal::estimated_replicas(ctx, c);
+  for (const auto& replica : tune_internal::group_loads(ctx, c, nullptr, &priced)) {
     for (const auto& g : replica) worst = std::max(worst, g.total());
   }
   return worst;
