@@ -96,6 +96,23 @@ TEST(CandidateTest, GroupLoadsSumEachGroupsStages) {
   EXPECT_NEAR(loads[0][0].backward, 10e-3 + 2e-3, 1e-15);
   EXPECT_NEAR(loads[0][0].weight, 15e-3, 1e-15);
   EXPECT_NEAR(loads[0][1].total(), 3 * 6e-3, 1e-15);
+  // A second replica of other bounds: asked for alone, its loads are those of the whole call,
+  // and the first's are left empty.
+  c.replicas.push_back(PipelineSpec{
+      {{1}, {0}}, {0, 2, 4, 6, 8}, std::vector<RecomputePolicy>(4, RecomputePolicy::kNone), 16});
+  const std::vector<std::vector<GroupLoad>> both = group_loads(*fx.ctx, c);
+  const std::vector<size_t> second{1};
+  const std::vector<std::vector<GroupLoad>> alone = group_loads(*fx.ctx, c, nullptr, &second);
+  ASSERT_EQ(both.size(), 2u);
+  ASSERT_EQ(alone.size(), 2u);
+  EXPECT_TRUE(alone[0].empty());
+  ASSERT_EQ(alone[1].size(), 2u);
+  for (size_t g = 0; g < 2; ++g) {
+    EXPECT_EQ(alone[1][g].forward, both[1][g].forward);
+    EXPECT_EQ(alone[1][g].backward, both[1][g].backward);
+    EXPECT_EQ(alone[1][g].weight, both[1][g].weight);
+  }
+  EXPECT_NEAR(both[1][0].total(), 4 * 6e-3, 1e-15);
 }
 
 // `c` assembled into a plan, and the plan's structure read back, is `c` again.
