@@ -387,11 +387,15 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
       std::vector<Found> seeds = baselines;
       seeds.insert(seeds.end(), warm.begin(), warm.end());
       chosen = searcher.motley(seeds);
-      // The deferred baselines, and the best of them where it beats the search's answer.
-      if (!deferred.empty()) searcher.set_phase("baselines");
-      for (const std::string& name : deferred) {
-        const Found& f = run_baseline(name);
-        if (f.ok && f.eval->ok && (!chosen.ok || f.eval->score < chosen.eval->score)) chosen = f;
+    }
+    // The deferred baselines; the full search returns the best of them where it beats its own
+    // answer (the exhaustive one returns its own).
+    if (!deferred.empty()) searcher.set_phase("baselines");
+    for (const std::string& name : deferred) {
+      const Found& f = run_baseline(name);
+      if (!options.exhaustive && f.ok && f.eval->ok &&
+          (!chosen.ok || f.eval->score < chosen.eval->score)) {
+        chosen = f;
       }
     }
   } else {
