@@ -4,10 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "../plan/test_plans.h"
 #include "motley/model/presets.h"
 #include "tune_test_util.h"
 
@@ -99,6 +102,48 @@ TEST(StrategiesTest, AHeadSplitCandidateBuildsAlikeIntoAUsedOne) {
   ASSERT_TRUE(build_candidate_into(*fx.ctx, fours, adaptive, 1, split, used).is_ok());
   ASSERT_TRUE(build_candidate_into(*fx.ctx, pairs, adaptive, 1, split, used).is_ok());
   EXPECT_EQ(used, fresh.value());
+}
+
+// A head split over two TP-2 groups, one twice as slow, over a vocabulary of 8 rows: the plan
+// splits the rows in multiples of 2 (6 and 2 by speed, where rows one at a time would give 5
+// and 3), and the partition of the other layers is balanced on the shards' loads the plan will
+// have: no other cut of the blocks gives a smaller busiest group (22 ms, blocks 1-6 on the
+// H100s; balanced for 5 rows and 3 they would be blocks 1-9, and the H100 group 24.2 ms).
+TEST(StrategiesTest, AHeadSplitOverTensorParallelGroupsIsBalancedOnTheRowsItWillHave) {
+  FixedCostSpec spec;
+  spec.layers.push_back(layer_ms(0.1, 0.05, 0.05));  // the embedding
+  for (int i = 0; i < 12; ++i) spec.layers.push_back(layer_ms(0.5, 0.25, 0.25));
+  spec.layers.push_back(layer_ms(10, 5, 5));  // the head
+  Fixture fx(motley::testing::model_with_head(12, 8), fixed_cluster({"H100-SXM", "A100-80GB"}, 4),
+             fixed_options(8, slower_on(std::move(spec), "A100-80GB", 2)));
+  Layout pairs;
+  pairs.replicas = {{{0, 1}, {4, 5}}};
+  BuildOptions split;
+  split.vocab_parallel = true;
+  const ScheduleSpec adaptive = ScheduleSpec::adaptive_on(
+      StageShape::kLinear, 1, AdaptivePriority::kBackwardFirst, WeightFill::kIfItFits);
+  const Result<Candidate> built = build_candidate(*fx.ctx, pairs, adaptive, 1, split);
+  ASSERT_TRUE(built.is_ok()) << built.status().message();
+  auto busiest = [&](const Candidate& c) {
+    double worst = 0;
+    const std::vector<std::vector<GroupLoad>> loads = group_loads(*fx.ctx, c);
+    for (const GroupLoad& g : loads[0]) worst = std::max(worst, g.total());
+    return worst;
+  };
+  double best = std::numeric_limits<double>::infinity();
+  const std::vector<int>& bounds = built->replicas[0].bounds;
+  ASSERT_EQ(bounds.size(), 3u);
+  for (int cut = 1; cut < bounds.back(); ++cut) {
+    Candidate other = built.value();
+    other.replicas[0].bounds[1] = cut;
+    best = std::min(best, busiest(other));
+  }
+  EXPECT_DOUBLE_EQ(busiest(built.value()), best);
+  EXPECT_LT(best, busiest([&] {
+              Candidate c = built.value();
+              c.replicas[0].bounds[1] = 10;  // balanced for 5 rows and 3
+              return c;
+            }()));
 }
 
 // The move offers the balanced shares and the step halfway to them from the shares by speed
