@@ -88,10 +88,10 @@ plan = json.load(open(path))
 for replica in plan["replicas"]:
     for group in replica["groups"]:
         split = []
-        for a in group["actions"]:
+        for a in group["actions"].split():
             m = re.fullmatch(r"(\d+)B(\d+)", a)
             split += [f"{m[1]}I{m[2]}", f"{m[1]}W{m[2]}"] if m else [a]
-        group["actions"] = split
+        group["actions"] = " ".join(split)
 plan["schedule"] = "profile (interleaved 1 x L, B split into I and W)"
 json.dump(plan, open(path.replace(".json", "-split.json"), "w"), indent=1)
 PY
@@ -162,7 +162,7 @@ counts = [n - n * 3 // 8, n * 3 // 8]
 for replica, count in zip(plan["replicas"], counts):
     replica["micro_batches"] = count
     for group in replica["groups"]:
-        group["actions"] = [a for m in range(count) for a in (f"0F{m}", f"0B{m}")]
+        group["actions"] = " ".join(f"0F{m} 0B{m}" for m in range(count))
 plan["schedule"] = f"1f1b, replicas {counts[0]}:{counts[1]}"
 json.dump(plan, open(sys.argv[2], "w"), indent=1)
 PY

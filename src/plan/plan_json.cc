@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -45,7 +46,7 @@ std::optional<ActionKind> kind_of_letter(char c) {
 }
 
 // Reads a run of decimal digits at `pos` into an int; false when there is none or it overflows.
-bool read_index(const std::string& text, size_t* pos, int* out) {
+bool read_index(std::string_view text, size_t* pos, int* out) {
   size_t start = *pos;
   int64_t value = 0;
   while (*pos < text.size() && text[*pos] >= '0' && text[*pos] <= '9') {
@@ -70,9 +71,7 @@ Json stage_to_json(const Stage& stage) {
 Json replica_to_json(const Replica& replica) {
   Json groups = Json::array();
   for (const DeviceGroupSchedule& g : replica.groups) {
-    Json actions = Json::array();
-    for (const Action& a : g.actions) actions.push_back(action_to_string(a));
-    groups.push_back(Json{{"devices", g.devices}, {"actions", std::move(actions)}});
+    groups.push_back(Json{{"devices", g.devices}, {"actions", actions_to_string(g.actions)}});
   }
   Json j = Json::object();
   j["micro_batches"] = replica.micro_batches;
@@ -176,7 +175,30 @@ Result<DeviceGroupSchedule> group_from_json(const JsonField& f) {
   DeviceGroupSchedule group;
   MOTLEY_ASSIGN_OR_RETURN(group.devices, index_list(f, "devices"));
   MOTLEY_ASSIGN_OR_RETURN(JsonField actions, f.get("actions"));
-  if (!actions.is_array()) return actions.items().status();
+  if (actions.json().is_string()) {
+    // One string, the actions separated by white space. An error names the action by its
+    // index, as in the array form: 'actions[7]'.
+    const std::string_view text = actions.json().get_ref<const std::string&>();
+    constexpr std::string_view kSpace = " \t\n\r";
+    for (size_t pos = text.find_first_not_of(kSpace); pos != std::string_view::npos;) {
+      const size_t end = std::min(text.find_first_of(kSpace, pos), text.size());
+      Result<Action> action = parse_action(text.substr(pos, end - pos));
+      if (!action.is_ok()) {
+        return invalid_argument(fmt::format("{}: field '{}[{}]': {}", actions.source(),
+                                            actions.path(), group.actions.size(),
+                                            action.status().message()));
+      }
+      group.actions.push_back(action.value());
+      pos = text.find_first_not_of(kSpace, end);
+    }
+    return group;
+  }
+  if (!actions.is_array()) {
+    return actions.error(fmt::format(
+        "expected the group's actions as one string (\"0F0 0F1 0B0\") or an array of action "
+        "strings, got {}",
+        describe_json_value(actions.json())));
+  }
   // Read straight from the document (a large plan holds millions of actions); an element's
   // field, with its path, is made only to say what is wrong with it.
   const Json& list = actions.json();
@@ -353,13 +375,24 @@ std::string action_to_string(const Action& action) {
          std::to_string(action.micro_batch);
 }
 
-Result<Action> parse_action(const std::string& text) {
+std::string actions_to_string(const std::vector<Action>& actions) {
+  std::string out;
+  out.reserve(actions.size() * 6);
+  for (const Action& a : actions) {
+    if (!out.empty()) out += ' ';
+    fmt::format_to(std::back_inserter(out), "{}{}{}", a.stage, action_letter(a.kind),
+                   a.micro_batch);
+  }
+  return out;
+}
+
+Result<Action> parse_action(std::string_view text) {
   auto bad = [&]() {
     return invalid_argument(fmt::format(
         "expected an action like \"0F3\", got {} (<stage><F, I, W, B or R><micro-batch>: "
         "forward, input-gradient backward, weight-gradient backward, full backward, "
         "recompute)",
-        Json(text).dump()));
+        Json(std::string(text)).dump()));
   };
   Action action;
   size_t pos = 0;
@@ -434,9 +467,10 @@ Result<PlanFile> plan_file_from_json(const Json& json, const std::string& source
   }
   MOTLEY_ASSIGN_OR_RETURN(std::string format, root.get_string("format"));
   const bool v1 = format == kPlanFormatV1;
-  if (format != kPlanFormat && !v1) {
-    return root.child_error("format", fmt::format("expected \"{}\" (or \"{}\"), got \"{}\"",
-                                                  kPlanFormat, kPlanFormatV1, format));
+  if (format != kPlanFormat && format != kPlanFormatV2 && !v1) {
+    return root.child_error(
+        "format", fmt::format("expected \"{}\" (or \"{}\" or \"{}\"), got \"{}\"", kPlanFormat,
+                              kPlanFormatV2, kPlanFormatV1, format));
   }
   std::vector<std::string_view> keys = {
       "format",           "units",         "model",           "cluster",   "micro_batch_size",

@@ -114,24 +114,54 @@ TEST(PlanJson, RoundTripsWithoutPrediction) {
   EXPECT_EQ(back.value(), p);
 }
 
+// motley.plan/2 files list each group's actions as an array of strings; a hand-written
+// string may separate them by any white space. All read as the plan written.
+TEST(PlanJson, ReadsActionsAsAnArrayOrAsOneStringSeparatedByAnyWhiteSpace) {
+  const Plan p = full_plan();
+  Json as_arrays = plan_to_json(p);
+  Json spaced = as_arrays;
+  as_arrays["format"] = "motley.plan/2";
+  for (size_t r = 0; r < p.replicas.size(); ++r) {
+    for (size_t g = 0; g < p.replicas[r].groups.size(); ++g) {
+      Json list = Json::array();
+      std::string text = "\n ";
+      for (const Action& a : p.replicas[r].groups[g].actions) {
+        list.push_back(action_to_string(a));
+        text += action_to_string(a) + (list.size() % 2 == 0 ? "\t" : "  ");
+      }
+      as_arrays["replicas"][r]["groups"][g]["actions"] = std::move(list);
+      spaced["replicas"][r]["groups"][g]["actions"] = text;
+    }
+  }
+  for (const Json& j : {as_arrays, spaced}) {
+    Result<Plan> back = plan_from_json(j, "mem");
+    ASSERT_TRUE(back.is_ok()) << back.status().message();
+    EXPECT_EQ(back.value(), p);
+  }
+  // A group with no actions is an empty string (or array).
+  Plan empty = p;
+  empty.replicas[0].groups[0].actions.clear();
+  EXPECT_EQ(plan_to_json(empty)["replicas"][0]["groups"][0]["actions"], "");
+  Result<Plan> back = plan_from_json(plan_to_json(empty), "mem");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back.value(), empty);
+}
+
 TEST(PlanJson, WritesDocumentedFields) {
   const Json j = plan_to_json(full_plan());
-  EXPECT_EQ(j.at("format"), "motley.plan/2");
+  EXPECT_EQ(j.at("format"), "motley.plan/3");
   EXPECT_EQ(j.at("units"), (Json{{"time", "s"}, {"memory", "bytes"}}));
   EXPECT_EQ(j.at("stages")[1], (Json{{"layers", {3, 5}}, {"recompute", "selective"}}));
   EXPECT_EQ(j.at("replicas")[0].at("stage_group"), (Json{0, 1, 0}));
-  EXPECT_EQ(j.at("replicas")[0].at("groups")[1].at("actions"),
-            (Json{"1F0", "1B0", "1F12", "1I12", "1W12"}));
+  EXPECT_EQ(j.at("replicas")[0].at("groups")[1].at("actions"), "1F0 1B0 1F12 1I12 1W12");
   EXPECT_EQ(j.at("predicted").at("iteration_time_s"), 1.2345678901234567);
   EXPECT_EQ(j.at("predicted").at("cost_model"), "analytic");
 }
 
 TEST(PlanJson, TextPutsFormatFirstAndActionsOnOneLine) {
   const std::string text = plan_to_text(full_plan());
-  EXPECT_EQ(text.rfind("{\n  \"format\": \"motley.plan/2\",\n  \"units\": {", 0), 0u) << text;
-  EXPECT_NE(text.find("\"actions\": [\"0F1\", \"1F1\", \"2F1\", \"2B1\", \"1B1\", \"0B1\"]"),
-            std::string::npos)
-      << text;
+  EXPECT_EQ(text.rfind("{\n  \"format\": \"motley.plan/3\",\n  \"units\": {", 0), 0u) << text;
+  EXPECT_NE(text.find("\"actions\": \"0F1 1F1 2F1 2B1 1B1 0B1\""), std::string::npos) << text;
   Result<Json> parsed = parse_json(text, "text");
   ASSERT_TRUE(parsed.is_ok());
   EXPECT_EQ(parsed.value(), plan_to_json(full_plan()));
@@ -203,8 +233,8 @@ INSTANTIATE_TEST_SUITE_P(
                    "input-gradient backward, weight-gradient backward, full backward, "
                    "recompute)"},
         BadFixture{"wrong-format.json",
-                   "field 'format': expected \"motley.plan/2\" (or \"motley.plan/1\"), got "
-                   "\"motley.plan/3\""},
+                   "field 'format': expected \"motley.plan/3\" (or \"motley.plan/2\" or "
+                   "\"motley.plan/1\"), got \"motley.plan/9\""},
         BadFixture{"unknown-key.json",
                    "field 'replicas[0].groups[0].device': unknown field; allowed fields here: "
                    "devices or actions"}));
@@ -237,8 +267,18 @@ TEST(PlanJsonErrors, NameTheField) {
   EXPECT_EQ(error_after([](Json& j) { j["replicas"][0]["groups"][0]["devices"][1] = "x"; }),
             "plan.json: field 'replicas[0].groups[0].devices[1]': expected an integer, got "
             "\"x\"");
-  EXPECT_EQ(error_after([](Json& j) { j["replicas"][0]["groups"][0]["actions"][2] = 3; }),
+  EXPECT_EQ(error_after([](Json& j) {
+              j["replicas"][0]["groups"][0]["actions"] = Json{"0F0", "0B0", 3};
+            }),
             "plan.json: field 'replicas[0].groups[0].actions[2]': expected a string, got 3");
+  // In the one-string form an action is named by its index, as in an array.
+  EXPECT_EQ(error_after([](Json& j) { j["replicas"][0]["groups"][0]["actions"] = "0F0 0B0  0X3"; }),
+            "plan.json: field 'replicas[0].groups[0].actions[2]': expected an action like \"0F3\", "
+            "got \"0X3\" (<stage><F, I, W, B or R><micro-batch>: forward, input-gradient "
+            "backward, weight-gradient backward, full backward, recompute)");
+  EXPECT_EQ(error_after([](Json& j) { j["replicas"][0]["groups"][0]["actions"] = 7; }),
+            "plan.json: field 'replicas[0].groups[0].actions': expected the group's actions as "
+            "one string (\"0F0 0F1 0B0\") or an array of action strings, got 7");
   EXPECT_EQ(error_after([](Json& j) { j["units"]["time"] = "ms"; }),
             "plan.json: field 'units.time': expected \"s\" (seconds), got \"ms\"");
   EXPECT_EQ(error_after([](Json& j) { j["predicted"]["bubble_fraction"] = 1.5; }),
@@ -257,7 +297,7 @@ TEST(PlanJsonErrors, NameTheField) {
   EXPECT_EQ(error_after([](Json& j) { j["zero1"] = true; }),
             "plan.json: field 'zero1': give 'zero_stage' or the older 'zero1', not both");
   EXPECT_EQ(error_after([](Json& j) { j = Json::array(); }),
-            "plan.json: expected a plan (a JSON object with \"format\": \"motley.plan/2\"), got "
+            "plan.json: expected a plan (a JSON object with \"format\": \"motley.plan/3\"), got "
             "an array");
 }
 

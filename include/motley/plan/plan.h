@@ -17,9 +17,11 @@
 
 namespace motley {
 
-// What every tool writes: the plan with the model and cluster it was made for. Files of the
-// first format (references only) are still read.
-inline constexpr const char* kPlanFormat = "motley.plan/2";
+// What every tool writes: the plan with the model and cluster it was made for, each group's
+// actions as one string. Files of the earlier formats are still read: /2 (actions as arrays of
+// strings) and /1 (also without the model and cluster, references only).
+inline constexpr const char* kPlanFormat = "motley.plan/3";
+inline constexpr const char* kPlanFormatV2 = "motley.plan/2";
 inline constexpr const char* kPlanFormatV1 = "motley.plan/1";
 
 enum class ActionKind {

@@ -9,6 +9,8 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "motley/cluster/cluster.h"
 #include "motley/core/json.h"
@@ -67,6 +69,8 @@ Result<PlanInputs> load_plan_inputs(const std::string& path,
                                     const PlanSpecOverrides& overrides = PlanSpecOverrides{});
 
 std::string action_to_string(const Action& action);  // "0F3"
-Result<Action> parse_action(const std::string& text);
+Result<Action> parse_action(std::string_view text);
+// A group's actions as a plan file writes them: separated by single spaces, "0F0 0F1 0B0".
+std::string actions_to_string(const std::vector<Action>& actions);
 
 }  // namespace motley
