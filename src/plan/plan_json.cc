@@ -4,8 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
-#include <iterator>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -302,34 +302,51 @@ std::vector<std::string> ordered_keys(const Json& object) {
   return keys;
 }
 
+// A scalar as JSON. A string of printable ASCII without quotes or backslashes (a group's
+// actions: megabytes in a large plan) is copied as it is; anything else goes through dump().
+void print_scalar(const Json& j, std::string* out) {
+  if (j.is_string()) {
+    const std::string& s = j.get_ref<const std::string&>();
+    if (std::all_of(s.begin(), s.end(),
+                    [](char c) { return c >= ' ' && c <= '~' && c != '"' && c != '\\'; })) {
+      *out += '"';
+      *out += s;
+      *out += '"';
+      return;
+    }
+  }
+  *out += j.dump();
+}
+
 void print_flat_array(const Json& j, std::string* out) {
   *out += "[";
   for (size_t i = 0; i < j.size(); ++i) {
     if (i > 0) *out += ", ";
-    *out += j[i].dump();
+    print_scalar(j[i], out);
   }
   *out += "]";
 }
 
+constexpr size_t kLineWidth = 100;
+
 // One line for a small object of scalars and flat arrays (units, references, stages), or
-// nullopt when it has nested objects.
+// nullopt when it has nested objects or a string longer than a line.
 std::optional<std::string> one_line_object(const Json& j) {
   std::string out = "{";
   for (const std::string& key : ordered_keys(j)) {
     const Json& v = j.at(key);
     if (v.is_object() || (v.is_array() && !is_flat_array(v))) return std::nullopt;
+    if (v.is_string() && v.get_ref<const std::string&>().size() > kLineWidth) return std::nullopt;
     if (out.size() > 1) out += ", ";
     out += Json(key).dump() + ": ";
     if (v.is_array()) {
       print_flat_array(v, &out);
     } else {
-      out += v.dump();
+      print_scalar(v, &out);
     }
   }
   return out + "}";
 }
-
-constexpr size_t kLineWidth = 100;
 
 // Like Json::dump(2), except that keys come in preferred_key_order, arrays of scalars (layer
 // bounds, device lists, action orders) stay on one line, and so do small objects that fit, so
@@ -364,7 +381,7 @@ void pretty_print(const Json& j, int indent, std::string* out) {
   } else if (j.is_array()) {
     print_flat_array(j, out);
   } else {
-    *out += j.dump();
+    print_scalar(j, out);
   }
 }
 
@@ -378,10 +395,12 @@ std::string action_to_string(const Action& action) {
 std::string actions_to_string(const std::vector<Action>& actions) {
   std::string out;
   out.reserve(actions.size() * 6);
+  char digits[16];  // an int
   for (const Action& a : actions) {
     if (!out.empty()) out += ' ';
-    fmt::format_to(std::back_inserter(out), "{}{}{}", a.stage, action_letter(a.kind),
-                   a.micro_batch);
+    out.append(digits, std::to_chars(digits, digits + sizeof digits, a.stage).ptr);
+    out += action_letter(a.kind);
+    out.append(digits, std::to_chars(digits, digits + sizeof digits, a.micro_batch).ptr);
   }
   return out;
 }
