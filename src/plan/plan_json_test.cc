@@ -167,6 +167,28 @@ TEST(PlanJson, TextPutsFormatFirstAndActionsOnOneLine) {
   EXPECT_EQ(parsed.value(), plan_to_json(full_plan()));
 }
 
+// Plain strings are copied into the text as they are; any other is escaped as JSON requires
+// (quotes and backslashes; UTF-8 stays UTF-8), and a group's actions longer than a line move
+// its object onto lines of their own.
+TEST(PlanJson, TextEscapesWhatJsonNeedsAndReadsBackTheSame) {
+  Plan p = full_plan();
+  p.schedule = "a \"quoted\" back\\slash";
+  p.model.name = "caf\xc3\xa9";
+  for (int m = 0; m < 40; ++m)
+    p.replicas[0].groups[0].actions.push_back(Action{ActionKind::kForward, 0, m});
+  const std::string text = plan_to_text(p);
+  EXPECT_NE(text.find("\"schedule\": \"a \\\"quoted\\\" back\\\\slash\""), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\"name\": \"caf\xc3\xa9\""), std::string::npos) << text;
+  EXPECT_NE(text.find(",\n          \"actions\": \""), std::string::npos) << text;
+  Result<Json> parsed = parse_json(text, "text");
+  ASSERT_TRUE(parsed.is_ok()) << parsed.status().message();
+  EXPECT_EQ(parsed.value(), plan_to_json(p));
+  Result<Plan> back = plan_from_json(parsed.value(), "text");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back.value(), p);
+}
+
 class PlanFileIo : public ::testing::Test {
  protected:
   void SetUp() override {
