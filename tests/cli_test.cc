@@ -487,6 +487,43 @@ nlohmann::json report_data(const std::string& html) {
   return nlohmann::json::parse(html.substr(begin + open.size(), end - begin - open.size()));
 }
 
+// A baseline the budget left out is "not run" (not "infeasible"), in the table, the JSON and
+// the HTML report's data, and the output says how to run it.
+TEST(CliTest, CompareSaysWhichBaselinesTheBudgetLeftOut) {
+  const TempDir scratch("cli_not_run");
+  const std::string page = scratch.path() + "/compare.html";
+  const std::string compare = "compare --model tiny-llama --max-plans 2 --quiet";
+  RunResult text = run_motley(compare + " --html " + page);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  const std::string table = text.out.substr(0, text.out.find("\nmotley:"));
+  for (const char* name : {"zb-h1", "metis", "schedule-only"}) {
+    const size_t row = table.find(std::string("\n") + name + " ");
+    ASSERT_NE(row, std::string::npos) << name << "\n" << text.out;
+    const std::string line = table.substr(row + 1, table.find('\n', row + 1) - row - 1);
+    EXPECT_NE(line.find(" not run "), std::string::npos) << line;
+    EXPECT_EQ(line.find("infeasible"), std::string::npos) << line;
+  }
+  EXPECT_NE(text.out.find("6 of the 9 baselines did not run: the budget was spent before they "
+                          "started. A larger --time-budget (or --max-plans, where given) runs "
+                          "them.\n"),
+            std::string::npos)
+      << text.out;
+  RunResult as_json = run_motley(compare + " --json");
+  ASSERT_EQ(as_json.exit_code, 0) << as_json.err;
+  const nlohmann::json json = nlohmann::json::parse(as_json.out);
+  const nlohmann::json data = report_data(read_file(page));
+  for (const nlohmann::json* strategies : {&json["strategies"], &data["strategies"]}) {
+    int not_run = 0;
+    for (const auto& s : *strategies) {
+      const bool reference = s["name"] == "motley" || s["name"] == "megatron-1f1b" ||
+                             s["name"] == "megatron-interleaved" || s["name"] == "megatron-tuned";
+      EXPECT_EQ(s.value("not_run", false), !reference) << s.dump();
+      not_run += s.value("not_run", false) ? 1 : 0;
+    }
+    EXPECT_EQ(not_run, 6);
+  }
+}
+
 TEST(CliTest, ReportWritesOnePageOfThePlan) {
   const TempDir scratch("cli_report");
   const std::string page = scratch.path() + "/plan.html";

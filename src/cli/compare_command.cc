@@ -73,6 +73,7 @@ Status compare_command(const CompareOptions& opt) {
     for (size_t i = 0; i < rows.size(); ++i) {
       const StrategyOutcome& b = rows[i];
       Json j{{"name", b.strategy}, {"feasible", b.feasible}, {"detail", b.detail}};
+      if (b.not_run) j["not_run"] = true;
       if (b.feasible) {
         j["bubble_fraction"] = shapes[i].bubble_fraction;
         j["peak_memory_ratio"] = shapes[i].peak_memory_ratio;
@@ -121,7 +122,7 @@ Status compare_command(const CompareOptions& opt) {
     for (size_t i = 0; i < rows.size(); ++i) {
       const StrategyOutcome& b = rows[i];
       if (!b.feasible) {
-        std::vector<std::string> row = {b.strategy, "infeasible"};
+        std::vector<std::string> row = {b.strategy, b.not_run ? "not run" : "infeasible"};
         row.resize(header.size() - 1, "-");
         row.push_back(format_time(b.search_time));
         table.add_row(row);
@@ -153,6 +154,7 @@ Status compare_command(const CompareOptions& opt) {
         for (const std::string& line : explanation) out += "  " + line + "\n";
       }
     }
+    out += not_run_hint(r.baselines);
     out +=
         "\nmotley may return any plan it evaluated, the baselines' included, so it is never "
         "slower than they are.\n";

@@ -158,6 +158,7 @@ Status plan_command(const PlanOptions& opt) {
                        fmt::format("{:.2f}x", b.iteration_time.value() / t), b.detail});
       }
       out += table.to_string();
+      out += not_run_hint(r.baselines);
     }
     out += "\n" + simulation_summary(r.plan, timeline, cost.topology(), SummaryOptions{});
     for (const std::string* file : {&opt.out, &opt.svg, &opt.trace}) {

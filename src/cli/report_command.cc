@@ -311,6 +311,7 @@ Result<std::vector<ReportStrategy>> report_strategies(const std::vector<Strategy
     ReportStrategy s;
     s.name = b.strategy;
     s.feasible = b.feasible;
+    s.not_run = b.not_run;
     s.detail = b.detail;
     if (b.feasible) {
       // Bubble and memory from one more simulation (the outcomes carry times only).

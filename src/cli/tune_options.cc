@@ -315,6 +315,16 @@ std::string format_duration(Seconds t) {
 
 }  // namespace
 
+std::string not_run_hint(const std::vector<StrategyOutcome>& baselines) {
+  const auto left_out = std::count_if(baselines.begin(), baselines.end(),
+                                      [](const StrategyOutcome& b) { return b.not_run; });
+  if (left_out == 0) return "";
+  return fmt::format(
+      "{} of the {} baselines did not run: the budget was spent before they started. A larger "
+      "--time-budget (or --max-plans, where given) runs them.\n",
+      left_out, baselines.size());
+}
+
 std::string preemption_line(const PreemptionEstimate& e, double expected_dollars_per_million,
                             double on_demand_dollars_per_million) {
   if (!e.interruptible()) return "";

@@ -80,6 +80,10 @@ struct TuneSetup {
 // Checks the objective (the parser checked the numbers) and loads the specs.
 Result<TuneSetup> prepare_tune(const TuneCliOptions& opt);
 
+// One line saying how to run the baselines a budget left out (StrategyOutcome::not_run), which
+// the budget options name; empty when every baseline ran.
+std::string not_run_hint(const std::vector<StrategyOutcome>& baselines);
+
 // The price of interruptions of a chosen plan, as one line ("interruptions: ...") and as JSON;
 // the line is empty when no node the plan uses can be interrupted.
 std::string preemption_line(const PreemptionEstimate& e, double expected_dollars_per_million,

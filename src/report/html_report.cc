@@ -515,6 +515,7 @@ class DataBuilder {
     Json list = Json::array();
     for (const ReportStrategy& s : in_.strategies) {
       Json j{{"name", s.name}, {"feasible", s.feasible}, {"detail", s.detail}};
+      if (s.not_run) j["not_run"] = true;
       if (s.feasible) {
         j["iteration_s"] = s.iteration_s;
         j["tokens_per_s"] = s.tokens_per_s;

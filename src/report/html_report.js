@@ -520,7 +520,7 @@
         g.appendChild(svgEl('text', { x: NAME_W + w + 6, y: y + 14, 'font-size': 11, text: fmtCount(x.tokens_per_s) +
           ' tokens/s \u00b7 ' + fmtTime(x.iteration_s) }));
       } else {
-        g.appendChild(svgEl('text', { x: NAME_W + 4, y: y + 14, 'font-size': 11, fill: '#c0392b', text: 'infeasible' }));
+        g.appendChild(svgEl('text', { x: NAME_W + 4, y: y + 14, 'font-size': 11, fill: '#c0392b', text: x.not_run ? 'not run' : 'infeasible' }));
       }
       g.appendChild(svgEl('title', { text: x.detail }));
       svg.appendChild(g);
@@ -549,7 +549,7 @@
           el('td', { text: fmtMoney(x.dollars_per_million_tokens) }));
         if (spot) cells.push(el('td', { text: fmtMoney(x.on_demand_dollars_per_million_tokens) }), el('td', { text: fmtPct(x.goodput) }));
       } else {
-        for (let k = 1; k < head.length - 1; ++k) cells.push(el('td', { text: k === 1 ? 'infeasible' : '-' }));
+        for (let k = 1; k < head.length - 1; ++k) cells.push(el('td', { text: k === 1 ? (x.not_run ? 'not run' : 'infeasible') : '-' }));
       }
       cells.push(el('td', { class: 'left', text: x.detail }));
       body.appendChild(el('tr', {}, cells));

@@ -23,8 +23,9 @@ struct Found {
   bool ok = false;
   Candidate candidate;
   std::shared_ptr<const Evaluation> eval;
-  std::string detail;   // what the strategy chose, in words
-  std::string why_not;  // when !ok
+  std::string detail;    // what the strategy chose, in words
+  std::string why_not;   // when !ok
+  bool not_run = false;  // a budget was spent before it started
   int64_t simulated = 0;
   double seconds = 0;  // search time
 };

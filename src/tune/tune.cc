@@ -324,6 +324,7 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
     // rank candidates for nothing (seconds on tens of thousands of devices).
     if (!reference_baseline(name) && evaluator.out_of_time()) {
       slot.why_not = fmt::format("not run: {} before it started", evaluator.budget_spent());
+      slot.not_run = true;
       return slot;
     }
     if (name == "megatron-1f1b") {
@@ -494,6 +495,7 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
       o.strategy = baseline_names[i];
       if (!baselines[i].ok) {
         o.detail = baselines[i].why_not;
+        o.not_run = baselines[i].not_run;
         o.search_time = Seconds(baselines[i].seconds);
         o.candidates_evaluated = baselines[i].simulated;
       }

@@ -449,6 +449,7 @@ TEST(TuneTest, ABaselineCutShortByTheBudgetSaysSo) {
     // does not, and says so.
     const bool reference = b.strategy == "megatron-1f1b" || b.strategy == "megatron-interleaved" ||
                            b.strategy == "megatron-tuned";
+    EXPECT_EQ(b.not_run, !reference) << b.strategy;
     if (reference) {
       EXPECT_EQ(b.detail.find("not run"), std::string::npos) << b.strategy << ": " << b.detail;
     } else {

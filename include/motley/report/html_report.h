@@ -40,6 +40,7 @@ struct ReportStrategy {
   double dollars_per_million_tokens = 0;
   double on_demand_dollars_per_million_tokens = 0;
   double goodput = 1;
+  bool not_run = false;  // a budget was spent before it started (StrategyOutcome::not_run)
 };
 
 // What the plan costs to run. Prices per hour are of the devices the plan uses.

@@ -164,6 +164,9 @@ std::vector<std::string> tune_strategy_names();
 struct StrategyOutcome {
   std::string strategy;
   bool feasible = false;  // a memory-feasible plan exists under this strategy's rules
+  // It did not run: a budget (time or evaluations) was spent before it started. `detail` says
+  // which; it may have plans, the search's budget left none to look for them.
+  bool not_run = false;
   // What it chose ("TP 1 x PP 8 x DP 2, 1f1b, Megatron-LM's layer split, ...") or why none.
   std::string detail;
   Plan plan;  // with predicted metrics; empty when !feasible
