@@ -411,7 +411,7 @@ Result<Action> parse_action(std::string_view text) {
         "expected an action like \"0F3\", got {} (<stage><F, I, W, B or R><micro-batch>: "
         "forward, input-gradient backward, weight-gradient backward, full backward, "
         "recompute)",
-        Json(std::string(text)).dump()));
+        describe_json_value(Json(std::string(text)))));
   };
   Action action;
   size_t pos = 0;

@@ -298,6 +298,16 @@ TEST(PlanJsonErrors, NameTheField) {
             "plan.json: field 'replicas[0].groups[0].actions[2]': expected an action like \"0F3\", "
             "got \"0X3\" (<stage><F, I, W, B or R><micro-batch>: forward, input-gradient "
             "backward, weight-gradient backward, full backward, recompute)");
+  // A long word is cut short in the message.
+  EXPECT_EQ(error_after([](Json& j) {
+              j["replicas"][0]["groups"][0]["actions"] = "0F0 " + std::string(100000, '9');
+            }),
+            "plan.json: field 'replicas[0].groups[0].actions[1]': expected an action like \"0F3\", "
+            "got \"" +
+                std::string(36, '9') +
+                "... (<stage><F, I, W, B or R><micro-batch>: "
+                "forward, input-gradient backward, weight-gradient backward, full backward, "
+                "recompute)");
   EXPECT_EQ(error_after([](Json& j) { j["replicas"][0]["groups"][0]["actions"] = 7; }),
             "plan.json: field 'replicas[0].groups[0].actions': expected the group's actions as "
             "one string (\"0F0 0F1 0B0\") or an array of action strings, got 7");
