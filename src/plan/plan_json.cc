@@ -68,6 +68,20 @@ Json stage_to_json(const Stage& stage) {
   return j;
 }
 
+// A group's actions as a plan file writes them: separated by single spaces, "0F0 0F1 0B0".
+std::string actions_to_string(const std::vector<Action>& actions) {
+  std::string out;
+  out.reserve(actions.size() * 6);
+  char digits[16];  // an int
+  for (const Action& a : actions) {
+    if (!out.empty()) out += ' ';
+    out.append(digits, std::to_chars(digits, digits + sizeof digits, a.stage).ptr);
+    out += action_letter(a.kind);
+    out.append(digits, std::to_chars(digits, digits + sizeof digits, a.micro_batch).ptr);
+  }
+  return out;
+}
+
 Json replica_to_json(const Replica& replica) {
   Json groups = Json::array();
   for (const DeviceGroupSchedule& g : replica.groups) {
@@ -390,19 +404,6 @@ void pretty_print(const Json& j, int indent, std::string* out) {
 std::string action_to_string(const Action& action) {
   return std::to_string(action.stage) + action_letter(action.kind) +
          std::to_string(action.micro_batch);
-}
-
-std::string actions_to_string(const std::vector<Action>& actions) {
-  std::string out;
-  out.reserve(actions.size() * 6);
-  char digits[16];  // an int
-  for (const Action& a : actions) {
-    if (!out.empty()) out += ' ';
-    out.append(digits, std::to_chars(digits, digits + sizeof digits, a.stage).ptr);
-    out += action_letter(a.kind);
-    out.append(digits, std::to_chars(digits, digits + sizeof digits, a.micro_batch).ptr);
-  }
-  return out;
 }
 
 Result<Action> parse_action(std::string_view text) {

@@ -1,8 +1,9 @@
-// The plan file: Plan <-> JSON ("format": "motley.plan/2"), load and atomic save, and the one
+// The plan file: Plan <-> JSON ("format": "motley.plan/3"), load and atomic save, and the one
 // loader every consumer of a plan file uses. A plan file carries the model (motley's own model
 // JSON) and the normalized cluster it was made for, beside their hashes, so that the file alone
-// can be simulated, run, exported or replanned anywhere; "motley.plan/1" files (references
-// only) are still read. Actions are written as PyTorch pipelining writes them:
+// can be simulated, run, exported or replanned anywhere; "motley.plan/2" files (each group's
+// actions an array rather than one string) and "motley.plan/1" files (references only) are
+// still read. Actions are written as PyTorch pipelining writes them:
 // "<stage><letter><micro-batch>", e.g. "0F3", "1I3" (input-gradient backward), "1W3", "2B0"
 // (fused backward), "0R3" (recompute). Thread-safe free functions.
 #pragma once
@@ -10,7 +11,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "motley/cluster/cluster.h"
 #include "motley/core/json.h"
@@ -70,7 +70,5 @@ Result<PlanInputs> load_plan_inputs(const std::string& path,
 
 std::string action_to_string(const Action& action);  // "0F3"
 Result<Action> parse_action(std::string_view text);
-// A group's actions as a plan file writes them: separated by single spaces, "0F0 0F1 0B0".
-std::string actions_to_string(const std::vector<Action>& actions);
 
 }  // namespace motley
