@@ -154,12 +154,13 @@ std::vector<int64_t> split_micro_batches(const std::vector<double>& slope,
 // data-parallel all-reduce of the first stage and the optimizer step.
 // Replicas of one make (group types and TP degrees, layers, recompute and micro-batch count)
 // are estimated once, by the first of them (estimated_replicas): they differ only in where their
-// devices sit, which the boundary transfers of the first stand for. (Expert and context
-// parallelism price every replica: their groups of replicas differ.)
+// devices sit, which the boundary transfers of the first stand for. Under expert or context
+// parallelism, every replica of the first block of consecutive replicas (the groups' common
+// period) of each make, whose collectives stand for the other blocks'.
 // `facts` (optional) are those of the layout c was built from by build_candidate_into: the
 // estimate is the same with them, and takes no step per replica that they spare.
 double estimate(const Context& ctx, const Candidate& c, const LayoutFacts* facts = nullptr);
-// The replicas `estimate` prices: the first of each make, or all of them.
+// The replicas `estimate` prices: the first of each make, or of each block of one make.
 std::vector<size_t> estimated_replicas(const Context& ctx, const Candidate& c,
                                        const LayoutFacts* facts = nullptr);
 

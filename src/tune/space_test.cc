@@ -298,7 +298,7 @@ TEST(SpaceTest, ZeroRingsPricedOnceServeEveryReplica) {
   EXPECT_EQ(replica_estimate(*fx.ctx, c, 3, 4, &shared), replica_estimate(*fx.ctx, c, 3, 4));
 }
 
-TEST(SpaceTest, TheEstimatePricesTheFirstReplicaOfEachMake) {
+TEST(SpaceTest, TheEstimatePricesTheFirstReplicaOrGroupOfReplicasOfEachMake) {
   Fixture fx(8, {"H100-SXM", "A100-80GB"}, 2, 16, two_speeds(8));
   Candidate c;
   c.schedule = ScheduleSpec::named(ScheduleKind::k1f1b);
@@ -309,9 +309,28 @@ TEST(SpaceTest, TheEstimatePricesTheFirstReplicaOfEachMake) {
   EXPECT_EQ(estimated_replicas(*fx.ctx, c), (std::vector<size_t>{0, 2, 3}));
   c.replicas[1].recompute = {RecomputePolicy::kFull};
   EXPECT_EQ(estimated_replicas(*fx.ctx, c), (std::vector<size_t>{0, 1, 2, 3}));
-  // Expert parallelism prices every replica's own group.
+  // Expert parallelism prices each replica with its own group of replicas, here the pairs
+  // {0, 1} and {2, 3}: every replica of the first pair of each make.
   c.replicas[1].recompute = none;
   c.expert_parallel = 2;
+  EXPECT_EQ(estimated_replicas(*fx.ctx, c), (std::vector<size_t>{0, 1, 2, 3}));
+  c.replicas[2] = PipelineSpec{{{1}}, {0, 8}, none, 4};
+  c.replicas[3] = PipelineSpec{{{0}}, {0, 8}, none, 4};
+  EXPECT_EQ(estimated_replicas(*fx.ctx, c), (std::vector<size_t>{0, 1}));
+  // A pair's make is its replicas' in order.
+  c.replicas[3].micro_batches = 3;
+  EXPECT_EQ(estimated_replicas(*fx.ctx, c), (std::vector<size_t>{0, 1, 2, 3}));
+  c.replicas[1].micro_batches = 3;
+  c.replicas[3].micro_batches = 4;
+  c.replicas[2].micro_batches = 3;
+  EXPECT_EQ(estimated_replicas(*fx.ctx, c), (std::vector<size_t>{0, 1, 2, 3}));
+  // Context parallelism likewise, and both together by their common period (here 4).
+  c.replicas[2].micro_batches = 4;
+  c.replicas[3].micro_batches = 3;
+  c.expert_parallel = 1;
+  c.context_parallel = 2;
+  EXPECT_EQ(estimated_replicas(*fx.ctx, c), (std::vector<size_t>{0, 1}));
+  c.expert_parallel = 4;
   EXPECT_EQ(estimated_replicas(*fx.ctx, c), (std::vector<size_t>{0, 1, 2, 3}));
 }
 
