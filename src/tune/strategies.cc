@@ -1298,7 +1298,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // the cluster: every size screens 64. (With 32 above 128 devices, on 8,192 H100s and 8,192
   // A100s, Llama-3-70B at one sequence per device, the layout of the best plan had none of
   // its good candidates screened: 0.840 of the bound against 0.864, in the same time.)
-  constexpr size_t screened = 64;
+  constexpr size_t kScreened = 64;
   const size_t climbs = size_class == 0 ? 6 : size_class == 1 ? 4 : 3;
   // Up to 8 devices a simulation costs little (the search takes under a second), so each start
   // gets more random perturbations: the plan found then depends less on the seed.
@@ -1468,7 +1468,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   auto extra = [&](const Recipe& c) {
     return sharded_extra(c) || expert_extra(c) || vocab_extra(c) || context_extra(c);
   };
-  for (size_t i = 0; i < ranked.size() && cands.size() < screened; ++i) {
+  for (size_t i = 0; i < ranked.size() && cands.size() < kScreened; ++i) {
     if (!extra(ranked[i].second)) take(ranked[i].second);
   }
   // And the best-estimated candidate of every schedule, so that no schedule is judged by the
