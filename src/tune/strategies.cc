@@ -1506,15 +1506,15 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // another order) would otherwise take every start. (On 8,192 H100s and 8,192 A100s,
   // Llama-3-70B at one sequence per device, the three best screened were of 256 replicas and
   // climbed no lower than 4.30 s, while the best of 512 replicas climbs to 4.18 s.)
-  std::vector<bool> started(cands.size(), false);
+  std::vector<bool> taken(cands.size(), false);
   std::set<size_t> degrees;
   for (const bool one_per_degree : {true, false}) {
     for (size_t i : order) {
       if (starts.size() >= climbs || !evals[i]->ok) break;
-      if (started[i] || (one_per_degree && !degrees.insert(cands[i].replicas.size()).second)) {
+      if (taken[i] || (one_per_degree && !degrees.insert(cands[i].replicas.size()).second)) {
         continue;
       }
-      started[i] = true;
+      taken[i] = true;
       Found f;
       f.ok = true;
       f.candidate = cands[i];
