@@ -1307,7 +1307,7 @@ TEST(CliTest, K8sManifestsGiveEveryPlanDeviceItsRank) {
     RunResult ran = run_binary(
         "bash", start + " run --plan /etc/motley/plan.json",
         RunOptions{"", "MOTLEY=" + bin + "/fake-motley RANK=" + std::to_string(podrank)});
-    ASSERT_EQ(ran.exit_code, 0) << ran.err;
+    ASSERT_EQ(ran.exit_code, 0) << "stdout:\n" << ran.out << "stderr:\n" << ran.err;
     std::istringstream lines(ran.out);
     std::string line;
     std::getline(lines, line);  // "motley: pod ... plays plan node ..."
@@ -1348,7 +1348,7 @@ TEST(CliTest, K8sManifestsGiveEveryPlanDeviceItsRank) {
           RunOptions{"", "MOTLEY=" + bin +
                              "/fake-motley MOTLEY_NODE_KIND=" + job["name"].get<std::string>() +
                              " JOB_COMPLETION_INDEX=" + std::to_string(index)});
-      ASSERT_EQ(ran.exit_code, 0) << ran.err;
+      ASSERT_EQ(ran.exit_code, 0) << "stdout:\n" << ran.out << "stderr:\n" << ran.err;
       std::istringstream lines(ran.out);
       std::string line;
       std::getline(lines, line);
