@@ -45,13 +45,11 @@ import json, os, sys
 out_dir, here = sys.argv[1:]
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, here)
-from published_runs import dgx_cluster, gpt_model
+from published_runs import dgx_h100_cluster, gpt_model
 
 for nodes in (1, 2, 8, 16, 64):
     with open(os.path.join(out_dir, f"dgx-h100-x{nodes}.yaml"), "w") as f:
-        f.write(dgx_cluster(f"dgx-h100-x{nodes}", nodes, "H100-SXM", 450, 50, [
-            "DGX H100: 8 x H100 SXM on NVLink 4 (900 GB/s both ways, 450 each), 8 x 400 Gb/s",
-            "ConnectX-7 NDR InfiniBand per node (50 GB/s per NIC)."]))
+        f.write(dgx_h100_cluster(nodes))
 
 
 def decoder(name, layers, hidden, ffn, heads, kv_heads, vocab, seq, activation):

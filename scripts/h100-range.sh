@@ -47,7 +47,7 @@ import json, os, sys
 out_dir, mbs, recompute, schedule, cases_path, here = sys.argv[1:]
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, here)
-from published_runs import dgx_cluster, gpt_model
+from published_runs import dgx_h100_cluster, gpt_model
 mbs = int(mbs)
 VOCAB, SEQ = 131072, 4096
 PEAK_BF16 = 989.4  # H100 SXM dense bf16 TFLOP/s (NVIDIA H100 datasheet)
@@ -68,10 +68,6 @@ def model(name, heads, hidden, layers):
     return gpt_model(name, heads, hidden, layers, vocab=VOCAB, seq=SEQ, dtype="bf16",
                      dropout=False, tied=False, learned_positions=False)
 
-def cluster(nodes):
-    return dgx_cluster(f"dgx-h100-x{nodes}", nodes, "H100-SXM", 450, 50, [
-        "DGX H100: 8 x H100 SXM on NVLink 4 (900 GB/s both ways, 450 each), 8 x 400 Gb/s",
-        "ConnectX-7 NDR InfiniBand per node (50 GB/s per NIC)."])
 
 cases = []
 for name, heads, hidden, layers, tp, pp, dp, gpus, batch, tflops in ROWS:
@@ -80,7 +76,7 @@ for name, heads, hidden, layers, tp, pp, dp, gpus, batch, tflops in ROWS:
         json.dump(model(name, heads, hidden, layers), f)
     cluster_file = f"dgx-h100-x{gpus // 8}.yaml"
     with open(os.path.join(out_dir, cluster_file), "w") as f:
-        f.write(cluster(gpus // 8))
+        f.write(dgx_h100_cluster(gpus // 8))
     flops = 72 * batch * SEQ * layers * hidden**2 * (
         1 + SEQ / (6 * hidden) + VOCAB / (12 * layers * hidden))
     seconds = flops / (tflops * 1e12 * gpus)

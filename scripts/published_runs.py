@@ -1,5 +1,6 @@
-"""Motley model and cluster files for published GPT training runs, shared by
-scripts/h100-range.sh and scripts/a100-published-check.sh."""
+"""Motley model and cluster files for published training runs, shared by the checks in
+scripts/ that price them (h100-range.sh, a100-published-check.sh, h100-fp8-check.sh,
+h100-nemo-fp8-check.sh)."""
 
 
 def gpt_model(name, heads, hidden, layers, *, vocab, seq, dtype, dropout, tied,
@@ -21,6 +22,13 @@ def gpt_model(name, heads, hidden, layers, *, vocab, seq, dtype, dropout, tied,
                "head": {"vocab": vocab, "hidden": hidden, "tied": tied}})
     return {"format": "motley.model/1", "name": f"gpt-{name}", "family": "gpt",
             "default_seq_len": seq, "dtype": dtype, "dropout": dropout, "layers": ls}
+
+
+def dgx_h100_cluster(nodes):
+    """`nodes` DGX H100 nodes, named dgx-h100-x<nodes>, as YAML."""
+    return dgx_cluster(f"dgx-h100-x{nodes}", nodes, "H100-SXM", 450, 50, [
+        "DGX H100: 8 x H100 SXM on NVLink 4 (900 GB/s both ways, 450 each), 8 x 400 Gb/s",
+        "ConnectX-7 NDR InfiniBand per node (50 GB/s per NIC)."])
 
 
 def dgx_cluster(name, nodes, device, nvlink_gbps, nic_gbps, comment, per_pcie_switch=None):
