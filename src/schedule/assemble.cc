@@ -118,46 +118,41 @@ Status check_candidate(const AssembleOptions& o, const Candidate& c) {
   return Status::ok();
 }
 
-// Per (replica, group): fixed memory and peak memory under the plan's orders, per device.
-struct GroupMemory {
-  Bytes fixed;
-  Bytes peak;
-  Bytes capacity;
-};
-
-std::vector<std::vector<GroupMemory>> plan_memory(const Plan& plan, const CostModel& cost,
-                                                  int64_t data_parallel, double usable) {
-  std::vector<std::vector<GroupMemory>> out;
+// Refuses replica r if a group's peak memory under its orders (fixed memory plus the most
+// activations live at once, per device) exceeds the group's capacity.
+Status check_replica_memory(const Plan& plan, size_t r, const CostModel& cost,
+                            int64_t data_parallel, double usable) {
   const int stages = static_cast<int>(plan.stages.size());
-  for (const Replica& rep : plan.replicas) {
-    std::vector<GroupMemory> groups;
-    std::vector<double> act(stages, 0);
-    for (size_t g = 0; g < rep.groups.size(); ++g) {
-      const std::vector<int>& devices = rep.groups[g].devices;
-      GroupMemory gm;
-      for (int s = 0; s < stages; ++s) {
-        if (rep.stage_group[s] != static_cast<int>(g)) continue;
-        StageMemory m = stage_memory_of(plan, cost, s, devices, data_parallel);
-        act[s] = m.activations_per_micro_batch.value();
-        m.activations = Bytes(0);
-        gm.fixed += m.total();
-      }
-      double live = 0, peak = 0;
-      for (const Action& a : rep.groups[g].actions) {
-        if (allocates_activations(a.kind)) {
-          live += act[a.stage];
-          peak = std::max(peak, live);
-        } else if (frees_activations(a.kind)) {
-          live -= act[a.stage];
-        }
-      }
-      gm.peak = gm.fixed + Bytes(peak);
-      gm.capacity = capacity(cost, devices.front(), usable);
-      groups.push_back(gm);
+  const Replica& rep = plan.replicas[r];
+  std::vector<double> act(stages, 0);
+  for (size_t g = 0; g < rep.groups.size(); ++g) {
+    const std::vector<int>& devices = rep.groups[g].devices;
+    Bytes fixed;
+    for (int s = 0; s < stages; ++s) {
+      if (rep.stage_group[s] != static_cast<int>(g)) continue;
+      StageMemory m = stage_memory_of(plan, cost, s, devices, data_parallel);
+      act[s] = m.activations_per_micro_batch.value();
+      m.activations = Bytes(0);
+      fixed += m.total();
     }
-    out.push_back(std::move(groups));
+    double live = 0, peak = 0;
+    for (const Action& a : rep.groups[g].actions) {
+      if (allocates_activations(a.kind)) {
+        live += act[a.stage];
+        peak = std::max(peak, live);
+      } else if (frees_activations(a.kind)) {
+        live -= act[a.stage];
+      }
+    }
+    const Bytes total = fixed + Bytes(peak);
+    const Bytes cap = capacity(cost, devices.front(), usable);
+    if (total > cap) {
+      return infeasible(
+          fmt::format("memory: replica {} group {} peaks at {} GiB of {} GiB under {}", r, g,
+                      gib(total), gib(cap), plan.schedule));
+    }
   }
-  return out;
+  return Status::ok();
 }
 
 // One replica's memory and times on the plan's (fine) stages.
@@ -682,18 +677,11 @@ Result<Plan> assemble_plan(const AssembleOptions& o, const Candidate& c, const C
             ? adaptive_orders(c.schedule, plan, out, rep, facts, cost, generated)
             : named_orders(c.schedule, rep, coarse_of[r], facts, o.check_memory, cost, generated));
     for (size_t g = 0; g < orders.size(); ++g) out.groups[g].actions = std::move(orders[g]);
-  }
-
-  if (!o.check_memory) return plan;
-  const auto memory = plan_memory(plan, cost, o.data_parallel, o.usable_memory_fraction);
-  for (size_t r = 0; r < memory.size(); ++r) {
-    for (size_t g = 0; g < memory[r].size(); ++g) {
-      const GroupMemory& m = memory[r][g];
-      if (m.peak > m.capacity) {
-        return infeasible(
-            fmt::format("memory: replica {} group {} peaks at {} GiB of {} GiB under {}", r, g,
-                        gib(m.peak), gib(m.capacity), plan.schedule));
-      }
+    // Checked as each replica is built: a plan that does not fit (on tens of thousands of
+    // devices, most of a large sweep's) is refused without building the replicas after it.
+    if (o.check_memory) {
+      MOTLEY_RETURN_IF_ERROR(
+          check_replica_memory(plan, r, cost, o.data_parallel, o.usable_memory_fraction));
     }
   }
   return plan;

@@ -86,6 +86,33 @@ TEST(AssembleTest, RejectsPlansThatExceedMemoryUnlessTheCheckIsOff) {
   EXPECT_EQ(order_text(plan->replicas[0].groups[1].actions), "1F0 1B0 1F1 1B1");
 }
 
+TEST(AssembleTest, RefusesTheFirstReplicaWhosePeakUnderItsOrdersDoesNotFit) {
+  // GPipe holds every micro-batch's activations at once: with 1 GB per layer and 5 GB left
+  // beside the weights, replica 0's two micro-batches (4 GB on group 0) fit and replica 1's
+  // three (6 GB) do not, though one micro-batch (2 GB) fits everywhere.
+  const ModelSpec model = tiny_model(4);
+  const ClusterSpec cluster = fixed_cluster({"H100-SXM", "H100-SXM"}, 2);
+  const double capacity = Topology(cluster).device_type(0).memory.value();
+  FixedCostSpec spec;
+  for (int i = 0; i < 4; ++i) {
+    spec.layers.push_back(layer_ms(1, 1, 1, (capacity - 5e9) / 2 / kGiga, 1));
+  }
+  FixedCostModel cost(cluster, spec);
+  Candidate c;
+  c.schedule = ScheduleSpec::named(ScheduleKind::kGpipe);
+  c.replicas = {PipelineSpec{{{0}, {1}}, {0, 2, 4}, std::vector<RecomputePolicy>(2), 2},
+                PipelineSpec{{{2}, {3}}, {0, 2, 4}, std::vector<RecomputePolicy>(2), 3}};
+  AssembleOptions options = options_for(model, cluster);
+  Result<Plan> plan = assemble_plan(options, c, cost);
+  ASSERT_FALSE(plan.is_ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kInfeasible);
+  EXPECT_EQ(plan.status().message().rfind("memory: replica 1 group 0 peaks at", 0), 0u)
+      << plan.status().message();
+  c.replicas[1].micro_batches = 2;
+  plan = assemble_plan(options, c, cost);
+  EXPECT_TRUE(plan.is_ok()) << plan.status().message();
+}
+
 TEST(AssembleTest, AdaptiveScheduleRunsOnTheFineStagesWithinBudget) {
   // Two layers per group with 1 GB of activations each and 5 GB left beside the weights: room
   // for two micro-batches, so forward-first warms up with two, runs the backwards that become
