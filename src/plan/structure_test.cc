@@ -114,6 +114,26 @@ TEST(Structure, WithSeveralReplicasMessagesNameTheReplica) {
   EXPECT_TRUE(check_plan_structure(p, without_model(4)).is_ok());
 }
 
+// A replica that repeats the one before it in orders is not checked again; the one after a
+// run of repeats is.
+TEST(Structure, AReplicaAfterRepeatsOfAnotherIsStillChecked) {
+  Plan p = two_stages(2);
+  Replica copy = p.replicas[0];
+  copy.groups[0].devices = {2};
+  copy.groups[1].devices = {3};
+  p.replicas.push_back(copy);
+  Replica faulty = p.replicas[0];
+  faulty.groups[0].devices = {4};
+  faulty.groups[1].devices = {5};
+  faulty.groups[1].actions = actions("1F0 1B0 1F1 1B1 1B1");
+  p.replicas.push_back(faulty);
+  EXPECT_EQ(check_plan_structure(p, without_model(6)).message(),
+            "field 'replicas[2].groups[1].actions[4]': replica 2 device group 1 (device 5) lists "
+            "1B1 (stage 1, micro-batch 1) twice (actions 3 and 4); each runs exactly once");
+  p.replicas[2].groups[1].actions = p.replicas[0].groups[1].actions;
+  EXPECT_TRUE(check_plan_structure(p, without_model(6)).is_ok());
+}
+
 TEST(Structure, AtMostOneRecompute) {
   Plan p = two_stages(1);
   p.stages[0].recompute = RecomputePolicy::kFull;

@@ -123,6 +123,8 @@ std::vector<int> distinct_orders(const Plan& plan) {
   std::vector<int> out;
   std::map<uint64_t, std::vector<int>> seen;  // fingerprint -> replicas kept with it
   for (size_t r = 0; r < plan.replicas.size(); ++r) {
+    // A run of equal replicas (thousands, in a large data-parallel plan) compares without hashing.
+    if (r > 0 && same_task_graph(plan.replicas[r - 1], plan.replicas[r])) continue;
     std::vector<int>& kept = seen[fingerprint(plan.replicas[r])];
     const bool repeat = std::any_of(kept.begin(), kept.end(), [&](int k) {
       return same_task_graph(plan.replicas[k], plan.replicas[r]);
