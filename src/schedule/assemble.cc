@@ -54,6 +54,9 @@ StageMemory stage_memory_of(const Plan& plan, const CostModel& cost, int stage,
 std::vector<Action> expand(const std::vector<Action>& coarse,
                            const std::vector<std::vector<int>>& fine_of) {
   std::vector<Action> out;
+  size_t n = 0;
+  for (const Action& a : coarse) n += fine_of[a.stage].size();
+  out.reserve(n);
   for (const Action& a : coarse) {
     const std::vector<int>& fine = fine_of[a.stage];
     if (a.kind == ActionKind::kForward) {
@@ -360,15 +363,16 @@ Result<GroupOrders> named_orders(const ScheduleSpec& spec, const PipelineSpec& r
           std::max<int64_t>(1, static_cast<int64_t>(f.budget[g] / std::max(f.reserve[g], 1.0))));
     }
   }
+  // Kept expanded: the key names the fine stages each coarse one holds.
   std::string key = request_key(spec.kind, req);
+  for (int cs : coarse_of) key += fmt::format(",{}", cs);
   auto known = generated.find(key);
   if (known == generated.end()) {
     MOTLEY_ASSIGN_OR_RETURN(GroupOrders orders, generate_schedule(spec.kind, req));
+    for (int g = 0; g < p; ++g) orders[g] = expand(orders[g], fine_of);
     known = generated.emplace(std::move(key), std::move(orders)).first;
   }
-  GroupOrders orders = known->second;
-  for (int g = 0; g < p; ++g) orders[g] = expand(orders[g], fine_of);
-  return orders;
+  return known->second;
 }
 
 // Vocabulary parallelism: the head's stage (the last fine stage, cut at the head) becomes one
