@@ -395,6 +395,10 @@ bool Evaluator::spent_time_share(double share) const {
   return (ctx_.now() - start_).value() >= share * usable;
 }
 
+Seconds Evaluator::time_left() const {
+  return Seconds(std::max(0.0, (deadline_ - ctx_.now()).value() - reserve().value()));
+}
+
 bool Evaluator::past_deadline(double upcoming) const {
   return ctx_.now().value() + upcoming + reserve().value() >= deadline_.value();
 }

@@ -94,6 +94,8 @@ class Evaluator {
   // Whether `share` (of 0 to 1) of the time budget is spent: of the time from construction to
   // the deadline, less the reserve.
   bool spent_time_share(double share) const;
+  // The time until the deadline, less the reserve (0 past it).
+  Seconds time_left() const;
   int64_t simulated() const { return simulated_; }
   // Candidates left unsimulated because a budget ran out, and which budget it was last.
   int64_t unreached() const { return unreached_; }
