@@ -172,6 +172,23 @@ Result<Candidate> candidate_from_plan(const Plan& plan) {
 
 // Built by appending rather than through a string stream: the search asks for a key for every
 // candidate it evaluates.
+Candidate with_replicas(const Candidate& c, std::vector<PipelineSpec> replicas) {
+  // Every field of Candidate but `replicas`.
+  Candidate out;
+  out.micro_batch_size = c.micro_batch_size;
+  out.schedule = c.schedule;
+  out.replicas = std::move(replicas);
+  out.zero_stage = c.zero_stage;
+  out.expert_parallel = c.expert_parallel;
+  out.context_parallel = c.context_parallel;
+  out.sequence_parallel = c.sequence_parallel;
+  out.vocab_parallel = c.vocab_parallel;
+  out.vocab_embedding = c.vocab_embedding;
+  out.head_shares = c.head_shares;
+  out.recompute_layers = c.recompute_layers;
+  return out;
+}
+
 std::string candidate_key(const Candidate& c) {
   std::string k;
   k.reserve(64);

@@ -20,6 +20,10 @@ namespace motley::tune_internal {
 // run's length: the key of 16,384 replicas of one make in cluster order stays short.
 std::string candidate_key(const Candidate& c);
 
+// `c` with these replicas in place of its own, which are not copied (on 65,536 devices tens of
+// thousands of them, where screening keeps two).
+Candidate with_replicas(const Candidate& c, std::vector<PipelineSpec> replicas);
+
 // Per replica: the sum of F+B+W(+recompute) over each group's coarse stages, per micro-batch.
 struct GroupLoad {
   double forward = 0, backward = 0, weight = 0;  // backward includes recompute

@@ -19,6 +19,30 @@ Candidate two_stages() {
   return c;
 }
 
+// Every field is kept but the replicas, which are the ones given: with the candidate's own
+// replicas given back it is the candidate again.
+TEST(CandidateTest, WithReplicasKeepsEveryOtherField) {
+  Candidate c = two_stages();
+  c.micro_batch_size = 2;
+  c.schedule = ScheduleSpec::adaptive_on(StageShape::kV, 2, AdaptivePriority::kAlternate,
+                                         WeightFill::kIfItFits);
+  c.zero_stage = 2;
+  c.expert_parallel = 4;
+  c.context_parallel = 2;
+  c.sequence_parallel = true;
+  c.vocab_parallel = true;
+  c.vocab_embedding = true;
+  c.head_shares = {1.0, 2.0};
+  c.recompute_layers = {1, 3};
+  const Candidate copy = with_replicas(c, c.replicas);
+  EXPECT_EQ(copy, c);
+  const Candidate none = with_replicas(c, {});
+  EXPECT_TRUE(none.replicas.empty());
+  Candidate back = none;
+  back.replicas = c.replicas;
+  EXPECT_EQ(back, c);
+}
+
 TEST(CandidateTest, KeyTellsApartEveryDecision) {
   const Candidate c = two_stages();
   EXPECT_EQ(candidate_key(c), candidate_key(two_stages()));

@@ -183,9 +183,9 @@ Evaluation Evaluator::run(const Candidate& c, Fidelity fidelity, Simulator& sim)
       });
       kept = {std::min(order[0], order[1]), std::max(order[0], order[1])};
     }
-    reduced = c;
-    reduced.replicas.clear();
-    for (size_t r : kept) reduced.replicas.push_back(c.replicas[r]);
+    std::vector<PipelineSpec> few;
+    for (size_t r : kept) few.push_back(c.replicas[r]);
+    reduced = with_replicas(c, std::move(few));
     const PipelineSpec& first = c.replicas[kept[0]];
     std::map<std::vector<int>, std::vector<int>> rings;
     for (size_t g = 0; g < first.groups.size(); ++g) {
