@@ -362,11 +362,15 @@ std::vector<std::shared_ptr<const Evaluation>> Evaluator::evaluate(
       }
       note_refusal(fresh[i]);
       if (e.ok && fidelity == Fidelity::kScreen) {
-        auto entry = std::make_pair(std::make_pair(e.score, keys[todo[i]]), batch[todo[i]]);
-        auto pos = std::lower_bound(screened_.begin(), screened_.end(), entry,
-                                    [](const auto& x, const auto& y) { return x.first < y.first; });
-        screened_.insert(pos, std::move(entry));
-        if (screened_.size() > kScreenedKept) screened_.pop_back();
+        // (The candidate is copied only where it is kept: on 65,536 devices it holds tens of
+        // thousands of replicas.)
+        std::pair<double, std::string> rank{e.score, keys[todo[i]]};
+        auto pos = std::lower_bound(screened_.begin(), screened_.end(), rank,
+                                    [](const auto& x, const auto& y) { return x.first < y; });
+        if (pos - screened_.begin() < static_cast<std::ptrdiff_t>(kScreenedKept)) {
+          screened_.insert(pos, std::make_pair(std::move(rank), batch[todo[i]]));
+          if (screened_.size() > kScreenedKept) screened_.pop_back();
+        }
       }
     } else {
       auto e = std::make_shared<Evaluation>();
