@@ -87,6 +87,8 @@ path = sys.argv[1]
 plan = json.load(open(path))
 for replica in plan["replicas"]:
     for group in replica["groups"]:
+        if "actions" not in group:
+            continue  # a replica with same_actions_as: its groups take the split lists too
         split = []
         for a in group["actions"].split():
             m = re.fullmatch(r"(\d+)B(\d+)", a)
@@ -161,6 +163,7 @@ n = sum(r["micro_batches"] for r in plan["replicas"])
 counts = [n - n * 3 // 8, n * 3 // 8]
 for replica, count in zip(plan["replicas"], counts):
     replica["micro_batches"] = count
+    replica.pop("same_actions_as", None)  # each replica now lists its own actions
     for group in replica["groups"]:
         group["actions"] = " ".join(f"0F{m} 0B{m}" for m in range(count))
 plan["schedule"] = f"1f1b, replicas {counts[0]}:{counts[1]}"

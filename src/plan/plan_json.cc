@@ -14,6 +14,7 @@
 #include "motley/model/model_json.h"
 #include "motley/plan/spec_hash.h"
 #include "motley/plan/structure.h"
+#include "motley/plan/task_graph.h"
 
 namespace motley {
 namespace {
@@ -82,14 +83,21 @@ std::string actions_to_string(const std::vector<Action>& actions) {
   return out;
 }
 
-Json replica_to_json(const Replica& replica) {
+// `same_actions_as`: an earlier replica whose groups run the same actions, whose lists are
+// then not written again; -1 for none.
+Json replica_to_json(const Replica& replica, int same_actions_as) {
   Json groups = Json::array();
   for (const DeviceGroupSchedule& g : replica.groups) {
-    groups.push_back(Json{{"devices", g.devices}, {"actions", actions_to_string(g.actions)}});
+    if (same_actions_as >= 0) {
+      groups.push_back(Json{{"devices", g.devices}});
+    } else {
+      groups.push_back(Json{{"devices", g.devices}, {"actions", actions_to_string(g.actions)}});
+    }
   }
   Json j = Json::object();
   j["micro_batches"] = replica.micro_batches;
   j["stage_group"] = replica.stage_group;
+  if (same_actions_as >= 0) j["same_actions_as"] = same_actions_as;
   j["groups"] = std::move(groups);
   return j;
 }
@@ -184,9 +192,22 @@ Result<Stage> stage_from_json(const JsonField& f) {
   return stage;
 }
 
-Result<DeviceGroupSchedule> group_from_json(const JsonField& f) {
-  MOTLEY_RETURN_IF_ERROR(f.check_keys({"devices", "actions"}));
+// With `listed_before`, the group's actions are those given (a replica's same_actions_as), and
+// it lists its devices alone.
+Result<DeviceGroupSchedule> group_from_json(const JsonField& f,
+                                            const std::vector<Action>* listed_before = nullptr) {
   DeviceGroupSchedule group;
+  if (listed_before != nullptr) {
+    if (f.has("actions")) {
+      return f.child_error("actions",
+                           "a group of a replica with 'same_actions_as' lists its devices only");
+    }
+    MOTLEY_RETURN_IF_ERROR(f.check_keys({"devices"}));
+    MOTLEY_ASSIGN_OR_RETURN(group.devices, index_list(f, "devices"));
+    group.actions = *listed_before;
+    return group;
+  }
+  MOTLEY_RETURN_IF_ERROR(f.check_keys({"devices", "actions"}));
   MOTLEY_ASSIGN_OR_RETURN(group.devices, index_list(f, "devices"));
   MOTLEY_ASSIGN_OR_RETURN(JsonField actions, f.get("actions"));
   if (actions.json().is_string()) {
@@ -226,15 +247,36 @@ Result<DeviceGroupSchedule> group_from_json(const JsonField& f) {
   return group;
 }
 
-Result<Replica> replica_from_json(const JsonField& f) {
-  MOTLEY_RETURN_IF_ERROR(f.check_keys({"micro_batches", "stage_group", "groups"}));
+// Replica `index` of the plan; `before` holds the replicas read before it.
+Result<Replica> replica_from_json(const JsonField& f, size_t index,
+                                  const std::vector<Replica>& before) {
+  MOTLEY_RETURN_IF_ERROR(
+      f.check_keys({"micro_batches", "stage_group", "same_actions_as", "groups"}));
   Replica replica;
   MOTLEY_ASSIGN_OR_RETURN(replica.micro_batches, f.get_int_in("micro_batches", kMicroBatches));
   MOTLEY_ASSIGN_OR_RETURN(replica.stage_group, index_list(f, "stage_group"));
   MOTLEY_ASSIGN_OR_RETURN(JsonField groups, f.get("groups"));
   MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> items, groups.items());
-  for (const JsonField& item : items) {
-    MOTLEY_ASSIGN_OR_RETURN(DeviceGroupSchedule group, group_from_json(item));
+  const Replica* same = nullptr;  // the replica whose groups' actions these groups run
+  if (f.has("same_actions_as")) {
+    MOTLEY_ASSIGN_OR_RETURN(const int64_t k, f.get_nonnegative_int("same_actions_as"));
+    if (k >= static_cast<int64_t>(index)) {
+      return f.child_error("same_actions_as",
+                           fmt::format("expected an earlier replica's index (0 to {}), got {}",
+                                       static_cast<int64_t>(index) - 1, k));
+    }
+    same = &before[static_cast<size_t>(k)];
+    if (same->groups.size() != items.size()) {
+      return f.child_error("same_actions_as",
+                           fmt::format("replica {} has {} device groups and this one {}; the "
+                                       "groups take its actions one by one",
+                                       k, same->groups.size(), items.size()));
+    }
+  }
+  for (size_t g = 0; g < items.size(); ++g) {
+    MOTLEY_ASSIGN_OR_RETURN(
+        DeviceGroupSchedule group,
+        group_from_json(items[g], same != nullptr ? &same->groups[g].actions : nullptr));
     replica.groups.push_back(std::move(group));
   }
   return replica;
@@ -296,6 +338,7 @@ const std::vector<std::string>& preferred_key_order() {
                                                   "replicas",
                                                   "micro_batches",
                                                   "stage_group",
+                                                  "same_actions_as",
                                                   "groups",
                                                   "devices",
                                                   "actions",
@@ -436,8 +479,15 @@ Json plan_to_json(const Plan& plan) {
   Json stages = Json::array();
   for (const Stage& s : plan.stages) stages.push_back(stage_to_json(s));
   j["stages"] = std::move(stages);
+  // A replica whose actions repeat the one before it (thousands, in a large data-parallel plan)
+  // names the first of the run instead of listing them again.
   Json replicas = Json::array();
-  for (const Replica& r : plan.replicas) replicas.push_back(replica_to_json(r));
+  int first_of_run = -1;
+  for (size_t r = 0; r < plan.replicas.size(); ++r) {
+    const bool repeats = r > 0 && same_task_graph(plan.replicas[r - 1], plan.replicas[r]);
+    if (!repeats) first_of_run = static_cast<int>(r);
+    replicas.push_back(replica_to_json(plan.replicas[r], repeats ? first_of_run : -1));
+  }
   j["replicas"] = std::move(replicas);
   j["schedule"] = plan.schedule;
   j["zero_stage"] = plan.zero_stage;
@@ -521,7 +571,8 @@ Result<PlanFile> plan_file_from_json(const Json& json, const std::string& source
   MOTLEY_ASSIGN_OR_RETURN(JsonField replicas, root.get("replicas"));
   MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> replica_items, replicas.items());
   for (const JsonField& item : replica_items) {
-    MOTLEY_ASSIGN_OR_RETURN(Replica replica, replica_from_json(item));
+    MOTLEY_ASSIGN_OR_RETURN(Replica replica,
+                            replica_from_json(item, plan.replicas.size(), plan.replicas));
     plan.replicas.push_back(std::move(replica));
   }
   MOTLEY_ASSIGN_OR_RETURN(plan.schedule, root.get_string_or("schedule", ""));

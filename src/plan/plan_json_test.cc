@@ -84,6 +84,39 @@ TEST(PlanJson, RoundTrips) {
   EXPECT_EQ(back.value(), p);
 }
 
+// Replicas that repeat the one before them (actions, micro-batches and stage map) name the
+// first of their run instead of listing its actions again; they read back as written.
+TEST(PlanJson, RepeatedReplicasNameTheFirstOfTheirRunAndReadBackTheSame) {
+  Plan p = full_plan();
+  Replica copy = p.replicas[0];
+  copy.groups[0].devices = {8, 9};
+  copy.groups[1].devices = {10};
+  Replica other = p.replicas[0];  // the same actions but not the same micro-batches
+  other.micro_batches = 5;
+  other.groups[0].devices = {11, 12};
+  other.groups[1].devices = {13};
+  p.replicas = {p.replicas[0], copy, copy, p.replicas[1], other};
+  p.replicas[2].groups[0].devices = {14, 15};
+  p.replicas[2].groups[1].devices = {16};
+  const Json j = plan_to_json(p);
+  EXPECT_FALSE(j["replicas"][0].contains("same_actions_as"));
+  EXPECT_EQ(j["replicas"][1]["same_actions_as"], 0);
+  EXPECT_EQ(j["replicas"][2]["same_actions_as"], 0);
+  EXPECT_EQ(j["replicas"][2]["groups"][1], (Json{{"devices", {16}}}));
+  EXPECT_FALSE(j["replicas"][3].contains("same_actions_as"));
+  EXPECT_FALSE(j["replicas"][4].contains("same_actions_as"));
+  Result<Plan> back = plan_from_json(j, "mem");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back.value(), p);
+  // A hand-written file may name any earlier replica with as many groups.
+  Json edited = j;
+  edited["replicas"][4]["same_actions_as"] = 2;
+  for (Json& g : edited["replicas"][4]["groups"]) g.erase("actions");
+  back = plan_from_json(edited, "mem");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->replicas[4], other);
+}
+
 TEST(PlanJson, KeepsTheRecordedSoftwareStackAsGiven) {
   Plan p = full_plan();
   p.software_stack = Json{{"name", "fitted"}, {"gemm_efficiency", 0.9}};
@@ -268,6 +301,30 @@ std::string error_after(const std::function<void(Json&)>& edit) {
   Result<Plan> p = plan_from_json(j, "plan.json");
   if (p.is_ok()) return "(accepted)";
   return p.status().message();
+}
+
+TEST(PlanJsonErrors, SameActionsAsNamesAnEarlierReplicaWithAsManyGroupsAndListsNoActions) {
+  auto same_as = [](int64_t k) {
+    return [k](Json& j) {
+      j["replicas"][1]["same_actions_as"] = k;
+      for (Json& g : j["replicas"][1]["groups"]) g.erase("actions");
+    };
+  };
+  EXPECT_EQ(error_after(same_as(1)),
+            "plan.json: field 'replicas[1].same_actions_as': expected an earlier replica's "
+            "index (0 to 0), got 1");
+  EXPECT_EQ(error_after(same_as(-1)),
+            "plan.json: field 'replicas[1].same_actions_as': expected a non-negative integer, "
+            "got -1");
+  EXPECT_EQ(error_after(same_as(0)),
+            "plan.json: field 'replicas[1].same_actions_as': replica 0 has 2 device groups and "
+            "this one 1; the groups take its actions one by one");
+  EXPECT_EQ(error_after([](Json& j) {
+              j["replicas"][1]["same_actions_as"] = 0;
+              j["replicas"][1]["groups"].push_back(Json{{"devices", {9}}, {"actions", "0F0"}});
+            }),
+            "plan.json: field 'replicas[1].groups[0].actions': a group of a replica with "
+            "'same_actions_as' lists its devices only");
 }
 
 TEST(PlanJsonErrors, NameTheField) {
