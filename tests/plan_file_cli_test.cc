@@ -69,7 +69,7 @@ TEST(PlanFileCli, APlanFromFilesRunsAloneInAnotherDirectory) {
   const TempDir elsewhere("plan_file_elsewhere");
   make_plan_then_delete_its_inputs(made, elsewhere);
   const nlohmann::json plan = nlohmann::json::parse(read_file(elsewhere.file("plan.json")));
-  EXPECT_EQ(plan.value("format", ""), "motley.plan/3");
+  EXPECT_EQ(plan.value("format", ""), "motley.plan/4");
   ASSERT_TRUE(plan.contains("model_spec") && plan.contains("cluster_spec"));
   EXPECT_EQ(plan["cluster_spec"].value("name", ""), "fleet");
 

@@ -537,10 +537,10 @@ Result<PlanFile> plan_file_from_json(const Json& json, const std::string& source
   }
   MOTLEY_ASSIGN_OR_RETURN(std::string format, root.get_string("format"));
   const bool v1 = format == kPlanFormatV1;
-  if (format != kPlanFormat && format != kPlanFormatV2 && !v1) {
+  if (format != kPlanFormat && format != kPlanFormatV3 && format != kPlanFormatV2 && !v1) {
     return root.child_error(
-        "format", fmt::format("expected \"{}\" (or \"{}\" or \"{}\"), got \"{}\"", kPlanFormat,
-                              kPlanFormatV2, kPlanFormatV1, format));
+        "format", fmt::format("expected \"{}\" (or \"{}\", \"{}\" or \"{}\"), got \"{}\"",
+                              kPlanFormat, kPlanFormatV3, kPlanFormatV2, kPlanFormatV1, format));
   }
   std::vector<std::string_view> keys = {
       "format",           "units",         "model",           "cluster",   "micro_batch_size",

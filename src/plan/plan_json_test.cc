@@ -182,7 +182,7 @@ TEST(PlanJson, ReadsActionsAsAnArrayOrAsOneStringSeparatedByAnyWhiteSpace) {
 
 TEST(PlanJson, WritesDocumentedFields) {
   const Json j = plan_to_json(full_plan());
-  EXPECT_EQ(j.at("format"), "motley.plan/3");
+  EXPECT_EQ(j.at("format"), "motley.plan/4");
   EXPECT_EQ(j.at("units"), (Json{{"time", "s"}, {"memory", "bytes"}}));
   EXPECT_EQ(j.at("stages")[1], (Json{{"layers", {3, 5}}, {"recompute", "selective"}}));
   EXPECT_EQ(j.at("replicas")[0].at("stage_group"), (Json{0, 1, 0}));
@@ -193,7 +193,7 @@ TEST(PlanJson, WritesDocumentedFields) {
 
 TEST(PlanJson, TextPutsFormatFirstAndActionsOnOneLine) {
   const std::string text = plan_to_text(full_plan());
-  EXPECT_EQ(text.rfind("{\n  \"format\": \"motley.plan/3\",\n  \"units\": {", 0), 0u) << text;
+  EXPECT_EQ(text.rfind("{\n  \"format\": \"motley.plan/4\",\n  \"units\": {", 0), 0u) << text;
   EXPECT_NE(text.find("\"actions\": \"0F1 1F1 2F1 2B1 1B1 0B1\""), std::string::npos) << text;
   Result<Json> parsed = parse_json(text, "text");
   ASSERT_TRUE(parsed.is_ok());
@@ -288,8 +288,8 @@ INSTANTIATE_TEST_SUITE_P(
                    "input-gradient backward, weight-gradient backward, full backward, "
                    "recompute)"},
         BadFixture{"wrong-format.json",
-                   "field 'format': expected \"motley.plan/3\" (or \"motley.plan/2\" or "
-                   "\"motley.plan/1\"), got \"motley.plan/9\""},
+                   "field 'format': expected \"motley.plan/4\" (or \"motley.plan/3\", "
+                   "\"motley.plan/2\" or \"motley.plan/1\"), got \"motley.plan/9\""},
         BadFixture{"unknown-key.json",
                    "field 'replicas[0].groups[0].device': unknown field; allowed fields here: "
                    "devices or actions"}));
@@ -386,7 +386,7 @@ TEST(PlanJsonErrors, NameTheField) {
   EXPECT_EQ(error_after([](Json& j) { j["zero1"] = true; }),
             "plan.json: field 'zero1': give 'zero_stage' or the older 'zero1', not both");
   EXPECT_EQ(error_after([](Json& j) { j = Json::array(); }),
-            "plan.json: expected a plan (a JSON object with \"format\": \"motley.plan/3\"), got "
+            "plan.json: expected a plan (a JSON object with \"format\": \"motley.plan/4\"), got "
             "an array");
 }
 

@@ -18,9 +18,12 @@
 namespace motley {
 
 // What every tool writes: the plan with the model and cluster it was made for, each group's
-// actions as one string. Files of the earlier formats are still read: /2 (actions as arrays of
-// strings) and /1 (also without the model and cluster, references only).
-inline constexpr const char* kPlanFormat = "motley.plan/3";
+// actions as one string, a replica that repeats the one before naming the first of its run
+// (same_actions_as). Files of the earlier formats are still read: /3 (every replica listing its
+// actions), /2 (also actions as arrays of strings) and /1 (also without the model and cluster,
+// references only).
+inline constexpr const char* kPlanFormat = "motley.plan/4";
+inline constexpr const char* kPlanFormatV3 = "motley.plan/3";
 inline constexpr const char* kPlanFormatV2 = "motley.plan/2";
 inline constexpr const char* kPlanFormatV1 = "motley.plan/1";
 

@@ -1,4 +1,4 @@
-// The plan file: Plan <-> JSON ("format": "motley.plan/3"), load and atomic save, and the one
+// The plan file: Plan <-> JSON ("format": "motley.plan/4"), load and atomic save, and the one
 // loader every consumer of a plan file uses. A plan file carries the model (motley's own model
 // JSON) and the normalized cluster it was made for, beside their hashes, so that the file alone
 // can be simulated, run, exported or replanned anywhere; "motley.plan/2" files (each group's
