@@ -1323,6 +1323,13 @@ TEST(CliTest, K8sManifestsGiveEveryPlanDeviceItsRank) {
     }
   }
   EXPECT_EQ(ranks.size(), 16u);
+  // A rank that fails fails its pod, and the pod's other ranks are stopped.
+  std::ofstream(bin + "/failing-motley")
+      << "#!/bin/bash\nif [ \"$RANK\" = 3 ]; then exit 3; fi\nexec sleep 600\n";
+  std::filesystem::permissions(bin + "/failing-motley", std::filesystem::perms::owner_all);
+  RunResult failed = run_binary("bash", start + " run",
+                                RunOptions{"", "MOTLEY=" + bin + "/failing-motley RANK=0"});
+  EXPECT_EQ(failed.exit_code, 1) << "stdout:\n" << failed.out << "stderr:\n" << failed.err;
 
   // Mixed nodes on spot capacity: a JobSet, one replicated job per kind, spot tolerations.
   const std::string mixed = plan_of("mixed.json", "--model tiny-llama --cluster spot-fleet");

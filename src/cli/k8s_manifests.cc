@@ -104,10 +104,21 @@ std::string start_script(const PlanRanks& ranks, const ClusterSpec& cluster,
   s += "    \"${MOTLEY:-motley}\" \"$@\" &\n";
   s += "  pids+=($!)\n";
   s += "done\n";
+  // The first rank to fail stops the others. `wait -n` reports the ranks as they end; bash may
+  // lose one from its job table when several end at once (then `wait -n` finds none left and
+  // returns 127: in a test under load, once in 1,500 runs, with every rank exited 0), so the
+  // ranks it did not report are waited for by pid, which returns each one's saved status.
   s += "status=0\n";
-  s += "for _ in \"${pids[@]}\"; do\n";
-  s += "  if ! wait -n; then status=1; kill \"${pids[@]}\" 2> /dev/null || true; fi\n";
+  s += "declare -A left=()\n";
+  s += "for pid in \"${pids[@]}\"; do left[$pid]=1; done\n";
+  s += "while (( ${#left[@]} > 0 )); do\n";
+  s += "  unset finished; rc=0\n";
+  s += "  wait -n -p finished || rc=$?\n";
+  s += "  [[ -n ${finished:-} ]] || break  # none left to report: the rest by pid, below\n";
+  s += "  unset \"left[$finished]\"\n";
+  s += "  if (( rc != 0 )); then status=1; kill \"${pids[@]}\" 2> /dev/null || true; fi\n";
   s += "done\n";
+  s += "for pid in \"${!left[@]}\"; do wait \"$pid\" || status=1; done\n";
   s += "exit $status\n";
   return s;
 }
