@@ -29,6 +29,17 @@ FixedCostSpec uniform_spec(int layers, double weights_gb = 1) {
   return spec;
 }
 
+// Four layers of 1 ms each way with 1 GB of activations per micro-batch, and weights that leave
+// 5 GB of a device beside two of them.
+FixedCostSpec two_layers_per_group_leaving_5gb(const ClusterSpec& cluster) {
+  const double capacity = Topology(cluster).device_type(0).memory.value();
+  FixedCostSpec spec;
+  for (int i = 0; i < 4; ++i) {
+    spec.layers.push_back(layer_ms(1, 1, 1, (capacity - 5e9) / 2 / kGiga, 1));
+  }
+  return spec;
+}
+
 TEST(AssembleTest, ReplicasWithDifferentPartitionsShareTheCommonRefinement) {
   const ModelSpec model = tiny_model(6);
   const ClusterSpec cluster = fixed_cluster({"H100-SXM", "H100-SXM"}, 2);
@@ -92,12 +103,7 @@ TEST(AssembleTest, RefusesTheFirstReplicaWhosePeakUnderItsOrdersDoesNotFit) {
   // three (6 GB) do not, though one micro-batch (2 GB) fits everywhere.
   const ModelSpec model = tiny_model(4);
   const ClusterSpec cluster = fixed_cluster({"H100-SXM", "H100-SXM"}, 2);
-  const double capacity = Topology(cluster).device_type(0).memory.value();
-  FixedCostSpec spec;
-  for (int i = 0; i < 4; ++i) {
-    spec.layers.push_back(layer_ms(1, 1, 1, (capacity - 5e9) / 2 / kGiga, 1));
-  }
-  FixedCostModel cost(cluster, spec);
+  FixedCostModel cost(cluster, two_layers_per_group_leaving_5gb(cluster));
   Candidate c;
   c.schedule = ScheduleSpec::named(ScheduleKind::kGpipe);
   c.replicas = {PipelineSpec{{{0}, {1}}, {0, 2, 4}, std::vector<RecomputePolicy>(2), 2},
@@ -119,12 +125,7 @@ TEST(AssembleTest, AdaptiveScheduleRunsOnTheFineStagesWithinBudget) {
   // ready while the third forward waits for memory, and frees room with W0 before it.
   const ModelSpec model = tiny_model(4);
   const ClusterSpec cluster = fixed_cluster({"H100-SXM"}, 2);
-  const double capacity = Topology(cluster).device_type(0).memory.value();
-  FixedCostSpec spec;
-  for (int i = 0; i < 4; ++i) {
-    spec.layers.push_back(layer_ms(1, 1, 1, (capacity - 5e9) / 2 / kGiga, 1));
-  }
-  FixedCostModel cost(cluster, spec);
+  FixedCostModel cost(cluster, two_layers_per_group_leaving_5gb(cluster));
   Candidate c;
   c.schedule = ScheduleSpec::adaptive_on(StageShape::kLinear, 1, AdaptivePriority::kForwardFirst,
                                          WeightFill::kIfItFits);
