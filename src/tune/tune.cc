@@ -471,13 +471,27 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
     for (const Found& f : baselines) jobs.push_back(&f);
   }
   for (const Found& f : warm) jobs.push_back(&f);
+  // A baseline whose plan is the chosen one (often so on the largest clusters) takes the
+  // chosen plan's realization rather than a second one.
+  std::vector<char> same_as_chosen(jobs.size(), 0);
+  for (size_t i = 1; i < jobs.size(); ++i) {
+    same_as_chosen[i] = chosen.ok && jobs[i]->ok && jobs[i]->candidate == chosen.candidate;
+  }
   std::vector<Status> realized(jobs.size());
   evaluator.for_each(jobs.size(), [&](size_t i, Simulator& simulator) {
-    if (!jobs[i]->ok) return;
+    if (!jobs[i]->ok || same_as_chosen[i]) return;
     realized[i] = i == 0 ? realize(chosen, &best, &result.simulation, simulator)
                          : realize(*jobs[i], &outcomes[i - 1], nullptr, simulator);
   });
   for (const Status& s : realized) MOTLEY_RETURN_IF_ERROR(s);
+  for (size_t i = 1; i < jobs.size(); ++i) {
+    if (!same_as_chosen[i]) continue;
+    StrategyOutcome& o = outcomes[i - 1];
+    o = best;
+    o.detail = jobs[i]->detail;
+    o.search_time = Seconds(jobs[i]->seconds);
+    o.candidates_evaluated = jobs[i]->simulated;
+  }
   result.plan = std::move(best.plan);
   result.dollars_per_million_tokens = best.dollars_per_million_tokens;
   result.on_demand_dollars_per_million_tokens = best.on_demand_dollars_per_million_tokens;

@@ -468,6 +468,28 @@ TEST(TuneTest, ABaselineCutShortByTheBudgetSaysSo) {
   }
 }
 
+// With one simulation allowed, motley's answer is megatron-1f1b's plan; reported alongside, that
+// baseline takes the answer's realization, with its own description and counts.
+TEST(TuneTest, ABaselineWhosePlanWasChosenReportsTheChosenPlan) {
+  Case c = two_generations();
+  c.options.max_evaluations = 1;
+  Result<TuneResult> r = tune(c.options, c.model, c.cluster);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  ASSERT_EQ(r->explanation.baseline_plan, "megatron-1f1b");
+  const StrategyOutcome& b = r->baselines[0];
+  ASSERT_EQ(b.strategy, "megatron-1f1b");
+  ASSERT_TRUE(b.feasible) << b.detail;
+  EXPECT_EQ(b.plan, r->plan);
+  EXPECT_EQ(b.iteration_time, r->simulation.iteration_time);
+  EXPECT_EQ(b.detail.rfind("TP ", 0), 0u) << b.detail;
+  EXPECT_EQ(b.candidates_evaluated, 1);
+  TuneOptions alone = c.options;
+  alone.strategy = "megatron-1f1b";
+  Result<TuneResult> own = tune(alone, c.model, c.cluster);
+  ASSERT_TRUE(own.is_ok()) << own.status().message();
+  EXPECT_EQ(own->plan, b.plan);
+}
+
 TEST(TuneTest, BaselinesThatOnlyCompareWaitForTheSearchOnceAThirdOfTheBudgetIsSpent) {
   Case c = two_generations();
   c.options.threads = 1;
@@ -591,6 +613,10 @@ TEST(TuneTest, EveryBaselineGivesAValidPlanAndMotleyIsNeverSlower) {
       EXPECT_EQ(alone->strategy, b.strategy);
       EXPECT_TRUE(alone->baselines.empty());
       expect_runnable(c, o, alone->plan);
+      // (Reported alongside, a baseline whose plan motley chose takes the chosen plan's
+      // realization: the same plan and figures.)
+      EXPECT_EQ(alone->plan, b.plan) << c.name << " " << b.strategy;
+      EXPECT_EQ(alone->simulation.iteration_time, b.iteration_time) << c.name << " " << b.strategy;
     }
   }
 }
