@@ -247,9 +247,11 @@ Result<DeviceGroupSchedule> group_from_json(const JsonField& f,
   return group;
 }
 
-// Replica `index` of the plan; `before` holds the replicas read before it.
+// Replica `index` of the plan; `before` holds the replicas read before it, which list `listed`
+// actions in all, of at most `max_actions`.
 Result<Replica> replica_from_json(const JsonField& f, size_t index,
-                                  const std::vector<Replica>& before) {
+                                  const std::vector<Replica>& before, int64_t listed,
+                                  int64_t max_actions) {
   MOTLEY_RETURN_IF_ERROR(
       f.check_keys({"micro_batches", "stage_group", "same_actions_as", "groups"}));
   Replica replica;
@@ -271,6 +273,16 @@ Result<Replica> replica_from_json(const JsonField& f, size_t index,
                            fmt::format("replica {} has {} device groups and this one {}; the "
                                        "groups take its actions one by one",
                                        k, same->groups.size(), items.size()));
+    }
+    int64_t named = 0;
+    for (const DeviceGroupSchedule& g : same->groups)
+      named += static_cast<int64_t>(g.actions.size());
+    if (named > max_actions - listed) {
+      return f.child_error(
+          "same_actions_as",
+          fmt::format("the replicas would hold {} actions in all with this one's; at most {} are "
+                      "read",
+                      listed + named, max_actions));
     }
   }
   for (size_t g = 0; g < items.size(); ++g) {
@@ -529,7 +541,8 @@ Status check_embedded(const JsonField& spec, const char* what, const SpecRef& re
 
 }  // namespace
 
-Result<PlanFile> plan_file_from_json(const Json& json, const std::string& source) {
+Result<PlanFile> plan_file_from_json(const Json& json, const std::string& source,
+                                     int64_t max_actions) {
   JsonField root(json, source);
   if (!root.is_object()) {
     return root.error(fmt::format("expected a plan (a JSON object with \"format\": \"{}\"), got {}",
@@ -570,9 +583,13 @@ Result<PlanFile> plan_file_from_json(const Json& json, const std::string& source
   }
   MOTLEY_ASSIGN_OR_RETURN(JsonField replicas, root.get("replicas"));
   MOTLEY_ASSIGN_OR_RETURN(std::vector<JsonField> replica_items, replicas.items());
+  int64_t listed = 0;  // actions of the replicas read so far
   for (const JsonField& item : replica_items) {
-    MOTLEY_ASSIGN_OR_RETURN(Replica replica,
-                            replica_from_json(item, plan.replicas.size(), plan.replicas));
+    MOTLEY_ASSIGN_OR_RETURN(Replica replica, replica_from_json(item, plan.replicas.size(),
+                                                               plan.replicas, listed, max_actions));
+    for (const DeviceGroupSchedule& g : replica.groups) {
+      listed += static_cast<int64_t>(g.actions.size());
+    }
     plan.replicas.push_back(std::move(replica));
   }
   MOTLEY_ASSIGN_OR_RETURN(plan.schedule, root.get_string_or("schedule", ""));

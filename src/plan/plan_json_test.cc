@@ -327,6 +327,25 @@ TEST(PlanJsonErrors, SameActionsAsNamesAnEarlierReplicaWithAsManyGroupsAndListsN
             "'same_actions_as' lists its devices only");
 }
 
+// A small file cannot claim more actions than a large one could list: replicas naming another's
+// actions count them against the same limit.
+TEST(PlanJsonErrors, NamedActionsCountAgainstTheLimitOfActionsRead) {
+  Plan p = full_plan();
+  Replica copy = p.replicas[0];
+  copy.groups[0].devices = {8, 9};
+  copy.groups[1].devices = {10};
+  p.replicas = {p.replicas[0], copy, copy};
+  p.replicas[2].groups[0].devices = {11, 12};
+  p.replicas[2].groups[1].devices = {13};
+  const Json j = plan_to_json(p);
+  ASSERT_EQ(j["replicas"][2]["same_actions_as"], 0);
+  const int64_t each = 11;  // replica 0's actions: 6 + 5
+  EXPECT_TRUE(plan_file_from_json(j, "plan.json", 3 * each).is_ok());
+  EXPECT_EQ(plan_file_from_json(j, "plan.json", 3 * each - 1).status().message(),
+            "plan.json: field 'replicas[2].same_actions_as': the replicas would hold 33 actions "
+            "in all with this one's; at most 32 are read");
+}
+
 TEST(PlanJsonErrors, NameTheField) {
   EXPECT_EQ(error_after([](Json& j) { j.erase("format"); }),
             "plan.json: field 'format': is missing");

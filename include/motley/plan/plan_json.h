@@ -33,9 +33,18 @@ struct PlanFile {
 // cluster_ref(cluster) == plan.cluster.
 Json plan_to_json(const Plan& plan);
 Json plan_to_json(const Plan& plan, const ModelSpec& model, const ClusterSpec& cluster);
+// The most actions a plan file is read with, replicas that name another's actions
+// (same_actions_as) counting theirs: as many as the largest file read (kMaxStructuredFileBytes)
+// could list at four bytes an action, so that a small file cannot claim more memory than a
+// large one. (768 MB of actions; a 65,536-device plan of 1,024 pipelines of 32 groups with 512
+// micro-batches each holds 33.6 million.)
+inline constexpr int64_t kMaxReadPlanActions = kMaxStructuredFileBytes / 4;
+
 // Checks the schema only (types, ranges, known keys, and that embedded specs are valid and
-// match their hashes); validate_plan checks runnability.
-Result<PlanFile> plan_file_from_json(const Json& json, const std::string& source);
+// match their hashes); validate_plan checks runnability. `max_actions`: kMaxReadPlanActions but
+// in tests.
+Result<PlanFile> plan_file_from_json(const Json& json, const std::string& source,
+                                     int64_t max_actions = kMaxReadPlanActions);
 Result<Plan> plan_from_json(const Json& json, const std::string& source);
 Result<PlanFile> load_plan_file(const std::string& path);
 Result<Plan> load_plan(const std::string& path);
