@@ -1301,9 +1301,12 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // its good candidates screened: 0.840 of the bound against 0.864, in the same time.)
   constexpr size_t kScreened = 64;
   const size_t climbs = size_class == 0 ? 6 : size_class == 1 ? 4 : 3;
-  // Up to 8 devices a simulation costs little (the search takes under a second), so each start
-  // gets more random perturbations: the plan found then depends less on the seed.
-  const int kicks = n_devices <= 8 ? 24 : size_class == 0 ? 3 : size_class == 1 ? 2 : 1;
+  // Up to 8 devices a simulation costs little (the search takes one to two seconds), so each
+  // start gets more random perturbations: the plan found then depends less on the seed. (With
+  // 24 instead of 48, on OctoPipe's Nemotron-Nano-v2-9B profile, four devices with eight
+  // micro-batches, seeds 1-4 found 881-894 ms instead of 881-888 ms, and on the same setup
+  // with a Llama-3-8B profile whose memory binds 410-415 ms instead of 399-402 ms.)
+  const int kicks = n_devices <= 8 ? 48 : size_class == 0 ? 3 : size_class == 1 ? 2 : 1;
 
   // Candidates: the kept layouts x schedules x micro-batch sizes, with each ZeRO stage where
   // there are replicas to shard across (2 and 3 where ZeRO-1 is short of memory) and with and
@@ -1500,6 +1503,14 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       ++vocab;
     }
   }
+  // And, split heads, the best-estimated of every schedule too: where memory binds, the
+  // estimate ranks them worst of all (on a Llama-3-8B profile over four 80 GB devices the four
+  // best-estimated were two linear orders, screened 20-30 % slower than the zigzag ones the
+  // estimate put below them).
+  std::set<std::string> vocab_schedules;
+  for (const auto& [est, c] : ranked) {
+    if (vocab_extra(c) && vocab_schedules.insert(c.schedule).second) take(c);
+  }
   auto evals = evaluate(cands);
 
   // Local search from the best distinct simulated candidates and the best seeds.
@@ -1521,6 +1532,11 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       if (taken[i] || (one_per_degree && !degrees.insert(cands[i].replicas.size()).second)) {
         continue;
       }
+      // A candidate screened at exactly a start's time is that start's plan under another
+      // name (two schedule rules that give the same orders): it would climb the same way.
+      bool same = false;
+      for (const Found& f : starts) same = same || score_of(f.eval) == score_of(evals[i]);
+      if (same) continue;
       taken[i] = true;
       Found f;
       f.ok = true;
@@ -1529,8 +1545,9 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       starts.push_back(f);
     }
   }
-  // And from the best candidate that splits the head, where the search decides it: its
-  // partition and order differ enough from the others' that a single move seldom reaches it.
+  // And from the best three candidates that split the head, where the search decides it: their
+  // partition and order differ enough from the others' that a single move seldom reaches them.
+  size_t vocab_starts = 0;
   for (size_t i : order) {
     if (!vocab_free || size_class > 0 || !evals[i]->ok || !cands[i].vocab_parallel) continue;
     bool started = false;
@@ -1542,7 +1559,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       f.eval = evals[i];
       starts.push_back(f);
     }
-    break;
+    if (++vocab_starts == 3) break;
   }
   // Where the options split the head, every plan motley returns splits it: the baselines'
   // plans, which never do, are no seeds then.
