@@ -1503,13 +1503,13 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       ++vocab;
     }
   }
-  // And, split heads, the best-estimated of every schedule too: where memory binds, the
-  // estimate ranks them worst of all (on a Llama-3-8B profile over four 80 GB devices the four
-  // best-estimated were two linear orders, screened 20-30 % slower than the zigzag ones the
-  // estimate put below them).
+  // And, split heads up to 32 devices, the best-estimated of every schedule too: where memory
+  // binds, the estimate ranks them worst of all (on a Llama-3-8B profile over four 80 GB
+  // devices the four best-estimated were two linear orders, screened 20-30 % slower than the
+  // zigzag ones the estimate put below them).
   std::set<std::string> vocab_schedules;
   for (const auto& [est, c] : ranked) {
-    if (vocab_extra(c) && vocab_schedules.insert(c.schedule).second) take(c);
+    if (size_class == 0 && vocab_extra(c) && vocab_schedules.insert(c.schedule).second) take(c);
   }
   auto evals = evaluate(cands);
 
