@@ -1301,12 +1301,18 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // its good candidates screened: 0.840 of the bound against 0.864, in the same time.)
   constexpr size_t kScreened = 64;
   const size_t climbs = size_class == 0 ? 6 : size_class == 1 ? 4 : 3;
-  // Up to 8 devices a simulation costs little (the search takes one to two seconds), so each
-  // start gets more random perturbations: the plan found then depends less on the seed. (With
-  // 24 instead of 48, on OctoPipe's Nemotron-Nano-v2-9B profile, four devices with eight
-  // micro-batches, seeds 1-4 found 881-894 ms instead of 881-888 ms, and on the same setup
-  // with a Llama-3-8B profile whose memory binds 410-415 ms instead of 399-402 ms.)
-  const int kicks = n_devices <= 8 ? 48 : size_class == 0 ? 3 : size_class == 1 ? 2 : 1;
+  // Up to 8 devices a simulation costs little, so each start gets more random perturbations:
+  // the plan found then depends less on the seed. Where devices x sequences is at most 64
+  // (four devices with 16 sequences, eight with eight), twice as many. (With 24 instead of 48, on
+  // OctoPipe's Nemotron-Nano-v2-9B profile, four devices with eight sequences, seeds 1-4 found
+  // 881-894 ms instead of 881-888 ms, and on the same setup with a Llama-3-8B profile whose memory
+  // binds 410-415 ms instead of 399-402 ms, in 1-2 s; 48 on eight devices with 32 sequences took
+  // the whole 8 s budget for gains under 0.3 %.)
+  const int kicks = n_devices * ctx_.global_batch() <= 64 ? 48
+                    : n_devices <= 8                      ? 24
+                    : size_class == 0                     ? 3
+                    : size_class == 1                     ? 2
+                                                          : 1;
 
   // Candidates: the kept layouts x schedules x micro-batch sizes, with each ZeRO stage where
   // there are replicas to shard across (2 and 3 where ZeRO-1 is short of memory) and with and
