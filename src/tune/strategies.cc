@@ -317,7 +317,23 @@ std::vector<std::shared_ptr<const Evaluation>> Searcher::evaluate(
 
 std::string Searcher::no_plan() const {
   const std::string refusal = evaluator_.constraint_refusal();
-  if (refusal.empty()) return "no plan fits the cluster's memory";
+  if (refusal.empty()) {
+    // Every plan keeps at least one copy of every layer's weights and optimizer state
+    // somewhere (ZeRO-3 shards it over all devices at most): where that alone is more than
+    // all the usable memory, say so, so that the user knows no option of the search helps.
+    double state = 0, memory = 0;
+    for (const Bytes& b : ctx_.layer_state()) state += b.value();
+    for (int d = 0; d < ctx_.num_cluster_devices(); ++d) {
+      if (ctx_.type_of(d) >= 0) memory += ctx_.capacity(d).value();
+    }
+    if (state > memory) {
+      return fmt::format(
+          "no plan fits the cluster's memory: one copy of the model's weights and optimizer "
+          "state takes {:.1f} GiB, more than the {:.1f} GiB its {} devices can hold together",
+          state / kGiB, memory / kGiB, ctx_.num_devices());
+    }
+    return "no plan fits the cluster's memory";
+  }
   return "no plan that fits memory meets the budget and deadline; the nearest: " + refusal;
 }
 

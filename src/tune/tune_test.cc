@@ -591,6 +591,25 @@ TEST(TuneTest, MemoryBoundCaseUsesRecomputeOrAShorterWarmUp) {
   EXPECT_EQ(none.status().code(), StatusCode::kInfeasible);
   EXPECT_NE(none.status().message().find("strategy 'motley' found no plan"), std::string::npos)
       << none.status().message();
+  // 12 layers of 40 GB of weights are more than the four 40 GB devices hold together, however
+  // they are split or sharded: the message says how much more.
+  EXPECT_NE(none.status().message().find(
+                "one copy of the model's weights and optimizer state takes 447.0 GiB, more than"),
+            std::string::npos)
+      << none.status().message();
+  // Activations no recompute spares (50 GB a micro-batch on every layer, with or without it)
+  // leave no plan either, though the weights would fit: the message does not blame them.
+  Case deep = c;
+  FixedCostSpec huge;
+  for (int i = 0; i < 12; ++i) huge.layers.push_back(layer_ms(1, 1, 1, 1, 50));
+  deep.options.cost_model = fixed_factory(huge);
+  Result<TuneResult> none_deep = tune(deep.options, deep.model, deep.cluster);
+  ASSERT_FALSE(none_deep.is_ok());
+  EXPECT_NE(none_deep.status().message().find("no plan fits the cluster's memory"),
+            std::string::npos)
+      << none_deep.status().message();
+  EXPECT_EQ(none_deep.status().message().find("one copy"), std::string::npos)
+      << none_deep.status().message();
 }
 
 TEST(TuneTest, EveryBaselineGivesAValidPlanAndMotleyIsNeverSlower) {
