@@ -327,10 +327,14 @@ std::string Searcher::no_plan() const {
       if (ctx_.type_of(d) >= 0) memory += ctx_.capacity(d).value();
     }
     if (state > memory) {
+      const int n = ctx_.num_devices();
       return fmt::format(
           "no plan fits the cluster's memory: one copy of the model's weights and optimizer "
-          "state takes {:.1f} GiB, more than the {:.1f} GiB its {} devices can hold together",
-          state / kGiB, memory / kGiB, ctx_.num_devices());
+          "state takes {:.1f} GiB, more than {} can hold ({:.1f} GiB)",
+          state / kGiB,
+          n == 1 ? std::string("the one device it may use")
+                 : fmt::format("the {} devices it may use together", n),
+          memory / kGiB);
     }
     return "no plan fits the cluster's memory";
   }
