@@ -25,21 +25,11 @@
 # a stage's layers split evenly); KEEP (a directory to keep the generated files in).
 set -euo pipefail
 
-BUILD=${1:-build}
-MOTLEY="$(cd "$BUILD" && pwd)/motley"
-HERE=$(cd "$(dirname "$0")" && pwd)
 MBS=${MBS:-"1 2"}
 STACK=${STACK:-megatron-lm-2022}
 SCHEDULE=${SCHEDULE:-1f1b}
-DIR=${KEEP:-$(mktemp -d)}
-mkdir -p "$DIR"
-[[ -n "${KEEP:-}" ]] || trap 'rm -rf "$DIR"' EXIT
-
-if [[ -n "${CALIBRATION:-}" ]]; then
-  PRICE=(--calibration "$CALIBRATION")
-else
-  PRICE=(--stack "$STACK")
-fi
+# shellcheck source=published_runs.sh
+source "$(dirname "$0")/published_runs.sh"
 
 # write_cases TABLE MBS OUT: the runs of TABLE (t1, t2 or zero3) as a calibration-cases/1 file,
 # with their models and clusters next to it.

@@ -23,19 +23,9 @@
 # Environment: STACK or CALIBRATION; KEEP (a directory to keep the generated files in).
 set -euo pipefail
 
-BUILD=${1:-build}
-MOTLEY="$(cd "$BUILD" && pwd)/motley"
-HERE=$(cd "$(dirname "$0")" && pwd)
 STACK=${STACK:-megatron-lm-2022}
-DIR=${KEEP:-$(mktemp -d)}
-mkdir -p "$DIR"
-[[ -n "${KEEP:-}" ]] || trap 'rm -rf "$DIR"' EXIT
-
-if [[ -n "${CALIBRATION:-}" ]]; then
-  PRICE=(--calibration "$CALIBRATION")
-else
-  PRICE=(--stack "$STACK")
-fi
+# shellcheck source=published_runs.sh
+source "$(dirname "$0")/published_runs.sh"
 
 python3 - "$DIR" "$HERE" <<'PY'
 import json, os, sys

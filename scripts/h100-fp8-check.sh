@@ -35,22 +35,13 @@
 # alone and prices the other and the 405B run with it, then fits it to both (the built-in
 # megatron-core-fp8 value) and prices the 405B run. A benchmark, not a test.
 #
-# Usage: [FIT=1] [QWEN3_MOE_CONFIG=FILE] scripts/h100-fp8-check.sh [BUILD_DIR]
-#   (default: build)
+# Usage: [FIT=1] [QWEN3_MOE_CONFIG=FILE] [KEEP=DIR] scripts/h100-fp8-check.sh [BUILD_DIR]
+#   (default: build; KEEP: a directory to keep the generated files in)
 set -euo pipefail
 
-BUILD=${1:-build}
-MOTLEY="$(cd "$BUILD" && pwd)/motley"
-HERE=$(cd "$(dirname "$0")" && pwd)
 STACK=${STACK:-megatron-core-fp8}
-DIR=$(mktemp -d)
-trap 'rm -rf "$DIR"' EXIT
-
-if [[ -n "${CALIBRATION:-}" ]]; then
-  PRICE=(--calibration "$CALIBRATION")
-else
-  PRICE=(--stack "$STACK")
-fi
+# shellcheck source=published_runs.sh
+source "$(dirname "$0")/published_runs.sh"
 
 # Clusters, the 405B model (Llama 3.1 405B's published config.json shape: hidden 16,384, FFN
 # 53,248, 126 layers, 128 query and 8 key/value heads, vocabulary 128,256) and the cases: the

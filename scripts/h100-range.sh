@@ -21,22 +21,12 @@
 # default 1f1b), KEEP (a directory to keep the generated files in).
 set -euo pipefail
 
-BUILD=${1:-build}
-MOTLEY="$(cd "$BUILD" && pwd)/motley"
-HERE=$(cd "$(dirname "$0")" && pwd)
 MBS=${MBS:-"1 2"}
 RECOMPUTE=${RECOMPUTE:-"none selective"}
 STACK=${STACK:-megatron-core}
 SCHEDULE=${SCHEDULE:-1f1b}
-DIR=${KEEP:-$(mktemp -d)}
-mkdir -p "$DIR"
-[[ -n "${KEEP:-}" ]] || trap 'rm -rf "$DIR"' EXIT
-
-if [[ -n "${CALIBRATION:-}" ]]; then
-  PRICE=(--calibration "$CALIBRATION")
-else
-  PRICE=(--stack "$STACK")
-fi
+# shellcheck source=published_runs.sh
+source "$(dirname "$0")/published_runs.sh"
 
 for mbs in $MBS; do
   for recompute in $RECOMPUTE; do
