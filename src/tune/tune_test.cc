@@ -581,35 +581,32 @@ TEST(TuneTest, MemoryBoundCaseUsesRecomputeOrAShorterWarmUp) {
   }
   EXPECT_TRUE(recomputes || r->plan.stages.size() < 4 || deepest * 3 * 5e9 <= 40 * kGiB)
       << plan_to_text(r->plan);
-  // With room for nothing at all the tuner says so instead of returning a plan.
-  Case tight = c;
-  FixedCostSpec spec;
-  for (int i = 0; i < 12; ++i) spec.layers.push_back(layer_ms(1, 1, 1, 40, 1));
-  tight.options.cost_model = fixed_factory(spec);
-  Result<TuneResult> none = tune(tight.options, tight.model, tight.cluster);
-  ASSERT_FALSE(none.is_ok());
-  EXPECT_EQ(none.status().code(), StatusCode::kInfeasible);
-  EXPECT_NE(none.status().message().find("strategy 'motley' found no plan"), std::string::npos)
-      << none.status().message();
+  // With room for nothing at all the tuner says so instead of returning a plan: the message of
+  // the search over 12 layers of `weights_gb` and `activations_gb` each.
+  auto refusal = [&c](double weights_gb, double activations_gb) {
+    Case none = c;
+    FixedCostSpec spec;
+    for (int i = 0; i < 12; ++i)
+      spec.layers.push_back(layer_ms(1, 1, 1, weights_gb, activations_gb));
+    none.options.cost_model = fixed_factory(spec);
+    Result<TuneResult> r = tune(none.options, none.model, none.cluster);
+    EXPECT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInfeasible);
+    return r.status().message();
+  };
+  const std::string tight = refusal(40, 1);
+  EXPECT_NE(tight.find("strategy 'motley' found no plan"), std::string::npos) << tight;
   // 12 layers of 40 GB of weights are more than the four 40 GB devices hold together, however
   // they are split or sharded: the message says how much more.
-  EXPECT_NE(none.status().message().find(
-                "one copy of the model's weights and optimizer state takes 447.0 GiB, more than"),
-            std::string::npos)
-      << none.status().message();
+  EXPECT_NE(
+      tight.find("one copy of the model's weights and optimizer state takes 447.0 GiB, more than"),
+      std::string::npos)
+      << tight;
   // Activations no recompute spares (50 GB a micro-batch on every layer, with or without it)
   // leave no plan either, though the weights would fit: the message does not blame them.
-  Case deep = c;
-  FixedCostSpec huge;
-  for (int i = 0; i < 12; ++i) huge.layers.push_back(layer_ms(1, 1, 1, 1, 50));
-  deep.options.cost_model = fixed_factory(huge);
-  Result<TuneResult> none_deep = tune(deep.options, deep.model, deep.cluster);
-  ASSERT_FALSE(none_deep.is_ok());
-  EXPECT_NE(none_deep.status().message().find("no plan fits the cluster's memory"),
-            std::string::npos)
-      << none_deep.status().message();
-  EXPECT_EQ(none_deep.status().message().find("one copy"), std::string::npos)
-      << none_deep.status().message();
+  const std::string deep = refusal(1, 50);
+  EXPECT_NE(deep.find("no plan fits the cluster's memory"), std::string::npos) << deep;
+  EXPECT_EQ(deep.find("one copy"), std::string::npos) << deep;
 }
 
 TEST(TuneTest, EveryBaselineGivesAValidPlanAndMotleyIsNeverSlower) {
