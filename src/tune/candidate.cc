@@ -170,8 +170,6 @@ Result<Candidate> candidate_from_plan(const Plan& plan) {
   return c;
 }
 
-// Built by appending rather than through a string stream: the search asks for a key for every
-// candidate it evaluates.
 Candidate with_replicas(const Candidate& c, std::vector<PipelineSpec> replicas) {
   // Every field of Candidate but `replicas`.
   Candidate out;
@@ -189,6 +187,8 @@ Candidate with_replicas(const Candidate& c, std::vector<PipelineSpec> replicas) 
   return out;
 }
 
+// Built by appending rather than through a string stream: the search asks for a key for every
+// candidate it evaluates.
 std::string candidate_key(const Candidate& c) {
   std::string k;
   k.reserve(64);

@@ -1509,10 +1509,13 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   }
   // And the best-estimated candidate of every schedule, so that no schedule is judged by the
   // estimate alone.
-  std::set<std::string> schedules;
-  for (const auto& [est, c] : ranked) {
-    if (!extra(c) && schedules.insert(c.schedule).second) take(c);
-  }
+  auto take_best_of_each_schedule = [&](const auto& wanted) {
+    std::set<std::string> schedules;
+    for (const auto& [est, c] : ranked) {
+      if (wanted(c) && schedules.insert(c.schedule).second) take(c);
+    }
+  };
+  take_best_of_each_schedule([&](const Recipe& c) { return !extra(c); });
   size_t sharded = 0, expert = 0, vocab = 0, context = 0;
   for (const auto& [est, c] : ranked) {
     if (sharded_extra(c) && sharded < kExtraScreened) {
@@ -1533,10 +1536,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // binds, the estimate ranks them worst of all (on a Llama-3-8B profile over four 80 GB
   // devices the four best-estimated were two linear orders, screened 20-30 % slower than the
   // zigzag ones the estimate put below them).
-  std::set<std::string> vocab_schedules;
-  for (const auto& [est, c] : ranked) {
-    if (size_class == 0 && vocab_extra(c) && vocab_schedules.insert(c.schedule).second) take(c);
-  }
+  if (size_class == 0) take_best_of_each_schedule(vocab_extra);
   auto evals = evaluate(cands);
 
   // Local search from the best distinct simulated candidates and the best seeds.
