@@ -170,6 +170,55 @@ TEST(BalancedPartitionTest, ManyStagesPerGroupStayEven) {
   EXPECT_LE(warm_up_ms, 3 * 1.5 * mean_stage_ms);
 }
 
+// Llama-3-70B's 80 decoder layers on a zigzag of three chunks over sixteen devices (48 stages),
+// the embedding and the head spread over all stages (vocabulary parallelism), with per-layer
+// times of a measured profile (F 5.60, B 6.84, W 4.37 ms) and a memory budget that holds two
+// layers a stage without recompute (16 micro-batches in flight). Five layers on every device is
+// possible (stages of 2, 2 and 1). Greedy filling leaves the middle stages one layer each, and
+// moving one boundary at a time stops with four devices at six layers: their neighbours' stages
+// are full, so a layer can reach a light device only through stages that hand one on each.
+// Chain moves do that and reach the even split.
+TEST(BalancedPartitionTest, ChainMovesEvenOutAZigzagOfManyGroups) {
+  constexpr int kGroups = 16, kStages = 48, kLayers = 80;
+  FixedCostSpec spec;
+  FixedLayer embedding = layer_ms(4.3716, 2.0871, 0);
+  embedding.weights = Bytes(18.9e9);
+  spec.layers.push_back(embedding);
+  for (int i = 0; i < kLayers; ++i) {
+    FixedLayer l = layer_ms(5.5991, 6.8438, 4.366);
+    l.times.recompute = milliseconds(5.5991);
+    l.weights = Bytes(15.4e9);
+    l.activations = {Bytes(183.9e6), Bytes(183.9e6), Bytes(67e6)};
+    spec.layers.push_back(l);
+  }
+  FixedLayer head = layer_ms(11.4474, 18.6069, 7.4338);
+  head.weights = Bytes(18.9e9);
+  spec.layers.push_back(head);
+  FixedCostModel cost(fixed_cluster({"H100-SXM"}, kGroups), spec);
+  std::vector<int> owner;
+  for (int s = 0; s < kStages; ++s) {
+    owner.push_back((s / kGroups) % 2 == 0 ? s % kGroups : kGroups - 1 - s % kGroups);
+  }
+  PartitionRequest r = request(kLayers + 2, owner);
+  r.stage_owner = owner;
+  r.memory_budget.assign(kStages, Bytes(50.466e9));
+  r.in_flight.assign(kStages, 16);
+  r.policies = {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull};
+  r.spread_embedding = true;
+  r.spread_head = true;
+  r.shard_time.assign(kStages, milliseconds(0.92));
+  r.shard_memory.assign(kStages, Bytes(0.79e9));
+  Result<Partition> p = balanced_partition(r, cost);
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  std::vector<int> decoder_layers(kGroups, 0);
+  for (int s = 0; s < kStages; ++s) {
+    decoder_layers[owner[s]] += std::min(p->bounds[s + 1], kLayers + 1) - std::max(p->bounds[s], 1);
+  }
+  EXPECT_EQ(decoder_layers, std::vector<int>(kGroups, 5));
+  EXPECT_EQ(p->recompute, std::vector<RecomputePolicy>(kStages, RecomputePolicy::kNone));
+  EXPECT_NEAR(p->bottleneck.value(), 5 * 16.8089e-3 + 3 * 0.92e-3, 1e-9);
+}
+
 TEST(BalancedPartitionTest, RejectsMoreStagesThanLayers) {
   FixedCostSpec spec;
   spec.layers = {layer_ms(1, 1, 1), layer_ms(1, 1, 1)};
