@@ -198,7 +198,7 @@ bool chain_move(const PartitionRequest& req, const Partitioner& part, Cheapest c
 // from a busiest group to any other group at once, where single moves would have to pass it
 // through groups already at the largest total or stages already full (which no single move
 // may raise or overfill): Llama-3-70B's eighty layers on a zigzag of three chunks over sixteen
-// groups were left with six layers on four groups and four on three (partition_test.cc).
+// groups were left with six layers on three groups and four on three others (partition_test.cc).
 template <class Cheapest>
 void rebalance_groups(const PartitionRequest& req, const Partitioner& part, Cheapest cheapest,
                       Partition* out) {

@@ -175,9 +175,9 @@ TEST(BalancedPartitionTest, ManyStagesPerGroupStayEven) {
 // times of a measured profile (F 5.60, B 6.84, W 4.37 ms) and a memory budget that holds two
 // layers a stage without recompute (16 micro-batches in flight). Five layers on every device is
 // possible (stages of 2, 2 and 1). Greedy filling leaves the middle stages one layer each, and
-// moving one boundary at a time stops with four devices at six layers: their neighbours' stages
-// are full, so a layer can reach a light device only through stages that hand one on each.
-// Chain moves do that and reach the even split.
+// moving one boundary at a time stops with three devices at six layers and three at four: their
+// neighbours' stages are full, so a layer can reach a light device only through stages that hand
+// one on each. Chain moves do that and reach the even split.
 TEST(BalancedPartitionTest, ChainMovesEvenOutAZigzagOfManyGroups) {
   constexpr int kGroups = 16, kStages = 48, kLayers = 80;
   FixedCostSpec spec;
