@@ -319,18 +319,22 @@ std::string Searcher::no_plan() const {
   const std::string refusal = evaluator_.constraint_refusal();
   if (refusal.empty()) {
     // Every plan keeps at least one copy of every layer's weights and optimizer state
-    // somewhere (ZeRO-3 shards it over all devices at most): where that alone is more than
-    // all the usable memory, say so, so that the user knows no option of the search helps.
+    // somewhere (ZeRO-3 shards it over all devices at most), and one of its gradients when
+    // the backward pass ends and the step begins: where that alone is more than all the usable
+    // memory, say so, so that the user knows no option of the search helps.
     double state = 0, memory = 0;
     for (const Bytes& b : ctx_.layer_state()) state += b.value();
+    state += ctx_.cost(ctx_.baseline_micro_batch_size())
+                 .stage_memory(LayerRange{0, ctx_.num_layers()}, DeviceGroup{{0}}, MemoryOptions{})
+                 .gradients.value();
     for (int d = 0; d < ctx_.num_cluster_devices(); ++d) {
       if (ctx_.type_of(d) >= 0) memory += ctx_.capacity(d).value();
     }
     if (state > memory) {
       const int n = ctx_.num_devices();
       return fmt::format(
-          "no plan fits the cluster's memory: one copy of the model's weights and optimizer "
-          "state takes {:.1f} GiB, more than {} can hold ({:.1f} GiB)",
+          "no plan fits the cluster's memory: one copy of the model's weights, gradients and "
+          "optimizer state takes {:.1f} GiB, more than {} can hold ({:.1f} GiB)",
           state / kGiB,
           n == 1 ? std::string("the one device it may use")
                  : fmt::format("the {} devices it may use together", n),

@@ -583,11 +583,13 @@ TEST(TuneTest, MemoryBoundCaseUsesRecomputeOrAShorterWarmUp) {
       << plan_to_text(r->plan);
   // With room for nothing at all the tuner says so instead of returning a plan: the message of
   // the search over 12 layers of `weights_gb` and `activations_gb` each.
-  auto refusal = [&c](double weights_gb, double activations_gb) {
+  auto refusal = [&c](double weights_gb, double activations_gb, double gradients_gb = 0) {
     Case none = c;
     FixedCostSpec spec;
-    for (int i = 0; i < 12; ++i)
+    for (int i = 0; i < 12; ++i) {
       spec.layers.push_back(layer_ms(1, 1, 1, weights_gb, activations_gb));
+      spec.layers.back().gradients = Bytes(gradients_gb * 1e9);
+    }
     none.options.cost_model = fixed_factory(spec);
     Result<TuneResult> r = tune(none.options, none.model, none.cluster);
     EXPECT_FALSE(r.is_ok());
@@ -599,11 +601,18 @@ TEST(TuneTest, MemoryBoundCaseUsesRecomputeOrAShorterWarmUp) {
   // 12 layers of 40 GB of weights are more than the four 40 GB devices hold together, however
   // they are split or sharded: the message says how much more.
   EXPECT_NE(
-      tight.find("one copy of the model's weights and optimizer state takes 447.0 GiB, more than"),
+      tight.find("one copy of the model's weights, gradients and optimizer state takes 447.0 GiB, "
+                 "more than"),
       std::string::npos)
       << tight;
   // Activations no recompute spares (50 GB a micro-batch on every layer, with or without it)
   // leave no plan either, though the weights would fit: the message does not blame them.
+  // Every gradient exists at once when the backward pass ends: 12 layers of 12 GB of weights
+  // (134.1 GiB) would fit the four 40 GiB devices, with 3 GB of gradients each (167.6 GiB) not.
+  const std::string with_gradients = refusal(12, 1, 3);
+  EXPECT_NE(with_gradients.find("gradients and optimizer state takes 167.6 GiB, more than"),
+            std::string::npos)
+      << with_gradients;
   const std::string deep = refusal(1, 50);
   EXPECT_NE(deep.find("no plan fits the cluster's memory"), std::string::npos) << deep;
   EXPECT_EQ(deep.find("one copy"), std::string::npos) << deep;
