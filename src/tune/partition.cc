@@ -100,6 +100,16 @@ class Partitioner {
   const CostModel& cost_;
 };
 
+// The largest group total and the sum of squared totals: what the group rebalancing lowers.
+std::pair<double, double> load_score(const std::vector<double>& load) {
+  double worst = 0, squares = 0;
+  for (double x : load) {
+    worst = std::max(worst, x);
+    squares += x * x;
+  }
+  return {worst, squares};
+}
+
 // Whether group totals scored `a` (largest total, sum of squares) beat `b`.
 bool better_score(const std::pair<double, double>& a, const std::pair<double, double>& b) {
   return a.first < b.first * (1 - 1e-12) ||
@@ -118,14 +128,6 @@ bool chain_move(const PartitionRequest& req, const Partitioner& part, Cheapest c
   std::vector<double> load(groups, 0);
   for (int s = 0; s < stages; ++s) load[owner[s]] += (*time)[s];
   const double worst = *std::max_element(load.begin(), load.end());
-  auto score = [](const std::vector<double>& l) {
-    double most = 0, squares = 0;
-    for (double x : l) {
-      most = std::max(most, x);
-      squares += x * x;
-    }
-    return std::make_pair(most, squares);
-  };
   // The best move: stages from, from + dir, ..., to with their new times and policies.
   int best_from = -1, best_to = -1;
   std::pair<double, double> best_score = *current;
@@ -153,7 +155,7 @@ bool chain_move(const PartitionRequest& req, const Partitioner& part, Cheapest c
           std::vector<double> lk = l;
           const double tk = part.time(k, kb, ke, pk);
           lk[owner[k]] += tk - (*time)[k];
-          const auto sc = score(lk);
+          const auto sc = load_score(lk);
           if (better_score(sc, best_score)) {
             best_score = sc;
             best_from = j;
@@ -212,12 +214,7 @@ void rebalance_groups(const PartitionRequest& req, const Partitioner& part, Chea
   auto score = [&](const std::vector<double>& t) {
     std::vector<double> load(groups, 0);
     for (int s = 0; s < stages; ++s) load[req.stage_owner[s]] += t[s];
-    double worst = 0, squares = 0;
-    for (double x : load) {
-      worst = std::max(worst, x);
-      squares += x * x;
-    }
-    return std::make_pair(worst, squares);
+    return load_score(load);
   };
   auto current = score(time);
   // Whether the busiest and the idlest group differ by more than any one layer costs on its
@@ -298,12 +295,7 @@ std::pair<double, double> group_score(const PartitionRequest& req, const Partiti
     if (load.size() <= g) load.resize(g + 1, 0);
     load[g] += part.time(static_cast<int>(s), p.bounds[s], p.bounds[s + 1], p.recompute[s]);
   }
-  double worst = 0, squares = 0;
-  for (double x : load) {
-    worst = std::max(worst, x);
-    squares += x * x;
-  }
-  return {worst, squares};
+  return load_score(load);
 }
 
 // The partition whose stage times are closest to one another: the least sum of squared
