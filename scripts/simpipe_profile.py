@@ -120,6 +120,9 @@ if __name__ == "__main__":
         sys.exit(2)
     try:
         main(*sys.argv[1:])
-    except (OSError, ValueError, KeyError) as e:
-        sys.stderr.write(f"simpipe_profile.py: {e!r}\n")
+    except KeyError as e:
+        sys.stderr.write(f"simpipe_profile.py: a field is missing from the profile or SHAPE: {e}\n")
+        sys.exit(2)
+    except (OSError, ValueError) as e:
+        sys.stderr.write(f"simpipe_profile.py: {e}\n")
         sys.exit(2)
