@@ -193,6 +193,8 @@ std::vector<ScheduleSpec> all_search_specs() {
                                 WeightFill::kAlways),
       ScheduleSpec::adaptive_on(StageShape::kV, 4, AdaptivePriority::kAlternate,
                                 WeightFill::kAlways),
+      ScheduleSpec::adaptive_on(StageShape::kV, 5, AdaptivePriority::kAlternate,
+                                WeightFill::kAlways),
   };
 }
 
