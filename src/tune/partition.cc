@@ -127,7 +127,7 @@ bool chain_move(const PartitionRequest& req, const Partitioner& part, Cheapest c
   const std::vector<int>& b = out->bounds;
   std::vector<double> load(groups, 0);
   for (int s = 0; s < stages; ++s) load[owner[s]] += (*time)[s];
-  const double worst = *std::max_element(load.begin(), load.end());
+  const double worst = current->first;  // the largest of `load`
   // The best move: stages from, from + dir, ..., to with their new times and policies.
   int best_from = -1, best_to = -1;
   std::pair<double, double> best_score = *current;

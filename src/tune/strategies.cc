@@ -1566,9 +1566,10 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       }
       // A candidate screened at exactly a start's time is that start's plan under another
       // name (two schedule rules that give the same orders): it would climb the same way.
-      bool same = false;
-      for (const Found& f : starts) same = same || score_of(f.eval) == score_of(evals[i]);
-      if (same) continue;
+      if (std::any_of(starts.begin(), starts.end(),
+                      [&](const Found& f) { return score_of(f.eval) == score_of(evals[i]); })) {
+        continue;
+      }
       taken[i] = true;
       Found f;
       f.ok = true;
