@@ -859,6 +859,60 @@ Status build_candidate_into(const Context& ctx, const Layout& layout, const Sche
 
 namespace {
 
+// Whether some layer alone, with the most recompute allowed and one micro-batch in flight,
+// needs more than a stage's memory budget on that stage's group.
+bool some_layer_exceeds_a_share(const PartitionRequest& req, const CostModel& cost) {
+  std::vector<bool> seen;
+  for (size_t s = 0; s < req.stage_groups.size(); ++s) {
+    const auto g = static_cast<size_t>(req.stage_owner[s]);
+    if (g < seen.size() && seen[g]) continue;
+    if (g >= seen.size()) seen.resize(g + 1, false);
+    seen[g] = true;
+    MemoryOptions m = req.memory;
+    m.recompute = req.policies.back();
+    m.in_flight_micro_batches = 1;
+    const int first = req.spread_embedding ? 1 : 0;
+    const int last = req.spread_head ? req.num_layers - 1 : req.num_layers;
+    const Bytes shard = req.shard_memory.empty() ? Bytes(0) : req.shard_memory[s];
+    for (int l = first; l < last; ++l) {
+      const Bytes need = cost.stage_memory(LayerRange{l, l + 1}, req.stage_groups[s], m).total();
+      if (need + shard > req.memory_budget[s]) return true;
+    }
+  }
+  return false;
+}
+
+// `part` where every group holds its stages' weights, gradients, optimizer state and their
+// in-flight activations (req.in_flight) together within its devices' capacity; else infeasible.
+// For partitions made with each stage allowed the group's whole capacity.
+Result<Partition> fits_groups(Partition part, const PartitionRequest& req, const CostModel& cost,
+                              const Context& ctx) {
+  const int groups = *std::max_element(req.stage_owner.begin(), req.stage_owner.end()) + 1;
+  std::vector<double> need(static_cast<size_t>(groups), 0.0);
+  std::vector<double> capacity(need.size(), 0.0);
+  for (size_t s = 0; s + 1 < part.bounds.size(); ++s) {
+    const int begin = req.spread_embedding ? std::max(part.bounds[s], 1) : part.bounds[s];
+    const int end =
+        req.spread_head ? std::min(part.bounds[s + 1], req.num_layers - 1) : part.bounds[s + 1];
+    const auto g = static_cast<size_t>(req.stage_owner[s]);
+    MemoryOptions m = req.memory;
+    m.recompute = part.recompute[s];
+    m.in_flight_micro_batches = req.in_flight[s];
+    if (end > begin) {
+      need[g] += cost.stage_memory(LayerRange{begin, end}, req.stage_groups[s], m).total().value();
+    }
+    if (!req.shard_memory.empty()) need[g] += req.shard_memory[s].value();
+    capacity[g] = ctx.capacity(req.stage_groups[s].devices[0]).value();
+  }
+  for (size_t g = 0; g < need.size(); ++g) {
+    if (need[g] > capacity[g]) {
+      return infeasible(fmt::format("candidate: group {} needs {:.1f} GiB, more than {:.1f} GiB", g,
+                                    need[g] / kGiB, capacity[g] / kGiB));
+    }
+  }
+  return part;
+}
+
 Status build_into(const Context& ctx, const Layout& layout, const LayoutFacts& facts,
                   bool groups_current, const ScheduleSpec& schedule, int64_t b,
                   const BuildOptions& options, Candidate& out) {
@@ -1060,6 +1114,17 @@ Status build_into(const Context& ctx, const Layout& layout, const LayoutFacts& f
             adapts_to_memory(schedule)) {
           req.in_flight.assign(stages, 1);
           part = balanced_partition(req, cost);
+          // A group's share per stage can be less than one layer needs (a large MoE layer on a
+          // zigzag of three): then let each stage take up to the group's whole capacity, and
+          // check the group's stages together.
+          if (!part.is_ok() && part.status().code() == StatusCode::kInfeasible &&
+              schedule.chunks > 1 && some_layer_exceeds_a_share(req, cost)) {
+            for (int s = 0; s < stages; ++s) {
+              req.memory_budget[s] = ctx.capacity(groups[stage_group[s]][0]);
+            }
+            part = balanced_partition(req, cost);
+            if (part.is_ok()) part = fits_groups(std::move(part.value()), req, cost, ctx);
+          }
         }
         if (cache != nullptr) cache->put(key, part);
       }

@@ -221,6 +221,26 @@ TEST(SpaceTest, CandidatesThatDoNotFitTheShapeAreRefused) {
   EXPECT_EQ(c.status().message(), "candidate: 1 micro-batches for 2 replicas");
 }
 
+// A zigzag's stages share their group's memory: a layer holding more than a third of a device
+// still goes on a zigzag of three chunks, alone in its stage, since the group's other stages
+// hold little (the assembler checks the group as a whole).
+TEST(SpaceTest, ALayerLargerThanAStagesShareOfItsGroupStillFitsAZigzag) {
+  FixedCostSpec spec = uniform_spec(8);
+  spec.layers[3].weights = Bytes(40e9);  // an 80 GB device: more than its third
+  Fixture fx(8, {"H100-SXM"}, 2, 16, spec);
+  Layout two;
+  two.replicas = {{{0}, {1}}};
+  const ScheduleSpec zigzag = ScheduleSpec::adaptive_on(
+      StageShape::kV, 3, AdaptivePriority::kAlternate, WeightFill::kAlways);
+  Result<Candidate> c = build_candidate(*fx.ctx, two, zigzag, 1, BuildOptions{});
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  const std::vector<int>& bounds = c->replicas[0].bounds;
+  ASSERT_EQ(bounds.size(), 7u);
+  const auto big = std::upper_bound(bounds.begin(), bounds.end(), 3) - 1;
+  EXPECT_EQ(*big, 3);
+  EXPECT_EQ(*(big + 1), 4);
+}
+
 TEST(SpaceTest, CountedPartitionsTakeTheirRuleAndOneRecompute) {
   Fixture fx(8, {"H100-SXM"}, 4, 16, uniform_spec(8));
   Layout layout;
