@@ -477,6 +477,8 @@ class Problems {
     require(
         std::isfinite(t->value()) && t->value() >= 0,
         fmt::format("{} must be a finite non-negative time, got {:f}", name(field), t->value()));
+    require(t->value() <= kMaxLayerSeconds, fmt::format("{} must be at most {:g} seconds, got {:g}",
+                                                        name(field), kMaxLayerSeconds, t->value()));
   }
   void bytes(std::string_view field, Bytes b) {
     require(std::isfinite(b.value()) && b.value() >= 0,
@@ -644,6 +646,7 @@ std::string check_measured(const MeasuredLayer& m) {
   p.bytes("param_bytes", m.param_bytes);
   p.bytes("activation_bytes", m.activation_bytes);
   p.bytes("output_bytes", m.output_bytes);
+  p.seconds("optimizer_s", m.optimizer_step);
   return p.first();
 }
 

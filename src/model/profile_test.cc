@@ -542,6 +542,21 @@ TEST(ProfileErrors, HugeByteCountsAreRejected) {
             "1e+300");
 }
 
+TEST(ProfileErrors, HugeTimesAreRejected) {
+  EXPECT_EQ(error_for(R"({"format": "motley.profile/1", "measured_on": "H100-SXM",
+      "layers": [{"name": "x", "forward_s": 1e300}]})"),
+            "p.json: layer 'x' (layers[0]): measured.forward_s must be at most 1e+06 seconds, got "
+            "1e+300");
+  EXPECT_EQ(error_for(R"({"format": "motley.profile/1", "measured_on": "H100-SXM",
+      "layers": [{"name": "x", "forward_s": 1, "times_by_device": {"A100-80GB":
+      {"backward_input_s": 2e6}}}]})"),
+            "p.json: layer 'x' (layers[0]): measured.times_by_device.A100-80GB.backward_input_s "
+            "must be at most 1e+06 seconds, got 2e+06");
+  EXPECT_EQ(error_for(one_entry(R"("forward_s": 1, "optimizer_s": 1e7)")),
+            "p.json: layer 'x' (layers[0]): measured.optimizer_s must be at most 1e+06 seconds, "
+            "got 1e+07");
+}
+
 TEST(ProfileErrors, DuplicateKeysAreRejected) {
   Result<Json> j = parse_json(R"({"format": "motley.profile/1", "measured_on": "H100-SXM",
       "layers": [{"name": "x", "forward_s": 1, "forward_s": 2}]})",

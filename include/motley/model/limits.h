@@ -24,6 +24,10 @@ inline constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
 inline constexpr int64_t kMaxMicroBatchSize = int64_t{1} << 16;
 // A measured layer's parameter, activation and output bytes.
 inline constexpr double kMaxLayerBytes = 1e18;
+// A measured layer's time for one pass of one micro-batch (and its optimizer step), in seconds:
+// a million seconds, eleven days, is far above any layer; sums over a model's layers and a
+// batch's micro-batches then stay finite.
+inline constexpr double kMaxLayerSeconds = 1e6;
 // Parameters of the whole model (layers and extra_layers).
 inline constexpr int64_t kMaxModelParams = 1'000'000'000'000'000;
 
