@@ -120,13 +120,13 @@ Result<LinkKind> get_kind(const JsonField& parent, const std::vector<LinkKind>& 
 
 Result<BytesPerSecond> get_bandwidth_or(const JsonField& f, BytesPerSecond fallback) {
   if (!f.has("bandwidth_GBps")) return fallback;
-  MOTLEY_ASSIGN_OR_RETURN(double v, f.get_positive_double("bandwidth_GBps"));
+  MOTLEY_ASSIGN_OR_RETURN(double v, f.get_double_in("bandwidth_GBps", kMinLinkGBps, kMaxLinkGBps));
   return gigabytes_per_second(v);
 }
 
 Result<Seconds> get_latency_or(const JsonField& f, Seconds fallback) {
   if (!f.has("latency_us")) return fallback;
-  MOTLEY_ASSIGN_OR_RETURN(double v, f.get_nonnegative_double("latency_us"));
+  MOTLEY_ASSIGN_OR_RETURN(double v, f.get_double_in("latency_us", 0.0, kMaxLinkLatencyUs));
   return microseconds(v);
 }
 
@@ -349,11 +349,16 @@ Result<NodeEntry> parse_node(const JsonField& f, const LinkSpec& network) {
     price += static_cast<double>(devices.groups[i].count) *
              (node.spot ? t.price_spot_per_hour : t.price_on_demand_per_hour);
   }
-  MOTLEY_ASSIGN_OR_RETURN(node.price_per_hour,
-                          f.get_nonnegative_double_or("price_per_hour", price));
+  node.price_per_hour = price;
+  if (f.has("price_per_hour")) {
+    MOTLEY_ASSIGN_OR_RETURN(node.price_per_hour,
+                            f.get_double_in("price_per_hour", 0.0, kMaxNodePricePerHour));
+  }
   if (f.has("mean_hours_between_preemptions")) {
-    MOTLEY_ASSIGN_OR_RETURN(node.mean_hours_between_preemptions,
-                            f.get_positive_double("mean_hours_between_preemptions"));
+    MOTLEY_ASSIGN_OR_RETURN(
+        node.mean_hours_between_preemptions,
+        f.get_double_in("mean_hours_between_preemptions", kMinHoursBetweenPreemptions,
+                        kMaxHoursBetweenPreemptions));
   }
   if (f.has("on_demand_price_per_hour")) {
     if (!node.spot) {
@@ -362,7 +367,7 @@ Result<NodeEntry> parse_node(const JsonField& f, const LinkSpec& network) {
                            "price_per_hour");
     }
     MOTLEY_ASSIGN_OR_RETURN(node.on_demand_price_per_hour,
-                            f.get_nonnegative_double_or("on_demand_price_per_hour", 0.0));
+                            f.get_double_in("on_demand_price_per_hour", 0.0, kMaxNodePricePerHour));
   }
   return NodeEntry{std::move(node), count, devices.count};
 }
@@ -448,11 +453,12 @@ Result<CheckpointStorage> parse_checkpoint_storage(const JsonField& root) {
   const JsonField f = section_or_empty(root, "checkpoint");
   MOTLEY_RETURN_IF_ERROR(f.check_keys({"write_GBps", "restart_s"}));
   if (f.has("write_GBps")) {
-    MOTLEY_ASSIGN_OR_RETURN(const double gbps, f.get_positive_double("write_GBps"));
+    MOTLEY_ASSIGN_OR_RETURN(const double gbps,
+                            f.get_double_in("write_GBps", kMinLinkGBps, kMaxLinkGBps));
     out.write_bandwidth = gigabytes_per_second(gbps);
   }
   if (f.has("restart_s")) {
-    MOTLEY_ASSIGN_OR_RETURN(const double s, f.get_nonnegative_double_or("restart_s", 0.0));
+    MOTLEY_ASSIGN_OR_RETURN(const double s, f.get_double_in("restart_s", 0.0, kMaxRestartSeconds));
     out.restart = Seconds(s);
   }
   return out;

@@ -330,11 +330,11 @@ TEST(ClusterYamlTest, RejectsDuplicateKeysNamingThePath) {
 
 TEST(ClusterYamlTest, RejectsNonFiniteNumbers) {
   expect_error("nodes: [{name: a, devices: {type: A10, count: 1}, price_per_hour: .nan}]",
-               "test.yaml: field 'nodes[0].price_per_hour': expected a finite non-negative "
-               "number, got NaN");
+               "test.yaml: field 'nodes[0].price_per_hour': expected a number from 0 to 1e+06, "
+               "got NaN");
   expect_error(
       "network: {bandwidth_GBps: .inf}\nnodes: [{name: a, devices: {type: A10, count: 1}}]",
-      "test.yaml: field 'network.bandwidth_GBps': expected a finite positive number, got "
+      "test.yaml: field 'network.bandwidth_GBps': expected a number from 1e-06 to 1e+09, got "
       "Infinity");
 }
 
@@ -377,15 +377,22 @@ TEST(ClusterYamlTest, PreemptionAndCheckpointFieldsRoundTrip) {
 TEST(ClusterYamlTest, RejectsBadPreemptionAndCheckpointFields) {
   expect_error(
       "nodes: [{name: a, devices: {type: A10, count: 1}, mean_hours_between_preemptions: 0}]",
-      "test.yaml: field 'nodes[0].mean_hours_between_preemptions': expected a finite positive "
-      "number, got 0");
+      "test.yaml: field 'nodes[0].mean_hours_between_preemptions': expected a number from 0.01 to "
+      "1e+06, got 0");
+  expect_error(
+      "nodes: [{name: a, devices: {type: A10, count: 1}, mean_hours_between_preemptions: 1e-300}]",
+      "test.yaml: field 'nodes[0].mean_hours_between_preemptions': expected a number from 0.01 to "
+      "1e+06, got 1e-300");
   expect_error(
       "nodes: [{name: a, devices: {type: A10, count: 1}, on_demand_price_per_hour: 3}]",
       "test.yaml: field 'nodes[0].on_demand_price_per_hour': is for spot nodes (spot: true); an "
       "on-demand node's price is price_per_hour");
   expect_error("checkpoint: {write_GBps: -1}\nnodes: [{name: a, devices: {type: A10, count: 1}}]",
-               "test.yaml: field 'checkpoint.write_GBps': expected a finite positive number, got "
-               "-1");
+               "test.yaml: field 'checkpoint.write_GBps': expected a number from 1e-06 to 1e+09, "
+               "got -1");
+  expect_error("checkpoint: {restart_s: 1e300}\nnodes: [{name: a, devices: {type: A10, count: 1}}]",
+               "test.yaml: field 'checkpoint.restart_s': expected a number from 0 to 1e+06, got "
+               "1e+300");
   expect_error("checkpoint: {restart: 5}\nnodes: [{name: a, devices: {type: A10, count: 1}}]",
                "test.yaml: field 'checkpoint.restart': unknown field; allowed fields here: "
                "write_GBps or restart_s");
@@ -458,20 +465,38 @@ TEST(ClusterYamlTest, RejectsNegativeBandwidthAndLatency) {
   expect_error(
       "network: {kind: ethernet, bandwidth_GBps: -5}\n"
       "nodes: [{name: a, devices: {type: A10, count: 1}}]",
-      "test.yaml: field 'network.bandwidth_GBps': expected a finite positive number, got -5");
+      "test.yaml: field 'network.bandwidth_GBps': expected a number from 1e-06 to 1e+09, got -5");
   expect_error(
       "nodes: [{name: a, devices: {type: A10, count: 1}, pcie: {bandwidth_GBps: 0}}]",
-      "test.yaml: field 'nodes[0].pcie.bandwidth_GBps': expected a finite positive number, got 0");
+      "test.yaml: field 'nodes[0].pcie.bandwidth_GBps': expected a number from 1e-06 to 1e+09, "
+      "got 0");
   expect_error(
       "nodes: [{name: a, devices: {type: A10, count: 1}, nic: {latency_us: -1}}]",
-      "test.yaml: field 'nodes[0].nic.latency_us': expected a finite non-negative number, got -1");
+      "test.yaml: field 'nodes[0].nic.latency_us': expected a number from 0 to 1e+06, got -1");
   expect_error(
       "nodes: [{name: a, devices: {type: H100, count: 2}, interconnect: {latency_us: -0.5}}]",
-      "test.yaml: field 'nodes[0].interconnect.latency_us': expected a finite non-negative "
-      "number, got -0.5");
+      "test.yaml: field 'nodes[0].interconnect.latency_us': expected a number from 0 to 1e+06, "
+      "got -0.5");
   expect_error(
       "nodes: [{name: a, devices: {type: A10, count: 1}, price_per_hour: -2}]",
-      "test.yaml: field 'nodes[0].price_per_hour': expected a finite non-negative number, got -2");
+      "test.yaml: field 'nodes[0].price_per_hour': expected a number from 0 to 1e+06, got -2");
+  // Finite but absurd: an infinite iteration, or a cost per token of 300 digits, before.
+  expect_error(
+      "network: {kind: ethernet, bandwidth_GBps: 1e-300}\n"
+      "nodes: [{name: a, devices: {type: A10, count: 1}}]",
+      "test.yaml: field 'network.bandwidth_GBps': expected a number from 1e-06 to 1e+09, got "
+      "1e-300");
+  expect_error(
+      "nodes: [{name: a, devices: {type: A10, count: 1}, nic: {latency_us: 1e300}}]",
+      "test.yaml: field 'nodes[0].nic.latency_us': expected a number from 0 to 1e+06, got 1e+300");
+  expect_error(
+      "nodes: [{name: a, devices: {type: A10, count: 1}, price_per_hour: 1e300}]",
+      "test.yaml: field 'nodes[0].price_per_hour': expected a number from 0 to 1e+06, got 1e+300");
+  expect_error(
+      "nodes: [{name: a, devices: {type: A10, count: 1}, spot: true, "
+      "on_demand_price_per_hour: 2e6}]",
+      "test.yaml: field 'nodes[0].on_demand_price_per_hour': expected a number from 0 to 1e+06, "
+      "got 2e+06");
 }
 
 TEST(ClusterYamlTest, RejectsEmptyAndMissingNodes) {

@@ -55,8 +55,9 @@ Result<MeasuredLink> parse_link(const JsonField& f, int64_t device_count) {
     return f.child_error(
         "dst", fmt::format("equals src ({}); a device to itself is not a link", link.src));
   }
-  MOTLEY_ASSIGN_OR_RETURN(double latency, f.get_nonnegative_double("latency_us"));
-  MOTLEY_ASSIGN_OR_RETURN(double bandwidth, f.get_positive_double("bandwidth_GBps"));
+  MOTLEY_ASSIGN_OR_RETURN(double latency, f.get_double_in("latency_us", 0.0, kMaxLinkLatencyUs));
+  MOTLEY_ASSIGN_OR_RETURN(double bandwidth,
+                          f.get_double_in("bandwidth_GBps", kMinLinkGBps, kMaxLinkGBps));
   link.latency = microseconds(latency);
   link.bandwidth = gigabytes_per_second(bandwidth);
   return link;
@@ -66,9 +67,10 @@ Result<CollectiveSample> parse_sample(const JsonField& f) {
   MOTLEY_RETURN_IF_ERROR(f.check_keys({"size_bytes", "time_us", "algbw_GBps", "busbw_GBps"}));
   CollectiveSample s;
   MOTLEY_ASSIGN_OR_RETURN(int64_t size, f.get_nonnegative_int("size_bytes"));
-  MOTLEY_ASSIGN_OR_RETURN(double time, f.get_positive_double("time_us"));
-  MOTLEY_ASSIGN_OR_RETURN(double algbw, f.get_nonnegative_double("algbw_GBps"));
-  MOTLEY_ASSIGN_OR_RETURN(double busbw, f.get_nonnegative_double("busbw_GBps"));
+  MOTLEY_ASSIGN_OR_RETURN(double time,
+                          f.get_double_in("time_us", kMinCollectiveUs, kMaxCollectiveUs));
+  MOTLEY_ASSIGN_OR_RETURN(double algbw, f.get_double_in("algbw_GBps", 0.0, kMaxLinkGBps));
+  MOTLEY_ASSIGN_OR_RETURN(double busbw, f.get_double_in("busbw_GBps", 0.0, kMaxLinkGBps));
   s.size = Bytes(static_cast<double>(size));
   s.time = microseconds(time);
   s.algbw = gigabytes_per_second(algbw);

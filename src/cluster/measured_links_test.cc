@@ -98,13 +98,14 @@ TEST(MeasuredLinksTest, BadInputNamesFileAndField) {
                      "links.yaml: field 'format': expected motley.links/1, got 'motley.links/9'");
   expect_links_error(
       "format: motley.links/1\nlinks:\n  - {src: 0, dst: 1, latency_us: -1, bandwidth_GBps: 1}\n",
-      "links.yaml: field 'links[0].latency_us': expected a finite non-negative number, got -1");
+      "links.yaml: field 'links[0].latency_us': expected a number from 0 to 1e+06, got -1");
   expect_links_error(
       "format: motley.links/1\nlinks:\n  - {src: 0, dst: 1, latency_us: 1, bandwidth_GBps: .nan}\n",
-      "links.yaml: field 'links[0].bandwidth_GBps': expected a finite positive number, got NaN");
+      "links.yaml: field 'links[0].bandwidth_GBps': expected a number from 1e-06 to 1e+09, got "
+      "NaN");
   expect_links_error(
       "format: motley.links/1\nlinks:\n  - {src: 0, dst: 1, latency_us: 1, bandwidth_GBps: 0}\n",
-      "links.yaml: field 'links[0].bandwidth_GBps': expected a finite positive number, got 0");
+      "links.yaml: field 'links[0].bandwidth_GBps': expected a number from 1e-06 to 1e+09, got 0");
   expect_links_error(
       "format: motley.links/1\nlinks:\n  - {src: 1, dst: 1, latency_us: 1, bandwidth_GBps: 1}\n",
       "links.yaml: field 'links[0].dst': equals src (1); a device to itself is not a link");
@@ -296,8 +297,8 @@ TEST(MeasuredLinksTest, InlineErrorsNameTheClusterFile) {
   auto c = cluster_from_json(doc.value(), "inline.yaml");
   ASSERT_FALSE(c.is_ok());
   EXPECT_EQ(c.status().message(),
-            "inline.yaml: field 'measured_links.links[0].bandwidth_GBps': expected a finite "
-            "positive number, got -2");
+            "inline.yaml: field 'measured_links.links[0].bandwidth_GBps': expected a number from "
+            "1e-06 to 1e+09, got -2");
   auto bad = parse_yaml(std::string("measured_links: 3\n") + kTwoDeviceNode, "n.yaml");
   ASSERT_TRUE(bad.is_ok());
   auto b = cluster_from_json(bad.value(), "n.yaml");

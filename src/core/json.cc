@@ -787,6 +787,17 @@ Result<int64_t> JsonField::get_int_in_or(std::string_view key, IntRange range,
 Result<double> JsonField::get_double_or(std::string_view key, double fallback) const {
   return has(key) ? get_double(key) : Result<double>(fallback);
 }
+Result<double> JsonField::get_double_in(std::string_view key, double low, double high) const {
+  MOTLEY_ASSIGN_OR_RETURN(JsonField f, get(key));
+  const std::string expected = fmt::format("expected a number from {:g} to {:g}", low, high);
+  if (f.json().is_number() && !std::isfinite(f.json().get<double>())) {
+    return f.error(fmt::format("{}, got {}", expected, describe_json_value(f.json())));
+  }
+  MOTLEY_ASSIGN_OR_RETURN(double v, f.as_double());
+  if (!(v >= low && v <= high)) return f.error(fmt::format("{}, got {:g}", expected, v));
+  return v;
+}
+
 Result<double> JsonField::get_nonnegative_double_or(std::string_view key, double fallback) const {
   return has(key) ? get_nonnegative_double(key) : Result<double>(fallback);
 }

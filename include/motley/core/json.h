@@ -109,6 +109,9 @@ class JsonField {
   Result<double> get_double(std::string_view key) const;
   Result<double> get_nonnegative_double(std::string_view key) const;  // finite, >= 0
   Result<double> get_positive_double(std::string_view key) const;     // finite, > 0
+  // A number from `low` to `high` (both included): "expected a number from 1e-06 to 1e+09,
+  // got 1e-300".
+  Result<double> get_double_in(std::string_view key, double low, double high) const;
   Result<std::string> get_string(std::string_view key) const;
   Result<bool> get_bool(std::string_view key) const;
 
