@@ -18,6 +18,11 @@ inline constexpr int64_t kMaxOptionSeqLen = int64_t{1} << 24;
 inline constexpr int64_t kMaxOptionThreads = 1024;
 // The longest wait an option may set, in seconds (it becomes a clock duration).
 inline constexpr double kMaxOptionSeconds = 1e6;
+// --budget (USD per hour), --deadline (hours) and --train-tokens: far above any real job, so
+// that costs and times derived from them stay finite and readable.
+inline constexpr double kMaxBudgetPerHour = 1e9;
+inline constexpr double kMaxDeadlineHours = 1e6;
+inline constexpr double kMaxTrainTokens = 1e18;
 
 // An integer from `min` to `max`, written in decimal.
 CLI::Validator integer_in(int64_t min, int64_t max);

@@ -204,7 +204,7 @@ void add_replan_command(CLI::App& app, Action* action) {
   cmd->add_option("--out", opt->out, "Write the new plan (with its model and cluster) here");
   cmd->add_flag("--json", opt->json, "Print one JSON object");
   cmd->add_option("--time-budget", opt->time_budget, "Search time limit in seconds")
-      ->check(positive_number())
+      ->check(positive_number(kMaxOptionSeconds))
       ->capture_default_str();
   add_search_limits(cmd, &opt->max_plans, &opt->seed, &opt->threads);
   cmd->callback([opt, action] { *action = [opt] { return replan_command(*opt); }; });

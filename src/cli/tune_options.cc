@@ -82,7 +82,7 @@ void add_tune_options(CLI::App* cmd, TuneCliOptions* opt) {
       ->check(integer_in(1, kMaxOptionCount));
   cmd->add_option("--objective", opt->objective, "throughput or cost")->capture_default_str();
   cmd->add_option("--time-budget", opt->time_budget, "Search time limit in seconds")
-      ->check(positive_number())
+      ->check(positive_number(kMaxOptionSeconds))
       ->capture_default_str();
   add_search_limits(cmd, &opt->max_plans, &opt->seed, &opt->threads);
   CLI::Option* zero_stage =
@@ -112,16 +112,16 @@ void add_tune_options(CLI::App* cmd, TuneCliOptions* opt) {
                 "(to compare with times published that way)");
   cmd->add_option("--budget", opt->budget,
                   "Most USD per hour the devices of a plan may cost (every strategy's plan)")
-      ->check(positive_number());
+      ->check(positive_number(kMaxBudgetPerHour));
   CLI::Option* deadline =
       cmd->add_option("--deadline", opt->deadline_hours,
                       "Hours within which --train-tokens tokens must be trained, expected time "
                       "with interruptions and checkpoints included")
-          ->check(positive_number());
+          ->check(positive_number(kMaxDeadlineHours));
   CLI::Option* tokens =
       cmd->add_option("--train-tokens", opt->train_tokens,
                       "Tokens the whole training run processes (for --deadline), e.g. 1e12")
-          ->check(positive_number());
+          ->check(positive_number(kMaxTrainTokens));
   deadline->needs(tokens);
   tokens->needs(deadline);
   cmd->add_flag("--quiet", opt->quiet, "No progress bar on stderr");

@@ -79,10 +79,19 @@ TEST(TuneOptionsTest, SeedsAndBudgetsOutOfRangeAreRefused) {
   Result<TuneSetup> setup = parsed({"--model", "tiny-llama", "--seed", "18446744073709551615"});
   ASSERT_TRUE(setup.is_ok()) << setup.status().message();
   EXPECT_EQ(setup->options.seed, 18446744073709551615ULL);
-  for (const char* budget : {"0", "-2", "inf", "nan", "1e400", "fast"}) {
-    EXPECT_EQ(refusal({"--time-budget", budget}),
-              std::string("--time-budget: expected a finite number above 0, got ") + budget);
+  for (const char* budget : {"0", "-2", "inf", "nan", "1e400", "1e300", "fast"}) {
+    EXPECT_EQ(
+        refusal({"--time-budget", budget}),
+        std::string("--time-budget: expected a number above 0 and at most 1000000, got ") + budget);
   }
+  // Dollars, hours and tokens far beyond any job: costs and times derived from them would print
+  // as numbers of hundreds of digits, or overflow.
+  EXPECT_EQ(refusal({"--budget", "1e300"}),
+            "--budget: expected a number above 0 and at most 1000000000, got 1e300");
+  EXPECT_EQ(refusal({"--deadline", "2e6", "--train-tokens", "1e12"}),
+            "--deadline: expected a number above 0 and at most 1000000, got 2e6");
+  EXPECT_EQ(refusal({"--deadline", "10", "--train-tokens", "1e19"}),
+            "--train-tokens: expected a number above 0 and at most 1e+18, got 1e19");
 }
 
 }  // namespace
