@@ -409,6 +409,8 @@ TEST(CliBadInputTest, EveryNumericOptionIsCheckedByTheParser) {
       {"simulate --schedule 1f1b --seq-len -64", "--seq-len: " + lengths + "-64"},
       {"simulate --schedule 1f1b --tensor-parallel 0", "--tensor-parallel: " + counts + "0"},
       {"launch --nproc 0 -- run", "--nproc: expected an integer from 1 to 1024, got 0"},
+      {"run --plan p.json --lr 1e300",
+       "--lr: expected a number above 0 and at most 1000, got 1e300"},
       {"launch --nproc 2 --master-port 0 -- run",
        "--master-port: expected an integer from 1 to 65535, got 0"},
       {"launch --nproc 2 --master-port 65536 -- run",

@@ -52,8 +52,10 @@ void add_run_options(CLI::App* cmd, RunOptions* opt, const std::string& default_
   cmd->add_option("--seed", opt->seed, "Seed of the initial weights")
       ->check(unsigned_integer())
       ->capture_default_str();
+  // Far above any AdamW rate in use (1e-5 to 1e-2), and within a float: 1e300 reached libtorch
+  // and failed the first step with its own overflow message.
   cmd->add_option("--lr", opt->learning_rate, "AdamW learning rate")
-      ->check(positive_number())
+      ->check(positive_number(1e3))
       ->capture_default_str();
   cmd->add_option("--precision", opt->precision,
                   "fp32, or bf16: forward and backward under autocast to bf16 on the device "
