@@ -862,11 +862,11 @@ namespace {
 // Whether some layer alone, with the most recompute allowed and one micro-batch in flight,
 // needs more than a stage's memory budget on that stage's group.
 bool some_layer_exceeds_a_share(const PartitionRequest& req, const CostModel& cost) {
-  std::vector<bool> seen;
+  const int groups = *std::max_element(req.stage_owner.begin(), req.stage_owner.end()) + 1;
+  std::vector<bool> seen(static_cast<size_t>(groups), false);
   for (size_t s = 0; s < req.stage_groups.size(); ++s) {
     const auto g = static_cast<size_t>(req.stage_owner[s]);
-    if (g < seen.size() && seen[g]) continue;
-    if (g >= seen.size()) seen.resize(g + 1, false);
+    if (seen[g]) continue;
     seen[g] = true;
     MemoryOptions m = req.memory;
     m.recompute = req.policies.back();
