@@ -1895,6 +1895,14 @@ TEST(CliTest, CalibrateRefusesBadCasesAndStacks) {
   }
   expect_bad_input("calibrate --cases " + cases,
                    {cases, "cases[1].recompute_layers", "\"recompute\": \"none\"", "selective"});
+  {
+    // A time no run takes: its error would print with hundreds of digits.
+    nlohmann::json c = nlohmann::json::parse(calibration_cases(1.0, 1.0));
+    c["cases"][0]["published"] = 1e-300;
+    std::ofstream(cases) << c.dump();
+  }
+  expect_bad_input("calibrate --cases " + cases,
+                   {cases, "cases[0].published", "expected a number from 1e-09 to 1e+07"});
   { std::ofstream(cases) << calibration_cases(1.0, 1.0); }
   expect_bad_input("calibrate --cases " + cases + " --stack megatron-1999",
                    {"--stack", "megatron-1999", "megatron-lm-2022"});

@@ -126,7 +126,9 @@ Result<Case> parse_case(const JsonField& c, const std::filesystem::path& dir) {
                                                join_alternatives(names_in(kMetricNames)), metric));
   }
   out.metric = *parsed;
-  MOTLEY_ASSIGN_OR_RETURN(out.published_s, c.get_positive_double("published"));
+  // A nanosecond to 10^7 seconds (four months): errors against anything smaller or larger
+  // printed as numbers of hundreds of digits.
+  MOTLEY_ASSIGN_OR_RETURN(out.published_s, c.get_double_in("published", 1e-9, 1e7));
   auto resolve = [&](const std::string& p) {
     const std::filesystem::path path(p);
     return path.is_absolute() || !std::filesystem::exists(dir / path) ? p : (dir / path).string();
