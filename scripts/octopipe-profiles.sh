@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # How the planner does on OctoPipe's other published profiles under OctoPipe's constraints (TP 1,
 # DP 1, micro-batches of one, no optimizer step): the setups of docs/planner.md's chain-move
-# table. Each SimPipe profile is made a motley profile by scripts/simpipe_profile.py (with the
+# table, and Jamba-52B's of its zigzag memory fallback ("Partition"). Each SimPipe profile is made a motley profile by scripts/simpipe_profile.py (with the
 # given Nemotron-Nano profile as its reference for activation bytes), and planned with
 #   motley plan --tensor-parallel 1 --pipeline-parallel P --data-parallel 1
 #               --micro-batch-size 1 --global-batch M --no-optimizer-step
@@ -36,6 +36,7 @@ shape() {
     nemotron-h-47B) echo "$CONFIGS/NemotronH-47B.json" ;;
     nemotron-h-56B) echo "$SHARED/hf/Nemotron-H-56B-Base-8K.json" ;;
     jamba-100B) echo "$CONFIGS/Jamba-100B.json" ;;
+    jamba-52B) echo "$CONFIGS/Jamba-Mini-52B.json" ;;
   esac
 }
 
@@ -46,6 +47,7 @@ SETUPS=(
   "nemotron-h-56B 16 H100-SXM 16 1" "nemotron-h-56B 16 H100-SXM 32 1"
   "llama3-32B 8 H200 8 1" "llama3-32B 8 H200 32 1" "nemotron-h-47B 8 H200 16 1"
   "jamba-100B 16 H200 32 1"
+  "jamba-52B 8 H200 8 20" "jamba-52B 8 H200 16 20" "jamba-52B 16 H200 16 20"
   "llama3-8B 4 H100-SXM 8 1 1" "llama3-8B 4 H100-SXM 8 1 2" "llama3-8B 4 H100-SXM 8 1 3"
   "llama3-8B 4 H100-SXM 8 1 4"
 )
