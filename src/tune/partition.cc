@@ -16,6 +16,15 @@ namespace {
 
 constexpr const char* kWhat = "partition: ";
 
+// Where a stage's own layers begin and end: after the embedding and before the head where
+// vocabulary parallelism spreads them.
+int priced_begin(const PartitionRequest& req, int begin) {
+  return req.spread_embedding ? std::max(begin, 1) : begin;
+}
+int priced_end(const PartitionRequest& req, int end) {
+  return req.spread_head ? std::min(end, req.num_layers - 1) : end;
+}
+
 struct Reach {
   int end = 0;  // == begin when no layer fits
   RecomputePolicy policy = RecomputePolicy::kNone;
@@ -26,8 +35,8 @@ class Partitioner {
   Partitioner(const PartitionRequest& req, const CostModel& cost) : req_(req), cost_(cost) {}
 
   double time(int s, int begin_layer, int end, RecomputePolicy p) const {
-    const int begin = priced_begin(begin_layer);
-    const int priced = priced_end(end);
+    const int begin = priced_begin(req_, begin_layer);
+    const int priced = priced_end(req_, end);
     double own = 0;
     if (priced > begin) {
       const ComputeTimes t = cost_.compute(LayerRange{begin, priced}, req_.stage_groups[s], p);
@@ -38,23 +47,8 @@ class Partitioner {
   }
 
   bool fits(int s, int begin_layer, int end, RecomputePolicy p) const {
-    const int begin = priced_begin(begin_layer);
-    MemoryOptions m = req_.memory;
-    m.recompute = p;
-    m.in_flight_micro_batches = req_.in_flight[s];
-    const int priced = priced_end(end);
-    Bytes need = req_.shard_memory.empty() ? Bytes(0) : req_.shard_memory[s];
-    if (priced > begin) {
-      need += cost_.stage_memory(LayerRange{begin, priced}, req_.stage_groups[s], m).total();
-    }
-    return need <= req_.memory_budget[s];
-  }
-
-  // Where a stage's own layers begin and end: after the embedding and before the head where
-  // vocabulary parallelism spreads them.
-  int priced_begin(int begin) const { return req_.spread_embedding ? std::max(begin, 1) : begin; }
-  int priced_end(int end) const {
-    return req_.spread_head ? std::min(end, req_.num_layers - 1) : end;
+    return stage_need(req_, cost_, s, begin_layer, end, p, req_.in_flight[s]) <=
+           req_.memory_budget[s];
   }
 
   // The furthest end stage s may reach from `begin` within `bound`, leaving a layer for every
@@ -99,6 +93,24 @@ class Partitioner {
   const PartitionRequest& req_;
   const CostModel& cost_;
 };
+
+}  // namespace
+
+Bytes stage_need(const PartitionRequest& req, const CostModel& cost, int stage, int begin, int end,
+                 RecomputePolicy policy, int64_t in_flight) {
+  MemoryOptions m = req.memory;
+  m.recompute = policy;
+  m.in_flight_micro_batches = in_flight;
+  const int first = priced_begin(req, begin);
+  const int last = priced_end(req, end);
+  Bytes need = req.shard_memory.empty() ? Bytes(0) : req.shard_memory[stage];
+  if (last > first) {
+    need += cost.stage_memory(LayerRange{first, last}, req.stage_groups[stage], m).total();
+  }
+  return need;
+}
+
+namespace {
 
 // The largest group total and the sum of squared totals: what the group rebalancing lowers.
 std::pair<double, double> load_score(const std::vector<double>& load) {

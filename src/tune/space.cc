@@ -868,15 +868,13 @@ bool some_layer_exceeds_a_share(const PartitionRequest& req, const CostModel& co
     const auto g = static_cast<size_t>(req.stage_owner[s]);
     if (seen[g]) continue;
     seen[g] = true;
-    MemoryOptions m = req.memory;
-    m.recompute = req.policies.back();
-    m.in_flight_micro_batches = 1;
     const int first = req.spread_embedding ? 1 : 0;
     const int last = req.spread_head ? req.num_layers - 1 : req.num_layers;
-    const Bytes shard = req.shard_memory.empty() ? Bytes(0) : req.shard_memory[s];
+    const int stage = static_cast<int>(s);
     for (int l = first; l < last; ++l) {
-      const Bytes need = cost.stage_memory(LayerRange{l, l + 1}, req.stage_groups[s], m).total();
-      if (need + shard > req.memory_budget[s]) return true;
+      if (stage_need(req, cost, stage, l, l + 1, req.policies.back(), 1) > req.memory_budget[s]) {
+        return true;
+      }
     }
   }
   return false;
@@ -891,17 +889,10 @@ Result<Partition> fits_groups(Partition part, const PartitionRequest& req, const
   std::vector<double> need(static_cast<size_t>(groups), 0.0);
   std::vector<double> capacity(need.size(), 0.0);
   for (size_t s = 0; s + 1 < part.bounds.size(); ++s) {
-    const int begin = req.spread_embedding ? std::max(part.bounds[s], 1) : part.bounds[s];
-    const int end =
-        req.spread_head ? std::min(part.bounds[s + 1], req.num_layers - 1) : part.bounds[s + 1];
     const auto g = static_cast<size_t>(req.stage_owner[s]);
-    MemoryOptions m = req.memory;
-    m.recompute = part.recompute[s];
-    m.in_flight_micro_batches = req.in_flight[s];
-    if (end > begin) {
-      need[g] += cost.stage_memory(LayerRange{begin, end}, req.stage_groups[s], m).total().value();
-    }
-    if (!req.shard_memory.empty()) need[g] += req.shard_memory[s].value();
+    need[g] += stage_need(req, cost, static_cast<int>(s), part.bounds[s], part.bounds[s + 1],
+                          part.recompute[s], req.in_flight[s])
+                   .value();
     capacity[g] = ctx.capacity(req.stage_groups[s].devices[0]).value();
   }
   for (size_t g = 0; g < need.size(); ++g) {

@@ -50,6 +50,14 @@ struct Partition {
   Seconds bottleneck;  // the largest stage time F + B + W (or fused backward) + recompute
 };
 
+// What stage `stage` of `request` needs per device holding layers [begin, end) under `policy`
+// with `in_flight` micro-batches: its weights, gradients, optimizer state, buffers and
+// activations (cost.stage_memory), less the embedding and the head where vocabulary
+// parallelism spreads them, plus its share of their shards' memory. The partitioner's memory
+// rule, exported for checks of a group's stages together.
+Bytes stage_need(const PartitionRequest& request, const CostModel& cost, int stage, int begin,
+                 int end, RecomputePolicy policy, int64_t in_flight);
+
 // The partition minimizing the largest per-micro-batch stage time F + B + W + recompute (each
 // stage priced on its own group), subject to every stage fitting its memory budget with at
 // least one layer. Each stage takes the cheapest allowed policy that lets it reach furthest.
