@@ -336,15 +336,21 @@ std::optional<Partition> even_partition(const PartitionRequest& req, const Parti
         stages + 1, std::vector<RecomputePolicy>(layers + 1, first));
     cost[0][0] = 0;
     for (int s = 1; s <= stages; ++s) {
-      // Stage s - 1 ends at `end`, leaving a layer for every later stage.
+      // Stage s - 1 ends at `end`, leaving a layer for every later stage. Its ranges are tried
+      // from the shortest: a stage's time without recompute only grows with its range and no
+      // policy is faster, so once that time exceeds the target by more than the root of the
+      // best cost so far, every longer range costs more (the margin covers rounding), and the
+      // search stops. Ties keep the earliest begin, as a search from the longest range would.
       for (int end = s; end <= layers - (stages - s); ++end) {
-        for (int begin = s - 1; begin < end; ++begin) {
+        for (int begin = end - 1; begin >= s - 1; --begin) {
           if (cost[s - 1][begin] == inf) continue;
+          const double least = part.time(s - 1, begin, end, RecomputePolicy::kNone) - target;
+          if (least > 0 && least * least > cost[s][end] * (1 + 1e-9)) break;
           RecomputePolicy p = first;
           if (!cheapest(s - 1, begin, end, &p)) continue;
           const double d = part.time(s - 1, begin, end, p) - target;
           const double c = cost[s - 1][begin] + d * d;
-          if (c < cost[s][end]) {
+          if (c < cost[s][end] || (c == cost[s][end] && begin < from[s][end])) {
             cost[s][end] = c;
             from[s][end] = begin;
             policy[s][end] = p;
