@@ -1,7 +1,7 @@
 // Link sharing; docs/simulator.md, "Link sharing", says why the share is equal per link rather
 // than max-min fair. Rates change only when a transfer starts or stops, so each change settles
-// the bytes sent at the old rates and schedules new completions; the old ones go stale and
-// are dropped once they reach the front of the heap, which therefore always holds a live one.
+// the bytes sent at the old rates and moves the affected transfers' completions in the heap,
+// which holds each sending transfer once.
 #include "link_model.h"
 
 #include <algorithm>
@@ -26,7 +26,47 @@ void LinkModel::reset(const std::vector<Link>& links, size_t transfers, uint64_t
   // starts empty and the epoch keeps counting.
   if (sending_.size() < transfers) sending_.resize(transfers);
   if (mark_.size() < transfers) mark_.resize(transfers, 0);
+  // Positions are set when a transfer starts.
+  if (position_.size() < transfers) position_.resize(transfers, -1);
   heap_.clear();
+}
+
+void LinkModel::schedule(int32_t id, Sending& x) {
+  x.order = (*order_)++;
+  if (position_[id] < 0) {
+    heap_.push_back(id);
+    position_[id] = static_cast<int32_t>(heap_.size() - 1);
+    sift_up(heap_.size() - 1);
+    return;
+  }
+  const size_t i = static_cast<size_t>(position_[id]);
+  sift_up(i);
+  sift_down(static_cast<size_t>(position_[id]));
+}
+
+void LinkModel::sift_up(size_t i) {
+  const int32_t id = heap_[i];
+  while (i > 0) {
+    const size_t parent = (i - 1) / 2;
+    if (!earlier(id, heap_[parent])) break;
+    place(i, heap_[parent]);
+    i = parent;
+  }
+  place(i, id);
+}
+
+void LinkModel::sift_down(size_t i) {
+  const int32_t id = heap_[i];
+  const size_t n = heap_.size();
+  while (true) {
+    size_t child = 2 * i + 1;
+    if (child >= n) break;
+    if (child + 1 < n && earlier(heap_[child + 1], heap_[child])) ++child;
+    if (!earlier(heap_[child], id)) break;
+    place(i, heap_[child]);
+    i = child;
+  }
+  place(i, id);
 }
 
 double LinkModel::rate_of(const Sending& x) const {
@@ -68,6 +108,7 @@ void LinkModel::rerate_around(const Path& path, double now) {
 
 void LinkModel::start(int32_t id, const Path& path, double bytes, double now) {
   Sending& x = sending_[id];
+  position_[id] = -1;  // not in this run's heap yet, whatever an earlier run left
   x.path = &path;
   x.remaining = bytes;
   x.last_update = now;
@@ -81,23 +122,20 @@ void LinkModel::start(int32_t id, const Path& path, double bytes, double now) {
   }
   for (int link : path.links) active_[link].push_back(id);
   rerate_around(path, now);
-  drop_stale();
-}
-
-void LinkModel::drop_stale() {
-  while (!heap_.empty() && heap_.front().version != sending_[heap_.front().transfer].version) {
-    std::pop_heap(heap_.begin(), heap_.end(), Later());
-    heap_.pop_back();
-  }
 }
 
 int32_t LinkModel::update(double now) {
-  MOTLEY_CHECK(!heap_.empty() && heap_.front().time == now, "LinkModel::update: nothing due now");
-  const int32_t id = heap_.front().transfer;
-  std::pop_heap(heap_.begin(), heap_.end(), Later());
+  MOTLEY_CHECK(!heap_.empty() && sending_[heap_.front()].finish == now,
+               "LinkModel::update: nothing due now");
+  const int32_t id = heap_.front();
+  position_[id] = -1;
+  const int32_t last = heap_.back();
   heap_.pop_back();
+  if (last != id) {
+    place(0, last);
+    sift_down(0);
+  }
   Sending& x = sending_[id];
-  ++x.version;  // no later duplicate
   for (int link : x.path->links) {
     std::vector<int32_t>& active = active_[link];
     auto it = std::find(active.begin(), active.end(), id);
@@ -107,7 +145,6 @@ int32_t LinkModel::update(double now) {
   }
   x.remaining = 0;
   if (!x.path->links.empty()) rerate_around(*x.path, now);
-  drop_stale();
   return id;
 }
 

@@ -34,10 +34,11 @@ class LinkModel {
   void start(int32_t id, const Path& path, double bytes, double now);
 
   // The earliest completion not yet reported. The event loop asks before every event, so it
-  // only reads: every change drops the completions it made stale from the front.
+  // only reads.
   LinkEvent next_occurring_event() const {
     if (heap_.empty()) return LinkEvent{};
-    return LinkEvent{heap_.front().time, heap_.front().order, heap_.front().transfer};
+    const Sending& x = sending_[heap_.front()];
+    return LinkEvent{x.finish, x.order, heap_.front()};
   }
 
   // Completes the transfer next_occurring_event() named, at its time `now`: it stops sending
@@ -53,30 +54,26 @@ class LinkModel {
     double remaining = 0;
     double rate = 0;
     double last_update = 0;
-    double finish = 0;     // when the current rate would finish it
-    uint32_t version = 0;  // bumped at each re-rate; older completions are stale
-  };
-  // 24 bytes: the heap moves these around on every push and pop.
-  struct Completion {
-    double time;
-    uint64_t order;
-    int32_t transfer;
-    uint32_t version;
-  };
-  // The heap's order: earliest time first, then first scheduled.
-  struct Later {
-    bool operator()(const Completion& a, const Completion& b) const {
-      return a.time > b.time || (a.time == b.time && a.order > b.order);
-    }
+    double finish = 0;   // when the current rate would finish it
+    uint64_t order = 0;  // taken from the shared counter when `finish` was last set
   };
 
   double rate_of(const Sending& x) const;
   void rerate_around(const Path& path, double now);
-  void schedule(int32_t id, Sending& x) {
-    heap_.push_back(Completion{x.finish, (*order_)++, id, ++x.version});
-    std::push_heap(heap_.begin(), heap_.end(), Later());
+  // Sets transfer `id`'s completion to x.finish, in the heap once (moved if already there).
+  void schedule(int32_t id, Sending& x);
+  // The heap's order: earliest finish first, then first scheduled.
+  bool earlier(int32_t a, int32_t b) const {
+    const Sending& x = sending_[a];
+    const Sending& y = sending_[b];
+    return x.finish < y.finish || (x.finish == y.finish && x.order < y.order);
   }
-  void drop_stale();  // pops the front while a later re-rate superseded it
+  void sift_up(size_t i);
+  void sift_down(size_t i);
+  void place(size_t i, int32_t id) {
+    heap_[i] = id;
+    position_[id] = static_cast<int32_t>(i);
+  }
 
   const std::vector<Link>* links_ = nullptr;
   uint64_t* order_ = nullptr;
@@ -85,7 +82,10 @@ class LinkModel {
   std::vector<uint32_t> mark_;                // per transfer: epoch of the last re-rate
   uint32_t epoch_ = 0;
   std::vector<int32_t> affected_;
-  std::vector<Completion> heap_;
+  // A binary min-heap of the sending transfers by completion, indexed by `position_` (per
+  // transfer, -1 when not in it), so a re-rate moves a transfer's one entry in place.
+  std::vector<int32_t> heap_;
+  std::vector<int32_t> position_;
 };
 
 }  // namespace motley::sim_internal

@@ -137,6 +137,41 @@ TEST(LinkModel, OrderIsTheSharedCounter) {
   EXPECT_EQ(e.order, 11u);
 }
 
+// Sixteen transfers of 1, 2, ..., 16 bytes start together on a link of 16 B/s: processor
+// sharing, so the j-th (1-based) finishes after sum_{m <= j} (17 - m) / 16 seconds. Every start
+// and finish re-rates all of them, which moves each one's completion in the heap.
+TEST(LinkModel, ManyTransfersOnOneLinkFinishAsProcessorSharing) {
+  constexpr int kTransfers = 16;
+  Links l({16}, kTransfers);
+  LinkModel& model = l.model;
+  const Path p = path({0}, 16);
+  for (int i = 0; i < kTransfers; ++i) model.start(i, p, i + 1, 0.0);
+  EXPECT_EQ(model.rate(0), 1);
+  const std::vector<double> done = finish_all(model, kTransfers);
+  double expected = 0;
+  for (int j = 1; j <= kTransfers; ++j) {
+    expected += (17.0 - j) / 16.0;
+    EXPECT_NEAR(done[j - 1], expected, 1e-12) << "transfer " << j - 1;
+  }
+}
+
+// Equal transfers finish at the same instant, one event each, in the order their completions
+// were last scheduled: each finish re-rates the others in the link's list order, where the
+// finished one's place is taken by the list's last.
+TEST(LinkModel, SimultaneousCompletionsComeInScheduledOrder) {
+  Links l({8}, 8);
+  LinkModel& model = l.model;
+  const Path p = path({0}, 8);
+  for (int i = 0; i < 8; ++i) model.start(i, p, 4, 0.0);
+  std::vector<int32_t> order;
+  for (LinkEvent e = model.next_occurring_event(); e.transfer >= 0;
+       e = model.next_occurring_event()) {
+    EXPECT_EQ(e.time, 4.0);
+    order.push_back(model.update(e.time));
+  }
+  EXPECT_EQ(order, (std::vector<int32_t>{0, 7, 6, 5, 4, 3, 2, 1}));
+}
+
 // Reset forgets everything, including transfers still sending.
 TEST(LinkModel, ResetStartsOver) {
   Links l({2}, 2);
