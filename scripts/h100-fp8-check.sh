@@ -51,19 +51,12 @@ import json, os, sys
 out_dir, here = sys.argv[1:]
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, here)
-from published_runs import dgx_h100_cluster
+from published_runs import dgx_h100_cluster, llama_405b_config
 for nodes in (1, 2, 8, 128):
     with open(os.path.join(out_dir, f"dgx-h100-x{nodes}.yaml"), "w") as f:
         f.write(dgx_h100_cluster(nodes))
-llama_405b = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
-    "hidden_size": 16384, "intermediate_size": 53248, "num_hidden_layers": 126,
-    "num_attention_heads": 128, "num_key_value_heads": 8, "vocab_size": 128256,
-    "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
-    "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16"}
 with open(os.path.join(out_dir, "llama-3.1-405b.json"), "w") as f:
-    json.dump(llama_405b, f)
+    json.dump(llama_405b_config(), f)
 
 SEQ = 8192
 def seconds(batch, tokens_per_gpu_s, gpus):

@@ -1,6 +1,18 @@
 """Motley model and cluster files for published training runs, shared by the checks in
 scripts/ that price them (h100-range.sh, a100-published-check.sh, h100-fp8-check.sh,
-h100-nemo-fp8-check.sh)."""
+h100-nemo-fp8-check.sh, llama-405b-check.sh)."""
+
+
+def llama_405b_config():
+    """Llama 3.1 405B as a Hugging Face config.json, from its published shape: hidden 16,384,
+    FFN 53,248, 126 layers, 128 query and 8 key/value heads, vocabulary 128,256."""
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+        "hidden_size": 16384, "intermediate_size": 53248, "num_hidden_layers": 126,
+        "num_attention_heads": 128, "num_key_value_heads": 8, "vocab_size": 128256,
+        "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+        "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16"}
 
 
 def gpt_model(name, heads, hidden, layers, *, vocab, seq, dtype, dropout, tied,
