@@ -410,7 +410,7 @@ TEST(RunBadInputTest, MissingPlanFileAndOptions) {
 // Every numeric option of `motley run` is checked by the parser, before the plan is read.
 TEST(RunBadInputTest, EveryNumericOptionIsCheckedByTheParser) {
   const std::string whole = "expected an integer from 1 to 9223372036854775807, got ";
-  const std::string seconds = "expected a number above 0 and at most 1000000, got ";
+  const std::string seconds = "expected a number of seconds from 0.001 to 1000000, got ";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--steps 0", "--steps: " + whole + "0"},
       {"--steps -3", "--steps: " + whole + "-3"},
@@ -423,6 +423,8 @@ TEST(RunBadInputTest, EveryNumericOptionIsCheckedByTheParser) {
       {"--threads 0", "--threads: expected an integer from 1 to 1024, got 0"},
       {"--timeout 0", "--timeout: " + seconds + "0"},
       {"--timeout 1e300", "--timeout: " + seconds + "1e300"},
+      {"--timeout 1e-320", "--timeout: " + seconds + "1e-320"},
+      {"--timeout 0.0005", "--timeout: " + seconds + "0.0005"},
       {"--rendezvous-timeout nan", "--rendezvous-timeout: " + seconds + "nan"},
   };
   for (const auto& [args, message] : cases) {

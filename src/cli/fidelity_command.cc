@@ -292,7 +292,7 @@ void add_fidelity_command(CLI::App& app, Action* action) {
   cmd->add_option("--trace", opt->trace, "Keep the measured Chrome trace in this file");
   cmd->add_option("--timeout", opt->timeout_s,
                   "Seconds any wait on another rank may take before the run fails")
-      ->check(positive_number(kMaxOptionSeconds))
+      ->check(wait_seconds())
       ->capture_default_str();
   add_stack_options(cmd, &opt->stack);
   cmd->add_flag("--json", opt->json, "Print one JSON object");

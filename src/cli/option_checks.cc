@@ -68,6 +68,18 @@ CLI::Validator positive_number(double max) {
       "POSITIVE");
 }
 
+CLI::Validator wait_seconds() {
+  const std::string allowed =
+      fmt::format("a number of seconds from {} to {}", kMinWaitSeconds, kMaxOptionSeconds);
+  return CLI::Validator(
+      [allowed](std::string& text) -> std::string {
+        const std::optional<double> value = whole_number(text);
+        if (value && *value >= kMinWaitSeconds && *value <= kMaxOptionSeconds) return "";
+        return fmt::format("expected {}, got {}", allowed, given(text));
+      },
+      "SECONDS");
+}
+
 CLI::Validator fraction_below(double max) {
   const std::string allowed = fmt::format("a number from 0 to below {}", max);
   return CLI::Validator(

@@ -18,6 +18,9 @@ inline constexpr int64_t kMaxOptionSeqLen = int64_t{1} << 24;
 inline constexpr int64_t kMaxOptionThreads = 1024;
 // The longest wait an option may set, in seconds (it becomes a clock duration).
 inline constexpr double kMaxOptionSeconds = 1e6;
+// The shortest wait on another process a --timeout may set, in seconds: below a millisecond no
+// message arrives in time, even between processes of one machine.
+inline constexpr double kMinWaitSeconds = 1e-3;
 // --budget (USD per hour), --deadline (hours) and --train-tokens: far above any real job, so
 // that costs and times derived from them stay finite and readable.
 inline constexpr double kMaxBudgetPerHour = 1e9;
@@ -32,5 +35,7 @@ CLI::Validator unsigned_integer();
 CLI::Validator positive_number(double max = std::numeric_limits<double>::infinity());
 // A finite number from 0 to below `max` (a share such as a memory headroom).
 CLI::Validator fraction_below(double max);
+// A wait on other processes, in seconds: from kMinWaitSeconds to kMaxOptionSeconds.
+CLI::Validator wait_seconds();
 
 }  // namespace motley::cli

@@ -188,7 +188,7 @@ void add_profile_comm_command(CLI::App& profile, Action* action) {
                   "Cluster device id of rank 0 in --out (rank r is this + r; default 0)")
       ->check(integer_in(0, kMaxClusterDevices - 1));
   cmd->add_option("--timeout", opt->timeout_s, "Seconds any one wait may take (default 60)")
-      ->check(positive_number(kMaxOptionSeconds));
+      ->check(wait_seconds());
   cmd->callback([opt, action] { *action = [opt] { return profile_comm(*opt); }; });
 }
 

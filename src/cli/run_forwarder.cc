@@ -20,6 +20,7 @@
 
 #include "commands.h"
 #include "fidelity_command.h"
+#include "option_checks.h"
 #include "run_emulation.h"
 
 namespace motley::cli {
@@ -92,9 +93,13 @@ Result<FidelityCommandOptions> fidelity_options_from_run(const std::vector<std::
       errno = 0;
       const double v = std::strtod(value.c_str(), &end);
       const bool whole = name == "--timeout" || std::floor(v) == v;
-      if (end == value.c_str() || *end != '\0' || errno != 0 || !(v > 0) || !whole || v > 1e6) {
-        return invalid_argument(fmt::format("{}: expected a positive {}, got '{}'", name,
-                                            name == "--steps" ? "integer" : "number", value));
+      const double least = name == "--timeout" ? kMinWaitSeconds : 1;
+      if (end == value.c_str() || *end != '\0' || errno != 0 || !(v >= least) || !whole ||
+          v > kMaxOptionSeconds) {
+        return invalid_argument(
+            fmt::format("{}: expected {} from {} to {}, got '{}'", name,
+                        name == "--steps" ? "an integer" : "a number of seconds", least,
+                        kMaxOptionSeconds, value));
       }
       if (name == "--steps") opt.steps = static_cast<int64_t>(v);
       if (name == "--timeout") opt.timeout_s = v;

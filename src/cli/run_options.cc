@@ -78,11 +78,11 @@ void add_run_options(CLI::App* cmd, RunOptions* opt, const std::string& default_
       ->check(integer_in(1, kMaxOptionThreads));
   cmd->add_option("--timeout", opt->timeout_s,
                   "Seconds any wait on another rank may take before the run fails")
-      ->check(positive_number(kMaxOptionSeconds))
+      ->check(wait_seconds())
       ->capture_default_str();
   cmd->add_option("--rendezvous-timeout", opt->rendezvous_timeout_s,
                   "Seconds for joining the world and forming replica groups (under WORLD_SIZE)")
-      ->check(positive_number(kMaxOptionSeconds))
+      ->check(wait_seconds())
       ->capture_default_str();
 }
 

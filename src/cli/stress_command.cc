@@ -165,7 +165,7 @@ void add_stress_command(CLI::App& app, Action* action) {
   cmd->add_option("--links", opt->links, "Write the pairs' latency and bandwidth (motley.links/1)");
   cmd->add_flag("--json", opt->json, "Print the JSON report instead of the tables");
   cmd->add_option("--timeout", opt->timeout_s, "Seconds any one wait may take (default 120)")
-      ->check(positive_number(kMaxOptionSeconds));
+      ->check(wait_seconds());
   cmd->callback([opt, action] { *action = [opt] { return stress_command(*opt); }; });
 }
 
