@@ -2019,7 +2019,8 @@ TEST(CliTest, PlanRefusesConstraintsItCannotMeet) {
   expect_bad_input(base + "--memory-headroom 1", {"--memory-headroom", "below 1"});
   expect_bad_input(base + "--memory-headroom nan", {"--memory-headroom", "nan"});
   expect_bad_input(base + "--exclude-devices 99", {"--exclude-devices", "'99'", "0 to 31"});
-  expect_bad_input(base + "--exclude-devices 4-2", {"--exclude-devices", "'4-2'"});
+  expect_bad_input(base + "--exclude-devices 4-2",
+                   {"--exclude-devices", "'4-2'", "from 4 down to 2"});
   expect_bad_input(base + "--devices gpu-node", {"--devices", "'gpu-node'"});
   expect_bad_input(base + "--devices 0,,1", {"--devices", "empty item"});
   expect_bad_input(base + "--exclude-devices 0-31", {"--exclude-devices", "leaves none"});

@@ -219,7 +219,12 @@ Result<std::vector<int>> parse_device_list(const std::string& option, const std:
                        number(std::string_view(item).substr(dash + 1), &last);
     if (single || range) {
       if (single) last = first;
-      if (first < 0 || last >= n || first > last) {
+      if (first > last) {
+        return invalid_argument(
+            fmt::format("{}: '{}' runs from {} down to {}; write a range from its lower id", option,
+                        item, first, last));
+      }
+      if (first < 0 || last >= n) {
         return invalid_argument(fmt::format("{}: '{}' is outside cluster '{}''s device ids 0 to {}",
                                             option, item, cluster.name, n - 1));
       }
