@@ -21,12 +21,11 @@ void LinkModel::reset(const std::vector<Link>& links, size_t transfers, uint64_t
   order_ = order;
   if (active_.size() < links.size()) active_.resize(links.size());
   for (auto& active : active_) active.clear();
-  // A transfer's state is written when it starts; the versions and marks left by an earlier
-  // run only need to differ from what this run compares them with, which they do: the heap
-  // starts empty and the epoch keeps counting.
+  // A transfer's state and heap position are written when it starts; the marks left by an
+  // earlier run only need to differ from the epoch this run compares them with, which they do:
+  // the epoch keeps counting.
   if (sending_.size() < transfers) sending_.resize(transfers);
   if (mark_.size() < transfers) mark_.resize(transfers, 0);
-  // Positions are set when a transfer starts.
   if (position_.size() < transfers) position_.resize(transfers, -1);
   heap_.clear();
 }
