@@ -21,9 +21,9 @@ STACK=${STACK:-megatron-core}
 # shellcheck source=published_runs.sh
 source "$(dirname "$0")/published_runs.sh"
 
-python3 - "$DIR" "$HERE" <<'PY'
-import json, os, sys
-out_dir, here = sys.argv[1:]
+python3 - "$DIR" "$HERE" "$MOTLEY" <<'PY'
+import json, os, subprocess, sys
+out_dir, here, motley = sys.argv[1:]
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, here)
 from published_runs import dgx_h100_cluster, llama_405b_config
@@ -32,7 +32,9 @@ with open(os.path.join(out_dir, "llama-3.1-405b.json"), "w") as f:
     json.dump(config, f)
 SEQ, BATCH = 8192, 2048
 h, l = config["hidden_size"], config["num_hidden_layers"]
-PARAMS = 405.85e9  # what `motley model show` counts for this config
+model = os.path.join(out_dir, "llama-3.1-405b.json")
+PARAMS = json.loads(subprocess.run([motley, "model", "show", model, "--json"], check=True,
+                                   capture_output=True, text=True).stdout)["total_params"]
 flops = (6 * PARAMS + 12 * l * h * SEQ) * BATCH * SEQ
 cases = []
 for gpus, dp, tflops in ((8192, 64, 430), (16384, 128, 400)):

@@ -340,7 +340,9 @@ std::optional<Partition> even_partition(const PartitionRequest& req, const Parti
       // from the shortest: a stage's time without recompute only grows with its range and no
       // policy is faster, so once that time exceeds the target by more than the root of the
       // best cost so far, every longer range costs more (the margin covers rounding), and the
-      // search stops. Ties keep the earliest begin, as a search from the longest range would.
+      // search stops. (Only a first stage, which begins at layer 0 alone, may price a longer
+      // range lower: a measured W that walks the whole backward drops its B.) Ties keep the
+      // earliest begin, as a search from the longest range would.
       for (int end = s; end <= layers - (stages - s); ++end) {
         for (int begin = end - 1; begin >= s - 1; --begin) {
           if (cost[s - 1][begin] == inf) continue;
@@ -348,7 +350,8 @@ std::optional<Partition> even_partition(const PartitionRequest& req, const Parti
           if (least > 0 && least * least > cost[s][end] * (1 + 1e-9)) break;
           RecomputePolicy p = first;
           if (!cheapest(s - 1, begin, end, &p)) continue;
-          const double d = part.time(s - 1, begin, end, p) - target;
+          const double d =
+              p == RecomputePolicy::kNone ? least : part.time(s - 1, begin, end, p) - target;
           const double c = cost[s - 1][begin] + d * d;
           if (c < cost[s][end] || (c == cost[s][end] && begin < from[s][end])) {
             cost[s][end] = c;
