@@ -677,6 +677,76 @@ TEST(TuneTest, LowerBoundIsBelowEverySimulatedTime) {
   }
 }
 
+// A node that mixes device types joins them over PCIe; another node of the same A100s has
+// NVLink. One long sequence is bound by its critical path, whose tensor-parallel collectives
+// are far cheaper on the NVLink node: the bound must price that node's groups too, not only the
+// first node's, or a plan confined to the NVLink node beats it.
+TEST(TuneTest, LowerBoundPricesTheGroupsOfEveryNode) {
+  Result<Json> doc = parse_yaml(R"(
+name: mixed-and-nvlink
+network: {kind: infiniband, bandwidth_GBps: 50, latency_us: 2}
+nodes:
+  - name: mixed
+    devices: [{type: A100-80GB, count: 4}, {type: MI210, count: 1}]
+  - name: nvlink
+    devices: {type: A100-80GB, count: 4}
+)",
+                                "mixed-and-nvlink");
+  ASSERT_TRUE(doc.is_ok()) << doc.status().message();
+  Result<ClusterSpec> cluster = cluster_from_json(doc.value(), "mixed-and-nvlink");
+  ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
+  Result<ModelSpec> model = model_preset("llama-3-8b");
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  TuneOptions options;
+  options.global_batch = 1;
+  options.micro_batch_size = 1;
+  options.seq_len = 32768;
+  options.context_parallel = 1;
+  options.optimizer_step = false;
+  options.max_evaluations = 200;
+  options.clock = frozen_clock();
+  Result<Seconds> bound = iteration_lower_bound(options, model.value(), cluster.value());
+  ASSERT_TRUE(bound.is_ok()) << bound.status().message();
+  // The same search on the NVLink node alone (the mixed node's five devices left out).
+  TuneOptions nvlink = options;
+  nvlink.constraints.excluded_devices = {0, 1, 2, 3, 4};
+  nvlink.constraints.tensor_parallel = 4;
+  Result<TuneResult> r = tune(nvlink, model.value(), cluster.value());
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_LE(bound->value(), r->simulation.iteration_time.value());
+}
+
+// One long sequence split over a context group of two replicas: each member runs half of every
+// layer's tokens, so the sequence's path is about half its length whole. The bound's path must
+// allow for that wherever the search may split sequences.
+TEST(TuneTest, LowerBoundAllowsForSplitSequences) {
+  Result<ModelSpec> model = model_preset("llama-3-8b");
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  Result<ClusterSpec> cluster = cluster_preset("h100x16");
+  ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
+  TuneOptions options;
+  options.global_batch = 1;
+  options.micro_batch_size = 1;
+  options.seq_len = 32768;
+  options.optimizer_step = false;
+  options.max_evaluations = 200;
+  options.clock = frozen_clock();
+  Result<Seconds> bound = iteration_lower_bound(options, model.value(), cluster.value());
+  ASSERT_TRUE(bound.is_ok()) << bound.status().message();
+  TuneOptions split = options;
+  split.context_parallel = 2;
+  Result<TuneResult> r = tune(split, model.value(), cluster.value());
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  ASSERT_EQ(r->plan.context_parallel, 2);
+  EXPECT_LE(bound->value(), r->simulation.iteration_time.value());
+  // Held to whole sequences, the bound is the path of one whole sequence: longer.
+  TuneOptions whole = options;
+  whole.context_parallel = 1;
+  Result<Seconds> whole_bound = iteration_lower_bound(whole, model.value(), cluster.value());
+  ASSERT_TRUE(whole_bound.is_ok());
+  EXPECT_GT(whole_bound->value(), r->simulation.iteration_time.value());
+}
+
 TEST(TuneTest, LowerBoundIsTheWorkOverTheAggregateRate) {
   // Eight layers of F + B + W = 3 ms on an H100, 6 ms on an A100, no memory traffic to update:
   // two of each do 2/3 + 2/6 = 1 layer-micro-batch per ms, and 16 micro-batches of 8 layers
