@@ -1293,23 +1293,25 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   const int size_class = n_devices <= 32 ? 0 : n_devices <= 128 ? 1 : 2;
   // Layouts that fit only with the sequences split over the replicas (the largest context
   // degree), ranked with those that fit only with the experts split: up to 32 devices, and
-  // beyond where no layout fits whole sequences (each costs a partition per micro-batch size).
-  if (size_class == 0 || (layout_rank.empty() && expert_rank.empty())) {
-    for (size_t i : unfit) {
-      if (evaluator_.out_of_time()) break;
-      const std::vector<int> context =
-          context_degrees(static_cast<int>(layouts[i].replicas.size()));
-      if (context.empty()) continue;
-      BuildOptions split = options;
-      split.context_parallel = context.back();
-      split.zero_stage = 1;
-      double best = kInf;
-      for (int64_t b : ctx_.micro_batch_sizes()) {
-        Result<Candidate> c = build_candidate(ctx_, layouts[i], rank_spec, b, split);
-        if (c.is_ok()) best = std::min(best, objective_estimate(ctx_, c.value()));
-      }
-      if (best < kInf) expert_rank.emplace_back(best, i);
+  // beyond where no layout fits whole sequences (each costs a partition per micro-batch size)
+  // or where the layout has more replicas than the batch has sequences, which only context
+  // groups can share (a long-sequence batch of a few sequences on many devices).
+  const int64_t sequences = ctx_.global_batch();
+  const bool all_unfit = size_class == 0 || (layout_rank.empty() && expert_rank.empty());
+  for (size_t i : unfit) {
+    if (!all_unfit && static_cast<int64_t>(layouts[i].replicas.size()) <= sequences) continue;
+    if (evaluator_.out_of_time()) break;
+    const std::vector<int> context = context_degrees(static_cast<int>(layouts[i].replicas.size()));
+    if (context.empty()) continue;
+    BuildOptions split = options;
+    split.context_parallel = context.back();
+    split.zero_stage = 1;
+    double best = kInf;
+    for (int64_t b : ctx_.micro_batch_sizes()) {
+      Result<Candidate> c = build_candidate(ctx_, layouts[i], rank_spec, b, split);
+      if (c.is_ok()) best = std::min(best, objective_estimate(ctx_, c.value()));
     }
+    if (best < kInf) expert_rank.emplace_back(best, i);
   }
   std::stable_sort(layout_rank.begin(), layout_rank.end());
   std::stable_sort(expert_rank.begin(), expert_rank.end());
@@ -1453,14 +1455,20 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       for (int e : degrees) add(1, e);
     }
     // The sequences split over groups of replicas, with the distributed optimizer, at every
-    // context degree that divides the replicas: for layouts that fit only with it, and up to
-    // 32 devices for those short of memory without it, where a member's share of each
-    // sequence spares recompute or lets more micro-batches be in flight. (Beyond, a context
-    // group's candidate is screened on all its replicas, not two standing for all: too slow
-    // for what it seldom gains there.)
+    // context degree that divides the replicas: for layouts that fit only with it, up to 32
+    // devices for those short of memory without it, where a member's share of each sequence
+    // spares recompute or lets more micro-batches be in flight, and at any size where a
+    // replica has fewer micro-batches than groups, so that each micro-batch's path through the
+    // pipeline sets the step and a member's share of the sequence shortens it. (Otherwise,
+    // beyond 32 devices, a context group's candidate is screened on all its replicas, not two
+    // standing for all: too slow for what it seldom gains there.)
     const std::vector<int> context = context_degrees(static_cast<int>(layout.replicas.size()));
+    const bool path_bound =
+        ctx_.global_batch() / base.b <
+        static_cast<int64_t>(layout.replicas.size() * layout.replicas.front().size());
     if (!context.empty() &&
-        (expert_only || (base.short_of_memory && size_class == 0 && context_bases < extra_bases))) {
+        (expert_only || ((path_bound || (base.short_of_memory && size_class == 0)) &&
+                         context_bases < extra_bases))) {
       if (!expert_only) ++context_bases;
       for (int cp : context) add(1, 1, false, false, cp);
     }

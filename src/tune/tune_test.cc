@@ -747,6 +747,41 @@ TEST(TuneTest, LowerBoundAllowsForSplitSequences) {
   EXPECT_GT(whole_bound->value(), r->simulation.iteration_time.value());
 }
 
+// Two sequences of 32,768 tokens on 64 H100s: whole, they keep at most two replicas busy, and
+// each sequence's path through the layers is the step. Split over context groups, every
+// replica takes a share of both. The search must build such layouts beyond 32 devices too,
+// where the batch has fewer sequences than the layout has replicas.
+TEST(TuneTest, AFewLongSequencesOnManyDevicesAreSplit) {
+  Result<Json> doc = parse_yaml(R"(
+name: h100x64
+network: {kind: infiniband, bandwidth_GBps: 50, latency_us: 2}
+nodes:
+  - name: h100
+    count: 8
+    devices: {type: H100-SXM, count: 8}
+    nic: {bandwidth_GBps: 50, count: 8}
+)",
+                                "h100x64");
+  ASSERT_TRUE(doc.is_ok()) << doc.status().message();
+  Result<ClusterSpec> cluster = cluster_from_json(doc.value(), "h100x64");
+  ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
+  Result<ModelSpec> model = model_preset("llama-3-8b");
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  TuneOptions options;
+  options.global_batch = 2;
+  options.seq_len = 32768;
+  options.clock = frozen_clock();
+  Result<TuneResult> searched = tune(options, model.value(), cluster.value());
+  ASSERT_TRUE(searched.is_ok()) << searched.status().message();
+  TuneOptions whole = options;
+  whole.context_parallel = 1;
+  Result<TuneResult> held = tune(whole, model.value(), cluster.value());
+  ASSERT_TRUE(held.is_ok()) << held.status().message();
+  EXPECT_GT(searched->plan.context_parallel, 1);
+  EXPECT_LT(searched->simulation.iteration_time.value(),
+            0.5 * held->simulation.iteration_time.value());
+}
+
 TEST(TuneTest, LowerBoundIsTheWorkOverTheAggregateRate) {
   // Eight layers of F + B + W = 3 ms on an H100, 6 ms on an A100, no memory traffic to update:
   // two of each do 2/3 + 2/6 = 1 layer-micro-batch per ms, and 16 micro-batches of 8 layers
