@@ -770,8 +770,8 @@ TEST(CliTest, VocabularyParallelPlansSimulateRunAndAreRefusedWhereTheyCannotBeEx
 }
 
 // Iterations without the optimizer step, as peers publish them: `plan --no-optimizer-step`
-// reports and records the plan's time without it, which `simulate --plan --no-optimizer-step`
-// reproduces, and which the plan's simulation with the step exceeds.
+// reports the plan's time without it and records that it did, so that `simulate --plan` (and
+// `export megatron`) reproduce that time without being told; `--optimizer-step` adds the step.
 TEST(CliTest, NoOptimizerStepLeavesTheStepOutOfPlanAndSimulate) {
   const TempDir scratch("cli_no_optimizer_step");
   const std::string planned = scratch.file("planned.json");
@@ -780,16 +780,34 @@ TEST(CliTest, NoOptimizerStepLeavesTheStepOutOfPlanAndSimulate) {
       "--no-optimizer-step --out " +
       planned);
   ASSERT_EQ(made.exit_code, 0) << made.err;
-  const double predicted =
-      nlohmann::json::parse(read_file(planned))["predicted"]["iteration_time_s"].get<double>();
+  const auto recorded = nlohmann::json::parse(read_file(planned))["predicted"];
+  EXPECT_EQ(recorded["optimizer_step"], false);
+  const double predicted = recorded["iteration_time_s"].get<double>();
   RunResult bare = run_motley("simulate --plan " + planned + " --no-optimizer-step --json");
-  RunResult full = run_motley("simulate --plan " + planned + " --json");
+  RunResult as_recorded = run_motley("simulate --plan " + planned + " --json");
+  RunResult full = run_motley("simulate --plan " + planned + " --optimizer-step --json");
   ASSERT_EQ(bare.exit_code, 0) << bare.err;
+  ASSERT_EQ(as_recorded.exit_code, 0) << as_recorded.err;
   ASSERT_EQ(full.exit_code, 0) << full.err;
   const double t_bare = nlohmann::json::parse(bare.out)["iteration_time_s"].get<double>();
+  const double t_recorded =
+      nlohmann::json::parse(as_recorded.out)["iteration_time_s"].get<double>();
   const double t_full = nlohmann::json::parse(full.out)["iteration_time_s"].get<double>();
   EXPECT_DOUBLE_EQ(t_bare, predicted);
+  EXPECT_DOUBLE_EQ(t_recorded, predicted);
   EXPECT_LT(t_bare, t_full);
+  RunResult text = run_motley("simulate --plan " + planned);
+  EXPECT_NE(text.out.find("without the optimizer step, as the plan was predicted"),
+            std::string::npos)
+      << text.out;
+  RunResult exported = run_motley("export megatron --json --plan " + planned);
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(exported.out)["iteration_time_s"].get<double>(),
+                   predicted);
+  // Both flags at once are refused.
+  EXPECT_EQ(
+      run_motley("simulate --plan " + planned + " --optimizer-step --no-optimizer-step").exit_code,
+      2);
 }
 
 // Per-layer recompute in a plan file: the simulator prices the listed layers' recompute, the
@@ -1079,6 +1097,27 @@ TEST(CliTest, MegatronExportSaysWhatItCannotExpressAndPricesTheClosest) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("the closest Megatron plan, megatron-"), std::string::npos) << r.out;
+
+  // Six single-device nodes and five sequences: motley's replicas take one and two of them,
+  // and no TP x PP x DP of the six devices that Megatron runs divides the batch. The export
+  // still writes the arguments and says why there is no closest plan.
+  const std::string singles = scratch.file("singles.yaml");
+  std::ofstream(singles) << "name: six-singles\n"
+                            "network: {kind: infiniband, bandwidth_GBps: 50, latency_us: 2}\n"
+                            "nodes:\n"
+                            "  - name: h100\n"
+                            "    count: 6\n"
+                            "    devices: {type: H100-SXM, count: 1}\n";
+  const std::string uneven =
+      plan_file("uneven.json", "--model tiny-llama --cluster " + singles + " --global-batch 5");
+  r = run_motley("export megatron --plan " + uneven + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(j["not_expressed"].empty());
+  EXPECT_FALSE(j.contains("closest"));
+  const std::string why = j["closest_error"];
+  EXPECT_NE(why.find("strategy 'megatron-1f1b' found no plan"), std::string::npos) << why;
+  EXPECT_NE(why.find("strategy 'megatron-interleaved' found no plan"), std::string::npos) << why;
 
   // A hybrid model is Megatron's MambaModel: its layers as --hybrid-override-pattern (tiny-hybrid:
   // Mamba, MLP, attention, MLP, Mamba, MLP), no layout, and the split said when it is not even.

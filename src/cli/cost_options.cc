@@ -57,6 +57,10 @@ Result<SoftwareStack> resolve_plan_stack(const StackChoice& choice, const Plan& 
   return software_stack_from_json(recorded, base);
 }
 
+bool plan_optimizer_step(const Plan& plan) {
+  return !plan.predicted || plan.predicted->optimizer_step;
+}
+
 void record_stack(const SoftwareStack& stack, Plan* plan) {
   plan->software_stack = software_stack_to_json(stack);
 }

@@ -31,6 +31,10 @@ Result<SoftwareStack> resolve_stack(const StackChoice& choice, const ClusterSpec
 Result<SoftwareStack> resolve_plan_stack(const StackChoice& choice, const Plan& plan,
                                          const ClusterSpec& cluster, const std::string& source);
 
+// Whether a made plan is priced with the optimizer step: as its prediction was (a plan from
+// motley plan --no-optimizer-step records that it was not), true where it records none.
+bool plan_optimizer_step(const Plan& plan);
+
 // Writes `stack` into the plan, so that the file prices the same wherever it is read.
 void record_stack(const SoftwareStack& stack, Plan* plan);
 

@@ -130,15 +130,27 @@ Status export_megatron(const MegatronOptions& opt) {
   MOTLEY_ASSIGN_OR_RETURN(
       std::unique_ptr<AnalyticCostModel> cost,
       AnalyticCostModel::create(in.model, in.cluster, cost_options, "analytic"));
-  MOTLEY_ASSIGN_OR_RETURN(const SimResult sim, simulate(SimOptions{}, in.plan, *cost));
+  // Priced as the plan was predicted, with or without the optimizer step.
+  SimOptions sim_options;
+  if (!plan_optimizer_step(in.plan)) sim_options.optimizer_step = OptimizerStepModel::kNone;
+  MOTLEY_ASSIGN_OR_RETURN(const SimResult sim, simulate(sim_options, in.plan, *cost));
   std::optional<StrategyOutcome> closest;
   std::optional<MegatronArguments> closest_args;
+  std::string no_closest;  // why no Megatron layout of the devices fits, where none does
   if (!args.not_expressed.empty()) {
     TuneOptions options;
     options.stack = cost_options.stack;
     options.time_budget = Seconds(60);
-    MOTLEY_ASSIGN_OR_RETURN(closest, closest_megatron_plan(in.plan, in.model, in.cluster, options));
-    closest_args = megatron_arguments(closest->plan, in.model, in.cluster);
+    options.optimizer_step = plan_optimizer_step(in.plan);
+    Result<StrategyOutcome> found = closest_megatron_plan(in.plan, in.model, in.cluster, options);
+    if (found.is_ok()) {
+      closest = std::move(found).value();
+      closest_args = megatron_arguments(closest->plan, in.model, in.cluster);
+    } else if (found.status().code() == StatusCode::kInfeasible) {
+      no_closest = found.status().message();
+    } else {
+      return found.status();
+    }
   }
   OutputFiles files;
   if (!opt.out.empty()) files.add(opt.out, shell_words(args.arguments) + "\n");
@@ -157,6 +169,7 @@ Status export_megatron(const MegatronOptions& opt) {
            {"rank_devices", args.rank_devices},
            {"not_expressed", args.not_expressed},
            {"iteration_time_s", t}};
+    if (!no_closest.empty()) j["closest_error"] = no_closest;
     if (closest) {
       j["closest"] = Json{{"strategy", closest->strategy},
                           {"detail", closest->detail},
@@ -182,6 +195,12 @@ Status export_megatron(const MegatronOptions& opt) {
     if (args.not_expressed.empty()) {
       text += fmt::format("Megatron runs this plan as it is: {} per iteration\n",
                           format_time(sim.iteration_time));
+    } else if (!closest) {
+      for (const std::string& why : args.not_expressed) text += "not expressed: " + why + "\n";
+      text +=
+          "the arguments run a different plan, and no layout of the cluster's devices "
+          "that Megatron-LM runs fits this model and batch: " +
+          no_closest + "\n";
     } else {
       for (const std::string& why : args.not_expressed) text += "not expressed: " + why + "\n";
       text += fmt::format(

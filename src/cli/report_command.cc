@@ -269,9 +269,10 @@ Status report_command(const ReportOptions& opt) {
                             AnalyticCostModel::create(priced, in.cluster, options, priced.name));
     MOTLEY_RETURN_IF_ERROR(validate_priced_plan(in.plan, in.model, in.cluster, *cost, opt.plan));
   }
-  MOTLEY_ASSIGN_OR_RETURN(const PlanReport report,
-                          prepare_plan_report(in.plan, std::move(in.model), std::move(priced),
-                                              std::move(in.cluster), opt.stack));
+  MOTLEY_ASSIGN_OR_RETURN(
+      const PlanReport report,
+      prepare_plan_report(in.plan, std::move(in.model), std::move(priced), std::move(in.cluster),
+                          opt.stack, plan_optimizer_step(in.plan)));
   HtmlReportInput input = html_input(report, "motley report");
   if (!opt.trace.empty()) {
     MOTLEY_ASSIGN_OR_RETURN(input.measured, measured_report(opt, report.plan, report.result));
@@ -319,7 +320,9 @@ Result<std::vector<ReportStrategy>> report_strategies(const std::vector<Strategy
                               plan_cost_options(b.plan, model, cluster, stack, b.strategy));
       MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<AnalyticCostModel> cost,
                               AnalyticCostModel::create(model, cluster, options, model.name));
-      MOTLEY_ASSIGN_OR_RETURN(SimResult sim, simulate(SimOptions{}, b.plan, *cost));
+      SimOptions sim_options;
+      if (!plan_optimizer_step(b.plan)) sim_options.optimizer_step = OptimizerStepModel::kNone;
+      MOTLEY_ASSIGN_OR_RETURN(SimResult sim, simulate(sim_options, b.plan, *cost));
       s.iteration_s = b.iteration_time.value();
       s.tokens_per_s = b.tokens_per_s;
       s.bubble_fraction = sim.bubble_fraction;

@@ -58,6 +58,7 @@ struct SimulateOptions {
   bool vocab_parallel = false;
   int data_parallel = 0;  // 0: as many replicas as the cluster holds
   bool no_optimizer_step = false;
+  bool optimizer_step = false;  // include it even where the plan was predicted without it
   StackChoice stack;
   std::string torch_pp_csv;  // the orders, from a PyTorch pipelining CSV
   std::string out;
@@ -215,10 +216,17 @@ Status simulate_command(const SimulateOptions& opt) {
   SimOptions sim_options;
   sim_options.source = source;
   sim_options.record_timeline = !opt.trace.empty() || !opt.svg.empty();
-  if (opt.no_optimizer_step) sim_options.optimizer_step = OptimizerStepModel::kNone;
+  // A plan file is priced as it was predicted, with or without the optimizer step, unless a
+  // flag says otherwise.
+  const bool with_step = opt.optimizer_step      ? true
+                         : opt.no_optimizer_step ? false
+                         : opt.plan.empty()      ? true
+                                                 : plan_optimizer_step(s.plan);
+  if (!with_step) sim_options.optimizer_step = OptimizerStepModel::kNone;
   MOTLEY_ASSIGN_OR_RETURN(SimResult result, simulate(sim_options, s.plan, cost));
   s.plan.predicted = PredictedMetrics{result.iteration_time, result.throughput_tokens_per_s,
                                       result.bubble_fraction, "analytic"};
+  s.plan.predicted->optimizer_step = with_step;
   record_stack(cost_options.stack, &s.plan);
 
   // Render everything first, then write: a failure leaves no partial output behind.
@@ -250,6 +258,7 @@ Status simulate_command(const SimulateOptions& opt) {
            {"fits_memory", result.fits_memory},
            {"tasks", result.tasks},
            {"replicas_simulated", result.replicas_simulated},
+           {"optimizer_step", with_step},
            {"devices", devices}};
     if (!opt.out.empty()) j["plan"] = opt.out;
     if (interruptible) {
@@ -260,6 +269,12 @@ Status simulate_command(const SimulateOptions& opt) {
     out = j.dump(2) + "\n";
   } else {
     out = simulation_summary(s.plan, result, topo, SummaryOptions{});
+    if (!with_step) {
+      out += opt.no_optimizer_step
+                 ? "(without the optimizer step)\n"
+                 : "(without the optimizer step, as the plan was predicted; --optimizer-step "
+                   "includes it)\n";
+    }
     out += preemption_line(pricing.preemption, pricing.dollars_per_million_tokens,
                            pricing.on_demand_dollars_per_million_tokens);
   }
@@ -356,9 +371,14 @@ void add_simulate_command(CLI::App& app, Action* action) {
                   "pipeline rank, compute-only or with SEND/RECV) on the plan's stages")
       ->needs(plan);
   add_stack_options(cmd, &opt->stack);
-  cmd->add_flag("--no-optimizer-step", opt->no_optimizer_step,
-                "Simulate the iteration without the optimizer step (to compare with times "
-                "published that way)");
+  CLI::Option* without = cmd->add_flag(
+      "--no-optimizer-step", opt->no_optimizer_step,
+      "Simulate the iteration without the optimizer step (to compare with times published that "
+      "way; the default for a plan predicted without it)");
+  cmd->add_flag("--optimizer-step", opt->optimizer_step,
+                "Simulate the iteration with the optimizer step, also for a plan predicted "
+                "without it")
+      ->excludes(without);
   cmd->add_option("--out", opt->out, "Write the plan (with predicted metrics) to this file");
   cmd->add_option("--trace", opt->trace, "Write a Chrome trace JSON (Perfetto, chrome://tracing)");
   cmd->add_option("--svg", opt->svg, "Write an SVG timeline");

@@ -295,8 +295,8 @@ Result<Replica> replica_from_json(const JsonField& f, size_t index,
 }
 
 Result<PredictedMetrics> predicted_from_json(const JsonField& f) {
-  MOTLEY_RETURN_IF_ERROR(f.check_keys(
-      {"iteration_time_s", "throughput_tokens_per_s", "bubble_fraction", "cost_model"}));
+  MOTLEY_RETURN_IF_ERROR(f.check_keys({"iteration_time_s", "throughput_tokens_per_s",
+                                       "bubble_fraction", "cost_model", "optimizer_step"}));
   PredictedMetrics p;
   MOTLEY_ASSIGN_OR_RETURN(double t, f.get_nonnegative_double("iteration_time_s"));
   p.iteration_time = Seconds(t);
@@ -309,6 +309,7 @@ Result<PredictedMetrics> predicted_from_json(const JsonField& f) {
                                      f.json().at("bubble_fraction").dump()));
   }
   MOTLEY_ASSIGN_OR_RETURN(p.cost_model, f.get_string("cost_model"));
+  MOTLEY_ASSIGN_OR_RETURN(p.optimizer_step, f.get_bool_or("optimizer_step", true));
   return p;
 }
 
@@ -512,6 +513,7 @@ Json plan_to_json(const Plan& plan) {
                           {"throughput_tokens_per_s", p.throughput_tokens_per_s},
                           {"bubble_fraction", p.bubble_fraction},
                           {"cost_model", p.cost_model}};
+    if (!p.optimizer_step) j["predicted"]["optimizer_step"] = false;
   }
   if (plan.software_stack) j["software_stack"] = *plan.software_stack;
   return j;

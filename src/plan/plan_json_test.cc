@@ -147,6 +147,24 @@ TEST(PlanJson, RoundTripsWithoutPrediction) {
   EXPECT_EQ(back.value(), p);
 }
 
+// A prediction without the optimizer step says so; one with it (every older file) does not.
+TEST(PlanJson, RoundTripsAPredictionWithoutTheOptimizerStep) {
+  Plan p = full_plan();
+  EXPECT_FALSE(plan_to_json(p).at("predicted").contains("optimizer_step"));
+  p.predicted->optimizer_step = false;
+  const Json j = plan_to_json(p);
+  EXPECT_EQ(j.at("predicted").at("optimizer_step"), false);
+  Result<Plan> back = plan_from_json(j, "mem");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back.value(), p);
+  Json bad = j;
+  bad["predicted"]["optimizer_step"] = "no";
+  Result<Plan> refused = plan_from_json(bad, "plan.json");
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_EQ(refused.status().message(),
+            "plan.json: field 'predicted.optimizer_step': expected true or false, got \"no\"");
+}
+
 // motley.plan/2 files list each group's actions as an array of strings; a hand-written
 // string may separate them by any white space. All read as the plan written.
 TEST(PlanJson, ReadsActionsAsAnArrayOrAsOneStringSeparatedByAnyWhiteSpace) {

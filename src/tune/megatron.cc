@@ -541,7 +541,9 @@ Result<StrategyOutcome> closest_megatron_plan(const Plan& plan, const ModelSpec&
   Result<Plan> kept = megatron_form(plan, model, cluster, *cost);
   std::string why_not;
   if (kept.is_ok()) {
-    Result<SimResult> sim = simulate(SimOptions{}, kept.value(), *cost);
+    SimOptions sim_options;
+    if (!options.optimizer_step) sim_options.optimizer_step = OptimizerStepModel::kNone;
+    Result<SimResult> sim = simulate(sim_options, kept.value(), *cost);
     if (sim.is_ok()) {
       StrategyOutcome o;
       o.strategy = "megatron-layout";
@@ -564,6 +566,7 @@ Result<StrategyOutcome> closest_megatron_plan(const Plan& plan, const ModelSpec&
       o.tokens_per_s = sim->throughput_tokens_per_s;
       kept->predicted = PredictedMetrics{sim->iteration_time, sim->throughput_tokens_per_s,
                                          sim->bubble_fraction, "analytic"};
+      kept->predicted->optimizer_step = options.optimizer_step;
       const PlanPricing pricing = price_plan(kept.value(), *cost, cluster, sim->iteration_time);
       o.preemption = pricing.preemption;
       o.dollars_per_million_tokens = pricing.dollars_per_million_tokens;
@@ -588,11 +591,13 @@ Result<StrategyOutcome> closest_megatron_plan(const Plan& plan, const ModelSpec&
   options.warm_starts.clear();
   std::optional<StrategyOutcome> best;
   Status last;
+  std::string failures;
   for (const char* strategy : {"megatron-1f1b", "megatron-interleaved"}) {
     options.strategy = strategy;
     Result<TuneResult> r = tune(options, model, cluster);
     if (!r.is_ok()) {
-      last = r.status();
+      if (last.is_ok() || r.status().code() != StatusCode::kInfeasible) last = r.status();
+      failures += (failures.empty() ? "" : "; ") + r.status().message();
       continue;
     }
     if (!best || r->simulation.iteration_time < best->iteration_time) {
@@ -612,7 +617,9 @@ Result<StrategyOutcome> closest_megatron_plan(const Plan& plan, const ModelSpec&
       best = std::move(o);
     }
   }
-  if (!best) return last;
+  if (!best) {
+    return last.code() == StatusCode::kInfeasible ? infeasible(failures) : last;
+  }
   return *best;
 }
 

@@ -445,6 +445,7 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
     plan.predicted =
         PredictedMetrics{replay.second.iteration_time, replay.second.throughput_tokens_per_s,
                          replay.second.bubble_fraction, options.cost_model_name};
+    plan.predicted->optimizer_step = options.optimizer_step;
     out->feasible = true;
     out->detail = f.detail;
     out->iteration_time = replay.second.iteration_time;

@@ -120,6 +120,9 @@ struct PredictedMetrics {
   double throughput_tokens_per_s = 0;
   double bubble_fraction = 0;
   std::string cost_model;  // which model predicted them, e.g. "analytic"
+  // Whether the times include the optimizer step; false where they were predicted without it
+  // (motley plan --no-optimizer-step), which later pricings of the plan then follow.
+  bool optimizer_step = true;
   friend bool operator==(const PredictedMetrics&, const PredictedMetrics&) = default;
 };
 
