@@ -93,6 +93,8 @@ Status replan_command(const ReplanCliOptions& opt) {
   options.tune.seed = opt.seed;
   options.tune.threads = opt.threads;
   if (in.plan.zero_stage > 0) options.tune.zero_stage = in.plan.zero_stage;
+  // Priced as the old plan was, with or without the optimizer step.
+  options.tune.optimizer_step = plan_optimizer_step(in.plan);
   // The new plan is priced, and recorded, with the stack the old one was.
   MOTLEY_ASSIGN_OR_RETURN(options.tune.stack,
                           resolve_plan_stack(StackChoice{}, in.plan, in.cluster, opt.plan));

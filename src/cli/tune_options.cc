@@ -139,7 +139,8 @@ void add_constraint_options(CLI::App* cmd, TuneCliOptions* opt) {
       ->check(integer_in(1, kMaxOptionCount))
       ->group("Constraints");
   cmd->add_option("--data-parallel", opt->data_parallel,
-                  "Data-parallel replicas (default: searched)")
+                  "Pipeline replicas, each member of a context-parallel group counted "
+                  "(Megatron-LM's DP x CP; default: searched)")
       ->check(integer_in(1, kMaxOptionCount))
       ->group("Constraints");
   cmd->add_option("--schedule", opt->schedules,

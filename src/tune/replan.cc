@@ -180,7 +180,9 @@ Result<ReplanResult> replan(const Plan& old_plan, const ModelSpec& model,
       tune_internal::make_cost_model(options.tune, model, old_cluster, old_plan.seq_len,
                                      old_plan.micro_batch_size, old_plan.sequence_parallel,
                                      old_plan.context_parallel));
-  MOTLEY_ASSIGN_OR_RETURN(SimResult old_sim, simulate(SimOptions{}, old_plan, *old_cost));
+  SimOptions old_options;
+  if (!options.tune.optimizer_step) old_options.optimizer_step = OptimizerStepModel::kNone;
+  MOTLEY_ASSIGN_OR_RETURN(SimResult old_sim, simulate(old_options, old_plan, *old_cost));
   result.old_iteration_time = old_sim.iteration_time;
   result.old_tokens_per_s = old_sim.throughput_tokens_per_s;
 

@@ -166,5 +166,50 @@ TEST(Replan, ANodeLostKeepsTheGlobalBatchAndStartsFromTheSurvivors) {
   EXPECT_LE(r->tuned.simulation.iteration_time.value(), kept.iteration_time.value());
 }
 
+// ZeRO-3 runs every replica's micro-batches in lockstep. Fifteen micro-batches over the two
+// replicas that survive cannot be shared evenly, so the warm start keeps their structure with
+// the distributed optimizer instead; where the options fix ZeRO-3 it is refused, saying why,
+// and the search goes on without it.
+TEST(Replan, SurvivorsThatCannotShareTheBatchEvenlyLeaveZeroThreeForZeroOne) {
+  TuneOptions options = fixed_options(15, uniform_spec(8));
+  Fixture fx(tiny_model(8), three_nodes(), options);
+  const ClusterSpec& cluster = fx.cluster;
+  Candidate c;
+  c.schedule = ScheduleSpec::named(ScheduleKind::k1f1b);
+  c.zero_stage = 3;
+  for (int node = 0; node < 3; ++node) {
+    c.replicas.push_back(
+        PipelineSpec{{{2 * node}, {2 * node + 1}}, {0, 4, 8}, std::vector<RecomputePolicy>(2), 5});
+  }
+  Result<Plan> old_plan = assemble(*fx.ctx, c);
+  ASSERT_TRUE(old_plan.is_ok()) << old_plan.status().message();
+  ASSERT_EQ(old_plan->zero_stage, 3);
+  Result<ClusterSpec> fewer = cluster_without(cluster, {cluster.nodes[2].name});
+  ASSERT_TRUE(fewer.is_ok());
+
+  ReplanOptions free;
+  free.tune = options;
+  Result<ReplanResult> r = replan(*old_plan, fx.model, cluster, *fewer, free);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  ASSERT_EQ(r->tuned.warm_starts.size(), 1u);
+  const StrategyOutcome& kept = r->tuned.warm_starts[0];
+  ASSERT_TRUE(kept.feasible) << kept.detail;
+  EXPECT_EQ(kept.plan.zero_stage, 1);
+  ASSERT_EQ(kept.plan.replicas.size(), 2u);
+  EXPECT_EQ(kept.plan.replicas[0].micro_batches + kept.plan.replicas[1].micro_batches, 15);
+  EXPECT_LE(r->tuned.simulation.iteration_time.value(), kept.iteration_time.value());
+
+  ReplanOptions fixed = free;
+  fixed.tune.zero_stage = 3;
+  r = replan(*old_plan, fx.model, cluster, *fewer, fixed);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  ASSERT_EQ(r->tuned.warm_starts.size(), 1u);
+  EXPECT_FALSE(r->tuned.warm_starts[0].feasible);
+  EXPECT_NE(r->tuned.warm_starts[0].detail.find("2 replicas cannot share 15 micro-batches"),
+            std::string::npos)
+      << r->tuned.warm_starts[0].detail;
+  EXPECT_EQ(r->tuned.plan.zero_stage, 3);
+}
+
 }  // namespace
 }  // namespace motley::tune_internal::tune_testing

@@ -274,6 +274,24 @@ Found warm_start(const tune_internal::Context& ctx, Searcher& searcher, const Pl
       --given;
     }
   }
+  // ZeRO-2 and -3 and expert parallelism run every replica's micro-batches in lockstep, so the
+  // replicas need equal counts, and expert groups must divide them. Replicas that survive in a
+  // number that cannot keep that fall back to the distributed optimizer and whole experts,
+  // unless the options fix those.
+  const int64_t replicas = static_cast<int64_t>(c.replicas.size());
+  const bool even = total % replicas == 0;
+  const bool experts_split = c.expert_parallel > 1 && even && replicas % c.expert_parallel == 0;
+  if ((c.zero_stage >= 2 && !even) || (c.expert_parallel > 1 && !experts_split)) {
+    if (ctx.options().zero_stage.value_or(0) >= 2 || ctx.options().expert_parallel > 1) {
+      refused.why_not = fmt::format(
+          "warm start: {} replicas cannot share {} micro-batches evenly, as the fixed ZeRO "
+          "stage or expert parallelism needs",
+          replicas, total);
+      return refused;
+    }
+    if (c.zero_stage >= 2 && !even) c.zero_stage = 1;
+    if (!experts_split) c.expert_parallel = 1;
+  }
   return searcher.given(c, "the warm start's structure: ");
 }
 
