@@ -24,10 +24,11 @@
 // between nodes (a node that mixes device types joins them over PCIe) and inside one (PCIe
 // switches), so every run of t consecutive devices of the type in every node is priced — once
 // per way of building a node, since nodes built alike price alike.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <set>
 #include <string>
 #include <tuple>
@@ -108,12 +109,12 @@ std::string node_build(const ClusterSpec& cluster, int node, const std::set<int>
     if (measured.count(d) > 0) return "measured node " + std::to_string(node);
   }
   const NodeSpec& n = cluster.nodes[node];
+  // Every figure at full precision ({} writes the shortest text that reads back exactly).
   std::string key;
-  for (const NodeDevices& nd : n.devices) key += nd.type + "x" + std::to_string(nd.count) + ",";
+  for (const NodeDevices& nd : n.devices) key += fmt::format("{}x{},", nd.type, nd.count);
   for (const LinkSpec* link : {&n.interconnect, &n.pcie}) {
-    key += std::to_string(static_cast<int>(link->kind)) + ":" +
-           std::to_string(link->bandwidth.value()) + ":" + std::to_string(link->latency.value()) +
-           ",";
+    key += fmt::format("{}:{}:{},", static_cast<int>(link->kind), link->bandwidth.value(),
+                       link->latency.value());
   }
   return key + std::to_string(n.devices_per_pcie_switch);
 }
