@@ -252,6 +252,17 @@ Result<std::unique_ptr<CostModel>> make_cost_model(
   return std::unique_ptr<CostModel>(std::move(analytic));
 }
 
+std::optional<std::string> Context::tensor_parallel_obstacle(int t) const {
+  for (size_t l = 0; l < model_.layers.size(); ++l) {
+    const Layer& layer = model_.layers[l];
+    if (std::optional<std::string> why =
+            motley::tensor_parallel_obstacle(layer, t, /*vocabulary=*/false)) {
+      return fmt::format("layer {} ('{}'): {}", l, layer.name, *why);
+    }
+  }
+  return std::nullopt;
+}
+
 Result<std::unique_ptr<Context>> Context::create(const TuneOptions& options, const ModelSpec& model,
                                                  const ClusterSpec& cluster) {
   MOTLEY_RETURN_IF_ERROR(check_options(options, model, cluster));
@@ -284,7 +295,7 @@ Result<std::unique_ptr<Context>> Context::create(const TuneOptions& options, con
     for (const auto& [key, count] : per_node_type) {
       bool splits = count % fixed.tensor_parallel == 0;
       for (const Layer& layer : model.layers) {
-        splits = splits && !tensor_parallel_obstacle(layer, fixed.tensor_parallel, false);
+        splits = splits && !motley::tensor_parallel_obstacle(layer, fixed.tensor_parallel, false);
       }
       if (!splits) unusable.insert(key.first);
     }
@@ -329,9 +340,7 @@ Result<std::unique_ptr<Context>> Context::create(const TuneOptions& options, con
       bool tiles = true;
       for (const auto& nd : info.node_devices) tiles = tiles && nd.size() % tp == 0;
       // Only degrees that split every layer evenly (heads, widths), as Megatron-LM requires.
-      for (const Layer& layer : model.layers) {
-        tiles = tiles && !tensor_parallel_obstacle(layer, tp, /*vocabulary=*/false);
-      }
+      tiles = tiles && !ctx->tensor_parallel_obstacle(tp);
       if (tiles && (fixed.tensor_parallel == 0 || tp == fixed.tensor_parallel)) {
         info.tp_degrees.push_back(tp);
       }

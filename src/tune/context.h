@@ -3,6 +3,7 @@
 // tune() call; immutable afterwards and safe to read from the evaluation threads.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -78,6 +79,13 @@ class Context {
   // factory prices no such option), some device type forming TP groups, and the options not
   // ruling it out.
   bool searches_sequence_parallel() const { return searches_sequence_parallel_; }
+  // Partitions refused for memory (no split of the layers fits some stage), counted so that a
+  // search that finds nothing can tell memory from options no layout meets. Thread-safe.
+  void note_memory_refusal() const { memory_refusals_.fetch_add(1, std::memory_order_relaxed); }
+  int64_t memory_refusals() const { return memory_refusals_.load(std::memory_order_relaxed); }
+  // Why a tensor-parallel group of t devices cannot split the model's layers the way Megatron-LM
+  // does (tensor_parallel_obstacle of the first layer it cannot split, named); nullopt: it can.
+  std::optional<std::string> tensor_parallel_obstacle(int t) const;
 
   // The search's clock (clock_now of the options). Thread-safe.
   Seconds now() const { return clock_now(options_); }
@@ -103,6 +111,7 @@ class Context {
   std::map<std::tuple<int64_t, bool, int>, std::unique_ptr<CostModel>> costs_;
   std::vector<int> context_degrees_;
   bool searches_sequence_parallel_ = false;
+  mutable std::atomic<int64_t> memory_refusals_{0};
   SpecRef model_ref_;
   SpecRef cluster_ref_;
 };

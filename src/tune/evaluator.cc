@@ -288,6 +288,7 @@ Evaluation Evaluator::run(const Candidate& c, Fidelity fidelity, Simulator& sim)
                 : e.iteration_time;
   if (!r.fits_memory) {
     e.status = infeasible("memory: the simulated peak exceeds a device's capacity");
+    e.over_memory = true;
     return e;
   }
   if (ctx_.usable_memory_fraction() < 1) {
@@ -296,6 +297,7 @@ Evaluation Evaluator::run(const Candidate& c, Fidelity fidelity, Simulator& sim)
         e.status = infeasible(fmt::format(
             "memory: the simulated peak of device {} leaves less than the {:.0f} % headroom",
             d.device, 100 * ctx_.options().constraints.memory_headroom));
+        e.over_memory = true;
         return e;
       }
     }
@@ -370,6 +372,7 @@ std::vector<std::shared_ptr<const Evaluation>> Evaluator::evaluate(
       if (fidelity == Fidelity::kFull) longest_full_ = std::max(longest_full_, took[i]);
       cache_[keys[todo[i]]] = fresh[i];
       const Evaluation& e = *fresh[i];
+      over_memory_ += e.over_memory ? 1 : 0;
       if (e.ok && (best_iteration_time_ == 0 || e.iteration_time < best_iteration_time_)) {
         best_iteration_time_ = e.iteration_time;
       }

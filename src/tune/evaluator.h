@@ -45,6 +45,7 @@ struct Evaluation {
   // price per second or the expected seconds for the tokens.
   enum class Refusal { kNone, kBudget, kDeadline } refusal = Refusal::kNone;
   double refused_at = 0;
+  bool over_memory = false;  // simulated, and over a device's capacity (or its headroom)
   double bubble_fraction = 0;
   std::vector<std::vector<GroupStat>> groups;  // [replica][group]
 };
@@ -97,6 +98,8 @@ class Evaluator {
   // The time until the deadline, less the reserve (0 past it).
   Seconds time_left() const;
   int64_t simulated() const { return simulated_; }
+  // How many of them came out over a device's memory (or its headroom).
+  int64_t over_memory() const { return over_memory_; }
   // Candidates left unsimulated because a budget ran out, and which budget it was last.
   int64_t unreached() const { return unreached_; }
   const std::string& unreached_why() const { return unreached_why_; }
@@ -131,6 +134,7 @@ class Evaluator {
   std::vector<std::unique_ptr<Simulator>> simulators_;
   std::map<std::string, std::shared_ptr<const Evaluation>> cache_;
   int64_t simulated_ = 0;
+  int64_t over_memory_ = 0;  // of the simulated, those over a device's memory
   // Seconds spent simulating and simulations run, per Fidelity.
   std::array<double, 2> seconds_{0.0, 0.0};
   std::array<int64_t, 2> runs_{0, 0};

@@ -156,6 +156,11 @@ Result<Layout> cluster_order_layout(const Context& ctx, int t, int p, int d,
     return invalid_argument(fmt::format("layout: {} x {} x {} devices exceed the cluster's {}", d,
                                         p, t, devices.size()));
   }
+  // Megatron-LM's groups split every layer evenly (heads, key/value heads, widths), as the
+  // executor does too.
+  if (std::optional<std::string> why = ctx.tensor_parallel_obstacle(t)) {
+    return invalid_argument(fmt::format("layout: TP {} does not split {}", t, *why));
+  }
   Layout layout;
   for (int k = 0; k < d; ++k) {
     std::vector<std::vector<int>> groups;
@@ -364,7 +369,10 @@ std::vector<Layout> separate_layouts(const Context& ctx) {
         req.memory.zero_stage = ctx.options().zero_stage.value_or(0);
         req.fused_backward = runs_fused_backward(c.schedule);
         const Result<Partition> part = balanced_partition(req, ctx.cost(b));
-        if (!part.is_ok()) continue;
+        if (!part.is_ok()) {
+          if (part.status().code() == StatusCode::kInfeasible) ctx.note_memory_refusal();
+          continue;
+        }
         for (const auto& pipeline : layout.replicas) {
           PipelineSpec spec;
           spec.groups = pipeline;
@@ -1116,6 +1124,9 @@ Status build_into(const Context& ctx, const Layout& layout, const LayoutFacts& f
             part = balanced_partition(req, cost);
             if (part.is_ok()) part = fits_groups(std::move(part.value()), req, cost, ctx);
           }
+        }
+        if (!part.is_ok() && part.status().code() == StatusCode::kInfeasible) {
+          ctx.note_memory_refusal();
         }
         if (cache != nullptr) cache->put(key, part);
       }

@@ -342,6 +342,22 @@ std::string Searcher::no_plan() const {
                  : fmt::format("the {} devices it may use together", n),
           memory / kGiB);
     }
+    // Stopped early, the search cannot say that nothing fits: it may not have tried the plans
+    // that would (a forced dimension the baselines' plans lack, a budget of a few plans).
+    if (evaluator_.out_of_time()) {
+      return fmt::format(
+          "no plan that fits memory and meets the options was found among the {} plans "
+          "evaluated",
+          evaluator_.simulated());
+    }
+    // Memory is the reason only where plans were simulated and came out over it; otherwise
+    // nothing the options allow could be built (a schedule family that needs more
+    // micro-batches, ZeRO-2 or -3 that needs the batch split evenly, degrees that do not
+    // divide the layers).
+    if (evaluator_.over_memory() == 0 && ctx_.memory_refusals() == 0) {
+      return "no layout of the devices it may use, with the schedules, ZeRO stage and degrees "
+             "the options allow, can run this batch";
+    }
     return "no plan fits the cluster's memory";
   }
   return "no plan that fits memory meets the budget and deadline; the nearest: " + refusal;

@@ -565,6 +565,75 @@ TEST(TuneTest, ReturnsOnlyRunnablePlansThatFitMemory) {
   }
 }
 
+// tiny-llama has two key/value heads: no plan may form groups of four, which Megatron-LM and
+// the executor cannot split it over. Megatron's own layouts (cluster order) were built without
+// that check: a dualpipev search on one node of four devices returned TP 4.
+TEST(TuneTest, NoPlanFormsGroupsThatCannotSplitTheLayers) {
+  Result<Json> doc = parse_yaml(R"(
+name: four-4090s
+nodes:
+  - name: n0
+    devices: {type: RTX-4090, count: 4}
+)",
+                                "four-4090s");
+  ASSERT_TRUE(doc.is_ok()) << doc.status().message();
+  Result<ClusterSpec> cluster = cluster_from_json(doc.value(), "four-4090s");
+  ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
+  Result<ModelSpec> model = model_preset("tiny-llama");
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  ASSERT_EQ(model->layers[1].attention->num_kv_heads, 2);
+  TuneOptions options;
+  options.global_batch = 2;
+  options.clock = frozen_clock();
+  options.constraints.schedules = {"dualpipev"};
+  Result<TuneResult> r = tune(options, model.value(), cluster.value());
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  std::vector<const Plan*> plans{&r->plan};
+  for (const StrategyOutcome& b : r->baselines) {
+    if (b.feasible) plans.push_back(&b.plan);
+  }
+  for (const Plan* p : plans) {
+    for (const Replica& rep : p->replicas) {
+      for (const DeviceGroupSchedule& g : rep.groups) EXPECT_LE(g.devices.size(), 2u);
+    }
+  }
+  // With ZeRO-2 as well no layout runs two micro-batches (its replicas need equal counts and
+  // dualpipev two per pipeline): the message says so rather than blame memory.
+  options.zero_stage = 2;
+  r = tune(options, model.value(), cluster.value());
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("no layout of the devices it may use"), std::string::npos)
+      << r.status().message();
+}
+
+// A search stopped by its budget before it tried a plan the options allow cannot say that no
+// plan fits memory: the baselines' plans, which spend the first evaluations, keep the head
+// whole, and every motley plan must split it here.
+TEST(TuneTest, ASearchStoppedEarlyDoesNotBlameMemory) {
+  Result<ModelSpec> model = model_preset("tiny-gemma");
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  Result<ClusterSpec> cluster = cluster_preset("h100x8");
+  ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
+  TuneOptions options;
+  options.global_batch = 16;
+  options.clock = frozen_clock();
+  options.vocab_parallel = true;
+  options.max_evaluations = 20;
+  Result<TuneResult> r = tune(options, model.value(), cluster.value());
+  ASSERT_FALSE(r.is_ok());
+  const std::string why = r.status().message();
+  EXPECT_EQ(why.find("no plan fits the cluster's memory"), std::string::npos) << why;
+  EXPECT_NE(why.find("no plan that fits memory and meets the options was found among the 20 "
+                     "plans evaluated"),
+            std::string::npos)
+      << why;
+  // With the budget to reach them, it finds one.
+  options.max_evaluations = 0;
+  r = tune(options, model.value(), cluster.value());
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_TRUE(r->plan.stages.back().vocab_end > 0) << plan_to_text(r->plan);
+}
+
 TEST(TuneTest, MemoryBoundCaseUsesRecomputeOrAShorterWarmUp) {
   // 1F1B on four stages of three layers holds 4 x 3 x 5 GB = 60 GB on stage 0, more than an
   // A100-40GB: the plan recomputes somewhere or keeps fewer micro-batches in flight.
