@@ -14,6 +14,29 @@
 namespace motley::tune_internal {
 namespace {
 
+// Why the replicas of `c` cannot run in the lockstep its ZeRO stage, expert or context
+// parallelism needs (plan validation's rules, checked before a simulation so that a move that
+// breaks them is refused like any other infeasible candidate); empty: they can.
+std::string lockstep_obstacle(const Context& ctx, const Candidate& c) {
+  const size_t replicas = c.replicas.size();
+  if (replicas < 2) return "";
+  const int zero = std::max(c.zero_stage, ctx.options().zero_stage.value_or(0));
+  const int e = std::max(c.expert_parallel, std::max(ctx.options().expert_parallel, 1));
+  const int cp = std::max(c.context_parallel, std::max(ctx.options().context_parallel, 1));
+  if (e > 1 && cp > 1) return "expert and context parallelism both group the replicas";
+  bool equal = true;
+  for (const PipelineSpec& r : c.replicas)
+    equal = equal && r.micro_batches == c.replicas[0].micro_batches;
+  if (zero >= 2 && !equal) return fmt::format("ZeRO-{} needs equal micro-batch counts", zero);
+  if (e > 1 && (replicas % static_cast<size_t>(e) != 0 || !equal)) {
+    return fmt::format("expert parallelism {} needs it to divide the replicas and equal counts", e);
+  }
+  if (cp > 1 && replicas % static_cast<size_t>(cp) != 0) {
+    return fmt::format("context parallelism {} needs it to divide the replicas", cp);
+  }
+  return "";
+}
+
 OptimizerStepModel optimizer_step_model(const TuneOptions& options) {
   return options.optimizer_step ? OptimizerStepModel::kMemoryBound : OptimizerStepModel::kNone;
 }
@@ -158,6 +181,10 @@ void Evaluator::note_refusal(const std::shared_ptr<const Evaluation>& e) {
 
 Evaluation Evaluator::run(const Candidate& c, Fidelity fidelity, Simulator& sim) {
   Evaluation e;
+  if (const std::string why = lockstep_obstacle(ctx_, c); !why.empty()) {
+    e.status = invalid_argument("candidate: " + why);
+    return e;
+  }
   const CostModel& base = ctx_.cost(c.micro_batch_size, c.sequence_parallel, c.context_parallel);
   const Candidate* plan_of = &c;
   Candidate reduced;

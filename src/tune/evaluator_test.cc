@@ -53,6 +53,33 @@ TEST(EvaluatorTest, OneF1BOfEqualStagesTakesMPlusPMinusOneRounds) {
   EXPECT_NEAR(full->groups[0][1].busy, 32 * 6e-3, 1e-12);
 }
 
+// Replicas that must run in lockstep but cannot are refused before any simulation, as any
+// infeasible candidate: a search move that made one must not reach the answer.
+TEST(EvaluatorTest, ReplicasThatCannotRunInLockstepAreRefused) {
+  Fixture fx(4, {"H100-SXM", "H100-SXM"}, 2, 6, plain(4));
+  Evaluator evaluator(*fx.ctx, fx.ctx->now() + Seconds(3600));
+  auto two = [](int64_t first, int64_t second) {
+    Candidate c = cut_at(2, first);
+    c.replicas.push_back(
+        PipelineSpec{{{2}, {3}}, {0, 2, 4}, std::vector<RecomputePolicy>(2), second});
+    return c;
+  };
+  Candidate sharded = two(4, 2);
+  sharded.zero_stage = 2;
+  Candidate split = two(3, 3);
+  split.expert_parallel = 2;
+  split.context_parallel = 2;
+  const Candidate fine = two(4, 2);
+  auto evals = evaluator.evaluate({sharded, split, fine}, Fidelity::kFull);
+  EXPECT_FALSE(evals[0]->ok);
+  EXPECT_EQ(evals[0]->status.message(), "candidate: ZeRO-2 needs equal micro-batch counts");
+  EXPECT_FALSE(evals[1]->ok);
+  EXPECT_EQ(evals[1]->status.message(),
+            "candidate: expert and context parallelism both group the replicas");
+  EXPECT_TRUE(evals[2]->ok) << evals[2]->status.message();
+  EXPECT_EQ(evaluator.simulated(), 3);
+}
+
 TEST(EvaluatorTest, ScreeningTwoReplicasStandsForAllOfThem) {
   // Four identical replicas of two stages with 32 micro-batches each: screening simulates two
   // replicas and 8 micro-batches, and extrapolates the rest at F + B + W per micro-batch. With

@@ -992,9 +992,11 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
       }
     }
   }
-  if ((moves & kMoveExperts) && ctx_.options().expert_parallel == 0) {
+  if ((moves & kMoveExperts) && ctx_.options().expert_parallel == 0 && c.context_parallel == 1) {
     // The same partition with the experts split otherwise (memory freed for less recompute
-    // by the next moves, or the all-to-alls saved); the counts must be equal.
+    // by the next moves, or the all-to-alls saved); the counts must be equal. (Not on a
+    // candidate that splits its sequences: both group the replicas, and one is priced at a
+    // time.)
     bool equal = true;
     for (const PipelineSpec& r : c.replicas) {
       equal = equal && r.micro_batches == c.replicas[0].micro_batches;
