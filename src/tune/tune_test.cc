@@ -634,6 +634,42 @@ TEST(TuneTest, ASearchStoppedEarlyDoesNotBlameMemory) {
   EXPECT_TRUE(r->plan.stages.back().vocab_end > 0) << plan_to_text(r->plan);
 }
 
+// One sequence of a model of 8 layers cannot keep 136 devices busy: every layout of all of them
+// is refused. The search then plans on as many as the batch can use, and on the faster type.
+TEST(TuneTest, ABatchTooSmallForTheClusterRunsOnPartOfIt) {
+  Result<Json> doc = parse_yaml(R"(
+name: t4s-and-h100s
+network: {kind: infiniband, bandwidth_GBps: 50, latency_us: 2}
+nodes:
+  - name: t4
+    count: 16
+    devices: {type: T4, count: 8}
+  - name: h100
+    devices: {type: H100-SXM, count: 8}
+)",
+                                "t4s-and-h100s");
+  ASSERT_TRUE(doc.is_ok()) << doc.status().message();
+  Result<ClusterSpec> cluster = cluster_from_json(doc.value(), "t4s-and-h100s");
+  ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
+  Result<ModelSpec> model = model_preset("tiny-hybrid");
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  TuneOptions options;
+  options.global_batch = 1;
+  options.seq_len = 4096;
+  options.clock = frozen_clock();
+  Result<TuneResult> r = tune(options, model.value(), cluster.value());
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  size_t used = 0;
+  for (const Replica& rep : r->plan.replicas) {
+    for (const DeviceGroupSchedule& g : rep.groups) {
+      used += g.devices.size();
+      for (int d : g.devices) EXPECT_GE(d, 128) << "a T4 in " << plan_to_text(r->plan);
+    }
+  }
+  EXPECT_LE(used, 8u);
+  EXPECT_LE(r->lower_bound.value(), r->simulation.iteration_time.value());
+}
+
 TEST(TuneTest, MemoryBoundCaseUsesRecomputeOrAShorterWarmUp) {
   // 1F1B on four stages of three layers holds 4 x 3 x 5 GB = 60 GB on stage 0, more than an
   // A100-40GB: the plan recomputes somewhere or keeps fewer micro-batches in flight.
