@@ -325,7 +325,7 @@ std::vector<Layout> constrained_layouts(const Context& ctx, std::vector<Layout> 
     for (int t : {1, 2, 4, 8}) {
       if (k.tensor_parallel > 0 && t != k.tensor_parallel) continue;
       for (int p = 1; p <= std::min(n / t, ctx.num_layers()); ++p) {
-        for (int64_t d = 1; d <= replicas && t * p * d <= n; d *= 2) {
+        for (int64_t d = 1; d <= replicas && static_cast<int64_t>(t) * p * d <= n; d *= 2) {
           Result<Layout> l = cluster_order_layout(ctx, t, p, static_cast<int>(d));
           if (l.is_ok()) add(std::move(l.value()));
           for (const TypeInfo& type : ctx.types()) {
