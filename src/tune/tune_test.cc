@@ -113,6 +113,13 @@ Case memory_bound() {
   return c;
 }
 
+// A cluster written in YAML, as a cluster file holds it.
+Result<ClusterSpec> yaml_cluster(const std::string& text) {
+  Result<Json> doc = parse_yaml(text, "cluster.yaml");
+  if (!doc.is_ok()) return doc.status();
+  return cluster_from_json(doc.value(), "cluster.yaml");
+}
+
 // A real preset under the analytic cost model on a small PCIe cluster of two nodes.
 Case analytic_pcie() {
   Result<Json> doc = parse_yaml(R"(
@@ -569,15 +576,12 @@ TEST(TuneTest, ReturnsOnlyRunnablePlansThatFitMemory) {
 // the executor cannot split it over. Megatron's own layouts (cluster order) were built without
 // that check: a dualpipev search on one node of four devices returned TP 4.
 TEST(TuneTest, NoPlanFormsGroupsThatCannotSplitTheLayers) {
-  Result<Json> doc = parse_yaml(R"(
+  const Result<ClusterSpec> cluster = yaml_cluster(R"(
 name: four-4090s
 nodes:
   - name: n0
     devices: {type: RTX-4090, count: 4}
-)",
-                                "four-4090s");
-  ASSERT_TRUE(doc.is_ok()) << doc.status().message();
-  Result<ClusterSpec> cluster = cluster_from_json(doc.value(), "four-4090s");
+)");
   ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
   Result<ModelSpec> model = model_preset("tiny-llama");
   ASSERT_TRUE(model.is_ok()) << model.status().message();
@@ -637,7 +641,7 @@ TEST(TuneTest, ASearchStoppedEarlyDoesNotBlameMemory) {
 // One sequence of a model of 8 layers cannot keep 136 devices busy: every layout of all of them
 // is refused. The search then plans on as many as the batch can use, and on the faster type.
 TEST(TuneTest, ABatchTooSmallForTheClusterRunsOnPartOfIt) {
-  Result<Json> doc = parse_yaml(R"(
+  const Result<ClusterSpec> cluster = yaml_cluster(R"(
 name: t4s-and-h100s
 network: {kind: infiniband, bandwidth_GBps: 50, latency_us: 2}
 nodes:
@@ -646,10 +650,7 @@ nodes:
     devices: {type: T4, count: 8}
   - name: h100
     devices: {type: H100-SXM, count: 8}
-)",
-                                "t4s-and-h100s");
-  ASSERT_TRUE(doc.is_ok()) << doc.status().message();
-  Result<ClusterSpec> cluster = cluster_from_json(doc.value(), "t4s-and-h100s");
+)");
   ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
   Result<ModelSpec> model = model_preset("tiny-hybrid");
   ASSERT_TRUE(model.is_ok()) << model.status().message();
@@ -787,7 +788,7 @@ TEST(TuneTest, LowerBoundIsBelowEverySimulatedTime) {
 // are far cheaper on the NVLink node: the bound must price that node's groups too, not only the
 // first node's, or a plan confined to the NVLink node beats it.
 TEST(TuneTest, LowerBoundPricesTheGroupsOfEveryNode) {
-  Result<Json> doc = parse_yaml(R"(
+  const Result<ClusterSpec> cluster = yaml_cluster(R"(
 name: mixed-and-nvlink
 network: {kind: infiniband, bandwidth_GBps: 50, latency_us: 2}
 nodes:
@@ -795,10 +796,7 @@ nodes:
     devices: [{type: A100-80GB, count: 4}, {type: MI210, count: 1}]
   - name: nvlink
     devices: {type: A100-80GB, count: 4}
-)",
-                                "mixed-and-nvlink");
-  ASSERT_TRUE(doc.is_ok()) << doc.status().message();
-  Result<ClusterSpec> cluster = cluster_from_json(doc.value(), "mixed-and-nvlink");
+)");
   ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
   Result<ModelSpec> model = model_preset("llama-3-8b");
   ASSERT_TRUE(model.is_ok()) << model.status().message();
@@ -857,7 +855,7 @@ TEST(TuneTest, LowerBoundAllowsForSplitSequences) {
 // replica takes a share of both. The search must build such layouts beyond 32 devices too,
 // where the batch has fewer sequences than the layout has replicas.
 TEST(TuneTest, AFewLongSequencesOnManyDevicesAreSplit) {
-  Result<Json> doc = parse_yaml(R"(
+  const Result<ClusterSpec> cluster = yaml_cluster(R"(
 name: h100x64
 network: {kind: infiniband, bandwidth_GBps: 50, latency_us: 2}
 nodes:
@@ -865,10 +863,7 @@ nodes:
     count: 8
     devices: {type: H100-SXM, count: 8}
     nic: {bandwidth_GBps: 50, count: 8}
-)",
-                                "h100x64");
-  ASSERT_TRUE(doc.is_ok()) << doc.status().message();
-  Result<ClusterSpec> cluster = cluster_from_json(doc.value(), "h100x64");
+)");
   ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
   Result<ModelSpec> model = model_preset("llama-3-8b");
   ASSERT_TRUE(model.is_ok()) << model.status().message();
