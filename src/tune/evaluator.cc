@@ -25,8 +25,9 @@ std::string lockstep_obstacle(const Context& ctx, const Candidate& c) {
   const int cp = std::max(c.context_parallel, std::max(ctx.options().context_parallel, 1));
   if (e > 1 && cp > 1) return "expert and context parallelism both group the replicas";
   bool equal = true;
-  for (const PipelineSpec& r : c.replicas)
+  for (const PipelineSpec& r : c.replicas) {
     equal = equal && r.micro_batches == c.replicas[0].micro_batches;
+  }
   if (zero >= 2 && !equal) return fmt::format("ZeRO-{} needs equal micro-batch counts", zero);
   if (e > 1 && (replicas % static_cast<size_t>(e) != 0 || !equal)) {
     return fmt::format("expert parallelism {} needs it to divide the replicas and equal counts", e);
