@@ -355,8 +355,9 @@ std::string Searcher::no_plan() const {
     // micro-batches, ZeRO-2 or -3 that needs the batch split evenly, degrees that do not
     // divide the layers).
     if (evaluator_.over_memory() == 0 && ctx_.memory_refusals() == 0) {
-      return "no layout of the devices it may use, with the schedules, ZeRO stage and degrees "
-             "the options allow, can run this batch";
+      return "no layout the search forms on the devices it may use runs this batch with the "
+             "schedules, ZeRO stage and degrees the options allow (--devices or "
+             "--exclude-devices can narrow the devices)";
     }
     return "no plan fits the cluster's memory";
   }

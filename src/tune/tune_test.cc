@@ -606,7 +606,8 @@ nodes:
   options.zero_stage = 2;
   r = tune(options, model.value(), cluster.value());
   ASSERT_FALSE(r.is_ok());
-  EXPECT_NE(r.status().message().find("no layout of the devices it may use"), std::string::npos)
+  EXPECT_NE(r.status().message().find("no layout the search forms on the devices it may use"),
+            std::string::npos)
       << r.status().message();
 }
 
