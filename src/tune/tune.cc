@@ -282,7 +282,9 @@ Found warm_start(const tune_internal::Context& ctx, Searcher& searcher, const Pl
   const bool even = total % replicas == 0;
   const bool experts_split = c.expert_parallel > 1 && even && replicas % c.expert_parallel == 0;
   if ((c.zero_stage >= 2 && !even) || (c.expert_parallel > 1 && !experts_split)) {
-    if (ctx.options().zero_stage.value_or(0) >= 2 || ctx.options().expert_parallel > 1) {
+    const bool zero_fixed = ctx.options().zero_stage.value_or(0) >= 2 && !even;
+    const bool experts_fixed = ctx.options().expert_parallel > 1 && !experts_split;
+    if (zero_fixed || experts_fixed) {
       refused.why_not = fmt::format(
           "warm start: {} replicas cannot share {} micro-batches evenly, as the fixed ZeRO "
           "stage or expert parallelism needs",
