@@ -119,18 +119,24 @@ std::string node_build(const ClusterSpec& cluster, int node, const std::set<int>
   return key + std::to_string(n.devices_per_pcie_switch);
 }
 
-// The device groups of t devices of `info`'s type a plan may form, one of each way of building
-// their node: every run of t consecutive devices of the type in a node (aligned runs only for
-// t beyond 8, which the planner does not form).
-std::vector<DeviceGroup> candidate_groups(const Context& ctx, const TypeInfo& info, size_t t) {
+// The devices a measured link or collective names.
+std::set<int> measured_devices(const ClusterSpec& cluster) {
   std::set<int> measured;
-  for (const MeasuredLink& m : ctx.cluster().measured_links) {
+  for (const MeasuredLink& m : cluster.measured_links) {
     measured.insert(m.src);
     measured.insert(m.dst);
   }
-  for (const MeasuredCollective& m : ctx.cluster().measured_collectives) {
+  for (const MeasuredCollective& m : cluster.measured_collectives) {
     measured.insert(m.devices.begin(), m.devices.end());
   }
+  return measured;
+}
+
+// The device groups of t devices of `info`'s type a plan may form, one of each way of building
+// their node: every run of t consecutive devices of the type in a node (aligned runs only for
+// t beyond 8, which the planner does not form).
+std::vector<DeviceGroup> candidate_groups(const Context& ctx, const TypeInfo& info, size_t t,
+                                          const std::set<int>& measured) {
   std::set<std::string> seen;
   std::vector<DeviceGroup> out;
   for (size_t i = 0; i < info.node_devices.size(); ++i) {
@@ -162,11 +168,37 @@ std::vector<DeviceGroup> distinct_prices(const CostModel& cost, int layers,
   return out;
 }
 
+// One TP degree of a device type: the groups to price and how many disjoint ones the cluster
+// holds.
+struct Degree {
+  size_t t = 1;
+  std::vector<DeviceGroup> groups;
+  int64_t available = 0;
+};
+
+// Every TP degree a node of the type could form, not just the tiling ones.
+std::vector<Degree> type_degrees(const Context& ctx, const TypeInfo& info,
+                                 const std::set<int>& measured) {
+  size_t widest = 0;
+  for (const auto& nd : info.node_devices) widest = std::max(widest, nd.size());
+  std::vector<Degree> out;
+  for (size_t t = 1; t <= widest; t *= 2) {
+    Degree d{t, candidate_groups(ctx, info, t, measured), 0};
+    for (const auto& nd : info.node_devices) d.available += static_cast<int64_t>(nd.size() / t);
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
 }  // namespace
 
 Seconds lower_bound(const Context& ctx) {
   const int layers = ctx.num_layers();
   const std::vector<TypeInfo>& types = ctx.types();
+  // The groups do not depend on the micro-batch size: built once.
+  const std::set<int> measured = measured_devices(ctx.cluster());
+  std::vector<std::vector<Degree>> degrees_of;
+  for (const TypeInfo& info : types) degrees_of.push_back(type_degrees(ctx, info, measured));
   double best = std::numeric_limits<double>::infinity();
   for (int64_t b : ctx.micro_batch_sizes()) {
     const CostModel& cost = ctx.cost(b);
@@ -182,14 +214,11 @@ Seconds lower_bound(const Context& ctx) {
     for (size_t k = 0; k < types.size(); ++k) {
       const TypeInfo& info = types[k];
       n.push_back(info.count);
-      size_t widest = 0;
-      for (const auto& nd : info.node_devices) widest = std::max(widest, nd.size());
       std::vector<double> work(layers, std::numeric_limits<double>::infinity());
-      // Every TP degree a node of this type could form, not just the tiling ones.
-      for (size_t t = 1; t <= widest; t *= 2) {
-        const std::vector<DeviceGroup> groups = candidate_groups(ctx, info, t);
-        int64_t available = 0;
-        for (const auto& nd : info.node_devices) available += static_cast<int64_t>(nd.size() / t);
+      for (const Degree& degree : degrees_of[k]) {
+        const size_t t = degree.t;
+        const std::vector<DeviceGroup>& groups = degree.groups;
+        const int64_t available = degree.available;
         // With and without sequence parallelism, where the planner may pick it, and at every
         // context-parallel degree (c members, each 1/c of the sequence).
         for (const bool sp : {false, true}) {
