@@ -18,23 +18,28 @@
 #
 # Usage: scripts/h100-range.sh [BUILD_DIR]   (default: build)
 # Environment: MBS, RECOMPUTE, STACK, CALIBRATION, SCHEDULE (pipeline schedule for PP > 1,
-# default 1f1b), KEEP (a directory to keep the generated files in).
+# default 1f1b), CHUNKS (with CHUNKS=2, rows whose stages hold an even number of layers run
+# Megatron's interleaved schedule with two chunks per device, as NVIDIA's H100 recipes do where
+# the layers split evenly; the others keep SCHEDULE), KEEP (a directory to keep the generated
+# files in).
 set -euo pipefail
 
 MBS=${MBS:-"1 2"}
 RECOMPUTE=${RECOMPUTE:-"none selective"}
 STACK=${STACK:-megatron-core}
 SCHEDULE=${SCHEDULE:-1f1b}
+CHUNKS=${CHUNKS:-1}
 # shellcheck source=published_runs.sh
 source "$(dirname "$0")/published_runs.sh"
 
 for mbs in $MBS; do
   for recompute in $RECOMPUTE; do
     cases="$DIR/h100-mbs$mbs-$recompute.json"
-    python3 - "$DIR" "$mbs" "$recompute" "$SCHEDULE" "$cases" "$HERE" <<'PY'
+    python3 - "$DIR" "$mbs" "$recompute" "$SCHEDULE" "$cases" "$HERE" "$CHUNKS" <<'PY'
 import json, os, sys
 
-out_dir, mbs, recompute, schedule, cases_path, here = sys.argv[1:]
+out_dir, mbs, recompute, schedule, cases_path, here, chunks = sys.argv[1:]
+chunks = int(chunks)
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, here)
 from published_runs import dgx_h100_cluster, gpt_model
@@ -70,10 +75,13 @@ for name, heads, hidden, layers, tp, pp, dp, gpus, batch, tflops in ROWS:
     flops = 72 * batch * SEQ * layers * hidden**2 * (
         1 + SEQ / (6 * hidden) + VOCAB / (12 * layers * hidden))
     seconds = flops / (tflops * 1e12 * gpus)
+    interleaved = pp > 1 and chunks > 1 and (layers // pp) % chunks == 0 and layers % pp == 0
     cases.append({
         "id": f"mcore-h100-{name}", "model": model_file, "cluster": cluster_file,
         "tp": tp, "pp": pp, "dp": dp, "global_batch": batch, "micro_batch_size": mbs,
-        "seq_len": SEQ, "schedule": schedule if pp > 1 else "1f1b", "virtual_stages": 1,
+        "seq_len": SEQ,
+        "schedule": "interleaved" if interleaved else schedule if pp > 1 else "1f1b",
+        "virtual_stages": chunks if interleaved else 1,
         "recompute": recompute, "partition": "megatron", "rank_order": "megatron", "zero1": True,
         "sequence_parallel": tp > 1, "metric": "iteration_time_s", "published": seconds,
         "note": f"published {tflops} TFLOP/s/GPU, MFU {tflops / PEAK_BF16:.3f}",
@@ -83,7 +91,7 @@ with open(cases_path, "w") as f:
                "about": "Megatron-Core H100 weak scaling under assumed micro-batch and "
                         "recomputation", "cases": cases}, f, indent=1)
 PY
-    echo "== micro-batch $mbs, recompute $recompute, schedule $SCHEDULE, ${PRICE[*]}"
+    echo "== micro-batch $mbs, recompute $recompute, schedule $SCHEDULE, chunks $CHUNKS, ${PRICE[*]}"
     "$MOTLEY" calibrate --cases "$cases" "${PRICE[@]}" --json > "$DIR/result-mbs$mbs-$recompute.json"
     python3 - "$DIR/result-mbs$mbs-$recompute.json" "$cases" <<'PY'
 import json, sys

@@ -198,7 +198,7 @@ TEST(TuneTest, SearchesSequenceParallelismInTensorParallelGroups) {
   Case c{"llama70b-h100x16", model.value(), cluster.value(), {}};
   c.options.global_batch = 128;
   c.options.micro_batch_size = 1;
-  c.options.max_evaluations = 400;
+  c.options.max_evaluations = 3000;
   c.options.clock = frozen_clock();
   Result<TuneResult> r = tune(c.options, c.model, c.cluster);
   ASSERT_TRUE(r.is_ok()) << r.status().message();
