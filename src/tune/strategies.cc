@@ -1445,7 +1445,12 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // TP 4 on a zigzag of three chunks gained 4 % by the estimate with the head split, while the
   // two best bases, of other layouts, gained nothing; the search went from 0.870 of the bound
   // to 0.890. (Up to 32 devices the 16 best bases and every schedule's best are tried already.)
+  // Only while at most half the time budget is spent: where it binds, the variants' screening
+  // and their whole simulations took time the others needed (on 65,536 H100s, Llama-3-70B's
+  // search, two of them its first finalists, 8-9 % slower whole than screened at three seconds
+  // each, ran 6 s past its 8 s budget to the same plan).
   const size_t vocab_extra_bases = size_class == 0 ? 16 : size_class == 1 ? 4 : 2;
+  const bool vocab_shapes_wanted = size_class > 0 && !evaluator_.spent_time_share(0.5);
   std::set<std::tuple<size_t, StageShape, int>> vocab_shapes;
   std::vector<Job> shape_variants;  // estimated after the others, in a share of the time
   // Vocabulary parallelism is tried on bases of any replica count (where the search decides).
@@ -1502,7 +1507,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
     // The head split over the groups, with the distributed optimizer where there are replicas.
     if (vocab_free && base.spec->adaptive) {
       const bool shape_first =
-          size_class > 0 &&
+          vocab_shapes_wanted &&
           vocab_shapes.emplace(base.layout, base.spec->shape, base.spec->chunks).second;
       const size_t before = variants.size();
       if (vocab_bases < vocab_extra_bases || shape_first) {
@@ -1702,22 +1707,11 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // simulated whole too, up to two more. (On 65,536 H100s, Llama-3-70B, the best screened, an
   // adaptive zigzag at 23.2 s, took 33.4 s whole, and the answer fell back to megatron-tuned's
   // 25.6 s with finalists screened at 23.2-23.7 s left unsimulated.)
-  // Those that split the head come last here, where the search decides it: screened, they are
-  // the least sure, and past the budget they are simulated whole only if time is left. (On
-  // 65,536 H100s, Llama-3-70B, two of them screened best at 25.7 s and took 28.0 s whole,
-  // three seconds each, and the search 14 s instead of 9.)
-  std::vector<const Candidate*> answer_order;
-  for (const bool split_head : {false, true}) {
-    for (const Candidate& c : finalists) {
-      if ((c.vocab_parallel && !vocab_forced) == split_head) answer_order.push_back(&c);
-    }
-  }
-  for (size_t i = 0; i < answer_order.size() && i < 3; ++i) {
-    if (i > 0 && answer_order[i]->vocab_parallel && !vocab_forced) break;
+  for (size_t i = 0; i < finalists.size() && i < 3; ++i) {
     const double screened =
-        score_of(evaluator_.evaluate({*answer_order[i]}, Fidelity::kScreen, Deadline::kIgnore)[0]);
+        score_of(evaluator_.evaluate({finalists[i]}, Fidelity::kScreen, Deadline::kIgnore)[0]);
     const double whole =
-        score_of(evaluator_.evaluate({*answer_order[i]}, fidelity_, Deadline::kIgnore)[0]);
+        score_of(evaluator_.evaluate({finalists[i]}, fidelity_, Deadline::kIgnore)[0]);
     if (whole <= 1.05 * screened) break;
   }
   Found best = best_of(finalists, evaluate(finalists), "");
