@@ -1443,8 +1443,9 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // shapes further from even than others, and the head's shards even those out most: on
   // Llama-3-70B over 512 H100s and 512 A100s, 32 replicas of four A100 and four H100 groups at
   // TP 4 on a zigzag of three chunks gained 4 % by the estimate with the head split, while the
-  // two best bases, of other layouts, gained nothing; the search went from 0.870 of the bound
-  // to 0.890. (Up to 32 devices the 16 best bases and every schedule's best are tried already.)
+  // two best bases, of other layouts, gained nothing; with the split on every kept layout the
+  // search went from 0.870 of the bound to 0.890 (on yet another layout). (Up to 32 devices
+  // the 16 best bases and every schedule's best are tried already.)
   // Only while at most half the time budget is spent: where it binds, the variants' screening
   // and their whole simulations took time the others needed (on 65,536 H100s, Llama-3-70B's
   // search, two of them its first finalists, 8-9 % slower whole than screened at three seconds
@@ -1535,9 +1536,9 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
     ranked.push_back(std::move(entry));
   }
   // The head split on every kept layout and shape comes last, in at most a tenth of the time
-  // left: where the budget binds (16,384 devices) it must not take the screening's and the
-  // climbs' time, which the other variants leave them. Its best few are screened beside the
-  // others' (below), not in their place.
+  // left, so that it does not take the screening's and the climbs' time, which the other
+  // variants leave them. Its best few are screened beside the others' (below), not in their
+  // place.
   const Seconds shapes_until = ctx_.now() + evaluator_.time_left() * 0.1;
   std::vector<std::pair<double, Recipe>> shape_ranked = estimate_jobs(
       ctx_, evaluator_, layouts, shape_variants, /*honour_budget=*/true, shapes_until);
@@ -1606,9 +1607,10 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // devices the four best-estimated were two linear orders, screened 20-30 % slower than the
   // zigzag ones the estimate put below them).
   if (size_class == 0) take_best_of_each_schedule(vocab_extra);
-  // (Four, as for the other extras. With eight, 512 H100s and 512 A100s went from 0.890 of the
-  // bound to 0.893, but Mixtral-8x7B on the 64 devices of bench/cases from 0.897 to 0.819: the
-  // extra candidates took climbs from better starts.)
+  // The best four head-split variants of the kept layouts and shapes, in slots of their own as
+  // the other extras. (With eight, 512 H100s and 512 A100s went from 0.890 of the bound to
+  // 0.893, but Mixtral-8x7B on the 64 devices of bench/cases from 0.897 to 0.819: the extra
+  // candidates took climbs from better starts.)
   for (size_t i = 0; i < shape_ranked.size() && i < kExtraScreened; ++i) {
     take(shape_ranked[i].second);
   }
