@@ -42,7 +42,10 @@ OptimizerStepModel optimizer_step_model(const TuneOptions& options) {
   return options.optimizer_step ? OptimizerStepModel::kMemoryBound : OptimizerStepModel::kNone;
 }
 
-constexpr size_t kScreenedKept = 16;
+// The best screened candidates kept for the finalists (best_screened). 32: the climbs leave
+// near-copies of their plans at the top, and with 16 a finalist that wins whole could drop out
+// (docs/planner.md, step 5 of the search).
+constexpr size_t kScreenedKept = 32;
 // Screening simulates a candidate whole up to this many micro-batch passes over a group,
 // summed over the replicas it simulates (Evaluator::run).
 constexpr int64_t kWholeScreenPasses = 1024;
