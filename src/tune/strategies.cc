@@ -1509,6 +1509,9 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   for (const Base& base : bases) {
     const Layout& layout = layouts[base.layout];
     const bool expert_only = base.expert_only;
+    // Where add() puts its jobs: the variants, or the head-split variants of further layouts and
+    // shapes, which are estimated after them.
+    std::vector<Job>* into = &variants;
     auto add = [&](int zero, int e, bool vocab = false, bool embedding = false, int cp = 1) {
       BuildOptions build = options;
       build.zero_stage = zero;
@@ -1517,7 +1520,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       build.vocab_parallel = vocab || ctx_.options().vocab_parallel.value_or(false);
       build.vocab_embedding = embedding;
       build.sequence_parallel = base.sequence_parallel;
-      variants.push_back(Job{base.layout, base.spec, base.b, build});
+      into->push_back(Job{base.layout, base.spec, base.b, build});
     };
     // (Up to 32 devices every base: sharding also buys a deeper warm-up, or a schedule that
     // holds more in flight, where ZeRO-1 fits without recompute.)
@@ -1557,20 +1560,15 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
       const bool shape_first =
           vocab_shapes_wanted &&
           vocab_shapes.emplace(base.layout, base.spec->shape, base.spec->chunks).second;
-      const size_t before = variants.size();
-      if (vocab_bases < vocab_extra_bases || shape_first) {
-        add(layout.replicas.size() > 1 ? 1 : 0, 1, true);
-        if (splits_embedding(ctx_)) add(layout.replicas.size() > 1 ? 1 : 0, 1, true, true);
+      const bool best_base = vocab_bases < vocab_extra_bases;
+      if (best_base || shape_first) {
+        into = best_base ? &variants : &shape_variants;
+        const int zero = layout.replicas.size() > 1 ? 1 : 0;
+        add(zero, 1, true);
+        if (splits_embedding(ctx_)) add(zero, 1, true, true);
+        into = &variants;
       }
-      if (vocab_bases < vocab_extra_bases) {
-        ++vocab_bases;
-      } else {
-        shape_variants.insert(
-            shape_variants.end(),
-            std::make_move_iterator(variants.begin() + static_cast<std::ptrdiff_t>(before)),
-            std::make_move_iterator(variants.end()));
-        variants.resize(before);
-      }
+      if (best_base) ++vocab_bases;
     }
   }
   // The variants, best bases first, take at most half the time left, so that screening and

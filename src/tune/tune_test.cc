@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -902,24 +903,27 @@ nodes:
 )");
 }
 
+// Llama-3-70B's search on h100_a100_1024() with one sequence per device and no time budget (a
+// frozen clock), with the further options `adjust` sets.
+Result<TuneResult> llama_70b_on_1024(const std::function<void(TuneOptions&)>& adjust) {
+  MOTLEY_ASSIGN_OR_RETURN(ClusterSpec cluster, h100_a100_1024());
+  MOTLEY_ASSIGN_OR_RETURN(ModelSpec model, model_preset("llama-3-70b"));
+  TuneOptions options;
+  options.global_batch = 1024;
+  options.clock = frozen_clock();
+  adjust(options);
+  return tune(options, model, cluster);
+}
+
 // The head split over the groups evens out what whole layers leave uneven, most on layouts and
 // stage shapes the two best bases do not have. On 512 H100s and 512 A100s with one sequence per
 // device, Llama-3-70B's search tried the split only on those two and returned a plan without
 // it, as fast as the search that may not split (5.14 s each with the default stack); with the
 // split tried on every kept layout and shape, it splits the head and is faster.
 TEST(TuneTest, TheHeadIsSplitOnEveryKeptLayoutBeyondThirtyTwoDevices) {
-  const Result<ClusterSpec> cluster = h100_a100_1024();
-  ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
-  Result<ModelSpec> model = model_preset("llama-3-70b");
-  ASSERT_TRUE(model.is_ok()) << model.status().message();
-  TuneOptions options;
-  options.global_batch = 1024;
-  options.clock = frozen_clock();
-  Result<TuneResult> searched = tune(options, model.value(), cluster.value());
+  Result<TuneResult> searched = llama_70b_on_1024([](TuneOptions&) {});
   ASSERT_TRUE(searched.is_ok()) << searched.status().message();
-  TuneOptions whole = options;
-  whole.vocab_parallel = false;
-  Result<TuneResult> held = tune(whole, model.value(), cluster.value());
+  Result<TuneResult> held = llama_70b_on_1024([](TuneOptions& o) { o.vocab_parallel = false; });
   ASSERT_TRUE(held.is_ok()) << held.status().message();
   EXPECT_TRUE(has_vocab_shards(searched->plan.stages));
   EXPECT_LT(searched->simulation.iteration_time.value(), held->simulation.iteration_time.value());
@@ -930,18 +934,10 @@ TEST(TuneTest, TheHeadIsSplitOnEveryKeptLayoutBeyondThirtyTwoDevices) {
 // 4.94 s: the unconstrained search's estimate had ranked that layout's candidates too low to
 // screen any of them. Screening the best settings on every kept layout finds it unconstrained.
 TEST(TuneTest, TheBestSettingsAreTriedOnTheOtherKeptLayouts) {
-  const Result<ClusterSpec> cluster = h100_a100_1024();
-  ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
-  Result<ModelSpec> model = model_preset("llama-3-70b");
-  ASSERT_TRUE(model.is_ok()) << model.status().message();
-  TuneOptions options;
-  options.global_batch = 1024;
-  options.clock = frozen_clock();
-  Result<TuneResult> searched = tune(options, model.value(), cluster.value());
+  Result<TuneResult> searched = llama_70b_on_1024([](TuneOptions&) {});
   ASSERT_TRUE(searched.is_ok()) << searched.status().message();
-  TuneOptions held = options;
-  held.constraints.tensor_parallel = 4;
-  Result<TuneResult> tp4 = tune(held, model.value(), cluster.value());
+  Result<TuneResult> tp4 =
+      llama_70b_on_1024([](TuneOptions& o) { o.constraints.tensor_parallel = 4; });
   ASSERT_TRUE(tp4.is_ok()) << tp4.status().message();
   EXPECT_LE(searched->simulation.iteration_time.value(),
             tp4->simulation.iteration_time.value() * (1 + 1e-9));
