@@ -47,7 +47,8 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # and every case, run in the ordinary build, and under the sanitizers only with the functional
 # tests (scope all), for time (each of the last five took 7-24 s here, and the two searches of
 # 1,024 devices with no time budget in TheHeadIsSplitOnEveryKeptLayoutBeyondThirtyTwoDevices
-# 635 s, as many in TheBestSettingsAreTriedOnTheOtherKeptLayouts); the search's code runs under the sanitizers in the other planner tests.
+# 635 s, as many in TheBestSettingsAreTriedOnTheOtherKeptLayouts); the search's code runs under
+# the sanitizers in the other planner tests.
 repeats='^(TuneTest\.(EvaluationBudgetCutsTheSearchAlikeOnAnyThreads|TheHeadIsSplitOnEveryKeptLayoutBeyondThirtyTwoDevices|TheBestSettingsAreTriedOnTheOtherKeptLayouts|SameSeedGivesTheSamePlanWhateverTheThreads|DefaultSearchIsWithinTwoPercentOfExhaustive|SearchesSequenceParallelismInTensorParallelGroups|FixedExpertParallelismSplitsTheExperts|LowerBoundIsBelowEverySimulatedTime|ReturnsOnlyRunnablePlansThatFitMemory|BaselinesThatOnlyCompareWaitForTheSearchOnceAThirdOfTheBudgetIsSpent|EveryBaselineGivesAValidPlanAndMotleyIsNeverSlower|WarmStartsAreTakenOnlyAsTheSearchCanPriceThem)|Preemption\.BudgetAndDeadlineConstrainEveryPlan|MegatronTunedTest\.NeverSlowerThanTheDefaultLayoutsAndMotleyNeverSlowerThanIt)$'
 if [ "$tests" = ON ]; then
   if [ "$scope" = all ]; then

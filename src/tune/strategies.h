@@ -105,8 +105,9 @@ class Searcher {
                                    const Found& improved);
   Found climb(const Found& start, unsigned moves);
   // `found`'s schedule, micro-batch size and options (ZeRO, expert, context, sequence and
-  // vocabulary parallelism) built on each of `layouts[kept]` other than its own, with
-  // `options`' partition settings, screened; the best of them (not ok where none builds).
+  // vocabulary parallelism) built on each of `layouts[kept]` but its own and those of its
+  // replica count and groups in another order, with `options`' partition settings, screened;
+  // the best of them (not ok where none builds).
   Found on_other_layouts(const Found& found, const std::vector<Layout>& layouts,
                          const std::vector<size_t>& kept, const BuildOptions& options);
   std::string describe(const Candidate& c) const;
