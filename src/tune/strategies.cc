@@ -1207,9 +1207,8 @@ Found Searcher::climb(const Found& start, unsigned moves) {
   return cur;
 }
 
-Found Searcher::on_other_layouts(const Found& found, const std::vector<Layout>& layouts,
+Found Searcher::on_other_layouts(const Candidate& from, const std::vector<Layout>& layouts,
                                  const std::vector<size_t>& kept, const BuildOptions& options) {
-  const Candidate& from = found.candidate;
   BuildOptions build = options;
   build.zero_stage = from.zero_stage;
   build.expert_parallel = from.expert_parallel;
@@ -1742,7 +1741,7 @@ Found Searcher::motley(const std::vector<Found>& seeds) {
   // the bound against 0.890. That layout's own candidates had ranked too low to be screened.)
   // Only while at most half the time budget is spent, as the head-split variants above.
   if (climbed.ok && !evaluator_.spent_time_share(0.5)) {
-    const Found moved = on_other_layouts(climbed, layouts, kept, options);
+    const Found moved = on_other_layouts(climbed.candidate, layouts, kept, options);
     if (moved.ok) climb(moved, kMoveAll);
   }
   // The best screened candidates, simulated whole, compete with the seeds: at most two per

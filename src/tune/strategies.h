@@ -104,11 +104,11 @@ class Searcher {
                                    const std::vector<std::shared_ptr<const Evaluation>>& screened,
                                    const Found& improved);
   Found climb(const Found& start, unsigned moves);
-  // `found`'s schedule, micro-batch size and options (ZeRO, expert, context, sequence and
+  // `from`'s schedule, micro-batch size and options (ZeRO, expert, context, sequence and
   // vocabulary parallelism) built on each of `layouts[kept]` but its own and those of its
   // replica count and groups in another order, with `options`' partition settings, screened;
-  // the best of them (not ok where none builds).
-  Found on_other_layouts(const Found& found, const std::vector<Layout>& layouts,
+  // the best of them (not ok where none builds and screens).
+  Found on_other_layouts(const Candidate& from, const std::vector<Layout>& layouts,
                          const std::vector<size_t>& kept, const BuildOptions& options);
   std::string describe(const Candidate& c) const;
   // The expert-parallel degrees above 1 the search tries on `layout`: those dividing its
