@@ -14,6 +14,11 @@
 # - Table 2, ZeRO-3 rows: the same two models data-parallel only under DeepSpeed's ZeRO-3
 #   (micro-batch 4 / 2 / 1). DeepSpeed is not the stack priced here; the rows show how far a
 #   Megatron-priced ZeRO-3 is from what DeepSpeed measured then.
+# - Megatron-Turing NLG 530B (Smith et al. 2022, arXiv 2201.11990, Sec. 2.4): the same model
+#   and TP 8 x PP 35 on 280 / 350 / 420 DGX A100 servers of Selene, global batch 1,920,
+#   126 / 121 / 113 TFLOP/s per GPU (60.1 / 50.2 / 44.4 s per iteration), trained with
+#   Megatron-DeepSpeed (DeepSpeed's pipeline engine around Megatron-LM's tensor slicing),
+#   another stack than the one priced. The micro-batch size is not published: each size in MBS.
 #
 # The "published" time of each run is its TFLOP/s per GPU turned back into seconds with the
 # paper's own FLOP count, which includes the recomputed forward (their Eq. 3):
@@ -31,8 +36,8 @@ SCHEDULE=${SCHEDULE:-1f1b}
 # shellcheck source=published_runs.sh
 source "$(dirname "$0")/published_runs.sh"
 
-# write_cases TABLE MBS OUT: the runs of TABLE (t1, t2 or zero3) as a calibration-cases/1 file,
-# with their models and clusters next to it.
+# write_cases TABLE MBS OUT: the runs of TABLE (t1, t2, zero3 or mtnlg) as a calibration-cases/1
+# file, with their models and clusters next to it.
 write_cases() {
   python3 - "$DIR" "$1" "$2" "$SCHEDULE" "$3" "$HERE" <<'PY'
 import json, os, sys
@@ -66,6 +71,11 @@ PTDP = [
     (GPT3, 8, 12, 1536, 1536, 1, 141), (MT530, 8, 35, 560, 2240, 1, 171),
     (MT530, 8, 35, 1120, 2240, 1, 167), (MT530, 8, 35, 2240, 2240, 1, 159),
 ]
+# The same for Smith et al. 2022 (MT-NLG); the micro-batch is not published (MBS)
+MTNLG = [
+    (MT530, 8, 35, 2240, 1920, 1, 126), (MT530, 8, 35, 2800, 1920, 1, 121),
+    (MT530, 8, 35, 3360, 1920, 1, 113),
+]
 ZERO3 = [
     (GPT3, 1, 1, 384, 1536, 4, 144), (GPT3, 1, 1, 768, 1536, 2, 88),
     (GPT3, 1, 1, 1536, 1536, 1, 44), (MT530, 1, 1, 640, 2560, 4, 138),
@@ -84,7 +94,10 @@ def cluster(nodes):
 if table == "t1":
     runs = [((n, a, h, l), tp, pp, g, b, mbs, tf) for n, a, h, l, tp, pp, g, b, tf in TABLE1]
 else:
-    runs = PTDP if table == "t2" else ZERO3
+    runs = {"t2": PTDP, "zero3": ZERO3,
+            "mtnlg": [(m, tp, pp, g, b, mbs, tf) for m, tp, pp, g, b, _, tf in MTNLG]}[table]
+    if table == "mtnlg":
+        SOURCE = "Smith et al. 2022, arXiv 2201.11990"
 cases = []
 for (name, heads, hidden, layers), tp, pp, gpus, batch, m, tflops in runs:
     model_file = f"gpt-{name}.json"
@@ -143,3 +156,9 @@ done
 echo "== Table 2, DeepSpeed ZeRO-3 rows (not the stack priced), ${PRICE[*]}"
 write_cases zero3 1 "$DIR/zero3.json"
 price "$DIR/zero3.json"
+for mbs in $MBS; do
+  echo "== MT-NLG 530B, Megatron-DeepSpeed (not the stack priced), micro-batch $mbs (assumed)," \
+    "${PRICE[*]}"
+  write_cases mtnlg "$mbs" "$DIR/mtnlg-mbs$mbs.json"
+  price "$DIR/mtnlg-mbs$mbs.json"
+done
