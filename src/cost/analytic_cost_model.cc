@@ -1021,7 +1021,7 @@ AlphaBeta AnalyticCostModel::group_ring(const std::vector<int>& devices) const {
       for (int i = 0; i < local; ++i) {
         if (mask & (uint32_t{1} << i)) subset.push_back(members[i]);
       }
-      table[mask] = ring_parameters(subset);
+      table[mask] = channel_parameters(subset);
     }
   });
   const std::vector<AlphaBeta>& rings = paths_->node_rings[node];
@@ -1054,11 +1054,36 @@ AlphaBeta AnalyticCostModel::ring_parameters(std::span<const int> devices) const
   return concurrent_parameters(std::span<const std::pair<int, int>>(transfers.begin(), k));
 }
 
+AlphaBeta AnalyticCostModel::channel_parameters(std::span<const int> devices) const {
+  const AlphaBeta ring = ring_parameters(devices);
+  std::vector<int> sorted(devices.begin(), devices.end());
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  const size_t k = sorted.size();
+  if (k < 3 || k > static_cast<size_t>(kMaxSubsetDevices)) return ring;
+  const std::vector<Device>& all = topology_->devices();
+  for (int d : sorted) {
+    if (all[d].node != all[sorted[0]].node) return ring;
+  }
+  std::vector<std::pair<int, int>> pairs;
+  pairs.reserve(k * (k - 1));
+  for (int from : sorted) {
+    for (int to : sorted) {
+      if (from != to) pairs.emplace_back(from, to);
+    }
+  }
+  const AlphaBeta every = concurrent_parameters(pairs);
+  const double rate = every.bandwidth.value() * static_cast<double>(k - 1);
+  // Only a clear gain: behind one port per device the two rates agree up to rounding.
+  if (!(rate > ring.bandwidth.value() * (1 + 1e-9))) return ring;
+  return AlphaBeta{std::max(ring.latency, every.latency), BytesPerSecond(rate)};
+}
+
 std::shared_ptr<const AnalyticCostModel::RingShape> AnalyticCostModel::ring_shape(
     const std::vector<int>& sorted_devices) const {
   return keep_shape(paths_->shapes, &RingShapes::shapes, sorted_devices, kMaxShapeDevices, [&] {
     auto shape = std::make_shared<RingShape>();
-    shape->flat = ring_parameters(sorted_devices);
+    shape->flat = channel_parameters(sorted_devices);
     std::vector<std::vector<int>> by_node;
     std::map<int, size_t> node_slot;
     for (int d : sorted_devices) {
@@ -1074,7 +1099,7 @@ std::shared_ptr<const AnalyticCostModel::RingShape> AnalyticCostModel::ring_shap
         shape->local_min = std::min(shape->local_min, members.size());
         local_max = std::max(local_max, members.size());
         const std::pair<int, AlphaBeta> own{static_cast<int>(members.size()),
-                                            ring_parameters(members)};
+                                            channel_parameters(members)};
         const bool known =
             std::any_of(shape->intra.begin(), shape->intra.end(), [&](const auto& x) {
               return x.first == own.first && x.second.latency == own.second.latency &&

@@ -1257,6 +1257,57 @@ TEST(AnalyticComm, RingUsesTheSlowestHopAndLargestLatency) {
       0.0);
 }
 
+// xGMI joins every pair of a node's devices by a link of its own: the collective library's
+// channels, each a ring in its own order, use a device's k - 1 links at once, so a ring
+// collective over k devices moves its bytes at k - 1 links' rate. Two devices share one link.
+// Behind PCIe switches the single ring stays (the NVSwitch case is the test above).
+TEST(AnalyticComm, RingsInAnXgmiMeshUseEveryLinkOfADevice) {
+  ModelSpec m = model_of({ffn_layer("ffn")});
+  constexpr double kPair = 64e9, kHop = 3e-6;
+  ClusterSpec c = one_node("MI300X", 8);
+  c.nodes[0].interconnect = LinkSpec{LinkKind::kXgmi, BytesPerSecond(kPair), Seconds(kHop)};
+  const auto cost = analytic(m, c, ideal_links(workload(4096)));
+  const double n = 1e9;
+  auto all_reduce = [&](const std::vector<int>& devices) {
+    return cost
+        ->collective_time(Collective::kAllReduce, devices, Bytes(n), CollectiveAlgorithm::kRing)
+        .value();
+  };
+  expect_close(all_reduce({0, 1, 2, 3, 4, 5, 6, 7}), 14 * kHop + 1.75 * n / (7 * kPair));
+  expect_close(all_reduce({0, 1, 2, 3}), 6 * kHop + 1.5 * n / (3 * kPair));
+  expect_close(all_reduce({2, 5}), 2 * kHop + 1.0 * n / kPair);
+  // One ring alone, as ring_parameters prices it, crosses one link per hop.
+  EXPECT_DOUBLE_EQ(cost->ring_parameters(std::vector<int>{0, 1, 2, 3}).bandwidth.value(), kPair);
+  EXPECT_DOUBLE_EQ(cost->channel_parameters(std::vector<int>{0, 1, 2, 3}).bandwidth.value(),
+                   3 * kPair);
+  // A tensor-parallel layer's collectives are priced on the same channels: doubling every
+  // link's rate saves a TP-4 group 1.5 (2 x 3/4) of the bytes at 3 links' rate, half of what it
+  // saves a TP-2 group (1 x the bytes at one link's rate); one ring would save it 1.5 times as
+  // much.
+  ClusterSpec doubled = c;
+  doubled.nodes[0].interconnect.bandwidth = BytesPerSecond(2 * kPair);
+  const auto faster = analytic(m, doubled, ideal_links(workload(4096)));
+  auto saved = [&](const DeviceGroup& g) {
+    return (cost->compute(LayerRange{0, 1}, g, RecomputePolicy::kNone).forward -
+            faster->compute(LayerRange{0, 1}, g, RecomputePolicy::kNone).forward)
+        .value();
+  };
+  const double two = saved(DeviceGroup{{0, 1}});
+  ASSERT_GT(two, 0);
+  expect_close(saved(DeviceGroup{{0, 1, 2, 3}}), 0.5 * two);
+
+  // Four A100s on PCIe, two behind each switch: every pair at once would share the uplinks, so
+  // the one ring is the rate.
+  ClusterSpec pcie = one_node("A100-80GB", 4);
+  pcie.nodes[0].interconnect = LinkSpec{LinkKind::kPcie, BytesPerSecond(0), Seconds(0)};
+  pcie.nodes[0].devices_per_pcie_switch = 2;
+  const auto tree = analytic(m, pcie, ideal_links(workload(4096)));
+  const AlphaBeta one = tree->ring_parameters(std::vector<int>{0, 1, 2, 3});
+  const AlphaBeta channels = tree->channel_parameters(std::vector<int>{0, 1, 2, 3});
+  EXPECT_EQ(channels.bandwidth.value(), one.bandwidth.value());
+  EXPECT_EQ(channels.latency.value(), one.latency.value());
+}
+
 // A collective the cluster measured over exactly a set of devices is priced from its sweep, for
 // that op and that set only: the DP ring, the expert all-to-all and the TP group's all-reduces.
 TEST(AnalyticComm, MeasuredCollectivesPriceTheirOpOverTheirDevices) {
