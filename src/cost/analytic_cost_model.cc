@@ -1060,10 +1060,13 @@ AlphaBeta AnalyticCostModel::channel_parameters(std::span<const int> devices) co
   std::sort(sorted.begin(), sorted.end());
   sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
   const size_t k = sorted.size();
-  if (k < 3 || k > static_cast<size_t>(kMaxSubsetDevices)) return ring;
+  if (k < 3) return ring;
+  // One node of at most kMaxSubsetDevices devices, whose subsets group_ring prices once each.
   const std::vector<Device>& all = topology_->devices();
+  const int node = all[sorted[0]].node;
+  if (paths_->node_members[node].size() > static_cast<size_t>(kMaxSubsetDevices)) return ring;
   for (int d : sorted) {
-    if (all[d].node != all[sorted[0]].node) return ring;
+    if (all[d].node != node) return ring;
   }
   std::vector<std::pair<int, int>> pairs;
   pairs.reserve(k * (k - 1));

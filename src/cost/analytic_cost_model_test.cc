@@ -1280,10 +1280,10 @@ TEST(AnalyticComm, RingsInAnXgmiMeshUseEveryLinkOfADevice) {
   EXPECT_DOUBLE_EQ(cost->ring_parameters(std::vector<int>{0, 1, 2, 3}).bandwidth.value(), kPair);
   EXPECT_DOUBLE_EQ(cost->channel_parameters(std::vector<int>{0, 1, 2, 3}).bandwidth.value(),
                    3 * kPair);
-  // A tensor-parallel layer's collectives are priced on the same channels: doubling every
-  // link's rate saves a TP-4 group 1.5 (2 x 3/4) of the bytes at 3 links' rate, half of what it
-  // saves a TP-2 group (1 x the bytes at one link's rate); one ring would save it 1.5 times as
-  // much.
+  // A tensor-parallel layer's collectives are priced on the same channels. Doubling every
+  // link's rate halves their byte time: a TP-4 group's 1.5 x the bytes over 3 links, a TP-2
+  // group's 1 x the bytes over one, so the TP-4 group saves half as much (over one ring it
+  // would save 1.5 times as much).
   ClusterSpec doubled = c;
   doubled.nodes[0].interconnect.bandwidth = BytesPerSecond(2 * kPair);
   const auto faster = analytic(m, doubled, ideal_links(workload(4096)));

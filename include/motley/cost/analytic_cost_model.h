@@ -134,7 +134,7 @@ class AnalyticCostModel final : public CostModel {
   // largest latency and the smallest bandwidth among the consecutive paths, where a link
   // crossed by several of the ring's transfers at once gives each an equal share.
   AlphaBeta ring_parameters(std::span<const int> devices) const;
-  // The same ring as the collective library runs it inside one node of up to
+  // The same ring as the collective library runs it inside one node of at most
   // kMaxSubsetDevices devices: on several channels, each its own order of the devices. Where
   // every pair has a link of its own (xGMI's mesh), the channels use disjoint links, up to the
   // k - 1 of a device; their rate is that of every device exchanging its shards with every
