@@ -1056,18 +1056,21 @@ AlphaBeta AnalyticCostModel::ring_parameters(std::span<const int> devices) const
 
 AlphaBeta AnalyticCostModel::channel_parameters(std::span<const int> devices) const {
   const AlphaBeta ring = ring_parameters(devices);
+  if (devices.size() < 3) return ring;
+  // Only xGMI gives every pair of a node's devices a link of its own (Topology's links); in
+  // a node of at most kMaxSubsetDevices devices, whose subsets group_ring prices once each.
+  const std::vector<Device>& all = topology_->devices();
+  const int node = all[devices[0]].node;
+  if (topology_->node_of(devices[0]).interconnect.kind != LinkKind::kXgmi) return ring;
+  if (paths_->node_members[node].size() > static_cast<size_t>(kMaxSubsetDevices)) return ring;
+  for (int d : devices) {
+    if (all[d].node != node) return ring;
+  }
   std::vector<int> sorted(devices.begin(), devices.end());
   std::sort(sorted.begin(), sorted.end());
   sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
   const size_t k = sorted.size();
   if (k < 3) return ring;
-  // One node of at most kMaxSubsetDevices devices, whose subsets group_ring prices once each.
-  const std::vector<Device>& all = topology_->devices();
-  const int node = all[sorted[0]].node;
-  if (paths_->node_members[node].size() > static_cast<size_t>(kMaxSubsetDevices)) return ring;
-  for (int d : sorted) {
-    if (all[d].node != node) return ring;
-  }
   std::vector<std::pair<int, int>> pairs;
   pairs.reserve(k * (k - 1));
   for (int from : sorted) {
@@ -1077,7 +1080,7 @@ AlphaBeta AnalyticCostModel::channel_parameters(std::span<const int> devices) co
   }
   const AlphaBeta every = concurrent_parameters(pairs);
   const double rate = every.bandwidth.value() * static_cast<double>(k - 1);
-  // Only a clear gain: behind one port per device the two rates agree up to rounding.
+  // Only a clear gain (a measured slow pair can make the single ring the faster).
   if (!(rate > ring.bandwidth.value() * (1 + 1e-9))) return ring;
   return AlphaBeta{std::max(ring.latency, every.latency), BytesPerSecond(rate)};
 }

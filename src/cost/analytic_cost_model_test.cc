@@ -1296,8 +1296,8 @@ TEST(AnalyticComm, RingsInAnXgmiMeshUseEveryLinkOfADevice) {
   ASSERT_GT(two, 0);
   expect_close(saved(DeviceGroup{{0, 1, 2, 3}}), 0.5 * two);
 
-  // Four A100s on PCIe, two behind each switch: every pair at once would share the uplinks, so
-  // the one ring is the rate.
+  // Four A100s on PCIe, two behind each switch: no link of their own per pair, so the one ring
+  // is the rate (every pair at once would share the uplinks).
   ClusterSpec pcie = one_node("A100-80GB", 4);
   pcie.nodes[0].interconnect = LinkSpec{LinkKind::kPcie, BytesPerSecond(0), Seconds(0)};
   pcie.nodes[0].devices_per_pcie_switch = 2;

@@ -134,13 +134,13 @@ class AnalyticCostModel final : public CostModel {
   // largest latency and the smallest bandwidth among the consecutive paths, where a link
   // crossed by several of the ring's transfers at once gives each an equal share.
   AlphaBeta ring_parameters(std::span<const int> devices) const;
-  // The same ring as the collective library runs it inside one node of at most
-  // kMaxSubsetDevices devices: on several channels, each its own order of the devices. Where
-  // every pair has a link of its own (xGMI's mesh), the channels use disjoint links, up to the
+  // The same ring as the collective library runs it inside one xGMI node of at most
+  // kMaxSubsetDevices devices: on several channels, each its own order of the devices. Every
+  // pair of such a node has a link of its own, so the channels use disjoint links, up to the
   // k - 1 of a device; their rate is that of every device exchanging its shards with every
   // peer at once, k - 1 blocks under way per device (docs/timing-model.md). Behind one port per
-  // device (NVSwitch) that is the ring's own rate, over shared PCIe uplinks less: there, and
-  // across nodes, ring_parameters.
+  // device (NVSwitch) that would be the ring's own rate, over shared PCIe uplinks less:
+  // elsewhere, and across nodes, ring_parameters.
   AlphaBeta channel_parameters(std::span<const int> devices) const;
 
   const Topology& topology() const override;
