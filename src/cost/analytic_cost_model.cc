@@ -331,6 +331,8 @@ class AnalyticCostModel::Paths {
     }
     node_rings.resize(node_members.size());
     node_rings_once = std::make_unique<std::once_flag[]>(node_members.size());
+    node_pairs.resize(node_members.size());
+    node_pairs_once = std::make_unique<std::once_flag[]>(node_members.size());
   }
 
   const Topology topology;
@@ -341,6 +343,10 @@ class AnalyticCostModel::Paths {
   std::vector<std::vector<int>> node_members;  // device ids by local index
   std::vector<std::vector<AlphaBeta>> node_rings;
   std::unique_ptr<std::once_flag[]> node_rings_once;
+  // The path of every ordered pair of an xGMI node's devices (by local indices, n x n), for
+  // channel_parameters: resolved once per node, the first time a set of its devices is priced.
+  std::vector<std::vector<AlphaBeta>> node_pairs;
+  std::unique_ptr<std::once_flag[]> node_pairs_once;
 };
 
 std::shared_ptr<AnalyticCostModel::Paths> AnalyticCostModel::paths_of(const ClusterSpec& cluster) {
@@ -1071,14 +1077,32 @@ AlphaBeta AnalyticCostModel::channel_parameters(std::span<const int> devices) co
   sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
   const size_t k = sorted.size();
   if (k < 3) return ring;
-  std::vector<std::pair<int, int>> pairs;
-  pairs.reserve(k * (k - 1));
+  // Each ordered pair crosses its own xGMI link and no other pair's, so the exchange runs at
+  // the slowest pair's rate, after the largest latency.
+  const std::vector<int>& members = paths_->node_members[node];
+  const size_t n = members.size();
+  std::call_once(paths_->node_pairs_once[node], [&] {
+    std::vector<AlphaBeta>& table = paths_->node_pairs[node];
+    table.assign(n * n, AlphaBeta{Seconds(0), BytesPerSecond(kInf)});
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < n; ++j) {
+        if (i == j) continue;
+        const Path p = topology_->path(members[i], members[j]);
+        table[i * n + j] = AlphaBeta{p.latency, p.bandwidth};
+      }
+    }
+  });
+  const std::vector<AlphaBeta>& table = paths_->node_pairs[node];
+  AlphaBeta every{Seconds(0), BytesPerSecond(kInf)};
   for (int from : sorted) {
     for (int to : sorted) {
-      if (from != to) pairs.emplace_back(from, to);
+      if (from == to) continue;
+      const AlphaBeta& pair = table[static_cast<size_t>(all[from].local_index) * n +
+                                    static_cast<size_t>(all[to].local_index)];
+      every.latency = std::max(every.latency, pair.latency);
+      every.bandwidth = BytesPerSecond(std::min(every.bandwidth.value(), pair.bandwidth.value()));
     }
   }
-  const AlphaBeta every = concurrent_parameters(pairs);
   const double rate = every.bandwidth.value() * static_cast<double>(k - 1);
   // Only a clear gain (a measured slow pair can make the single ring the faster).
   if (!(rate > ring.bandwidth.value() * (1 + 1e-9))) return ring;
