@@ -5,10 +5,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include <filesystem>
-
 #include "motley/exec/rank_layout.h"
-#include "motley/exec/train.h"
 #include "motley/plan/spec_hash.h"
 #include "motley/plan/validate.h"
 #include "test_util.h"
@@ -177,39 +174,11 @@ TEST(TensorParallel, RefusesWidthsTheDegreeDoesNotDivide) {
 // A checkpoint of a tensor-parallel run holds whole tensors: resuming it without tensor
 // parallelism (and the other way round) continues as the uninterrupted run does.
 TEST(TensorParallel, CheckpointsResumeUnderAnotherDegree) {
-  testing::single_threaded();
   const ModelSpec model = preset("tiny-hybrid");
   const Plan split =
       uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 1, RecomputePolicy::kNone, 2});
   const Plan whole = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 1});
-  auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 3), "corpus");
-  ASSERT_TRUE(tokens.is_ok());
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / "motley-tp-checkpoint").string();
-  for (const auto& [first, second] : {std::pair{&split, &whole}, std::pair{&whole, &split}}) {
-    std::filesystem::remove_all(dir);
-    TrainOptions options;
-    options.exec = exec_options();
-    options.steps = 4;
-    auto uninterrupted = train_in_process(options, *first, model, *tokens);
-    ASSERT_TRUE(uninterrupted.is_ok()) << uninterrupted.status().message();
-    options.steps = 2;
-    options.checkpoint_dir = dir;
-    auto before = train_in_process(options, *first, model, *tokens);
-    ASSERT_TRUE(before.is_ok()) << before.status().message();
-    options.checkpoint_dir.clear();
-    options.resume_from = dir;
-    auto after = train_in_process(options, *second, model, *tokens);
-    ASSERT_TRUE(after.is_ok()) << after.status().message();
-    ASSERT_EQ(after->losses.size(), 2u);
-    for (int s = 0; s < 2; ++s) {
-      EXPECT_LT(
-          std::abs(after->losses[s] - uninterrupted->losses[2 + s]) / uninterrupted->losses[2 + s],
-          1e-5)
-          << "step " << 2 + s;
-    }
-  }
-  std::filesystem::remove_all(dir);
+  testing::expect_checkpoints_resume_across(split, whole, model, "motley-tp-checkpoint");
 }
 
 }  // namespace

@@ -10,10 +10,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <set>
 #include <thread>
 
 #include "motley/exec/rank_layout.h"
+#include "motley/exec/train.h"
 
 namespace motley::testing {
 
@@ -313,6 +315,38 @@ void expect_matches_reference(const Plan& plan, const ModelSpec& model, int step
               reference.parameters.at(name).size(split_dim.at(name)))
         << name;
   }
+}
+
+void expect_checkpoints_resume_across(const Plan& first, const Plan& second, const ModelSpec& model,
+                                      const std::string& name) {
+  single_threaded();
+  auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 3), "corpus");
+  ASSERT_TRUE(tokens.is_ok());
+  const std::string dir = (std::filesystem::temp_directory_path() / name).string();
+  for (const auto& [a, b] : {std::pair{&first, &second}, std::pair{&second, &first}}) {
+    std::filesystem::remove_all(dir);
+    TrainOptions options;
+    options.exec = exec_options();
+    options.steps = 4;
+    auto uninterrupted = train_in_process(options, *a, model, *tokens);
+    ASSERT_TRUE(uninterrupted.is_ok()) << uninterrupted.status().message();
+    options.steps = 2;
+    options.checkpoint_dir = dir;
+    auto before = train_in_process(options, *a, model, *tokens);
+    ASSERT_TRUE(before.is_ok()) << before.status().message();
+    options.checkpoint_dir.clear();
+    options.resume_from = dir;
+    auto after = train_in_process(options, *b, model, *tokens);
+    ASSERT_TRUE(after.is_ok()) << after.status().message();
+    ASSERT_EQ(after->losses.size(), 2u);
+    for (int s = 0; s < 2; ++s) {
+      EXPECT_LT(
+          std::abs(after->losses[s] - uninterrupted->losses[2 + s]) / uninterrupted->losses[2 + s],
+          1e-5)
+          << "step " << 2 + s;
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 void expect_matches_reference(const Plan& plan, const ModelSpec& model) {

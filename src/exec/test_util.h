@@ -81,6 +81,13 @@ void expect_matches_reference(const Plan& plan, const ModelSpec& model, int step
 // The same after one step and after kSteps.
 void expect_matches_reference(const Plan& plan, const ModelSpec& model);
 
+// A checkpoint of one plan resumed under another: trains `first` for four steps; then, afresh,
+// two steps saving a checkpoint into a temporary directory named `name`, resumed under `second`
+// for two more, whose losses must be the uninterrupted run's (relative 1e-5). Then the same with
+// the plans swapped.
+void expect_checkpoints_resume_across(const Plan& first, const Plan& second, const ModelSpec& model,
+                                      const std::string& name);
+
 // ||a - b|| / ||b|| (Frobenius): how far a whole tensor is from the reference; ||a|| when b is
 // zero (an expert no token chose).
 double relative_difference(const at::Tensor& a, const at::Tensor& b);

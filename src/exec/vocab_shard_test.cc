@@ -7,18 +7,15 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "motley/exec/stage_module.h"
-#include "motley/exec/train.h"
 #include "test_util.h"
 
 namespace motley {
 namespace {
 
-using testing::exec_options;
 using testing::expect_matches_reference;
 using testing::preset;
 using testing::uniform_plan;
@@ -138,38 +135,10 @@ TEST(VocabularyShards, DistributedOptimizerMatchesReference) {
 // A checkpoint of a sharded run holds whole tensors: resuming it without shards (and the other
 // way round) continues as the uninterrupted run does.
 TEST(VocabularyShards, CheckpointsResumeWithAndWithoutShards) {
-  testing::single_threaded();
   const ModelSpec model = with_learned_positions();
   const Plan sharded = uniform_plan(model, vocab_case(ScheduleKind::k1f1b, 2, 2));
   const Plan whole = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 2});
-  auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 3), "corpus");
-  ASSERT_TRUE(tokens.is_ok());
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / "motley-vocab-checkpoint").string();
-  for (const auto& [first, second] : {std::pair{&sharded, &whole}, std::pair{&whole, &sharded}}) {
-    std::filesystem::remove_all(dir);
-    TrainOptions options;
-    options.exec = exec_options();
-    options.steps = 4;
-    auto uninterrupted = train_in_process(options, *first, model, *tokens);
-    ASSERT_TRUE(uninterrupted.is_ok()) << uninterrupted.status().message();
-    options.steps = 2;
-    options.checkpoint_dir = dir;
-    auto before = train_in_process(options, *first, model, *tokens);
-    ASSERT_TRUE(before.is_ok()) << before.status().message();
-    options.checkpoint_dir.clear();
-    options.resume_from = dir;
-    auto after = train_in_process(options, *second, model, *tokens);
-    ASSERT_TRUE(after.is_ok()) << after.status().message();
-    ASSERT_EQ(after->losses.size(), 2u);
-    for (int s = 0; s < 2; ++s) {
-      EXPECT_LT(
-          std::abs(after->losses[s] - uninterrupted->losses[2 + s]) / uninterrupted->losses[2 + s],
-          1e-5)
-          << "step " << 2 + s;
-    }
-  }
-  std::filesystem::remove_all(dir);
+  testing::expect_checkpoints_resume_across(sharded, whole, model, "motley-vocab-checkpoint");
 }
 
 }  // namespace
