@@ -890,11 +890,13 @@ Status run_command(const RunOptions& opt) {
   limit_threads(mode);
   std::string precision_note;
   const ExecOptions exec = exec_options(opt, mode, &precision_note);
-  if (!opt.sequential && in.plan.expert_parallel > 1) {
-    std::fprintf(stderr,
-                 "motley: note: %s: expert parallelism %d runs here with every expert on every "
-                 "replica (the same numbers; no all-to-all)\n",
-                 opt.plan.c_str(), in.plan.expert_parallel);
+  if (!opt.sequential && in.plan.expert_parallel > 1 && !exchanges_experts(in.plan)) {
+    std::fprintf(
+        stderr,
+        "motley: note: %s: the replicas of an expert-parallel group differ in their device "
+        "groups or action orders, so expert parallelism %d runs here with every expert on "
+        "every replica (the same numbers; no exchange)\n",
+        opt.plan.c_str(), in.plan.expert_parallel);
   }
   if (!opt.sequential && in.plan.context_parallel > 1) {
     std::fprintf(stderr,

@@ -29,6 +29,14 @@ namespace {
 
 // What the plan's indices are checked against: the model's layers, and the devices its groups
 // name (the executor has no cluster, only one rank per device listed).
+// Whether stage `stage`'s layers include a mixture of experts.
+bool model_has_moe(const ModelSpec& model, const Stage& stage) {
+  for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
+    if (model.layers[l].moe) return true;
+  }
+  return false;
+}
+
 PlanBounds bounds_of(const Plan& plan, const ModelSpec& model) {
   PlanBounds bounds;
   bounds.num_layers = static_cast<int>(model.layers.size());
@@ -45,6 +53,25 @@ PlanBounds bounds_of(const Plan& plan, const ModelSpec& model) {
 }
 
 }  // namespace
+
+bool exchanges_experts(const Plan& plan) {
+  const size_t e = static_cast<size_t>(plan.expert_parallel);
+  if (e <= 1 || plan.replicas.size() % e != 0) return false;
+  for (size_t r = 0; r < plan.replicas.size(); ++r) {
+    const Replica& lead = plan.replicas[r - r % e];
+    const Replica& member = plan.replicas[r];
+    if (member.stage_group != lead.stage_group || member.groups.size() != lead.groups.size()) {
+      return false;
+    }
+    for (size_t g = 0; g < lead.groups.size(); ++g) {
+      if (member.groups[g].devices.size() != lead.groups[g].devices.size() ||
+          member.groups[g].actions != lead.groups[g].actions) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
 
 struct RankExecutor::Impl {
   Impl(const ExecOptions& o, const Plan& p, const ModelSpec& m, const TokenStream& t, Transport& tr)
@@ -66,7 +93,8 @@ struct RankExecutor::Impl {
   TaskGraph graph;  // the plan's; the interpreter reads this rank's group of it
   int rank = 0;
   RankPlace place;
-  std::vector<int> group_ranks;  // this rank's tensor-parallel group
+  std::vector<int> group_ranks;   // this rank's tensor-parallel group
+  std::vector<int> expert_ranks;  // this rank's expert-parallel group (exchanges_experts)
   ParameterStore store;
   std::map<int, std::unique_ptr<StageModule>> stages;
   std::vector<at::Tensor> all_params;  // name order
@@ -87,6 +115,12 @@ struct RankExecutor::Impl {
     Status status = transport.all_reduce_sum({t}, group_ranks);
     if (!status.is_ok())
       throw std::runtime_error(fmt::format("tensor-parallel all-reduce: {}", status.message()));
+  }
+  // The sum over this rank's expert-parallel group, which carries the MoE layers' exchanges.
+  void expert_parallel_sum(at::Tensor& t) {
+    Status status = transport.all_reduce_sum({t}, expert_ranks);
+    if (!status.is_ok())
+      throw std::runtime_error(fmt::format("expert-parallel exchange: {}", status.message()));
   }
   Status save_checkpoint(const std::string& dir, int keep);  // may throw c10::Error
   Status load_checkpoint(const std::string& dir);
@@ -132,6 +166,11 @@ Status RankExecutor::Impl::build() {
   MOTLEY_RETURN_IF_ERROR(check_inputs());
   place = layout.place_of(rank);
   group_ranks = layout.group_ranks(place.replica, place.group);
+  const int experts_split = exchanges_experts(plan) ? plan.expert_parallel : 1;
+  for (int m = 0; m < experts_split; ++m) {
+    expert_ranks.push_back(layout.rank_of(place.replica - place.replica % experts_split + m,
+                                          place.group, place.tp_rank));
+  }
   const int last_stage = static_cast<int>(plan.stages.size()) - 1;
   build_task_graph(plan, lower_plan(plan), graph);
   if (channel_length(graph) > kMaxChannelSequence) {
@@ -141,17 +180,34 @@ Status RankExecutor::Impl::build() {
 
   StageFactory factory = options.stage_factory;
   if (!factory) {
-    factory = [this](int s, ParameterStore& st) {
+    factory = [this, experts_split](int s, ParameterStore& st) {
       StageModuleOptions stage_options{options.seed, plan.seq_len, {}};
       stage_options.tensor_parallel.rank = place.tp_rank;
       stage_options.tensor_parallel.size = place.tp_size;
       stage_options.tensor_parallel.all_reduce = [this](at::Tensor& t) { tensor_parallel_sum(t); };
+      if (experts_split > 1 && model_has_moe(model, plan.stages[s])) {
+        stage_options.expert_parallel.rank = place.replica % experts_split;
+        stage_options.expert_parallel.size = experts_split;
+        stage_options.expert_parallel.all_reduce = [this](at::Tensor& t) {
+          expert_parallel_sum(t);
+        };
+      }
       stage_options.vocab_begin = plan.stages[s].vocab_begin;
       stage_options.vocab_end = plan.stages[s].vocab_end;
       return make_transformer_stage(model, plan.stages[s].layer_begin, plan.stages[s].layer_end,
                                     stage_options, st);
     };
   }
+  // The ranks running stage `s` in the first expert-parallel group's replicas, increasing: the
+  // assemblers of its routed experts in a checkpoint.
+  auto first_expert_group_ranks = [this, experts_split](int s) {
+    std::vector<int> ranks;
+    for (int r = 0; r < experts_split; ++r) {
+      for (int k : layout.group_ranks(r, plan.replicas[r].stage_group[s])) ranks.push_back(k);
+    }
+    std::sort(ranks.begin(), ranks.end());
+    return ranks;
+  };
   static const std::vector<int> kNoStages;
   auto runs_stage = [this, last_stage](int s) {
     return s >= 0 && s <= last_stage && plan.replicas[place.replica].stage_group[s] == place.group;
@@ -163,8 +219,14 @@ Status RankExecutor::Impl::build() {
     MOTLEY_ASSIGN_OR_RETURN(std::unique_ptr<StageModule> module, factory(s, store));
     for (const StageParameter& p : module->parameters()) {
       stage_params[s].push_back(p.tensor);
-      const RankLayout::GradientSumRanks holders =
+      RankLayout::GradientSumRanks holders =
           layout.gradient_sum_ranks(rank, s, p.layers, p.slice.exclusive);
+      if (p.expert_shard) {
+        // Only the member of each expert-parallel group with this rank's index holds it.
+        std::erase_if(holders.ranks, [&](int r) {
+          return layout.place_of(r).replica % experts_split != place.replica % experts_split;
+        });
+      }
       const int layer = p.layers.empty() ? -1 : p.layers[0];
       sums[p.name] = {
           internal::GradientSum{p.tensor, p.slice, holders.full_size, std::max(layer, 0)},
@@ -179,6 +241,19 @@ Status RankExecutor::Impl::build() {
       saved[p.name] = internal::CheckpointParameter{
           p.tensor, layer, p.slice, std::any_of(holding.begin(), holding.end(), runs_stage),
           std::vector<int>(assemblers.begin(), assemblers.end())};
+      if (p.expert_shard) {
+        saved[p.name].assemblers = first_expert_group_ranks(s);
+        saved[p.name].expert_shard = true;
+      }
+    }
+    for (const StageParameter& p : module->held_elsewhere()) {
+      saved[p.name] = internal::CheckpointParameter{at::Tensor(),
+                                                    p.layers.empty() ? -1 : p.layers[0],
+                                                    p.slice,
+                                                    true,
+                                                    first_expert_group_ranks(s),
+                                                    /*held_elsewhere=*/true,
+                                                    /*expert_shard=*/true};
     }
     stages[s] = std::move(module);
   }
@@ -215,6 +290,7 @@ Status RankExecutor::Impl::build() {
   // a process group per set, a rendezvous of its members), so that posting sums in the order
   // gradients become final cannot leave two ranks waiting for each other's set-up.
   std::set<std::vector<int>> rank_sets = {group_ranks};
+  if (expert_ranks.size() > 1) rank_sets.insert(expert_ranks);
   for (const std::vector<int>& ranks : buckets->rank_sets()) rank_sets.insert(ranks);
   MOTLEY_RETURN_IF_ERROR(transport.prepare_peers(interpreter->peers()));
   return transport.prepare_collectives(
@@ -334,7 +410,9 @@ int64_t RankExecutor::optimizer_state_bytes() const { return impl_->optimizer_st
 
 std::map<std::string, TensorSlice> RankExecutor::slices() const {
   std::map<std::string, TensorSlice> out;
-  for (const auto& [name, p] : impl_->checkpoint->parameters()) out[name] = p.slice;
+  for (const auto& [name, p] : impl_->checkpoint->parameters()) {
+    if (!p.held_elsewhere) out[name] = p.slice;
+  }
   return out;
 }
 

@@ -99,6 +99,87 @@ struct SumOverGroup : torch::autograd::Function<SumOverGroup> {
   }
 };
 
+// ---------------------------------------------------------------------------------------------
+// Expert parallelism (Lepikhin et al. 2020, GShard; Megatron-LM's expert-model-parallel
+// groups): each member of a group of e holds 1/e of every MoE layer's routed experts, sends each
+// of its tokens to the member holding the expert it was routed to, and gets the expert's output
+// back.
+
+// The all-to-all of a group whose members each have `per` blocks for every member: block
+// j * per + k of `send` (rows of width `width`, fp32) goes to member j, where it is block
+// i * per + k of what `exchange_blocks` returns, i the sender. The transports offer sums only:
+// every member writes its blocks at their place in one buffer of zeros and the sum fills it
+// (adding zeros is exact), so every member receives every block, e times an all-to-all's volume.
+// Block sizes travel first, in a sum of their own.
+variable_list exchange_blocks(const TensorParallelGroup& g, at::TensorList send, int64_t per,
+                              int64_t width) {
+  const int64_t e = g.size;
+  const int64_t blocks = e * per;
+  const at::TensorOptions options =
+      at::TensorOptions()
+          .dtype(at::kFloat)
+          .device(send.empty() ? c10::Device(c10::kCPU) : send[0].device());
+  at::Tensor counts = at::zeros({e, blocks}, options);
+  for (int64_t b = 0; b < blocks; ++b) counts[g.rank][b] = static_cast<double>(send[b].size(0));
+  g.all_reduce(counts);
+  const at::Tensor rows = counts.to(at::kCPU, at::kLong).contiguous();
+  const auto n = rows.accessor<int64_t, 2>();
+  std::vector<int64_t> offset(static_cast<size_t>(e * blocks) + 1, 0);
+  for (int64_t i = 0; i < e; ++i) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      offset[i * blocks + b + 1] = offset[i * blocks + b] + n[i][b];
+    }
+  }
+  at::Tensor buffer = at::zeros({offset.back(), width}, options);
+  for (int64_t b = 0; b < blocks; ++b) {
+    buffer.narrow(0, offset[g.rank * blocks + b], n[g.rank][b]).copy_(send[b]);
+  }
+  g.all_reduce(buffer);
+  variable_list received;
+  for (int64_t i = 0; i < e; ++i) {
+    for (int64_t k = 0; k < per; ++k) {
+      const int64_t b = g.rank * per + k;
+      received.push_back(buffer.narrow(0, offset[i * blocks + b], n[i][b]).clone());
+    }
+  }
+  return received;
+}
+
+// The exchange as an autograd operator: the backward sends every received block's gradient
+// back to its sender, the same exchange the other way. Every member must call it for the same
+// layer and micro-batch at once, in forward and backward alike.
+struct ExchangeOverGroup : torch::autograd::Function<ExchangeOverGroup> {
+  // `send` as a TensorList: autograd takes each of its tensors as an input.
+  static variable_list forward(AutogradContext* ctx, at::TensorList send,
+                               const TensorParallelGroup* group, int64_t per, int64_t width) {
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
+    ctx->saved_data["per"] = per;
+    ctx->saved_data["width"] = width;
+    variable_list received = exchange_blocks(*group, send, per, width);
+    std::vector<int64_t> rows;
+    for (const at::Tensor& r : received) rows.push_back(r.size(0));
+    ctx->saved_data["rows"] = rows;
+    ctx->saved_data["device"] = send.empty() ? c10::Device(c10::kCPU) : send[0].device();
+    return received;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const int64_t width = ctx->saved_data["width"].toInt();
+    const std::vector<int64_t> rows = ctx->saved_data["rows"].toIntVector();
+    for (size_t b = 0; b < grads.size(); ++b) {
+      if (!grads[b].defined()) {
+        grads[b] = at::zeros(
+            {rows[b], width},
+            at::TensorOptions().dtype(at::kFloat).device(ctx->saved_data["device"].toDevice()));
+      }
+      grads[b] = grads[b].to(at::kFloat).contiguous();
+    }
+    variable_list back =
+        exchange_blocks(group_of(ctx), grads, ctx->saved_data["per"].toInt(), width);
+    back.resize(back.size() + 3);  // the group, per and width take no gradient
+    return back;
+  }
+};
+
 // The group a layer runs on, shared by its closures (the autograd operators keep a pointer).
 using Group = std::shared_ptr<const TensorParallelGroup>;
 
@@ -223,6 +304,15 @@ class Init {
   }
   // A sub-scope: "<prefix>.<name>".
   Init scope(const std::string& name) { return Init(*this, name); }
+  // The sub-scope of a routed expert split over an expert-parallel group: its parameters are
+  // marked StageParameter::expert_shard, and a member that does not `hold` the expert draws them
+  // (every member keeps the reference's draw sequence) but keeps nothing (undefined tensors).
+  Init expert_scope(const std::string& name, bool hold) {
+    Init out(*this, name);
+    out.expert_shard_ = true;
+    out.held_ = hold;
+    return out;
+  }
 
   const Group& group() const { return group_; }
   std::vector<StageParameter>& used() { return *used_; }
@@ -234,7 +324,9 @@ class Init {
         generator_(parent.generator_),
         layers_(parent.layers_),
         group_(parent.group_),
-        used_(parent.used_) {}
+        used_(parent.used_),
+        expert_shard_(parent.expert_shard_),
+        held_(parent.held_) {}
 
   at::Tensor adopt(const std::string& name, const at::Tensor& full,
                    const std::optional<SplitSpec>& split) {
@@ -248,6 +340,14 @@ class Init {
       spec = SplitSpec{0, [rows](int) { return std::vector<RowRange>{{0, rows}}; }, true};
     }
     TensorSlice slice = make_slice(g, full.sizes(), spec);
+    if (!held_) {
+      // Recorded without a tensor (StageModule::held_elsewhere).
+      slice.rows = slice.rows.to(store_.device());
+      slice.grad_rows = slice.grad_rows.to(store_.device());
+      slice.value_rows = slice.value_rows.to(store_.device());
+      used_->push_back({path, at::Tensor(), layers_, std::move(slice), expert_shard_});
+      return at::Tensor();
+    }
     at::Tensor local = full;
     if (slice.rows.numel() != full.size(slice.dim)) {
       local = full.index_select(slice.dim, slice.rows);
@@ -258,7 +358,7 @@ class Init {
     slice.rows = slice.rows.to(p.device());
     slice.grad_rows = slice.grad_rows.to(p.device());
     slice.value_rows = slice.value_rows.to(p.device());
-    used_->push_back({path, p, layers_, std::move(slice)});
+    used_->push_back({path, p, layers_, std::move(slice), expert_shard_});
     return p;
   }
 
@@ -269,6 +369,8 @@ class Init {
   Group group_;
   std::shared_ptr<std::vector<StageParameter>> used_ =
       std::make_shared<std::vector<StageParameter>>();
+  bool expert_shard_ = false;
+  bool held_ = true;
 };
 
 // Rank r's equal share of the rows `rows` of a dimension, split in contiguous blocks.
@@ -583,14 +685,20 @@ class LatentAttention {
 // rule); each expert runs on the tokens routed to it; shared experts run on every token. Split:
 // every rank routes (the router reads the replicated hidden state) and holds 1/t of every
 // expert's width; the experts' partial outputs are summed in one all-reduce before the routing
-// weights apply, so the router's gradient is complete on every rank.
+// weights apply, so the router's gradient is complete on every rank. Over an expert-parallel
+// group (StageModuleOptions::expert_parallel) each member holds a contiguous 1/e of the routed
+// experts and exchanges tokens with the others (expert_parallel below).
 class Moe {
  public:
-  Moe(Init& init, const MoeShape& m) : m_(m), group_(init.group()) {
+  Moe(Init& init, const MoeShape& m, Group experts_group)
+      : m_(m), group_(init.group()), ep_(std::move(experts_group)) {
     router_ = init.normal("router", {m.num_experts, m.hidden});
     if (m.router_bias) router_bias_ = init.zeros("router_bias", {m.num_experts});
+    const int64_t per = m.num_experts / ep_->size;
     for (int64_t e = 0; e < m.num_experts; ++e) {
-      Init scope = init.scope("experts." + std::to_string(e));
+      const std::string name = "experts." + std::to_string(e);
+      Init scope =
+          ep_->size == 1 ? init.scope(name) : init.expert_scope(name, e / per == ep_->rank);
       experts_.emplace_back(scope, m.hidden, m.expert_ffn_size, m.activation, m.expert_bias);
     }
     for (int64_t e = 0; e < m.num_shared_experts; ++e) {
@@ -611,28 +719,32 @@ class Moe {
     at::Tensor probs = at::softmax(affine(tokens, router_, router_bias_), -1, at::kFloat);
     auto [top_probs, top_index] = at::topk(probs, m_.top_k, -1);
     at::Tensor weights = top_probs / top_probs.sum(-1, /*keepdim=*/true);
+    // Every expert's rows and weights when the experts are exchanged (each member's graph must
+    // have the same operators); otherwise the chosen experts' only.
+    const bool every_expert = ep_->size > 1;
     std::vector<int64_t> chosen_experts;
     std::vector<at::Tensor> rows_of, weight_of;
     for (int64_t e = 0; e < m_.num_experts; ++e) {
       at::Tensor chosen = top_index.eq(e);  // [T, k]
       at::Tensor rows = chosen.any(-1).nonzero().squeeze(1);
-      if (rows.numel() == 0) continue;
+      if (rows.numel() == 0 && !every_expert) continue;
       chosen_experts.push_back(e);
       rows_of.push_back(rows);
       weight_of.push_back((weights * chosen).sum(-1).index_select(0, rows).unsqueeze(1));
     }
     at::Tensor out = at::zeros_like(tokens);
+    if (every_expert) {
+      out = expert_parallel(tokens, rows_of, weight_of, out);
+      if (!shared_.empty()) out = out + shared_output(tokens);
+      return out.view(shape);
+    }
     if (group_->size == 1) {
       for (size_t i = 0; i < chosen_experts.size(); ++i) {
         const FeedForward& expert = experts_[chosen_experts[i]];
         out =
             out.index_add(0, rows_of[i], expert(tokens.index_select(0, rows_of[i])) * weight_of[i]);
       }
-      if (!shared_.empty()) {
-        at::Tensor s = shared_[0](tokens);
-        for (size_t e = 1; e < shared_.size(); ++e) s = s + shared_[e](tokens);
-        out = out + gate(tokens, s);
-      }
+      if (!shared_.empty()) out = out + shared_output(tokens);
       return out.view(shape);
     }
     // Every expert's and shared expert's partial output in one tensor, summed once.
@@ -664,6 +776,58 @@ class Moe {
   }
 
  private:
+  // The routed experts over the expert-parallel group: expert E's rows of `tokens` go to the
+  // member holding it, which runs each of its experts on each member's rows separately (the
+  // rows a micro-batch without expert parallelism would give it, so the same products), and the
+  // outputs come back to be weighted and added in expert order, as without the group. Every
+  // member sends a block for every expert and runs every held expert, empty blocks included, so
+  // that all members' backward passes make the same exchanges.
+  at::Tensor expert_parallel(const at::Tensor& tokens, const std::vector<at::Tensor>& rows_of,
+                             const std::vector<at::Tensor>& weight_of, at::Tensor out) const {
+    const int64_t members = ep_->size;
+    const int64_t per = m_.num_experts / members;
+    const int64_t first = ep_->rank * per;
+    const at::Tensor in = copy_to(group_, tokens);
+    variable_list send;
+    for (const at::Tensor& rows : rows_of) send.push_back(in.index_select(0, rows).to(at::kFloat));
+    const variable_list received =
+        ExchangeOverGroup::apply(at::TensorList(send), ep_.get(), per, m_.hidden);
+    variable_list results(received.size());
+    if (group_->size == 1) {
+      for (size_t b = 0; b < received.size(); ++b) {
+        results[b] = experts_[first + static_cast<int64_t>(b) % per](received[b]).to(at::kFloat);
+      }
+    } else {
+      std::vector<at::Tensor> partials;
+      for (size_t b = 0; b < received.size(); ++b) {
+        partials.push_back(experts_[first + static_cast<int64_t>(b) % per].partial(received[b]));
+      }
+      const at::Tensor sums = reduce_from(group_, at::cat(partials, 0));
+      int64_t offset = 0;
+      for (size_t b = 0; b < received.size(); ++b) {
+        const int64_t n = received[b].size(0);
+        results[b] = experts_[first + static_cast<int64_t>(b) % per]
+                         .add_bias(sums.narrow(0, offset, n))
+                         .to(at::kFloat);
+        offset += n;
+      }
+    }
+    const variable_list back =
+        ExchangeOverGroup::apply(at::TensorList(results), ep_.get(), per, m_.hidden);
+    for (size_t e = 0; e < back.size(); ++e) {
+      out = out.index_add(0, rows_of[e], back[e] * weight_of[e]);
+    }
+    return out;
+  }
+
+  // The shared experts' output (each one a whole feed-forward: split, it sums its own partial
+  // output) times the optional gate.
+  at::Tensor shared_output(const at::Tensor& tokens) const {
+    at::Tensor s = shared_[0](tokens);
+    for (size_t e = 1; e < shared_.size(); ++e) s = s + shared_[e](tokens);
+    return gate(tokens, s);
+  }
+
   // The shared experts' output times the optional gate (read from the replicated tokens).
   at::Tensor gate(const at::Tensor& tokens, const at::Tensor& s) const {
     if (!shared_gate_.defined()) return s;
@@ -672,8 +836,9 @@ class Moe {
 
   MoeShape m_;
   Group group_;
+  Group ep_;
   at::Tensor router_, router_bias_, shared_gate_;
-  std::vector<FeedForward> experts_;
+  std::vector<FeedForward> experts_;  // every routed expert; those held elsewhere hold nothing
   std::vector<FeedForward> shared_;
 };
 
@@ -1063,10 +1228,11 @@ class TransformerStage final : public StageModule {
  public:
   TransformerStage(std::vector<std::unique_ptr<LayerImpl>> layers, bool takes_tokens,
                    bool produces_loss, std::vector<StageParameter> params)
-      : layers_(std::move(layers)),
-        takes_tokens_(takes_tokens),
-        produces_loss_(produces_loss),
-        params_(std::move(params)) {}
+      : layers_(std::move(layers)), takes_tokens_(takes_tokens), produces_loss_(produces_loss) {
+    for (StageParameter& p : params) {
+      (p.tensor.defined() ? params_ : held_elsewhere_).push_back(std::move(p));
+    }
+  }
 
   bool takes_tokens() const override { return takes_tokens_; }
   bool produces_loss() const override { return produces_loss_; }
@@ -1081,12 +1247,14 @@ class TransformerStage final : public StageModule {
     return h;
   }
   std::vector<StageParameter> parameters() const override { return params_; }
+  std::vector<StageParameter> held_elsewhere() const override { return held_elsewhere_; }
 
  private:
   std::vector<std::unique_ptr<LayerImpl>> layers_;
   bool takes_tokens_;
   bool produces_loss_;
   std::vector<StageParameter> params_;
+  std::vector<StageParameter> held_elsewhere_;
 };
 
 std::string layer_label(const Layer& l, int index) {
@@ -1145,6 +1313,14 @@ Status check_layer(const ModelSpec& model, int index, const StageModuleOptions& 
   }
   if (l.moe && l.moe->latent_size > 0) {
     return invalid_argument(fmt::format("{}: the executor runs MoE without latent_size", label));
+  }
+  const int members = options.expert_parallel.size;
+  if (l.moe && (members < 1 || options.expert_parallel.rank < 0 ||
+                options.expert_parallel.rank >= members || l.moe->num_experts % members != 0)) {
+    return invalid_argument(
+        fmt::format("{}: {} routed experts do not split over an expert-parallel group of {} (as "
+                    "member {})",
+                    label, l.moe->num_experts, members, options.expert_parallel.rank));
   }
   MOTLEY_RETURN_IF_ERROR(check_split(l, label, options.tensor_parallel.size,
                                      /*vocabulary=*/options.vocab_end <= options.vocab_begin));
@@ -1226,7 +1402,8 @@ std::unique_ptr<LayerImpl> build_layer(const ModelSpec& model, int index,
   std::unique_ptr<LayerImpl> out;
   auto mixer = [&](Init& scope) -> ResidualLayer::Body {
     if (l.moe) {
-      auto moe = std::make_shared<Moe>(scope, *l.moe);
+      auto moe = std::make_shared<Moe>(
+          scope, *l.moe, std::make_shared<const TensorParallelGroup>(options.expert_parallel));
       return [moe](const at::Tensor& x) { return (*moe)(x); };
     }
     auto ffn = std::make_shared<FeedForward>(scope, l.ffn->hidden, l.ffn->ffn_size,

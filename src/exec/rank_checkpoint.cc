@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "motley/core/json.h"
@@ -150,36 +151,76 @@ Result<at::Tensor> RankCheckpoint::gather_full(const at::Tensor& local, const Te
   return full;
 }
 
+Result<std::vector<NamedTensor>> RankCheckpoint::assemble(const std::string& name,
+                                                          const CheckpointParameter& p,
+                                                          const std::vector<int>& ranks,
+                                                          const StateOf& state_of,
+                                                          Transport& transport) const {
+  TensorSlice slice = p.slice;
+  at::Tensor local = p.tensor.defined() ? p.tensor.detach() : at::Tensor();
+  std::optional<AdamWStep::State> state = local.defined() ? state_of(p.tensor) : std::nullopt;
+  if (p.held_elsewhere) {
+    // Zeros of the holder's shape, no row of them written.
+    std::vector<int64_t> shape = slice.full_shape;
+    shape[slice.dim] = slice.rows.numel();
+    local = at::zeros(shape, at::TensorOptions().dtype(at::kFloat).device(slice.rows.device()));
+    slice.value_rows = slice.value_rows.narrow(0, 0, 0);
+  }
+  if (p.expert_shard) {
+    // Whether the holder has optimizer state, and its step count: the assemblers that hold the
+    // parameter count themselves and add their step counts.
+    at::Tensor known = at::zeros({2}, local.options().dtype(at::kDouble));
+    if (state) {
+      known[0] = 1.0;
+      known[1] = static_cast<double>(state->step);
+    }
+    MOTLEY_RETURN_IF_ERROR(
+        transport.all_reduce_sum({known}, ranks).with_context("assembling optimizer state"));
+    const at::Tensor counts = known.cpu();
+    const double holders = counts[0].item<double>();
+    if (holders > 0 && !state) {
+      state = AdamWStep::State{std::llround(counts[1].item<double>() / holders),
+                               at::zeros_like(local), at::zeros_like(local)};
+    }
+  }
+  auto gather = [&](const at::Tensor& t) { return gather_full(t, slice, ranks, transport); };
+  MOTLEY_ASSIGN_OR_RETURN(at::Tensor value, gather(local));
+  std::vector<NamedTensor> tensors = {{name, value}};
+  if (state) {
+    MOTLEY_ASSIGN_OR_RETURN(at::Tensor avg, gather(state->exp_avg));
+    MOTLEY_ASSIGN_OR_RETURN(at::Tensor avg_sq, gather(state->exp_avg_sq));
+    tensors.push_back({name + ".exp_avg", avg});
+    tensors.push_back({name + ".exp_avg_sq", avg_sq});
+    tensors.push_back({name + ".step", at::full({1}, state->step, at::kLong)});
+  }
+  return tensors;
+}
+
 Status RankCheckpoint::save(const std::string& dir, int64_t step, int keep, const StateOf& state_of,
                             Transport& transport) const {
   const std::string context = fmt::format("saving checkpoint {} in {}", step, dir);
   if (rank_ == 0) MOTLEY_RETURN_IF_ERROR(begin_checkpoint_save(dir, step));
   MOTLEY_RETURN_IF_ERROR(transport.barrier().with_context(context));
   const std::string partial = checkpoint_partial_directory(dir, step);
-  if (place_.replica == 0) {
+  {
     // The assemblers of each parameter build its full tensor (a collective of theirs, in the
     // order of (assemblers, name) on every member); the first of them writes it.
     std::vector<std::pair<std::vector<int>, std::string>> order;
     for (const auto& [name, p] : parameters_) {
       if (p.layer < 0 || !p.saved_here) continue;  // a tied copy
+      if (p.assemblers.empty()
+              ? place_.replica != 0
+              : !std::binary_search(p.assemblers.begin(), p.assemblers.end(), rank_)) {
+        continue;
+      }
       order.emplace_back(p.assemblers.empty() ? group_ranks_ : p.assemblers, name);
     }
     std::sort(order.begin(), order.end());
     std::map<int, TensorFile> files;
     for (const auto& [ranks, name] : order) {
       const CheckpointParameter& p = parameters_.at(name);
-      auto gather = [&](const at::Tensor& local) {
-        return gather_full(local, p.slice, ranks, transport);
-      };
-      MOTLEY_ASSIGN_OR_RETURN(at::Tensor value, gather(p.tensor.detach()));
-      std::vector<NamedTensor> tensors = {{name, value}};
-      if (const std::optional<AdamWStep::State> state = state_of(p.tensor)) {
-        MOTLEY_ASSIGN_OR_RETURN(at::Tensor avg, gather(state->exp_avg));
-        MOTLEY_ASSIGN_OR_RETURN(at::Tensor avg_sq, gather(state->exp_avg_sq));
-        tensors.push_back({name + ".exp_avg", avg});
-        tensors.push_back({name + ".exp_avg_sq", avg_sq});
-        tensors.push_back({name + ".step", at::full({1}, state->step, at::kLong)});
-      }
+      MOTLEY_ASSIGN_OR_RETURN(std::vector<NamedTensor> tensors,
+                              assemble(name, p, ranks, state_of, transport));
       if (ranks.front() != rank_) continue;
       TensorFile& file = files[p.layer];
       file.step = step;
@@ -218,6 +259,7 @@ Result<int64_t> RankCheckpoint::load(const std::string& checkpoint_dir,
   std::map<int, LayerFile> files;
   std::map<std::string, SavedParameter> saved;
   for (const auto& [name, p] : parameters_) {
+    if (p.held_elsewhere) continue;
     auto it = files.find(p.layer);
     if (it == files.end()) {
       const std::string path = layer_file(dir, p.layer);
@@ -232,6 +274,7 @@ Result<int64_t> RankCheckpoint::load(const std::string& checkpoint_dir,
     MOTLEY_ASSIGN_OR_RETURN(saved[name], saved_parameter(it->second, name, p));
   }
   for (const auto& [name, p] : parameters_) {
+    if (p.held_elsewhere) continue;
     // The checkpoint holds whole tensors (read into host memory); a tensor-parallel rank keeps
     // its rows, on its parameters' device.
     const TensorSlice& slice = p.slice;

@@ -34,10 +34,19 @@ struct CheckpointParameter {
   // Whether this rank's copy is the one written (its layer's stage runs on this rank; not so
   // for a tied head's copy of the embedding on another rank).
   bool saved_here = true;
-  // The ranks of replica 0 that assemble its full value together, increasing, the first of
-  // which writes it: every rank of the stages holding its layer (one tensor-parallel group, or
-  // the groups of a layer's vocabulary shards). Empty: this rank's tensor-parallel group.
+  // The ranks that assemble its full value together, increasing, the first of which writes it:
+  // the ranks of replica 0 running the stages holding its layer (one tensor-parallel group, or
+  // the groups of a layer's vocabulary shards); for a routed expert split over expert-parallel
+  // groups, those of the first group's replicas. Empty: this rank's tensor-parallel group. A
+  // rank that is not among them writes nothing of it.
   std::vector<int> assemblers;
+  // A routed expert another member of this rank's expert-parallel group holds (`tensor`
+  // undefined): the rank takes part in assembling it with zeros and contributes no row, and
+  // loads nothing of it.
+  bool held_elsewhere = false;
+  // A routed expert split over expert-parallel groups (held here or elsewhere): its assemblers
+  // learn together whether its holder has optimizer state.
+  bool expert_shard = false;
 };
 
 class RankCheckpoint {
@@ -73,6 +82,12 @@ class RankCheckpoint {
   // across vocabulary shards the lowest holder of each row). A collective of `ranks`.
   Result<at::Tensor> gather_full(const at::Tensor& local, const TensorSlice& slice,
                                  const std::vector<int>& ranks, Transport& transport) const;
+
+  // Parameter `name`'s full value and, where it has any, its optimizer state, as the layer file
+  // holds them: a collective of `ranks`, its assemblers.
+  Result<std::vector<NamedTensor>> assemble(const std::string& name, const CheckpointParameter& p,
+                                            const std::vector<int>& ranks, const StateOf& state_of,
+                                            Transport& transport) const;
 
   const ModelSpec& model_;
   int rank_;

@@ -120,7 +120,8 @@ class RankExecutor {
   // checkpoint.h), written by the replica-0 rank that runs the layer, then "manifest.json"
   // (format, step, model name and hash) by rank 0, which then switches the directory's pointer
   // to it. Every rank must call it; it returns once the checkpoint is complete. Replicas hold
-  // identical state, so one copy suffices. REQUIRES: keep >= 1.
+  // identical state, so one copy suffices; routed experts split over expert-parallel groups
+  // are assembled from the first group's members. REQUIRES: keep >= 1.
   Status save_checkpoint(const std::string& dir, int keep = kDefaultKeptCheckpoints);
   // Loads parameters, optimizer state and the step count from the checkpoint of the same model
   // that find_checkpoint(dir) names (the latest of a checkpoint directory, or `dir` itself when
@@ -146,5 +147,11 @@ class RankExecutor {
   explicit RankExecutor(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Whether the executor runs `plan`'s expert parallelism with its exchanges: expert_parallel > 1
+// and the replicas of every expert-parallel group have the same device-group sizes, stage
+// placement and action lists, so that the members exchange tokens in lockstep. Otherwise every
+// replica holds every expert (the same numbers, without the exchange).
+bool exchanges_experts(const Plan& plan);
 
 }  // namespace motley

@@ -6,8 +6,10 @@
 // their split forms, LM head with cross-entropy), fp32 on the CPU (under bf16 autocast,
 // precision.h, the matrix products run in bf16 and every layer's output is fp32), whole or as one
 // rank's slice of a tensor-parallel group (Megatron-LM's column / row split, vocabulary-parallel
-// embedding and cross-entropy). It does not schedule, send pipeline messages or optimize
-// (executor.h); a tensor-parallel stage calls the group's all-reduce from its forward and backward.
+// embedding and cross-entropy), its MoE layers' routed experts optionally split over an
+// expert-parallel group. It does not schedule, send pipeline messages or optimize (executor.h);
+// a tensor-parallel stage calls the group's all-reduce from its forward and backward, and an
+// expert-parallel one exchanges tokens through its group's all-reduce.
 // Thread-compatible: one rank's thread uses its modules and store.
 #pragma once
 
@@ -79,6 +81,10 @@ struct StageParameter {
   at::Tensor tensor;
   std::vector<int> layers;  // increasing
   TensorSlice slice;
+  // A routed expert's parameter split over an expert-parallel group
+  // (StageModuleOptions::expert_parallel): one member of each group holds it, and its gradient is
+  // summed over those members only.
+  bool expert_shard = false;
 };
 
 // The tensor-parallel group a stage runs on: this rank's index in it, its size, and the sum
@@ -107,12 +113,23 @@ class StageModule {
   virtual at::Tensor forward(const at::Tensor& input, const at::Tensor& targets) = 0;
   // The parameters this stage reads (from the rank's store), in increasing name order.
   virtual std::vector<StageParameter> parameters() const = 0;
+  // The routed experts' parameters that other members of the stage's expert-parallel group hold
+  // (StageModuleOptions::expert_parallel), with undefined tensors: their names, layers and the
+  // slices this rank would hold, for assembling checkpoints. Increasing name order.
+  virtual std::vector<StageParameter> held_elsewhere() const { return {}; }
 };
 
 struct StageModuleOptions {
   uint64_t seed = 0;  // layer i draws its initial weights from a generator seeded seed + i
   int64_t seq_len = 0;
   TensorParallelGroup tensor_parallel;
+  // The expert-parallel group of this rank (size 1: none): the ranks with this rank's
+  // tensor-parallel index in the groups running this stage in consecutive replicas. Member r
+  // holds routed experts [r E / e, (r + 1) E / e) of every MoE layer (E experts, e members),
+  // each split over the tensor-parallel group as without expert parallelism; `all_reduce` sums
+  // over the members, which carries the exchange of tokens (docs/executor.md). Every member must
+  // run the same actions in the same order.
+  TensorParallelGroup expert_parallel = {};
   // A vocabulary shard (plan.h, Stage): the stage is the embedding or the head alone and uses
   // its rows [vocab_begin, vocab_end) only, split evenly over the tensor-parallel group. Both 0:
   // the whole layers. An embedding shard looks up the tokens of its rows (zeros for the others;
