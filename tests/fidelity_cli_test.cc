@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -153,16 +154,30 @@ TEST(FidelityCliTest, BadInputExitsTwoWithOneMessage) {
   expect_bad_fidelity_input("--plan " + std::string(MOTLEY_TEST_DATA_DIR) + "/plan/bad-action.json",
                             "bad-action.json");
   expect_bad_fidelity_input("--plan " + kTinyPlan + " --stack megatron-1999", "megatron-1999");
-  // The executor computes whole sequences on every member of a context group, which is not
-  // what the simulator prices for it: no comparison is made.
+  // A context group whose replicas run in different orders cannot split its sequences: the
+  // executor computes whole sequences on every member, which is not what the simulator prices
+  // for it, and no comparison is made.
   const TempDir scratch("fidelity_context");
   const std::string grouped = scratch.path() + "/grouped.json";
   const RunResult made = run_binary(
       MOTLEY_BINARY,
-      "simulate --schedule 1f1b --model tiny-llama --cluster h100x8 --stages 2 --data-parallel 2 "
+      "simulate --schedule gpipe --model tiny-llama --cluster h100x8 --stages 1 --data-parallel 2 "
       "--context-parallel 2 --micro-batches 2 --out " +
           grouped);
   ASSERT_EQ(made.exit_code, 0) << made.err;
+  std::string text;
+  {
+    std::ifstream in(grouped);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::string alike = R"("same_actions_as": 0,
+      "groups": [
+        {"devices": [1]})";
+  const size_t at = text.find(alike);
+  ASSERT_NE(at, std::string::npos) << text;
+  text.replace(at, alike.size(), R"("groups": [
+        {"devices": [1], "actions": "0F1 0F0 0B0 0B1"})");
+  std::ofstream(grouped) << text;
   expect_bad_fidelity_input("--plan " + grouped, "field 'context_parallel'");
 }
 

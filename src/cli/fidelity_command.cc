@@ -207,11 +207,12 @@ Status fidelity_command(const FidelityCommandOptions& opt) {
   run.plan = opt.plan;
   MOTLEY_ASSIGN_OR_RETURN(const PlanInputs in, load_run_inputs(run));
   MOTLEY_RETURN_IF_ERROR(validate_run_inputs(in, run));
-  if (in.plan.context_parallel > 1) {
+  if (in.plan.context_parallel > 1 && !splits_sequences(in.plan)) {
     return invalid_argument(fmt::format(
-        "{}: field 'context_parallel': the executor runs context parallelism {} with every member "
-        "computing whole sequences, not the 1/{} of each that the simulator prices; compare a "
-        "plan without it (context_parallel 1)",
+        "{}: field 'context_parallel': the replicas of a context-parallel group differ in their "
+        "device groups or action orders, so the executor runs context parallelism {} with every "
+        "member computing whole sequences, not the 1/{} of each that the simulator prices; "
+        "compare a plan whose groups' replicas are alike, or one without it (context_parallel 1)",
         opt.plan, in.plan.context_parallel, in.plan.context_parallel));
   }
 

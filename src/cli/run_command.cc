@@ -898,11 +898,12 @@ Status run_command(const RunOptions& opt) {
         "every replica (the same numbers; no exchange)\n",
         opt.plan.c_str(), in.plan.expert_parallel);
   }
-  if (!opt.sequential && in.plan.context_parallel > 1) {
+  if (!opt.sequential && in.plan.context_parallel > 1 && !splits_sequences(in.plan)) {
     std::fprintf(stderr,
-                 "motley: note: %s: context parallelism %d runs here with every member of a group "
-                 "computing its group's whole sequences, each weighted 1/%d (the same numbers; no "
-                 "ring exchange)\n",
+                 "motley: note: %s: the replicas of a context-parallel group differ in their "
+                 "device groups or action orders, so context parallelism %d runs here with every "
+                 "member computing its group's whole sequences, each weighted 1/%d (the same "
+                 "numbers; no exchange)\n",
                  opt.plan.c_str(), in.plan.context_parallel, in.plan.context_parallel);
   }
   if (!opt.sequential && in.plan.zero_stage >= 2 && in.plan.replicas.size() > 1) {

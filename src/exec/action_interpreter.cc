@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "motley/exec/compute_device.h"
+#include "motley/exec/executor.h"
 #include "motley/plan/plan_json.h"
 #include "optimizer.h"
 
@@ -50,11 +51,17 @@ ActionInterpreter::ActionInterpreter(const Plan& plan, const ModelSpec& model,
       rank_(rank),
       place_(layout.place_of(rank)),
       total_micro_batches_(total_micro_batches(plan)),
+      local_seq_len_(plan.seq_len),
       first_head_shard_(static_cast<int>(plan.stages.size()) - vocab_shard_count(plan.stages)),
       first_node_(graph.group_begin(place_.replica, place_.group)),
       stages_(std::move(stages)),
       stage_params_(std::move(stage_params)),
       after_action_(std::move(after_action)) {
+  if (splits_sequences(plan)) {
+    const int c = plan.context_parallel;
+    positions_ = context_parallel_positions(plan.seq_len, c, place_.replica % c);
+    local_seq_len_ = plan.seq_len / c;
+  }
   const int32_t size = graph.group_size(place_.replica, place_.group);
   kept_.assign(size, false);
   for (int32_t v = first_node_; v < first_node_ + size; ++v) {
@@ -133,8 +140,8 @@ Status ActionInterpreter::post_receives() {
     const bool statistics = m.kind == TaskKind::kActivationMessage && is_head_shard(m.stage);
     PostedReceive posted;
     posted.buffer = at::empty(
-        statistics ? std::vector<int64_t>{plan_.micro_batch_size * plan_.seq_len, 3}
-                   : boundary_shape(model_, boundary_layer, plan_.micro_batch_size, plan_.seq_len),
+        statistics ? std::vector<int64_t>{plan_.micro_batch_size * local_seq_len_, 3}
+                   : boundary_shape(model_, boundary_layer, plan_.micro_batch_size, local_seq_len_),
         at::TensorOptions().dtype(at::kFloat).device(device_));
     MOTLEY_ASSIGN_OR_RETURN(
         posted.request, transport_.recv(posted.buffer, layout_.pipeline_source(rank_, m.group),
@@ -212,6 +219,10 @@ Status ActionInterpreter::forward(int32_t node) {
   if (module.takes_tokens() || module.produces_loss()) {
     micro_batch_tensors(tokens_, global_micro_batch(plan_, step_, place_.replica, j),
                         plan_.micro_batch_size, plan_.seq_len, &inputs, &targets);
+    if (positions_.defined()) {  // this rank's share of every sequence
+      inputs = inputs.index_select(1, positions_);
+      targets = targets.index_select(1, positions_);
+    }
     inputs = inputs.to(device_);
     targets = targets.to(device_);
   }

@@ -110,6 +110,10 @@ class ActionInterpreter {
   int rank_;
   RankPlace place_;
   int64_t total_micro_batches_;
+  // Under context parallelism (splits_sequences), the positions of this rank's tokens of every
+  // sequence (undefined otherwise), and how many it holds.
+  at::Tensor positions_;
+  int64_t local_seq_len_;
   int first_head_shard_;  // the first vocabulary shard of the head; the stage count when none
   int32_t first_node_;    // the group's actions are nodes first_node_ .. + actions_.size()
   std::vector<Action> actions_;  // the group's, in order

@@ -54,25 +54,6 @@ PlanBounds bounds_of(const Plan& plan, const ModelSpec& model) {
 
 }  // namespace
 
-bool exchanges_experts(const Plan& plan) {
-  const size_t e = static_cast<size_t>(plan.expert_parallel);
-  if (e <= 1 || plan.replicas.size() % e != 0) return false;
-  for (size_t r = 0; r < plan.replicas.size(); ++r) {
-    const Replica& lead = plan.replicas[r - r % e];
-    const Replica& member = plan.replicas[r];
-    if (member.stage_group != lead.stage_group || member.groups.size() != lead.groups.size()) {
-      return false;
-    }
-    for (size_t g = 0; g < lead.groups.size(); ++g) {
-      if (member.groups[g].devices.size() != lead.groups[g].devices.size() ||
-          member.groups[g].actions != lead.groups[g].actions) {
-        return false;
-      }
-    }
-  }
-  return true;
-}
-
 struct RankExecutor::Impl {
   Impl(const ExecOptions& o, const Plan& p, const ModelSpec& m, const TokenStream& t, Transport& tr)
       : options(o),
@@ -93,8 +74,10 @@ struct RankExecutor::Impl {
   TaskGraph graph;  // the plan's; the interpreter reads this rank's group of it
   int rank = 0;
   RankPlace place;
-  std::vector<int> group_ranks;   // this rank's tensor-parallel group
-  std::vector<int> expert_ranks;  // this rank's expert-parallel group (exchanges_experts)
+  std::vector<int> group_ranks;  // this rank's tensor-parallel group
+  // This rank's expert-parallel (exchanges_experts) or context-parallel (splits_sequences)
+  // group: the ranks of its group and index in the replicas forming the group.
+  std::vector<int> replica_group_ranks;
   ParameterStore store;
   std::map<int, std::unique_ptr<StageModule>> stages;
   std::vector<at::Tensor> all_params;  // name order
@@ -116,11 +99,15 @@ struct RankExecutor::Impl {
     if (!status.is_ok())
       throw std::runtime_error(fmt::format("tensor-parallel all-reduce: {}", status.message()));
   }
-  // The sum over this rank's expert-parallel group, which carries the MoE layers' exchanges.
-  void expert_parallel_sum(at::Tensor& t) {
-    Status status = transport.all_reduce_sum({t}, expert_ranks);
-    if (!status.is_ok())
-      throw std::runtime_error(fmt::format("expert-parallel exchange: {}", status.message()));
+  // The sum over this rank's expert- or context-parallel group, which carries the MoE layers'
+  // token exchanges or attention's gathering of keys and values.
+  void replica_group_sum(at::Tensor& t) {
+    Status status = transport.all_reduce_sum({t}, replica_group_ranks);
+    if (!status.is_ok()) {
+      throw std::runtime_error(fmt::format(
+          "{} exchange: {}", plan.expert_parallel > 1 ? "expert-parallel" : "context-parallel",
+          status.message()));
+    }
   }
   Status save_checkpoint(const std::string& dir, int keep);  // may throw c10::Error
   Status load_checkpoint(const std::string& dir);
@@ -167,9 +154,11 @@ Status RankExecutor::Impl::build() {
   place = layout.place_of(rank);
   group_ranks = layout.group_ranks(place.replica, place.group);
   const int experts_split = exchanges_experts(plan) ? plan.expert_parallel : 1;
-  for (int m = 0; m < experts_split; ++m) {
-    expert_ranks.push_back(layout.rank_of(place.replica - place.replica % experts_split + m,
-                                          place.group, place.tp_rank));
+  const int sequence_split = splits_sequences(plan) ? plan.context_parallel : 1;
+  const int members = std::max(experts_split, sequence_split);  // validation allows one of them
+  for (int m = 0; m < members; ++m) {
+    replica_group_ranks.push_back(
+        layout.rank_of(place.replica - place.replica % members + m, place.group, place.tp_rank));
   }
   const int last_stage = static_cast<int>(plan.stages.size()) - 1;
   build_task_graph(plan, lower_plan(plan), graph);
@@ -180,18 +169,17 @@ Status RankExecutor::Impl::build() {
 
   StageFactory factory = options.stage_factory;
   if (!factory) {
-    factory = [this, experts_split](int s, ParameterStore& st) {
+    factory = [this, experts_split, sequence_split, members](int s, ParameterStore& st) {
       StageModuleOptions stage_options{options.seed, plan.seq_len, {}};
       stage_options.tensor_parallel.rank = place.tp_rank;
       stage_options.tensor_parallel.size = place.tp_size;
       stage_options.tensor_parallel.all_reduce = [this](at::Tensor& t) { tensor_parallel_sum(t); };
+      const TensorParallelGroup replica_group{place.replica % members, members,
+                                              [this](at::Tensor& t) { replica_group_sum(t); }};
       if (experts_split > 1 && model_has_moe(model, plan.stages[s])) {
-        stage_options.expert_parallel.rank = place.replica % experts_split;
-        stage_options.expert_parallel.size = experts_split;
-        stage_options.expert_parallel.all_reduce = [this](at::Tensor& t) {
-          expert_parallel_sum(t);
-        };
+        stage_options.expert_parallel = replica_group;
       }
+      if (sequence_split > 1) stage_options.context_parallel = replica_group;
       stage_options.vocab_begin = plan.stages[s].vocab_begin;
       stage_options.vocab_end = plan.stages[s].vocab_end;
       return make_transformer_stage(model, plan.stages[s].layer_begin, plan.stages[s].layer_end,
@@ -290,7 +278,7 @@ Status RankExecutor::Impl::build() {
   // a process group per set, a rendezvous of its members), so that posting sums in the order
   // gradients become final cannot leave two ranks waiting for each other's set-up.
   std::set<std::vector<int>> rank_sets = {group_ranks};
-  if (expert_ranks.size() > 1) rank_sets.insert(expert_ranks);
+  if (replica_group_ranks.size() > 1) rank_sets.insert(replica_group_ranks);
   for (const std::vector<int>& ranks : buckets->rank_sets()) rank_sets.insert(ranks);
   MOTLEY_RETURN_IF_ERROR(transport.prepare_peers(interpreter->peers()));
   return transport.prepare_collectives(

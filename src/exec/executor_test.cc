@@ -204,8 +204,8 @@ TEST(Executor, DeepSeekV2LiteMiniatureMatchesReference) {
 }
 
 TEST(Executor, ContextParallelGroupsTrainAsTheirOneReplicaPlan) {
-  // Two replicas in one context group run the same four micro-batches, each weighted 1/2: the
-  // run is the one-replica plan's, and the executor matches the reference bit for bit.
+  // Two replicas in one context group run the same four micro-batches, each member half of
+  // every sequence: the run is the one-replica plan's (context_parallel_test.cc has more).
   const ModelSpec model = preset("tiny-llama");
   const Plan one = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 1});
   Plan grouped = uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 2});
@@ -216,7 +216,7 @@ TEST(Executor, ContextParallelGroupsTrainAsTheirOneReplicaPlan) {
   for (int j = 0; j < 4; ++j) {
     EXPECT_EQ(global_micro_batch(grouped, 1, 1, j), global_micro_batch(one, 1, 0, j));
   }
-  expect_matches_reference(grouped, model, Exactness::kBitIdentical);
+  testing::expect_matches_reference(grouped, model);
   auto tokens = TokenStream::from_text(synthetic_corpus(1 << 14, 3), "corpus");
   ASSERT_TRUE(tokens.is_ok());
   const WorldResult alone = run_reference(one, model, *tokens, kSteps, GradientOrder::kSequential);

@@ -183,6 +183,76 @@ struct ExchangeOverGroup : torch::autograd::Function<ExchangeOverGroup> {
 // The group a layer runs on, shared by its closures (the autograd operators keep a pointer).
 using Group = std::shared_ptr<const TensorParallelGroup>;
 
+// ---------------------------------------------------------------------------------------------
+// Context parallelism (Megatron-LM's context-parallel groups): each member of a group of c holds
+// 2 of every sequence's 2c equal chunks (context_parallel_positions) for every layer; attention
+// gathers the members' keys and values, so each member's queries see the whole sequence.
+
+// Every member's x [b, h, n, d] (fp32), concatenated along dim 2 in member order: one sum over
+// the group of a buffer of zeros in which each member writes its own. Backward: the gradient of
+// the whole is partial on each member (its queries' share), so it is summed over the group and
+// each member keeps its own part.
+struct GatherOverGroup : torch::autograd::Function<GatherOverGroup> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x,
+                            const TensorParallelGroup* group) {
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
+    const int64_t c = group->size;
+    at::Tensor buffer =
+        at::zeros({c, x.size(0), x.size(1), x.size(2), x.size(3)}, x.options().dtype(at::kFloat));
+    buffer.select(0, group->rank).copy_(x);
+    group->all_reduce(buffer);
+    return buffer.permute({1, 2, 0, 3, 4})
+        .reshape({x.size(0), x.size(1), c * x.size(2), x.size(3)});
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const TensorParallelGroup& group = group_of(ctx);
+    const at::Tensor& g = grads[0];
+    const int64_t n = g.size(2) / group.size;
+    at::Tensor parts = g.to(at::kFloat)
+                           .view({g.size(0), g.size(1), group.size, n, g.size(3)})
+                           .permute({2, 0, 1, 3, 4})
+                           .contiguous();
+    group.all_reduce(parts);
+    return {parts.select(0, group.rank), at::Tensor()};
+  }
+};
+
+// A rank's share of every sequence: its context-parallel group (size 1: whole sequences) and,
+// under context parallelism, the positions of its tokens and the order that puts the members'
+// gathered keys by position.
+struct SequenceShare {
+  Group group;
+  at::Tensor positions;  // int64 [seq_len / c], CPU
+  at::Tensor order;      // int64 [seq_len], CPU
+};
+using Sequence = std::shared_ptr<const SequenceShare>;
+
+Sequence make_sequence(const StageModuleOptions& options) {
+  auto share = std::make_shared<SequenceShare>();
+  share->group = std::make_shared<const TensorParallelGroup>(options.context_parallel);
+  const int c = options.context_parallel.size;
+  if (c > 1) {
+    share->positions =
+        context_parallel_positions(options.seq_len, c, options.context_parallel.rank);
+    std::vector<at::Tensor> all;
+    for (int m = 0; m < c; ++m) all.push_back(context_parallel_positions(options.seq_len, c, m));
+    share->order = at::argsort(at::cat(all));
+  }
+  return share;
+}
+
+// The positions of a rank's `s` tokens of every sequence.
+at::Tensor token_positions(const SequenceShare& seq, int64_t s) {
+  return seq.group->size == 1 ? at::arange(s, at::kLong) : seq.positions;
+}
+
+// x [b, h, n, d] of this rank's tokens as [b, h, seq_len, d] of every member's, by position
+// (x itself without context parallelism).
+at::Tensor whole_sequence(const SequenceShare& seq, const at::Tensor& x) {
+  if (seq.group->size == 1) return x;
+  return GatherOverGroup::apply(x, seq.group.get()).index_select(2, seq.order.to(x.device()));
+}
+
 at::Tensor copy_to(const Group& g, const at::Tensor& x) {
   return g->size == 1 ? x : CopyToGroup::apply(x, g.get());
 }
@@ -474,13 +544,13 @@ class FeedForward {
   at::Tensor w_gate_, b_gate_, w_up_, b_up_, w_down_, b_down_;
 };
 
-// x: [b, heads, s, d]; rotates pairs (i, i + d/2) by position * theta^(-2i/d).
-at::Tensor apply_rope(const at::Tensor& x) {
-  const int64_t s = x.size(2);
+// x: [b, heads, s, d]; rotates pairs (i, i + d/2) by position * theta^(-2i/d), the positions of
+// the s tokens given by `positions` (int64, CPU).
+at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& positions) {
   const int64_t d = x.size(3);
   at::Tensor inv_freq =
       at::pow(kRopeTheta, at::arange(0, d, 2, at::kDouble) / static_cast<double>(d)).reciprocal();
-  at::Tensor angles = at::outer(at::arange(s, at::kDouble), inv_freq).to(at::kFloat);
+  at::Tensor angles = at::outer(positions.to(at::kDouble), inv_freq).to(at::kFloat);
   // Computed on the CPU in double, so every device rotates by the same angles.
   at::Tensor cos = at::cat({angles.cos(), angles.cos()}, -1).to(x.device());
   at::Tensor sin = at::cat({angles.sin(), angles.sin()}, -1).to(x.device());
@@ -489,33 +559,36 @@ at::Tensor apply_rope(const at::Tensor& x) {
   return x * cos + at::cat({-x2, x1}, -1) * sin;
 }
 
-// 0 where query i may see key j, -inf elsewhere: causal (j <= i) and, with a window w,
-// i - j < w (bidirectional: |i - j| < w).
-at::Tensor attention_mask(const AttentionShape& a, int64_t s) {
-  at::Tensor i = at::arange(s, at::kLong).unsqueeze(1);
-  at::Tensor j = at::arange(s, at::kLong).unsqueeze(0);
-  at::Tensor allowed = at::ones({s, s}, at::kBool);
+// 0 where the query at position i may see the key at position j, -inf elsewhere: causal
+// (j <= i) and, with a window w, i - j < w (bidirectional: |i - j| < w). The queries' positions
+// are `queries` (int64, CPU); the keys are the whole sequence of `keys` positions.
+at::Tensor attention_mask(const AttentionShape& a, const at::Tensor& queries, int64_t keys) {
+  at::Tensor i = queries.unsqueeze(1);
+  at::Tensor j = at::arange(keys, at::kLong).unsqueeze(0);
+  at::Tensor allowed = at::ones({queries.size(0), keys}, at::kBool);
   if (a.causal) allowed = allowed.logical_and(j.le(i));
   if (a.sliding_window > 0) allowed = allowed.logical_and((i - j).abs().lt(a.sliding_window));
-  return at::zeros({s, s}, at::kFloat)
+  return at::zeros({queries.size(0), keys}, at::kFloat)
       .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
 }
 
-// Scaled dot-product attention over q, k [b, nh, s, d] and v [b, nh, s, dv] with the shape's
-// mask and, when `sinks` is defined, a learned logit per head that competes in the softmax and
-// is then dropped. Returns [b, s, nh * dv].
+// Scaled dot-product attention of q [b, nh, s, d] at positions `positions` over the whole
+// sequence's k [b, nh, S, d] and v [b, nh, S, dv] with the shape's mask and, when `sinks` is
+// defined, a learned logit per head that competes in the softmax and is then dropped. Returns
+// [b, s, nh * dv].
 at::Tensor attend(const AttentionShape& a, const at::Tensor& q, const at::Tensor& k,
-                  const at::Tensor& v, const at::Tensor& sinks) {
+                  const at::Tensor& v, const at::Tensor& sinks, const at::Tensor& positions) {
   const int64_t b = q.size(0);
   const int64_t nh = q.size(1);
   const int64_t s = q.size(2);
+  const int64_t keys = k.size(2);
   at::Tensor scores =
       at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
-  scores = scores + attention_mask(a, s).to(scores.device());
+  scores = scores + attention_mask(a, positions, keys).to(scores.device());
   at::Tensor probs;
   if (sinks.defined()) {
     at::Tensor sink = sinks.view({1, nh, 1, 1}).expand({b, nh, s, 1});
-    probs = at::softmax(at::cat({scores, sink}, -1), -1).narrow(-1, 0, s);
+    probs = at::softmax(at::cat({scores, sink}, -1), -1).narrow(-1, 0, keys);
   } else {
     probs = at::softmax(scores, -1);
   }
@@ -535,8 +608,8 @@ at::Tensor project_out(const Group& group, const at::Tensor& heads, const at::Te
 // read, [r nkv/t, (r+1) nkv/t); the output projection by the matching columns.
 class Attention {
  public:
-  Attention(Init& init, const AttentionShape& a, bool rotary)
-      : a_(a), rotary_(rotary), group_(init.group()) {
+  Attention(Init& init, const AttentionShape& a, bool rotary, Sequence seq)
+      : a_(a), rotary_(rotary), group_(init.group()), seq_(std::move(seq)) {
     v_dim_ = a.v_head_dim > 0 ? a.v_head_dim : a.head_dim;
     const int64_t t = group_->size;
     heads_ = a.num_heads / t;
@@ -575,21 +648,25 @@ class Attention {
       q = rms_norm(q, q_norm_);
       k = rms_norm(k, k_norm_);
     }
+    const at::Tensor positions = token_positions(*seq_, s);
     if (rotary_) {
-      q = apply_rope(q);
-      k = apply_rope(k);
+      q = apply_rope(q, positions);
+      k = apply_rope(k, positions);
     }
+    k = whole_sequence(*seq_, k);
+    v = whole_sequence(*seq_, v);
     if (nkv < nh) {  // grouped-query: each key/value head serves nh / nkv query heads
       k = k.repeat_interleave(nh / nkv, 1);
       v = v.repeat_interleave(nh / nkv, 1);
     }
-    return project_out(group_, attend(a_, q, k, v, sinks_), wo_, bo_);
+    return project_out(group_, attend(a_, q, k, v, sinks_, positions), wo_, bo_);
   }
 
  private:
   AttentionShape a_;
   bool rotary_;
   Group group_;
+  Sequence seq_;
   int64_t v_dim_ = 0;
   int64_t heads_ = 0;     // on this rank
   int64_t kv_heads_ = 0;  // on this rank
@@ -613,8 +690,8 @@ class Attention {
 // copy_to) are partial per rank and summed over the group.
 class LatentAttention {
  public:
-  LatentAttention(Init& init, const AttentionShape& a, bool rotary)
-      : a_(a), rotary_(rotary), group_(init.group()) {
+  LatentAttention(Init& init, const AttentionShape& a, bool rotary, Sequence seq)
+      : a_(a), rotary_(rotary), group_(init.group()), seq_(std::move(seq)) {
     v_dim_ = a.v_head_dim > 0 ? a.v_head_dim : a.head_dim;
     qk_dim_ = a.qk_nope_head_dim + a.qk_rope_head_dim;
     heads_ = a.num_heads / group_->size;
@@ -661,19 +738,23 @@ class LatentAttention {
         at::linear(latent, wkv_b_).view({b, s, nh, nope + v_dim_}).transpose(1, 2);
     const at::Tensor k_nope = kv.narrow(-1, 0, nope);
     const at::Tensor v = kv.narrow(-1, nope, v_dim_);
+    const at::Tensor positions = token_positions(*seq_, s);
     if (rotary_ && rope > 0) {
-      q_pe = apply_rope(q_pe);
-      k_pe = apply_rope(k_pe);
+      q_pe = apply_rope(q_pe, positions);
+      k_pe = apply_rope(k_pe, positions);
     }
     q = at::cat({q_nope, q_pe}, -1);
-    const at::Tensor k = at::cat({k_nope, k_pe.expand({b, nh, s, rope})}, -1);
-    return project_out(group_, attend(a_, q, k, v, sinks_), wo_, bo_);
+    const at::Tensor k =
+        whole_sequence(*seq_, at::cat({k_nope, k_pe.expand({b, nh, s, rope})}, -1));
+    return project_out(group_, attend(a_, q, k, whole_sequence(*seq_, v), sinks_, positions), wo_,
+                       bo_);
   }
 
  private:
   AttentionShape a_;
   bool rotary_;
   Group group_;
+  Sequence seq_;
   int64_t v_dim_ = 0;
   int64_t qk_dim_ = 0;
   int64_t heads_ = 0;  // on this rank
@@ -1116,8 +1197,8 @@ struct VocabRows {
 // shards to the stage after them; the shard from row 0 adds the learned positions.
 class EmbeddingLayer final : public LayerImpl {
  public:
-  EmbeddingLayer(Init& init, const EmbeddingShape& e, VocabRows rows)
-      : group_(init.group()), rows_(rows) {
+  EmbeddingLayer(Init& init, const EmbeddingShape& e, VocabRows rows, Sequence seq)
+      : group_(init.group()), rows_(rows), seq_(std::move(seq)) {
     weight_ = init.normal("weight", {e.vocab, e.hidden}, rows.held_split(group_));
     // Every shard holds the table (its gradient is summed over all of them); one adds it.
     if (e.learned_positions > 0)
@@ -1136,7 +1217,9 @@ class EmbeddingLayer final : public LayerImpl {
       h = reduce_from(group_, found);
     }
     if (positions_.defined() && rows_.used.begin == 0) {
-      h = h + positions_.narrow(0, 0, tokens.size(1));
+      h = h + (seq_->group->size == 1
+                   ? positions_.narrow(0, 0, tokens.size(1))
+                   : positions_.index_select(0, seq_->positions.to(positions_.device())));
     }
     return h;
   }
@@ -1144,6 +1227,7 @@ class EmbeddingLayer final : public LayerImpl {
  private:
   Group group_;
   VocabRows rows_;
+  Sequence seq_;
   at::Tensor weight_, positions_;
 };
 
@@ -1314,6 +1398,13 @@ Status check_layer(const ModelSpec& model, int index, const StageModuleOptions& 
   if (l.moe && l.moe->latent_size > 0) {
     return invalid_argument(fmt::format("{}: the executor runs MoE without latent_size", label));
   }
+  const int c = options.context_parallel.size;
+  if (c > 1 && (l.mamba || l.kind == LayerKind::kMamba)) {
+    return invalid_argument(fmt::format(
+        "{}: a Mamba scan carries its state along the whole sequence, so it cannot run on a "
+        "context-parallel group's share of it",
+        label));
+  }
   const int members = options.expert_parallel.size;
   if (l.moe && (members < 1 || options.expert_parallel.rank < 0 ||
                 options.expert_parallel.rank >= members || l.moe->num_experts % members != 0)) {
@@ -1392,7 +1483,8 @@ VocabRows vocab_rows(const Layer& l, bool tied, const StageModuleOptions& option
 
 std::unique_ptr<LayerImpl> build_layer(const ModelSpec& model, int index,
                                        const StageModuleOptions& options, const Group& group,
-                                       ParameterStore& store, std::vector<StageParameter>* used) {
+                                       const Sequence& seq, ParameterStore& store,
+                                       std::vector<StageParameter>* used) {
   const uint64_t seed = options.seed;
   const Layer& l = model.layers[index];
   const bool rotary =
@@ -1413,10 +1505,10 @@ std::unique_ptr<LayerImpl> build_layer(const ModelSpec& model, int index,
   auto attention = [&](Init& scope) -> ResidualLayer::Body {
     Init attn_scope = scope.scope("attn");
     if (l.attention->mla) {
-      auto attn = std::make_shared<LatentAttention>(attn_scope, *l.attention, rotary);
+      auto attn = std::make_shared<LatentAttention>(attn_scope, *l.attention, rotary, seq);
       return [attn](const at::Tensor& x) { return (*attn)(x); };
     }
-    auto attn = std::make_shared<Attention>(attn_scope, *l.attention, rotary);
+    auto attn = std::make_shared<Attention>(attn_scope, *l.attention, rotary, seq);
     return [attn](const at::Tensor& x) { return (*attn)(x); };
   };
   switch (l.kind) {
@@ -1424,8 +1516,8 @@ std::unique_ptr<LayerImpl> build_layer(const ModelSpec& model, int index,
       // With a tied head the embedding matrix (drawn first) is read by the head too.
       Init embed(store, l.name, seed + static_cast<uint64_t>(index),
                  tied >= 0 ? std::vector<int>{index, tied} : std::vector<int>{index}, group);
-      out =
-          std::make_unique<EmbeddingLayer>(embed, *l.embedding, vocab_rows(l, tied >= 0, options));
+      out = std::make_unique<EmbeddingLayer>(embed, *l.embedding, vocab_rows(l, tied >= 0, options),
+                                             seq);
       for (auto& p : embed.used()) init.used().push_back(p);
       break;
     }
@@ -1491,6 +1583,14 @@ std::unique_ptr<LayerImpl> build_layer(const ModelSpec& model, int index,
 
 }  // namespace
 
+at::Tensor context_parallel_positions(int64_t seq_len, int members, int member) {
+  if (members == 1) return at::arange(seq_len, at::kLong);
+  const int64_t n = seq_len / (2 * members);
+  const int64_t last = 2 * members - 1 - member;
+  return at::cat({at::arange(member * n, (member + 1) * n, at::kLong),
+                  at::arange(last * n, (last + 1) * n, at::kLong)});
+}
+
 Result<std::unique_ptr<StageModule>> make_transformer_stage(const ModelSpec& model, int layer_begin,
                                                             int layer_end,
                                                             const StageModuleOptions& options,
@@ -1507,12 +1607,21 @@ Result<std::unique_ptr<StageModule>> make_transformer_stage(const ModelSpec& mod
   }
   MOTLEY_RETURN_IF_ERROR(
       check_vocab_shard(model, layer_begin, layer_end, options).with_context(name));
+  const int c = options.context_parallel.size;
+  if (c < 1 || options.context_parallel.rank < 0 || options.context_parallel.rank >= c ||
+      (c > 1 && options.seq_len % (2 * c) != 0)) {
+    return invalid_argument(fmt::format(
+        "{}: a context-parallel group of {} (as member {}) splits every sequence into {} equal "
+        "chunks, which sequences of {} tokens do not give",
+        name, c, options.context_parallel.rank, 2 * c, options.seq_len));
+  }
   std::vector<std::unique_ptr<LayerImpl>> layers;
   std::vector<StageParameter> used;
   const auto group = std::make_shared<const TensorParallelGroup>(options.tensor_parallel);
   try {
+    const Sequence seq = make_sequence(options);
     for (int i = layer_begin; i < layer_end; ++i) {
-      layers.push_back(build_layer(model, i, options, group, store, &used));
+      layers.push_back(build_layer(model, i, options, group, seq, store, &used));
     }
   } catch (const std::exception& e) {
     return internal_error(fmt::format("model '{}': building layers [{}, {}): {}", model.name,
@@ -1560,7 +1669,9 @@ Result<std::function<at::Tensor()>> attention_core_runner(const Layer& layer,
       sinks = at::zeros({heads}, at::TensorOptions().dtype(at::kFloat).device(device))
                   .requires_grad_(true);
     }
-    return std::function<at::Tensor()>([a, q, k, v, sinks] { return attend(a, q, k, v, sinks); });
+    const at::Tensor positions = at::arange(seq_len, at::kLong);
+    return std::function<at::Tensor()>(
+        [a, q, k, v, sinks, positions] { return attend(a, q, k, v, sinks, positions); });
   } catch (const std::exception& e) {
     return internal_error(
         fmt::format("layer '{}': preparing its attention core: {}", layer.name, e.what()));

@@ -136,4 +136,32 @@ int64_t channel_length(const TaskGraph& graph) {
   return length;
 }
 
+namespace {
+
+// Whether consecutive replicas in groups of `degree` have the same device-group sizes, stage
+// placement and action lists, so that a group's members run in lockstep.
+bool replica_groups_alike(const Plan& plan, int degree) {
+  const size_t e = static_cast<size_t>(degree);
+  if (e <= 1 || plan.replicas.size() % e != 0) return false;
+  for (size_t r = 0; r < plan.replicas.size(); ++r) {
+    const Replica& lead = plan.replicas[r - r % e];
+    const Replica& member = plan.replicas[r];
+    if (!same_task_graph(lead, member)) return false;
+    for (size_t g = 0; g < lead.groups.size(); ++g) {
+      if (member.groups[g].devices.size() != lead.groups[g].devices.size()) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool exchanges_experts(const Plan& plan) {
+  return replica_groups_alike(plan, plan.expert_parallel);
+}
+
+bool splits_sequences(const Plan& plan) {
+  return replica_groups_alike(plan, plan.context_parallel);
+}
+
 }  // namespace motley

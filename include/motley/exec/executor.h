@@ -148,10 +148,4 @@ class RankExecutor {
   std::unique_ptr<Impl> impl_;
 };
 
-// Whether the executor runs `plan`'s expert parallelism with its exchanges: expert_parallel > 1
-// and the replicas of every expert-parallel group have the same device-group sizes, stage
-// placement and action lists, so that the members exchange tokens in lockstep. Otherwise every
-// replica holds every expert (the same numbers, without the exchange).
-bool exchanges_experts(const Plan& plan);
-
 }  // namespace motley

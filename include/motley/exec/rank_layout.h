@@ -71,6 +71,17 @@ class RankLayout {
   std::vector<std::vector<int>> stages_of_layer_;
 };
 
+// Whether the executor runs `plan`'s expert parallelism with its exchanges: expert_parallel > 1
+// and the replicas of every expert-parallel group have the same device-group sizes, stage
+// placement and action lists, so that the members exchange tokens in lockstep. Otherwise every
+// replica holds every expert (the same numbers, without the exchange).
+bool exchanges_experts(const Plan& plan);
+// Likewise for context parallelism: context_parallel > 1 and every context-parallel group's
+// replicas alike, so that each member runs its share of every sequence and attention gathers
+// the members' keys and values. Otherwise every member runs whole sequences (the same numbers,
+// without the split).
+bool splits_sequences(const Plan& plan);
+
 // Tags: bit 0 the payload (0 activation, 1 gradient), bits 1..22 the message's sequence number
 // on its channel, bits 23..30 the training step modulo 256. A link carries one channel per
 // direction and payload, so (peer, tag) names exactly one message of a step; the step bits

@@ -130,6 +130,12 @@ struct StageModuleOptions {
   // over the members, which carries the exchange of tokens (docs/executor.md). Every member must
   // run the same actions in the same order.
   TensorParallelGroup expert_parallel = {};
+  // The context-parallel group of this rank (size 1: none), formed like the expert-parallel
+  // one: member r of c holds the tokens at context_parallel_positions(seq_len, c, r) of every
+  // sequence (its input has seq_len / c tokens), and attention sums over the members to gather
+  // every member's keys and values (docs/executor.md). seq_len must be a multiple of 2c; no
+  // Mamba layer. Every member must run the same actions in the same order.
+  TensorParallelGroup context_parallel = {};
   // A vocabulary shard (plan.h, Stage): the stage is the embedding or the head alone and uses
   // its rows [vocab_begin, vocab_end) only, split evenly over the tensor-parallel group. Both 0:
   // the whole layers. An embedding shard looks up the tokens of its rows (zeros for the others;
@@ -138,6 +144,12 @@ struct StageModuleOptions {
   int64_t vocab_begin = 0;
   int64_t vocab_end = 0;
 };
+
+// The positions of member `member`'s tokens in a sequence of `seq_len` split over a
+// context-parallel group of `members`: chunks member and 2 members - 1 - member of 2 members
+// equal chunks (Megatron-LM's load-balanced split), increasing; every position for one member.
+// REQUIRES: seq_len a multiple of 2 members, 0 <= member < members.
+at::Tensor context_parallel_positions(int64_t seq_len, int members, int member);
 
 // Builds layers [layer_begin, layer_end) of `model`, taking parameters from `store`. Weights
 // depend only on (seed, layer index) — a tensor-parallel rank draws the full tensor and keeps
