@@ -63,10 +63,16 @@ void expect_members_compute_their_rows(const ModelSpec& model, int begin, int en
       auto transport = network.endpoint(r);
       ParameterStore store;
       StageModuleOptions options{7, seq_len, {}};
-      options.context_parallel = {r, c, [&](at::Tensor& t) {
-                                    Status status = transport->all_reduce_sum({t}, {0, 1});
-                                    if (!status.is_ok()) throw std::runtime_error(status.message());
-                                  }};
+      options.context_parallel = {
+          r, c,
+          [&](at::Tensor& t) {
+            Status status = transport->all_reduce_sum({t}, {0, 1});
+            if (!status.is_ok()) throw std::runtime_error(status.message());
+          },
+          [&](const std::vector<at::Tensor>& send, const std::vector<at::Tensor>& recv) {
+            Status status = transport->all_to_all(send, recv, {0, 1});
+            if (!status.is_ok()) throw std::runtime_error(status.message());
+          }};
       auto stage = make_transformer_stage(model, begin, end, options, store);
       ASSERT_TRUE(stage.is_ok()) << stage.status().message();
       const at::Tensor positions = context_parallel_positions(seq_len, c, r);
@@ -144,7 +150,9 @@ TEST(ContextParallel, GroupsWhoseReplicasDifferRunWholeSequences) {
 TEST(ContextParallel, StageRefusesMambaAndSequencesThatDoNotSplit) {
   ParameterStore store;
   StageModuleOptions options{0, 16, {}};
-  options.context_parallel = {0, 2, [](at::Tensor&) {}};
+  options.context_parallel = {
+      0, 2, [](at::Tensor&) {},
+      [](const std::vector<at::Tensor>&, const std::vector<at::Tensor>&) {}};
   auto mamba = make_transformer_stage(preset("tiny-hybrid"), 1, 2, options, store);
   ASSERT_FALSE(mamba.is_ok());
   EXPECT_EQ(

@@ -99,15 +99,21 @@ struct RankExecutor::Impl {
     if (!status.is_ok())
       throw std::runtime_error(fmt::format("tensor-parallel all-reduce: {}", status.message()));
   }
-  // The sum over this rank's expert- or context-parallel group, which carries the MoE layers'
-  // token exchanges or attention's gathering of keys and values.
+  // The sum and the all-to-all over this rank's expert- or context-parallel group, which carry
+  // the MoE layers' token exchanges or attention's gathering of keys and values; a transport
+  // failure is thrown as the action's error.
   void replica_group_sum(at::Tensor& t) {
-    Status status = transport.all_reduce_sum({t}, replica_group_ranks);
-    if (!status.is_ok()) {
-      throw std::runtime_error(fmt::format(
-          "{} exchange: {}", plan.expert_parallel > 1 ? "expert-parallel" : "context-parallel",
-          status.message()));
-    }
+    throw_if_failed(transport.all_reduce_sum({t}, replica_group_ranks));
+  }
+  void replica_group_exchange(const std::vector<at::Tensor>& send,
+                              const std::vector<at::Tensor>& recv) {
+    throw_if_failed(transport.all_to_all(send, recv, replica_group_ranks));
+  }
+  void throw_if_failed(const Status& status) const {
+    if (status.is_ok()) return;
+    throw std::runtime_error(fmt::format(
+        "{} exchange: {}", plan.expert_parallel > 1 ? "expert-parallel" : "context-parallel",
+        status.message()));
   }
   Status save_checkpoint(const std::string& dir, int keep);  // may throw c10::Error
   Status load_checkpoint(const std::string& dir);
@@ -174,8 +180,11 @@ Status RankExecutor::Impl::build() {
       stage_options.tensor_parallel.rank = place.tp_rank;
       stage_options.tensor_parallel.size = place.tp_size;
       stage_options.tensor_parallel.all_reduce = [this](at::Tensor& t) { tensor_parallel_sum(t); };
-      const TensorParallelGroup replica_group{place.replica % members, members,
-                                              [this](at::Tensor& t) { replica_group_sum(t); }};
+      const TensorParallelGroup replica_group{
+          place.replica % members, members, [this](at::Tensor& t) { replica_group_sum(t); },
+          [this](const std::vector<at::Tensor>& send, const std::vector<at::Tensor>& recv) {
+            replica_group_exchange(send, recv);
+          }};
       if (experts_split > 1 && model_has_moe(model, plan.stages[s])) {
         stage_options.expert_parallel = replica_group;
       }

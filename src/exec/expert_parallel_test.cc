@@ -111,6 +111,8 @@ TEST(ExpertParallel, StageRefusesAGroupTheExpertsDoNotDivide) {
   StageModuleOptions options{0, 16, {}};
   options.expert_parallel.size = 3;
   options.expert_parallel.all_reduce = [](at::Tensor&) {};
+  options.expert_parallel.all_to_all = [](const std::vector<at::Tensor>&,
+                                          const std::vector<at::Tensor>&) {};
   auto stage = make_transformer_stage(model, 1, 2, options, store);
   ASSERT_FALSE(stage.is_ok());
   EXPECT_EQ(stage.status().message(),

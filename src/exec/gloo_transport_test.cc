@@ -12,6 +12,8 @@
 #include <map>
 #include <thread>
 
+#include "test_util.h"
+
 namespace motley {
 namespace {
 
@@ -87,6 +89,13 @@ TEST(GlooTransport, SendRecvMatchByTagAndSubsetAllReduce) {
   EXPECT_TRUE(at::equal(sums[0], at::full({2, 3}, 0.0f)));
   EXPECT_TRUE(at::equal(sums[1], at::full({2, 3}, 3.0f)));
   EXPECT_TRUE(at::equal(sums[2], at::full({2, 3}, 3.0f)));
+}
+
+TEST(GlooTransport, AllToAllOverASubsetDeliversEveryBlock) {
+  run_gloo_ranks(3, Seconds(20), [&](int rank, Transport& t) {
+    testing::expect_all_to_all_delivers(rank, t);
+    EXPECT_TRUE(t.barrier().is_ok());
+  });
 }
 
 TEST(GlooTransport, ReceiveTimesOutNamingPeerAndMessage) {

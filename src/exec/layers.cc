@@ -107,10 +107,9 @@ struct SumOverGroup : torch::autograd::Function<SumOverGroup> {
 
 // The all-to-all of a group whose members each have `per` blocks for every member: block
 // j * per + k of `send` (rows of width `width`, fp32) goes to member j, where it is block
-// i * per + k of what `exchange_blocks` returns, i the sender. The transports offer sums only:
-// every member writes its blocks at their place in one buffer of zeros and the sum fills it
-// (adding zeros is exact), so every member receives every block, e times an all-to-all's volume.
-// Block sizes travel first, in a sum of their own.
+// i * per + k of what `exchange_blocks` returns, i the sender. The blocks' row counts travel
+// first, in a sum over the group, so each member knows how to split what it receives; then
+// each member's blocks for one member go to it end to end, in one all-to-all.
 variable_list exchange_blocks(const TensorParallelGroup& g, at::TensorList send, int64_t per,
                               int64_t width) {
   const int64_t e = g.size;
@@ -124,22 +123,21 @@ variable_list exchange_blocks(const TensorParallelGroup& g, at::TensorList send,
   g.all_reduce(counts);
   const at::Tensor rows = counts.to(at::kCPU, at::kLong).contiguous();
   const auto n = rows.accessor<int64_t, 2>();
-  std::vector<int64_t> offset(static_cast<size_t>(e * blocks) + 1, 0);
-  for (int64_t i = 0; i < e; ++i) {
-    for (int64_t b = 0; b < blocks; ++b) {
-      offset[i * blocks + b + 1] = offset[i * blocks + b] + n[i][b];
-    }
+  std::vector<at::Tensor> outgoing, incoming;
+  for (int64_t j = 0; j < e; ++j) {
+    outgoing.push_back(at::cat(send.slice(j * per, per), 0).contiguous());
+    int64_t from = 0;
+    for (int64_t k = 0; k < per; ++k) from += n[j][g.rank * per + k];
+    incoming.push_back(at::empty({from, width}, options));
   }
-  at::Tensor buffer = at::zeros({offset.back(), width}, options);
-  for (int64_t b = 0; b < blocks; ++b) {
-    buffer.narrow(0, offset[g.rank * blocks + b], n[g.rank][b]).copy_(send[b]);
-  }
-  g.all_reduce(buffer);
+  g.all_to_all(outgoing, incoming);
   variable_list received;
   for (int64_t i = 0; i < e; ++i) {
+    int64_t offset = 0;
     for (int64_t k = 0; k < per; ++k) {
-      const int64_t b = g.rank * per + k;
-      received.push_back(buffer.narrow(0, offset[i * blocks + b], n[i][b]).clone());
+      const int64_t count = n[i][g.rank * per + k];
+      received.push_back(incoming[i].narrow(0, offset, count));
+      offset += count;
     }
   }
   return received;
@@ -188,32 +186,40 @@ using Group = std::shared_ptr<const TensorParallelGroup>;
 // 2 of every sequence's 2c equal chunks (context_parallel_positions) for every layer; attention
 // gathers the members' keys and values, so each member's queries see the whole sequence.
 
-// Every member's x [b, h, n, d] (fp32), concatenated along dim 2 in member order: one sum over
-// the group of a buffer of zeros in which each member writes its own. Backward: the gradient of
-// the whole is partial on each member (its queries' share), so it is summed over the group and
-// each member keeps its own part.
+// Every member's x [b, h, n, d] (fp32), concatenated along dim 2 in member order: an
+// all-gather, as an all-to-all sending x to every member. Backward: the gradient of the whole is
+// partial on each member (its queries' share), so each member sends every member the part for
+// that member's rows and sums the parts it receives, in member order (a reduce-scatter).
 struct GatherOverGroup : torch::autograd::Function<GatherOverGroup> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x,
                             const TensorParallelGroup* group) {
     ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
     const int64_t c = group->size;
-    at::Tensor buffer =
-        at::zeros({c, x.size(0), x.size(1), x.size(2), x.size(3)}, x.options().dtype(at::kFloat));
-    buffer.select(0, group->rank).copy_(x);
-    group->all_reduce(buffer);
-    return buffer.permute({1, 2, 0, 3, 4})
+    const at::Tensor mine = x.to(at::kFloat).contiguous();
+    std::vector<at::Tensor> parts;
+    for (int64_t m = 0; m < c; ++m) parts.push_back(at::empty_like(mine));
+    group->all_to_all(std::vector<at::Tensor>(static_cast<size_t>(c), mine), parts);
+    return at::stack(parts)
+        .permute({1, 2, 0, 3, 4})
         .reshape({x.size(0), x.size(1), c * x.size(2), x.size(3)});
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const TensorParallelGroup& group = group_of(ctx);
     const at::Tensor& g = grads[0];
     const int64_t n = g.size(2) / group.size;
-    at::Tensor parts = g.to(at::kFloat)
-                           .view({g.size(0), g.size(1), group.size, n, g.size(3)})
-                           .permute({2, 0, 1, 3, 4})
-                           .contiguous();
-    group.all_reduce(parts);
-    return {parts.select(0, group.rank), at::Tensor()};
+    const at::Tensor theirs = g.to(at::kFloat)
+                                  .reshape({g.size(0), g.size(1), group.size, n, g.size(3)})
+                                  .permute({2, 0, 1, 3, 4})
+                                  .contiguous();
+    std::vector<at::Tensor> outgoing, incoming;
+    for (int64_t m = 0; m < group.size; ++m) {
+      outgoing.push_back(theirs.select(0, m));
+      incoming.push_back(at::empty_like(outgoing.back()));
+    }
+    group.all_to_all(outgoing, incoming);
+    at::Tensor sum = incoming[0];
+    for (size_t m = 1; m < incoming.size(); ++m) sum = sum + incoming[m];
+    return {sum, at::Tensor()};
   }
 };
 
@@ -1607,6 +1613,14 @@ Result<std::unique_ptr<StageModule>> make_transformer_stage(const ModelSpec& mod
   }
   MOTLEY_RETURN_IF_ERROR(
       check_vocab_shard(model, layer_begin, layer_end, options).with_context(name));
+  for (const auto& [group, what] : {std::pair{&options.expert_parallel, "expert"},
+                                    std::pair{&options.context_parallel, "context"}}) {
+    if (group->size > 1 && (!group->all_reduce || !group->all_to_all)) {
+      return invalid_argument(
+          fmt::format("{}: a {}-parallel group of {} needs its all-reduce and all-to-all", name,
+                      what, group->size));
+    }
+  }
   const int c = options.context_parallel.size;
   if (c < 1 || options.context_parallel.rank < 0 || options.context_parallel.rank >= c ||
       (c > 1 && options.seq_len % (2 * c) != 0)) {

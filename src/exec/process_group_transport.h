@@ -182,6 +182,51 @@ class ProcessGroupTransport final : public Transport {
     }
   }
 
+  // One c10d all-to-all of the blocks laid end to end, split by their row counts.
+  Status all_to_all(const std::vector<at::Tensor>& send, const std::vector<at::Tensor>& recv,
+                    const std::vector<int>& ranks) override {
+    MOTLEY_RETURN_IF_ERROR(check_rank_set(rank(), ranks));
+    const std::string description =
+        fmt::format("rank {}: all-to-all over ranks {{{}}}", rank(), ranks_key(ranks));
+    if (send.size() != ranks.size() || recv.size() != ranks.size()) {
+      return invalid_argument(fmt::format("{}: one block per member expected, got {} and {}",
+                                          description, send.size(), recv.size()));
+    }
+    try {
+      if (ranks.size() == 1) {
+        recv[0].copy_(send[0]);
+        return Status::ok();
+      }
+      MOTLEY_ASSIGN_OR_RETURN(Group * group, subgroup(ranks));
+      std::vector<int64_t> send_rows, recv_rows;
+      std::vector<at::Tensor> flat;
+      for (const at::Tensor& t : send) {
+        send_rows.push_back(t.size(0));
+        flat.push_back(t.contiguous());
+      }
+      int64_t received = 0;
+      for (const at::Tensor& t : recv) {
+        recv_rows.push_back(t.size(0));
+        received += t.size(0);
+      }
+      at::Tensor input = staged(at::cat(flat, 0));
+      std::vector<int64_t> shape = recv[0].sizes().vec();
+      shape[0] = received;
+      at::Tensor output = at::empty(shape, input.options());
+      auto work = group->alltoall_base(output, input, recv_rows, send_rows);
+      auto finish = [recv, output] {
+        int64_t offset = 0;
+        for (const at::Tensor& t : recv) {
+          t.copy_(output.narrow(0, offset, t.size(0)));
+          offset += t.size(0);
+        }
+      };
+      return WorkRequest(std::move(work), config_.transport.timeout, description, finish).wait();
+    } catch (const std::exception& e) {
+      return io_error(fmt::format("{} failed: {}", description, first_line(e.what())));
+    }
+  }
+
   Status prepare_collectives(const std::vector<std::vector<int>>& sets) override {
     const SetupTimeout setup(config_);
     for (const std::vector<int>& ranks : sets) {

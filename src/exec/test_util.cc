@@ -317,6 +317,25 @@ void expect_matches_reference(const Plan& plan, const ModelSpec& model, int step
   }
 }
 
+void expect_all_to_all_delivers(int rank, Transport& transport) {
+  if (rank == 1) return;
+  const std::vector<int> ranks = {0, 2};
+  const int me = rank / 2;
+  // Member i sends member j (i + 2 j + 1) % 4 rows: 1, 3, 2, 0 for (0,0), (0,1), (1,0), (1,1).
+  auto rows = [](int i, int j) { return static_cast<int64_t>((i + 2 * j + 1) % 4); };
+  auto block = [&](int i, int j) {
+    return at::arange(rows(i, j) * 3, at::kFloat).view({rows(i, j), 3}) + 100.0 * i + 10.0 * j;
+  };
+  std::vector<at::Tensor> send, recv;
+  for (int j = 0; j < 2; ++j) send.push_back(block(me, j));
+  for (int i = 0; i < 2; ++i) recv.push_back(at::full({rows(i, me), 3}, -1.0f));
+  const Status status = transport.all_to_all(send, recv, ranks);
+  ASSERT_TRUE(status.is_ok()) << status.message();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(at::equal(recv[i], block(i, me))) << "rank " << rank << " from member " << i;
+  }
+}
+
 void expect_checkpoints_resume_across(const Plan& first, const Plan& second, const ModelSpec& model,
                                       const std::string& name) {
   single_threaded();

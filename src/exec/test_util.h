@@ -81,6 +81,11 @@ void expect_matches_reference(const Plan& plan, const ModelSpec& model, int step
 // The same after one step and after kSteps.
 void expect_matches_reference(const Plan& plan, const ModelSpec& model);
 
+// Rank `rank`'s part of an all-to-all over ranks {0, 2} of a world of three (rank 1 takes no
+// part), with blocks of 0 to 3 rows of width 3, each element naming its sender, receiver and
+// row; EXPECTs every block received to be the one sent.
+void expect_all_to_all_delivers(int rank, Transport& transport);
+
 // A checkpoint of one plan resumed under another: trains `first` for four steps; then, afresh,
 // two steps saving a checkpoint into a temporary directory named `name`, resumed under `second`
 // for two more, whose losses must be the uninterrupted run's (relative 1e-5). Then the same with

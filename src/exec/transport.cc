@@ -60,6 +60,9 @@ struct MessageSlot {
 
 struct CollectiveCall {
   std::vector<std::vector<at::Tensor>> inputs;  // per member position
+  // An all-to-all's receive buffers per member position (empty for an all-reduce).
+  std::vector<std::vector<at::Tensor>> outputs;
+  bool exchange = false;
   std::vector<bool> arrived;
   int num_arrived = 0;
   int num_departed = 0;
@@ -189,7 +192,7 @@ class CollectiveRequest final : public TransportRequest {
       }
       call.done = true;
       const std::string where =
-          fmt::format("in all-reduce #{} over ranks {}; not arrived: rank(s) {}", key_.second,
+          fmt::format("in collective #{} over ranks {}; not arrived: rank(s) {}", key_.second,
                       format_ranks(ranks), fmt::join(missing, ", "));
       call.status = io_error(
           woken ? fmt::format("rank {}: stopped {}: {}", rank_, where, state_->shutdown.message())
@@ -238,25 +241,20 @@ class InProcessTransport final : public Transport {
 
   Result<std::unique_ptr<TransportRequest>> all_reduce_sum_async(
       const std::vector<at::Tensor>& tensors, const std::vector<int>& ranks) override {
-    MOTLEY_RETURN_IF_ERROR(check_rank_set(rank_, ranks));
-    auto self = std::find(ranks.begin(), ranks.end(), rank_);
-    if (ranks.size() == 1) return std::unique_ptr<TransportRequest>(new CompletedRequest());
-    const size_t position = static_cast<size_t>(self - ranks.begin());
-    std::lock_guard<std::mutex> lock(state_->mu);
-    const int64_t index = state_->calls_made[rank_][ranks]++;
-    const auto key = std::make_pair(ranks, index);
-    CollectiveCall& call = state_->collectives[key];
-    if (call.inputs.empty()) {
-      call.inputs.resize(ranks.size());
-      call.arrived.assign(ranks.size(), false);
+    return post_collective(tensors, {}, ranks, /*exchange=*/false);
+  }
+
+  // Each member's blocks copied straight into the others' buffers.
+  Status all_to_all(const std::vector<at::Tensor>& send, const std::vector<at::Tensor>& recv,
+                    const std::vector<int>& ranks) override {
+    if (send.size() != ranks.size() || recv.size() != ranks.size()) {
+      return invalid_argument(fmt::format(
+          "rank {}: an all-to-all over ranks {} takes one block per member, got {} to send and "
+          "{} to receive",
+          rank_, format_ranks(ranks), send.size(), recv.size()));
     }
-    call.inputs[position] = tensors;
-    call.arrived[position] = true;
-    if (++call.num_arrived == static_cast<int>(ranks.size()) && !call.done) {
-      reduce(call, ranks);
-      state_->cv.notify_all();
-    }
-    return std::unique_ptr<TransportRequest>(new CollectiveRequest(state_, key, rank_));
+    MOTLEY_ASSIGN_OR_RETURN(auto request, post_collective(send, recv, ranks, /*exchange=*/true));
+    return request->wait();
   }
 
   Status barrier() override {
@@ -266,6 +264,76 @@ class InProcessTransport final : public Transport {
   }
 
  private:
+  // Posts this member's part of a collective over `ranks`: an all-reduce of `inputs`, or an
+  // all-to-all of `inputs` into `outputs` (`exchange`). The last member to post completes it.
+  Result<std::unique_ptr<TransportRequest>> post_collective(const std::vector<at::Tensor>& inputs,
+                                                            const std::vector<at::Tensor>& outputs,
+                                                            const std::vector<int>& ranks,
+                                                            bool exchange) {
+    MOTLEY_RETURN_IF_ERROR(check_rank_set(rank_, ranks));
+    auto self = std::find(ranks.begin(), ranks.end(), rank_);
+    if (ranks.size() == 1) {
+      if (exchange) outputs[0].copy_(inputs[0]);
+      return std::unique_ptr<TransportRequest>(new CompletedRequest());
+    }
+    const size_t position = static_cast<size_t>(self - ranks.begin());
+    std::lock_guard<std::mutex> lock(state_->mu);
+    const int64_t index = state_->calls_made[rank_][ranks]++;
+    const auto key = std::make_pair(ranks, index);
+    CollectiveCall& call = state_->collectives[key];
+    if (call.inputs.empty()) {
+      call.inputs.resize(ranks.size());
+      call.outputs.resize(ranks.size());
+      call.arrived.assign(ranks.size(), false);
+      call.exchange = exchange;
+    }
+    call.inputs[position] = inputs;
+    call.outputs[position] = outputs;
+    call.arrived[position] = true;
+    if (call.exchange != exchange && call.status.is_ok()) {
+      call.status = invalid_argument(
+          fmt::format("collective #{} over ranks {}: rank {} posted an {} where another member "
+                      "posted an {}",
+                      index, format_ranks(ranks), rank_, exchange ? "all-to-all" : "all-reduce",
+                      exchange ? "all-reduce" : "all-to-all"));
+    }
+    if (++call.num_arrived == static_cast<int>(ranks.size()) && !call.done) {
+      if (!call.status.is_ok()) {
+        call.done = true;
+      } else if (call.exchange) {
+        exchange_blocks(call, ranks);
+      } else {
+        reduce(call, ranks);
+      }
+      state_->cv.notify_all();
+    }
+    return std::unique_ptr<TransportRequest>(new CollectiveRequest(state_, key, rank_));
+  }
+
+  // Member i's block j into member j's buffer i, once every block was checked against its
+  // buffer.
+  static void exchange_blocks(CollectiveCall& call, const std::vector<int>& ranks) {
+    call.done = true;
+    const size_t n = ranks.size();
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < n; ++j) {
+        const at::Tensor& block = call.inputs[i][j];
+        const at::Tensor& buffer = call.outputs[j][i];
+        if (block.sizes() != buffer.sizes() || block.scalar_type() != buffer.scalar_type()) {
+          call.status = invalid_argument(fmt::format(
+              "all-to-all over ranks {}: rank {} sends rank {} a block of shape [{}], which "
+              "posted a buffer of shape [{}] for it",
+              format_ranks(ranks), ranks[i], ranks[j], fmt::join(block.sizes(), ", "),
+              fmt::join(buffer.sizes(), ", ")));
+          return;
+        }
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < n; ++j) call.outputs[j][i].copy_(call.inputs[i][j]);
+    }
+  }
+
   // Sums in member order into a fresh tensor, then copies it to every member, so all members
   // hold the same bits.
   static void reduce(CollectiveCall& call, const std::vector<int>& ranks) {
@@ -340,6 +408,43 @@ Status Transport::all_reduce_sum(const std::vector<at::Tensor>& tensors,
                                  const std::vector<int>& ranks) {
   MOTLEY_ASSIGN_OR_RETURN(auto request, all_reduce_sum_async(tensors, ranks));
   return request->wait();
+}
+
+Status Transport::all_to_all(const std::vector<at::Tensor>& send,
+                             const std::vector<at::Tensor>& recv, const std::vector<int>& ranks) {
+  MOTLEY_RETURN_IF_ERROR(check_rank_set(rank(), ranks));
+  const int64_t n = static_cast<int64_t>(ranks.size());
+  if (static_cast<int64_t>(send.size()) != n || static_cast<int64_t>(recv.size()) != n) {
+    return invalid_argument(fmt::format(
+        "rank {}: an all-to-all over ranks {} takes one block per member, got {} to send and {} "
+        "to receive",
+        rank(), format_ranks(ranks), send.size(), recv.size()));
+  }
+  const int64_t me = std::find(ranks.begin(), ranks.end(), rank()) - ranks.begin();
+  // Every block's row count, then every block at its place in one buffer.
+  at::Tensor counts = at::zeros({n, n}, send[0].options().dtype(at::kDouble));
+  for (int64_t j = 0; j < n; ++j) counts[me][j] = static_cast<double>(send[j].size(0));
+  MOTLEY_RETURN_IF_ERROR(all_reduce_sum({counts}, ranks));
+  const at::Tensor rows = counts.to(at::kCPU, at::kLong).contiguous();
+  const auto count = rows.accessor<int64_t, 2>();
+  int64_t width = 1;  // a row's elements
+  for (int64_t d = 1; d < send[0].dim(); ++d) width *= send[0].size(d);
+  std::vector<int64_t> offset(static_cast<size_t>(n * n) + 1, 0);
+  for (int64_t k = 0; k < n * n; ++k) offset[k + 1] = offset[k] + count[k / n][k % n];
+  at::Tensor buffer = at::zeros({offset.back(), width}, send[0].options());
+  for (int64_t j = 0; j < n; ++j) {
+    buffer.narrow(0, offset[me * n + j], count[me][j]).copy_(send[j].reshape({-1, width}));
+  }
+  MOTLEY_RETURN_IF_ERROR(all_reduce_sum({buffer}, ranks));
+  for (int64_t i = 0; i < n; ++i) {
+    if (recv[i].size(0) != count[i][me]) {
+      return invalid_argument(fmt::format(
+          "all-to-all over ranks {}: rank {} sends rank {} {} rows, which posted a buffer of {}",
+          format_ranks(ranks), ranks[i], rank(), count[i][me], recv[i].size(0)));
+    }
+    recv[i].copy_(buffer.narrow(0, offset[i * n + me], count[i][me]).view(recv[i].sizes()));
+  }
+  return Status::ok();
 }
 
 Status check_rank_set(int rank, const std::vector<int>& ranks) {

@@ -7,6 +7,8 @@
 #include <functional>
 #include <thread>
 
+#include "test_util.h"
+
 namespace motley {
 namespace {
 
@@ -144,6 +146,39 @@ TEST(InProcessTransport, AllReduceSumsOverOverlappingSubsets) {
   EXPECT_TRUE(at::equal(b[2], at::full({1}, 50.0f)));
 }
 
+TEST(InProcessTransport, AllToAllDeliversEveryBlockToItsMember) {
+  InProcessNetwork network(3);
+  run_ranks(network, [&](int rank, Transport& t) { testing::expect_all_to_all_delivers(rank, t); });
+}
+
+TEST(InProcessTransport, TheDefaultAllToAllThroughSumsDeliversTheSame) {
+  // A wrapper that leaves all_to_all to Transport's own: block sizes, then blocks, in sums.
+  InProcessNetwork network(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&network, r] {
+      testing::DelayingTransport wrapped(network.endpoint(r), static_cast<uint64_t>(r));
+      testing::expect_all_to_all_delivers(r, wrapped);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(InProcessTransport, AnAllToAllBufferOfTheWrongSizeFailsNamingBothRanks) {
+  InProcessNetwork network(2);
+  std::vector<Status> results(2);
+  run_ranks(network, [&](int rank, Transport& t) {
+    const std::vector<at::Tensor> send = {at::ones({2, 3}), at::ones({2, 3})};
+    const std::vector<at::Tensor> recv = {at::zeros({2, 3}), at::zeros({rank == 0 ? 1 : 2, 3})};
+    results[rank] = t.all_to_all(send, recv, {0, 1});
+  });
+  for (const Status& s : results) {
+    EXPECT_EQ(s.message(),
+              "all-to-all over ranks {0, 1}: rank 1 sends rank 0 a block of shape [2, 3], which "
+              "posted a buffer of shape [1, 3] for it");
+  }
+}
+
 TEST(InProcessTransport, RepeatedAllReducesOnOneSetStayInStep) {
   InProcessNetwork network(2);
   std::vector<float> results(2);
@@ -161,7 +196,7 @@ TEST(InProcessTransport, AllReduceTimesOutNamingTheMissingRank) {
   auto t0 = network.endpoint(0);
   Status status = t0->all_reduce_sum({at::ones({1})}, {0, 2});
   EXPECT_EQ(status.message(),
-            "rank 0: timed out after 0.05 s in all-reduce #0 over ranks {0, 2}; not arrived: "
+            "rank 0: timed out after 0.05 s in collective #0 over ranks {0, 2}; not arrived: "
             "rank(s) 2");
   EXPECT_EQ(t0->all_reduce_sum({at::ones({1})}, {2, 0}).code(), StatusCode::kInvalidArgument);
 }
@@ -182,7 +217,7 @@ TEST(InProcessTransport, ShutDownReleasesWaitersWithTheReason) {
             "rank 1: stopped waiting to receive the gradient of stage 1, micro-batch 0 from rank 0 "
             "(tag 4): rank 2 failed");
   EXPECT_EQ(reduce_status.message(),
-            "rank 1: stopped in all-reduce #0 over ranks {1, 2}; not arrived: rank(s) 2: rank 2 "
+            "rank 1: stopped in collective #0 over ranks {1, 2}; not arrived: rank(s) 2: rank 2 "
             "failed");
 }
 

@@ -96,6 +96,10 @@ struct TensorParallelGroup {
   int rank = 0;
   int size = 1;
   std::function<void(at::Tensor&)> all_reduce;  // in place; needed when size > 1
+  // Transport::all_to_all over the group: send[j] to member j, recv[i] from member i. Needed
+  // by an expert- or context-parallel group of size > 1.
+  std::function<void(const std::vector<at::Tensor>& send, const std::vector<at::Tensor>& recv)>
+      all_to_all = {};
 };
 
 class StageModule {

@@ -1,5 +1,6 @@
 // Transport: the executor's seam to the network — asynchronous point-to-point tensor messages
-// matched exactly by (peer rank, tag), a sum all-reduce over any subset of ranks, and a barrier.
+// matched exactly by (peer rank, tag), a sum all-reduce and an all-to-all over any subset of
+// ranks, and a barrier.
 // It knows nothing of plans or stages (the executor derives tags from the lowered plan, see
 // rank_layout.h); implementations: the endpoints of an InProcessNetwork (ranks as threads, for
 // tests) and GlooTransport (gloo_transport.h: c10d ProcessGroupGloo over TCP). One Transport object
@@ -87,6 +88,16 @@ class Transport {
   // could wait on a rank that waits on this one's next message.)
   virtual Result<std::unique_ptr<TransportRequest>> all_reduce_sum_async(
       const std::vector<at::Tensor>& tensors, const std::vector<int>& ranks) = 0;
+  // An all-to-all over `ranks` (sorted, distinct, containing this rank): `send[j]` goes to the
+  // j-th member of `ranks`, and `recv[i]` (preallocated, contiguous) receives what the i-th
+  // member sends this one. Every block has one dtype and, after its first dimension, one shape
+  // on every member, and member i's send[j] has as many rows as member j's recv[i]. Members
+  // call a set's all-to-alls and all-reduces in the same order; blocking, like all_reduce_sum.
+  // The default moves the blocks through two all_reduce_sum calls (the blocks' row counts, then
+  // a buffer of zeros in which each member writes its own), so every member receives every
+  // block: a wrapper that does not override it still exchanges correctly.
+  virtual Status all_to_all(const std::vector<at::Tensor>& send,
+                            const std::vector<at::Tensor>& recv, const std::vector<int>& ranks);
   // Sets up whatever the transport needs for collectives over each of `sets` (Gloo: one process
   // group per set), in the given order; members call it with their sets in one agreed order
   // (the executor: increasing). A collective over a set not prepared is set up on first use.
