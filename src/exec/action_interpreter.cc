@@ -10,7 +10,6 @@
 #include <tuple>
 
 #include "motley/exec/compute_device.h"
-#include "motley/exec/executor.h"
 #include "motley/plan/plan_json.h"
 #include "optimizer.h"
 

@@ -27,8 +27,6 @@
 namespace motley {
 namespace {
 
-// What the plan's indices are checked against: the model's layers, and the devices its groups
-// name (the executor has no cluster, only one rank per device listed).
 // Whether stage `stage`'s layers include a mixture of experts.
 bool model_has_moe(const ModelSpec& model, const Stage& stage) {
   for (int l = stage.layer_begin; l < stage.layer_end; ++l) {
@@ -37,6 +35,8 @@ bool model_has_moe(const ModelSpec& model, const Stage& stage) {
   return false;
 }
 
+// What the plan's indices are checked against: the model's layers, and the devices its groups
+// name (the executor has no cluster, only one rank per device listed).
 PlanBounds bounds_of(const Plan& plan, const ModelSpec& model) {
   PlanBounds bounds;
   bounds.num_layers = static_cast<int>(model.layers.size());
