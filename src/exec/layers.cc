@@ -1,7 +1,8 @@
 // The transformer layers the executor runs, written with ATen operations on explicit weight
 // tensors (no torch::nn modules, so parameters live in the rank's ParameterStore under stable
 // names and their initial values depend only on the layer's seed), whole or split over a
-// tensor-parallel group. fp32 throughout.
+// tensor-parallel group, with the routed experts split over an expert-parallel group and every
+// sequence over a context-parallel one. fp32 throughout.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>

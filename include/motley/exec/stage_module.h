@@ -9,7 +9,7 @@
 // embedding and cross-entropy), its MoE layers' routed experts optionally split over an
 // expert-parallel group. It does not schedule, send pipeline messages or optimize (executor.h);
 // a tensor-parallel stage calls the group's all-reduce from its forward and backward, and an
-// expert-parallel one exchanges tokens through its group's all-reduce.
+// expert- or context-parallel one its group's all-to-all (and, for experts, all-reduce).
 // Thread-compatible: one rank's thread uses its modules and store.
 #pragma once
 
@@ -130,15 +130,15 @@ struct StageModuleOptions {
   // The expert-parallel group of this rank (size 1: none): the ranks with this rank's
   // tensor-parallel index in the groups running this stage in consecutive replicas. Member r
   // holds routed experts [r E / e, (r + 1) E / e) of every MoE layer (E experts, e members),
-  // each split over the tensor-parallel group as without expert parallelism; `all_reduce` sums
-  // over the members, which carries the exchange of tokens (docs/executor.md). Every member must
-  // run the same actions in the same order.
+  // each split over the tensor-parallel group as without expert parallelism; tokens go to their
+  // experts' members and back by `all_to_all`, after `all_reduce` has summed the block sizes
+  // (docs/executor.md). Every member must run the same actions in the same order.
   TensorParallelGroup expert_parallel = {};
   // The context-parallel group of this rank (size 1: none), formed like the expert-parallel
   // one: member r of c holds the tokens at context_parallel_positions(seq_len, c, r) of every
-  // sequence (its input has seq_len / c tokens), and attention sums over the members to gather
-  // every member's keys and values (docs/executor.md). seq_len must be a multiple of 2c; no
-  // Mamba layer. Every member must run the same actions in the same order.
+  // sequence (its input has seq_len / c tokens), and attention gathers every member's keys and
+  // values by `all_to_all` (docs/executor.md). seq_len must be a multiple of 2c; no Mamba
+  // layer. Every member must run the same actions in the same order.
   TensorParallelGroup context_parallel = {};
   // A vocabulary shard (plan.h, Stage): the stage is the embedding or the head alone and uses
   // its rows [vocab_begin, vocab_end) only, split evenly over the tensor-parallel group. Both 0:
