@@ -185,13 +185,9 @@ class ProcessGroupTransport final : public Transport {
   // One c10d all-to-all of the blocks laid end to end, split by their row counts.
   Status all_to_all(const std::vector<at::Tensor>& send, const std::vector<at::Tensor>& recv,
                     const std::vector<int>& ranks) override {
-    MOTLEY_RETURN_IF_ERROR(check_rank_set(rank(), ranks));
+    MOTLEY_RETURN_IF_ERROR(check_all_to_all(rank(), send, recv, ranks));
     const std::string description =
         fmt::format("rank {}: all-to-all over ranks {{{}}}", rank(), ranks_key(ranks));
-    if (send.size() != ranks.size() || recv.size() != ranks.size()) {
-      return invalid_argument(fmt::format("{}: one block per member expected, got {} and {}",
-                                          description, send.size(), recv.size()));
-    }
     try {
       if (ranks.size() == 1) {
         recv[0].copy_(send[0]);

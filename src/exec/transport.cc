@@ -247,12 +247,7 @@ class InProcessTransport final : public Transport {
   // Each member's blocks copied straight into the others' buffers.
   Status all_to_all(const std::vector<at::Tensor>& send, const std::vector<at::Tensor>& recv,
                     const std::vector<int>& ranks) override {
-    if (send.size() != ranks.size() || recv.size() != ranks.size()) {
-      return invalid_argument(fmt::format(
-          "rank {}: an all-to-all over ranks {} takes one block per member, got {} to send and "
-          "{} to receive",
-          rank_, format_ranks(ranks), send.size(), recv.size()));
-    }
+    MOTLEY_RETURN_IF_ERROR(check_all_to_all(rank_, send, recv, ranks));
     MOTLEY_ASSIGN_OR_RETURN(auto request, post_collective(send, recv, ranks, /*exchange=*/true));
     return request->wait();
   }
@@ -412,14 +407,8 @@ Status Transport::all_reduce_sum(const std::vector<at::Tensor>& tensors,
 
 Status Transport::all_to_all(const std::vector<at::Tensor>& send,
                              const std::vector<at::Tensor>& recv, const std::vector<int>& ranks) {
-  MOTLEY_RETURN_IF_ERROR(check_rank_set(rank(), ranks));
+  MOTLEY_RETURN_IF_ERROR(check_all_to_all(rank(), send, recv, ranks));
   const int64_t n = static_cast<int64_t>(ranks.size());
-  if (static_cast<int64_t>(send.size()) != n || static_cast<int64_t>(recv.size()) != n) {
-    return invalid_argument(fmt::format(
-        "rank {}: an all-to-all over ranks {} takes one block per member, got {} to send and {} "
-        "to receive",
-        rank(), format_ranks(ranks), send.size(), recv.size()));
-  }
   const int64_t me = std::find(ranks.begin(), ranks.end(), rank()) - ranks.begin();
   // Every block's row count, then every block at its place in one buffer.
   at::Tensor counts = at::zeros({n, n}, send[0].options().dtype(at::kDouble));
@@ -443,6 +432,18 @@ Status Transport::all_to_all(const std::vector<at::Tensor>& send,
           format_ranks(ranks), ranks[i], rank(), count[i][me], recv[i].size(0)));
     }
     recv[i].copy_(buffer.narrow(0, offset[i * n + me], count[i][me]).view(recv[i].sizes()));
+  }
+  return Status::ok();
+}
+
+Status check_all_to_all(int rank, const std::vector<at::Tensor>& send,
+                        const std::vector<at::Tensor>& recv, const std::vector<int>& ranks) {
+  MOTLEY_RETURN_IF_ERROR(check_rank_set(rank, ranks));
+  if (send.size() != ranks.size() || recv.size() != ranks.size()) {
+    return invalid_argument(fmt::format(
+        "rank {}: an all-to-all over ranks {} takes one block per member, got {} to send and {} "
+        "to receive",
+        rank, format_ranks(ranks), send.size(), recv.size()));
   }
   return Status::ok();
 }

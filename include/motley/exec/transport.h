@@ -115,6 +115,10 @@ class Transport {
 // What every implementation's all_reduce_sum_async returns for a rank set that is not sorted
 // distinct ranks containing `rank` (invalid_argument), else ok.
 Status check_rank_set(int rank, const std::vector<int>& ranks);
+// What every implementation's all_to_all returns for bad arguments (invalid_argument):
+// check_rank_set's, or `send` and `recv` not one block per member of `ranks`; else ok.
+Status check_all_to_all(int rank, const std::vector<at::Tensor>& send,
+                        const std::vector<at::Tensor>& recv, const std::vector<int>& ranks);
 
 // The fabric of an in-process world: ranks are threads sharing one mailbox. A send completes
 // only when its receive is posted (no eager buffering, so tests see the same blocking a real
