@@ -139,9 +139,9 @@ for i, l in enumerate(model["layers"]):
                    "param_bytes": 4 * l["stored_params"],
                    "activation_bytes": l["activation_bytes"]["none"],
                    "output_bytes": l["output_bytes"]})
-# W is the executor's: the layer's whole backward walked again (docs/model-format.md).
+# W is the executor's: the weight products' gradients from what B left (weights_only, the
+# default; docs/model-format.md).
 json.dump({"format": "motley.profile/2", "name": model["name"] + "-cpu", "measured_on": "T4",
-           "weight_pass": "full_backward",
            "seq_len": model["seq_len"], "micro_batch_size": model["micro_batch_size"],
            "dtype": "fp32", "layers": layers}, open(out, "w"), indent=1)
 PY

@@ -565,7 +565,8 @@ TEST(AnalyticMeasured, FusedBackwardAsMeasured) {
   expect_close(t.fused_backward().value(), 15e-3 * ratio);
 }
 
-// A profile whose W walks the whole backward again (as the executor's does): a stage starting
+// A profile whose W walks the whole backward again (as the executor's did before it split its
+// backward at the weight products): a stage starting
 // at the first layer takes data, needs no input gradient, and its B does nothing while its W is
 // the walk; its fused backward costs the same. Other stages, and profiles timing W alone, keep
 // B and W as measured.

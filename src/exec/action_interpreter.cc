@@ -79,6 +79,7 @@ ActionInterpreter::ActionInterpreter(const Plan& plan, const ModelSpec& model,
 Status ActionInterpreter::run_step(int64_t step, Precision precision,
                                    const ActionCallbacks& callbacks, StepTrace& trace) {
   const AutocastGuard autocast(precision, device_.type());  // F, R, I, W, B; not AdamW
+  const SplitBackward::Recording recording(split_);
   step_ = step;
   live_.clear();
   outputs_.clear();
@@ -290,20 +291,21 @@ Status ActionInterpreter::input_backward(int32_t node, bool fused) {
     if (wants_input_grad) outputs_[node] = state.input.grad();
     live_.erase(it);
   } else {
-    if (wants_input_grad) {
-      outputs_[node] = torch::autograd::grad({state.output}, {state.input}, {grad_output},
-                                             /*retain_graph=*/true)[0];
-    }
-    state.grad_output = grad_output;
+    // Everything but the weight products' weight gradients, which wait for W.
+    const at::Tensor input_grad =
+        split_.input_pass(state.output, grad_output, wants_input_grad ? state.input : at::Tensor(),
+                          stage_params_[s], state.deferred);
+    if (wants_input_grad) outputs_[node] = input_grad;
+    state.output = at::Tensor();  // the graph is gone; W needs only what I left it
+    state.input_pass_done = true;
   }
   return Status::ok();
 }
 
 Status ActionInterpreter::weight_backward(int s, int64_t j) {
   auto it = live_.find({s, j});
-  MOTLEY_CHECK(it != live_.end() && it->second.grad_output.defined(), "W before its I");
-  torch::autograd::backward({it->second.output}, {it->second.grad_output},
-                            /*retain_graph=*/false, /*create_graph=*/false, stage_params_[s]);
+  MOTLEY_CHECK(it != live_.end() && it->second.input_pass_done, "W before its I");
+  it->second.deferred.apply();
   live_.erase(it);
   return Status::ok();
 }

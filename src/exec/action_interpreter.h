@@ -20,6 +20,7 @@
 #include "motley/exec/executor.h"
 #include "motley/exec/precision.h"
 #include "motley/exec/rank_layout.h"
+#include "motley/exec/split_backward.h"
 #include "motley/exec/stage_module.h"
 #include "motley/exec/transport.h"
 #include "motley/model/model.h"
@@ -55,6 +56,8 @@ class ActionInterpreter {
   // The group's compute actions, in its order (the graph's nodes of the group).
   const std::vector<Action>& actions() const { return actions_; }
   const std::map<int, std::vector<at::Tensor>>& stage_params() const { return stage_params_; }
+  // Which parameters' gradients a split backward leaves for W (known once their stage ran F).
+  const SplitBackward& split_backward() const { return split_; }
   // Every rank this one sends a message to or receives one from, increasing.
   std::vector<int> peers() const;
 
@@ -74,7 +77,8 @@ class ActionInterpreter {
     at::Tensor targets;  // last stage only
     at::Tensor output;   // hidden state or loss; without a graph after a recomputing F
     bool has_graph = false;
-    at::Tensor grad_output;  // kept from I for W
+    bool input_pass_done = false;      // I ran: W may follow
+    DeferredWeightGradients deferred;  // the weight products' gradients I left for W
   };
   struct PostedReceive {
     at::Tensor buffer;
@@ -126,6 +130,7 @@ class ActionInterpreter {
   // Per step.
   int64_t step_ = 0;
   std::map<std::pair<int, int64_t>, MicroBatchState> live_;
+  SplitBackward split_;  // where this rank's forwards leave weight gradients for W
   // By producing node: F's activation kept for this group, I's or B's input gradient until it
   // is sent or consumed.
   std::map<int32_t, at::Tensor> outputs_;

@@ -280,7 +280,8 @@ Status RankExecutor::Impl::build() {
       holds_loss ? layout.stage_ranks(last_stage) : std::vector<int>{},
       // Every rank of a tensor-parallel group computes the same loss; one of them counts it.
       [this] { return place.tp_rank == 0 ? interpreter->loss_sum() : 0.0; },
-      /*post_from_hooks=*/!options.after_action, transport, options.device);
+      /*post_from_hooks=*/!options.after_action, transport, options.device,
+      [this](const at::TensorImpl* p) { return interpreter->split_backward().defers(p); });
   checkpoint =
       std::make_unique<internal::RankCheckpoint>(model, rank, place, group_ranks, std::move(saved));
   // Set up every rank set this rank sums over, in increasing order on every rank (Gloo creates

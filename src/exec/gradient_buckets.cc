@@ -16,12 +16,15 @@ GradientBuckets::GradientBuckets(const GradientSumSets& sets, const std::vector<
                                  const std::map<int, std::vector<at::Tensor>>& stage_params,
                                  int last_stage, bool loss_in_backward,
                                  const std::vector<int>& loss_ranks, std::function<double()> loss,
-                                 bool post_from_hooks, Transport& transport, c10::Device device)
+                                 bool post_from_hooks, Transport& transport, c10::Device device,
+                                 std::function<bool(const at::TensorImpl*)> left_for_w)
     : loss_(std::move(loss)),
       post_from_hooks_(post_from_hooks),
       transport_(transport),
       device_(device),
-      actions_(static_cast<int>(actions.size())) {
+      actions_(static_cast<int>(actions.size())),
+      left_for_w_(std::move(left_for_w)) {
+  for (const Action& a : actions) is_weight_pass_.push_back(a.kind == ActionKind::kBackwardWeight);
   // The last action of the list that accumulates into each stage's weights.
   std::map<int, int> last_weight_action;  // stage -> action index
   int last_loss_action = -1;
@@ -72,7 +75,11 @@ GradientBuckets::GradientBuckets(const GradientSumSets& sets, const std::vector<
         b.final_action = std::max(b.final_action, final_of.at(s.param.unsafeGetTensorImpl()));
       }
       for (const GradientSum& s : members) {
-        if (final_of.at(s.param.unsafeGetTensorImpl()) == b.final_action) ++b.final_params;
+        if (final_of.at(s.param.unsafeGetTensorImpl()) != b.final_action) continue;
+        ++b.final_params;
+        if (b.final_action >= 0 && is_weight_pass_[static_cast<size_t>(b.final_action)]) {
+          b.final_of_w.push_back(s.param.unsafeGetTensorImpl());
+        }
       }
       b.sums = std::move(members);
     }
@@ -123,7 +130,23 @@ void GradientBuckets::begin_step() {
   completed_action_ = -1;
 }
 
-void GradientBuckets::begin_action(int action) { running_action_ = action; }
+void GradientBuckets::begin_action(int action) {
+  running_action_ = action;
+  if (!left_for_w_ || action < 0 || !is_weight_pass_[static_cast<size_t>(action)]) return;
+  // A split backward's last W accumulates only the weight products' gradients; the rest of a
+  // bucket was final when the stage's last I ended, so the bucket waits for those alone (and
+  // is ready now if it has none).
+  std::set<std::vector<int>> ready;
+  for (Bucket& b : buckets_) {
+    if (b.posted || b.loss || b.final_action != action) continue;
+    b.pending =
+        static_cast<int>(std::count_if(b.final_of_w.begin(), b.final_of_w.end(),
+                                       [this](const at::TensorImpl* p) { return left_for_w_(p); }));
+    if (b.pending == 0) ready.insert(b.ranks);
+  }
+  if (!post_from_hooks_) return;
+  for (const std::vector<int>& ranks : ready) post_ready(ranks);
+}
 
 void GradientBuckets::end_action(int action) {
   completed_action_ = action;

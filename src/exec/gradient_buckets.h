@@ -57,12 +57,16 @@ class GradientBuckets {
   // false: a bucket leaves only after the action that finished it (an after_action hook slows
   // actions after they ran, and nothing may leave before the emulated device would be done).
   // `transport` must outlive the buckets. The loss travels as a tensor on `device` (the
-  // parameters').
+  // parameters'). `left_for_w`, when given, says which parameters a split backward accumulates
+  // in W (SplitBackward::defers; asked when a stage's last W starts): the others of a stage
+  // whose last action is a W were final after its last I, and its bucket waits in that W only
+  // for these.
   GradientBuckets(const GradientSumSets& sets, const std::vector<Action>& actions,
                   const std::map<int, std::vector<at::Tensor>>& stage_params, int last_stage,
                   bool loss_in_backward, const std::vector<int>& loss_ranks,
                   std::function<double()> loss, bool post_from_hooks, Transport& transport,
-                  c10::Device device = c10::kCPU);
+                  c10::Device device = c10::kCPU,
+                  std::function<bool(const at::TensorImpl*)> left_for_w = nullptr);
   ~GradientBuckets();
 
   // Every rank set a bucket sums over, increasing (the loss's included).
@@ -85,7 +89,8 @@ class GradientBuckets {
     bool loss = false;
     int final_action = -1;  // index of the action after which it is final
     int final_params = 0;   // its parameters whose last accumulation happens in that action
-    int pending = 0;        // of those, the ones not accumulated yet this step
+    std::vector<const at::TensorImpl*> final_of_w;  // those, when that action is a W
+    int pending = 0;  // of those, the ones not accumulated yet this step
     bool posted = false;
     std::vector<at::Tensor> tensors;  // what travels: gradients or full-size contributions
     at::Tensor loss_value;
@@ -111,7 +116,9 @@ class GradientBuckets {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep the hooks alive
   int running_action_ = -1;    // the action being run (gradient hooks fire inside it)
   int completed_action_ = -1;  // every action up to this one has finished
-  Status post_failure_;        // a failed post, reported by finish()
+  std::function<bool(const at::TensorImpl*)> left_for_w_;
+  std::vector<bool> is_weight_pass_;  // per action of the list: a W
+  Status post_failure_;               // a failed post, reported by finish()
 };
 
 }  // namespace motley::internal

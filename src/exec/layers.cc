@@ -14,6 +14,7 @@
 #include <set>
 
 #include "motley/exec/data.h"
+#include "motley/exec/split_backward.h"
 #include "motley/exec/stage_module.h"
 #include "motley/model/model_json.h"
 
@@ -470,8 +471,10 @@ SplitSpec replicated_partial(int64_t total) {
   return SplitSpec{0, [total](int) { return std::vector<RowRange>{{0, total}}; }, false};
 }
 
+// x·wᵀ + b (b may be undefined): a weight product, whose weight gradient a split backward
+// leaves for W (split_backward.h).
 at::Tensor affine(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  return at::linear(x, w, b.defined() ? c10::optional<at::Tensor>(b) : c10::nullopt);
+  return weight_product(x, w, b);
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) {
@@ -534,9 +537,7 @@ class FeedForward {
   }
   // The row-split product before the group's sum and the bias: this rank's share of the output.
   // `x` is already the group's copy (copy_to).
-  at::Tensor partial(const at::Tensor& x) const {
-    return at::linear(inner(x), w_down_, c10::nullopt);
-  }
+  at::Tensor partial(const at::Tensor& x) const { return weight_product(inner(x), w_down_); }
   at::Tensor add_bias(const at::Tensor& y) const { return b_down_.defined() ? y + b_down_ : y; }
 
  private:
@@ -607,7 +608,7 @@ at::Tensor attend(const AttentionShape& a, const at::Tensor& q, const at::Tensor
 at::Tensor project_out(const Group& group, const at::Tensor& heads, const at::Tensor& wo,
                        const at::Tensor& bo) {
   if (group->size == 1) return affine(heads, wo, bo);
-  at::Tensor out = reduce_from(group, at::linear(heads, wo, c10::nullopt));
+  at::Tensor out = reduce_from(group, weight_product(heads, wo));
   return bo.defined() ? out + bo : out;
 }
 
@@ -733,8 +734,9 @@ class LatentAttention {
     const int64_t nh = heads_;
     const int64_t nope = a_.qk_nope_head_dim;
     const int64_t rope = a_.qk_rope_head_dim;
-    at::Tensor q = wq_.defined() ? at::linear(x, wq_)
-                                 : at::linear(rms_norm(affine(x, wq_a_, bq_a_), q_a_norm_), wq_b_);
+    at::Tensor q = wq_.defined()
+                       ? weight_product(x, wq_)
+                       : weight_product(rms_norm(affine(x, wq_a_, bq_a_), q_a_norm_), wq_b_);
     q = q.view({b, s, nh, qk_dim_}).transpose(1, 2);
     at::Tensor q_nope = q.narrow(-1, 0, nope);
     at::Tensor q_pe = q.narrow(-1, nope, rope);
@@ -742,7 +744,7 @@ class LatentAttention {
     const at::Tensor latent = rms_norm(kv_a.narrow(-1, 0, a_.kv_lora_rank), kv_a_norm_);
     at::Tensor k_pe = kv_a.narrow(-1, a_.kv_lora_rank, rope).unsqueeze(1);  // [b, 1, s, rope]
     const at::Tensor kv =
-        at::linear(latent, wkv_b_).view({b, s, nh, nope + v_dim_}).transpose(1, 2);
+        weight_product(latent, wkv_b_).view({b, s, nh, nope + v_dim_}).transpose(1, 2);
     const at::Tensor k_nope = kv.narrow(-1, 0, nope);
     const at::Tensor v = kv.narrow(-1, nope, v_dim_);
     const at::Tensor positions = token_positions(*seq_, s);
@@ -1058,7 +1060,7 @@ class Mamba2 {
       const at::Tensor squares = sum_over(group_, y.pow(2).sum({-1}, /*keepdim=*/true));
       y = y * at::rsqrt(squares / static_cast<double>(m_.d_inner) + kNormEps) * norm_;
     }
-    at::Tensor out = reduce_from(group_, at::linear(y, out_proj_, c10::nullopt));
+    at::Tensor out = reduce_from(group_, weight_product(y, out_proj_));
     return out_proj_bias_.defined() ? out + out_proj_bias_ : out;
   }
 
@@ -1131,7 +1133,7 @@ class Mamba1 {
     const at::Tensor x = at::silu(causal_conv(proj.narrow(-1, 0, inner), conv_, conv_bias_));
     const at::Tensor z = proj.narrow(-1, inner, inner);
     // [b, s, R + 2N]: every channel's contribution, summed over the group.
-    const at::Tensor ssm = sum_over(group_, at::linear(x, x_proj_, c10::nullopt));
+    const at::Tensor ssm = sum_over(group_, weight_product(x, x_proj_));
     at::Tensor dt = ssm.narrow(-1, 0, rank);
     at::Tensor bmat = ssm.narrow(-1, rank, n);
     at::Tensor cmat = ssm.narrow(-1, rank + n, n);
@@ -1154,7 +1156,7 @@ class Mamba1 {
     }
     const at::Tensor y = at::stack(ys, 1) * at::silu(z);  // [b, s, inner]
     if (group_->size == 1) return affine(y, out_proj_, out_proj_bias_);
-    at::Tensor out = reduce_from(group_, at::linear(y, out_proj_, c10::nullopt));
+    at::Tensor out = reduce_from(group_, weight_product(y, out_proj_));
     return out_proj_bias_.defined() ? out + out_proj_bias_ : out;
   }
 
@@ -1266,19 +1268,20 @@ class ResidualLayer final : public LayerImpl {
 // these three per token instead of the loss (vocab_shard_loss), its target logit unshifted.
 class HeadLayer final : public LayerImpl {
  public:
-  HeadLayer(Norm norm, at::Tensor weight, Group group, VocabRows rows)
+  HeadLayer(Norm norm, at::Tensor weight, Group group, VocabRows rows, bool tied)
       : norm_(std::move(norm)),
         weight_(std::move(weight)),
         group_(std::move(group)),
         rows_(rows),
-        first_row_(rows.mine(*group_).begin) {}
+        first_row_(rows.mine(*group_).begin),
+        tied_(tied) {}
   at::Tensor forward(const at::Tensor& x, const at::Tensor& targets) override {
     const at::Tensor weight = rows_.narrow(*group_, weight_);
     if (group_->size == 1 && !rows_.shard) {
-      at::Tensor logits = at::linear(norm_(x), weight);
+      at::Tensor logits = logits_of(norm_(x), weight);
       return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
     }
-    at::Tensor logits = at::linear(copy_to(group_, norm_(x)), weight).reshape({-1, weight.size(0)});
+    at::Tensor logits = logits_of(copy_to(group_, norm_(x)), weight).reshape({-1, weight.size(0)});
     if (rows_.shard) logits = logits.to(at::kFloat);  // statistics travel in fp32
     const at::Tensor target = targets.reshape({-1});
     const int64_t n = logits.size(0);
@@ -1308,11 +1311,22 @@ class HeadLayer final : public LayerImpl {
   }
 
  private:
+  // This rank's rows of the logits. A weight product over the rows it uses, unless the matrix
+  // is the embedding's: the engine sums a tied matrix's two gradients before accumulating them,
+  // which a gradient left for W would not match bit for bit, so a tied head's weight gradient is
+  // computed in B.
+  at::Tensor logits_of(const at::Tensor& h, const at::Tensor& rows) const {
+    if (tied_) return at::linear(h, rows);
+    if (rows.size(0) == weight_.size(0)) return weight_product(h, weight_);
+    return weight_product(h, weight_, at::Tensor(), rows_.offset(*group_), rows.size(0));
+  }
+
   Norm norm_;
   at::Tensor weight_;
   Group group_;
   VocabRows rows_;
   int64_t first_row_ = 0;
+  bool tied_ = false;
 };
 
 class TransformerStage final : public StageModule {
@@ -1578,7 +1592,7 @@ std::unique_ptr<LayerImpl> build_layer(const ModelSpec& model, int index,
       } else {
         weight = init.normal("weight", {l.head->vocab, l.head->hidden}, rows.held_split(group));
       }
-      out = std::make_unique<HeadLayer>(norm, weight, group, rows);
+      out = std::make_unique<HeadLayer>(norm, weight, group, rows, l.head->tied);
       break;
     }
     default:

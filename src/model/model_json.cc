@@ -877,7 +877,7 @@ Result<WeightPass> weight_pass_from_json(const JsonField& field, std::string_vie
     return field.child_error(
         key, fmt::format("unknown weight pass \"{}\"; expected \"weights_only\" (W computes only "
                          "the weights' gradients) or \"full_backward\" (W walks the layer's "
-                         "whole backward again, as motley's executor does)",
+                         "whole backward again)",
                          name));
   }
   return *pass;

@@ -416,8 +416,7 @@ TEST(ProfileV2, OptimizerStepRoundTrips) {
 TEST(ProfileV2Errors, UnknownWeightPassNamesTheChoices) {
   const std::string expected =
       "unknown weight pass \"fused\"; expected \"weights_only\" (W computes only the weights' "
-      "gradients) or \"full_backward\" (W walks the layer's whole backward again, as motley's "
-      "executor does)";
+      "gradients) or \"full_backward\" (W walks the layer's whole backward again)";
   EXPECT_EQ(error_for(one_entry(R"("forward_s": 1, "weight_pass": "fused")")),
             "p.json: field 'layers[0].weight_pass': " + expected);
   EXPECT_EQ(error_for(R"({"format": "motley.profile/2", "measured_on": "T4",

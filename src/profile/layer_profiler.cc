@@ -19,6 +19,7 @@
 
 #include "motley/exec/compute_device.h"
 #include "motley/exec/host_memory.h"
+#include "motley/exec/split_backward.h"
 #include "motley/exec/stage_module.h"
 #include "motley/exec/train.h"
 #include "motley/exec/transport.h"
@@ -105,26 +106,28 @@ class RankBench {
     return bench;
   }
 
-  // One F, then B (the input's gradient, keeping the graph) and W (the weights' gradients), as
-  // ActionInterpreter runs a split backward; another F and one backward computing both, as it
-  // runs a fused one; then the attention core's forward as a selective recompute runs it.
-  // Throws what libtorch or a collective throws.
+  // One F, then B (the input's gradient and every gradient but the weight products') and W
+  // (the weight products' gradients from what B left), as ActionInterpreter runs a split
+  // backward (split_backward.h); another F and one backward computing both, as it runs a fused
+  // one; then the attention core's forward as a selective recompute runs it. Throws what
+  // libtorch or a collective throws.
   Sample sample() {
     Sample s;
     AutocastGuard autocast(precision_, device_.type());
+    const SplitBackward::Recording recording(split_);
     Clock::time_point start = now();
     at::Tensor output = stage_->forward(input_, targets_);
     s.f = since(start);
     output_bytes_ = static_cast<double>(output.nbytes());
     const at::Tensor grad_output = stage_->produces_loss() ? at::ones_like(output) : grad_output_;
-    if (!stage_->takes_tokens()) {  // token ids have no gradient: B is 0
-      start = now();
-      torch::autograd::grad({output}, {input_}, {grad_output}, /*retain_graph=*/true);
-      s.b = since(start);
-    }
+    DeferredWeightGradients deferred;
     start = now();
-    torch::autograd::backward({output}, {grad_output}, /*retain_graph=*/false,
-                              /*create_graph=*/false, params_);
+    split_.input_pass(output, grad_output, stage_->takes_tokens() ? at::Tensor() : input_, params_,
+                      deferred);
+    s.b = since(start);
+    output = at::Tensor();
+    start = now();
+    deferred.apply();
     s.w = since(start);
     output = stage_->forward(input_, targets_);
     std::vector<at::Tensor> inputs = params_;
@@ -170,6 +173,7 @@ class RankBench {
 
   Precision precision_ = Precision::kFp32;
   c10::Device device_ = c10::kCPU;
+  SplitBackward split_;
   ParameterStore store_;
   std::unique_ptr<StageModule> stage_;
   std::vector<at::Tensor> params_;
@@ -510,8 +514,7 @@ Result<LayerProfile> profile_layers(const LayerProfileOptions& options, const Mo
   for (const DistinctLayer& d : out.distinct) {
     MeasuredLayer m;
     m.measured_on = out.device_type;
-    // W is timed as the executor runs it: the layer's whole backward walked again.
-    m.weight_pass = WeightPass::kFullBackward;
+    // W is timed as the executor runs it: the weight products' gradients alone (the default).
     m.times = d.measurements[0].times;
     m.optimizer_step = d.measurements[0].optimizer_step;
     for (size_t k = 1; k < d.measurements.size(); ++k) {

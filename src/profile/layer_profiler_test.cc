@@ -68,11 +68,9 @@ TEST(LayerProfiler, GivesPositiveTimesForEveryDistinctLayer) {
     expect_time(m.times.forward, name + " F");
     expect_time(m.times.backward_weight, name + " W");
     expect_time(m.times.backward, name + " fused B");
-    if (d.layers[0] == 0) {
-      EXPECT_EQ(m.times.backward_input, Seconds(0));  // token ids have no gradient
-    } else {
-      expect_time(m.times.backward_input, name + " B");
-    }
+    // The embedding's B is its matrix's gradient (a lookup is no weight product); the others'
+    // B their input's gradient and their norms'.
+    expect_time(m.times.backward_input, name + " B");
     EXPECT_GT(d.param_bytes.value(), 0) << name;
     EXPECT_GT(d.output_bytes.value(), 0) << name;
   }
@@ -105,8 +103,8 @@ TEST(LayerProfiler, WritesAProfileThatLoadsBackAsMeasuredLayers) {
     EXPECT_EQ(l.kind, LayerKind::kMeasured);
     ASSERT_TRUE(l.measured.has_value());
     EXPECT_EQ(l.measured->measured_on, "cpu");
-    // W is timed as the executor runs it, walking the whole backward again.
-    EXPECT_EQ(l.measured->weight_pass, WeightPass::kFullBackward);
+    // W is timed as the executor runs it: the weight products' gradients from what B left.
+    EXPECT_EQ(l.measured->weight_pass, WeightPass::kWeightsOnly);
     EXPECT_EQ(l.measured->seq_len, 16);
     EXPECT_EQ(l.measured->micro_batch_size, 2);
     EXPECT_EQ(l.measured->times.forward, back->layers[i == 0 ? 0 : i].measured->times.forward);

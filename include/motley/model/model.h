@@ -140,10 +140,11 @@ struct MeasuredTimes {
 };
 
 // What a measured W (backward_weight) did. kWeightsOnly: only the weights' gradients, from
-// the input gradients B computed. kFullBackward: the whole backward graph of the layer walked
-// again from its output, as motley's executor runs W (`motley profile layers` measures so), so
-// a W alone does everything a stage whose input needs no gradient (the first one) needs, and
-// that stage's B does nothing.
+// the input gradients B computed (motley's executor and `motley profile layers` since the
+// executor splits its backward at the weight products). kFullBackward: the whole backward graph
+// of the layer walked again from its output, as motley's executor ran W before, so a W alone
+// does everything a stage whose input needs no gradient (the first one) needs, and that stage's
+// B does nothing.
 enum class WeightPass { kWeightsOnly, kFullBackward };
 const char* weight_pass_name(WeightPass pass);
 std::optional<WeightPass> parse_weight_pass(std::string_view name);
