@@ -182,6 +182,21 @@ TEST(SplitBackward, WRunsTheParametersAccumulatorHooksOnceWithTheGradient) {
   EXPECT_TRUE(calls.back());
 }
 
+TEST(SplitBackward, IFreesTheGraph) {
+  // W needs only what I left it, so I keeps no graph: a second backward through it fails, as
+  // after any backward that does not retain the graph.
+  Block block;
+  SplitBackward split;
+  DeferredWeightGradients deferred;
+  const SplitBackward::Recording recording(split);
+  const at::Tensor out = block.forward();
+  const at::Tensor seed = seed_for(out, 0);
+  split.input_pass(out, seed, block.input, block.params(), deferred);
+  EXPECT_THROW(torch::autograd::backward({out}, {seed}), c10::Error);
+  deferred.apply();
+  EXPECT_TRUE(block.w1.grad().defined());
+}
+
 TEST(SplitBackward, AStageWhoseInputIsDataStillLeavesItsProductsForW) {
   Block block;
   block.input = block.input.detach();  // data: no gradient wanted
