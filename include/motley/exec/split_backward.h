@@ -32,13 +32,12 @@ class DeferredWeightGradients {
 
   bool empty() const { return products_.empty(); }
   size_t size() const { return products_.size(); }
-  const std::vector<Product>& products() const { return products_; }
   void add(Product p) { products_.push_back(std::move(p)); }
 
-  // W: computes every dW and accumulates it into its parameter's gradient
-  // as libtorch's engine would have at the end of a fused backward: a parameter's contributions
-  // summed in the order B reached them, each cast to the parameter's dtype first, then added to
-  // its gradient (or made its gradient). Empties this object.
+  // W: computes every dW and accumulates it into its parameter's gradient as libtorch's engine
+  // would have at the end of a fused backward: a parameter's contributions summed in the order B
+  // reached them, each cast to the parameter's dtype first, then added to its gradient (or made
+  // its gradient). Empties this object.
   void apply();
 
  private:
