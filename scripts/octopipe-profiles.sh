@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # How the planner does on OctoPipe's other published profiles under OctoPipe's constraints (TP 1,
 # DP 1, micro-batches of one, no optimizer step): the setups of docs/planner.md's chain-move
-# table, and Jamba-52B's of its zigzag memory fallback ("Partition"). Each SimPipe profile is made a motley profile by scripts/simpipe_profile.py (with the
-# given Nemotron-Nano profile as its reference for activation bytes), and planned with
+# table, Jamba-52B's of its zigzag memory fallback ("Partition"), and the four-device ones of
+# "OctoPipe's tuner on its other profiles". Each SimPipe profile is made a motley profile by
+# scripts/simpipe_profile.py (with the given Nemotron-Nano profile as its reference for
+# activation bytes), and planned with
 #   motley plan --tensor-parallel 1 --pipeline-parallel P --data-parallel 1
 #               --micro-batch-size 1 --global-batch M --no-optimizer-step
 # on P one-device nodes with free links (../shared/data/octopipe/h100x4-pp-free.yaml with the
@@ -37,6 +39,9 @@ shape() {
     nemotron-h-56B) echo "$SHARED/hf/Nemotron-H-56B-Base-8K.json" ;;
     jamba-100B) echo "$CONFIGS/Jamba-100B.json" ;;
     jamba-52B) echo "$CONFIGS/Jamba-Mini-52B.json" ;;
+    jamba-20B) echo "$CONFIGS/Jamba-20B.json" ;;
+    nemotron-h-4B) echo "$CONFIGS/NemotronH-4B.json" ;;
+    nemotron-h-8B) echo "$SHARED/hf/Nemotron-H-8B-Base-8K.json" ;;
   esac
 }
 
@@ -50,6 +55,8 @@ SETUPS=(
   "jamba-52B 8 H200 8 20" "jamba-52B 8 H200 16 20" "jamba-52B 16 H200 16 20"
   "llama3-8B 4 H100-SXM 8 1 1" "llama3-8B 4 H100-SXM 8 1 2" "llama3-8B 4 H100-SXM 8 1 3"
   "llama3-8B 4 H100-SXM 8 1 4"
+  "nemotron-h-4B 4 H100-SXM 8 1" "nemotron-h-8B 4 H100-SXM 8 1" "jamba-20B 4 H200 8 1"
+  "llama3-8B 4 H100-SXM 8 20"
 )
 
 echo "| profile | devices | micro-batches | activations | seed | iteration | of the bound | bubble | search |"
