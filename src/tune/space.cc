@@ -304,51 +304,57 @@ std::vector<Layout> constrained_layouts(const Context& ctx, std::vector<Layout> 
     if (layout_meets_constraints(ctx, l)) out.push_back(std::move(l));
   }
   const int n = ctx.num_devices();
-  if (k.pipeline_parallel == 0 && k.data_parallel == 0) {
-    // A batch too small for the cluster: no plan keeps more devices busy than its replicas (the
-    // micro-batches, times the widest context group) x groups (one layer each at most) x the
-    // widest TP degree. Beyond that every layout of all the devices is refused, so layouts of
-    // d replicas of p groups of t devices on the first such groups of each device type, and in
-    // cluster order, join them, as a smaller job would run (2 of 128 T4s for a tiny model and
-    // one sequence).
-    int widest = 1;
+  // A batch too small for the cluster: no plan keeps more devices busy than its replicas (the
+  // micro-batches, times the widest context group) x groups (one layer each at most) x the
+  // widest TP degree. Beyond that every layout of all the devices is refused, so layouts of
+  // d replicas of p groups of t devices on the first such groups of each device type, and in
+  // cluster order, join them, as a smaller job would run (2 of 128 T4s for a tiny model and
+  // one sequence).
+  int widest = 1;
+  for (const TypeInfo& type : ctx.types()) {
+    for (int t : type.tp_degrees) widest = std::max(widest, t);
+  }
+  int cp = 1;
+  for (int c : ctx.context_degrees()) cp = std::max(cp, c);
+  const int64_t replicas = ctx.global_batch() * cp;
+  auto add = [&out](Layout l) {
+    if (std::find(out.begin(), out.end(), l) == out.end()) out.push_back(std::move(l));
+  };
+  // d replicas of p groups of t devices, in cluster order and on the first groups of each type.
+  auto add_smaller = [&](int t, int p, int64_t d) {
+    Result<Layout> l = cluster_order_layout(ctx, t, p, static_cast<int>(d));
+    if (l.is_ok()) add(std::move(l.value()));
     for (const TypeInfo& type : ctx.types()) {
-      for (int t : type.tp_degrees) widest = std::max(widest, t);
+      if (std::find(type.tp_degrees.begin(), type.tp_degrees.end(), t) == type.tp_degrees.end()) {
+        continue;
+      }
+      const std::vector<std::vector<int>> groups = type_groups(type, t);
+      if (static_cast<int64_t>(groups.size()) < p * d) continue;
+      Layout own;
+      for (int64_t r = 0; r < d; ++r) {
+        own.replicas.emplace_back(groups.begin() + r * p, groups.begin() + (r + 1) * p);
+      }
+      own.description = fmt::format("TP {} x PP {} x DP {} of the {}", t, p, d, type.name);
+      add(std::move(own));
     }
-    int cp = 1;
-    for (int c : ctx.context_degrees()) cp = std::max(cp, c);
-    const int64_t replicas = ctx.global_batch() * cp;
+  };
+  if (k.pipeline_parallel == 0 && k.data_parallel == 0) {
     if (replicas * ctx.num_layers() * widest >= n) return out;
-    auto add = [&out](Layout l) {
-      if (std::find(out.begin(), out.end(), l) == out.end()) out.push_back(std::move(l));
-    };
     for (int t : {1, 2, 4, 8}) {
       if (k.tensor_parallel > 0 && t != k.tensor_parallel) continue;
       for (int p = 1; p <= std::min(n / t, ctx.num_layers()); ++p) {
         for (int64_t d = 1; d <= replicas && static_cast<int64_t>(t) * p * d <= n; d *= 2) {
-          Result<Layout> l = cluster_order_layout(ctx, t, p, static_cast<int>(d));
-          if (l.is_ok()) add(std::move(l.value()));
-          for (const TypeInfo& type : ctx.types()) {
-            if (std::find(type.tp_degrees.begin(), type.tp_degrees.end(), t) ==
-                type.tp_degrees.end()) {
-              continue;
-            }
-            const std::vector<std::vector<int>> groups = type_groups(type, t);
-            if (static_cast<int64_t>(groups.size()) < p * d) continue;
-            Layout own;
-            for (int64_t r = 0; r < d; ++r) {
-              own.replicas.emplace_back(groups.begin() + r * p, groups.begin() + (r + 1) * p);
-            }
-            own.description = fmt::format("TP {} x PP {} x DP {} of the {}", t, p, d, type.name);
-            add(std::move(own));
-          }
+          add_smaller(t, p, d);
         }
       }
     }
     return out;
   }
   // A fixed depth or replica count may leave devices over: the cluster-order layouts of that
-  // shape on the first t x p x d devices, as a Megatron-LM job of that world size runs.
+  // shape on the first t x p x d devices, as a Megatron-LM job of that world size runs. With
+  // the depth fixed and the replicas left to the search, the batch may hold fewer sequences
+  // than the devices hold replicas (one sequence, PP 1, on 24 devices), which only context
+  // parallelism could feed: fewer replicas then join them, as above.
   for (int t : {1, 2, 4, 8}) {
     if (k.tensor_parallel > 0 && t != k.tensor_parallel) continue;
     std::vector<int> depths;
@@ -361,9 +367,9 @@ std::vector<Layout> constrained_layouts(const Context& ctx, std::vector<Layout> 
       const int d = k.data_parallel > 0 ? k.data_parallel : n / (t * p);
       if (d < 1 || static_cast<int64_t>(t) * p * d > n) continue;
       Result<Layout> l = cluster_order_layout(ctx, t, p, d);
-      if (l.is_ok() && std::find(out.begin(), out.end(), l.value()) == out.end()) {
-        out.push_back(std::move(l.value()));
-      }
+      if (l.is_ok()) add(std::move(l.value()));
+      if (k.data_parallel > 0 || d <= ctx.global_batch()) continue;
+      for (int64_t fewer = 1; fewer <= replicas && fewer < d; fewer *= 2) add_smaller(t, p, fewer);
     }
   }
   return out;

@@ -673,6 +673,35 @@ nodes:
   EXPECT_LE(r->lower_bound.value(), r->simulation.iteration_time.value());
 }
 
+// With the depth fixed and the replicas left open, two sequences cannot feed the sixteen
+// replicas of one device each that PP 1 makes of two nodes, and a hybrid model's Mamba layers
+// cannot split a sequence: the search plans as many replicas as the batch feeds.
+TEST(TuneTest, AFixedDepthWithFewSequencesRunsOnPartOfTheCluster) {
+  const Result<ClusterSpec> cluster = yaml_cluster(R"(
+name: h100x16
+network: {kind: infiniband, bandwidth_GBps: 50, latency_us: 2}
+nodes:
+  - name: h100
+    count: 2
+    devices: {type: H100-SXM, count: 8}
+)");
+  ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
+  Result<ModelSpec> model = model_preset("tiny-hybrid");
+  ASSERT_TRUE(model.is_ok()) << model.status().message();
+  TuneOptions options;
+  options.global_batch = 2;
+  options.constraints.pipeline_parallel = 1;
+  options.clock = frozen_clock();
+  Result<TuneResult> r = tune(options, model.value(), cluster.value());
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  ASSERT_GE(r->plan.replicas.size(), 1u);
+  EXPECT_LE(r->plan.replicas.size(), 2u) << plan_to_text(r->plan);
+  for (const Replica& rep : r->plan.replicas) {
+    EXPECT_EQ(rep.groups.size(), 1u) << plan_to_text(r->plan);
+  }
+  EXPECT_LE(r->lower_bound.value(), r->simulation.iteration_time.value());
+}
+
 TEST(TuneTest, MemoryBoundCaseUsesRecomputeOrAShorterWarmUp) {
   // 1F1B on four stages of three layers holds 4 x 3 x 5 GB = 60 GB on stage 0, more than an
   // A100-40GB: the plan recomputes somewhere or keeps fewer micro-batches in flight.
