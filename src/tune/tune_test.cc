@@ -677,14 +677,7 @@ nodes:
 // replicas of one device each that PP 1 makes of two nodes, and a hybrid model's Mamba layers
 // cannot split a sequence: the search plans as many replicas as the batch feeds.
 TEST(TuneTest, AFixedDepthWithFewSequencesRunsOnPartOfTheCluster) {
-  const Result<ClusterSpec> cluster = yaml_cluster(R"(
-name: h100x16
-network: {kind: infiniband, bandwidth_GBps: 50, latency_us: 2}
-nodes:
-  - name: h100
-    count: 2
-    devices: {type: H100-SXM, count: 8}
-)");
+  const Result<ClusterSpec> cluster = cluster_preset("h100x16");
   ASSERT_TRUE(cluster.is_ok()) << cluster.status().message();
   Result<ModelSpec> model = model_preset("tiny-hybrid");
   ASSERT_TRUE(model.is_ok()) << model.status().message();
