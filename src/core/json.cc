@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <unordered_map>
 
 #include "motley/core/utf8.h"
 
@@ -320,10 +321,13 @@ struct YamlPath {
 // yaml-cpp's node graph into Json. An alias is another reference to its anchor's node, so the
 // graph can contain itself (`a: &a [*a]`) or fan out exponentially (nested aliases, "billion
 // laughs"): the walk refuses a node inside itself and stops at kMaxNestingDepth levels and at
-// kMaxYamlValues values.
+// kMaxYamlValues values. Before it starts, `check_size` counts what the document expands to
+// without expanding it, so that a bomb is refused in the time its distinct nodes take.
 class YamlToJson {
  public:
   explicit YamlToJson(std::string_view source) : source_(source) {}
+  // The error convert() would stop at when `root` expands to more than kMaxYamlValues values.
+  Status check_size(const YAML::Node& root);
   Result<Json> convert(const YAML::Node& node, const YamlPath& path);
 
  private:
@@ -331,11 +335,85 @@ class YamlToJson {
   Result<Json> sequence(const YAML::Node& node, const YamlPath& path);
   Result<Json> mapping(const YAML::Node& node, const YamlPath& path);
   Status error_at(const YAML::Node& node, const YamlPath& path, std::string_view what) const;
+  Status too_many_values(const YAML::Node& node, const YamlPath& path) const;
+  // The values `node` stands for once its aliases are expanded, as enter() counts them (every
+  // node once; a mapping's keys are not values), at most kMaxYamlValues + 1. Each sequence and
+  // mapping is counted once and remembered, so a nest of aliases costs its distinct nodes. A
+  // node met inside itself or below kMaxNestingDepth counts 1: convert() refuses it there.
+  int64_t expanded_values(const YAML::Node& node, int depth);
+  // The value that takes the count past kMaxYamlValues, `allowed` values before it from `node`
+  // on (node included): where enter() would stop.
+  Status locate_excess(const YAML::Node& node, const YamlPath& path, int64_t allowed, int depth);
+
+  struct Counted {
+    YAML::Node node;
+    int64_t values = -1;  // -1 while its members are being counted
+  };
 
   std::string_view source_;
   std::vector<YAML::Node> open_;  // the sequences and mappings being converted, outermost first
   int64_t values_ = 0;
+  std::unordered_multimap<size_t, Counted> counted_;  // by the node's offset in the text
 };
+
+Status YamlToJson::too_many_values(const YAML::Node& node, const YamlPath& path) const {
+  return error_at(node, path,
+                  fmt::format("the document holds more than {} values once its aliases are "
+                              "expanded; every use of an alias counts its anchor's values again",
+                              kMaxYamlValues));
+}
+
+int64_t YamlToJson::expanded_values(const YAML::Node& node, int depth) {
+  if (!node.IsSequence() && !node.IsMap()) return 1;
+  if (depth >= kMaxNestingDepth) return 1;
+  const int pos = node.Mark().pos;
+  Counted* memo = nullptr;
+  if (pos >= 0) {
+    auto [begin, end] = counted_.equal_range(static_cast<size_t>(pos));
+    for (auto it = begin; it != end; ++it) {
+      if (!it->second.node.is(node)) continue;
+      if (it->second.values < 0) return 1;  // inside itself
+      return it->second.values;
+    }
+    memo = &counted_.emplace(static_cast<size_t>(pos), Counted{node, -1})->second;
+  }
+  int64_t values = 1;
+  for (const auto& member : node) {
+    const YAML::Node& value = node.IsMap() ? member.second : member;
+    values = std::min(values + expanded_values(value, depth + 1), kMaxYamlValues + 1);
+  }
+  if (memo != nullptr) memo->values = values;
+  return values;
+}
+
+Status YamlToJson::locate_excess(const YAML::Node& node, const YamlPath& path, int64_t allowed,
+                                 int depth) {
+  if (allowed == 0 || (!node.IsSequence() && !node.IsMap())) return too_many_values(node, path);
+  --allowed;
+  if (node.IsSequence()) {
+    YamlPath item_path{&path, nullptr, 0};
+    for (const YAML::Node& item : node) {
+      const int64_t n = expanded_values(item, depth + 1);
+      if (n > allowed) return locate_excess(item, item_path, allowed, depth + 1);
+      allowed -= n;
+      ++item_path.index;
+    }
+  } else {
+    for (const auto& kv : node) {
+      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : std::string();
+      const int64_t n = expanded_values(kv.second, depth + 1);
+      if (n > allowed)
+        return locate_excess(kv.second, YamlPath{&path, &key, 0}, allowed, depth + 1);
+      allowed -= n;
+    }
+  }
+  return too_many_values(node, path);  // not reached while the counts are exact
+}
+
+Status YamlToJson::check_size(const YAML::Node& root) {
+  if (expanded_values(root, 0) <= kMaxYamlValues) return Status::ok();
+  return locate_excess(root, YamlPath{}, kMaxYamlValues, 0);
+}
 
 Status YamlToJson::error_at(const YAML::Node& node, const YamlPath& path,
                             std::string_view what) const {
@@ -346,12 +424,7 @@ Status YamlToJson::error_at(const YAML::Node& node, const YamlPath& path,
 }
 
 Status YamlToJson::enter(const YAML::Node& node, const YamlPath& path) {
-  if (++values_ > kMaxYamlValues) {
-    return error_at(node, path,
-                    fmt::format("the document holds more than {} values once its aliases are "
-                                "expanded; every use of an alias counts its anchor's values again",
-                                kMaxYamlValues));
-  }
+  if (++values_ > kMaxYamlValues) return too_many_values(node, path);
   if (!node.IsSequence() && !node.IsMap()) return Status::ok();
   for (const YAML::Node& outer : open_) {
     if (outer.is(node)) {
@@ -496,7 +569,9 @@ Result<Json> read_json_file(const std::string& path) {
 Result<Json> parse_yaml(std::string_view text, std::string_view source) {
   try {
     YAML::Node root = YAML::Load(std::string(text));
-    return YamlToJson(source).convert(root, YamlPath{});
+    YamlToJson converter(source);
+    MOTLEY_RETURN_IF_ERROR(converter.check_size(root));
+    return converter.convert(root, YamlPath{});
   } catch (const YAML::DeepRecursion&) {
     // yaml-cpp's own guard, far above kMaxNestingDepth; its mark is not where the nesting is.
     return invalid_argument(

@@ -137,6 +137,33 @@ TEST(ParseYamlTest, AliasExpansionIsCapped) {
       << r.status().message();
 }
 
+// The document's size is counted before it is expanded; the error names the value the expansion
+// would have stopped at, here a path through five levels of aliases after other values.
+TEST(ParseYamlTest, AnExpansionPastTheCapNamesTheValueThatPassesIt) {
+  std::string doc =
+      "pre: [1, 2, {q: 3, r: [4, 5]}]\n"
+      "base: &b {k1: [a, b, c, d, e, f, g, h, i, j], k2: {z: 1}}\n"
+      "l1: &l1 [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
+      "l2: &l2 {m1: [*l1, *l1, *l1, *l1, *l1, *l1, *l1, *l1], m2: *l1, m3: [*l1, *l1]}\n"
+      "l3: &l3 [*l2, *l2, *l2, *l2, *l2, *l2, *l2, *l2, *l2, *l2, *l2]\n"
+      "l4: &l4 {x: [*l3, *l3, *l3], y: [*l3, *l3, *l3, *l3, *l3, *l3]}\n";
+  // Up to l4, 172,671 values; l4 stands for 153,858. With seven copies of it in l5, the
+  // 1,000,001st value in the document's order is the eighth letter of k1 there.
+  auto r = parse_yaml(doc + "l5: [*l4, *l4, *l4, *l4, *l4, *l4, *l4]\ntail: [1, 2]\n", "b.yaml");
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(),
+            "b.yaml: field 'l5[5].y[0][4].m1[3][7].k1[7]' (line 2): the document holds more than "
+            "1000000 values once its aliases are expanded; every use of an alias counts its "
+            "anchor's values again");
+  // Sixty levels of doubling stand for 2^60 values: the count saturates instead of overflowing.
+  std::string doubling = "d0: &d0 [x, x]\n";
+  for (int i = 1; i < 60; ++i) doubling += fmt::format("d{0}: &d{0} [*d{1}, *d{1}]\n", i, i - 1);
+  auto d = parse_yaml(doubling, "d.yaml");
+  ASSERT_FALSE(d.is_ok());
+  EXPECT_NE(d.status().message().find("more than 1000000 values"), std::string::npos)
+      << d.status().message();
+}
+
 TEST(ParseYamlTest, NestingBeyondTheLimitIsRejected) {
   auto r = parse_yaml(std::string(65, '[') + std::string(65, ']'), "deep.yaml");
   ASSERT_FALSE(r.is_ok());
