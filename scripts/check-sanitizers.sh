@@ -5,8 +5,10 @@
 # build; MOTLEY_SANITIZE_OPT=-O1 fuzzes several times faster for long runs), runs the tests,
 # then runs each fuzz target over its kept corpus and fuzzes it for SECONDS seconds more.
 # MOTLEY_SANITIZE_SCOPE picks how much is built and run:
-#   modules (the default, what the test command runs): as above, less three planner tests
-#           that repeat searches the others run (they run in the ordinary build);
+#   modules (the default, what the test command runs): as above, less the planner tests
+#           that repeat searches the others run or judge whole searches on large cases (they
+#           run in the ordinary build, which in turn leaves out the unit tests of the modules
+#           that run here: MOTLEY_UNIT_TESTS_UNDER_SANITIZERS);
 #   all:    also the functional whole-program tests of every command (cli_test), about a
 #           minute more;
 #   inputs: only the modules that read motley's input files (core, model, cluster, cost, plan,
@@ -45,11 +47,12 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # against the exhaustive enumeration, with and without deferred baselines, warm starts or
 # budgets), or judge the quality of full searches on the large presets (Llama-3-70B, Mixtral)
 # and every case, run in the ordinary build, and under the sanitizers only with the functional
-# tests (scope all), for time (each of the last five took 7-24 s here, and the two searches of
-# 1,024 devices with no time budget in TheHeadIsSplitOnEveryKeptLayoutBeyondThirtyTwoDevices
-# 635 s, as many in TheBestSettingsAreTriedOnTheOtherKeptLayouts); the search's code runs under
-# the sanitizers in the other planner tests.
-repeats='^(TuneTest\.(EvaluationBudgetCutsTheSearchAlikeOnAnyThreads|TheHeadIsSplitOnEveryKeptLayoutBeyondThirtyTwoDevices|TheBestSettingsAreTriedOnTheOtherKeptLayouts|SameSeedGivesTheSamePlanWhateverTheThreads|DefaultSearchIsWithinTwoPercentOfExhaustive|SearchesSequenceParallelismInTensorParallelGroups|FixedExpertParallelismSplitsTheExperts|LowerBoundIsBelowEverySimulatedTime|ReturnsOnlyRunnablePlansThatFitMemory|BaselinesThatOnlyCompareWaitForTheSearchOnceAThirdOfTheBudgetIsSpent|EveryBaselineGivesAValidPlanAndMotleyIsNeverSlower|WarmStartsAreTakenOnlyAsTheSearchCanPriceThem)|Preemption\.BudgetAndDeadlineConstrainEveryPlan|MegatronTunedTest\.NeverSlowerThanTheDefaultLayoutsAndMotleyNeverSlowerThanIt)$'
+# tests (scope all), for time (each of the last five took 7-24 s here, the two searches of 64
+# devices with no time budget in AFewLongSequencesOnManyDevicesAreSplit 63 s, and the two of
+# 1,024 devices in TheHeadIsSplitOnEveryKeptLayoutBeyondThirtyTwoDevices 635 s, as many in
+# TheBestSettingsAreTriedOnTheOtherKeptLayouts); the search's code runs under the sanitizers in
+# the other planner tests.
+repeats='^(TuneTest\.(AFewLongSequencesOnManyDevicesAreSplit|EvaluationBudgetCutsTheSearchAlikeOnAnyThreads|TheHeadIsSplitOnEveryKeptLayoutBeyondThirtyTwoDevices|TheBestSettingsAreTriedOnTheOtherKeptLayouts|SameSeedGivesTheSamePlanWhateverTheThreads|DefaultSearchIsWithinTwoPercentOfExhaustive|SearchesSequenceParallelismInTensorParallelGroups|FixedExpertParallelismSplitsTheExperts|LowerBoundIsBelowEverySimulatedTime|ReturnsOnlyRunnablePlansThatFitMemory|BaselinesThatOnlyCompareWaitForTheSearchOnceAThirdOfTheBudgetIsSpent|EveryBaselineGivesAValidPlanAndMotleyIsNeverSlower|WarmStartsAreTakenOnlyAsTheSearchCanPriceThem)|Preemption\.BudgetAndDeadlineConstrainEveryPlan|MegatronTunedTest\.NeverSlowerThanTheDefaultLayoutsAndMotleyNeverSlowerThanIt)$'
 if [ "$tests" = ON ]; then
   if [ "$scope" = all ]; then
     ctest --test-dir "$build" -j"$jobs" --output-on-failure
@@ -59,22 +62,33 @@ if [ "$tests" = ON ]; then
 fi
 
 # Each fuzzer first runs every input of its corpus (the replay, under the sanitizers), then
-# mutates them.
+# mutates them; as many targets at once as there are cores.
 targets=$(cd "$build/fuzz" && ls -- *_fuzz | sed 's/_fuzz$//')
 mkdir -p "$build/findings"
-failed=()
-for target in $targets; do
-  work="$build/fuzz-corpus/$target"  # new inputs of this run; the kept corpus stays read-only
-  findings="$build/findings/$target"
+fuzz_target() {
+  local target=$1
+  local work="$build/fuzz-corpus/$target"  # new inputs of this run; the kept corpus stays read-only
+  local findings="$build/findings/$target"
   mkdir -p "$work" "$findings"
+  rm -f "$build/fuzz-$target.failed"
   if ! "$build/fuzz/${target}_fuzz" -max_total_time="$seconds" -timeout=60 -rss_limit_mb=2048 \
       -print_final_stats=1 -artifact_prefix="$findings/" "$work" "$root/fuzz/corpus/$target" \
       >"$build/fuzz-$target.log" 2>&1; then
-    failed+=("$target")
+    touch "$build/fuzz-$target.failed"
     tail -40 "$build/fuzz-$target.log" >&2
   fi
+  local runs
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$build/fuzz-$target.log")
   echo "fuzz $target: ${runs:-?} inputs in ${seconds} s"
+}
+for target in $targets; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+  fuzz_target "$target" &
+done
+wait
+failed=()
+for target in $targets; do
+  if [ -e "$build/fuzz-$target.failed" ]; then failed+=("$target"); fi
 done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "check-sanitizers: fuzz findings for ${failed[*]} in $build/findings/" >&2
