@@ -69,12 +69,13 @@ fuzz_target() {
   local target=$1
   local work="$build/fuzz-corpus/$target"  # new inputs of this run; the kept corpus stays read-only
   local findings="$build/findings/$target"
+  rm -f "$build/fuzz-$target.ok"  # written only when the target ran clean
   mkdir -p "$work" "$findings"
-  rm -f "$build/fuzz-$target.failed"
-  if ! "$build/fuzz/${target}_fuzz" -max_total_time="$seconds" -timeout=60 -rss_limit_mb=2048 \
+  if "$build/fuzz/${target}_fuzz" -max_total_time="$seconds" -timeout=60 -rss_limit_mb=2048 \
       -print_final_stats=1 -artifact_prefix="$findings/" "$work" "$root/fuzz/corpus/$target" \
       >"$build/fuzz-$target.log" 2>&1; then
-    touch "$build/fuzz-$target.failed"
+    touch "$build/fuzz-$target.ok"
+  else
     tail -40 "$build/fuzz-$target.log" >&2
   fi
   local runs
@@ -88,7 +89,7 @@ done
 wait
 failed=()
 for target in $targets; do
-  if [ -e "$build/fuzz-$target.failed" ]; then failed+=("$target"); fi
+  if [ ! -e "$build/fuzz-$target.ok" ]; then failed+=("$target"); fi
 done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "check-sanitizers: fuzz findings for ${failed[*]} in $build/findings/" >&2
