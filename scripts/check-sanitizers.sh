@@ -33,7 +33,11 @@ case "$scope" in
      exit 2 ;;
 esac
 
-cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=None \
+# LLVM's linker where it is installed (scripts/setup.sh installs it): it links a sanitized test
+# program in a fifth of the time GNU ld takes (tune_test: 0.64 s against 3.35 s).
+linker=()
+if command -v ld.lld >/dev/null; then linker=(-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld); fi
+cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=None "${linker[@]}" \
   -DCMAKE_CXX_FLAGS="${MOTLEY_SANITIZE_OPT:--O0} -gline-tables-only" -DMOTLEY_WITH_TORCH=OFF \
   -DMOTLEY_INPUTS_ONLY=$inputs_only -DMOTLEY_SANITIZE=ON \
   -DMOTLEY_BUILD_TESTS=$tests -DMOTLEY_CLI_TESTS=$cli_tests -DMOTLEY_FUZZ=ON -DMOTLEY_BUILD_BENCH=OFF ${MOTLEY_SANITIZE_CMAKE_ARGS:-} >/dev/null

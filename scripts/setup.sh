@@ -13,7 +13,7 @@ case "${1:-}" in
 esac
 
 packages=(
-  build-essential cmake git clang-format clang-tidy clang libclang-rt-14-dev
+  build-essential cmake git clang-format clang-tidy clang libclang-rt-14-dev lld
   nlohmann-json3-dev libcli11-dev libfmt-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libtorch-dev libgloo-dev libopenblas0-pthread
