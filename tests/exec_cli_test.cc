@@ -433,6 +433,50 @@ TEST(RunBadInputTest, EveryNumericOptionIsCheckedByTheParser) {
   }
 }
 
+// motley refuses what motley-run would refuse before training without starting it: a copy of
+// motley with no motley-run beside it gives the same refusals, and names motley-run only once
+// the options and the plan are good. motley-run itself refuses them alike (the tests above
+// and below reach it where motley cannot check: another device, the world size, outputs).
+TEST(RunBadInputTest, MotleyRefusesBadOptionsAndInputsBeforeStartingMotleyRun) {
+  const TempDir dir("exec_cli_test_alone");
+  const std::string alone = dir.file("motley");
+  std::filesystem::copy_file(MOTLEY_BINARY, alone);
+  std::filesystem::permissions(alone, std::filesystem::perms::owner_all);
+  const std::string bad_plan = dir.file("plan.json");
+  std::ofstream(bad_plan) << "{\"format\": \"motley.plan/2\"";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--plan " + kFourStage + " --steps 0",
+       "motley: error: --steps: expected an integer from 1 to 9223372036854775807, got 0 (see "
+       "'motley run --help')"},
+      {"--plan " + kFourStage + " --bogus",
+       "motley: error: The following argument was not expected: --bogus (see 'motley run "
+       "--help')"},
+      {"--plan " + kFourStage + " --resume", "motley: error: --resume needs --checkpoint-dir"},
+      {"--plan /nonexistent/plan.json", "motley: error: /nonexistent/plan.json"},
+      {"--plan " + bad_plan, "motley: error: " + bad_plan},
+      {"--plan " + kFourStage + " --cluster h100x16",
+       "motley: error: " + kFourStage + ": field 'cluster'"},
+  };
+  for (const auto& [args, message] : cases) {
+    const RunResult r = run_binary(alone, "run " + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_EQ(r.err.rfind(message, 0), 0u) << args << "\n" << r.err;
+    EXPECT_EQ(r.err.find("motley-run"), std::string::npos) << args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << "\n" << r.err;
+  }
+  // Good options and plan: the training itself needs motley-run. So does another device,
+  // which only libtorch can parse.
+  const std::vector<std::string> good = {"--plan " + kFourStage,
+                                         "--plan " + kFourStage + " --device gpu"};
+  for (const std::string& args : good) {
+    const RunResult r = run_binary(alone, "run " + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("'motley run' needs " + dir.file("motley-run")), std::string::npos)
+        << args << "\n"
+        << r.err;
+  }
+}
+
 TEST(RunBadInputTest, AMalformedFaultHook) {
   SKIP_WITHOUT_FAULT_HOOK();
   expect_bad_input("run --plan " + kFourStage + " --steps 1", {"MOTLEY_TEST_FAULT"},

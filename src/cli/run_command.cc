@@ -395,22 +395,7 @@ std::string step_line(int64_t step, double loss, Seconds time, double tokens) {
 // The steps of a run.
 
 Status check_options(const RunOptions& opt) {
-  if (opt.plan.empty()) return invalid_argument("--plan: give the plan file to run");
-  if ((opt.resume || opt.checkpoint_every || opt.keep_checkpoints) && opt.checkpoint_dir.empty()) {
-    const char* option = opt.resume             ? "--resume"
-                         : opt.checkpoint_every ? "--checkpoint-every"
-                                                : "--keep-checkpoints";
-    return invalid_argument(std::string(option) + " needs --checkpoint-dir");
-  }
-  if (opt.emulate_speeds != "peak" && opt.emulate_speeds != "cost") {
-    return invalid_argument(
-        fmt::format("--emulate-speeds: expected peak or cost, got '{}'", opt.emulate_speeds));
-  }
-  if (opt.sequential && (opt.emulate || !opt.checkpoint_dir.empty() || !opt.trace.empty())) {
-    return invalid_argument(
-        "--sequential runs the plain reference: it takes no --emulate, --checkpoint-dir or "
-        "--trace");
-  }
+  MOTLEY_RETURN_IF_ERROR(check_run_options(opt));
   MOTLEY_ASSIGN_OR_RETURN(const c10::Device device, parse_compute_device(opt.device));
   if (device.is_cuda() && (opt.sequential || opt.emulate)) {
     return invalid_argument(fmt::format(
@@ -953,12 +938,7 @@ void add_run_command(CLI::App& app, Action* action) {
 #endif
   cmd->footer(footer);
   add_run_options(cmd, opt.get(), kDefaultDataFile);
-  // motley's forwarder passes the emulation's factors here (run_emulation.h); hidden.
-  cmd->add_option("--emulation-fd", opt->emulation_fd)
-      ->check(integer_in(0, std::numeric_limits<int>::max()))
-      ->group("");
-  // And, on a GPU, the predicted peak memory of the plan's devices (run_emulation.h); hidden.
-  cmd->add_option("--predicted-device-memory", opt->predicted_device_memory)->group("");
+  add_handover_options(cmd, opt.get());
   cmd->callback([opt, action] { *action = [opt] { return run_command(*opt); }; });
 }
 

@@ -1,6 +1,9 @@
 #include "run_options.h"
 
+#include <fmt/format.h>
+
 #include <limits>
+#include <string>
 
 #include "motley/model/model_json.h"
 #include "motley/plan/plan_json.h"
@@ -84,6 +87,35 @@ void add_run_options(CLI::App* cmd, RunOptions* opt, const std::string& default_
                   "Seconds for joining the world and forming replica groups (under WORLD_SIZE)")
       ->check(wait_seconds())
       ->capture_default_str();
+}
+
+void add_handover_options(CLI::App* cmd, RunOptions* opt) {
+  // The emulation's factors (run_emulation.h).
+  cmd->add_option("--emulation-fd", opt->emulation_fd)
+      ->check(integer_in(0, std::numeric_limits<int>::max()))
+      ->group("");
+  // On a GPU, the predicted peak memory of the plan's devices (run_emulation.h).
+  cmd->add_option("--predicted-device-memory", opt->predicted_device_memory)->group("");
+}
+
+Status check_run_options(const RunOptions& opt) {
+  if (opt.plan.empty()) return invalid_argument("--plan: give the plan file to run");
+  if ((opt.resume || opt.checkpoint_every || opt.keep_checkpoints) && opt.checkpoint_dir.empty()) {
+    const char* option = opt.resume             ? "--resume"
+                         : opt.checkpoint_every ? "--checkpoint-every"
+                                                : "--keep-checkpoints";
+    return invalid_argument(std::string(option) + " needs --checkpoint-dir");
+  }
+  if (opt.emulate_speeds != "peak" && opt.emulate_speeds != "cost") {
+    return invalid_argument(
+        fmt::format("--emulate-speeds: expected peak or cost, got '{}'", opt.emulate_speeds));
+  }
+  if (opt.sequential && (opt.emulate || !opt.checkpoint_dir.empty() || !opt.trace.empty())) {
+    return invalid_argument(
+        "--sequential runs the plain reference: it takes no --emulate, --checkpoint-dir or "
+        "--trace");
+  }
+  return Status::ok();
 }
 
 Result<RunInputs> load_run_inputs(const RunOptions& opt) {

@@ -52,6 +52,15 @@ struct RunOptions {
 // of its option's range (option_checks.h).
 void add_run_options(CLI::App* cmd, RunOptions* opt, const std::string& default_data);
 
+// Declares on `cmd` the hidden options through which motley hands motley-run what it computed
+// (the emulation's factors, the predicted device memory).
+void add_handover_options(CLI::App* cmd, RunOptions* opt);
+
+// The refusals of `opt` that need neither libtorch nor the plan's files: no --plan, a
+// checkpoint option without --checkpoint-dir, an unknown --emulate-speeds, --sequential with
+// an option it does not take. motley-run checks these first, then the device.
+Status check_run_options(const RunOptions& opt);
+
 // What a run trains: the plan, and the model and cluster it carries (or --model / --cluster).
 using RunInputs = PlanInputs;
 
