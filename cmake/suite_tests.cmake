@@ -4,14 +4,16 @@
 # which a test per case would pay once per case; most of the executor's cases take less.
 # A suite passes when none of its cases fails; the cases that skip themselves are listed in
 # its output (a pattern for "all skipped" would also match a suite whose cases all failed).
-# The listing is cached in CTEST_FILE and taken again only when the program is newer.
+# The listing is cached in CTEST_FILE and taken again only when the program or this file is
+# newer.
 function(motley_suite_tests executable working_dir ctest_file)
   get_filename_component(program "${executable}" NAME)
   if(NOT EXISTS "${executable}")
     add_test("${program}_NOT_BUILT" "${program}_NOT_BUILT")
     return()
   endif()
-  if(NOT EXISTS "${ctest_file}" OR NOT "${ctest_file}" IS_NEWER_THAN "${executable}")
+  if(NOT EXISTS "${ctest_file}" OR NOT "${ctest_file}" IS_NEWER_THAN "${executable}" OR
+     NOT "${ctest_file}" IS_NEWER_THAN "${CMAKE_CURRENT_FUNCTION_LIST_FILE}")
     execute_process(COMMAND "${executable}" --gtest_list_tests
       WORKING_DIRECTORY "${working_dir}" TIMEOUT 60
       OUTPUT_VARIABLE listing ERROR_VARIABLE errors RESULT_VARIABLE rc)
