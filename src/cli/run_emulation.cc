@@ -114,24 +114,18 @@ Json emulation_document(const RunOptions& opt) {
                          : emulation_error_to_json(factors.status());
 }
 
-// The run options `args` give, or nullopt when they do not parse (motley-run reports it).
-std::optional<RunOptions> parse_run_arguments(const std::vector<std::string>& args) {
-  RunOptions opt;
-  CLI::App app;
-  add_run_options(&app, &opt, "");
-  std::vector<std::string> reversed(args.rbegin(), args.rend());  // as CLI11 takes them
-  try {
-    app.parse(reversed);
-  } catch (const CLI::ParseError&) {
-    return std::nullopt;
-  }
-  return opt;
+// The run options `args` give, or nullopt when they ask for help or do not parse (motley-run
+// answers).
+std::optional<RunOptions> parsed_run_options(const std::vector<std::string>& args) {
+  Result<std::optional<RunOptions>> parsed = parse_run_arguments(args);
+  if (!parsed.is_ok()) return std::nullopt;
+  return parsed.value();
 }
 
 }  // namespace
 
 std::optional<std::string> predicted_memory_handover(const std::vector<std::string>& args) {
-  const std::optional<RunOptions> opt = parse_run_arguments(args);
+  const std::optional<RunOptions> opt = parsed_run_options(args);
   if (!opt || opt->device == "cpu") return std::nullopt;
   auto peaks = [&opt]() -> Result<std::string> {
     MOTLEY_ASSIGN_OR_RETURN(RunInputs inputs, load_run_inputs(*opt));
@@ -154,7 +148,7 @@ std::optional<std::string> predicted_memory_handover(const std::vector<std::stri
 }
 
 Result<std::optional<int>> emulation_handover(const std::vector<std::string>& args) {
-  const std::optional<RunOptions> parsed = parse_run_arguments(args);
+  const std::optional<RunOptions> parsed = parsed_run_options(args);
   if (!parsed || !parsed->emulate) return std::optional<int>();
   const RunOptions& opt = *parsed;
   const std::string text = emulation_document(opt).dump() + "\n";

@@ -34,25 +34,9 @@ namespace {
 // is libtorch's to parse, so with another --device, or a --transport that needs a GPU, the rest
 // is left to motley-run.
 Status refuse_bad_run_arguments(const std::vector<std::string>& args) {
-  RunOptions opt;
-  CLI::App app("", "motley");
-  app.set_version_flag("--version", "motley");
-  CLI::App* run = app.add_subcommand("run");
-  add_run_options(run, &opt, "");
-  add_handover_options(run, &opt);
-  std::vector<std::string> reversed(args.rbegin(), args.rend());  // as CLI11 takes them
-  reversed.push_back("run");
-  try {
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    return Status::ok();
-  } catch (const CLI::CallForAllHelp&) {
-    return Status::ok();
-  } catch (const CLI::CallForVersion&) {
-    return Status::ok();
-  } catch (const CLI::ParseError& e) {
-    return invalid_argument(fmt::format("{} (see 'motley run --help')", e.what()));
-  }
+  MOTLEY_ASSIGN_OR_RETURN(const std::optional<RunOptions> parsed, parse_run_arguments(args));
+  if (!parsed) return Status::ok();  // --help or --version: motley-run answers
+  const RunOptions& opt = *parsed;
   MOTLEY_RETURN_IF_ERROR(check_run_options(opt));
   if (opt.device != "cpu" || opt.transport == "nccl") return Status::ok();
   MOTLEY_ASSIGN_OR_RETURN(const RunInputs inputs, load_run_inputs(opt));

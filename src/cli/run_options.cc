@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <limits>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "motley/model/model_json.h"
 #include "motley/plan/plan_json.h"
@@ -96,6 +98,29 @@ void add_handover_options(CLI::App* cmd, RunOptions* opt) {
       ->group("");
   // On a GPU, the predicted peak memory of the plan's devices (run_emulation.h).
   cmd->add_option("--predicted-device-memory", opt->predicted_device_memory)->group("");
+}
+
+Result<std::optional<RunOptions>> parse_run_arguments(const std::vector<std::string>& args) {
+  RunOptions opt;
+  CLI::App app("", "motley");
+  app.set_version_flag("--version", "motley");
+  CLI::App* run = app.add_subcommand("run");
+  add_run_options(run, &opt, "");
+  add_handover_options(run, &opt);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // as CLI11 takes them
+  reversed.push_back("run");
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    return std::optional<RunOptions>();
+  } catch (const CLI::CallForAllHelp&) {
+    return std::optional<RunOptions>();
+  } catch (const CLI::CallForVersion&) {
+    return std::optional<RunOptions>();
+  } catch (const CLI::ParseError& e) {
+    return invalid_argument(fmt::format("{} (see 'motley run --help')", e.what()));
+  }
+  return std::optional<RunOptions>(opt);
 }
 
 Status check_run_options(const RunOptions& opt) {

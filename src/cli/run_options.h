@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "motley/cluster/cluster.h"
 #include "motley/core/status.h"
@@ -55,6 +56,11 @@ void add_run_options(CLI::App* cmd, RunOptions* opt, const std::string& default_
 // Declares on `cmd` the hidden options through which motley hands motley-run what it computed
 // (the emulation's factors, the predicted device memory).
 void add_handover_options(CLI::App* cmd, RunOptions* opt);
+
+// The options `args` (the arguments after `run`) give, parsed as motley-run's `run` command
+// declares them: nullopt when they ask for help or the version; otherwise the error, worded as
+// motley-run words it ("... (see 'motley run --help')"), when they do not parse.
+Result<std::optional<RunOptions>> parse_run_arguments(const std::vector<std::string>& args);
 
 // The refusals of `opt` that need neither libtorch nor the plan's files: no --plan, a
 // checkpoint option without --checkpoint-dir, an unknown --emulate-speeds, --sequential with
