@@ -85,7 +85,8 @@ Status validate_priced_plan(const Plan& plan, const ModelSpec& model, const Clus
     StageMemory mem = stage_memory_with(
         cost, LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, stage)},
         DeviceGroup{plan.replicas[r].groups[g].devices}, m, st.recompute_layers);
-    return StageFootprint{mem.total(), mem.activations_per_micro_batch};
+    return StageFootprint{mem.total(), mem.activations_per_micro_batch,
+                          mem.recomputed_activations_per_micro_batch};
   };
   Status valid = validate_plan(plan, model, cluster, validate);
   return valid.is_ok() ? valid : valid.with_context(source);

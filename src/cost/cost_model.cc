@@ -26,9 +26,13 @@ ComputeTimes stage_compute(const CostModel& cost, LayerRange layers, const Devic
 StageMemory stage_memory_with(const CostModel& cost, LayerRange layers, const DeviceGroup& group,
                               const MemoryOptions& options, const std::vector<int>& full_layers) {
   StageMemory out = cost.stage_memory(layers, group, options);
-  if (full_layers.empty()) return out;
   MemoryOptions full = options;
   full.recompute = RecomputePolicy::kFull;
+  out.recomputed_activations_per_micro_batch =
+      options.recompute == RecomputePolicy::kFull
+          ? out.activations_per_micro_batch
+          : cost.stage_memory(layers, group, full).activations_per_micro_batch;
+  if (full_layers.empty()) return out;
   for (int l : full_layers) {
     const LayerRange one{l, l + 1};
     out.activations_per_micro_batch +=
@@ -58,6 +62,7 @@ StageMemory scaled(const StageMemory& whole, LayerRange shard) {
   out.gradients = whole.gradients * f;
   out.optimizer_state = whole.optimizer_state * f;
   out.activations_per_micro_batch = whole.activations_per_micro_batch * f;
+  out.recomputed_activations_per_micro_batch = whole.recomputed_activations_per_micro_batch * f;
   out.activations = whole.activations * f;
   return out;
 }

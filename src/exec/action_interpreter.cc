@@ -74,6 +74,7 @@ ActionInterpreter::ActionInterpreter(const Plan& plan, const ModelSpec& model,
       }
     }
   }
+  recomputed_ = RecomputedMicroBatches(plan.stages, actions_);
 }
 
 Status ActionInterpreter::run_step(int64_t step, Precision precision,
@@ -86,6 +87,7 @@ Status ActionInterpreter::run_step(int64_t step, Precision precision,
   receives_.clear();
   sends_.clear();
   loss_sum_ = 0;
+  recomputed_forwards_ = 0;
   MOTLEY_RETURN_IF_ERROR(post_receives());
   for (size_t i = 0; i < actions_.size(); ++i) {
     const Action& a = actions_[i];
@@ -233,7 +235,7 @@ Status ActionInterpreter::forward(int32_t node) {
     state.input.requires_grad_(true);
   }
   state.targets = targets;
-  if (is_recompute_stage(plan_.stages[s])) {
+  if (is_recompute_stage(plan_.stages[s]) || recomputed_.contains(s, static_cast<int>(j))) {
     // Keep only the input; R (or the backward) runs the forward again with a graph.
     at::NoGradGuard no_grad;
     state.output = module.forward(state.input, state.targets);
@@ -251,6 +253,7 @@ Status ActionInterpreter::forward(int32_t node) {
 }
 
 Status ActionInterpreter::recompute(MicroBatchState& state, int s) {
+  ++recomputed_forwards_;
   state.output = stages_.at(s)->forward(state.input, state.targets);
   state.has_graph = true;
   return Status::ok();

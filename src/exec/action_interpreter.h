@@ -24,6 +24,7 @@
 #include "motley/exec/stage_module.h"
 #include "motley/exec/transport.h"
 #include "motley/model/model.h"
+#include "motley/plan/dependencies.h"
 #include "motley/plan/plan.h"
 #include "motley/plan/task_graph.h"
 #include "step_trace.h"
@@ -69,6 +70,9 @@ class ActionInterpreter {
   // The step's mean loss over the global batch so far: the sum of this rank's last-stage
   // micro-batch losses / the global batch's micro-batch count (0 off the last stage).
   double loss_sum() const { return loss_sum_; }
+  // Forwards the last step ran again to build a graph (R, or a backward of a micro-batch whose
+  // F kept only its input).
+  int64_t recomputed_forwards() const { return recomputed_forwards_; }
 
  private:
   // What one (stage, micro-batch) holds between its F and its W (or fused B).
@@ -121,6 +125,9 @@ class ActionInterpreter {
   int first_head_shard_;  // the first vocabulary shard of the head; the stage count when none
   int32_t first_node_;    // the group's actions are nodes first_node_ .. + actions_.size()
   std::vector<Action> actions_;  // the group's, in order
+  // The micro-batches its R actions recompute on stages that keep their activations: their F
+  // keeps only its input, like a recomputing stage's.
+  RecomputedMicroBatches recomputed_{{}, {}};
   // Per action of the group: a later action of the group, on another stage, consumes its output.
   std::vector<bool> kept_;
   std::map<int, StageModule*> stages_;
@@ -137,6 +144,7 @@ class ActionInterpreter {
   std::map<int32_t, PostedReceive> receives_;  // by message node
   std::vector<std::unique_ptr<TransportRequest>> sends_;
   double loss_sum_ = 0;
+  int64_t recomputed_forwards_ = 0;
   std::chrono::steady_clock::time_point ready_;  // when the current action's inputs arrived
 };
 

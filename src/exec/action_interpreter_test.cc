@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "motley/plan/lower.h"
@@ -17,21 +18,21 @@
 namespace motley::internal {
 namespace {
 
-TEST(ActionInterpreter, TwoStagesLeaveTheReferencesLossAndGradientsBitForBit) {
-  testing::single_threaded();
-  const ModelSpec model = testing::preset("tiny-llama");
-  const Plan plan = testing::uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 1});
-  auto tokens = TokenStream::from_text(synthetic_corpus(4096, 3), "corpus");
-  ASSERT_TRUE(tokens.is_ok());
-  const LoweredPlan lowered = lower_plan(plan);
-  TaskGraph graph;
-  build_task_graph(plan, lowered, graph);
+// What each of the two ranks of a two-stage plan saw over one step.
+struct TwoRanks {
+  std::vector<double> loss = std::vector<double>(2);
+  std::vector<std::map<std::string, at::Tensor>> gradients =
+      std::vector<std::map<std::string, at::Tensor>>(2);
+  std::vector<std::vector<int>> started{2}, finished{2};
+  std::vector<std::vector<std::string>> computed{2}, traced{2};
+  std::vector<int64_t> recomputed = std::vector<int64_t>(2);
+};
+
+TwoRanks run_two_ranks(const Plan& plan, const ModelSpec& model, const TokenStream& tokens,
+                       const TaskGraph& graph) {
   const RankLayout layout(plan);
   InProcessNetwork network(2);
-  std::vector<double> loss(2);
-  std::vector<std::map<std::string, at::Tensor>> gradients(2);
-  std::vector<std::vector<int>> started(2), finished(2);
-  std::vector<std::vector<std::string>> computed(2), traced(2);
+  TwoRanks out;
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
@@ -47,23 +48,39 @@ TEST(ActionInterpreter, TwoStagesLeaveTheReferencesLossAndGradientsBitForBit) {
         EXPECT_EQ(r, rank);
         EXPECT_EQ(step, 0);
         EXPECT_GE(elapsed.value(), 0);
-        computed[rank].push_back(action_to_string(a));
+        out.computed[rank].push_back(action_to_string(a));
       };
-      ActionInterpreter interpreter(plan, model, *tokens, layout, rank, graph,
+      ActionInterpreter interpreter(plan, model, tokens, layout, rank, graph,
                                     {{rank, module->get()}}, {{rank, params}}, after_action,
                                     *transport);
       EXPECT_EQ(interpreter.actions(), plan.replicas[0].groups[rank].actions);
-      const ActionCallbacks callbacks{[&, rank](int i) { started[rank].push_back(i); },
-                                      [&, rank](int i) { finished[rank].push_back(i); }};
+      const ActionCallbacks callbacks{[&, rank](int i) { out.started[rank].push_back(i); },
+                                      [&, rank](int i) { out.finished[rank].push_back(i); }};
       StepTrace trace(true);
       trace.begin();
       ASSERT_TRUE(interpreter.run_step(0, Precision::kFp32, callbacks, trace).is_ok());
-      loss[rank] = interpreter.loss_sum();
-      for (const NamedTensor& p : store.parameters()) gradients[rank][p.name] = p.tensor.grad();
-      for (const TraceEvent& e : trace.take()) traced[rank].push_back(e.name);
+      out.loss[rank] = interpreter.loss_sum();
+      out.recomputed[rank] = interpreter.recomputed_forwards();
+      for (const NamedTensor& p : store.parameters()) out.gradients[rank][p.name] = p.tensor.grad();
+      for (const TraceEvent& e : trace.take()) out.traced[rank].push_back(e.name);
     });
   }
   for (auto& t : threads) t.join();
+  return out;
+}
+
+TEST(ActionInterpreter, TwoStagesLeaveTheReferencesLossAndGradientsBitForBit) {
+  testing::single_threaded();
+  const ModelSpec model = testing::preset("tiny-llama");
+  const Plan plan = testing::uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 1});
+  auto tokens = TokenStream::from_text(synthetic_corpus(4096, 3), "corpus");
+  ASSERT_TRUE(tokens.is_ok());
+  const LoweredPlan lowered = lower_plan(plan);
+  TaskGraph graph;
+  build_task_graph(plan, lowered, graph);
+  const TwoRanks ran = run_two_ranks(plan, model, *tokens, graph);
+  const auto& [loss, gradients, started, finished, computed, traced, recomputed] = ran;
+  EXPECT_EQ(recomputed, (std::vector<int64_t>{0, 0}));
 
   const testing::WorldResult reference =
       testing::run_reference(plan, model, *tokens, 1, GradientOrder::kSequential);
@@ -100,6 +117,33 @@ TEST(ActionInterpreter, TwoStagesLeaveTheReferencesLossAndGradientsBitForBit) {
     EXPECT_EQ(traced[rank], expected_trace);
   }
   EXPECT_EQ(compared, reference.parameters.size());
+}
+
+// An R on a stage that keeps its activations: that micro-batch's F ran without a graph and its
+// R ran the forward again (once, for micro-batch 1 of stage 0 only), and the step's loss and
+// gradients are still the reference's, bit for bit.
+TEST(ActionInterpreter, RecomputingOneMicroBatchRunsItsForwardAgainAndChangesNoNumber) {
+  testing::single_threaded();
+  const ModelSpec model = testing::preset("tiny-llama");
+  Plan plan = testing::uniform_plan(model, {ScheduleKind::k1f1b, 2, 1, 4, 1});
+  std::vector<Action>& order = plan.replicas[0].groups[0].actions;
+  order.insert(std::find(order.begin(), order.end(), Action{ActionKind::kBackward, 0, 1}),
+               Action{ActionKind::kRecompute, 0, 1});
+  auto tokens = TokenStream::from_text(synthetic_corpus(4096, 3), "corpus");
+  ASSERT_TRUE(tokens.is_ok());
+  TaskGraph graph;
+  build_task_graph(plan, lower_plan(plan), graph);
+  const TwoRanks ran = run_two_ranks(plan, model, *tokens, graph);
+  EXPECT_EQ(ran.recomputed, (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(ran.computed[0].size(), order.size());
+  const testing::WorldResult reference =
+      testing::run_reference(plan, model, *tokens, 1, GradientOrder::kSequential);
+  EXPECT_EQ(ran.loss[1], reference.losses[0]);
+  for (int rank = 0; rank < 2; ++rank) {
+    for (const auto& [name, grad] : ran.gradients[rank]) {
+      EXPECT_TRUE(at::equal(grad, reference.parameters.at(name).grad())) << name;
+    }
+  }
 }
 
 }  // namespace

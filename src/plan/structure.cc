@@ -296,8 +296,8 @@ Status action_fault(const Plan& plan, const Labels& labels, int r, int g, size_t
                           where, a.stage, labels.group(r, rep.stage_group[a.stage]))));
   }
   return invalid_argument(
-      field(path, fmt::format("{}: recompute of {}, but stage {} keeps its activations (recompute "
-                              "\"none\")",
+      field(path, fmt::format("{}: recompute of {}, but stage {} is a vocabulary shard, which "
+                              "keeps its activations",
                               where, stage_mb(a.stage, a.micro_batch), a.stage)));
 }
 
@@ -314,7 +314,7 @@ Status check_actions(const Plan& plan, const Labels& labels, int r, std::vector<
       const Action& a = actions[i];
       if (a.stage < 0 || a.stage >= stages || a.micro_batch < 0 || a.micro_batch >= micro_batches ||
           rep.stage_group[a.stage] != g ||
-          (a.kind == ActionKind::kRecompute && !plan.stages[a.stage].recomputes())) {
+          (a.kind == ActionKind::kRecompute && plan.stages[a.stage].is_vocab_shard())) {
         return action_fault(plan, labels, r, g, i);
       }
       uint8_t& kinds = seen[static_cast<size_t>(a.stage) * micro_batches + a.micro_batch];

@@ -164,11 +164,10 @@ TEST(Structure, PerLayerRecomputeNamesItsStageLayersInOrder) {
             "field 'stages[0].recompute_layers': stage 0 (layers [0, 2)) recomputes all its "
             "layers (recompute \"full\"); list recompute_layers only with \"none\" or "
             "\"selective\"");
-  // Without recompute anywhere, an R action has nothing to run.
+  // Without recompute on the stage, an R action recomputes that one micro-batch.
   p.stages[0].recompute = RecomputePolicy::kNone;
   p.stages[0].recompute_layers.clear();
-  EXPECT_NE(check_plan_structure(p, without_model(2)).message().find("keeps its activations"),
-            std::string::npos);
+  EXPECT_TRUE(check_plan_structure(p, without_model(2)).is_ok());
 }
 
 // One checker over plans of different sizes gives what a fresh check gives.

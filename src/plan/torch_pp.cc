@@ -147,14 +147,17 @@ std::vector<std::vector<std::string>> csv_rows(std::string_view csv) {
   return rows;
 }
 
-// The stages whose recompute the plan's orders list as actions of their own (R), rather than
-// leaving it inside the backward.
+// The recomputing stages whose recompute the plan's orders list as actions of their own (R),
+// rather than leaving it inside the backward. (An R on a stage that keeps its activations
+// recomputes one micro-batch, which the CSV cannot say; its order keeps them all.)
 std::set<int> stages_with_recompute_actions(const Plan& plan) {
   std::set<int> stages;
   for (const Replica& r : plan.replicas) {
     for (const DeviceGroupSchedule& g : r.groups) {
       for (const Action& a : g.actions) {
-        if (a.kind == ActionKind::kRecompute) stages.insert(a.stage);
+        if (a.kind == ActionKind::kRecompute && plan.stages[a.stage].recomputes()) {
+          stages.insert(a.stage);
+        }
       }
     }
   }
@@ -258,6 +261,23 @@ std::vector<std::string> torch_pp_limits(const Plan& plan, int replica) {
         fmt::format("stage{} {} recompute: PyTorch recomputes inside the stage module (activation "
                     "checkpointing), so the R actions are not written",
                     recomputing.size() > 1 ? "s" : "", fmt::join(recomputing, ", ")));
+  }
+  std::set<int> single;
+  for (const Replica& r : plan.replicas) {
+    for (const DeviceGroupSchedule& g : r.groups) {
+      for (const Action& a : g.actions) {
+        if (a.kind == ActionKind::kRecompute && !plan.stages[a.stage].recomputes()) {
+          single.insert(a.stage);
+        }
+      }
+    }
+  }
+  if (!single.empty()) {
+    limits.push_back(fmt::format(
+        "stage{} {} recompute{} single micro-batches: PyTorch's schedule checkpoints a stage "
+        "for every micro-batch or none, so these R actions are not written and the stage keeps "
+        "every micro-batch's activations",
+        single.size() > 1 ? "s" : "", fmt::join(single, ", "), single.size() > 1 ? "" : "s"));
   }
   return limits;
 }

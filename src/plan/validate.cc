@@ -257,11 +257,10 @@ Status check_memory(const Plan& plan, const ClusterSpec& cluster, const Labels& 
           fixed += own[s].fixed;
         }
       }
-      auto activations = [&](int stage) {
-        return rep.stage_group[stage] == static_cast<int>(g)
-                   ? own[stage].activation_per_micro_batch
-                   : footprint(stage).activation_per_micro_batch;
+      auto stage_footprint = [&](int stage) {
+        return rep.stage_group[stage] == static_cast<int>(g) ? own[stage] : footprint(stage);
       };
+      const RecomputedMicroBatches recomputed(plan.stages, group.actions);
       auto over = [&](Bytes need, const std::string& when, const std::string& why) {
         const int decimals = gib(need, 1) == gib(type->memory, 1) ? 3 : 1;
         return infeasible(
@@ -275,18 +274,17 @@ Status check_memory(const Plan& plan, const ClusterSpec& cluster, const Labels& 
       Bytes in_use = fixed;
       int64_t in_flight = 0;
       for (const Action& a : group.actions) {
-        if (allocates_activations(a.kind)) {
-          in_use += activations(a.stage);
-          ++in_flight;
-          if (in_use > type->memory) {
-            return over(in_use, fmt::format(" at action {}", action_label(a)),
-                        fmt::format("then holds the activations of {} micro-batches on top of {} "
-                                    "of fixed memory",
-                                    in_flight, gib(fixed, 1)));
-          }
-        } else if (frees_activations(a.kind)) {
-          in_use -= activations(a.stage);
-          --in_flight;
+        const StageFootprint f = stage_footprint(a.stage);
+        const Bytes change(recomputed.change(a, f.activation_per_micro_batch.value(),
+                                             f.recomputed_activation_per_micro_batch.value()));
+        in_use += change;
+        if (allocates_activations(a.kind)) ++in_flight;
+        if (frees_activations(a.kind)) --in_flight;
+        if ((allocates_activations(a.kind) || change.value() > 0) && in_use > type->memory) {
+          return over(in_use, fmt::format(" at action {}", action_label(a)),
+                      fmt::format("then holds the activations of {} micro-batches on top of {} "
+                                  "of fixed memory",
+                                  in_flight, gib(fixed, 1)));
         }
       }
     }

@@ -214,13 +214,14 @@ TEST(Validate, DetectsRecomputeAfterBackward) {
             "needs 0R0 (stage 0, micro-batch 0), listed later in the same group's order");
 }
 
-TEST(Validate, RejectsRecomputeWithoutPolicy) {
-  Status s = check_two_stage(two_stage("0F0 0F1 0R0 0B0 0B1", "1F0 1B0 1F1 1B1"));
-  ASSERT_FALSE(s.is_ok());
+// On a stage that keeps its activations an R recomputes that one micro-batch; it must still
+// come after the F and before the backward.
+TEST(Validate, AcceptsRecomputeOfOneMicroBatchWithoutPolicy) {
+  EXPECT_TRUE(check_two_stage(two_stage("0F0 0F1 0R0 0B0 0B1", "1F0 1B0 1F1 1B1")).is_ok());
+  const Status s = check_two_stage(two_stage("0F0 0F1 0B0 0R0 0B1", "1F0 1B0 1F1 1B1"));
   EXPECT_EQ(s.message(),
-            "field 'replicas[0].groups[0].actions[2]': 0R0 on device group 0 (device 0): "
-            "recompute of stage 0, micro-batch 0, but stage 0 keeps its activations (recompute "
-            "\"none\")");
+            "deadlock: device group 0 (device 0) waits at 0B0 (stage 0, micro-batch 0), which "
+            "needs 0R0 (stage 0, micro-batch 0), listed later in the same group's order");
 }
 
 TEST(Validate, RejectsMissingWeightGradient) {
@@ -430,7 +431,7 @@ TEST(Validate, MemoryOverCapacityNamesDeviceAndAction) {
   const ClusterSpec cluster = single_device_nodes(4);
   const Plan p = one_f_one_b_plan(model, cluster, 4);
   ValidateOptions opts;
-  opts.stage_memory.assign(4, StageFootprint{Bytes(40 * kGiB), Bytes(12 * kGiB)});
+  opts.stage_memory.assign(4, StageFootprint{Bytes(40 * kGiB), Bytes(12 * kGiB), Bytes(0)});
   Status s = validate_plan(p, model, cluster, opts);
   ASSERT_FALSE(s.is_ok());
   EXPECT_EQ(s.code(), StatusCode::kInfeasible);
@@ -455,8 +456,8 @@ TEST(Validate, MemoryNearCapacityShowsMoreDigits) {
   const ClusterSpec cluster = single_device_nodes(2);
   const Plan p = one_f_one_b_plan(model, cluster, 1);
   ValidateOptions opts;
-  opts.stage_memory = {StageFootprint{Bytes(80.004 * kGiB), Bytes(0)},
-                       StageFootprint{Bytes(1 * kGiB), Bytes(1 * kGiB)}};
+  opts.stage_memory = {StageFootprint{Bytes(80.004 * kGiB), Bytes(0), Bytes(0)},
+                       StageFootprint{Bytes(1 * kGiB), Bytes(1 * kGiB), Bytes(0)}};
   EXPECT_EQ(validate_plan(p, model, cluster, opts).message(),
             "device 0 (A100-80GB) needs 80.004 GiB but has 80 GiB: device group 0 (device 0), "
             "which runs stage 0, holds the weights, gradients and optimizer state of its stages");
@@ -465,7 +466,7 @@ TEST(Validate, MemoryNearCapacityShowsMoreDigits) {
 TEST(Validate, MemoryFootprintsMustCoverEveryStage) {
   const Plan p = one_f_one_b_plan(small_model(2), single_device_nodes(2), 1);
   ValidateOptions opts;
-  opts.stage_memory = {StageFootprint{Bytes(1), Bytes(1)}};
+  opts.stage_memory = {StageFootprint{Bytes(1), Bytes(1), Bytes(0)}};
   EXPECT_EQ(validate_plan(p, small_model(2), single_device_nodes(2), opts).message(),
             "memory footprints are given for 1 stages but the plan has 2");
 }
@@ -585,6 +586,15 @@ TEST(Validate, RefusesMalformedVocabularyShards) {
     Plan p = vocab_shard_plan();
     p.stages[2].recompute = RecomputePolicy::kFull;
     EXPECT_THAT(check_shards(p).message(), HasSubstr("shards keep their activations"));
+  }
+  {
+    Plan p = vocab_shard_plan();  // nor is one of their micro-batches recomputed
+    std::vector<Action>& order = p.replicas[0].groups[0].actions;
+    order.insert(std::find(order.begin(), order.end(), Action{ActionKind::kBackwardInput, 2, 0}),
+                 Action{ActionKind::kRecompute, 2, 0});
+    EXPECT_THAT(check_shards(p).message(),
+                HasSubstr("recompute of stage 2, micro-batch 0, but stage 2 is a vocabulary "
+                          "shard, which keeps its activations"));
   }
   {
     Plan p = vocab_shard_plan();  // one shard: rows [0, 64) of the only shard

@@ -46,6 +46,14 @@ class Builder {
   size_t at(int r, int s) const { return static_cast<size_t>(r) * stages_ + s; }
   // The plan of the replicas simulated (fold_replicas chooses it).
   const Plan& sim() const { return *out_.simulated; }
+  // The policy an R of stage s reruns layer l under in replica r: the stage's own, or a full
+  // recompute where the stage keeps its activations and its R actions recompute single
+  // micro-batches (plan/dependencies.h, RecomputedMicroBatches).
+  RecomputePolicy rerun_policy(int r, int s, int l) const {
+    const Stage& st = plan_.stages[s];
+    return st.recomputes() || !scratch_.explicit_recompute[at(r, s)] ? st.policy_of(l)
+                                                                     : RecomputePolicy::kFull;
+  }
 
   // Per (replica, stage) of the plan: times, memory and boundary bytes, from the cost model once.
   void price_stages() {
@@ -98,6 +106,10 @@ class Builder {
         times[kind_index(ActionKind::kBackwardWeight)] = t.backward_weight.value();
         times[kind_index(ActionKind::kBackward)] = t.fused_backward().value() + folded;
         times[kind_index(ActionKind::kRecompute)] = t.recompute.value();
+        if (!st.recomputes() && scratch_.explicit_recompute[at(r, s)]) {
+          times[kind_index(ActionKind::kRecompute)] =
+              stage_compute(cost_, layers, group, RecomputePolicy::kFull, {}).recompute.value();
+        }
         MemoryOptions mem;
         mem.recompute = st.recompute;
         mem.in_flight_micro_batches = 0;
@@ -219,7 +231,7 @@ class Builder {
                     .value());
           }
           exchange += 2 * slowest;  // dispatch and combine
-          if (st.policy_of(l) == RecomputePolicy::kFull) recomputed += 2 * slowest;
+          if (rerun_policy(r, s, l) == RecomputePolicy::kFull) recomputed += 2 * slowest;
         }
         if (exchange == 0) continue;
         SimGraph::StageTimes& times = scratch_.stage_times[at(r, s)];
@@ -285,7 +297,7 @@ class Builder {
             added[q][1] +=
                 ring_exchange_exposure(c, Seconds(step_back), members[q].backward_attention)
                     .value();
-            if (st.policy_of(l) != RecomputePolicy::kNone) added[q][2] += f;
+            if (rerun_policy(first + q, s, l) != RecomputePolicy::kNone) added[q][2] += f;
           }
         }
         for (int q = 0; q < c; ++q) {

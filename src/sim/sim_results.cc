@@ -67,19 +67,18 @@ SimResult assemble_results(const SimOptions& options, const Plan& plan, const To
         m.activations = Bytes(0);
         gm.fixed += m.total().value();
       }
+      const RecomputedMicroBatches recomputed(sim.stages, rep.groups[gi].actions);
       for (const Action& a : rep.groups[gi].actions) {
-        const double act =
-            graph.stage_memory[ri * stages + a.stage].activations_per_micro_batch.value();
-        if (allocates_activations(a.kind)) {
-          live += act;
-          ++in_flight;
-          if (live > gm.peak || (live == gm.peak && in_flight > gm.peak_in_flight)) {
-            gm.peak = live;
-            gm.peak_in_flight = in_flight;
-          }
-        } else if (frees_activations(a.kind)) {
-          live -= act;
-          --in_flight;
+        const StageMemory& m = graph.stage_memory[ri * stages + a.stage];
+        const double change = recomputed.change(a, m.activations_per_micro_batch.value(),
+                                                m.recomputed_activations_per_micro_batch.value());
+        live += change;
+        if (allocates_activations(a.kind)) ++in_flight;
+        if (frees_activations(a.kind)) --in_flight;
+        if ((allocates_activations(a.kind) || change > 0) &&
+            (live > gm.peak || (live == gm.peak && in_flight > gm.peak_in_flight))) {
+          gm.peak = live;
+          gm.peak_in_flight = in_flight;
         }
       }
     }

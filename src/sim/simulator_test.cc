@@ -704,6 +704,31 @@ TEST(Simulate, PerLayerRecomputePaysAndSavesForItsLayersOnly) {
   EXPECT_EQ(selective.timeline[2].end - selective.timeline[2].start, Seconds(0.5 + 0.25 + 0.5));
 }
 
+// An R on a stage that keeps its activations recomputes that micro-batch alone: its F keeps
+// what a full recompute keeps (5 a layer here), its R takes the full recompute's time and
+// brings the micro-batch back to what the stage keeps (100 a layer) until its W; the others
+// keep everything from their F.
+TEST(Simulate, RecomputingOneMicroBatchKeepsItsInputUntilItsRecompute) {
+  FixedCostSpec spec = uniform_spec(2, {Seconds(1), Seconds(2), Seconds(3), Seconds(0.5)});
+  for (FixedLayer& l : spec.layers) l.activations = {Bytes(100), Bytes(50), Bytes(5)};
+  const FixedCostModel cost(make_fixed_cluster({"H100-SXM"}, 1, kFreeIntra, kFreeInter), spec);
+  Plan plan = pipeline_plan(1, 1, 3, {acts("0F0 0F1 0F2 0R0 0I0 0W0 0I1 0W1 0I2 0W2")});
+  plan.stages[0].layer_end = 2;
+  SimOptions options = compute_only();
+  options.record_timeline = true;
+  const SimResult res = run_ok(options, plan, cost);
+  // Per micro-batch F 2, I 4, W 6; one R of both layers, 1.
+  EXPECT_EQ(res.iteration_time, Seconds(3 * (2 + 4 + 6) + 1));
+  EXPECT_EQ(sim_task_name(res.timeline[3]), "R s0 mb0");
+  EXPECT_EQ(res.timeline[3].end - res.timeline[3].start, Seconds(1));
+  // After the three F: 10 + 200 + 200; the R brings micro-batch 0 to 200 as well.
+  EXPECT_EQ(res.devices[0].peak_memory, Bytes(3 * 200));
+  EXPECT_EQ(res.devices[0].peak_in_flight, 3);
+  // Recomputed after micro-batch 1 has freed its activations, the peak is the three F's.
+  plan.replicas[0].groups[0].actions = acts("0F0 0F1 0F2 0I1 0W1 0R0 0I0 0W0 0I2 0W2");
+  EXPECT_EQ(run_ok(options, plan, cost).devices[0].peak_memory, Bytes(10 + 200 + 200));
+}
+
 // ---------------------------------------------------------------- errors
 
 TEST(Simulate, DeadlockIsInfeasibleAndNamesAStuckTask) {

@@ -314,6 +314,21 @@ MegatronArguments megatron_arguments(const Plan& plan, const ModelSpec& model,
         "else; the arguments use N = {}",
         block.layers, block.layers));
   }
+  // Recompute of single micro-batches (R on a stage that keeps its activations).
+  int64_t single = 0;
+  for (const Replica& r : plan.replicas) {
+    for (const DeviceGroupSchedule& g : r.groups) {
+      for (const Action& a : g.actions) {
+        single += a.kind == ActionKind::kRecompute && !plan.stages[a.stage].recomputes();
+      }
+    }
+  }
+  if (single > 0) {
+    why.push_back(fmt::format(
+        "{} micro-batch{} recomputed alone on stages that keep their activations: Megatron "
+        "recomputes every micro-batch of a stage or none; the arguments recompute none of them",
+        single, single > 1 ? "es" : ""));
+  }
   // Recompute: one policy for every stage.
   std::map<RecomputePolicy, int> policies;
   for (const Stage& s : plan.stages) ++policies[s.recompute];

@@ -55,7 +55,8 @@ Status validate_chosen(const Context& ctx, const Plan& plan, const CostModel& co
     StageMemory mem = stage_memory_with(
         cost, LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, stage)},
         DeviceGroup{devices}, m, st.recompute_layers);
-    const StageFootprint footprint{mem.total(), mem.activations_per_micro_batch};
+    const StageFootprint footprint{mem.total(), mem.activations_per_micro_batch,
+                                   mem.recomputed_activations_per_micro_batch};
     priced.emplace(std::move(key), footprint);
     return footprint;
   };

@@ -176,7 +176,8 @@ void expect_runnable(const Case& c, const TuneOptions& options, const Plan& plan
     StageMemory mem = stage_memory_with(
         *cost, LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, s)},
         DeviceGroup{plan.replicas[r].groups[g].devices}, m, st.recompute_layers);
-    return StageFootprint{mem.total(), mem.activations_per_micro_batch};
+    return StageFootprint{mem.total(), mem.activations_per_micro_batch,
+                          mem.recomputed_activations_per_micro_batch};
   };
   Status valid = validate_plan(plan, c.model, c.cluster, validate);
   EXPECT_TRUE(valid.is_ok()) << c.name << ": " << valid.message();

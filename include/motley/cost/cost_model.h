@@ -64,6 +64,10 @@ struct StageMemory {
   Bytes gradients;
   Bytes optimizer_state;
   Bytes activations_per_micro_batch;
+  // What a micro-batch keeps when the stage recomputes it alone, in full: each layer's input
+  // (an R action on a stage that keeps its activations; plan/dependencies.h). Set by
+  // stage_memory_with.
+  Bytes recomputed_activations_per_micro_batch;
   Bytes activations;  // activations_per_micro_batch * in_flight_micro_batches
   Bytes communication_buffers;
   Bytes total() const {

@@ -4,9 +4,11 @@
 // "Dependencies"). Data only: it knows nothing of groups, orders or time. Thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "motley/core/check.h"
 #include "motley/plan/plan.h"
@@ -75,11 +77,60 @@ class ShortList {
 using Dependencies = ShortList<Dependency, 3>;
 
 // The memory rule validation, the simulator and the tuner share: F allocates a micro-batch's
-// activations of its stage, W (or a fused B) releases them; I and R change nothing.
+// activations of its stage, W (or a fused B) releases them; I changes nothing, and R only
+// where it recomputes a single micro-batch (RecomputedMicroBatches below).
 inline bool allocates_activations(ActionKind kind) { return kind == ActionKind::kForward; }
 inline bool frees_activations(ActionKind kind) {
   return kind == ActionKind::kBackwardWeight || kind == ActionKind::kBackward;
 }
+// Micro-batches recomputed one at a time: an R action on a stage that keeps its activations
+// (no recompute policy, no recompute_layers) marks a micro-batch whose F kept only what a full
+// recompute keeps, each layer's input; its R runs the forward again and holds the rest until
+// the W or fused B that frees them (docs/plan-format.md, "Actions"). Built from one group's
+// order; empty, and free to ask, for a plan without such actions.
+class RecomputedMicroBatches {
+ public:
+  RecomputedMicroBatches(const std::vector<Stage>& stages, const std::vector<Action>& actions) {
+    for (const Action& a : actions) {
+      if (a.kind != ActionKind::kRecompute || a.stage < 0 ||
+          static_cast<size_t>(a.stage) >= stages.size() || stages[a.stage].recomputes()) {
+        continue;
+      }
+      keys_.push_back(key(a.stage, a.micro_batch));
+    }
+    std::sort(keys_.begin(), keys_.end());
+  }
+  bool empty() const { return keys_.empty(); }
+  bool contains(int stage, int micro_batch) const {
+    return !keys_.empty() &&
+           std::binary_search(keys_.begin(), keys_.end(), key(stage, micro_batch));
+  }
+  // The activation bytes `a` adds to its group (negative: frees), its stage keeping `kept` per
+  // micro-batch and `recomputed` when a micro-batch is recomputed in full.
+  double change(const Action& a, double kept, double recomputed) const {
+    const bool dropped = contains(a.stage, a.micro_batch);
+    const double first = dropped ? std::min(kept, recomputed) : kept;
+    switch (a.kind) {
+      case ActionKind::kForward:
+        return first;
+      case ActionKind::kRecompute:
+        return kept - first;
+      case ActionKind::kBackward:
+      case ActionKind::kBackwardWeight:
+        return -kept;
+      case ActionKind::kBackwardInput:
+        return 0;
+    }
+    return 0;
+  }
+
+ private:
+  static int64_t key(int stage, int micro_batch) {
+    return (static_cast<int64_t>(stage) << 32) | static_cast<uint32_t>(micro_batch);
+  }
+  std::vector<int64_t> keys_;
+};
+
 // I or fused B: the actions that produce a stage input's gradient.
 inline bool is_input_backward(ActionKind kind) {
   return kind == ActionKind::kBackwardInput || kind == ActionKind::kBackward;

@@ -20,10 +20,13 @@ namespace motley {
 
 // Memory of one stage on each device of its group: `fixed` (weights, gradients, optimizer
 // state, buffers) plus `activation_per_micro_batch` for every micro-batch whose F has run and
-// whose W (or fused backward) has not.
+// whose W (or fused backward) has not; a micro-batch the order recomputes alone holds
+// `recomputed_activation_per_micro_batch` from its F until its R
+// (plan/dependencies.h, RecomputedMicroBatches).
 struct StageFootprint {
   Bytes fixed;
   Bytes activation_per_micro_batch;
+  Bytes recomputed_activation_per_micro_batch;
 };
 
 struct ValidateOptions {
