@@ -76,10 +76,15 @@ void report(const char* what, const Plan& plan, const CostModel& cost) {
               peak / kGiB, capacity / kGiB, r->fits_memory ? "" : " (over)");
 }
 
-// OctoPipe's stages and placement, ordered by the alternating rule within `budget_scale` times
-// each device's memory.
+// How OctoPipe's plan is held to memory: not at all, by waiting, or also by recomputing single
+// micro-batches (the adaptive scheduler's recompute_single).
+enum class Memory { kUnbounded, kWithin, kWithinRecomputingSome };
+
+// OctoPipe's stages and placement, ordered by the alternating rule.
 Plan octopipe_plan(const ModelSpec& model, const ClusterSpec& cluster, const CostModel& cost,
-                   bool memory_limit) {
+                   Memory memory_mode) {
+  const bool memory_limit = memory_mode != Memory::kUnbounded;
+  const bool single = memory_mode == Memory::kWithinRecomputingSome;
   std::vector<int> sizes = kOctoPipeLayers;
   sizes.front() += 1;  // the embedding
   sizes.back() += 1;   // the head
@@ -94,7 +99,8 @@ Plan octopipe_plan(const ModelSpec& model, const ClusterSpec& cluster, const Cos
   plan.micro_batch_size = 1;
   plan.seq_len = model.default_seq_len;
   plan.global_batch = 8;
-  plan.schedule = "adaptive(alternate, eager-w)";
+  plan.schedule =
+      single ? "adaptive(alternate, eager-w, recompute-some)" : "adaptive(alternate, eager-w)";
   AdaptiveRequest req;
   req.num_groups = 4;
   req.stage_group = stage_group;
@@ -113,6 +119,13 @@ Plan octopipe_plan(const ModelSpec& model, const ClusterSpec& cluster, const Cos
     memory.in_flight_micro_batches = 0;
     const StageMemory m = cost.stage_memory(range, group, memory);
     req.activation_bytes.push_back(m.activations_per_micro_batch);
+    if (single) {
+      MemoryOptions full = memory;
+      full.recompute = RecomputePolicy::kFull;
+      req.recomputed_bytes.push_back(
+          cost.stage_memory(range, group, full).activations_per_micro_batch);
+      req.recompute_time.push_back(cost.compute(range, group, RecomputePolicy::kFull).recompute);
+    }
     fixed[stage_group[s]] += m.total().value();
     if (s + 1 < stages) req.transfer_time.push_back(Seconds(0));
   }
@@ -178,9 +191,11 @@ int run(const std::string& profile, const std::string& cluster_path) {
   std::printf("| plan | schedule | iteration | vs OctoPipe | bubble | peak memory |\n");
   std::printf("|---|---|---|---|---|---|\n");
   report("OctoPipe's stages and placement, no memory limit",
-         octopipe_plan(*model, *cluster, *cost, false), *cost);
+         octopipe_plan(*model, *cluster, *cost, Memory::kUnbounded), *cost);
   report("OctoPipe's stages and placement, within memory",
-         octopipe_plan(*model, *cluster, *cost, true), *cost);
+         octopipe_plan(*model, *cluster, *cost, Memory::kWithin), *cost);
+  report("OctoPipe's stages and placement, within memory, single micro-batches recomputed",
+         octopipe_plan(*model, *cluster, *cost, Memory::kWithinRecomputingSome), *cost);
   report("motley plan, TP 1 PP 4 DP 1, head whole", motley_plan(*model, *cluster), *cost);
   report("motley plan, TP 1 PP 4 DP 1, head whole, memory unbounded (H200)",
          motley_plan(*model, roomy), *roomy_cost);

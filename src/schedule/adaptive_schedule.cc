@@ -39,6 +39,20 @@ Status check_request(const AdaptiveRequest& r) {
     return invalid_argument(
         fmt::format("{}memory_budget needs one entry per group ({})", kWhat, r.num_groups));
   }
+  if (!r.recomputed_bytes.empty() || !r.recompute_time.empty()) {
+    if (r.recomputed_bytes.size() != stages || r.recompute_time.size() != stages) {
+      return invalid_argument(
+          fmt::format("{}recomputed_bytes and recompute_time need one entry per stage ({}) or none",
+                      kWhat, stages));
+    }
+    for (size_t s = 0; s < stages; ++s) {
+      if (!(r.recomputed_bytes[s].value() >= 0) || !(r.recompute_time[s].value() >= 0) ||
+          !std::isfinite(r.recompute_time[s].value())) {
+        return invalid_argument(fmt::format(
+            "{}recomputed_bytes[{}] or recompute_time[{}] is negative or not finite", kWhat, s, s));
+      }
+    }
+  }
   std::vector<bool> used(r.num_groups, false);
   for (size_t s = 0; s < stages; ++s) {
     const int g = r.stage_group[s];
@@ -124,6 +138,7 @@ class ListScheduler {
         pending_w_(r.num_groups),
         remaining_fb_(r.num_groups, 0),
         last_was_backward_(r.num_groups, false),
+        after_recompute_(r.num_groups, -1),
         orders_(r.num_groups) {
     for (int s = 0; s < stages_; ++s) {
       const int g = r.stage_group[s];
@@ -131,16 +146,29 @@ class ListScheduler {
       reserve_[g] += r.activation_bytes[s].value();
       remaining_fb_[g] += int64_t{2} * m_;
     }
+    kept_first_.resize(stages_);
+    for (int s = 0; s < stages_; ++s) {
+      const double full = r.activation_bytes[s].value();
+      kept_first_[s] = full;
+      if (!r.recomputed_bytes.empty() && r.recomputed_bytes[s].value() < full) {
+        kept_first_[s] = r.recomputed_bytes[s].value();
+        recomputes_ = true;
+      }
+    }
+    if (recomputes_) {
+      held_.assign(stages_, std::vector<double>(m_, 0.0));
+      top_up_.assign(stages_, std::vector<double>(m_, 0.0));
+    }
   }
 
   Result<GroupOrders> run() {
     for (int g = 0; g < r_.num_groups; ++g) {
       const double budget = r_.memory_budget[g].value();
-      if (reserve_[g] > budget * (1 + 1e-12)) {
+      if (least_need(g) > budget * (1 + 1e-12)) {
         return infeasible(fmt::format(
             "{}group {} needs {:f} GiB of activations for one micro-batch but its budget is "
             "{:f} GiB",
-            kWhat, g, reserve_[g] / kGiB, budget / kGiB));
+            kWhat, g, least_need(g) / kGiB, budget / kGiB));
       }
       wake(g, 0.0);
     }
@@ -165,7 +193,8 @@ class ListScheduler {
   // memory plus what the micro-batches older than i hold (they finish first, since every stage
   // runs micro-batches in order): a banker's safe state, ordered by age (docs/planner.md,
   // "Adaptive schedule": why this cannot deadlock).
-  bool admissible(int g, int s, int j) const {
+  bool admissible(int g, int s, int j) {
+    if (recomputes_) return admits_forward(g, s, j, r_.activation_bytes[s].value());
     const double free =
         r_.memory_budget[g].value() * (1 + 1e-12) - live_[g] - r_.activation_bytes[s].value();
     if (free < 0) return false;
@@ -186,9 +215,100 @@ class ListScheduler {
     return true;
   }
 
+  // The most memory one micro-batch needs to pass through group g from the start, its
+  // forwards keeping what they may and each backward preceded by its R.
+  double least_need(int g) const {
+    if (!recomputes_) return reserve_[g];
+    std::vector<double> full;
+    for (Bytes b : r_.activation_bytes) full.push_back(b.value());
+    return least_activation_need(r_.stage_group, full, kept_first_, g);
+  }
+
+  // The safe-state check with single recomputes, on the state as it is: every micro-batch i
+  // of the group, the oldest first, can still finish from the free memory plus what the
+  // micro-batches older than i hold. Micro-batch i's need is the peak of its remaining walk:
+  // forwards on the stages it has not reached (keeping what they may), then per stage from the
+  // deepest its R (if its forward kept less) and the release of everything it holds there.
+  bool safe(int g) const {
+    const double free = r_.memory_budget[g].value() * (1 + 1e-12) - live_[g];
+    if (free < 0) return false;
+    int lo = m_, hi = 0;
+    for (int u : stages_of_[g]) {
+      lo = std::min(lo, next_freed_[u]);
+      hi = std::max(hi, next_f_[u]);
+    }
+    // Micro-batches past every stage's next forward all need the same and have the most held
+    // by older ones: the first of them stands for all.
+    const int last = std::min(hi, m_ - 1);
+    const std::vector<int>& mine = stages_of_[g];
+    double older = 0;
+    for (int i = lo; i <= last; ++i) {
+      double now = 0, peak = 0, held = 0;
+      for (int u : mine) {
+        if (i >= next_f_[u]) peak = std::max(peak, now += kept_first_[u]);
+      }
+      for (auto it = mine.rbegin(); it != mine.rend(); ++it) {
+        const int u = *it;
+        if (i >= next_f_[u]) {
+          const double full = r_.activation_bytes[u].value();
+          peak = std::max(peak, now += full - kept_first_[u]);
+          now -= full;
+        } else if (i >= next_freed_[u]) {
+          held += held_[u][i];
+          peak = std::max(peak, now += top_up_[u][i]);
+          now -= held_[u][i] + top_up_[u][i];
+        }
+      }
+      if (peak > free + older) return false;
+      older += held;
+    }
+    return true;
+  }
+
+  // Whether F(s, j) may run keeping `bytes` (tried on the state, then undone).
+  bool admits_forward(int g, int s, int j, double bytes) {
+    const double full = r_.activation_bytes[s].value();
+    if (r_.memory_budget[g].value() * (1 + 1e-12) - live_[g] - bytes < 0) return false;
+    if (r_.memory_budget[g].value() * (1 + 1e-12) - live_[g] - bytes >= reserve_[g]) return true;
+    ++next_f_[s];
+    held_[s][j] = bytes;
+    top_up_[s][j] = full - bytes;
+    live_[g] += bytes;
+    const bool ok = safe(g);
+    live_[g] -= bytes;
+    held_[s][j] = top_up_[s][j] = 0;
+    --next_f_[s];
+    return ok;
+  }
+  // Whether the R of micro-batch j on stage s may run (its forward kept less), tried likewise.
+  bool admits_recompute(int g, int s, int j) {
+    const double top = top_up_[s][j];
+    held_[s][j] += top;
+    top_up_[s][j] = 0;
+    live_[g] += top;
+    const bool ok = safe(g);
+    live_[g] -= top;
+    held_[s][j] -= top;
+    top_up_[s][j] = top;
+    return ok;
+  }
+  bool needs_recompute(int s, int j) const { return recomputes_ && top_up_[s][j] > 0; }
+
+  // R(s, j): rebuilds what its forward dropped, on its group until the recompute's time.
+  void start_recompute(int g, double t, int s, int j) {
+    const double end = t + r_.recompute_time[s].value();
+    timeline_.occupy(g, end);
+    orders_[g].push_back(Action{ActionKind::kRecompute, s, j});
+    live_[g] += top_up_[s][j];
+    held_[s][j] += top_up_[s][j];
+    top_up_[s][j] = 0;
+    after_recompute_[g] = s;
+    wake(g, end);
+  }
+
   void wake(int g, double t) { events_.push(Event{t, seq_++, g}); }
 
-  void start(int g, double t, const Action& a) {
+  void start(int g, double t, const Action& a, bool keep_less = false) {
     const double end = timeline_.run(a, t);
     orders_[g].push_back(a);
     if (a.kind != ActionKind::kBackwardWeight)
@@ -196,11 +316,18 @@ class ListScheduler {
     wake(g, end);
     const int s = a.stage;
     switch (a.kind) {
-      case ActionKind::kForward:
+      case ActionKind::kForward: {
         ++next_f_[s];
         --remaining_fb_[g];
-        live_[g] += r_.activation_bytes[s].value();
+        const double full = r_.activation_bytes[s].value();
+        const double kept = keep_less ? kept_first_[s] : full;
+        live_[g] += kept;
+        if (recomputes_) {
+          held_[s][a.micro_batch] = kept;
+          top_up_[s][a.micro_batch] = full - kept;
+        }
         break;
+      }
       case ActionKind::kBackwardInput:
         ++next_b_[s];
         --remaining_fb_[g];
@@ -211,10 +338,12 @@ class ListScheduler {
         ++next_freed_[s];
         --remaining_fb_[g];
         live_[g] -= r_.activation_bytes[s].value();
+        if (recomputes_) held_[s][a.micro_batch] = 0;
         break;
       case ActionKind::kBackwardWeight:
         ++next_freed_[s];
         live_[g] -= r_.activation_bytes[s].value();
+        if (recomputes_) held_[s][a.micro_batch] = 0;
         break;
       default:
         MOTLEY_CHECK(false, "unexpected action kind");
@@ -230,15 +359,30 @@ class ListScheduler {
   void step(int g, double t) {
     const ActionKind b_kind =
         r_.split_backward ? ActionKind::kBackwardInput : ActionKind::kBackward;
+    // The backward an R was run for comes right after it.
+    if (const int s = after_recompute_[g]; s >= 0) {
+      after_recompute_[g] = -1;
+      start(g, t, Action{b_kind, s, next_b_[s]});
+      return;
+    }
     // Candidates: the next backward and the next forward of each of the group's stages.
     int best_b = -1, best_f = -1;
-    bool blocked_f = false;  // a forward is ready but memory does not admit it
+    int keep_less_f = -1;    // a forward memory admits only keeping less (single recomputes)
+    int early_r = -1;        // a recompute whose backward is not ready yet, to run while idle
+    bool blocked_f = false;  // a forward (or an R) is ready but memory does not admit it
     double next_ready = kUnknown;
     for (int s : stages_of_[g]) {
       const int jb = next_b_[s];
       if (jb < m_) {
         const internal::Readiness ready = timeline_.readiness(Action{b_kind, s, jb}, t);
-        if (ready.known && ready.time <= t) {
+        if (ready.known && ready.time <= t && needs_recompute(s, jb) &&
+            !admits_recompute(g, s, jb)) {
+          blocked_f = true;
+        } else if (!(ready.known && ready.time <= t) && needs_recompute(s, jb)) {
+          // Not ready: its R may run ahead, off the backward's path, if the group is idle.
+          if (early_r < 0 && admits_recompute(g, s, jb)) early_r = s;
+          next_ready = std::min(next_ready, ready.time);
+        } else if (ready.known && ready.time <= t) {
           const bool deepest_first = r_.priority == AdaptivePriority::kAlternate;
           if (best_b < 0 || (deepest_first && s > best_b) ||
               (!deepest_first && (jb < next_b_[best_b] || (jb == next_b_[best_b] && s > best_b)))) {
@@ -255,6 +399,11 @@ class ListScheduler {
         if (ready.known && ready.time <= t) {
           if (!admissible(g, s, jf)) {
             blocked_f = true;
+            if (recomputes_ && kept_first_[s] < r_.activation_bytes[s].value() &&
+                (keep_less_f < 0 || jf < next_f_[keep_less_f]) &&
+                admits_forward(g, s, jf, kept_first_[s])) {
+              keep_less_f = s;
+            }
           } else if (best_f < 0 || jf < next_f_[best_f] || (jf == next_f_[best_f] && s > best_f)) {
             best_f = s;
           }
@@ -268,9 +417,16 @@ class ListScheduler {
                                     : r_.priority == AdaptivePriority::kBackwardFirst;
     const int first = backward_first ? best_b : best_f;
     const int second = backward_first ? best_f : best_b;
+    auto backward = [&](int s) {
+      if (needs_recompute(s, next_b_[s])) {
+        start_recompute(g, t, s, next_b_[s]);
+      } else {
+        start(g, t, Action{b_kind, s, next_b_[s]});
+      }
+    };
     if (first >= 0) {
       if (backward_first) {
-        start(g, t, Action{b_kind, first, next_b_[first]});
+        backward(first);
       } else {
         start(g, t, Action{ActionKind::kForward, first, next_f_[first]});
       }
@@ -278,13 +434,40 @@ class ListScheduler {
     }
     if (second >= 0) {
       if (!backward_first) {
-        start(g, t, Action{b_kind, second, next_b_[second]});
+        backward(second);
       } else {
         start(g, t, Action{ActionKind::kForward, second, next_f_[second]});
       }
       return;
     }
-    if (pending_w_[g].empty()) return;
+    // No F or B to run: the recompute of a backward still to come runs ahead, off that
+    // backward's path (before the W's, which can wait for any gap).
+    if (early_r >= 0) {
+      start_recompute(g, t, early_r, next_b_[early_r]);
+      after_recompute_[g] = -1;  // its backward runs when it is ready, as any other
+      return;
+    }
+    if (pending_w_[g].empty()) {
+      // Nothing else to run: rather than wait, a forward that keeps less and is recomputed
+      // later, where the wait would hold the forward and its recompute (the recompute costs
+      // time); and always for the oldest micro-batch with a forward left on the group once
+      // nothing older holds memory there: waiting frees nothing for it then, since what the
+      // younger ones hold waits for it (the safe state counts on it going on).
+      if (keep_less_f >= 0) {
+        const int j = next_f_[keep_less_f];
+        const Action f{ActionKind::kForward, keep_less_f, j};
+        int oldest = m_, oldest_held = m_;
+        for (int u : stages_of_[g]) {
+          oldest = std::min(oldest, next_f_[u]);
+          oldest_held = std::min(oldest_held, next_freed_[u]);
+        }
+        if ((j == oldest && oldest_held >= oldest) ||
+            t + timeline_.duration(f) + r_.recompute_time[keep_less_f].value() <= next_ready) {
+          start(g, t, f, /*keep_less=*/true);
+        }
+      }
+      return;
+    }
     const auto [s, j] = pending_w_[g].front();
     const Action w{ActionKind::kBackwardWeight, s, j};
     const bool run = blocked_f || remaining_fb_[g] == 0 || r_.weight_fill == WeightFill::kAlways ||
@@ -313,12 +496,33 @@ class ListScheduler {
   std::vector<std::deque<std::pair<int, int>>> pending_w_;
   std::vector<int64_t> remaining_fb_;
   std::vector<bool> last_was_backward_;  // of the group's last F or B (kAlternate)
+  std::vector<int> after_recompute_;     // per group: the stage whose backward follows its R
+  // Single recomputes (AdaptiveRequest::recomputed_bytes): whether any stage allows them,
+  // what a forward keeps at first per stage (its activations where it does not), and per
+  // stage and micro-batch what is held and what its R will add.
+  bool recomputes_ = false;
+  std::vector<double> kept_first_;
+  std::vector<std::vector<double>> held_, top_up_;
   GroupOrders orders_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   int64_t seq_ = 0;
 };
 
 }  // namespace
+
+double least_activation_need(const std::vector<int>& stage_group, const std::vector<double>& full,
+                             const std::vector<double>& first, int g) {
+  double now = 0, peak = 0;
+  for (size_t s = 0; s < stage_group.size(); ++s) {
+    if (stage_group[s] == g) peak = std::max(peak, now += first[s]);
+  }
+  for (size_t s = stage_group.size(); s-- > 0;) {
+    if (stage_group[s] != g) continue;
+    peak = std::max(peak, now += full[s] - first[s]);
+    now -= full[s];
+  }
+  return peak;
+}
 
 Result<GroupOrders> adaptive_schedule(const AdaptiveRequest& request) {
   MOTLEY_RETURN_IF_ERROR(check_request(request));

@@ -127,7 +127,7 @@ Status check_replica_memory(const Plan& plan, size_t r, const CostModel& cost,
                             int64_t data_parallel, double usable) {
   const int stages = static_cast<int>(plan.stages.size());
   const Replica& rep = plan.replicas[r];
-  std::vector<double> act(stages, 0);
+  std::vector<double> act(stages, 0), recomputed_act(stages, 0);
   for (size_t g = 0; g < rep.groups.size(); ++g) {
     const std::vector<int>& devices = rep.groups[g].devices;
     Bytes fixed;
@@ -135,17 +135,15 @@ Status check_replica_memory(const Plan& plan, size_t r, const CostModel& cost,
       if (rep.stage_group[s] != static_cast<int>(g)) continue;
       StageMemory m = stage_memory_of(plan, cost, s, devices, data_parallel);
       act[s] = m.activations_per_micro_batch.value();
+      recomputed_act[s] = m.recomputed_activations_per_micro_batch.value();
       m.activations = Bytes(0);
       fixed += m.total();
     }
+    const RecomputedMicroBatches recomputed(plan.stages, rep.groups[g].actions);
     double live = 0, peak = 0;
     for (const Action& a : rep.groups[g].actions) {
-      if (allocates_activations(a.kind)) {
-        live += act[a.stage];
-        peak = std::max(peak, live);
-      } else if (frees_activations(a.kind)) {
-        live -= act[a.stage];
-      }
+      live += recomputed.change(a, act[a.stage], recomputed_act[a.stage]);
+      peak = std::max(peak, live);
     }
     const Bytes total = fixed + Bytes(peak);
     const Bytes cap = capacity(cost, devices.front(), usable);
@@ -164,11 +162,15 @@ struct ReplicaFacts {
   std::vector<double> reserve;      // per group: one micro-batch's activations over its stages
   std::vector<double> activations;  // per fine stage, one micro-batch
   std::vector<ComputeTimes> times;  // per fine stage
+  // Per fine stage, with ScheduleSpec::recompute_single: what a micro-batch recomputed alone
+  // keeps (its activations where the stage may not), and its R's time.
+  std::vector<double> recomputed;
+  std::vector<double> recompute_time;
 };
 
-Result<ReplicaFacts> replica_facts(const AssembleOptions& o, const Plan& plan, size_t r,
-                                   const PipelineSpec& rep, bool need_memory,
-                                   const CostModel& cost) {
+Result<ReplicaFacts> replica_facts(const AssembleOptions& o, const ScheduleSpec& schedule,
+                                   const Plan& plan, size_t r, const PipelineSpec& rep,
+                                   bool need_memory, const CostModel& cost) {
   const Replica& out = plan.replicas[r];
   const int p = static_cast<int>(rep.groups.size());
   const int stages = static_cast<int>(plan.stages.size());
@@ -177,26 +179,48 @@ Result<ReplicaFacts> replica_facts(const AssembleOptions& o, const Plan& plan, s
   f.reserve.assign(p, 0);
   f.activations.assign(stages, 0);
   f.times.resize(stages);
+  const bool single = schedule.adaptive && schedule.recompute_single && need_memory;
+  if (single) {
+    f.recomputed.assign(stages, 0);
+    f.recompute_time.assign(stages, 0);
+  }
+  // Per group with single recomputes: the most one micro-batch needs there
+  // (least_activation_need).
+  std::vector<double> least(p, 0);
   for (int s = 0; s < stages; ++s) {
     const int g = out.stage_group[s];
+    const Stage& st = plan.stages[s];
+    const LayerRange layers{st.layer_begin, st.layer_end, vocab_share(plan.stages, s)};
     if (need_memory) {
       StageMemory m = stage_memory_of(plan, cost, s, rep.groups[g], o.data_parallel);
       f.activations[s] = m.activations_per_micro_batch.value();
       f.reserve[g] += f.activations[s];
+      if (single) {
+        const bool may = !st.recomputes() && !st.is_vocab_shard();
+        f.recomputed[s] = may ? m.recomputed_activations_per_micro_batch.value() : f.activations[s];
+        if (may) {
+          f.recompute_time[s] =
+              stage_compute(cost, layers, DeviceGroup{rep.groups[g]}, RecomputePolicy::kFull, {})
+                  .recompute.value();
+        }
+      }
       m.activations = Bytes(0);
       fixed[g] += m.total().value();
     }
-    const Stage& st = plan.stages[s];
     f.times[s] =
-        stage_compute(cost, LayerRange{st.layer_begin, st.layer_end, vocab_share(plan.stages, s)},
-                      DeviceGroup{rep.groups[g]}, st.recompute, st.recompute_layers);
+        stage_compute(cost, layers, DeviceGroup{rep.groups[g]}, st.recompute, st.recompute_layers);
+  }
+  if (single) {
+    for (int g = 0; g < p; ++g) {
+      least[g] = least_activation_need(out.stage_group, f.activations, f.recomputed, g);
+    }
   }
   f.budget.assign(p, std::numeric_limits<double>::infinity());
   if (!o.check_memory) return f;
   for (int g = 0; g < p; ++g) {
     const Bytes cap = capacity(cost, rep.groups[g].front(), o.usable_memory_fraction);
     f.budget[g] = cap.value() - fixed[g];
-    if (f.budget[g] < f.reserve[g]) {
+    if (f.budget[g] < (single ? least[g] : f.reserve[g])) {
       return infeasible(
           fmt::format("memory: replica {} group {} ({}) needs {} GiB for one micro-batch but has "
                       "{} GiB",
@@ -267,6 +291,8 @@ std::string adaptive_request_key(const AdaptiveRequest& req) {
   key.put(req.embedding_shards);
   key.put_all(req.activation_bytes);
   key.put_all(req.memory_budget);
+  key.put_all(req.recomputed_bytes);
+  key.put_all(req.recompute_time);
   key.put(req.split_backward);
   key.put(req.priority);
   key.put(req.weight_fill);
@@ -312,6 +338,8 @@ Result<GroupOrders> adaptive_orders(const ScheduleSpec& spec, const Plan& plan, 
   }
   for (int s = 0; s < stages; ++s) req.activation_bytes.push_back(Bytes(f.activations[s]));
   for (double b : f.budget) req.memory_budget.push_back(Bytes(b));
+  for (double b : f.recomputed) req.recomputed_bytes.push_back(Bytes(b));
+  for (double t : f.recompute_time) req.recompute_time.push_back(Seconds(t));
   req.split_backward = true;
   req.priority = spec.priority;
   req.weight_fill = spec.weight_fill;
@@ -488,6 +516,7 @@ std::string ScheduleSpec::name() const {
   if (priority == AdaptivePriority::kAlternate) variant = "alternate";
   if (weight_fill == WeightFill::kAlways)
     variant += (variant.empty() ? "" : ", ") + std::string("eager-w");
+  if (recompute_single) variant += (variant.empty() ? "" : ", ") + std::string("recompute-some");
   if (!variant.empty()) n += "(" + variant + ")";
   return n;
 }
@@ -674,7 +703,7 @@ Result<Plan> assemble_plan(const AssembleOptions& o, const Candidate& c, const C
     const PipelineSpec& rep = c.replicas[r];
     Replica& out = plan.replicas[r];
     MOTLEY_ASSIGN_OR_RETURN(const ReplicaFacts facts,
-                            replica_facts(o, plan, r, rep, need_memory, cost));
+                            replica_facts(o, c.schedule, plan, r, rep, need_memory, cost));
     MOTLEY_ASSIGN_OR_RETURN(
         GroupOrders orders,
         c.schedule.adaptive

@@ -84,6 +84,10 @@ class EstimatedTimeline {
     return out;
   }
 
+  // Keeps `group` busy from now until `end` with work the timeline does not track (a
+  // recompute, whose end nothing waits on but its own group). REQUIRES: end >= free_at(group).
+  void occupy(int group, double end) { free_at_[group] = end; }
+
   // Runs `action` on its stage's group from `start`; returns its end, which is when the group
   // is free again. REQUIRES: start >= free_at(group_of(action.stage)); kind F, I, B or W.
   double run(const Action& action, double start) {

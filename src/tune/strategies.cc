@@ -942,6 +942,23 @@ std::vector<Candidate> Searcher::neighbors(const Candidate& c, const Evaluation&
                                     std::vector<int>(from.begin(), from.begin() + n)));
         }
       }
+      // Single recomputes (adaptive schedules): the adaptive scheduler recomputes only the
+      // micro-batches memory holds back, where a stage's recompute pays for every one; with
+      // the stages' recompute as it is, and with none anywhere.
+      if (c.schedule.adaptive && !c.schedule.recompute_single) {
+        Candidate x = c;
+        x.schedule.recompute_single = true;
+        add(x);
+        bool recomputes = !x.recompute_layers.empty();
+        for (PipelineSpec& r : x.replicas) {
+          for (RecomputePolicy& policy : r.recompute) {
+            recomputes = recomputes || policy != RecomputePolicy::kNone;
+            policy = RecomputePolicy::kNone;
+          }
+        }
+        x.recompute_layers.clear();
+        if (recomputes) add(std::move(x));
+      }
       // A group at its memory limit that idles more than most may be holding back its warm-up
       // (schedules that adapt to memory): more recompute lets it keep more micro-batches.
       if (c.schedule.adaptive || c.schedule.kind == ScheduleKind::kZbH1 ||

@@ -45,16 +45,31 @@ struct AdaptiveRequest {
   std::vector<Bytes> activation_bytes;
   // Per group: bytes available for activations (capacity minus fixed memory).
   std::vector<Bytes> memory_budget;
+  // Per stage, or empty: what a micro-batch keeps when its forward runs without its
+  // activations (recomputed_bytes, below activation_bytes where that is allowed; a stage with
+  // as much or more is never recomputed so), and what the R that rebuilds them right before
+  // its backward takes (recompute_time). A forward that memory admits only so runs so when the
+  // group would otherwise wait (docs/planner.md, "Adaptive schedule").
+  std::vector<Bytes> recomputed_bytes;
+  std::vector<Seconds> recompute_time;
   bool split_backward = true;  // emit B and W (else one fused backward)
   AdaptivePriority priority = AdaptivePriority::kBackwardFirst;
   WeightFill weight_fill = WeightFill::kIfItFits;
 };
 
+// The most activation memory one micro-batch needs on group `g` passing through it alone: its
+// forwards on the group's stages (in `stage_group`, stage -> group) keeping `first[s]` of stage
+// s's `full[s]` bytes, then from the deepest stage the R that brings it to `full[s]` and the
+// backward that frees it. With `first` equal to `full`, their sum over the group's stages.
+double least_activation_need(const std::vector<int>& stage_group, const std::vector<double>& full,
+                             const std::vector<double>& first, int g);
+
 // One action list per group, in execution order. Every (stage, micro-batch) gets one F and one
-// B and W (or one fused backward); per stage, forwards and backwards run in micro-batch order; a
-// forward runs only when, after it, every micro-batch's forwards still to come on the group fit
-// in the free memory plus what the older micro-batches hold (a banker's safe state: so
-// peak_in_flight memory <= memory_budget, and the orders cannot deadlock: docs/planner.md,
+// B and W (or one fused backward), and an R before the backward of a micro-batch whose forward
+// kept only recomputed_bytes; per stage, forwards and backwards run in micro-batch order; a
+// forward or R runs only when, after it, every micro-batch can still finish on the group, the
+// oldest first, from the free memory plus what the older micro-batches hold (a banker's safe
+// state: so the peak memory <= memory_budget, and the orders cannot deadlock: docs/planner.md,
 // "Adaptive schedule").
 // Errors: invalid_argument for inconsistent sizes or negative values; infeasible when one
 // micro-batch's activations on a group exceed its budget (names the group and both sizes).

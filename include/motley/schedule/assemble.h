@@ -33,13 +33,18 @@ struct ScheduleSpec {
   // ZB-H1 / ZB-H2: let the generator shorten the warm-up to what memory holds (max_in_flight).
   // The published schedules (the baselines) run their full warm-up or do not fit.
   bool limit_in_flight = true;
+  // Adaptive only: where memory blocks every forward a group could run, a forward may keep
+  // only each layer's input of a stage that keeps its activations, and an R rebuilds them
+  // before its backward (AdaptiveRequest::recomputed_bytes): single micro-batches recomputed
+  // instead of every micro-batch of the stage.
+  bool recompute_single = false;
 
   // The named schedule `kind` on its conventional shape; interleaved gets max(v, 2) chunks.
   static ScheduleSpec named(ScheduleKind kind, int virtual_stages = 1);
   static ScheduleSpec adaptive_on(StageShape shape, int chunks, AdaptivePriority priority,
                                   WeightFill fill);
   // "1f1b", "interleaved(v=2)", "zb-v", "adaptive", "adaptive-v", "adaptive(forward-first)",
-  // "adaptive-zigzag(v=3)(alternate, eager-w)".
+  // "adaptive-zigzag(v=3)(alternate, eager-w)", "adaptive(alternate, recompute-some)".
   std::string name() const;
   bool operator==(const ScheduleSpec&) const = default;
 };
