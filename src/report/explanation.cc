@@ -58,12 +58,18 @@ std::string partition(const PlanExplanation& e) {
 
 std::string recompute(const PlanExplanation& e) {
   if (e.recompute.size() == 1 && e.recompute[0].first == RecomputePolicy::kNone &&
-      e.recompute_layers == 0) {
+      e.recompute_layers == 0 && e.recomputed_micro_batches == 0) {
     return "Recompute: none (everything fits in memory).";
   }
   std::string layers;
   if (e.recompute_layers > 0) {
     layers = fmt::format("; {} layer(s) recomputed in full on their own", e.recompute_layers);
+  }
+  if (e.recomputed_micro_batches > 0) {
+    layers += fmt::format(
+        "; {} micro-batch(es) recomputed alone on stages that keep their activations (the "
+        "order's R actions)",
+        e.recomputed_micro_batches);
   }
   return "Recompute: " +
          listed(e.recompute,

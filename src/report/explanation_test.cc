@@ -80,6 +80,15 @@ TEST(ExplanationTest, UnevenReplicasIdleDevicesCostAndAWinningBaseline) {
             "This is the metis baseline's plan: no candidate of the full search beat it.");
 }
 
+// Micro-batches recomputed alone are recompute too, on stages whose policy is none.
+TEST(ExplanationTest, MicroBatchesRecomputedAloneAreNamed) {
+  PlanExplanation e = readme_plan();
+  e.recomputed_micro_batches = 3;
+  EXPECT_EQ(explanation_lines(e)[2],
+            "Recompute: none on 3 stage(s); 3 micro-batch(es) recomputed alone on stages that "
+            "keep their activations (the order's R actions), where memory is short.");
+}
+
 TEST(ExplanationTest, ShardedOptimizerStateIsALineOfItsOwn) {
   PlanExplanation e = readme_plan();
   const size_t without = explanation_lines(e).size();

@@ -524,6 +524,12 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
   const Found& megatron = baselines[0];
   result.explanation = explain(*ctx, chosen, result.simulation, megatron, baseline_names, baselines,
                                result.lower_bound);
+  for (const DeviceGroupSchedule& g : result.plan.replicas[0].groups) {
+    for (const Action& a : g.actions) {
+      result.explanation.recomputed_micro_batches +=
+          a.kind == ActionKind::kRecompute && !result.plan.stages[a.stage].recomputes();
+    }
+  }
   size_t next_outcome = 0;
   if (with_baselines) {
     for (size_t i = 0; i < baselines.size(); ++i) {

@@ -48,6 +48,9 @@ struct PlanExplanation {
   std::vector<std::pair<RecomputePolicy, int>> recompute;
   // Layers recomputed in full on their own (per-layer recompute) in stages that recompute less.
   int recompute_layers = 0;
+  // Micro-batches the first replica's orders recompute alone (an R on a stage that keeps its
+  // activations: the adaptive scheduler's recompute-some), over all its stages.
+  int64_t recomputed_micro_batches = 0;
   // ZeRO (Plan::zero_stage, 1 to 3) across this many data-parallel replicas; 0: none.
   int zero_stage = 0;
   int64_t zero_replicas = 0;
