@@ -9,6 +9,7 @@
 #include <string>
 
 #include "motley/core/json.h"
+#include "motley/plan/dependencies.h"
 
 namespace motley {
 namespace {
@@ -266,9 +267,7 @@ std::vector<std::string> torch_pp_limits(const Plan& plan, int replica) {
   for (const Replica& r : plan.replicas) {
     for (const DeviceGroupSchedule& g : r.groups) {
       for (const Action& a : g.actions) {
-        if (a.kind == ActionKind::kRecompute && !plan.stages[a.stage].recomputes()) {
-          single.insert(a.stage);
-        }
+        if (recomputes_alone(plan.stages, a)) single.insert(a.stage);
       }
     }
   }

@@ -149,6 +149,7 @@ class ListScheduler {
     kept_first_.resize(stages_);
     for (int s = 0; s < stages_; ++s) {
       const double full = r.activation_bytes[s].value();
+      full_.push_back(full);
       kept_first_[s] = full;
       if (!r.recomputed_bytes.empty() && r.recomputed_bytes[s].value() < full) {
         kept_first_[s] = r.recomputed_bytes[s].value();
@@ -218,10 +219,7 @@ class ListScheduler {
   // The most memory one micro-batch needs to pass through group g from the start, its
   // forwards keeping what they may and each backward preceded by its R.
   double least_need(int g) const {
-    if (!recomputes_) return reserve_[g];
-    std::vector<double> full;
-    for (Bytes b : r_.activation_bytes) full.push_back(b.value());
-    return least_activation_need(r_.stage_group, full, kept_first_, g);
+    return recomputes_ ? least_activation_need(r_.stage_group, full_, kept_first_, g) : reserve_[g];
   }
 
   // The safe-state check with single recomputes, on the state as it is: every micro-batch i
@@ -267,12 +265,12 @@ class ListScheduler {
 
   // Whether F(s, j) may run keeping `bytes` (tried on the state, then undone).
   bool admits_forward(int g, int s, int j, double bytes) {
-    const double full = r_.activation_bytes[s].value();
-    if (r_.memory_budget[g].value() * (1 + 1e-12) - live_[g] - bytes < 0) return false;
-    if (r_.memory_budget[g].value() * (1 + 1e-12) - live_[g] - bytes >= reserve_[g]) return true;
+    const double free_after = r_.memory_budget[g].value() * (1 + 1e-12) - live_[g] - bytes;
+    if (free_after < 0) return false;
+    if (free_after >= reserve_[g]) return true;
     ++next_f_[s];
     held_[s][j] = bytes;
-    top_up_[s][j] = full - bytes;
+    top_up_[s][j] = full_[s] - bytes;
     live_[g] += bytes;
     const bool ok = safe(g);
     live_[g] -= bytes;
@@ -501,6 +499,7 @@ class ListScheduler {
   // what a forward keeps at first per stage (its activations where it does not), and per
   // stage and micro-batch what is held and what its R will add.
   bool recomputes_ = false;
+  std::vector<double> full_;  // per stage: activation_bytes, as numbers
   std::vector<double> kept_first_;
   std::vector<std::vector<double>> held_, top_up_;
   GroupOrders orders_;

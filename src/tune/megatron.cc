@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "context.h"
+#include "motley/plan/dependencies.h"
 #include "motley/plan/spec_hash.h"
 #include "motley/schedule/assemble.h"
 #include "motley/schedule/schedule.h"
@@ -316,13 +317,7 @@ MegatronArguments megatron_arguments(const Plan& plan, const ModelSpec& model,
   }
   // Recompute of single micro-batches (R on a stage that keeps its activations).
   int64_t single = 0;
-  for (const Replica& r : plan.replicas) {
-    for (const DeviceGroupSchedule& g : r.groups) {
-      for (const Action& a : g.actions) {
-        single += a.kind == ActionKind::kRecompute && !plan.stages[a.stage].recomputes();
-      }
-    }
-  }
+  for (const Replica& r : plan.replicas) single += micro_batches_recomputed_alone(plan.stages, r);
   if (single > 0) {
     why.push_back(fmt::format(
         "{} micro-batch{} recomputed alone on stages that keep their activations: Megatron "

@@ -13,6 +13,7 @@
 #include "candidate.h"
 #include "context.h"
 #include "evaluator.h"
+#include "motley/plan/dependencies.h"
 #include "motley/plan/validate.h"
 #include "space.h"
 #include "strategies.h"
@@ -524,12 +525,8 @@ Result<TuneResult> tune(const TuneOptions& options, const ModelSpec& model,
   const Found& megatron = baselines[0];
   result.explanation = explain(*ctx, chosen, result.simulation, megatron, baseline_names, baselines,
                                result.lower_bound);
-  for (const DeviceGroupSchedule& g : result.plan.replicas[0].groups) {
-    for (const Action& a : g.actions) {
-      result.explanation.recomputed_micro_batches +=
-          a.kind == ActionKind::kRecompute && !result.plan.stages[a.stage].recomputes();
-    }
-  }
+  result.explanation.recomputed_micro_batches =
+      micro_batches_recomputed_alone(result.plan.stages, result.plan.replicas[0]);
   size_t next_outcome = 0;
   if (with_baselines) {
     for (size_t i = 0; i < baselines.size(); ++i) {

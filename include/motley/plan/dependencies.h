@@ -83,6 +83,22 @@ inline bool allocates_activations(ActionKind kind) { return kind == ActionKind::
 inline bool frees_activations(ActionKind kind) {
   return kind == ActionKind::kBackwardWeight || kind == ActionKind::kBackward;
 }
+// Whether `a` is an R that recomputes its micro-batch alone: on a stage that keeps its
+// activations (no recompute policy, no recompute_layers; RecomputedMicroBatches below).
+inline bool recomputes_alone(const std::vector<Stage>& stages, const Action& a) {
+  return a.kind == ActionKind::kRecompute && a.stage >= 0 &&
+         static_cast<size_t>(a.stage) < stages.size() && !stages[a.stage].recomputes();
+}
+// How many such R actions the orders of `replica` list.
+inline int64_t micro_batches_recomputed_alone(const std::vector<Stage>& stages,
+                                              const Replica& replica) {
+  int64_t n = 0;
+  for (const DeviceGroupSchedule& g : replica.groups) {
+    for (const Action& a : g.actions) n += recomputes_alone(stages, a);
+  }
+  return n;
+}
+
 // Micro-batches recomputed one at a time: an R action on a stage that keeps its activations
 // (no recompute policy, no recompute_layers) marks a micro-batch whose F kept only what a full
 // recompute keeps, each layer's input; its R runs the forward again and holds the rest until
@@ -92,11 +108,7 @@ class RecomputedMicroBatches {
  public:
   RecomputedMicroBatches(const std::vector<Stage>& stages, const std::vector<Action>& actions) {
     for (const Action& a : actions) {
-      if (a.kind != ActionKind::kRecompute || a.stage < 0 ||
-          static_cast<size_t>(a.stage) >= stages.size() || stages[a.stage].recomputes()) {
-        continue;
-      }
-      keys_.push_back(key(a.stage, a.micro_batch));
+      if (recomputes_alone(stages, a)) keys_.push_back(key(a.stage, a.micro_batch));
     }
     std::sort(keys_.begin(), keys_.end());
   }
